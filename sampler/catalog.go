@@ -1,0 +1,530 @@
+package sampler
+
+import (
+	"fmt"
+	"math"
+	"strings"
+)
+
+// MetricID identifies a catalog entry. IDs are dense, starting at 1; 0 is
+// never a valid metric.
+type MetricID uint16
+
+// Group collects related metrics; include/exclude patterns and NATS
+// subjects use it.
+type Group string
+
+// Metric groups.
+const (
+	GroupPower       Group = "power"
+	GroupUtilization Group = "utilization"
+	GroupClocks      Group = "clocks"
+	GroupMemory      Group = "memory"
+	GroupTemperature Group = "temperature"
+	GroupThrottle    Group = "throttle"
+	GroupPCIe        Group = "pcie"
+	GroupNVLink      Group = "nvlink"
+	GroupHealth      Group = "health"
+)
+
+// Groups lists every group in catalog order.
+var Groups = []Group{GroupPower, GroupUtilization, GroupClocks, GroupMemory,
+	GroupTemperature, GroupThrottle, GroupPCIe, GroupNVLink, GroupHealth}
+
+// SourceKind says how a backend obtains a metric.
+type SourceKind uint8
+
+const (
+	// FromBuffer metrics are drained from a driver sample buffer
+	// (nvmlDeviceGetSamples). A point read of such a metric is a current-value
+	// query (e.g. nvmlDeviceGetUtilizationRates).
+	FromBuffer SourceKind = iota + 1
+	// FromField metrics are read in one batch per tick
+	// (nvmlDeviceGetFieldValues).
+	FromField
+	// FromQuery metrics are slow state read with point queries at ≥ 1 s.
+	FromQuery
+)
+
+func (k SourceKind) String() string {
+	switch k {
+	case FromBuffer:
+		return "buffer"
+	case FromField:
+		return "field"
+	case FromQuery:
+		return "query"
+	}
+	return "unknown"
+}
+
+// BufferType is an NVML sampling type (nvmlSamplingType_t), 0–9.
+type BufferType uint8
+
+// Driver sample-buffer types.
+const (
+	BufferTotalPower BufferType = iota
+	BufferGPUUtil
+	BufferMemoryUtil
+	BufferEncoderUtil
+	BufferDecoderUtil
+	BufferSMClock
+	BufferMemoryClock
+	BufferModulePower
+	BufferJPEGUtil
+	BufferOFAUtil
+	// NumBufferTypes is the number of sampling types.
+	NumBufferTypes
+)
+
+var bufferTypeNames = [NumBufferTypes]string{"total_power", "gpu_util", "memory_util",
+	"encoder_util", "decoder_util", "sm_clock", "memory_clock", "module_power", "jpeg_util", "ofa_util"}
+
+func (t BufferType) String() string {
+	if t < NumBufferTypes {
+		return bufferTypeNames[t]
+	}
+	return fmt.Sprintf("buffer(%d)", uint8(t))
+}
+
+// Origin describes where a metric's values come from.
+type Origin struct {
+	Kind SourceKind
+	// Buffer is the sampling type for FromBuffer metrics.
+	Buffer BufferType
+	// Field is the NVML field symbol for FromField metrics
+	// ("NVML_FI_DEV_POWER_INSTANT"). The NVML backend maps symbols to ids per
+	// NVML version, because some ids moved between versions.
+	Field string
+	// Query names the point query for FromQuery metrics ("GetTemperature").
+	Query string
+}
+
+func (s Origin) String() string {
+	switch s.Kind {
+	case FromBuffer:
+		return "buffer:" + s.Buffer.String()
+	case FromField:
+		return "field:" + s.Field
+	case FromQuery:
+		return "query:" + s.Query
+	}
+	return "unknown"
+}
+
+// Kind says how a metric's values behave over time.
+type Kind uint8
+
+const (
+	// Gauge values go up and down.
+	Gauge Kind = iota + 1
+	// Counter values only increase (until the driver resets them).
+	Counter
+	// State values are enumerations or bit masks (P-state, throttle reasons).
+	State
+)
+
+func (k Kind) String() string {
+	switch k {
+	case Gauge:
+		return "gauge"
+	case Counter:
+		return "counter"
+	case State:
+		return "state"
+	}
+	return "unknown"
+}
+
+// ValueType is how a naming scheme types a value on the wire.
+type ValueType uint8
+
+const (
+	// Float values are 64-bit floats.
+	Float ValueType = iota + 1
+	// Int values are signed 64-bit integers (InfluxDB 1.x rejects unsigned).
+	Int
+)
+
+func (t ValueType) String() string {
+	switch t {
+	case Float:
+		return "float"
+	case Int:
+		return "int"
+	}
+	return "unknown"
+}
+
+// Naming is how one naming scheme spells, scales and types a metric. An empty
+// Name means the scheme has no such metric; outputs using that scheme then
+// fall back to the catalog's own name where the scheme allows it.
+type Naming struct {
+	Name  string
+	Unit  string
+	Scale float64 // scheme value = base value × Scale
+	Type  ValueType
+}
+
+// Convert returns v (in the catalog's base unit) in this scheme's unit, and
+// rounded when the scheme types the value as an integer.
+func (n Naming) Convert(v float64) float64 {
+	v *= n.Scale
+	if n.Type == Int {
+		v = math.Round(v)
+	}
+	return v
+}
+
+// Metric is one catalog entry.
+type Metric struct {
+	ID    MetricID
+	Name  string // our name, snake_case, unique
+	Unit  string // base unit of Sample.Value
+	Group Group
+	Kind  Kind
+	Type  ValueType // our scheme's wire type
+	Help  string
+	Src   Origin
+	// Telegraf is the nvidia_smi input's naming (measurement nvidia_smi).
+	Telegraf Naming
+	// DCGM is dcgm-exporter's naming (DCGM_FI_*).
+	DCGM Naming
+}
+
+// Ours returns the metric's naming in gpusampler's own scheme.
+func (m *Metric) Ours() Naming {
+	return Naming{Name: m.Name, Unit: m.Unit, Scale: 1, Type: m.Type}
+}
+
+// Influx returns the field naming used for InfluxDB line protocol: Telegraf's
+// name, unit and type where Telegraf has the field, ours otherwise.
+func (m *Metric) Influx() Naming {
+	if m.Telegraf.Name != "" {
+		return m.Telegraf
+	}
+	return m.Ours()
+}
+
+// Catalog is the read-only table of every metric. Index i holds MetricID i;
+// entry 0 is unused.
+type Catalog struct {
+	metrics []Metric
+	byName  map[string]MetricID
+}
+
+// Metric IDs of the built-in catalog. Order matters only for listing.
+const (
+	_ MetricID = iota
+	MetricPowerDraw
+	MetricPowerInstant
+	MetricModulePower
+	MetricPowerLimit
+	MetricEnergy
+	MetricUtilGPU
+	MetricUtilMemory
+	MetricUtilEncoder
+	MetricUtilDecoder
+	MetricUtilJPEG
+	MetricUtilOFA
+	MetricClockSM
+	MetricClockMemory
+	MetricClockGraphics
+	MetricClockVideo
+	MetricClocksEventReasons
+	MetricPState
+	MetricMemoryUsed
+	MetricMemoryFree
+	MetricMemoryReserved
+	MetricMemoryTotal
+	MetricTempGPU
+	MetricTempMemory
+	MetricFanSpeed
+	MetricThrottleSWPowerCap
+	MetricThrottleSyncBoost
+	MetricThrottleSWThermal
+	MetricThrottleHWThermal
+	MetricThrottleHWPowerBrake
+	MetricViolationPower
+	MetricViolationThermal
+	MetricViolationSyncBoost
+	MetricViolationBoardLimit
+	MetricViolationLowUtil
+	MetricViolationReliability
+	MetricPCIeTxBytes
+	MetricPCIeRxBytes
+	MetricPCIeLinkGen
+	MetricPCIeLinkWidth
+	MetricNVLinkTxBytes
+	MetricNVLinkRxBytes
+	MetricPCIeReplays
+	MetricECCSingleVolatile
+	MetricECCDoubleVolatile
+	MetricRemappedCorrectable
+	MetricRemappedUncorrectable
+	numMetrics
+)
+
+// Clock event reason bits (nvmlClocksEventReason*), as reported by
+// MetricClocksEventReasons.
+const (
+	ReasonGPUIdle           = 0x1
+	ReasonAppClocksSetting  = 0x2
+	ReasonSWPowerCap        = 0x4
+	ReasonHWSlowdown        = 0x8
+	ReasonSyncBoost         = 0x10
+	ReasonSWThermalSlowdown = 0x20
+	ReasonHWThermalSlowdown = 0x40
+	ReasonHWPowerBrake      = 0x80
+	ReasonDisplayClocks     = 0x100
+	ReasonThermalAny        = ReasonSWThermalSlowdown | ReasonHWThermalSlowdown
+	ReasonPowerAny          = ReasonSWPowerCap | ReasonHWPowerBrake
+	ReasonThrottleAny       = ReasonSWPowerCap | ReasonHWSlowdown | ReasonSyncBoost | ReasonThermalAny | ReasonHWPowerBrake
+)
+
+// ReasonNames maps clock event reason bits to short names, in bit order.
+var ReasonNames = []struct {
+	Bit  uint64
+	Name string
+}{
+	{ReasonGPUIdle, "idle"}, {ReasonAppClocksSetting, "app_clocks"}, {ReasonSWPowerCap, "sw_power_cap"},
+	{ReasonHWSlowdown, "hw_slowdown"}, {ReasonSyncBoost, "sync_boost"}, {ReasonSWThermalSlowdown, "sw_thermal"},
+	{ReasonHWThermalSlowdown, "hw_thermal"}, {ReasonHWPowerBrake, "hw_power_brake"}, {ReasonDisplayClocks, "display_clocks"},
+}
+
+// ReasonString renders a clock event reason mask as "sw_thermal+hw_thermal",
+// or "none".
+func ReasonString(mask uint64) string {
+	var b strings.Builder
+	for _, r := range ReasonNames {
+		if mask&r.Bit != 0 {
+			if b.Len() > 0 {
+				b.WriteByte('+')
+			}
+			b.WriteString(r.Name)
+		}
+	}
+	if b.Len() == 0 {
+		return "none"
+	}
+	return b.String()
+}
+
+// Generic temperature thresholds from the field guide, used only when the
+// device does not report its own (Device.SlowdownTempC etc.).
+const (
+	GenericGPUTempWarnC     = 80
+	GenericGPUTempCritC     = 90
+	GenericMemoryTempWarnC  = 95
+	GenericMemoryTempCritC  = 105
+	GenericMemoryNearFullPc = 95
+)
+
+func nm(name, unit string, scale float64, t ValueType) Naming {
+	return Naming{Name: name, Unit: unit, Scale: scale, Type: t}
+}
+
+func buildCatalog() []Metric {
+	buf := func(t BufferType) Origin { return Origin{Kind: FromBuffer, Buffer: t} }
+	field := func(sym string) Origin { return Origin{Kind: FromField, Field: sym} }
+	query := func(q string) Origin { return Origin{Kind: FromQuery, Query: q} }
+	return []Metric{
+		MetricPowerDraw: {Name: "power_draw", Unit: "W", Group: GroupPower, Kind: Gauge, Type: Float,
+			Help: "Board power from the driver's power sample buffer.", Src: buf(BufferTotalPower),
+			Telegraf: nm("power_draw", "W", 1, Float), DCGM: nm("DCGM_FI_DEV_POWER_USAGE", "W", 1, Float)},
+		MetricPowerInstant: {Name: "power_draw_instant", Unit: "W", Group: GroupPower, Kind: Gauge, Type: Float,
+			Help: "Instantaneous board power (field 186; GetPowerUsage is a 1 s average on Hopper).", Src: field("NVML_FI_DEV_POWER_INSTANT"),
+			DCGM: nm("DCGM_FI_DEV_POWER_USAGE_INSTANT", "W", 1, Float)},
+		MetricModulePower: {Name: "module_power_draw", Unit: "W", Group: GroupPower, Kind: Gauge, Type: Float,
+			Help: "Module (Grace-Hopper superchip) power from the sample buffer.", Src: buf(BufferModulePower),
+			Telegraf: nm("module_power_draw", "W", 1, Float)},
+		MetricPowerLimit: {Name: "power_limit", Unit: "W", Group: GroupPower, Kind: Gauge, Type: Float,
+			Help: "Enforced power limit.", Src: query("GetEnforcedPowerLimit"),
+			Telegraf: nm("power_limit", "W", 1, Float), DCGM: nm("DCGM_FI_DEV_ENFORCED_POWER_LIMIT", "W", 1, Float)},
+		MetricEnergy: {Name: "energy_consumption", Unit: "mJ", Group: GroupPower, Kind: Counter, Type: Int,
+			Help: "Total energy since the driver loaded.", Src: field("NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION"),
+			DCGM: nm("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "mJ", 1, Int)},
+
+		MetricUtilGPU: {Name: "utilization_gpu", Unit: "%", Group: GroupUtilization, Kind: Gauge, Type: Int,
+			Help: "Percent of time a kernel was running.", Src: buf(BufferGPUUtil),
+			Telegraf: nm("utilization_gpu", "%", 1, Int), DCGM: nm("DCGM_FI_DEV_GPU_UTIL", "%", 1, Int)},
+		MetricUtilMemory: {Name: "utilization_memory", Unit: "%", Group: GroupUtilization, Kind: Gauge, Type: Int,
+			Help: "Percent of time device memory was read or written.", Src: buf(BufferMemoryUtil),
+			Telegraf: nm("utilization_memory", "%", 1, Int), DCGM: nm("DCGM_FI_DEV_MEM_COPY_UTIL", "%", 1, Int)},
+		MetricUtilEncoder: {Name: "utilization_encoder", Unit: "%", Group: GroupUtilization, Kind: Gauge, Type: Int,
+			Help: "Video encoder utilization.", Src: buf(BufferEncoderUtil),
+			Telegraf: nm("utilization_encoder", "%", 1, Int), DCGM: nm("DCGM_FI_DEV_ENC_UTIL", "%", 1, Int)},
+		MetricUtilDecoder: {Name: "utilization_decoder", Unit: "%", Group: GroupUtilization, Kind: Gauge, Type: Int,
+			Help: "Video decoder utilization.", Src: buf(BufferDecoderUtil),
+			Telegraf: nm("utilization_decoder", "%", 1, Int), DCGM: nm("DCGM_FI_DEV_DEC_UTIL", "%", 1, Int)},
+		MetricUtilJPEG: {Name: "utilization_jpeg", Unit: "%", Group: GroupUtilization, Kind: Gauge, Type: Int,
+			Help: "JPEG decoder utilization.", Src: buf(BufferJPEGUtil),
+			Telegraf: nm("utilization_jpeg", "%", 1, Int)},
+		MetricUtilOFA: {Name: "utilization_ofa", Unit: "%", Group: GroupUtilization, Kind: Gauge, Type: Int,
+			Help: "Optical flow accelerator utilization.", Src: buf(BufferOFAUtil),
+			Telegraf: nm("utilization_ofa", "%", 1, Int)},
+
+		MetricClockSM: {Name: "clocks_current_sm", Unit: "MHz", Group: GroupClocks, Kind: Gauge, Type: Int,
+			Help: "SM clock from the sample buffer.", Src: buf(BufferSMClock),
+			Telegraf: nm("clocks_current_sm", "MHz", 1, Int), DCGM: nm("DCGM_FI_DEV_SM_CLOCK", "MHz", 1, Int)},
+		MetricClockMemory: {Name: "clocks_current_memory", Unit: "MHz", Group: GroupClocks, Kind: Gauge, Type: Int,
+			Help: "Memory clock from the sample buffer.", Src: buf(BufferMemoryClock),
+			Telegraf: nm("clocks_current_memory", "MHz", 1, Int), DCGM: nm("DCGM_FI_DEV_MEM_CLOCK", "MHz", 1, Int)},
+		MetricClockGraphics: {Name: "clocks_current_graphics", Unit: "MHz", Group: GroupClocks, Kind: Gauge, Type: Int,
+			Help: "Graphics clock.", Src: query("GetClockInfo(GRAPHICS)"),
+			Telegraf: nm("clocks_current_graphics", "MHz", 1, Int)},
+		MetricClockVideo: {Name: "clocks_current_video", Unit: "MHz", Group: GroupClocks, Kind: Gauge, Type: Int,
+			Help: "Video clock.", Src: query("GetClockInfo(VIDEO)"),
+			Telegraf: nm("clocks_current_video", "MHz", 1, Int), DCGM: nm("DCGM_FI_DEV_VIDEO_CLOCK", "MHz", 1, Int)},
+		MetricClocksEventReasons: {Name: "clocks_event_reasons", Unit: "bitmask", Group: GroupThrottle, Kind: State, Type: Int,
+			Help: "Active clock event (throttle) reasons, nvmlClocksEventReason bits.", Src: query("GetCurrentClocksEventReasons"),
+			DCGM: nm("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "bitmask", 1, Int)},
+		MetricPState: {Name: "pstate", Unit: "P", Group: GroupClocks, Kind: State, Type: Int,
+			Help: "Performance state (0 = P0, fastest). Telegraf carries it as the pstate tag.", Src: query("GetPerformanceState"),
+			DCGM: nm("DCGM_FI_DEV_PSTATE", "P", 1, Int)},
+
+		MetricMemoryUsed: {Name: "memory_used", Unit: "MiB", Group: GroupMemory, Kind: Gauge, Type: Int,
+			Help: "Framebuffer memory used.", Src: query("GetMemoryInfo"),
+			Telegraf: nm("memory_used", "MiB", 1, Int), DCGM: nm("DCGM_FI_DEV_FB_USED", "MiB", 1, Int)},
+		MetricMemoryFree: {Name: "memory_free", Unit: "MiB", Group: GroupMemory, Kind: Gauge, Type: Int,
+			Help: "Framebuffer memory free.", Src: query("GetMemoryInfo"),
+			Telegraf: nm("memory_free", "MiB", 1, Int), DCGM: nm("DCGM_FI_DEV_FB_FREE", "MiB", 1, Int)},
+		MetricMemoryReserved: {Name: "memory_reserved", Unit: "MiB", Group: GroupMemory, Kind: Gauge, Type: Int,
+			Help: "Framebuffer memory reserved by the driver.", Src: query("GetMemoryInfo_v2"),
+			Telegraf: nm("memory_reserved", "MiB", 1, Int), DCGM: nm("DCGM_FI_DEV_FB_RESERVED", "MiB", 1, Int)},
+		MetricMemoryTotal: {Name: "memory_total", Unit: "MiB", Group: GroupMemory, Kind: Gauge, Type: Int,
+			Help: "Framebuffer memory total.", Src: query("GetMemoryInfo"),
+			Telegraf: nm("memory_total", "MiB", 1, Int), DCGM: nm("DCGM_FI_DEV_FB_TOTAL", "MiB", 1, Int)},
+
+		MetricTempGPU: {Name: "temperature_gpu", Unit: "°C", Group: GroupTemperature, Kind: Gauge, Type: Int,
+			Help: "GPU core temperature.", Src: query("GetTemperature"),
+			Telegraf: nm("temperature_gpu", "°C", 1, Int), DCGM: nm("DCGM_FI_DEV_GPU_TEMP", "°C", 1, Int)},
+		MetricTempMemory: {Name: "temperature_memory", Unit: "°C", Group: GroupTemperature, Kind: Gauge, Type: Int,
+			Help: "HBM temperature (field 82).", Src: field("NVML_FI_DEV_MEMORY_TEMP"),
+			Telegraf: nm("temperature_memory", "°C", 1, Int), DCGM: nm("DCGM_FI_DEV_MEMORY_TEMP", "°C", 1, Int)},
+		MetricFanSpeed: {Name: "fan_speed", Unit: "%", Group: GroupTemperature, Kind: Gauge, Type: Int,
+			Help: "Fan speed (absent on passively cooled boards).", Src: query("GetFanSpeed"),
+			Telegraf: nm("fan_speed", "%", 1, Int), DCGM: nm("DCGM_FI_DEV_FAN_SPEED", "%", 1, Int)},
+
+		MetricThrottleSWPowerCap: {Name: "throttle_sw_power_cap", Unit: "ns", Group: GroupThrottle, Kind: Counter, Type: Int,
+			Help: "Time clocks were held down by the software power cap.", Src: field("NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP"),
+			Telegraf: nm("clocks_event_reasons_counters_sw_power_cap", "us", 1e-3, Int)},
+		MetricThrottleSyncBoost: {Name: "throttle_sync_boost", Unit: "ns", Group: GroupThrottle, Kind: Counter, Type: Int,
+			Help: "Time clocks were held down by sync boost.", Src: field("NVML_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST"),
+			Telegraf: nm("clocks_event_reasons_counters_sync_boost", "us", 1e-3, Int)},
+		MetricThrottleSWThermal: {Name: "throttle_sw_thermal", Unit: "ns", Group: GroupThrottle, Kind: Counter, Type: Int,
+			Help: "Time clocks were held down by software thermal slowdown.", Src: field("NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN"),
+			Telegraf: nm("clocks_event_reasons_counters_sw_therm_slowdown", "us", 1e-3, Int)},
+		MetricThrottleHWThermal: {Name: "throttle_hw_thermal", Unit: "ns", Group: GroupThrottle, Kind: Counter, Type: Int,
+			Help: "Time clocks were held down by hardware thermal slowdown.", Src: field("NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN"),
+			Telegraf: nm("clocks_event_reasons_counters_hw_therm_slowdown", "us", 1e-3, Int)},
+		MetricThrottleHWPowerBrake: {Name: "throttle_hw_power_brake", Unit: "ns", Group: GroupThrottle, Kind: Counter, Type: Int,
+			Help: "Time clocks were held down by the hardware power brake.", Src: field("NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN"),
+			Telegraf: nm("clocks_event_reasons_counters_hw_power_brake", "us", 1e-3, Int)},
+		MetricViolationPower: {Name: "violation_power", Unit: "ns", Group: GroupThrottle, Kind: Counter, Type: Int,
+			Help: "Perf-policy time limited by power (field 74).", Src: field("NVML_FI_DEV_PERF_POLICY_POWER"),
+			DCGM: nm("DCGM_FI_DEV_POWER_VIOLATION", "us", 1e-3, Int)},
+		MetricViolationThermal: {Name: "violation_thermal", Unit: "ns", Group: GroupThrottle, Kind: Counter, Type: Int,
+			Help: "Perf-policy time limited by temperature (field 75).", Src: field("NVML_FI_DEV_PERF_POLICY_THERMAL"),
+			DCGM: nm("DCGM_FI_DEV_THERMAL_VIOLATION", "us", 1e-3, Int)},
+		MetricViolationSyncBoost: {Name: "violation_sync_boost", Unit: "ns", Group: GroupThrottle, Kind: Counter, Type: Int,
+			Help: "Perf-policy time limited by sync boost (field 76).", Src: field("NVML_FI_DEV_PERF_POLICY_SYNC_BOOST"),
+			DCGM: nm("DCGM_FI_DEV_SYNC_BOOST_VIOLATION", "us", 1e-3, Int)},
+		MetricViolationBoardLimit: {Name: "violation_board_limit", Unit: "ns", Group: GroupThrottle, Kind: Counter, Type: Int,
+			Help: "Perf-policy time limited by the board limit (field 77).", Src: field("NVML_FI_DEV_PERF_POLICY_BOARD_LIMIT"),
+			DCGM: nm("DCGM_FI_DEV_BOARD_LIMIT_VIOLATION", "us", 1e-3, Int)},
+		MetricViolationLowUtil: {Name: "violation_low_util", Unit: "ns", Group: GroupThrottle, Kind: Counter, Type: Int,
+			Help: "Perf-policy time limited by low utilization (field 78).", Src: field("NVML_FI_DEV_PERF_POLICY_LOW_UTILIZATION"),
+			DCGM: nm("DCGM_FI_DEV_LOW_UTIL_VIOLATION", "us", 1e-3, Int)},
+		MetricViolationReliability: {Name: "violation_reliability", Unit: "ns", Group: GroupThrottle, Kind: Counter, Type: Int,
+			Help: "Perf-policy time limited by board reliability (field 79).", Src: field("NVML_FI_DEV_PERF_POLICY_RELIABILITY"),
+			DCGM: nm("DCGM_FI_DEV_RELIABILITY_VIOLATION", "us", 1e-3, Int)},
+
+		MetricPCIeTxBytes: {Name: "pcie_tx_bytes", Unit: "B", Group: GroupPCIe, Kind: Counter, Type: Int,
+			Help: "PCIe bytes transmitted (NVML ≥ 12.4).", Src: field("NVML_FI_DEV_PCIE_COUNT_TX_BYTES")},
+		MetricPCIeRxBytes: {Name: "pcie_rx_bytes", Unit: "B", Group: GroupPCIe, Kind: Counter, Type: Int,
+			Help: "PCIe bytes received (NVML ≥ 12.4).", Src: field("NVML_FI_DEV_PCIE_COUNT_RX_BYTES")},
+		MetricPCIeLinkGen: {Name: "pcie_link_gen_current", Unit: "gen", Group: GroupPCIe, Kind: State, Type: Int,
+			Help: "Current PCIe link generation.", Src: query("GetCurrPcieLinkGeneration"),
+			Telegraf: nm("pcie_link_gen_current", "gen", 1, Int), DCGM: nm("DCGM_FI_DEV_PCIE_LINK_GEN", "gen", 1, Int)},
+		MetricPCIeLinkWidth: {Name: "pcie_link_width_current", Unit: "lanes", Group: GroupPCIe, Kind: State, Type: Int,
+			Help: "Current PCIe link width.", Src: query("GetCurrPcieLinkWidth"),
+			Telegraf: nm("pcie_link_width_current", "lanes", 1, Int), DCGM: nm("DCGM_FI_DEV_PCIE_LINK_WIDTH", "lanes", 1, Int)},
+		MetricNVLinkTxBytes: {Name: "nvlink_tx_bytes", Unit: "B", Group: GroupNVLink, Kind: Counter, Type: Int,
+			Help: "NVLink data bytes transmitted, all links (field 138, KiB in NVML).", Src: field("NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX")},
+		MetricNVLinkRxBytes: {Name: "nvlink_rx_bytes", Unit: "B", Group: GroupNVLink, Kind: Counter, Type: Int,
+			Help: "NVLink data bytes received, all links (field 139, KiB in NVML).", Src: field("NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX")},
+
+		MetricPCIeReplays: {Name: "pcie_replay_counter", Unit: "count", Group: GroupHealth, Kind: Counter, Type: Int,
+			Help: "PCIe replays.", Src: query("GetPcieReplayCounter"),
+			DCGM: nm("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "count", 1, Int)},
+		MetricECCSingleVolatile: {Name: "ecc_errors_volatile_correctable", Unit: "count", Group: GroupHealth, Kind: Counter, Type: Int,
+			Help: "Corrected (single-bit) ECC errors since the driver loaded.", Src: query("GetTotalEccErrors(CORRECTED,VOLATILE)"),
+			DCGM: nm("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "count", 1, Int)},
+		MetricECCDoubleVolatile: {Name: "ecc_errors_volatile_uncorrectable", Unit: "count", Group: GroupHealth, Kind: Counter, Type: Int,
+			Help: "Uncorrected (double-bit) ECC errors since the driver loaded.", Src: query("GetTotalEccErrors(UNCORRECTED,VOLATILE)"),
+			DCGM: nm("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "count", 1, Int)},
+		MetricRemappedCorrectable: {Name: "remapped_rows_correctable", Unit: "rows", Group: GroupHealth, Kind: Counter, Type: Int,
+			Help: "Rows remapped for correctable errors.", Src: query("GetRemappedRows"),
+			Telegraf: nm("remapped_rows_correctable", "rows", 1, Int), DCGM: nm("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "rows", 1, Int)},
+		MetricRemappedUncorrectable: {Name: "remapped_rows_uncorrectable", Unit: "rows", Group: GroupHealth, Kind: Counter, Type: Int,
+			Help: "Rows remapped for uncorrectable errors.", Src: query("GetRemappedRows"),
+			Telegraf: nm("remapped_rows_uncorrectable", "rows", 1, Int), DCGM: nm("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "rows", 1, Int)},
+		numMetrics: {},
+	}[:numMetrics]
+}
+
+// NewCatalog returns the built-in catalog. It is immutable; share it freely.
+func NewCatalog() *Catalog {
+	ms := buildCatalog()
+	c := &Catalog{metrics: ms, byName: make(map[string]MetricID, len(ms))}
+	for i := 1; i < len(ms); i++ {
+		ms[i].ID = MetricID(i)
+		c.byName[ms[i].Name] = MetricID(i)
+	}
+	return c
+}
+
+// DefaultCatalog is the built-in catalog, shared read-only by everything.
+var DefaultCatalog = NewCatalog()
+
+// Len returns the number of valid metric IDs plus one (IDs run 1..Len()-1).
+func (c *Catalog) Len() int { return len(c.metrics) }
+
+// Get returns the metric for id, or nil when id is not in the catalog.
+func (c *Catalog) Get(id MetricID) *Metric {
+	if id == 0 || int(id) >= len(c.metrics) {
+		return nil
+	}
+	return &c.metrics[id]
+}
+
+// Lookup returns the metric with our name, or nil.
+func (c *Catalog) Lookup(name string) *Metric {
+	id, ok := c.byName[name]
+	if !ok {
+		return nil
+	}
+	return &c.metrics[id]
+}
+
+// All returns every metric in catalog order. The slice must not be modified.
+func (c *Catalog) All() []Metric { return c.metrics[1:] }
+
+// BufferMetric returns the metric drained from buffer type t.
+func (c *Catalog) BufferMetric(t BufferType) MetricID {
+	for i := 1; i < len(c.metrics); i++ {
+		if c.metrics[i].Src.Kind == FromBuffer && c.metrics[i].Src.Buffer == t {
+			return MetricID(i)
+		}
+	}
+	return 0
+}
+
+// Name returns the metric's name, or "metric(N)" for unknown ids.
+func (c *Catalog) Name(id MetricID) string {
+	if m := c.Get(id); m != nil {
+		return m.Name
+	}
+	return fmt.Sprintf("metric(%d)", id)
+}

@@ -1,0 +1,397 @@
+package sampler
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync/atomic"
+	"time"
+)
+
+// lostRetryInterval is how often a lost device is probed again.
+const lostRetryInterval = 5 * time.Second
+
+// bufferState is the drain state of one sample-buffer type on one device.
+type bufferState struct {
+	typ       BufferType
+	metric    MetricID
+	supported bool
+	cursor    uint64        // newest raw timestamp delivered
+	depth     int           // largest drain seen: the buffer's depth estimate
+	periodUS  uint64        // measured sample period
+	interval  time.Duration // this buffer's drain interval
+	next      time.Time
+}
+
+// deviceLoop samples one device. Everything but the atomics is owned by the
+// loop's goroutine.
+type deviceLoop struct {
+	e        *Engine
+	src      DeviceSource
+	index    uint16
+	ring     *Ring
+	identity atomic.Pointer[Device]
+	tb       *Timebase
+
+	buffers  []*bufferState
+	fastIDs  []MetricID
+	fastOut  []Reading
+	slowIDs  []MetricID
+	slowOut  []Reading
+	pointID  []MetricID // utilization point read for idle GPUs
+	pointOut []Reading
+
+	raw []RawSample
+	pub []Sample
+
+	lost bool
+
+	// counters, read by Stats from other goroutines
+	drains, nothingNew, suspectedLosses, lostEstimate atomic.Uint64
+	pointReads, readErrors, published, fieldReads     atomic.Uint64
+	newestNS                                          atomic.Int64
+	clockKind                                         atomic.Uint32
+	minDrainNS                                        atomic.Int64
+}
+
+func newDeviceLoop(e *Engine, src DeviceSource, id Device) *deviceLoop {
+	l := &deviceLoop{e: e, src: src, index: uint16(id.Index), ring: NewRing(e.cfg.RingSize), tb: NewTimebase()}
+	l.identity.Store(&id)
+	cat := e.cfg.Catalog
+	sel := func(m *Metric) bool { return e.cfg.Select == nil || e.cfg.Select(m) }
+	for _, m := range cat.All() {
+		if !sel(&m) {
+			continue
+		}
+		switch m.Src.Kind {
+		case FromBuffer:
+			l.buffers = append(l.buffers, &bufferState{typ: m.Src.Buffer, metric: m.ID, supported: true,
+				interval: e.cfg.DrainInterval})
+		case FromField:
+			l.fastIDs = append(l.fastIDs, m.ID)
+		case FromQuery:
+			l.slowIDs = append(l.slowIDs, m.ID)
+		}
+	}
+	for _, id := range []MetricID{MetricUtilGPU, MetricUtilMemory} {
+		if m := cat.Get(id); m != nil && sel(m) {
+			l.pointID = append(l.pointID, id)
+		}
+	}
+	l.fastOut = make([]Reading, len(l.fastIDs))
+	l.slowOut = make([]Reading, len(l.slowIDs))
+	l.pointOut = make([]Reading, len(l.pointID))
+	l.raw = make([]RawSample, 0, 256)
+	l.pub = make([]Sample, 0, 1024)
+	l.minDrainNS.Store(int64(e.cfg.DrainInterval))
+	return l
+}
+
+func (l *deviceLoop) run(ctx context.Context) {
+	now := time.Now()
+	for _, b := range l.buffers {
+		b.next = now
+	}
+	nextField, nextSlow := now, now
+	fieldEvery, slowEvery := l.e.cfg.FieldInterval, l.e.cfg.SlowInterval
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			// Final drain: deliver what the buffers took since the last one.
+			if !l.lost {
+				l.drainDue(time.Now(), true)
+				l.flush()
+			}
+			return
+		case <-timer.C:
+		}
+		now = time.Now()
+		if l.lost {
+			l.retryLost(now)
+			timer.Reset(lostRetryInterval)
+			continue
+		}
+		l.drainDue(now, false)
+		if len(l.fastIDs) > 0 && !now.Before(nextField) {
+			l.readInto(l.fastIDs, l.fastOut, now, 0, &l.fastIDs, &l.fastOut)
+			l.fieldReads.Add(1)
+			nextField = advance(nextField, fieldEvery, now)
+		}
+		if len(l.slowIDs) > 0 && !now.Before(nextSlow) {
+			l.readInto(l.slowIDs, l.slowOut, now, 0, &l.slowIDs, &l.slowOut)
+			nextSlow = advance(nextSlow, slowEvery, now)
+		}
+		l.flush()
+		next := nextSlow
+		if len(l.fastIDs) > 0 && nextField.Before(next) {
+			next = nextField
+		}
+		for _, b := range l.buffers {
+			if b.supported && b.next.Before(next) {
+				next = b.next
+			}
+		}
+		timer.Reset(time.Until(next))
+	}
+}
+
+// advance moves a schedule forward by one period, skipping missed ticks.
+func advance(next time.Time, every time.Duration, now time.Time) time.Time {
+	next = next.Add(every)
+	if !next.After(now) {
+		next = now.Add(every)
+	}
+	return next
+}
+
+func (l *deviceLoop) flush() {
+	if len(l.pub) == 0 {
+		return
+	}
+	l.ring.Publish(l.pub...)
+	l.published.Add(uint64(len(l.pub)))
+	l.newestNS.Store(l.pub[len(l.pub)-1].TimeNS)
+	l.pub = l.pub[:0]
+}
+
+// drainDue drains every supported buffer whose time has come (all of them
+// when force is set).
+func (l *deviceLoop) drainDue(now time.Time, force bool) {
+	idle := false
+	for _, b := range l.buffers {
+		if !b.supported || (!force && now.Before(b.next)) {
+			continue
+		}
+		empty := l.drain(b, now)
+		if empty && b.typ == BufferGPUUtil {
+			idle = true
+		}
+		b.next = advance(b.next, b.interval, now)
+	}
+	if idle && len(l.pointID) > 0 && !force {
+		// An idle GPU's utilization buffers run dry: one marked point read
+		// keeps dashboards at 0% instead of a gap.
+		l.readInto(l.pointID, l.pointOut, now, FlagPointRead, &l.pointID, &l.pointOut)
+		l.pointReads.Add(1)
+	}
+}
+
+// drain drains one buffer and reports whether it held nothing new.
+func (l *deviceLoop) drain(b *bufferState, now time.Time) bool {
+	raw, err := l.src.Drain(b.typ, b.cursor, l.raw[:0])
+	l.raw = raw[:0]
+	l.drains.Add(1)
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrNothingNew):
+		l.nothingNew.Add(1)
+		return true
+	case errors.Is(err, ErrNotSupported):
+		b.supported = false
+		l.e.log.Debug("buffer not supported", "device", l.index, "buffer", b.typ.String())
+		return false
+	default:
+		l.callFailed(err, now)
+		return false
+	}
+	if !slices.IsSortedFunc(raw, cmpRaw) {
+		slices.SortFunc(raw, cmpRaw)
+	}
+	// Defensive: keep only samples strictly newer than the cursor, once.
+	start := 0
+	for start < len(raw) && raw[start].TimeUS <= b.cursor {
+		start++
+	}
+	raw = raw[start:]
+	if len(raw) == 0 {
+		l.nothingNew.Add(1)
+		return true
+	}
+	l.checkLoss(b, raw)
+	if l.tb.Observe(raw[len(raw)-1].TimeUS) {
+		l.clockKind.Store(uint32(l.tb.Kind))
+	}
+	prev := uint64(0)
+	for _, r := range raw {
+		if r.TimeUS == prev {
+			continue // duplicate timestamp within a batch
+		}
+		prev = r.TimeUS
+		l.pub = append(l.pub, Sample{TimeNS: l.tb.ToNS(r.TimeUS), Value: r.Value, Device: l.index, Metric: b.metric})
+	}
+	b.cursor = raw[len(raw)-1].TimeUS
+	return false
+}
+
+func cmpRaw(a, b RawSample) int {
+	switch {
+	case a.TimeUS < b.TimeUS:
+		return -1
+	case a.TimeUS > b.TimeUS:
+		return 1
+	}
+	return 0
+}
+
+// checkLoss updates the buffer's depth and period estimates and counts a
+// suspected loss: a drain that came back as full as the buffer gets, with a
+// gap after the cursor longer than the sample period, means the driver
+// overwrote samples we had not drained.
+func (l *deviceLoop) checkLoss(b *bufferState, raw []RawSample) {
+	n := len(raw)
+	if n >= 2 {
+		if p := (raw[n-1].TimeUS - raw[0].TimeUS) / uint64(n-1); p > 0 {
+			b.periodUS = p
+		}
+	}
+	full := n >= b.depth && n >= 4
+	if n > b.depth {
+		b.depth = n
+	}
+	if b.periodUS > 0 && b.depth >= 4 {
+		// At most half the buffer's span between drains.
+		span := time.Duration(uint64(b.depth)*b.periodUS) * time.Microsecond
+		if half := span / 2; half >= MinDrainInterval && b.interval > half {
+			b.interval = half
+			l.noteInterval(b)
+			l.e.log.Info("drain interval shortened to half the buffer span", "device", l.index,
+				"buffer", b.typ.String(), "depth", b.depth, "period", time.Duration(b.periodUS)*time.Microsecond, "interval", b.interval)
+		}
+	}
+	if b.cursor == 0 || !full || b.periodUS == 0 {
+		return
+	}
+	gap := raw[0].TimeUS - b.cursor
+	if gap*2 <= b.periodUS*3 {
+		return // the gap is one period: caught up exactly at the edge
+	}
+	lost := gap/b.periodUS - 1
+	l.suspectedLosses.Add(1)
+	l.lostEstimate.Add(lost)
+	if b.interval/2 >= MinDrainInterval {
+		b.interval /= 2
+		l.noteInterval(b)
+	}
+	l.e.log.Warn("sample buffer overran between drains; drain interval shortened", "device", l.index,
+		"buffer", b.typ.String(), "lost_estimate", lost, "interval", b.interval)
+	l.e.Emit(Event{Kind: EventSampleLoss, Device: int(l.index), StartNS: l.tb.ToNS(b.cursor), EndNS: l.tb.ToNS(raw[0].TimeUS),
+		Message: "driver sample buffer overran between drains", Attrs: []Attr{{"buffer", b.typ.String()}}})
+}
+
+func (l *deviceLoop) noteInterval(b *bufferState) {
+	if int64(b.interval) < l.minDrainNS.Load() {
+		l.minDrainNS.Store(int64(b.interval))
+	}
+}
+
+// readInto reads ids into out and appends the values as samples. Metrics
+// that answer ErrNotSupported are dropped from *ids/*outs for good.
+func (l *deviceLoop) readInto(ids []MetricID, out []Reading, now time.Time, flags Flags, idsp *[]MetricID, outp *[]Reading) {
+	clear(out)
+	if err := l.src.Read(ids, out); err != nil {
+		l.callFailed(err, now)
+		return
+	}
+	nowNS := now.UnixNano()
+	unsupported := false
+	for i, r := range out {
+		switch {
+		case r.Err == nil:
+			t := r.TimeNS
+			if t == 0 {
+				t = nowNS
+			}
+			l.pub = append(l.pub, Sample{TimeNS: t, Value: r.Value, Device: l.index, Metric: ids[i], Flags: flags})
+		case errors.Is(r.Err, ErrNotSupported):
+			unsupported = true
+		case errors.Is(r.Err, ErrNothingNew):
+		default:
+			l.readErrors.Add(1)
+		}
+	}
+	if unsupported {
+		keep := ids[:0]
+		for i, id := range ids {
+			if !errors.Is(out[i].Err, ErrNotSupported) {
+				keep = append(keep, id)
+			}
+		}
+		*idsp = keep
+		*outp = out[:len(keep)]
+	}
+}
+
+// callFailed handles an error for a whole call.
+func (l *deviceLoop) callFailed(err error, now time.Time) {
+	l.readErrors.Add(1)
+	if errors.Is(err, ErrGPULost) && !l.lost {
+		l.lost = true
+		id := l.identity.Load()
+		l.e.log.Error("gpu lost", "device", l.index, "uuid", id.UUID, "err", err)
+		l.e.Emit(Event{Kind: EventDeviceLost, Device: int(l.index), StartNS: now.UnixNano(), Message: err.Error(),
+			Attrs: []Attr{{"uuid", id.UUID}}})
+	}
+}
+
+// retryLost probes a lost device; when it answers again, sampling resumes.
+func (l *deviceLoop) retryLost(now time.Time) {
+	id, err := l.src.Identity()
+	if err != nil {
+		return
+	}
+	l.lost = false
+	id.Generation = l.identity.Load().Generation + 1
+	l.identity.Store(&id)
+	l.e.Emit(Event{Kind: EventDeviceRecovery, Device: int(l.index), StartNS: now.UnixNano(), EndNS: now.UnixNano(),
+		Message: "device answers again", Attrs: []Attr{{"uuid", id.UUID}}})
+}
+
+// DeviceStats are one device's self-metrics.
+type DeviceStats struct {
+	Index int
+	UUID  string
+	// Published samples into the device's ring.
+	Published uint64
+	// Drains is the number of buffer drain calls; NothingNew those that
+	// returned nothing new (normal when idle).
+	Drains, NothingNew uint64
+	// SuspectedLosses counts drains that found the buffer overrun;
+	// LostEstimate estimates the samples lost that way.
+	SuspectedLosses, LostEstimate uint64
+	// PointReads counts idle utilization point reads.
+	PointReads uint64
+	// FieldReads counts batched fast-field reads.
+	FieldReads uint64
+	// ReadErrors counts failed calls and values.
+	ReadErrors uint64
+	// NewestNS is the newest published sample's timestamp.
+	NewestNS int64
+	// Clock is the buffer timestamp clock as classified.
+	Clock ClockKind
+	// MinDrainInterval is the shortest drain interval in use.
+	MinDrainInterval time.Duration
+	// Calls and CallLatency are the backend's driver calls, when it counts
+	// them (CallCounter).
+	Calls       uint64
+	CallLatency time.Duration
+	// SamplesPerCall is Published / Calls (0 when calls are not counted).
+	SamplesPerCall float64
+}
+
+func (l *deviceLoop) stats() DeviceStats {
+	id := l.identity.Load()
+	s := DeviceStats{Index: id.Index, UUID: id.UUID, Published: l.published.Load(), Drains: l.drains.Load(),
+		NothingNew: l.nothingNew.Load(), SuspectedLosses: l.suspectedLosses.Load(), LostEstimate: l.lostEstimate.Load(),
+		PointReads: l.pointReads.Load(), FieldReads: l.fieldReads.Load(), ReadErrors: l.readErrors.Load(),
+		NewestNS: l.newestNS.Load(), Clock: ClockKind(l.clockKind.Load()), MinDrainInterval: time.Duration(l.minDrainNS.Load())}
+	if cc, ok := l.src.(CallCounter); ok {
+		cs := cc.CallStats()
+		s.Calls, s.CallLatency = cs.Calls, cs.Latency
+		if s.Calls > 0 {
+			s.SamplesPerCall = float64(s.Published) / float64(s.Calls)
+		}
+	}
+	return s
+}

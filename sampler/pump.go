@@ -1,0 +1,229 @@
+package sampler
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Pump defaults.
+const (
+	DefaultFlushInterval = 100 * time.Millisecond
+	DefaultMaxBatch      = 4096
+	DefaultWriteTimeout  = 10 * time.Second
+	// dropLogEvery bounds how often a pump logs that it is dropping.
+	dropLogEvery = time.Minute
+)
+
+// PumpOptions configure one output's pump. The zero value means defaults.
+type PumpOptions struct {
+	// FlushInterval: how often the pump moves what the rings hold to the
+	// output.
+	FlushInterval time.Duration
+	// MaxBatch caps the samples in one Write; a backlog goes out in several.
+	MaxBatch int
+	// WriteTimeout bounds one Write.
+	WriteTimeout time.Duration
+	// Select, when set, passes only the metrics it returns true for; the
+	// others are counted as filtered.
+	Select func(*Metric) bool
+}
+
+// OutputStats are one output's self-metrics. For every output, at any
+// moment after a flush: Published = Read + Dropped, and Read = Delivered +
+// Failed + Filtered.
+type OutputStats struct {
+	Name string
+	// Published samples into the rings since the output was attached, up to
+	// its cursors' positions.
+	Published uint64
+	// Read samples taken from the rings.
+	Read uint64
+	// Dropped samples: overwritten in a ring before this output read them.
+	Dropped uint64
+	// Filtered samples not selected for this output.
+	Filtered uint64
+	// Delivered samples in batches the output accepted.
+	Delivered uint64
+	// Failed samples in batches the output rejected with an error.
+	Failed uint64
+	// EventsDelivered and EventsDropped count events.
+	EventsDelivered, EventsDropped uint64
+	// Writes counts Write calls; WriteErrors those that failed.
+	Writes, WriteErrors uint64
+	// LastWriteLatency and MaxWriteLatency of Write calls.
+	LastWriteLatency, MaxWriteLatency time.Duration
+	// Lag is how many published samples the output has not read yet.
+	Lag uint64
+}
+
+// pump moves records from every ring to one output. The cursors, batch and
+// identity bookkeeping are owned by the pump's goroutine; stats are atomics.
+type pump struct {
+	e       *Engine
+	name    string
+	out     Output
+	opts    PumpOptions
+	cursors []*Cursor
+	evPos   uint64
+	sentGen []uint64 // per loop: Generation+1 of the identity last delivered
+	batch   Batch
+	seq     uint64
+
+	stopCh   chan struct{}
+	stopOnce sync.Once
+	done     chan struct{}
+	closeErr error
+
+	lastDropLog time.Time
+
+	published, read, dropped, filtered, delivered, failed atomic.Uint64
+	evDelivered, evDropped, writes, writeErrors, lag      atomic.Uint64
+	lastLatency, maxLatency                               atomic.Int64
+}
+
+func newPump(e *Engine, name string, out Output, opts PumpOptions) *pump {
+	if opts.FlushInterval <= 0 {
+		opts.FlushInterval = DefaultFlushInterval
+	}
+	if opts.MaxBatch <= 0 {
+		opts.MaxBatch = DefaultMaxBatch
+	}
+	if opts.WriteTimeout <= 0 {
+		opts.WriteTimeout = DefaultWriteTimeout
+	}
+	p := &pump{e: e, name: name, out: out, opts: opts, evPos: e.events.position(),
+		sentGen: make([]uint64, len(e.loops)), stopCh: make(chan struct{}), done: make(chan struct{})}
+	for _, l := range e.loops {
+		p.cursors = append(p.cursors, l.ring.NewCursor())
+	}
+	p.batch.Samples = make([]Sample, 0, opts.MaxBatch)
+	return p
+}
+
+func (p *pump) stop() { p.stopOnce.Do(func() { close(p.stopCh) }) }
+
+func (p *pump) run(ctx context.Context) {
+	defer close(p.done)
+	t := time.NewTicker(p.opts.FlushInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.stopCh:
+			p.flushAll(ctx)
+			p.closeErr = p.out.Close()
+			return
+		case <-t.C:
+			p.flushAll(ctx)
+		}
+	}
+}
+
+// flushAll moves everything the rings and the event log hold to the output,
+// in batches of at most MaxBatch samples.
+func (p *pump) flushAll(ctx context.Context) {
+	b := &p.batch
+	for i, l := range p.e.loops {
+		if id := l.identity.Load(); p.sentGen[i] != id.Generation+1 {
+			b.Devices = append(b.Devices, *id)
+		}
+	}
+	var evDropped uint64
+	b.Events, p.evPos, evDropped = p.e.events.read(p.evPos, b.Events)
+	p.evDropped.Add(evDropped)
+
+	var read, filtered uint64
+	for _, c := range p.cursors {
+		for {
+			if len(b.Samples) == p.opts.MaxBatch {
+				p.write(ctx)
+			}
+			start := len(b.Samples)
+			n := c.Read(b.Samples[start:p.opts.MaxBatch])
+			if n == 0 {
+				break
+			}
+			read += uint64(n)
+			b.Samples = b.Samples[:start+n]
+			if sel := p.opts.Select; sel != nil {
+				kept := b.Samples[:start]
+				for _, s := range b.Samples[start:] {
+					if m := p.e.cfg.Catalog.Get(s.Metric); m != nil && sel(m) {
+						kept = append(kept, s)
+					} else {
+						filtered++
+					}
+				}
+				b.Samples = kept
+			}
+		}
+	}
+	p.write(ctx)
+
+	var pub, drop, lag uint64
+	for _, c := range p.cursors {
+		pub += c.Published()
+		drop += c.Dropped()
+		lag += c.Lag()
+	}
+	p.read.Add(read)
+	p.filtered.Add(filtered)
+	prevDrop := p.dropped.Swap(drop)
+	p.published.Store(pub)
+	p.lag.Store(lag)
+	if drop > prevDrop && time.Since(p.lastDropLog) >= dropLogEvery {
+		p.lastDropLog = time.Now()
+		p.e.log.Warn("output lagging: ring overwrote samples before it read them", "output", p.name,
+			"dropped_total", drop, "lag", lag)
+	}
+}
+
+// write hands the batch to the output if it holds anything, then resets it.
+func (p *pump) write(ctx context.Context) {
+	b := &p.batch
+	if b.Len() == 0 {
+		return
+	}
+	b.Seq = p.seq + 1
+	wctx, cancel := context.WithTimeout(ctx, p.opts.WriteTimeout)
+	start := time.Now()
+	err := p.out.Write(wctx, b)
+	lat := time.Since(start)
+	cancel()
+	p.writes.Add(1)
+	p.lastLatency.Store(int64(lat))
+	if int64(lat) > p.maxLatency.Load() {
+		p.maxLatency.Store(int64(lat))
+	}
+	if err != nil {
+		p.writeErrors.Add(1)
+		p.failed.Add(uint64(len(b.Samples)))
+		p.evDropped.Add(uint64(len(b.Events)))
+		if errs := p.writeErrors.Load(); errs == 1 || time.Since(p.lastDropLog) >= dropLogEvery {
+			p.lastDropLog = time.Now()
+			p.e.log.Warn("output write failed; batch dropped", "output", p.name, "samples", len(b.Samples),
+				"write_errors_total", errs, "err", err)
+		}
+	} else {
+		p.seq++
+		p.delivered.Add(uint64(len(b.Samples)))
+		p.evDelivered.Add(uint64(len(b.Events)))
+		for _, d := range b.Devices {
+			for i, l := range p.e.loops {
+				if int(l.index) == d.Index {
+					p.sentGen[i] = d.Generation + 1
+				}
+			}
+		}
+	}
+	b.Reset()
+}
+
+func (p *pump) snapshot() OutputStats {
+	return OutputStats{Name: p.name, Published: p.published.Load(), Read: p.read.Load(), Dropped: p.dropped.Load(),
+		Filtered: p.filtered.Load(), Delivered: p.delivered.Load(), Failed: p.failed.Load(),
+		EventsDelivered: p.evDelivered.Load(), EventsDropped: p.evDropped.Load(), Writes: p.writes.Load(),
+		WriteErrors: p.writeErrors.Load(), LastWriteLatency: time.Duration(p.lastLatency.Load()),
+		MaxWriteLatency: time.Duration(p.maxLatency.Load()), Lag: p.lag.Load()}
+}

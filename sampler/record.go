@@ -1,0 +1,135 @@
+package sampler
+
+import (
+	"slices"
+	"time"
+)
+
+// Flags qualify a Sample.
+type Flags uint16
+
+const (
+	// FlagPointRead marks a value read with a point query ("current value")
+	// instead of drained from a driver sample buffer, e.g. the utilization
+	// read that keeps an idle GPU's series from gapping.
+	FlagPointRead Flags = 1 << iota
+)
+
+// Sample is one value of one metric on one device at one instant.
+//
+// Sample is a plain value (32 bytes with padding, no pointers) so that rings,
+// batches and encoders can copy it without allocating. Value is in the
+// catalog's base unit for Metric (see Metric.Unit); naming schemes scale it.
+type Sample struct {
+	// TimeNS is the sample's own timestamp in Unix nanoseconds: the driver's
+	// timestamp for buffered samples, the read time for point queries.
+	TimeNS int64
+	// Value in the metric's base unit.
+	Value float64
+	// Device is the device's Index (see Device).
+	Device uint16
+	// Metric identifies the catalog entry.
+	Metric MetricID
+	// Flags qualify the value.
+	Flags Flags
+}
+
+// Time returns the sample's timestamp as a time.Time.
+func (s Sample) Time() time.Time { return time.Unix(0, s.TimeNS) }
+
+// Device is the identity of one GPU. It travels once per output and again
+// whenever it changes (Generation increases).
+type Device struct {
+	// Index is the device's position as the backend enumerated it. Samples
+	// refer to devices by Index.
+	Index int
+	// UUID is the driver's stable identifier ("GPU-...").
+	UUID string
+	// Name is the product name ("NVIDIA H200").
+	Name string
+	// PCIBusID in the driver's domain:bus:device.function form.
+	PCIBusID string
+	// Serial is the board serial number, empty when the driver has none.
+	Serial string
+	// MemoryTotalMiB is the framebuffer size.
+	MemoryTotalMiB uint64
+	// DriverVersion is the kernel driver's version.
+	DriverVersion string
+	// Backend names the source that produced the device ("nvml", "sim").
+	Backend string
+	// Simulated is true for devices that are not real GPUs. Every output
+	// marks their records visibly (tag simulated=true or equivalent).
+	Simulated bool
+	// Temperature thresholds in °C as the device reports them; 0 when
+	// unknown (then the catalog's generic thresholds apply).
+	SlowdownTempC, ShutdownTempC, MaxOperatingTempC, MemoryMaxTempC float64
+	// Generation increases each time the identity changes.
+	Generation uint64
+}
+
+// EventKind names what happened.
+type EventKind string
+
+// Event kinds known to the core. Backends and detectors may add others.
+const (
+	EventXID            EventKind = "xid"
+	EventECC            EventKind = "ecc"
+	EventThrottle       EventKind = "throttle"
+	EventThreshold      EventKind = "threshold"
+	EventDeviceLost     EventKind = "device_lost"
+	EventDeviceRecovery EventKind = "device_recovered"
+	EventSampleLoss     EventKind = "sample_loss"
+)
+
+// Attr is one key/value attribute of an Event.
+type Attr struct {
+	Key, Value string
+}
+
+// Event is something that happened on a device over a span of time (EndNS
+// equals StartNS for instants; 0 while still ongoing).
+type Event struct {
+	Kind    EventKind
+	Device  int
+	StartNS int64
+	EndNS   int64
+	// Message is a short human-readable summary.
+	Message string
+	Attrs   []Attr
+}
+
+// Clone returns a deep copy of e, so that a receiver may retain it.
+func (e Event) Clone() Event {
+	e.Attrs = slices.Clone(e.Attrs)
+	return e
+}
+
+// Batch is what a pump hands to an Output in one Write: device identities
+// that are new or changed since the output last saw them, samples in publish
+// order per device, and events.
+//
+// Ownership: the pump owns the Batch and every slice in it. They are valid
+// only until Write returns; an output that needs data later must copy it.
+type Batch struct {
+	// Seq numbers batches per output, from 1. A replayed batch keeps its Seq
+	// so that outputs which can de-duplicate do.
+	Seq uint64
+	// Devices carries identities (first sight or change).
+	Devices []Device
+	// Samples in publish order per device.
+	Samples []Sample
+	// Events in publish order.
+	Events []Event
+}
+
+// Len returns the number of records in the batch.
+func (b *Batch) Len() int { return len(b.Devices) + len(b.Samples) + len(b.Events) }
+
+// Reset empties the batch, keeping capacity.
+func (b *Batch) Reset() {
+	b.Seq = 0
+	b.Devices = b.Devices[:0]
+	b.Samples = b.Samples[:0]
+	clear(b.Events)
+	b.Events = b.Events[:0]
+}

@@ -1,0 +1,96 @@
+package sampler
+
+import (
+	"errors"
+	"time"
+)
+
+// Errors every backend maps its failures onto, once, at its boundary. Test
+// with errors.Is; backends wrap them with detail.
+var (
+	// ErrNotSupported: the device or driver cannot give this metric. The
+	// engine stops asking for it (probe once, cache).
+	ErrNotSupported = errors.New("sampler: not supported")
+	// ErrNothingNew: a sample buffer holds nothing newer than the cursor.
+	// Normal on an idle GPU; distinct from a real zero.
+	ErrNothingNew = errors.New("sampler: nothing new")
+	// ErrGPULost: the device fell off the bus or stopped answering.
+	ErrGPULost = errors.New("sampler: gpu is lost")
+	// ErrNoPermission: the caller lacks the privilege for this query.
+	ErrNoPermission = errors.New("sampler: no permission")
+	// ErrLibraryNotFound: the driver library could not be loaded.
+	ErrLibraryNotFound = errors.New("sampler: driver library not found")
+	// ErrDriverNotLoaded: the library loaded but the kernel driver is not
+	// running, or its version does not match the library.
+	ErrDriverNotLoaded = errors.New("sampler: driver not loaded")
+	// ErrTimeout: a call did not return in time.
+	ErrTimeout = errors.New("sampler: timeout")
+)
+
+// RawSample is one entry of a driver sample buffer, as the driver gives it.
+type RawSample struct {
+	// TimeUS is the driver's timestamp in microseconds, on the driver's clock
+	// (Unix time on most drivers, boot time on some). It doubles as the
+	// drain cursor.
+	TimeUS uint64
+	// Value in the metric's base unit (the backend scales, e.g. mW → W).
+	Value float64
+}
+
+// Reading is the result of reading one metric with DeviceSource.Read.
+type Reading struct {
+	// Value in the metric's base unit.
+	Value float64
+	// TimeNS is when the value was taken (Unix ns); 0 means "now".
+	TimeNS int64
+	// Err is this value's own error (each field has its own return code).
+	// ErrNotSupported makes the engine stop asking.
+	Err error
+}
+
+// Source is a backend: the NVML driver or the simulator. It enumerates the
+// devices the engine samples.
+type Source interface {
+	// Name is a short backend name ("nvml", "sim").
+	Name() string
+	// Devices opens and returns every device. The engine calls it once.
+	Devices() ([]DeviceSource, error)
+	// Close releases the backend after all devices are done.
+	Close() error
+}
+
+// DeviceSource is one GPU as a backend exposes it.
+//
+// Concurrency: the engine calls a DeviceSource's methods from that device's
+// loop goroutine only, one call at a time. Different devices are called
+// concurrently.
+type DeviceSource interface {
+	// Identity returns the device's identity (UUID, name, thresholds...).
+	Identity() (Device, error)
+	// Drain appends to dst every sample of buffer type t with a timestamp
+	// strictly newer than cursor (a raw driver timestamp, 0 for "all"), in
+	// any order, and returns the extended slice. It returns ErrNothingNew
+	// when there is none, ErrNotSupported when the device lacks the type.
+	Drain(t BufferType, cursor uint64, dst []RawSample) ([]RawSample, error)
+	// Read reads the metrics in ids into out (len(out) == len(ids)), each with
+	// its own error. Field metrics are read in one batch call; query metrics
+	// with point queries; a buffer metric asks for its current value
+	// (a point read). The returned error is for the whole call (device
+	// lost); per-value errors go in out[i].Err.
+	Read(ids []MetricID, out []Reading) error
+}
+
+// CallStats is a backend's own cost on one device: how many C calls it made
+// into the driver and the time they took.
+type CallStats struct {
+	Calls   uint64
+	Latency time.Duration
+}
+
+// CallCounter is implemented by device sources that count their driver
+// calls. The engine reports calls per second and samples per call from it.
+// CallStats may be called from any goroutine, concurrently with the
+// DeviceSource's other methods.
+type CallCounter interface {
+	CallStats() CallStats
+}
