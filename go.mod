@@ -2,4 +2,7 @@ module github.com/gpusampler/gpusampler
 
 go 1.26.8
 
-require golang.org/x/sys v0.50.0 // indirect
+require (
+	github.com/influxdata/line-protocol/v2 v2.2.1 // indirect
+	golang.org/x/sys v0.50.0 // indirect
+)

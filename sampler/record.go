@@ -42,29 +42,32 @@ func (s Sample) Time() time.Time { return time.Unix(0, s.TimeNS) }
 type Device struct {
 	// Index is the device's position as the backend enumerated it. Samples
 	// refer to devices by Index.
-	Index int
+	Index int `json:"index"`
 	// UUID is the driver's stable identifier ("GPU-...").
-	UUID string
+	UUID string `json:"uuid"`
 	// Name is the product name ("NVIDIA H200").
-	Name string
+	Name string `json:"name"`
 	// PCIBusID in the driver's domain:bus:device.function form.
-	PCIBusID string
+	PCIBusID string `json:"pci_bus_id"`
 	// Serial is the board serial number, empty when the driver has none.
-	Serial string
+	Serial string `json:"serial,omitempty"`
 	// MemoryTotalMiB is the framebuffer size.
-	MemoryTotalMiB uint64
+	MemoryTotalMiB uint64 `json:"memory_total_mib"`
 	// DriverVersion is the kernel driver's version.
-	DriverVersion string
+	DriverVersion string `json:"driver_version"`
 	// Backend names the source that produced the device ("nvml", "sim").
-	Backend string
+	Backend string `json:"backend"`
 	// Simulated is true for devices that are not real GPUs. Every output
 	// marks their records visibly (tag simulated=true or equivalent).
-	Simulated bool
+	Simulated bool `json:"simulated,omitempty"`
 	// Temperature thresholds in °C as the device reports them; 0 when
 	// unknown (then the catalog's generic thresholds apply).
-	SlowdownTempC, ShutdownTempC, MaxOperatingTempC, MemoryMaxTempC float64
+	SlowdownTempC     float64 `json:"slowdown_temp_c,omitempty"`
+	ShutdownTempC     float64 `json:"shutdown_temp_c,omitempty"`
+	MaxOperatingTempC float64 `json:"max_operating_temp_c,omitempty"`
+	MemoryMaxTempC    float64 `json:"memory_max_temp_c,omitempty"`
 	// Generation increases each time the identity changes.
-	Generation uint64
+	Generation uint64 `json:"generation"`
 }
 
 // EventKind names what happened.

@@ -1,0 +1,82 @@
+// Command gpusampler samples NVIDIA GPUs at sub-second resolution and
+// streams every sample to outputs.
+//
+//	gpusampler run [flags]       sample and stream (simulated GPUs when no driver)
+//	gpusampler metrics           print the metric catalog
+//	gpusampler version           print the version
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// version is set at build time (-ldflags "-X main.version=...").
+var version = "dev"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := Main(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// usageError is a bad command line: exit status 2 with a one-line reason.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, args...)}
+}
+
+const topUsage = `usage: gpusampler <command> [flags]
+
+commands:
+  run       sample GPUs and stream every sample to outputs
+  metrics   print the metric catalog
+  version   print the version
+
+Run 'gpusampler <command> -h' for a command's flags.
+`
+
+// Main runs the command line and returns the process exit status: 0 ok,
+// 1 runtime failure, 2 usage error.
+func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, topUsage)
+		return 2
+	}
+	var err error
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "run":
+		err = cmdRun(ctx, rest, stdout, stderr)
+	case "metrics":
+		err = cmdMetrics(rest, stdout, stderr)
+	case "version", "--version", "-version":
+		fmt.Fprintf(stdout, "gpusampler %s\n", version)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, topUsage)
+	default:
+		err = usagef("unknown command %q (want run, metrics or version)", cmd)
+	}
+	if err == nil {
+		return 0
+	}
+	var ue *usageError
+	if errors.As(err, &ue) {
+		fmt.Fprintf(stderr, "gpusampler %s: %s\n", cmd, ue.msg)
+		return 2
+	}
+	if errors.Is(err, errHelp) {
+		return 0
+	}
+	fmt.Fprintf(stderr, "gpusampler %s: %v\n", cmd, err)
+	return 1
+}

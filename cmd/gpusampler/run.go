@@ -1,0 +1,178 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/gpusampler/gpusampler/outputs/stdout"
+	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/sampler/sim"
+)
+
+var errHelp = errors.New("help requested")
+
+// positiveDuration is a duration flag that must be > 0 when given.
+type positiveDuration struct {
+	d   time.Duration
+	set bool
+}
+
+func (p *positiveDuration) String() string { return p.d.String() }
+
+func (p *positiveDuration) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("not a duration (want e.g. 500ms, 10s, 1m)")
+	}
+	if d <= 0 {
+		return fmt.Errorf("must be positive")
+	}
+	p.d, p.set = d, true
+	return nil
+}
+
+// newFlagSet returns a flag set that reports errors as usageErrors instead
+// of printing usage.
+func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	_ = stderr
+	return fs
+}
+
+// parseFlags parses args; -h prints the flags to stdout.
+func parseFlags(fs *flag.FlagSet, args []string, stdout io.Writer) error {
+	err := fs.Parse(args)
+	if errors.Is(err, flag.ErrHelp) {
+		fs.SetOutput(stdout)
+		fmt.Fprintf(stdout, "usage: gpusampler %s [flags]\n\nflags:\n", fs.Name())
+		fs.PrintDefaults()
+		return errHelp
+	}
+	if err != nil {
+		return usagef("%s", err)
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected argument %q", fs.Arg(0))
+	}
+	return nil
+}
+
+// backendFlags are shared by commands that open a backend.
+type backendFlags struct {
+	backend string
+	profile string
+	gpus    int
+	seed    uint64
+}
+
+func (b *backendFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&b.backend, "backend", "auto", "GPU backend: auto (NVML when the driver loads, else simulated), nvml, sim")
+	fs.StringVar(&b.profile, "profile", "training", "simulated workload: "+strings.Join(sim.Profiles, ", "))
+	fs.IntVar(&b.gpus, "gpus", 2, "number of simulated GPUs")
+	fs.Uint64Var(&b.seed, "seed", 1, "simulator seed (same seed, same values)")
+}
+
+func (b *backendFlags) validate() error {
+	switch b.backend {
+	case "auto", "sim", "nvml":
+	default:
+		return usagef("unknown backend %q (want auto, nvml or sim)", b.backend)
+	}
+	if !sim.ValidProfile(b.profile) {
+		return usagef("unknown profile %q (want one of: %s)", b.profile, strings.Join(sim.Profiles, ", "))
+	}
+	if b.gpus < 1 || b.gpus > 64 {
+		return usagef("--gpus %d: must be between 1 and 64", b.gpus)
+	}
+	return nil
+}
+
+// open opens the chosen backend. With auto, a missing driver falls back to
+// the simulator with a one-line notice on stderr.
+func (b *backendFlags) open(stderr io.Writer, log *slog.Logger) (sampler.Source, error) {
+	openSim := func() (sampler.Source, error) {
+		return sim.New(sim.Options{GPUs: b.gpus, Profile: b.profile, Seed: b.seed})
+	}
+	switch b.backend {
+	case "sim":
+		return openSim()
+	case "nvml":
+		src, err := openNVML(log)
+		if err != nil {
+			return nil, &usageError{msg: err.Error()}
+		}
+		return src, nil
+	}
+	src, err := openNVML(log)
+	if err == nil {
+		return src, nil
+	}
+	fmt.Fprintf(stderr, "gpusampler: NVML unavailable (%v); using %d SIMULATED GPUs, profile %q — every record is marked simulated\n",
+		err, b.gpus, b.profile)
+	return openSim()
+}
+
+func newLogger(stderr io.Writer, level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, usagef("unknown log level %q (want debug, info, warn or error)", level)
+	}
+	return slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: l})), nil
+}
+
+func cmdRun(ctx context.Context, args []string, out, stderr io.Writer) error {
+	fs := newFlagSet("run", stderr)
+	var bf backendFlags
+	bf.register(fs)
+	var duration, drain, field positiveDuration
+	fs.Var(&duration, "duration", "stop after this long (default: until SIGINT/SIGTERM)")
+	fs.Var(&drain, "drain-interval", "sample-buffer drain interval (default 1s; shortened automatically)")
+	fs.Var(&field, "field-interval", "fast-field read interval (default 200ms = 5 Hz)")
+	format := fs.String("format", "influx", "stdout format: "+strings.Join(stdout.Formats, ", "))
+	host := fs.String("host", "", "host name in records (default: the machine's hostname)")
+	logLevel := fs.String("log-level", "warn", "log level: debug, info, warn, error")
+	if err := parseFlags(fs, args, out); err != nil {
+		return err
+	}
+	if err := bf.validate(); err != nil {
+		return err
+	}
+	log, err := newLogger(stderr, *logLevel)
+	if err != nil {
+		return err
+	}
+	if *host == "" {
+		*host, _ = os.Hostname()
+	}
+	o, err := stdout.New(out, stdout.Options{Format: *format, Host: *host})
+	if err != nil {
+		return usagef("%s", strings.TrimPrefix(err.Error(), "stdout: "))
+	}
+	src, err := bf.open(stderr, log)
+	if err != nil {
+		return err
+	}
+	eng, err := sampler.New(src, sampler.Config{DrainInterval: drain.d, FieldInterval: field.d, Logger: log})
+	if err != nil {
+		src.Close()
+		return err
+	}
+	if err := eng.AddOutput("stdout", o, sampler.PumpOptions{}); err != nil {
+		return err
+	}
+	if duration.set {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, duration.d)
+		defer cancel()
+	}
+	return eng.Run(ctx)
+}

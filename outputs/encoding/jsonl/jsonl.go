@@ -1,0 +1,179 @@
+// Package jsonl encodes gpusampler records as JSON Lines: one object per
+// record, with a "type" of "device", "sample" or "event". Samples carry our
+// catalog names and base units. Simulated devices' records carry
+// "simulated":true.
+//
+// An Encoder is not safe for concurrent use.
+package jsonl
+
+import (
+	"encoding/json"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/gpusampler/gpusampler/sampler"
+)
+
+// Options configure an Encoder.
+type Options struct {
+	// Host is written into every record.
+	Host string
+	// GlobalTags are written into every record as "tags".
+	GlobalTags map[string]string
+	// Catalog defaults to sampler.DefaultCatalog.
+	Catalog *sampler.Catalog
+}
+
+// DeviceRecord is the JSON form of a device identity.
+type DeviceRecord struct {
+	Type string `json:"type"` // "device"
+	Host string `json:"host,omitempty"`
+	sampler.Device
+	Tags map[string]string `json:"tags,omitempty"`
+}
+
+// EventRecord is the JSON form of an event.
+type EventRecord struct {
+	Type      string            `json:"type"` // "event"
+	Host      string            `json:"host,omitempty"`
+	Kind      string            `json:"kind"`
+	GPU       int               `json:"gpu"`
+	UUID      string            `json:"uuid,omitempty"`
+	StartNS   int64             `json:"start_ns"`
+	EndNS     int64             `json:"end_ns,omitempty"`
+	Message   string            `json:"message,omitempty"`
+	Attrs     map[string]string `json:"attrs,omitempty"`
+	Simulated bool              `json:"simulated,omitempty"`
+	Tags      map[string]string `json:"tags,omitempty"`
+}
+
+// Encoder appends JSON lines to a buffer.
+type Encoder struct {
+	opts    Options
+	buf     []byte
+	devs    map[int]sampler.Device
+	tagJSON []byte // pre-encoded ,"tags":{...}
+}
+
+// New returns an encoder.
+func New(opts Options) *Encoder {
+	if opts.Catalog == nil {
+		opts.Catalog = sampler.DefaultCatalog
+	}
+	e := &Encoder{opts: opts, devs: make(map[int]sampler.Device)}
+	if len(opts.GlobalTags) > 0 {
+		b, _ := json.Marshal(opts.GlobalTags) // map[string]string cannot fail
+		e.tagJSON = append([]byte(`,"tags":`), b...)
+	}
+	return e
+}
+
+// Encode appends every record of b, one line each.
+func (e *Encoder) Encode(b *sampler.Batch) {
+	for _, d := range b.Devices {
+		e.devs[d.Index] = d
+		line, err := json.Marshal(DeviceRecord{Type: "device", Host: e.opts.Host, Device: d, Tags: e.opts.GlobalTags})
+		if err == nil {
+			e.buf = append(append(e.buf, line...), '\n')
+		}
+	}
+	for _, s := range b.Samples {
+		e.appendSample(s)
+	}
+	for _, ev := range b.Events {
+		d := e.devs[ev.Device]
+		r := EventRecord{Type: "event", Host: e.opts.Host, Kind: string(ev.Kind), GPU: ev.Device, UUID: d.UUID,
+			StartNS: ev.StartNS, EndNS: ev.EndNS, Message: ev.Message, Simulated: d.Simulated, Tags: e.opts.GlobalTags}
+		if len(ev.Attrs) > 0 {
+			r.Attrs = make(map[string]string, len(ev.Attrs))
+			for _, a := range ev.Attrs {
+				r.Attrs[a.Key] = a.Value
+			}
+		}
+		if line, err := json.Marshal(r); err == nil {
+			e.buf = append(append(e.buf, line...), '\n')
+		}
+	}
+}
+
+func (e *Encoder) appendSample(s sampler.Sample) {
+	m := e.opts.Catalog.Get(s.Metric)
+	if m == nil {
+		return
+	}
+	d, known := e.devs[int(s.Device)]
+	b := append(e.buf, `{"type":"sample","time":`...)
+	b = strconv.AppendInt(b, s.TimeNS, 10)
+	if e.opts.Host != "" {
+		b = append(b, `,"host":`...)
+		b = appendString(b, e.opts.Host)
+	}
+	b = append(b, `,"gpu":`...)
+	b = strconv.AppendInt(b, int64(s.Device), 10)
+	if known && d.UUID != "" {
+		b = append(b, `,"uuid":`...)
+		b = appendString(b, d.UUID)
+	}
+	b = append(b, `,"metric":`...)
+	b = appendString(b, m.Name)
+	b = append(b, `,"value":`...)
+	b = AppendNumber(b, s.Value, m.Type)
+	b = append(b, `,"unit":`...)
+	b = appendString(b, m.Unit)
+	if s.Flags&sampler.FlagPointRead != 0 {
+		b = append(b, `,"point_read":true`...)
+	}
+	if known && d.Simulated {
+		b = append(b, `,"simulated":true`...)
+	}
+	b = append(b, e.tagJSON...)
+	e.buf = append(b, "}\n"...)
+}
+
+// AppendNumber appends v as a JSON number: integers without a fraction,
+// NaN and infinities as null (JSON has neither).
+func AppendNumber(b []byte, v float64, t sampler.ValueType) []byte {
+	if v != v || v > 1.7976931348623157e308 || v < -1.7976931348623157e308 {
+		return append(b, "null"...)
+	}
+	if t == sampler.Int {
+		return strconv.AppendInt(b, int64(v), 10)
+	}
+	return strconv.AppendFloat(b, v, 'g', -1, 64)
+}
+
+const hex = "0123456789abcdef"
+
+// appendString appends s as a JSON string.
+func appendString(b []byte, s string) []byte {
+	b = append(b, '"')
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			switch {
+			case c == '"' || c == '\\':
+				b = append(b, '\\', c)
+			case c < 0x20:
+				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+			default:
+				b = append(b, c)
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, `\ufffd`...)
+		} else {
+			b = append(b, s[i:i+size]...)
+		}
+		i += size
+	}
+	return append(b, '"')
+}
+
+// Bytes returns what was encoded since the last Reset.
+func (e *Encoder) Bytes() []byte { return e.buf }
+
+// Reset empties the buffer, keeping device identities.
+func (e *Encoder) Reset() { e.buf = e.buf[:0] }

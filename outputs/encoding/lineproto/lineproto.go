@@ -1,0 +1,243 @@
+// Package lineproto encodes gpusampler batches as InfluxDB line protocol in
+// the shape of Telegraf's nvidia_smi input: measurement nvidia_smi, tags
+// host, index, name, pci_bus_id, pstate and uuid, Telegraf's field names and
+// types where Telegraf has the field (catalog Telegraf naming), ours where it
+// has not. All fields of one device that share a timestamp go on one line.
+// Events go to their own measurement (gpusampler_events).
+//
+// It is shared by every output that speaks line protocol (stdout, InfluxDB,
+// Telegraf, NATS). An Encoder is not safe for concurrent use.
+package lineproto
+
+import (
+	"cmp"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/influxdata/line-protocol/v2/lineprotocol"
+
+	"github.com/gpusampler/gpusampler/sampler"
+)
+
+// Measurements.
+const (
+	Measurement      = "nvidia_smi"
+	EventMeasurement = "gpusampler_events"
+)
+
+// Tag is one extra tag applied to every line (fleet identity).
+type Tag struct{ Key, Value string }
+
+// Options configure an Encoder.
+type Options struct {
+	// Host is the host tag's value (hostname or its override).
+	Host string
+	// GlobalTags are added to every line ([global_tags]).
+	GlobalTags []Tag
+	// Catalog defaults to sampler.DefaultCatalog.
+	Catalog *sampler.Catalog
+}
+
+type deviceTags struct {
+	dev    sampler.Device
+	pstate int // -1 unknown
+	tags   []Tag
+}
+
+// Encoder turns batches into line protocol. It remembers device identities
+// from the batches it sees, so each line carries the device's tags.
+type Encoder struct {
+	opts Options
+	enc  lineprotocol.Encoder
+	devs map[int]*deviceTags
+}
+
+// New returns an encoder.
+func New(opts Options) *Encoder {
+	if opts.Catalog == nil {
+		opts.Catalog = sampler.DefaultCatalog
+	}
+	opts.GlobalTags = slices.Clone(opts.GlobalTags)
+	e := &Encoder{opts: opts, devs: make(map[int]*deviceTags)}
+	e.enc.SetPrecision(lineprotocol.Nanosecond)
+	return e
+}
+
+// SetDevice records a device's identity (also done by Encode for
+// b.Devices).
+func (e *Encoder) SetDevice(d sampler.Device) {
+	dt := e.devs[d.Index]
+	if dt == nil {
+		dt = &deviceTags{pstate: -1}
+		e.devs[d.Index] = dt
+	}
+	dt.dev = d
+	e.rebuildTags(dt)
+}
+
+func (e *Encoder) device(index int) *deviceTags {
+	dt := e.devs[index]
+	if dt == nil {
+		dt = &deviceTags{dev: sampler.Device{Index: index}, pstate: -1}
+		e.devs[index] = dt
+		e.rebuildTags(dt)
+	}
+	return dt
+}
+
+func (e *Encoder) rebuildTags(dt *deviceTags) {
+	d := dt.dev
+	tags := append(dt.tags[:0], Tag{"index", strconv.Itoa(d.Index)})
+	if e.opts.Host != "" {
+		tags = append(tags, Tag{"host", e.opts.Host})
+	}
+	add := func(k, v string) {
+		if v != "" {
+			tags = append(tags, Tag{k, v})
+		}
+	}
+	add("name", d.Name)
+	add("pci_bus_id", d.PCIBusID)
+	add("uuid", d.UUID)
+	if dt.pstate >= 0 {
+		add("pstate", "P"+strconv.Itoa(dt.pstate))
+	}
+	if d.Simulated {
+		add("simulated", "true")
+	}
+	for _, t := range e.opts.GlobalTags {
+		if !slices.ContainsFunc(tags, func(x Tag) bool { return x.Key == t.Key }) {
+			tags = append(tags, t)
+		}
+	}
+	slices.SortFunc(tags, func(a, b Tag) int { return cmp.Compare(a.Key, b.Key) })
+	dt.tags = tags
+}
+
+// Encode appends the batch's samples and events to the encoder's buffer.
+func (e *Encoder) Encode(b *sampler.Batch) {
+	for _, d := range b.Devices {
+		e.SetDevice(d)
+	}
+	s := b.Samples
+	for i := 0; i < len(s); {
+		// a run of samples of one device at one instant → one line
+		j := i + 1
+		for j < len(s) && s[j].Device == s[i].Device && s[j].TimeNS == s[i].TimeNS && s[j].Flags == s[i].Flags {
+			j++
+		}
+		e.encodeLine(s[i:j])
+		i = j
+	}
+	for _, ev := range b.Events {
+		e.encodeEvent(ev)
+	}
+}
+
+func (e *Encoder) encodeLine(run []sampler.Sample) {
+	dt := e.device(int(run[0].Device))
+	// pstate is a tag in Telegraf's schema, not a field
+	for _, s := range run {
+		if s.Metric == sampler.MetricPState && int(s.Value) != dt.pstate {
+			dt.pstate = int(s.Value)
+			e.rebuildTags(dt)
+		}
+	}
+	fields := 0
+	for _, s := range run {
+		if s.Metric != sampler.MetricPState {
+			fields++
+		}
+	}
+	if fields == 0 {
+		return
+	}
+	e.enc.StartLine(Measurement)
+	for _, t := range dt.tags {
+		e.enc.AddTag(t.Key, t.Value)
+	}
+	for _, s := range run {
+		if s.Metric == sampler.MetricPState {
+			continue
+		}
+		m := e.opts.Catalog.Get(s.Metric)
+		if m == nil {
+			continue
+		}
+		n := m.Influx()
+		if v, ok := FieldValue(n, s.Value); ok {
+			e.enc.AddField(n.Name, v)
+		}
+	}
+	if run[0].Flags&sampler.FlagPointRead != 0 {
+		e.enc.AddField("point_read", lineprotocol.BoolValue(true))
+	}
+	e.enc.EndLine(time.Unix(0, run[0].TimeNS))
+}
+
+// FieldValue converts a base-unit value to a line-protocol value in the
+// naming's unit and type (integers as signed: InfluxDB 1.x rejects u).
+func FieldValue(n sampler.Naming, v float64) (lineprotocol.Value, bool) {
+	v = n.Convert(v)
+	if n.Type == sampler.Int {
+		return lineprotocol.IntValue(int64(v)), true
+	}
+	return lineprotocol.FloatValue(v)
+}
+
+func (e *Encoder) encodeEvent(ev sampler.Event) {
+	dt := e.device(ev.Device)
+	tags := []Tag{{"index", strconv.Itoa(ev.Device)}, {"kind", string(ev.Kind)}}
+	if e.opts.Host != "" {
+		tags = append(tags, Tag{"host", e.opts.Host})
+	}
+	if dt.dev.UUID != "" {
+		tags = append(tags, Tag{"uuid", dt.dev.UUID})
+	}
+	if dt.dev.Simulated {
+		tags = append(tags, Tag{"simulated", "true"})
+	}
+	for _, t := range e.opts.GlobalTags {
+		if !slices.ContainsFunc(tags, func(x Tag) bool { return x.Key == t.Key }) {
+			tags = append(tags, t)
+		}
+	}
+	slices.SortFunc(tags, func(a, b Tag) int { return cmp.Compare(a.Key, b.Key) })
+	e.enc.StartLine(EventMeasurement)
+	for _, t := range tags {
+		e.enc.AddTag(t.Key, t.Value)
+	}
+	msg := ev.Message
+	if msg == "" {
+		msg = string(ev.Kind)
+	}
+	if v, ok := lineprotocol.StringValue(msg); ok {
+		e.enc.AddField("message", v)
+	}
+	if ev.EndNS != 0 {
+		e.enc.AddField("end_ns", lineprotocol.IntValue(ev.EndNS))
+		e.enc.AddField("duration_ns", lineprotocol.IntValue(ev.EndNS-ev.StartNS))
+	}
+	for _, a := range ev.Attrs {
+		if v, ok := lineprotocol.StringValue(a.Value); ok {
+			e.enc.AddField("attr_"+a.Key, v)
+		}
+	}
+	e.enc.EndLine(time.Unix(0, ev.StartNS))
+}
+
+// Bytes returns the encoded lines so far. The slice is valid until the next
+// Encode or Reset.
+func (e *Encoder) Bytes() []byte { return e.enc.Bytes() }
+
+// Err returns the first encoding error since the last Reset (a line with an
+// invalid name is skipped, not written half).
+func (e *Encoder) Err() error { return e.enc.Err() }
+
+// Reset empties the buffer, keeping device identities.
+func (e *Encoder) Reset() {
+	e.enc.Reset()
+	e.enc.SetPrecision(lineprotocol.Nanosecond)
+	e.enc.ClearErr()
+}

@@ -1,0 +1,236 @@
+package sim
+
+import (
+	"math"
+	"time"
+
+	"github.com/gpusampler/gpusampler/sampler"
+)
+
+// mix is splitmix64 over a few words: a deterministic, well-spread hash.
+func mix(words ...uint64) uint64 {
+	var h uint64 = 0x9e3779b97f4a7c15
+	for _, w := range words {
+		h ^= w + 0x9e3779b97f4a7c15 + h<<6 + h>>2
+		h ^= h >> 30
+		h *= 0xbf58476d1ce4e5b9
+		h ^= h >> 27
+		h *= 0x94d049bb133111eb
+		h ^= h >> 31
+	}
+	return h
+}
+
+// noise returns a deterministic value in [-1, 1) for a metric at an instant
+// (quantized to 10 ms so that nearby reads agree).
+func (d *Device) noise(id sampler.MetricID, at time.Time) float64 {
+	q := uint64(at.UnixNano() / int64(10*time.Millisecond))
+	return float64(mix(d.src.opts.Seed, uint64(d.index), uint64(id), q)>>11)/float64(1<<53)*2 - 1
+}
+
+// phase is the profile's state at an instant: seconds since the source
+// started, and a per-device offset so that GPUs are not in lockstep.
+func (d *Device) elapsed(at time.Time) float64 {
+	return at.Sub(d.src.start).Seconds() + float64(d.index)*0.37
+}
+
+// Data-stall rhythm: utilization dips for stallDur every stallPeriod.
+const (
+	stallPeriod = 6.0 // s
+	stallDur    = 1.5 // s
+	// thermalRamp is how long the thermal profile takes from 60 °C to the
+	// slowdown threshold.
+	thermalRamp = 45.0 // s
+)
+
+// load returns the profile's GPU utilization (0–100) at t, and whether the
+// engines are active at all (idle → the driver records nothing).
+func (d *Device) load(at time.Time) (util float64, active bool) {
+	e := d.elapsed(at)
+	switch d.src.opts.Profile {
+	case "idle":
+		return 0, false
+	case "data-stall":
+		if math.Mod(e, stallPeriod) > stallPeriod-stallDur {
+			return 4 + 3*d.noise(0, at), true
+		}
+		return 96 + 3*d.noise(0, at), true
+	case "memory-pressure":
+		return 88 + 6*d.noise(0, at), true
+	default: // training, launch-bound, thermal
+		return 97 + 2.5*d.noise(0, at), true
+	}
+}
+
+// temperature of the GPU core at t.
+func (d *Device) temperature(at time.Time) float64 {
+	e := d.elapsed(at)
+	switch d.src.opts.Profile {
+	case "idle":
+		return 31 + 0.5*d.noise(sampler.MetricTempGPU, at)
+	case "launch-bound":
+		return 44 + 0.5*d.noise(sampler.MetricTempGPU, at)
+	case "thermal":
+		// climbs from 60 °C through the slowdown threshold, then hovers just
+		// above it while the clocks are pulled down.
+		t := 60 + (slowdownTempC+2-60)*math.Min(e/thermalRamp, 1)
+		return t + 0.4*d.noise(sampler.MetricTempGPU, at)
+	default:
+		return 63 + 2*math.Min(e/120, 1) + 0.5*d.noise(sampler.MetricTempGPU, at)
+	}
+}
+
+// throttled reports the clock event reasons active at t.
+func (d *Device) reasons(at time.Time) uint64 {
+	switch d.src.opts.Profile {
+	case "idle":
+		return sampler.ReasonGPUIdle
+	case "thermal":
+		if d.temperature(at) >= slowdownTempC {
+			return sampler.ReasonSWThermalSlowdown | sampler.ReasonHWThermalSlowdown
+		}
+	}
+	return 0
+}
+
+// thermalSince is when the thermal profile's device first crossed the
+// slowdown threshold (for the throttle-time counters).
+func (d *Device) throttledNS(at time.Time) float64 {
+	if d.src.opts.Profile != "thermal" {
+		return 0
+	}
+	e := d.elapsed(at)
+	cross := thermalRamp * (slowdownTempC - 60) / (slowdownTempC + 2 - 60)
+	if e <= cross {
+		return 0
+	}
+	return (e - cross) * 1e9
+}
+
+// value is metric id's simulated value at t; ok is false when the driver
+// would have nothing (an idle engine's utilization buffer).
+func (d *Device) value(id sampler.MetricID, at time.Time) (float64, bool) {
+	util, active := d.load(at)
+	n := d.noise(id, at)
+	prof := d.src.opts.Profile
+	switch id {
+	case sampler.MetricUtilGPU:
+		if !active {
+			return 0, false
+		}
+		return math.Round(clamp(util, 0, 100)), true
+	case sampler.MetricUtilMemory:
+		if !active {
+			return 0, false
+		}
+		f := 0.62
+		if prof == "launch-bound" {
+			f = 0.08
+		}
+		return math.Round(clamp(util*f+2*n, 0, 100)), true
+	case sampler.MetricUtilEncoder, sampler.MetricUtilDecoder, sampler.MetricUtilJPEG, sampler.MetricUtilOFA:
+		return 0, false // no video work in any profile
+	case sampler.MetricPowerDraw, sampler.MetricPowerInstant:
+		return math.Round(d.power(util, at, n)*1000) / 1000, true
+	case sampler.MetricPowerLimit:
+		return powerLimitW, true
+	case sampler.MetricClockSM, sampler.MetricClockGraphics:
+		if !active {
+			return 345, true
+		}
+		if d.reasons(at)&sampler.ReasonThermalAny != 0 {
+			return math.Round(1410 + 20*n), true
+		}
+		return maxSMClockMHz, true
+	case sampler.MetricClockMemory:
+		return memClockMHz, true
+	case sampler.MetricClockVideo:
+		if !active {
+			return 765, true
+		}
+		return 1755, true
+	case sampler.MetricClocksEventReasons:
+		return float64(d.reasons(at)), true
+	case sampler.MetricPState:
+		if !active {
+			return 0, true // H100/H200 stay in P0 even idle
+		}
+		return 0, true
+	case sampler.MetricMemoryUsed:
+		return d.memUsed(at), true
+	case sampler.MetricMemoryFree:
+		return memoryTotalMiB - d.memUsed(at) - 583, true
+	case sampler.MetricMemoryReserved:
+		return 583, true
+	case sampler.MetricMemoryTotal:
+		return memoryTotalMiB, true
+	case sampler.MetricTempGPU:
+		return math.Round(d.temperature(at)), true
+	case sampler.MetricTempMemory:
+		return math.Round(d.temperature(at) + 6 + 0.5*n), true
+	case sampler.MetricThrottleSWThermal, sampler.MetricThrottleHWThermal, sampler.MetricViolationThermal:
+		return math.Round(d.throttledNS(at)), true
+	case sampler.MetricThrottleSWPowerCap, sampler.MetricThrottleSyncBoost, sampler.MetricThrottleHWPowerBrake,
+		sampler.MetricViolationPower, sampler.MetricViolationSyncBoost, sampler.MetricViolationBoardLimit,
+		sampler.MetricViolationReliability:
+		return 0, true
+	case sampler.MetricViolationLowUtil:
+		if !active {
+			return math.Round(d.elapsed(at) * 1e9), true
+		}
+		return 0, true
+	case sampler.MetricPCIeTxBytes, sampler.MetricPCIeRxBytes, sampler.MetricNVLinkTxBytes, sampler.MetricNVLinkRxBytes:
+		rate := 0.0 // bytes/s
+		if active {
+			rate = 2e9
+			if id == sampler.MetricNVLinkTxBytes || id == sampler.MetricNVLinkRxBytes {
+				rate = 90e9
+			}
+		}
+		return math.Round(rate * d.elapsed(at)), true
+	case sampler.MetricPCIeLinkGen:
+		return 5, true
+	case sampler.MetricPCIeLinkWidth:
+		return 16, true
+	case sampler.MetricPCIeReplays, sampler.MetricECCSingleVolatile, sampler.MetricECCDoubleVolatile,
+		sampler.MetricRemappedCorrectable, sampler.MetricRemappedUncorrectable:
+		return 0, true
+	}
+	return 0, false
+}
+
+// power in W for a utilization at an instant.
+func (d *Device) power(util float64, at time.Time, n float64) float64 {
+	const idleW = 74
+	switch d.src.opts.Profile {
+	case "idle":
+		return idleW + 1.5*n
+	case "launch-bound":
+		// busy but tiny kernels: the SMs mostly wait
+		return 165 + 10*n
+	case "thermal":
+		p := 610 + 35*n
+		if d.reasons(at)&sampler.ReasonThermalAny != 0 {
+			p = 480 + 25*n
+		}
+		return p
+	}
+	return idleW + (625-idleW)*util/100 + 30*n
+}
+
+// memUsed in MiB.
+func (d *Device) memUsed(at time.Time) float64 {
+	switch d.src.opts.Profile {
+	case "idle":
+		return 4
+	case "memory-pressure":
+		// climbs to within ~1% of full and stays there
+		e := d.elapsed(at)
+		return math.Round(memoryTotalMiB*(0.90+0.09*math.Min(e/30, 1)) - 583)
+	case "launch-bound":
+		return 18 * 1024
+	}
+	return 97 * 1024
+}
+
+func clamp(v, lo, hi float64) float64 { return math.Max(lo, math.Min(hi, v)) }

@@ -1,0 +1,325 @@
+// Package sim simulates NVIDIA GPUs for gpusampler: H200-like devices with
+// driver-like sample buffers (finite depth, a period per buffer type, strict
+// "newer than cursor" semantics, "nothing new" when idle), fast fields and
+// slow state, shaped by a workload profile.
+//
+// Everything is deterministic for a seed and a clock: a value is a pure
+// function of (seed, device, metric, sample time), so a buffer's content
+// never depends on how often it is drained. Every simulated device reports
+// Simulated = true so outputs mark its records.
+package sim
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gpusampler/gpusampler/sampler"
+)
+
+// Profiles lists the workload profiles by name.
+var Profiles = []string{"idle", "training", "data-stall", "launch-bound", "thermal", "memory-pressure"}
+
+// ValidProfile reports whether name is a known profile.
+func ValidProfile(name string) bool { return slices.Contains(Profiles, name) }
+
+// Buffer depth and per-type period of the simulated driver buffers. Real
+// drivers do not document these; gpusampler measures them (doctor). These
+// are plausible values, not claims about a real GPU.
+const (
+	DefaultDepth = 120
+)
+
+var defaultPeriods = [sampler.NumBufferTypes]time.Duration{
+	sampler.BufferTotalPower:  50 * time.Millisecond,
+	sampler.BufferGPUUtil:     time.Second / 6,
+	sampler.BufferMemoryUtil:  time.Second / 6,
+	sampler.BufferEncoderUtil: time.Second / 6,
+	sampler.BufferDecoderUtil: time.Second / 6,
+	sampler.BufferSMClock:     100 * time.Millisecond,
+	sampler.BufferMemoryClock: 100 * time.Millisecond,
+	sampler.BufferModulePower: 50 * time.Millisecond,
+	sampler.BufferJPEGUtil:    time.Second / 6,
+	sampler.BufferOFAUtil:     time.Second / 6,
+}
+
+// H200-like identity and limits.
+const (
+	memoryTotalMiB = 143771
+	powerLimitW    = 700
+	slowdownTempC  = 89 // GPU slowdown threshold; thermal profile crosses it
+	shutdownTempC  = 92
+	maxOperTempC   = 87
+	memMaxTempC    = 95
+	maxSMClockMHz  = 1980
+	memClockMHz    = 3201
+)
+
+// Options configure a simulated source.
+type Options struct {
+	// GPUs is the number of devices (1–64).
+	GPUs int
+	// Profile names the workload (see Profiles).
+	Profile string
+	// Seed makes runs reproducible; devices differ by index.
+	Seed uint64
+	// Now is the clock; nil means time.Now. Tests inject one.
+	Now func() time.Time
+	// Depth of every sample buffer (default DefaultDepth).
+	Depth int
+	// Periods overrides the per-type sample periods (zero entries keep the
+	// defaults).
+	Periods [sampler.NumBufferTypes]time.Duration
+	// BootClock makes buffer timestamps count from a simulated boot time
+	// instead of Unix time, like some drivers.
+	BootClock bool
+}
+
+// Source is a simulated backend.
+type Source struct {
+	opts  Options
+	start time.Time
+	devs  []*Device
+}
+
+// New returns a simulated source.
+func New(opts Options) (*Source, error) {
+	if opts.GPUs < 1 || opts.GPUs > 64 {
+		return nil, fmt.Errorf("sim: gpus %d: must be between 1 and 64", opts.GPUs)
+	}
+	if opts.Profile == "" {
+		opts.Profile = "training"
+	}
+	if !ValidProfile(opts.Profile) {
+		return nil, fmt.Errorf("sim: unknown profile %q (known: %v)", opts.Profile, Profiles)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Depth <= 0 {
+		opts.Depth = DefaultDepth
+	}
+	for i, p := range opts.Periods {
+		if p <= 0 {
+			opts.Periods[i] = defaultPeriods[i]
+		}
+	}
+	s := &Source{opts: opts, start: opts.Now()}
+	for i := range opts.GPUs {
+		s.devs = append(s.devs, &Device{src: s, index: i})
+	}
+	return s, nil
+}
+
+// Name returns "sim".
+func (s *Source) Name() string { return "sim" }
+
+// Profile returns the workload profile's name.
+func (s *Source) Profile() string { return s.opts.Profile }
+
+// Devices returns the simulated devices.
+func (s *Source) Devices() ([]sampler.DeviceSource, error) {
+	out := make([]sampler.DeviceSource, len(s.devs))
+	for i, d := range s.devs {
+		out[i] = d
+	}
+	return out, nil
+}
+
+// Close does nothing.
+func (s *Source) Close() error { return nil }
+
+// bootOffset is how far the simulated boot lies before the start, so boot
+// timestamps look like a machine up for a few days.
+const bootOffset = 3*24*time.Hour + 17*time.Minute
+
+// Device is one simulated GPU. Its methods follow sampler.DeviceSource's
+// concurrency rules (one caller at a time); CallStats is safe anywhere.
+type Device struct {
+	src   *Source
+	index int
+
+	// energy integration state (owned by the caller of Read)
+	energyAt time.Time
+	energyMJ float64
+
+	calls atomic.Uint64
+	// lost is set by tests to make the device answer ErrGPULost.
+	mu   sync.Mutex
+	lost bool
+}
+
+// SetLost makes the device answer every call with sampler.ErrGPULost (or
+// recover when false). For fault-injection tests.
+func (d *Device) SetLost(lost bool) {
+	d.mu.Lock()
+	d.lost = lost
+	d.mu.Unlock()
+}
+
+func (d *Device) isLost() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.lost
+}
+
+// Identity returns an H200-like identity.
+func (d *Device) Identity() (sampler.Device, error) {
+	d.calls.Add(1)
+	if d.isLost() {
+		return sampler.Device{}, fmt.Errorf("identity: %w", sampler.ErrGPULost)
+	}
+	h := mix(d.src.opts.Seed, uint64(d.index), 0x1d)
+	return sampler.Device{
+		Index:             d.index,
+		UUID:              fmt.Sprintf("GPU-%08x-%04x-%04x-%04x-%012x", uint32(h), uint16(h>>32), uint16(h>>48), uint16(h>>20), h>>16&0xffffffffffff),
+		Name:              "NVIDIA H200 (simulated)",
+		PCIBusID:          fmt.Sprintf("00000000:%02X:00.0", 0x18+d.index*0x10%0xe0),
+		Serial:            fmt.Sprintf("SIM%010d", h%1e10),
+		MemoryTotalMiB:    memoryTotalMiB,
+		DriverVersion:     "sim",
+		Backend:           "sim",
+		Simulated:         true,
+		SlowdownTempC:     slowdownTempC,
+		ShutdownTempC:     shutdownTempC,
+		MaxOperatingTempC: maxOperTempC,
+		MemoryMaxTempC:    memMaxTempC,
+	}, nil
+}
+
+// CallStats counts the simulated driver calls (Drain counts 2, like NVML).
+func (d *Device) CallStats() sampler.CallStats {
+	return sampler.CallStats{Calls: d.calls.Load()}
+}
+
+// Drain returns the samples of buffer t newer than cursor, like
+// nvmlDeviceGetSamples: only the last Depth samples are kept.
+func (d *Device) Drain(t sampler.BufferType, cursor uint64, dst []sampler.RawSample) ([]sampler.RawSample, error) {
+	d.calls.Add(2)
+	if d.isLost() {
+		return dst, fmt.Errorf("drain %s: %w", t, sampler.ErrGPULost)
+	}
+	if t >= sampler.NumBufferTypes {
+		return dst, fmt.Errorf("drain %s: %w", t, sampler.ErrNotSupported)
+	}
+	if t == sampler.BufferModulePower {
+		return dst, fmt.Errorf("drain %s: %w", t, sampler.ErrNotSupported) // not a Grace-Hopper module
+	}
+	metric := sampler.DefaultCatalog.BufferMetric(t)
+	opts := &d.src.opts
+	period := opts.Periods[t]
+	now := opts.Now()
+	// Sample k is taken at epoch + k*period; the newest is k = floor(elapsed/period).
+	epoch := d.epoch()
+	newest := int64(now.Sub(epoch) / period)
+	oldest := newest - int64(opts.Depth) + 1
+	if c := int64(cursor); c > 0 {
+		// first k whose timestamp is > cursor
+		k := int64((time.Duration(c)*time.Microsecond - d.clockBase(epoch)) / period)
+		for d.rawUS(epoch.Add(time.Duration(k)*period)) <= uint64(c) {
+			k++ // timestamps are truncated to µs: step past the cursor exactly
+		}
+		if k > oldest {
+			oldest = k
+		}
+	}
+	n0 := len(dst)
+	for k := oldest; k <= newest; k++ {
+		at := epoch.Add(time.Duration(k) * period)
+		v, ok := d.value(metric, at)
+		if !ok {
+			continue // the driver records nothing for an idle engine
+		}
+		dst = append(dst, sampler.RawSample{TimeUS: d.rawUS(at), Value: v})
+	}
+	if len(dst) == n0 {
+		return dst, fmt.Errorf("drain %s: %w", t, sampler.ErrNothingNew)
+	}
+	return dst, nil
+}
+
+// epoch is a fixed instant all sample schedules count from (aligned so that
+// timestamps are whole microseconds).
+func (d *Device) epoch() time.Time {
+	return d.src.start.Truncate(time.Second).Add(-time.Hour)
+}
+
+// clockBase converts epoch to the raw clock (µs since Unix or since boot).
+func (d *Device) clockBase(epoch time.Time) time.Duration {
+	if d.src.opts.BootClock {
+		return bootOffset - d.src.start.Sub(epoch)
+	}
+	return time.Duration(epoch.UnixNano())
+}
+
+func (d *Device) rawUS(at time.Time) uint64 {
+	epoch := d.epoch()
+	return uint64((d.clockBase(epoch) + at.Sub(epoch)) / time.Microsecond)
+}
+
+// Read returns fields, slow state and point reads.
+func (d *Device) Read(ids []sampler.MetricID, out []sampler.Reading) error {
+	d.calls.Add(1)
+	if d.isLost() {
+		return fmt.Errorf("read: %w", sampler.ErrGPULost)
+	}
+	now := d.src.opts.Now()
+	for i, id := range ids {
+		m := sampler.DefaultCatalog.Get(id)
+		if m == nil {
+			out[i] = sampler.Reading{Err: fmt.Errorf("metric %d: %w", id, sampler.ErrNotSupported)}
+			continue
+		}
+		if m.Src.Kind == sampler.FromQuery {
+			d.calls.Add(1) // every point query is its own driver call
+		}
+		v, ok := d.pointValue(id, now)
+		if !ok {
+			out[i] = sampler.Reading{Err: fmt.Errorf("%s: %w", m.Name, sampler.ErrNotSupported)}
+			continue
+		}
+		out[i] = sampler.Reading{Value: v, TimeNS: now.UnixNano()}
+	}
+	return nil
+}
+
+// pointValue is a metric's current value; ok is false for what the
+// simulated H200 does not support.
+func (d *Device) pointValue(id sampler.MetricID, now time.Time) (float64, bool) {
+	switch id {
+	case sampler.MetricModulePower, sampler.MetricFanSpeed, sampler.MetricUtilJPEG, sampler.MetricUtilOFA:
+		return 0, false // H200 SXM: no module power, no fan
+	case sampler.MetricUtilGPU, sampler.MetricUtilMemory, sampler.MetricUtilEncoder, sampler.MetricUtilDecoder:
+		v, ok := d.value(id, now)
+		if !ok {
+			return 0, true // the point query answers 0 on an idle engine
+		}
+		return v, true
+	case sampler.MetricEnergy:
+		return d.energy(now), true
+	}
+	return d.value(id, now)
+}
+
+// energy integrates instant power in 10 ms steps from the last read.
+func (d *Device) energy(now time.Time) float64 {
+	if d.energyAt.IsZero() {
+		d.energyAt = now
+		d.energyMJ = 1.234e9 + float64(mix(d.src.opts.Seed, uint64(d.index), 0xe)%1e6)
+		return math.Round(d.energyMJ)
+	}
+	const step = 10 * time.Millisecond
+	for t := d.energyAt; t.Before(now); t = t.Add(step) {
+		dt := step
+		if rem := now.Sub(t); rem < dt {
+			dt = rem
+		}
+		p, _ := d.value(sampler.MetricPowerInstant, t)
+		d.energyMJ += p * dt.Seconds() * 1000
+	}
+	d.energyAt = now
+	return math.Round(d.energyMJ)
+}
