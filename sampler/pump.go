@@ -138,6 +138,8 @@ func (p *pump) flushAll(ctx context.Context) {
 		for {
 			if len(b.Samples) == p.opts.MaxBatch {
 				p.write(ctx)
+				p.account(read, filtered) // keep stats fresh during a long backlog
+				read, filtered = 0, 0
 			}
 			start := len(b.Samples)
 			n := c.Read(b.Samples[start:p.opts.MaxBatch])
@@ -160,7 +162,12 @@ func (p *pump) flushAll(ctx context.Context) {
 		}
 	}
 	p.write(ctx)
+	p.account(read, filtered)
+}
 
+// account publishes the cursors' accounting to the stats atomics. read and
+// filtered are the samples read and filtered since the last call.
+func (p *pump) account(read, filtered uint64) {
 	var pub, drop, lag uint64
 	for _, c := range p.cursors {
 		pub += c.Published()

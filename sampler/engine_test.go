@@ -1,0 +1,496 @@
+package sampler_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/sampler/sim"
+)
+
+// collector is an in-memory Output that copies what it receives.
+type collector struct {
+	mu      sync.Mutex
+	samples []sampler.Sample
+	devices []sampler.Device
+	events  []sampler.Event
+	seqs    []uint64
+	delay   atomic.Int64 // ns per Write
+	fail    atomic.Bool
+	closed  bool
+}
+
+func (c *collector) Write(ctx context.Context, b *sampler.Batch) error {
+	if d := c.delay.Load(); d > 0 {
+		time.Sleep(time.Duration(d))
+	}
+	if c.fail.Load() {
+		return errors.New("sink down")
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return sampler.ErrClosed
+	}
+	c.samples = append(c.samples, b.Samples...)
+	c.devices = append(c.devices, b.Devices...)
+	for _, e := range b.Events {
+		c.events = append(c.events, e.Clone())
+	}
+	c.seqs = append(c.seqs, b.Seq)
+	return nil
+}
+
+func (c *collector) Close() error {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	return nil
+}
+
+func (c *collector) snapshot() []sampler.Sample {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]sampler.Sample(nil), c.samples...)
+}
+
+// fakeDevice is a scripted device: buffer type t holds a sample every
+// period[t] (value = sample number), depth samples deep, timestamped on the
+// real clock (or boot clock), so the engine's drain logic runs for real.
+type fakeDevice struct {
+	index     int
+	start     time.Time
+	depth     int
+	period    map[sampler.BufferType]time.Duration
+	idle      map[sampler.BufferType]bool
+	fields    map[sampler.MetricID]float64
+	fieldErr  map[sampler.MetricID]error
+	bootShift time.Duration // subtract from Unix time: a boot-time clock
+
+	mu        sync.Mutex
+	readCalls map[sampler.MetricID]int
+	calls     atomic.Uint64
+}
+
+func newFakeDevice(index int) *fakeDevice {
+	return &fakeDevice{index: index, start: time.Now().Add(-time.Minute), depth: 100,
+		period:    map[sampler.BufferType]time.Duration{sampler.BufferTotalPower: 10 * time.Millisecond, sampler.BufferGPUUtil: 50 * time.Millisecond},
+		idle:      map[sampler.BufferType]bool{},
+		fields:    map[sampler.MetricID]float64{sampler.MetricPowerInstant: 500, sampler.MetricEnergy: 1e6},
+		fieldErr:  map[sampler.MetricID]error{},
+		readCalls: map[sampler.MetricID]int{}}
+}
+
+func (d *fakeDevice) Identity() (sampler.Device, error) {
+	return sampler.Device{Index: d.index, UUID: fmt.Sprintf("GPU-fake-%d", d.index), Name: "Fake", Backend: "fake"}, nil
+}
+
+func (d *fakeDevice) rawUS(k int64, p time.Duration) uint64 {
+	return uint64((d.start.Add(time.Duration(k)*p).UnixNano() - int64(d.bootShift)) / 1000)
+}
+
+func (d *fakeDevice) Drain(t sampler.BufferType, cursor uint64, dst []sampler.RawSample) ([]sampler.RawSample, error) {
+	d.calls.Add(2)
+	p, ok := d.period[t]
+	if !ok {
+		return dst, sampler.ErrNotSupported
+	}
+	if d.idle[t] {
+		return dst, sampler.ErrNothingNew
+	}
+	newest := int64(time.Since(d.start) / p)
+	n0 := len(dst)
+	// newest first, like some drivers: the engine must sort
+	for k := newest; k > newest-int64(d.depth) && k >= 0; k-- {
+		ts := d.rawUS(k, p)
+		if ts <= cursor {
+			break
+		}
+		dst = append(dst, sampler.RawSample{TimeUS: ts, Value: float64(k)})
+	}
+	if len(dst) == n0 {
+		return dst, sampler.ErrNothingNew
+	}
+	return dst, nil
+}
+
+func (d *fakeDevice) Read(ids []sampler.MetricID, out []sampler.Reading) error {
+	d.calls.Add(1)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for i, id := range ids {
+		d.readCalls[id]++
+		if err := d.fieldErr[id]; err != nil {
+			out[i] = sampler.Reading{Err: err}
+			continue
+		}
+		if v, ok := d.fields[id]; ok {
+			out[i] = sampler.Reading{Value: v}
+			continue
+		}
+		switch id {
+		case sampler.MetricUtilGPU, sampler.MetricUtilMemory:
+			out[i] = sampler.Reading{Value: 0}
+		default:
+			out[i] = sampler.Reading{Err: sampler.ErrNotSupported}
+		}
+	}
+	return nil
+}
+
+func (d *fakeDevice) CallStats() sampler.CallStats { return sampler.CallStats{Calls: d.calls.Load()} }
+
+func (d *fakeDevice) reads(id sampler.MetricID) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.readCalls[id]
+}
+
+type fakeSource struct{ devs []*fakeDevice }
+
+func (s *fakeSource) Name() string { return "fake" }
+func (s *fakeSource) Devices() ([]sampler.DeviceSource, error) {
+	out := make([]sampler.DeviceSource, len(s.devs))
+	for i, d := range s.devs {
+		out[i] = d
+	}
+	return out, nil
+}
+func (s *fakeSource) Close() error { return nil }
+
+// runFor runs the engine until cond holds (checked every 10 ms) or 10 s
+// pass, then stops it and returns Run's error.
+func runUntil(t *testing.T, e *sampler.Engine, cond func() bool) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if !cond() {
+		t.Fatalf("condition not reached within 10s")
+	}
+}
+
+func onlyPowerBuffer(m *sampler.Metric) bool {
+	return m.ID == sampler.MetricPowerDraw
+}
+
+// Every driver sample is delivered exactly once across many drains.
+func TestEngineExactlyOnceDrain(t *testing.T) {
+	dev := newFakeDevice(0)
+	e, err := sampler.New(&fakeSource{devs: []*fakeDevice{dev}}, sampler.Config{
+		DrainInterval: 30 * time.Millisecond, Select: onlyPowerBuffer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := &collector{}
+	if err := e.AddOutput("c", out, sampler.PumpOptions{FlushInterval: 5 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	runUntil(t, e, func() bool { return e.Stats().Devices[0].Drains >= 20 })
+	got := out.snapshot()
+	if len(got) < 100 {
+		t.Fatalf("only %d samples", len(got))
+	}
+	// values are consecutive sample numbers: no gap, no duplicate
+	first := got[0].Value
+	for i, s := range got {
+		if s.Value != first+float64(i) {
+			t.Fatalf("sample %d has number %v, want %v (gap or duplicate)", i, s.Value, first+float64(i))
+		}
+		if s.Metric != sampler.MetricPowerDraw || s.Device != 0 {
+			t.Fatalf("unexpected sample %+v", s)
+		}
+	}
+	// the first drain returns the whole buffer (depth samples of history)
+	if got[len(got)-1].Value-first+1 != float64(len(got)) {
+		t.Fatal("count mismatch")
+	}
+	st := e.Stats()
+	if st.Devices[0].SuspectedLosses != 0 {
+		t.Fatalf("suspected losses %d on a fast drain", st.Devices[0].SuspectedLosses)
+	}
+	if st.Devices[0].Clock != sampler.ClockRealtime {
+		t.Fatalf("clock %v, want realtime", st.Devices[0].Clock)
+	}
+	if o := st.Outputs[0]; o.Published != o.Read+o.Dropped || o.Delivered != uint64(len(got)) || o.Dropped != 0 {
+		t.Fatalf("accounting %+v with %d delivered", o, len(got))
+	}
+}
+
+// Boot-time timestamps are classified and converted with one offset.
+func TestEngineBootClock(t *testing.T) {
+	dev := newFakeDevice(0)
+	bt, ok := sampler.BootTime()
+	if !ok {
+		t.Skip("no boot clock on this platform")
+	}
+	dev.bootShift = time.Duration(time.Now().UnixNano()) - bt
+	e, err := sampler.New(&fakeSource{devs: []*fakeDevice{dev}}, sampler.Config{Select: onlyPowerBuffer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := &collector{}
+	e.AddOutput("c", out, sampler.PumpOptions{FlushInterval: 5 * time.Millisecond})
+	runUntil(t, e, func() bool { return len(out.snapshot()) > 0 })
+	if c := e.Stats().Devices[0].Clock; c != sampler.ClockBoottime {
+		t.Fatalf("clock %v, want boottime", c)
+	}
+	got := out.snapshot()
+	last := got[len(got)-1]
+	if age := time.Since(last.Time()); age < -time.Second || age > 5*time.Second {
+		t.Fatalf("newest sample converted to %v (age %v): boot offset wrong", last.Time(), age)
+	}
+}
+
+// A drain interval longer than the buffer's span loses samples: the loss is
+// counted and the interval shortened, not hidden.
+func TestEngineSuspectedLoss(t *testing.T) {
+	dev := newFakeDevice(0)
+	// 5 × 5 ms = 25 ms span, drained every 250 ms: too short a span to
+	// shorten the interval to half of it in advance (MinDrainInterval).
+	dev.depth = 5
+	dev.period[sampler.BufferTotalPower] = 5 * time.Millisecond
+	e, err := sampler.New(&fakeSource{devs: []*fakeDevice{dev}}, sampler.Config{
+		DrainInterval: 250 * time.Millisecond, Select: onlyPowerBuffer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := &collector{}
+	e.AddOutput("c", out, sampler.PumpOptions{FlushInterval: 5 * time.Millisecond})
+	var events []sampler.Event
+	runUntil(t, e, func() bool {
+		out.mu.Lock()
+		events = append(events[:0], out.events...)
+		out.mu.Unlock()
+		return e.Stats().Devices[0].SuspectedLosses >= 1 && len(events) > 0
+	})
+	st := e.Stats().Devices[0]
+	if st.LostEstimate == 0 {
+		t.Fatal("suspected loss with no lost estimate")
+	}
+	if st.MinDrainInterval >= 250*time.Millisecond {
+		t.Fatalf("drain interval not shortened: %v", st.MinDrainInterval)
+	}
+	if events[0].Kind != sampler.EventSampleLoss {
+		t.Fatalf("event %+v, want sample_loss", events[0])
+	}
+}
+
+// The drain interval is set to at most half the buffer's measured span
+// before any loss happens.
+func TestEngineDrainIntervalHalfSpan(t *testing.T) {
+	dev := newFakeDevice(0)
+	dev.depth = 10 // 10 × 10 ms = 100 ms span
+	e, err := sampler.New(&fakeSource{devs: []*fakeDevice{dev}}, sampler.Config{
+		DrainInterval: time.Second, Select: onlyPowerBuffer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := &collector{}
+	e.AddOutput("c", out, sampler.PumpOptions{FlushInterval: 5 * time.Millisecond})
+	runUntil(t, e, func() bool { return e.Stats().Devices[0].Drains >= 10 })
+	st := e.Stats().Devices[0]
+	if st.MinDrainInterval != 50*time.Millisecond {
+		t.Fatalf("drain interval %v, want half the 100ms span", st.MinDrainInterval)
+	}
+	if st.SuspectedLosses != 0 {
+		t.Fatalf("%d suspected losses after adapting", st.SuspectedLosses)
+	}
+}
+
+// Unsupported metrics are probed once and not asked for again; an idle
+// GPU's empty utilization buffer yields a marked point read.
+func TestEngineProbeOnceAndIdlePointRead(t *testing.T) {
+	dev := newFakeDevice(0)
+	dev.idle[sampler.BufferGPUUtil] = true
+	dev.fieldErr[sampler.MetricTempMemory] = fmt.Errorf("memory temp: %w", sampler.ErrNotSupported)
+	e, err := sampler.New(&fakeSource{devs: []*fakeDevice{dev}}, sampler.Config{
+		DrainInterval: 20 * time.Millisecond, FieldInterval: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := &collector{}
+	e.AddOutput("c", out, sampler.PumpOptions{FlushInterval: 5 * time.Millisecond})
+	runUntil(t, e, func() bool { return e.Stats().Devices[0].FieldReads >= 10 && e.Stats().Devices[0].PointReads >= 2 })
+	if n := dev.reads(sampler.MetricTempMemory); n != 1 {
+		t.Fatalf("unsupported field read %d times, want once", n)
+	}
+	if n := dev.reads(sampler.MetricPowerInstant); n < 10 {
+		t.Fatalf("supported field read %d times", n)
+	}
+	var point, instant int
+	for _, s := range out.snapshot() {
+		if s.Metric == sampler.MetricUtilGPU {
+			if s.Flags&sampler.FlagPointRead == 0 {
+				t.Fatalf("utilization sample from an idle buffer without the point-read mark: %+v", s)
+			}
+			point++
+		}
+		if s.Metric == sampler.MetricPowerInstant {
+			instant++
+			if s.Value != 500 {
+				t.Fatalf("instant power %v", s.Value)
+			}
+		}
+	}
+	if point == 0 || instant == 0 {
+		t.Fatalf("point reads %d, instant power samples %d", point, instant)
+	}
+	if st := e.Stats().Devices[0]; st.NothingNew == 0 {
+		t.Fatal("nothing-new not counted")
+	}
+}
+
+// A slow output beside a fast one: the slow one is lapped and its loss is
+// counted exactly; the fast one loses nothing.
+func TestEngineSlowOutputBesideFast(t *testing.T) {
+	src, err := sim.New(sim.Options{GPUs: 2, Profile: "training", Seed: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := sampler.New(src, sampler.Config{RingSize: 1024, DrainInterval: 50 * time.Millisecond,
+		FieldInterval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fast := &collector{}
+	slow := &collector{}
+	slow.delay.Store(int64(100 * time.Millisecond))
+	e.AddOutput("fast", fast, sampler.PumpOptions{FlushInterval: 2 * time.Millisecond, MaxBatch: 16})
+	e.AddOutput("slow", slow, sampler.PumpOptions{FlushInterval: 2 * time.Millisecond, MaxBatch: 16})
+	runUntil(t, e, func() bool {
+		for _, o := range e.Stats().Outputs {
+			if o.Name == "slow" && o.Dropped > 0 && o.Writes > 3 {
+				slow.delay.Store(0) // let the final flush finish quickly
+				return true
+			}
+		}
+		return false
+	})
+	st := e.Stats()
+	t.Logf("stats: %+v", st)
+	var published uint64
+	for _, d := range st.Devices {
+		published += d.Published
+	}
+	for _, o := range st.Outputs {
+		if o.Published != published {
+			t.Errorf("%s: published %d, devices published %d", o.Name, o.Published, published)
+		}
+		if o.Read+o.Dropped != o.Published || o.Delivered+o.Failed+o.Filtered != o.Read {
+			t.Errorf("%s: accounting broken: %+v", o.Name, o)
+		}
+		if o.Lag != 0 {
+			t.Errorf("%s: lag %d after the final flush", o.Name, o.Lag)
+		}
+	}
+	for _, o := range st.Outputs {
+		switch o.Name {
+		case "fast":
+			if o.Dropped != 0 || o.Delivered != published || uint64(len(fast.snapshot())) != published {
+				t.Errorf("fast output lost samples: %+v (received %d)", o, len(fast.snapshot()))
+			}
+		case "slow":
+			if o.Dropped == 0 || uint64(len(slow.snapshot())) != o.Delivered {
+				t.Errorf("slow output: %+v, received %d", o, len(slow.snapshot()))
+			}
+		}
+	}
+	// identity arrives once per device, before its samples
+	if len(fast.devices) != 2 {
+		t.Errorf("fast output got %d identities, want 2", len(fast.devices))
+	}
+	for i, s := range fast.seqs {
+		if s != uint64(i+1) {
+			t.Fatalf("batch seq %d at position %d", s, i)
+		}
+	}
+}
+
+// A failing output counts its failed samples; nothing else is disturbed.
+func TestEngineFailingOutputCounted(t *testing.T) {
+	src, _ := sim.New(sim.Options{GPUs: 1, Profile: "idle"})
+	e, err := sampler.New(src, sampler.Config{DrainInterval: 50 * time.Millisecond, FieldInterval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := &collector{}
+	bad.fail.Store(true)
+	good := &collector{}
+	e.AddOutput("bad", bad, sampler.PumpOptions{FlushInterval: 5 * time.Millisecond})
+	e.AddOutput("good", good, sampler.PumpOptions{FlushInterval: 5 * time.Millisecond, Select: func(m *sampler.Metric) bool {
+		return m.Group == sampler.GroupPower
+	}})
+	runUntil(t, e, func() bool { return e.Stats().Outputs[0].WriteErrors >= 3 })
+	for _, o := range e.Stats().Outputs {
+		switch o.Name {
+		case "bad":
+			if o.Delivered != 0 || o.Failed != o.Read || o.Failed == 0 {
+				t.Errorf("bad: %+v", o)
+			}
+		case "good":
+			if o.Filtered == 0 || o.Delivered+o.Filtered != o.Read {
+				t.Errorf("good: %+v", o)
+			}
+			for _, s := range good.snapshot() {
+				if m := sampler.DefaultCatalog.Get(s.Metric); m.Group != sampler.GroupPower {
+					t.Fatalf("unselected metric %s delivered", m.Name)
+				}
+			}
+		}
+	}
+}
+
+// The final drain at shutdown delivers what the buffers took since the
+// last scheduled drain.
+func TestEngineFinalDrainOnStop(t *testing.T) {
+	dev := newFakeDevice(0)
+	e, _ := sampler.New(&fakeSource{devs: []*fakeDevice{dev}}, sampler.Config{
+		DrainInterval: time.Hour, Select: onlyPowerBuffer})
+	out := &collector{}
+	e.AddOutput("c", out, sampler.PumpOptions{FlushInterval: time.Hour})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- e.Run(ctx) }()
+	time.Sleep(100 * time.Millisecond)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	got := out.snapshot()
+	// first drain: 100 samples of history; the final drain adds the ~10
+	// taken while running
+	if len(got) <= dev.depth {
+		t.Fatalf("got %d samples, want more than the first drain's %d", len(got), dev.depth)
+	}
+	if !out.closed {
+		t.Fatal("output not closed")
+	}
+}
+
+func TestEngineConfigErrors(t *testing.T) {
+	src := &fakeSource{devs: []*fakeDevice{newFakeDevice(0)}}
+	for _, cfg := range []sampler.Config{
+		{DrainInterval: -time.Second},
+		{FieldInterval: -time.Second},
+		{SlowInterval: 10 * time.Millisecond},
+		{Devices: func(sampler.Device) bool { return false }},
+	} {
+		if _, err := sampler.New(src, cfg); err == nil {
+			t.Errorf("New(%+v) succeeded", cfg)
+		}
+	}
+}
