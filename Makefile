@@ -1,0 +1,41 @@
+# gpusampler — build, run, test, bench.
+GO       ?= go
+BIN      := bin/gpusampler
+VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS  := -X main.version=$(VERSION)
+# Nested test modules (heavy test-only peers live in their own go.mod).
+NESTED   := $(patsubst %/go.mod,%,$(wildcard test/*/go.mod))
+
+.PHONY: build run test test-nocgo bench lint generate clean
+
+build:
+	CGO_ENABLED=1 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/gpusampler
+
+## run: the main job — live samples on stdout (simulated GPUs when no driver).
+run: build
+	./$(BIN) run
+
+## test: everything, with the race detector, integration tests included.
+test:
+	$(GO) vet ./...
+	$(GO) test -race -count=1 ./...
+	@for m in $(NESTED); do echo "== $$m"; (cd $$m && $(GO) test -race -count=1 ./...) || exit 1; done
+
+## test-nocgo: everything but the NVML backend builds and passes without cgo.
+test-nocgo:
+	CGO_ENABLED=0 $(GO) build ./...
+	CGO_ENABLED=0 $(GO) test -count=1 ./...
+
+## bench: Go benchmarks, 5 runs each, summarised as medians and same-run ratios.
+bench:
+	@mkdir -p out
+	$(GO) test -run '^$$' -bench . -benchmem -count 5 -timeout 30m ./... | tee out/bench.txt
+	$(GO) run ./bench/cmd/benchsummary < out/bench.txt
+
+lint:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
+	$(GO) vet ./...
+	CGO_ENABLED=0 $(GO) vet ./...
+
+clean:
+	rm -rf bin out

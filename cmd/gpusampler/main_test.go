@@ -1,0 +1,100 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+)
+
+func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = Main(context.Background(), args, strings.NewReader(""), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "--bogus"}, "flag provided but not defined: -bogus"},
+		{[]string{"run", "--profile", "nope"}, `unknown profile "nope"`},
+		{[]string{"run", "--format", "xml"}, `unknown format "xml"`},
+		{[]string{"run", "--duration", "0s"}, "-duration: must be positive"},
+		{[]string{"run", "--duration", "-5s"}, "-duration: must be positive"},
+		{[]string{"run", "--duration", "soon"}, "-duration: not a duration"},
+		{[]string{"run", "--backend", "cuda"}, `unknown backend "cuda"`},
+		{[]string{"run", "--gpus", "0"}, "--gpus 0: must be between 1 and 64"},
+		{[]string{"run", "extra"}, `unexpected argument "extra"`},
+		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			code, _, stderr := runCLI(t, tc.args...)
+			if code != 2 {
+				t.Errorf("exit %d, want 2", code)
+			}
+			if strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, tc.want) {
+				t.Errorf("stderr %q: want one line containing %q", stderr, tc.want)
+			}
+		})
+	}
+}
+
+func TestRunSimulated(t *testing.T) {
+	for _, format := range []string{"influx", "json"} {
+		t.Run(format, func(t *testing.T) {
+			code, out, stderr := runCLI(t, "run", "--backend", "sim", "--gpus", "2", "--duration", "300ms", "--format", format, "--host", "testhost")
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, stderr)
+			}
+			lines := strings.Split(strings.TrimSpace(out), "\n")
+			if len(lines) < 50 {
+				t.Fatalf("only %d lines", len(lines))
+			}
+			gpus := map[string]bool{}
+			for _, l := range lines {
+				switch format {
+				case "influx":
+					if !strings.Contains(l, "simulated=true") || !strings.Contains(l, "host=testhost") {
+						t.Fatalf("line not labelled simulated: %q", l)
+					}
+					gpus[strings.Split(strings.SplitN(l, "index=", 2)[1], ",")[0]] = true
+				case "json":
+					if !strings.Contains(l, `"simulated":true`) {
+						t.Fatalf("line not labelled simulated: %q", l)
+					}
+				}
+			}
+			if format == "influx" && len(gpus) != 2 {
+				t.Fatalf("saw GPUs %v, want 2", gpus)
+			}
+		})
+	}
+}
+
+func TestAutoFallsBackToSimulatorWithNotice(t *testing.T) {
+	code, out, stderr := runCLI(t, "run", "--gpus", "1", "--duration", "200ms")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(stderr, "SIMULATED") || strings.Count(stderr, "\n") != 1 {
+		t.Fatalf("want one loud notice line on stderr, got %q", stderr)
+	}
+	if out == "" {
+		t.Fatal("no samples")
+	}
+}
+
+func TestMetricsListsCatalog(t *testing.T) {
+	code, out, _ := runCLI(t, "metrics")
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	for _, want := range []string{"power_draw_instant", "DCGM_FI_DEV_POWER_USAGE_INSTANT", "clocks_event_reasons_counters_hw_therm_slowdown (int, us, ×0.001)", "utilization_gpu"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("metrics output lacks %q", want)
+		}
+	}
+}

@@ -1,0 +1,196 @@
+package stdout
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/influxdata/line-protocol/v2/lineprotocol"
+
+	"github.com/gpusampler/gpusampler/outputs/outputtest"
+	"github.com/gpusampler/gpusampler/sampler"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+// decodeInflux turns our line protocol back into samples (Telegraf names →
+// catalog metrics, scaled back to base units).
+func decodeInflux(t *testing.T, data []byte) []sampler.Sample {
+	t.Helper()
+	byField := map[string]*sampler.Metric{}
+	for _, m := range sampler.DefaultCatalog.All() {
+		byField[m.Influx().Name] = &m
+	}
+	var out []sampler.Sample
+	dec := lineprotocol.NewDecoderWithBytes(data)
+	for dec.Next() {
+		meas, err := dec.Measurement()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(meas) != "nvidia_smi" {
+			continue
+		}
+		var dev int
+		for {
+			k, v, err := dec.NextTag()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if k == nil {
+				break
+			}
+			if string(k) == "index" {
+				dev, _ = strconv.Atoi(string(v))
+			}
+		}
+		type fv struct {
+			m *sampler.Metric
+			v float64
+		}
+		var fields []fv
+		for {
+			k, v, err := dec.NextField()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if k == nil {
+				break
+			}
+			m := byField[string(k)]
+			if m == nil {
+				continue
+			}
+			var f float64
+			switch v.Kind() {
+			case lineprotocol.Float:
+				f = v.FloatV()
+			case lineprotocol.Int:
+				f = float64(v.IntV())
+			}
+			fields = append(fields, fv{m, f / m.Influx().Scale})
+		}
+		ts, err := dec.Time(lineprotocol.Nanosecond, time0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range fields {
+			out = append(out, sampler.Sample{TimeNS: ts.UnixNano(), Value: f.v, Device: uint16(dev), Metric: f.m.ID})
+		}
+	}
+	if err := dec.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func decodeJSON(t *testing.T, data []byte) []sampler.Sample {
+	t.Helper()
+	var out []sampler.Sample
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var r struct {
+			Type   string  `json:"type"`
+			Time   int64   `json:"time"`
+			GPU    int     `json:"gpu"`
+			Metric string  `json:"metric"`
+			Value  float64 `json:"value"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			t.Fatalf("invalid JSON line %q: %v", sc.Text(), err)
+		}
+		if r.Type != "sample" {
+			continue
+		}
+		m := sampler.DefaultCatalog.Lookup(r.Metric)
+		out = append(out, sampler.Sample{TimeNS: r.Time, Value: r.Value, Device: uint16(r.GPU), Metric: m.ID})
+	}
+	return out
+}
+
+func TestConformance(t *testing.T) {
+	for _, format := range Formats {
+		t.Run(format, func(t *testing.T) {
+			var buf *bytes.Buffer
+			outputtest.Run(t, outputtest.Harness{
+				New: func(t *testing.T) sampler.Output {
+					buf = &bytes.Buffer{}
+					o, err := New(buf, Options{Format: format, Host: "node1"})
+					if err != nil {
+						t.Fatal(err)
+					}
+					return o
+				},
+				Received: func(t *testing.T) []sampler.Sample {
+					if format == "json" {
+						return decodeJSON(t, buf.Bytes())
+					}
+					return decodeInflux(t, buf.Bytes())
+				},
+			})
+		})
+	}
+}
+
+// goldenBatch covers every shape an encoder meets: identities (one
+// simulated), fields sharing a timestamp, a point read, a pstate change,
+// integer and float types with Telegraf's scaling, and an event.
+func goldenBatch() *sampler.Batch {
+	const t0 = 1_790_000_000_000_000_000
+	dev0 := outputtest.Device
+	dev1 := sampler.Device{Index: 1, UUID: "GPU-sim-1", Name: "NVIDIA H200 (simulated)", PCIBusID: "00000000:28:00.0", Backend: "sim", Simulated: true}
+	return &sampler.Batch{Seq: 7, Devices: []sampler.Device{dev0, dev1}, Samples: []sampler.Sample{
+		{TimeNS: t0, Value: 0, Device: 0, Metric: sampler.MetricPState},
+		{TimeNS: t0, Value: 612.5, Device: 0, Metric: sampler.MetricPowerDraw},
+		{TimeNS: t0 + 50e6, Value: 97, Device: 0, Metric: sampler.MetricUtilGPU},
+		{TimeNS: t0 + 100e6, Value: 655.25, Device: 0, Metric: sampler.MetricPowerInstant},
+		{TimeNS: t0 + 100e6, Value: 1234567890, Device: 0, Metric: sampler.MetricEnergy},
+		{TimeNS: t0 + 100e6, Value: 71, Device: 0, Metric: sampler.MetricTempMemory},
+		{TimeNS: t0 + 100e6, Value: 2_500_000, Device: 0, Metric: sampler.MetricThrottleHWThermal},
+		{TimeNS: t0 + 200e6, Value: 0, Device: 1, Metric: sampler.MetricUtilGPU, Flags: sampler.FlagPointRead},
+		{TimeNS: t0 + 200e6, Value: 0, Device: 1, Metric: sampler.MetricUtilMemory, Flags: sampler.FlagPointRead},
+		{TimeNS: t0 + 300e6, Value: 99328, Device: 1, Metric: sampler.MetricMemoryUsed},
+	}, Events: []sampler.Event{{Kind: sampler.EventXID, Device: 0, StartNS: t0 + 400e6, EndNS: t0 + 400e6,
+		Message: "Xid 79: GPU has fallen off the bus", Attrs: []sampler.Attr{{Key: "xid", Value: "79"}}}}}
+}
+
+func TestGolden(t *testing.T) {
+	for _, format := range Formats {
+		t.Run(format, func(t *testing.T) {
+			var buf bytes.Buffer
+			o, err := New(&buf, Options{Format: format, Host: "node1", GlobalTags: map[string]string{"cluster": "c1", "rack": "r7"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := o.Write(t.Context(), goldenBatch()); err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join("testdata", format+".golden")
+			if *update {
+				os.WriteFile(path, buf.Bytes(), 0o644)
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run go test -update)", err)
+			}
+			if !bytes.Equal(buf.Bytes(), want) {
+				t.Errorf("output differs from %s:\n got:\n%s\nwant:\n%s", path, buf.Bytes(), want)
+			}
+		})
+	}
+}
+
+func TestUnknownFormat(t *testing.T) {
+	if _, err := New(&bytes.Buffer{}, Options{Format: "xml"}); err == nil {
+		t.Fatal("unknown format accepted")
+	}
+}
+
+var time0 = time.Unix(0, 0)

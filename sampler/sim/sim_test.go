@@ -1,0 +1,235 @@
+package sim
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/gpusampler/gpusampler/sampler"
+)
+
+// fakeClock is a manually advanced clock.
+type fakeClock struct{ t time.Time }
+
+func (c *fakeClock) now() time.Time { return c.t }
+
+func newSim(t *testing.T, profile string, clk *fakeClock) *Source {
+	t.Helper()
+	s, err := New(Options{GPUs: 2, Profile: profile, Seed: 42, Now: clk.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func device(t *testing.T, s *Source, i int) *Device {
+	t.Helper()
+	devs, err := s.Devices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return devs[i].(*Device)
+}
+
+func TestDeterministicForSeed(t *testing.T) {
+	start := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	a := device(t, newSim(t, "training", &fakeClock{start}), 1)
+	b := device(t, newSim(t, "training", &fakeClock{start}), 1)
+	ra, _ := a.Drain(sampler.BufferTotalPower, 0, nil)
+	rb, _ := b.Drain(sampler.BufferTotalPower, 0, nil)
+	if len(ra) == 0 || len(ra) != len(rb) {
+		t.Fatalf("lengths %d, %d", len(ra), len(rb))
+	}
+	for i := range ra {
+		if ra[i] != rb[i] {
+			t.Fatalf("sample %d differs: %+v vs %+v", i, ra[i], rb[i])
+		}
+	}
+	ia, _ := a.Identity()
+	ib, _ := b.Identity()
+	if ia != ib || !ia.Simulated || ia.UUID == "" {
+		t.Fatalf("identities %+v / %+v", ia, ib)
+	}
+	i0, _ := device(t, newSim(t, "training", &fakeClock{start}), 0).Identity()
+	if i0.UUID == ia.UUID {
+		t.Fatal("two devices share a UUID")
+	}
+}
+
+// The buffer behaves like the driver's: finite depth, strictly newer than
+// the cursor, every sample exactly once however often it is drained.
+func TestBufferSemantics(t *testing.T) {
+	clk := &fakeClock{time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	d := device(t, newSim(t, "training", clk), 0)
+	first, err := d.Drain(sampler.BufferGPUUtil, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(first) != DefaultDepth {
+		t.Fatalf("first drain returned %d, want the full depth %d", len(first), DefaultDepth)
+	}
+	cursor := first[len(first)-1].TimeUS
+	if _, err := d.Drain(sampler.BufferGPUUtil, cursor, nil); !errors.Is(err, sampler.ErrNothingNew) {
+		t.Fatalf("immediate re-drain: %v, want ErrNothingNew", err)
+	}
+	seen := map[uint64]bool{}
+	for _, s := range first {
+		seen[s.TimeUS] = true
+	}
+	period := defaultPeriods[sampler.BufferGPUUtil]
+	for step := 0; step < 200; step++ {
+		clk.t = clk.t.Add(time.Duration(step%7+1) * 37 * time.Millisecond)
+		got, err := d.Drain(sampler.BufferGPUUtil, cursor, nil)
+		if errors.Is(err, sampler.ErrNothingNew) {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range got {
+			if s.TimeUS <= cursor {
+				t.Fatalf("sample at %d not newer than cursor %d", s.TimeUS, cursor)
+			}
+			if seen[s.TimeUS] {
+				t.Fatalf("sample at %d delivered twice", s.TimeUS)
+			}
+			seen[s.TimeUS] = true
+		}
+		cursor = got[len(got)-1].TimeUS
+	}
+	// no gaps: as many distinct samples as periods elapsed
+	n := len(seen)
+	elapsed := clk.t.Sub(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	want := DefaultDepth + int(elapsed/period)
+	if n < want-1 || n > want+1 {
+		t.Fatalf("delivered %d distinct samples over %v, want about %d", n, elapsed, want)
+	}
+	// a long pause loses the overwritten samples, as a driver would
+	clk.t = clk.t.Add(time.Minute)
+	got, _ := d.Drain(sampler.BufferGPUUtil, cursor, nil)
+	if len(got) != DefaultDepth {
+		t.Fatalf("after a pause longer than the span: %d samples, want depth %d", len(got), DefaultDepth)
+	}
+}
+
+func TestIdleBuffersRunDry(t *testing.T) {
+	clk := &fakeClock{time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	d := device(t, newSim(t, "idle", clk), 0)
+	if _, err := d.Drain(sampler.BufferGPUUtil, 0, nil); !errors.Is(err, sampler.ErrNothingNew) {
+		t.Fatalf("idle utilization drain: %v, want ErrNothingNew", err)
+	}
+	if _, err := d.Drain(sampler.BufferModulePower, 0, nil); !errors.Is(err, sampler.ErrNotSupported) {
+		t.Fatalf("module power: %v, want ErrNotSupported", err)
+	}
+	out := make([]sampler.Reading, 1)
+	d.Read([]sampler.MetricID{sampler.MetricUtilGPU}, out)
+	if out[0].Err != nil || out[0].Value != 0 {
+		t.Fatalf("idle point read: %+v, want a real 0", out[0])
+	}
+}
+
+func TestBootClock(t *testing.T) {
+	start := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	s, _ := New(Options{GPUs: 1, Profile: "training", Now: (&fakeClock{start}).now, BootClock: true})
+	got, _ := device(t, s, 0).Drain(sampler.BufferTotalPower, 0, nil)
+	newest := time.Duration(got[len(got)-1].TimeUS) * time.Microsecond
+	if d := bootOffset - newest; d < 0 || d > time.Second {
+		t.Fatalf("newest boot timestamp %v, want just under %v", newest, bootOffset)
+	}
+}
+
+// readAt reads metric ids at an instant.
+func readAt(t *testing.T, d *Device, clk *fakeClock, at time.Duration, ids ...sampler.MetricID) []float64 {
+	t.Helper()
+	clk.t = d.src.start.Add(at)
+	out := make([]sampler.Reading, len(ids))
+	if err := d.Read(ids, out); err != nil {
+		t.Fatal(err)
+	}
+	vals := make([]float64, len(ids))
+	for i, r := range out {
+		if r.Err != nil {
+			t.Fatalf("read %v: %v", ids[i], r.Err)
+		}
+		vals[i] = r.Value
+	}
+	return vals
+}
+
+// Each profile shows the behaviour it is named for.
+func TestProfiles(t *testing.T) {
+	clk := &fakeClock{time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	t.Run("training", func(t *testing.T) {
+		d := device(t, newSim(t, "training", clk), 0)
+		v := readAt(t, d, clk, 30*time.Second, sampler.MetricUtilGPU, sampler.MetricPowerInstant, sampler.MetricClocksEventReasons)
+		if v[0] < 90 || v[1] < 500 || v[2] != 0 {
+			t.Fatalf("util %v power %v reasons %v", v[0], v[1], v[2])
+		}
+	})
+	t.Run("launch-bound", func(t *testing.T) {
+		d := device(t, newSim(t, "launch-bound", clk), 0)
+		v := readAt(t, d, clk, 30*time.Second, sampler.MetricUtilGPU, sampler.MetricPowerInstant)
+		if v[0] < 90 || v[1] > 0.35*powerLimitW {
+			t.Fatalf("util %v power %v: want high utilization with low power", v[0], v[1])
+		}
+	})
+	t.Run("data-stall", func(t *testing.T) {
+		d := device(t, newSim(t, "data-stall", clk), 0)
+		var low, high int
+		for ms := 0; ms < 12000; ms += 100 {
+			u := readAt(t, d, clk, time.Duration(ms)*time.Millisecond, sampler.MetricUtilGPU)[0]
+			if u < 20 {
+				low++
+			} else if u > 85 {
+				high++
+			}
+		}
+		if low < 20 || high < 60 {
+			t.Fatalf("low %d high %d of 120 reads: want periodic dips", low, high)
+		}
+	})
+	t.Run("thermal", func(t *testing.T) {
+		d := device(t, newSim(t, "thermal", clk), 0)
+		early := readAt(t, d, clk, 5*time.Second, sampler.MetricTempGPU, sampler.MetricClockSM, sampler.MetricClocksEventReasons)
+		late := readAt(t, d, clk, 90*time.Second, sampler.MetricTempGPU, sampler.MetricClockSM, sampler.MetricClocksEventReasons, sampler.MetricThrottleHWThermal)
+		if early[0] >= slowdownTempC || early[2] != 0 {
+			t.Fatalf("early: temp %v reasons %v", early[0], early[2])
+		}
+		if late[0] < slowdownTempC || late[1] >= early[1] || uint64(late[2])&sampler.ReasonThermalAny == 0 || late[3] <= 0 {
+			t.Fatalf("late: temp %v clock %v (early %v) reasons %v throttle ns %v", late[0], late[1], early[1], late[2], late[3])
+		}
+	})
+	t.Run("memory-pressure", func(t *testing.T) {
+		d := device(t, newSim(t, "memory-pressure", clk), 0)
+		v := readAt(t, d, clk, 60*time.Second, sampler.MetricMemoryUsed, sampler.MetricMemoryTotal)
+		if v[0]/v[1] < 0.97 {
+			t.Fatalf("memory used %v of %v: want near full", v[0], v[1])
+		}
+	})
+	t.Run("idle", func(t *testing.T) {
+		d := device(t, newSim(t, "idle", clk), 0)
+		v := readAt(t, d, clk, 30*time.Second, sampler.MetricPowerInstant, sampler.MetricClocksEventReasons)
+		if v[0] > 100 || uint64(v[1])&sampler.ReasonGPUIdle == 0 {
+			t.Fatalf("idle power %v reasons %v", v[0], v[1])
+		}
+	})
+}
+
+func TestEnergyIsMonotonicIntegral(t *testing.T) {
+	clk := &fakeClock{time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	d := device(t, newSim(t, "training", clk), 0)
+	e0 := readAt(t, d, clk, 0, sampler.MetricEnergy)[0]
+	e1 := readAt(t, d, clk, 10*time.Second, sampler.MetricEnergy)[0]
+	joules := (e1 - e0) / 1000
+	if joules < 10*500 || joules > 10*700 {
+		t.Fatalf("energy over 10 s of training: %v J, want 5–7 kJ", joules)
+	}
+}
+
+func TestBadOptions(t *testing.T) {
+	for _, o := range []Options{{GPUs: 0}, {GPUs: 65}, {GPUs: 1, Profile: "nope"}} {
+		if _, err := New(o); err == nil {
+			t.Errorf("New(%+v) succeeded", o)
+		}
+	}
+}
