@@ -182,6 +182,7 @@ func (e *Engine) RemoveOutput(name string) error {
 	e.pumps = slices.Delete(e.pumps, i, i+1)
 	running := e.runCtx != nil
 	e.mu.Unlock()
+	defer p.detach()
 	if running {
 		p.stop()
 		<-p.done

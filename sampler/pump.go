@@ -102,6 +102,13 @@ func newPump(e *Engine, name string, out Output, opts PumpOptions) *pump {
 	return p
 }
 
+// detach removes the pump's lanes from the rings.
+func (p *pump) detach() {
+	for i, l := range p.e.loops {
+		l.ring.Detach(p.cursors[i])
+	}
+}
+
 func (p *pump) stop() { p.stopOnce.Do(func() { close(p.stopCh) }) }
 
 func (p *pump) run(ctx context.Context) {

@@ -25,63 +25,63 @@ type lockFree struct{ *Ring }
 
 func (r lockFree) newCursor() cursorUnderTest { return r.NewCursor() }
 
-// mutexRing is the simple reference: a slice of slots under a mutex, with
-// the same overwrite-oldest semantics.
+// mutexRing is the simple reference: per-cursor bounded queues under one
+// mutex, with the same drop-the-newest-when-full semantics.
 type mutexRing struct {
-	mu    sync.Mutex
-	slots []Sample
-	head  uint64
+	mu      sync.Mutex
+	size    int
+	cursors []*mutexCursor
 }
 
-func (r *mutexRing) Cap() int { return len(r.slots) }
+func (r *mutexRing) Cap() int { return r.size }
 
 func (r *mutexRing) Publish(s ...Sample) {
 	r.mu.Lock()
-	for _, x := range s {
-		r.slots[r.head%uint64(len(r.slots))] = x
-		r.head++
+	for _, c := range r.cursors {
+		for _, x := range s {
+			if len(c.queue) == r.size {
+				c.dropped++
+				continue
+			}
+			c.queue = append(c.queue, x)
+		}
+		c.published += uint64(len(s))
 	}
 	r.mu.Unlock()
 }
 
 type mutexCursor struct {
-	r                         *mutexRing
-	pos, start, read, dropped uint64
+	r                        *mutexRing
+	queue                    []Sample
+	published, read, dropped uint64
 }
 
 func (r *mutexRing) newCursor() cursorUnderTest {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return &mutexCursor{r: r, pos: r.head, start: r.head}
+	c := &mutexCursor{r: r}
+	r.cursors = append(r.cursors, c)
+	return c
 }
 
 func (c *mutexCursor) Read(dst []Sample) int {
 	c.r.mu.Lock()
 	defer c.r.mu.Unlock()
-	size := uint64(len(c.r.slots))
-	if c.r.head-c.pos > size {
-		c.dropped += c.r.head - size - c.pos
-		c.pos = c.r.head - size
-	}
-	n := 0
-	for c.pos < c.r.head && n < len(dst) {
-		dst[n] = c.r.slots[c.pos%size]
-		n++
-		c.pos++
-	}
+	n := copy(dst, c.queue)
+	c.queue = c.queue[n:]
 	c.read += uint64(n)
 	return n
 }
-func (c *mutexCursor) ReadCount() uint64 { return c.read }
-func (c *mutexCursor) Dropped() uint64   { return c.dropped }
-func (c *mutexCursor) Published() uint64 { return c.pos - c.start }
+func (c *mutexCursor) ReadCount() uint64 { c.r.mu.Lock(); defer c.r.mu.Unlock(); return c.read }
+func (c *mutexCursor) Dropped() uint64   { c.r.mu.Lock(); defer c.r.mu.Unlock(); return c.dropped }
+func (c *mutexCursor) Published() uint64 { c.r.mu.Lock(); defer c.r.mu.Unlock(); return c.published }
 
 var ringImpls = []struct {
 	name string
 	make func(size int) ringUnderTest
 }{
 	{"lockfree", func(n int) ringUnderTest { return lockFree{NewRing(n)} }},
-	{"mutex", func(n int) ringUnderTest { return &mutexRing{slots: make([]Sample, n)} }},
+	{"mutex", func(n int) ringUnderTest { return &mutexRing{size: n} }},
 }
 
 func seqSample(i uint64) Sample {
@@ -150,7 +150,7 @@ func TestRingConformance(t *testing.T) {
 					t.Fatalf("read %d %+v, want just sample 2", n, buf[:n])
 				}
 			})
-			t.Run("lapped cursor counts exactly", func(t *testing.T) {
+			t.Run("full cursor drops the newest, counted exactly", func(t *testing.T) {
 				r := impl.make(16)
 				c := r.newCursor()
 				for i := uint64(0); i < 100; i++ {
@@ -159,13 +159,20 @@ func TestRingConformance(t *testing.T) {
 				buf := make([]Sample, 100)
 				n := c.Read(buf)
 				if n != r.Cap() {
-					t.Fatalf("read %d, want the ring's %d newest", n, r.Cap())
+					t.Fatalf("read %d, want the lane's %d", n, r.Cap())
 				}
-				if first := checkSample(t, buf[0]); first != 100-uint64(r.Cap()) {
-					t.Fatalf("oldest kept is %d, want %d", first, 100-r.Cap())
+				for i, s := range buf[:n] {
+					if got := checkSample(t, s); got != uint64(i) {
+						t.Fatalf("kept sample %d at %d, want the oldest in order", got, i)
+					}
 				}
 				if c.Dropped() != 100-uint64(r.Cap()) || c.ReadCount()+c.Dropped() != 100 || c.Published() != 100 {
 					t.Fatalf("accounting: read=%d dropped=%d published=%d", c.ReadCount(), c.Dropped(), c.Published())
+				}
+				// room again: new samples flow
+				r.Publish(seqSample(100))
+				if n := c.Read(buf); n != 1 || buf[0] != seqSample(100) {
+					t.Fatalf("after catching up read %d %+v", n, buf[:n])
 				}
 			})
 			t.Run("independent cursors", func(t *testing.T) {
@@ -180,21 +187,22 @@ func TestRingConformance(t *testing.T) {
 				if fast.Dropped() != 0 || fast.ReadCount() != 200 {
 					t.Fatalf("fast cursor: read=%d dropped=%d", fast.ReadCount(), fast.Dropped())
 				}
-				if slow.Dropped() != 200-32 || slow.ReadCount() != 32 {
+				if slow.Dropped() != 200-uint64(r.Cap()) || slow.ReadCount() != uint64(r.Cap()) {
 					t.Fatalf("slow cursor: read=%d dropped=%d", slow.ReadCount(), slow.Dropped())
 				}
 			})
-			t.Run("concurrent lapping readers", func(t *testing.T) {
-				concurrentLapping(t, impl.make(64))
+			t.Run("concurrent readers, some too slow", func(t *testing.T) {
+				concurrentReaders(t, impl.make(64))
 			})
 		})
 	}
 }
 
-// concurrentLapping publishes while several readers, some deliberately slow,
-// read concurrently: every sample read is intact and in order, and for every
-// reader read + dropped = published. Run under -race.
-func concurrentLapping(t *testing.T, r ringUnderTest) {
+// concurrentReaders publishes while several readers, some deliberately slow
+// (their lanes fill up), read concurrently: every sample read is intact and
+// in order, and for every reader read + dropped = published. Run under
+// -race.
+func concurrentReaders(t *testing.T, r ringUnderTest) {
 	const total = 200_000
 	const readers = 4
 	cursors := make([]cursorUnderTest, readers)
@@ -236,7 +244,7 @@ func concurrentLapping(t *testing.T, r ringUnderTest) {
 				}
 				drainOnce()
 				if i%2 == 1 && rng.IntN(4) == 0 {
-					for range rng.IntN(2000) { // a slow reader gets lapped
+					for range rng.IntN(2000) { // a slow reader's lane fills up
 					}
 				}
 			}
