@@ -123,10 +123,34 @@ type Batch struct {
 	Samples []Sample
 	// Events in publish order.
 	Events []Event
+	// Summaries are per-window aggregates of samples, set only by an
+	// aggregating wrapper (outputs/aggregate) in place of the raw samples it
+	// summarized; pumps never fill it.
+	Summaries []Summary
+}
+
+// Summary aggregates every sample of one metric on one device whose own
+// timestamp falls in the window [StartNS, StartNS+IntervalNS). Windows are
+// aligned to the interval (StartNS is a multiple of IntervalNS). Values are
+// in the metric's base unit, like Sample.Value.
+type Summary struct {
+	StartNS    int64
+	IntervalNS int64
+	Mean       float64
+	Min        float64
+	Max        float64
+	// Last is the value of the newest sample in the window.
+	Last float64
+	// Count is the number of samples summarized (≥ 1).
+	Count  uint32
+	Device uint16
+	Metric MetricID
 }
 
 // Len returns the number of records in the batch.
-func (b *Batch) Len() int { return len(b.Devices) + len(b.Samples) + len(b.Events) }
+func (b *Batch) Len() int {
+	return len(b.Devices) + len(b.Samples) + len(b.Events) + len(b.Summaries)
+}
 
 // Reset empties the batch, keeping capacity.
 func (b *Batch) Reset() {
@@ -135,4 +159,5 @@ func (b *Batch) Reset() {
 	b.Samples = b.Samples[:0]
 	clear(b.Events)
 	b.Events = b.Events[:0]
+	b.Summaries = b.Summaries[:0]
 }
