@@ -300,8 +300,8 @@ func (d *document) expandString(key, s string, lookup func(string) (string, bool
 //
 // A Table is used by one goroutine, during parsing only.
 type Table struct {
-	doc  *document
-	path string
+	doc   *document
+	path  string
 	m     map[string]any
 	used  map[string]bool
 	asked []string // every key a getter asked for, in order: the known keys

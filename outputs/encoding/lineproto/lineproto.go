@@ -130,9 +130,67 @@ func (e *Encoder) Encode(b *sampler.Batch) {
 		e.encodeLine(s[i:j])
 		i = j
 	}
+	sums := b.Summaries
+	for i := 0; i < len(sums); {
+		// summaries of one device and one window → one line
+		j := i + 1
+		for j < len(sums) && sums[j].Device == sums[i].Device && sums[j].StartNS == sums[i].StartNS {
+			j++
+		}
+		e.encodeSummaryLine(sums[i:j])
+		i = j
+	}
 	for _, ev := range b.Events {
 		e.encodeEvent(ev)
 	}
+}
+
+// encodeSummaryLine writes one line of window summaries, stamped with the
+// window's start: per metric the float fields NAME_mean, NAME_min,
+// NAME_max, NAME_last (in the field's unit, not rounded) and the integer
+// NAME_count. State metrics (bit masks, enumerations) get only _last and
+// _count; pstate stays a tag (its last value).
+func (e *Encoder) encodeSummaryLine(run []sampler.Summary) {
+	dt := e.device(int(run[0].Device))
+	fields := 0
+	for _, s := range run {
+		if s.Metric == sampler.MetricPState {
+			if int(s.Last) != dt.pstate {
+				dt.pstate = int(s.Last)
+				e.rebuildTags(dt)
+			}
+			continue
+		}
+		fields++
+	}
+	if fields == 0 {
+		return
+	}
+	e.enc.StartLine(Measurement)
+	for _, t := range dt.tags {
+		e.enc.AddTag(t.Key, t.Value)
+	}
+	for _, s := range run {
+		m := e.opts.Catalog.Get(s.Metric)
+		if m == nil || s.Metric == sampler.MetricPState {
+			continue
+		}
+		n := m.Influx()
+		n.Type = sampler.Float
+		add := func(suffix string, v float64) {
+			if fv, ok := lineprotocol.FloatValue(n.Convert(v)); ok {
+				e.enc.AddField(n.Name+suffix, fv)
+			}
+		}
+		if m.Kind != sampler.State {
+			add("_mean", s.Mean)
+			add("_min", s.Min)
+			add("_max", s.Max)
+		}
+		add("_last", s.Last)
+		e.enc.AddField(n.Name+"_count", lineprotocol.IntValue(int64(s.Count)))
+	}
+	e.enc.EndLine(time.Unix(0, run[0].StartNS))
 }
 
 func (e *Encoder) encodeLine(run []sampler.Sample) {
