@@ -82,7 +82,20 @@ const (
 	EventDeviceLost     EventKind = "device_lost"
 	EventDeviceRecovery EventKind = "device_recovered"
 	EventSampleLoss     EventKind = "sample_loss"
+	// EventSelf carries gpusampler's own metrics (one output's or one
+	// device's counters) in Fields, identified by Attrs (scope=output,
+	// output=NAME or scope=device, gpu=N). Encoders write it as its own
+	// measurement / record type (gpusampler_self, "self").
+	EventSelf EventKind = "self"
 )
+
+// Field is one numeric value of an Event (self-metrics). Int values are
+// written as integers.
+type Field struct {
+	Key   string
+	Value float64
+	Int   bool
+}
 
 // Attr is one key/value attribute of an Event.
 type Attr struct {
@@ -99,11 +112,14 @@ type Event struct {
 	// Message is a short human-readable summary.
 	Message string
 	Attrs   []Attr
+	// Fields are numeric values (self-metrics); nil for other events.
+	Fields []Field
 }
 
 // Clone returns a deep copy of e, so that a receiver may retain it.
 func (e Event) Clone() Event {
 	e.Attrs = slices.Clone(e.Attrs)
+	e.Fields = slices.Clone(e.Fields)
 	return e
 }
 

@@ -14,3 +14,5 @@ func Registry() *config.Registry {
 		stdout.Kind(),
 	)
 }
+
+//go:generate sh -c "cd ../.. && go run ./cmd/gpusampler config > config.example.toml"

@@ -1,6 +1,6 @@
 // Package jsonl encodes gpusampler records as JSON Lines: one object per
 // record, with a "type" of "device", "sample", "summary" (a window
-// aggregate, see outputs/aggregate) or "event". Samples carry our
+// aggregate, see outputs/aggregate), "event" or "self" (self-metrics). Samples carry our
 // catalog names and base units. Simulated devices' records carry
 // "simulated":true.
 //
@@ -85,6 +85,10 @@ func (e *Encoder) Encode(b *sampler.Batch) {
 		e.appendSummary(s)
 	}
 	for _, ev := range b.Events {
+		if ev.Kind == sampler.EventSelf {
+			e.appendSelf(ev)
+			continue
+		}
 		d := e.devs[ev.Device]
 		r := EventRecord{Type: "event", Host: e.opts.Host, Kind: string(ev.Kind), GPU: ev.Device, UUID: d.UUID,
 			StartNS: ev.StartNS, EndNS: ev.EndNS, Message: ev.Message, Simulated: d.Simulated, Tags: e.opts.GlobalTags}
@@ -130,6 +134,39 @@ func (e *Encoder) appendSample(s sampler.Sample) {
 	if known && d.Simulated {
 		b = append(b, `,"simulated":true`...)
 	}
+	b = append(b, e.tagJSON...)
+	e.buf = append(b, "}\n"...)
+}
+
+// appendSelf writes a self-metrics event as
+// {"type":"self","time":T,"host":..,ATTRS...,"fields":{...},"tags":{...}}.
+func (e *Encoder) appendSelf(ev sampler.Event) {
+	b := append(e.buf, `{"type":"self","time":`...)
+	b = strconv.AppendInt(b, ev.StartNS, 10)
+	if e.opts.Host != "" {
+		b = append(b, `,"host":`...)
+		b = appendString(b, e.opts.Host)
+	}
+	for _, a := range ev.Attrs {
+		b = append(b, ',')
+		b = appendString(b, a.Key)
+		b = append(b, ':')
+		b = appendString(b, a.Value)
+	}
+	b = append(b, `,"fields":{`...)
+	for i, f := range ev.Fields {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendString(b, f.Key)
+		b = append(b, ':')
+		t := sampler.Float
+		if f.Int {
+			t = sampler.Int
+		}
+		b = AppendNumber(b, f.Value, t)
+	}
+	b = append(b, '}')
 	b = append(b, e.tagJSON...)
 	e.buf = append(b, "}\n"...)
 }

@@ -3,7 +3,8 @@
 // host, index, name, pci_bus_id, pstate and uuid, Telegraf's field names and
 // types where Telegraf has the field (catalog Telegraf naming), ours where it
 // has not. All fields of one device that share a timestamp go on one line.
-// Events go to their own measurement (gpusampler_events).
+// Events go to their own measurement (gpusampler_events), self-metrics to
+// gpusampler_self.
 //
 // It is shared by every output that speaks line protocol (stdout, InfluxDB,
 // Telegraf, NATS). An Encoder is not safe for concurrent use.
@@ -24,6 +25,7 @@ import (
 const (
 	Measurement      = "nvidia_smi"
 	EventMeasurement = "gpusampler_events"
+	SelfMeasurement  = "gpusampler_self"
 )
 
 // Tag is one extra tag applied to every line (fleet identity).
@@ -244,7 +246,43 @@ func FieldValue(n sampler.Naming, v float64) (lineprotocol.Value, bool) {
 	return lineprotocol.FloatValue(v)
 }
 
+// encodeSelf writes a self-metrics event: measurement gpusampler_self,
+// its attributes as tags (with host and global tags), its fields as fields.
+func (e *Encoder) encodeSelf(ev sampler.Event) {
+	var tags []Tag
+	if e.opts.Host != "" {
+		tags = append(tags, Tag{"host", e.opts.Host})
+	}
+	for _, a := range ev.Attrs {
+		tags = append(tags, Tag(a))
+	}
+	for _, t := range e.opts.GlobalTags {
+		if !slices.ContainsFunc(tags, func(x Tag) bool { return x.Key == t.Key }) {
+			tags = append(tags, t)
+		}
+	}
+	slices.SortFunc(tags, func(a, b Tag) int { return cmp.Compare(a.Key, b.Key) })
+	e.enc.StartLine(SelfMeasurement)
+	for _, t := range tags {
+		if t.Value != "" {
+			e.enc.AddTag(t.Key, t.Value)
+		}
+	}
+	for _, f := range ev.Fields {
+		if f.Int {
+			e.enc.AddField(f.Key, lineprotocol.IntValue(int64(f.Value)))
+		} else if v, ok := lineprotocol.FloatValue(f.Value); ok {
+			e.enc.AddField(f.Key, v)
+		}
+	}
+	e.enc.EndLine(time.Unix(0, ev.StartNS))
+}
+
 func (e *Encoder) encodeEvent(ev sampler.Event) {
+	if ev.Kind == sampler.EventSelf {
+		e.encodeSelf(ev)
+		return
+	}
 	dt := e.device(ev.Device)
 	tags := []Tag{{"index", strconv.Itoa(ev.Device)}, {"kind", string(ev.Kind)}}
 	if e.opts.Host != "" {
