@@ -38,7 +38,9 @@ func (a *Agent) selfMetricsLoop(ctx context.Context) {
 	}
 }
 
-func intField(k string, v uint64) sampler.Field { return sampler.Field{Key: k, Value: float64(v), Int: true} }
+func intField(k string, v uint64) sampler.Field {
+	return sampler.Field{Key: k, Value: float64(v), Int: true}
+}
 
 // SelfEvents turns an engine Stats snapshot into self-metrics events: one
 // per output (published, read, delivered, dropped, filtered, failed,
