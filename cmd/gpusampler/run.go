@@ -227,9 +227,7 @@ func cmdRun(ctx context.Context, args []string, out, stderr io.Writer) error {
 				case <-ctx.Done():
 					return
 				case <-hup:
-					if err := a.ReloadFile(*cfgPath, copts); err != nil {
-						fmt.Fprintf(stderr, "gpusampler: reload refused, running config kept:\n%v\n", err)
-					}
+					_ = a.ReloadFile(*cfgPath, copts) // a refused config is logged; the running one stays
 				}
 			}
 		}()
