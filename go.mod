@@ -7,4 +7,4 @@ require (
 	golang.org/x/sys v0.50.0
 )
 
-require github.com/pelletier/go-toml/v2 v2.4.3 // indirect
+require github.com/pelletier/go-toml/v2 v2.4.3
