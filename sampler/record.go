@@ -82,7 +82,20 @@ const (
 	EventDeviceLost     EventKind = "device_lost"
 	EventDeviceRecovery EventKind = "device_recovered"
 	EventSampleLoss     EventKind = "sample_loss"
+	// EventSelf carries gpusampler's own metrics (one output's or one
+	// device's counters) in Fields, identified by Attrs (scope=output,
+	// output=NAME or scope=device, gpu=N). Encoders write it as its own
+	// measurement / record type (gpusampler_self, "self").
+	EventSelf EventKind = "self"
 )
+
+// Field is one numeric value of an Event (self-metrics). Int values are
+// written as integers.
+type Field struct {
+	Key   string
+	Value float64
+	Int   bool
+}
 
 // Attr is one key/value attribute of an Event.
 type Attr struct {
@@ -99,11 +112,14 @@ type Event struct {
 	// Message is a short human-readable summary.
 	Message string
 	Attrs   []Attr
+	// Fields are numeric values (self-metrics); nil for other events.
+	Fields []Field
 }
 
 // Clone returns a deep copy of e, so that a receiver may retain it.
 func (e Event) Clone() Event {
 	e.Attrs = slices.Clone(e.Attrs)
+	e.Fields = slices.Clone(e.Fields)
 	return e
 }
 
@@ -123,10 +139,34 @@ type Batch struct {
 	Samples []Sample
 	// Events in publish order.
 	Events []Event
+	// Summaries are per-window aggregates of samples, set only by an
+	// aggregating wrapper (outputs/aggregate) in place of the raw samples it
+	// summarized; pumps never fill it.
+	Summaries []Summary
+}
+
+// Summary aggregates every sample of one metric on one device whose own
+// timestamp falls in the window [StartNS, StartNS+IntervalNS). Windows are
+// aligned to the interval (StartNS is a multiple of IntervalNS). Values are
+// in the metric's base unit, like Sample.Value.
+type Summary struct {
+	StartNS    int64
+	IntervalNS int64
+	Mean       float64
+	Min        float64
+	Max        float64
+	// Last is the value of the newest sample in the window.
+	Last float64
+	// Count is the number of samples summarized (≥ 1).
+	Count  uint32
+	Device uint16
+	Metric MetricID
 }
 
 // Len returns the number of records in the batch.
-func (b *Batch) Len() int { return len(b.Devices) + len(b.Samples) + len(b.Events) }
+func (b *Batch) Len() int {
+	return len(b.Devices) + len(b.Samples) + len(b.Events) + len(b.Summaries)
+}
 
 // Reset empties the batch, keeping capacity.
 func (b *Batch) Reset() {
@@ -135,4 +175,5 @@ func (b *Batch) Reset() {
 	b.Samples = b.Samples[:0]
 	clear(b.Events)
 	b.Events = b.Events[:0]
+	b.Summaries = b.Summaries[:0]
 }

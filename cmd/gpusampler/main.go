@@ -2,7 +2,8 @@
 // streams every sample to outputs.
 //
 //	gpusampler run [flags]       sample and stream (simulated GPUs when no driver)
-//	gpusampler metrics           print the metric catalog
+//	gpusampler config            print the commented example config
+//	gpusampler metrics           print the metric catalog (--backend: what each device supports)
 //	gpusampler version           print the version
 package main
 
@@ -39,6 +40,7 @@ const topUsage = `usage: gpusampler <command> [flags]
 
 commands:
   run       sample GPUs and stream every sample to outputs
+  config    print the commented example config (--check FILE validates one)
   metrics   print the metric catalog
   version   print the version
 
@@ -57,6 +59,8 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	switch cmd {
 	case "run":
 		err = cmdRun(ctx, rest, stdout, stderr)
+	case "config":
+		err = cmdConfig(rest, stdout, stderr)
 	case "metrics":
 		err = cmdMetrics(rest, stdout, stderr)
 	case "version", "--version", "-version":
@@ -64,7 +68,7 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, topUsage)
 	default:
-		err = usagef("unknown command %q (want run, metrics or version)", cmd)
+		err = usagef("unknown command %q (want run, config, metrics or version)", cmd)
 	}
 	if err == nil {
 		return 0

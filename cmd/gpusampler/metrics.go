@@ -1,8 +1,11 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"text/tabwriter"
 
 	"github.com/gpusampler/gpusampler/sampler"
@@ -10,10 +13,91 @@ import (
 
 func cmdMetrics(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("metrics", stderr)
+	var bf backendFlags
+	bf.register(fs)
 	if err := parseFlags(fs, args, stdout); err != nil {
 		return err
 	}
-	return printCatalog(stdout, sampler.DefaultCatalog)
+	probe := false
+	fs.Visit(func(f *flag.Flag) { probe = probe || f.Name == "backend" })
+	if !probe {
+		return printCatalog(stdout, sampler.DefaultCatalog)
+	}
+	if err := bf.validate(); err != nil {
+		return err
+	}
+	log := slog.New(slog.DiscardHandler)
+	src, err := bf.open(stderr, log)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	return printSupport(stdout, src, sampler.DefaultCatalog)
+}
+
+// probeMetric asks a device for one metric once: a drain for buffer
+// metrics, a read otherwise. It returns "yes", "no" (ErrNotSupported) or
+// the error.
+func probeMetric(d sampler.DeviceSource, m *sampler.Metric) string {
+	var err error
+	if m.Src.Kind == sampler.FromBuffer {
+		_, err = d.Drain(m.Src.Buffer, 0, nil)
+		if errors.Is(err, sampler.ErrNothingNew) {
+			err = nil
+		}
+	} else {
+		out := make([]sampler.Reading, 1)
+		if err = d.Read([]sampler.MetricID{m.ID}, out); err == nil {
+			err = out[0].Err
+		}
+		if errors.Is(err, sampler.ErrNothingNew) {
+			err = nil
+		}
+	}
+	switch {
+	case err == nil:
+		return "yes"
+	case errors.Is(err, sampler.ErrNotSupported):
+		return "no"
+	}
+	return "error: " + err.Error()
+}
+
+// printSupport prints, per metric, whether each device of src supports it
+// (each metric probed once per device).
+func printSupport(w io.Writer, src sampler.Source, c *sampler.Catalog) error {
+	devs, err := src.Devices()
+	if err != nil {
+		return fmt.Errorf("open %s devices: %w", src.Name(), err)
+	}
+	ids := make([]sampler.Device, len(devs))
+	for i, d := range devs {
+		if ids[i], err = d.Identity(); err != nil {
+			return fmt.Errorf("open %s device %d: %w", src.Name(), i, err)
+		}
+	}
+	for _, id := range ids {
+		sim := ""
+		if id.Simulated {
+			sim = " SIMULATED"
+		}
+		fmt.Fprintf(w, "gpu %d: %s %s%s\n", id.Index, id.Name, id.UUID, sim)
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprint(tw, "METRIC\tGROUP\tSOURCE")
+	for _, id := range ids {
+		fmt.Fprintf(tw, "\tGPU %d", id.Index)
+	}
+	fmt.Fprintln(tw)
+	for _, m := range c.All() {
+		fmt.Fprintf(tw, "%s\t%s\t%s", m.Name, m.Group, m.Src)
+		for _, d := range devs {
+			fmt.Fprintf(tw, "\t%s", probeMetric(d, &m))
+		}
+		fmt.Fprintln(tw)
+	}
+	return tw.Flush()
 }
 
 func naming(n sampler.Naming) string {

@@ -8,9 +8,15 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
+	"slices"
 	"strings"
+	"syscall"
 	"time"
 
+	"github.com/gpusampler/gpusampler/agent"
+	"github.com/gpusampler/gpusampler/config"
+	"github.com/gpusampler/gpusampler/outputs/all"
 	"github.com/gpusampler/gpusampler/outputs/stdout"
 	"github.com/gpusampler/gpusampler/sampler"
 	"github.com/gpusampler/gpusampler/sampler/sim"
@@ -137,42 +143,99 @@ func cmdRun(ctx context.Context, args []string, out, stderr io.Writer) error {
 	fs.Var(&duration, "duration", "stop after this long (default: until SIGINT/SIGTERM)")
 	fs.Var(&drain, "drain-interval", "sample-buffer drain interval (default 1s; shortened automatically)")
 	fs.Var(&field, "field-interval", "fast-field read interval (default 200ms = 5 Hz)")
-	format := fs.String("format", "influx", "stdout format: "+strings.Join(stdout.Formats, ", "))
-	host := fs.String("host", "", "host name in records (default: the machine's hostname)")
+	format := fs.String("format", "influx", "stdout format without --config: "+strings.Join(stdout.Formats, ", "))
+	host := fs.String("host", "", "host name in records (default: [agent] hostname, else the machine's hostname)")
 	logLevel := fs.String("log-level", "warn", "log level: debug, info, warn, error")
+	cfgPath := fs.String("config", "", "config file (see gpusampler config); SIGHUP reloads it")
+	stats := fs.Bool("stats", false, "print a self-metrics summary to stderr every stats interval")
 	if err := parseFlags(fs, args, out); err != nil {
 		return err
 	}
-	if err := bf.validate(); err != nil {
-		return err
-	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	log, err := newLogger(stderr, *logLevel)
 	if err != nil {
 		return err
 	}
-	if *host == "" {
-		*host, _ = os.Hostname()
+	reg := all.Registry()
+	copts := config.Options{Registry: reg}
+	var cfg *config.Config
+	if *cfgPath != "" {
+		if set["format"] {
+			return usagef("--format applies only without --config (set format in [[outputs.stdout]])")
+		}
+		if cfg, err = config.Load(*cfgPath, copts); err != nil {
+			return err
+		}
+		// Flags given explicitly override the file.
+		s := &cfg.Sampler
+		if !set["backend"] {
+			bf.backend = s.Backend
+		}
+		if !set["profile"] {
+			bf.profile = s.Profile
+		}
+		if !set["gpus"] {
+			bf.gpus = s.GPUs
+		}
+		if !set["seed"] {
+			bf.seed = s.Seed
+		}
+	} else {
+		if !slices.Contains(stdout.Formats, *format) {
+			return usagef("unknown format %q (want one of: %s)", *format, strings.Join(stdout.Formats, ", "))
+		}
+		if cfg, err = config.Parse("(flags)", nil, copts); err != nil {
+			return err
+		}
+		cfg.Outputs = []*config.Output{{Kind: "stdout", Name: "stdout", FlushInterval: cfg.Agent.FlushInterval,
+			MaxBatch: sampler.DefaultMaxBatch, WriteTimeout: sampler.DefaultWriteTimeout,
+			Options: stdout.Options{Format: *format}, Raw: map[string]any{"format": *format}}}
 	}
-	o, err := stdout.New(out, stdout.Options{Format: *format, Host: *host})
-	if err != nil {
-		return usagef("%s", strings.TrimPrefix(err.Error(), "stdout: "))
+	if drain.set {
+		cfg.Sampler.DrainInterval = drain.d
 	}
+	if field.set {
+		cfg.Sampler.FieldInterval = field.d
+	}
+	if err := bf.validate(); err != nil {
+		return err
+	}
+	if *host != "" {
+		cfg.Agent.Hostname = *host
+	}
+	machine, _ := os.Hostname()
 	src, err := bf.open(stderr, log)
 	if err != nil {
 		return err
 	}
-	eng, err := sampler.New(src, sampler.Config{DrainInterval: drain.d, FieldInterval: field.d, Logger: log})
+	aopts := agent.Options{Registry: reg, Stdout: out, Hostname: machine, Logger: log}
+	if *stats {
+		aopts.StatsWriter = stderr
+	}
+	a, err := agent.New(src, cfg, aopts)
 	if err != nil {
-		src.Close()
 		return err
 	}
-	if err := eng.AddOutput("stdout", o, sampler.PumpOptions{}); err != nil {
-		return err
+	if *cfgPath != "" {
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		go func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-hup:
+					_ = a.ReloadFile(*cfgPath, copts) // a refused config is logged; the running one stays
+				}
+			}
+		}()
 	}
 	if duration.set {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, duration.d)
 		defer cancel()
 	}
-	return eng.Run(ctx)
+	return a.Run(ctx)
 }

@@ -1,6 +1,7 @@
 // Package stdout is the in-process output that writes records to the
 // process's standard output (or any io.Writer): InfluxDB line protocol
-// shaped like Telegraf's nvidia_smi input, or JSON Lines. It runs in process
+// shaped like Telegraf's nvidia_smi input, JSON Lines, or a live table like
+// `nvidia-smi dmon` (one row per GPU per interval, mean and max). It runs in process
 // because a plugin's stdout carries the go-plugin handshake.
 package stdout
 
@@ -13,6 +14,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/gpusampler/gpusampler/outputs/encoding/jsonl"
 	"github.com/gpusampler/gpusampler/outputs/encoding/lineproto"
@@ -25,7 +27,11 @@ import (
 var SampleConfig string
 
 // Formats lists the supported formats.
-var Formats = []string{"influx", "json"}
+var Formats = []string{"influx", "json", "table"}
+
+// DefaultTableInterval is the table format's row interval when the block
+// sets no aggregate interval.
+const DefaultTableInterval = time.Second
 
 // Options configure the output.
 type Options struct {
@@ -35,6 +41,11 @@ type Options struct {
 	Host string
 	// GlobalTags are added to every record.
 	GlobalTags map[string]string
+	// Color highlights hot cells in the table format (only set it for a
+	// terminal).
+	Color bool
+	// Location renders the table's times (default time.Local).
+	Location *time.Location
 }
 
 type encoder interface {
@@ -63,6 +74,8 @@ func New(w io.Writer, opts Options) (*Output, error) {
 		enc = lineproto.New(lineproto.Options{Host: opts.Host, GlobalTags: tags})
 	case "json":
 		enc = jsonl.New(jsonl.Options{Host: opts.Host, GlobalTags: opts.GlobalTags})
+	case "table":
+		enc = newTableEncoder(opts.Location, opts.Color)
 	default:
 		return nil, fmt.Errorf("stdout: unknown format %q (want one of: %s)", opts.Format, strings.Join(Formats, ", "))
 	}
@@ -91,6 +104,13 @@ func (o *Output) Close() error {
 		return nil
 	}
 	o.closed = true
+	if f, ok := o.enc.(interface{ Flush() }); ok {
+		o.enc.Reset()
+		f.Flush()
+		if _, err := o.w.Write(o.enc.Bytes()); err != nil {
+			return fmt.Errorf("stdout: %w", err)
+		}
+	}
 	if err := o.w.Flush(); err != nil {
 		return fmt.Errorf("stdout: %w", err)
 	}

@@ -1,5 +1,6 @@
 // Package jsonl encodes gpusampler records as JSON Lines: one object per
-// record, with a "type" of "device", "sample" or "event". Samples carry our
+// record, with a "type" of "device", "sample", "summary" (a window
+// aggregate, see outputs/aggregate), "event" or "self" (self-metrics). Samples carry our
 // catalog names and base units. Simulated devices' records carry
 // "simulated":true.
 //
@@ -80,7 +81,14 @@ func (e *Encoder) Encode(b *sampler.Batch) {
 	for _, s := range b.Samples {
 		e.appendSample(s)
 	}
+	for _, s := range b.Summaries {
+		e.appendSummary(s)
+	}
 	for _, ev := range b.Events {
+		if ev.Kind == sampler.EventSelf {
+			e.appendSelf(ev)
+			continue
+		}
 		d := e.devs[ev.Device]
 		r := EventRecord{Type: "event", Host: e.opts.Host, Kind: string(ev.Kind), GPU: ev.Device, UUID: d.UUID,
 			StartNS: ev.StartNS, EndNS: ev.EndNS, Message: ev.Message, Simulated: d.Simulated, Tags: e.opts.GlobalTags}
@@ -123,6 +131,83 @@ func (e *Encoder) appendSample(s sampler.Sample) {
 	if s.Flags&sampler.FlagPointRead != 0 {
 		b = append(b, `,"point_read":true`...)
 	}
+	if known && d.Simulated {
+		b = append(b, `,"simulated":true`...)
+	}
+	b = append(b, e.tagJSON...)
+	e.buf = append(b, "}\n"...)
+}
+
+// appendSelf writes a self-metrics event as
+// {"type":"self","time":T,"host":..,ATTRS...,"fields":{...},"tags":{...}}.
+func (e *Encoder) appendSelf(ev sampler.Event) {
+	b := append(e.buf, `{"type":"self","time":`...)
+	b = strconv.AppendInt(b, ev.StartNS, 10)
+	if e.opts.Host != "" {
+		b = append(b, `,"host":`...)
+		b = appendString(b, e.opts.Host)
+	}
+	for _, a := range ev.Attrs {
+		b = append(b, ',')
+		b = appendString(b, a.Key)
+		b = append(b, ':')
+		b = appendString(b, a.Value)
+	}
+	b = append(b, `,"fields":{`...)
+	for i, f := range ev.Fields {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendString(b, f.Key)
+		b = append(b, ':')
+		t := sampler.Float
+		if f.Int {
+			t = sampler.Int
+		}
+		b = AppendNumber(b, f.Value, t)
+	}
+	b = append(b, '}')
+	b = append(b, e.tagJSON...)
+	e.buf = append(b, "}\n"...)
+}
+
+// appendSummary writes one window summary as
+// {"type":"summary","time":START,"interval_ns":N,...,"metric":NAME,
+// "mean":..,"min":..,"max":..,"last":..,"count":..,"unit":..}, values in
+// the catalog's base unit.
+func (e *Encoder) appendSummary(s sampler.Summary) {
+	m := e.opts.Catalog.Get(s.Metric)
+	if m == nil {
+		return
+	}
+	d, known := e.devs[int(s.Device)]
+	b := append(e.buf, `{"type":"summary","time":`...)
+	b = strconv.AppendInt(b, s.StartNS, 10)
+	b = append(b, `,"interval_ns":`...)
+	b = strconv.AppendInt(b, s.IntervalNS, 10)
+	if e.opts.Host != "" {
+		b = append(b, `,"host":`...)
+		b = appendString(b, e.opts.Host)
+	}
+	b = append(b, `,"gpu":`...)
+	b = strconv.AppendInt(b, int64(s.Device), 10)
+	if known && d.UUID != "" {
+		b = append(b, `,"uuid":`...)
+		b = appendString(b, d.UUID)
+	}
+	b = append(b, `,"metric":`...)
+	b = appendString(b, m.Name)
+	for _, f := range [...]struct {
+		k string
+		v float64
+	}{{`,"mean":`, s.Mean}, {`,"min":`, s.Min}, {`,"max":`, s.Max}, {`,"last":`, s.Last}} {
+		b = append(b, f.k...)
+		b = AppendNumber(b, f.v, sampler.Float)
+	}
+	b = append(b, `,"count":`...)
+	b = strconv.AppendUint(b, uint64(s.Count), 10)
+	b = append(b, `,"unit":`...)
+	b = appendString(b, m.Unit)
 	if known && d.Simulated {
 		b = append(b, `,"simulated":true`...)
 	}

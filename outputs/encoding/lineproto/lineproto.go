@@ -3,7 +3,8 @@
 // host, index, name, pci_bus_id, pstate and uuid, Telegraf's field names and
 // types where Telegraf has the field (catalog Telegraf naming), ours where it
 // has not. All fields of one device that share a timestamp go on one line.
-// Events go to their own measurement (gpusampler_events).
+// Events go to their own measurement (gpusampler_events), self-metrics to
+// gpusampler_self.
 //
 // It is shared by every output that speaks line protocol (stdout, InfluxDB,
 // Telegraf, NATS). An Encoder is not safe for concurrent use.
@@ -24,6 +25,7 @@ import (
 const (
 	Measurement      = "nvidia_smi"
 	EventMeasurement = "gpusampler_events"
+	SelfMeasurement  = "gpusampler_self"
 )
 
 // Tag is one extra tag applied to every line (fleet identity).
@@ -130,9 +132,67 @@ func (e *Encoder) Encode(b *sampler.Batch) {
 		e.encodeLine(s[i:j])
 		i = j
 	}
+	sums := b.Summaries
+	for i := 0; i < len(sums); {
+		// summaries of one device and one window → one line
+		j := i + 1
+		for j < len(sums) && sums[j].Device == sums[i].Device && sums[j].StartNS == sums[i].StartNS {
+			j++
+		}
+		e.encodeSummaryLine(sums[i:j])
+		i = j
+	}
 	for _, ev := range b.Events {
 		e.encodeEvent(ev)
 	}
+}
+
+// encodeSummaryLine writes one line of window summaries, stamped with the
+// window's start: per metric the float fields NAME_mean, NAME_min,
+// NAME_max, NAME_last (in the field's unit, not rounded) and the integer
+// NAME_count. State metrics (bit masks, enumerations) get only _last and
+// _count; pstate stays a tag (its last value).
+func (e *Encoder) encodeSummaryLine(run []sampler.Summary) {
+	dt := e.device(int(run[0].Device))
+	fields := 0
+	for _, s := range run {
+		if s.Metric == sampler.MetricPState {
+			if int(s.Last) != dt.pstate {
+				dt.pstate = int(s.Last)
+				e.rebuildTags(dt)
+			}
+			continue
+		}
+		fields++
+	}
+	if fields == 0 {
+		return
+	}
+	e.enc.StartLine(Measurement)
+	for _, t := range dt.tags {
+		e.enc.AddTag(t.Key, t.Value)
+	}
+	for _, s := range run {
+		m := e.opts.Catalog.Get(s.Metric)
+		if m == nil || s.Metric == sampler.MetricPState {
+			continue
+		}
+		n := m.Influx()
+		n.Type = sampler.Float
+		add := func(suffix string, v float64) {
+			if fv, ok := lineprotocol.FloatValue(n.Convert(v)); ok {
+				e.enc.AddField(n.Name+suffix, fv)
+			}
+		}
+		if m.Kind != sampler.State {
+			add("_mean", s.Mean)
+			add("_min", s.Min)
+			add("_max", s.Max)
+		}
+		add("_last", s.Last)
+		e.enc.AddField(n.Name+"_count", lineprotocol.IntValue(int64(s.Count)))
+	}
+	e.enc.EndLine(time.Unix(0, run[0].StartNS))
 }
 
 func (e *Encoder) encodeLine(run []sampler.Sample) {
@@ -186,7 +246,43 @@ func FieldValue(n sampler.Naming, v float64) (lineprotocol.Value, bool) {
 	return lineprotocol.FloatValue(v)
 }
 
+// encodeSelf writes a self-metrics event: measurement gpusampler_self,
+// its attributes as tags (with host and global tags), its fields as fields.
+func (e *Encoder) encodeSelf(ev sampler.Event) {
+	var tags []Tag
+	if e.opts.Host != "" {
+		tags = append(tags, Tag{"host", e.opts.Host})
+	}
+	for _, a := range ev.Attrs {
+		tags = append(tags, Tag(a))
+	}
+	for _, t := range e.opts.GlobalTags {
+		if !slices.ContainsFunc(tags, func(x Tag) bool { return x.Key == t.Key }) {
+			tags = append(tags, t)
+		}
+	}
+	slices.SortFunc(tags, func(a, b Tag) int { return cmp.Compare(a.Key, b.Key) })
+	e.enc.StartLine(SelfMeasurement)
+	for _, t := range tags {
+		if t.Value != "" {
+			e.enc.AddTag(t.Key, t.Value)
+		}
+	}
+	for _, f := range ev.Fields {
+		if f.Int {
+			e.enc.AddField(f.Key, lineprotocol.IntValue(int64(f.Value)))
+		} else if v, ok := lineprotocol.FloatValue(f.Value); ok {
+			e.enc.AddField(f.Key, v)
+		}
+	}
+	e.enc.EndLine(time.Unix(0, ev.StartNS))
+}
+
 func (e *Encoder) encodeEvent(ev sampler.Event) {
+	if ev.Kind == sampler.EventSelf {
+		e.encodeSelf(ev)
+		return
+	}
 	dt := e.device(ev.Device)
 	tags := []Tag{{"index", strconv.Itoa(ev.Device)}, {"kind", string(ev.Kind)}}
 	if e.opts.Host != "" {

@@ -1,0 +1,213 @@
+// Package agent builds gpusampler's runtime — engine, outputs, aggregation
+// wrappers, self-metrics — from a parsed config.Config, and applies a
+// reloaded config to the running engine: outputs whose block did not
+// change keep running (same pump, cursors, connection); changed, added and
+// removed ones are replaced through Engine.RemoveOutput/AddOutput.
+//
+// Concurrency: Run runs on one goroutine; Reload and Stats may be called
+// from any goroutine, Reloads are serialized.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"reflect"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/gpusampler/gpusampler/config"
+	"github.com/gpusampler/gpusampler/outputs/aggregate"
+	"github.com/gpusampler/gpusampler/sampler"
+)
+
+// Options configure an Agent.
+type Options struct {
+	// Registry knows the output kinds.
+	Registry *config.Registry
+	// Stdout is handed to in-process outputs.
+	Stdout io.Writer
+	// Hostname is used when the config sets none.
+	Hostname string
+	// Logger receives the agent's logs; outputs get it with their name.
+	Logger *slog.Logger
+	// StatsWriter, when set, receives a short self-metrics summary every
+	// stats interval (gpusampler run --stats).
+	StatsWriter io.Writer
+}
+
+// Agent is a running configuration.
+type Agent struct {
+	opts Options
+	log  *slog.Logger
+	eng  *sampler.Engine
+
+	mu      sync.Mutex // serializes Reload; guards cfg and running
+	cfg     *config.Config
+	running map[string]*config.Output // by name
+}
+
+// New builds the engine over src and every output of cfg. The caller opened
+// src from cfg.Sampler (backend selection stays with the command line).
+func New(src sampler.Source, cfg *config.Config, opts Options) (*Agent, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Registry == nil {
+		return nil, errors.New("agent: no output registry")
+	}
+	s := cfg.Sampler
+	eng, err := sampler.New(src, sampler.Config{DrainInterval: s.DrainInterval, FieldInterval: s.FieldInterval,
+		SlowInterval: s.SlowInterval, RingSize: s.RingSize, Select: config.Selector(s.Include, s.Exclude),
+		Devices: s.DeviceFilter(), Logger: opts.Logger})
+	if err != nil {
+		return nil, err
+	}
+	a := &Agent{opts: opts, log: opts.Logger, eng: eng, cfg: cfg, running: map[string]*config.Output{}}
+	built, err := a.build(cfg, cfg.Outputs)
+	if err != nil {
+		src.Close()
+		return nil, err
+	}
+	for _, b := range built {
+		if err := eng.AddOutput(b.block.Name, b.out, b.block.PumpOptions()); err != nil {
+			return nil, err
+		}
+		a.running[b.block.Name] = b.block
+	}
+	return a, nil
+}
+
+// Engine returns the engine.
+func (a *Agent) Engine() *sampler.Engine { return a.eng }
+
+type builtOutput struct {
+	block *config.Output
+	out   sampler.Output
+}
+
+func (a *Agent) env(cfg *config.Config, o *config.Output) config.BuildEnv {
+	host := cfg.Agent.Hostname
+	if host == "" {
+		host = a.opts.Hostname
+	}
+	return config.BuildEnv{Stdout: a.opts.Stdout, Host: host, GlobalTags: cfg.GlobalTags,
+		Logger: a.log.With("output", o.Name), Catalog: a.eng.Catalog()}
+}
+
+// build makes the runtime outputs of blocks; on error it closes what it
+// built.
+func (a *Agent) build(cfg *config.Config, blocks []*config.Output) ([]builtOutput, error) {
+	var built []builtOutput
+	fail := func(err error) ([]builtOutput, error) {
+		for _, b := range built {
+			b.out.Close()
+		}
+		return nil, err
+	}
+	for _, o := range blocks {
+		k, ok := a.opts.Registry.Lookup(o.Kind)
+		if !ok || k.Build == nil {
+			return fail(fmt.Errorf("%s:%d: outputs.%s: output kind cannot be built", cfg.File, o.Line, o.Kind))
+		}
+		out, err := k.Build(o, a.env(cfg, o))
+		if err != nil {
+			return fail(fmt.Errorf("%s:%d: output %s: %w", cfg.File, o.Line, o.Name, err))
+		}
+		if o.Aggregate > 0 {
+			if out, err = aggregate.New(out, aggregate.Options{Interval: o.Aggregate}); err != nil {
+				return fail(err)
+			}
+		}
+		built = append(built, builtOutput{o, out})
+	}
+	return built, nil
+}
+
+// Run samples until ctx ends (see sampler.Engine.Run), sending
+// self-metrics every stats interval.
+func (a *Agent) Run(ctx context.Context) error {
+	sctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		a.selfMetricsLoop(sctx)
+	}()
+	err := a.eng.Run(ctx)
+	stop()
+	wg.Wait()
+	return err
+}
+
+// Reload applies cfg: unchanged outputs keep running, the others are
+// replaced, added or removed. A config whose outputs cannot all be built is
+// refused as a whole and the running one stays. Changes to the [sampler]
+// section need a restart; they are logged and otherwise ignored.
+func (a *Agent) Reload(cfg *config.Config) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	old := a.cfg
+	if !reflect.DeepEqual(old.Sampler, cfg.Sampler) {
+		a.log.Warn("config reload: [sampler] changed; restart gpusampler to apply it", "file", cfg.File)
+	}
+	envChanged := old.Agent.Hostname != cfg.Agent.Hostname || !maps.Equal(old.GlobalTags, cfg.GlobalTags)
+	var changed []*config.Output
+	keep := map[string]bool{}
+	for _, o := range cfg.Outputs {
+		if r, ok := a.running[o.Name]; ok && !envChanged && r.Same(o) {
+			keep[o.Name] = true
+			continue
+		}
+		changed = append(changed, o)
+	}
+	built, err := a.build(cfg, changed)
+	if err != nil {
+		a.log.Error("config reload refused; the running config stays", "err", err)
+		return fmt.Errorf("reload: %w", err)
+	}
+	var errs []error
+	for _, name := range slices.Sorted(maps.Keys(a.running)) {
+		if keep[name] {
+			continue
+		}
+		if err := a.eng.RemoveOutput(name); err != nil {
+			errs = append(errs, err)
+		}
+		delete(a.running, name)
+	}
+	for _, b := range built {
+		if err := a.eng.AddOutput(b.block.Name, b.out, b.block.PumpOptions()); err != nil {
+			b.out.Close()
+			errs = append(errs, err)
+			continue
+		}
+		a.running[b.block.Name] = b.block
+	}
+	a.cfg = cfg
+	a.log.Info("config reloaded", "file", cfg.File, "kept", len(keep), "replaced_or_added", len(built))
+	return errors.Join(errs...)
+}
+
+// ReloadFile loads path and applies it; a config that does not parse is
+// refused (logged with its file:line errors) and the running one stays.
+func (a *Agent) ReloadFile(path string, opts config.Options) error {
+	cfg, err := config.Load(path, opts)
+	if err != nil {
+		a.log.Error("config reload refused; the running config stays", "err", err)
+		return err
+	}
+	return a.Reload(cfg)
+}
+
+// statsInterval returns the current config's stats interval and whether
+// self-metrics go to the outputs.
+func (a *Agent) statsSettings() (time.Duration, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.cfg.Agent.StatsInterval, a.cfg.Agent.SelfMetrics
+}

@@ -1,0 +1,99 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/gpusampler/gpusampler/sampler"
+)
+
+// selfMetricsLoop sends self-metrics every stats interval through every
+// output (as sampler.EventSelf events) and, with a StatsWriter, prints a
+// summary there.
+func (a *Agent) selfMetricsLoop(ctx context.Context) {
+	prev := map[int]uint64{} // device index → calls at the last tick
+	last := time.Now()
+	for {
+		every, send := a.statsSettings()
+		t := time.NewTimer(every)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case now := <-t.C:
+			st := a.eng.Stats()
+			evs := SelfEvents(st, now, now.Sub(last), prev)
+			last = now
+			if send {
+				for _, ev := range evs {
+					a.eng.Emit(ev)
+				}
+			}
+			if w := a.opts.StatsWriter; w != nil {
+				fmt.Fprint(w, FormatStats(st))
+			}
+		}
+	}
+}
+
+func intField(k string, v uint64) sampler.Field {
+	return sampler.Field{Key: k, Value: float64(v), Int: true}
+}
+
+// SelfEvents turns an engine Stats snapshot into self-metrics events: one
+// per output (published, read, delivered, dropped, filtered, failed,
+// buffered = ring lag, write latency) and one per device (samples per NVML
+// call, nothing-new drains, suspected losses, NVML calls/s over elapsed,
+// newest sample age). prevCalls holds each device's call count at the last
+// snapshot and is updated.
+func SelfEvents(st sampler.Stats, now time.Time, elapsed time.Duration, prevCalls map[int]uint64) []sampler.Event {
+	ns := now.UnixNano()
+	var evs []sampler.Event
+	for _, o := range st.Outputs {
+		evs = append(evs, sampler.Event{Kind: sampler.EventSelf, Device: -1, StartNS: ns, EndNS: ns,
+			Attrs: []sampler.Attr{{Key: "scope", Value: "output"}, {Key: "output", Value: o.Name}},
+			Fields: []sampler.Field{intField("published", o.Published), intField("read", o.Read),
+				intField("delivered", o.Delivered), intField("dropped", o.Dropped), intField("filtered", o.Filtered),
+				intField("failed", o.Failed), intField("buffered", o.Lag), intField("writes", o.Writes),
+				intField("write_errors", o.WriteErrors), intField("events_dropped", o.EventsDropped),
+				intField("write_latency_last_ns", uint64(o.LastWriteLatency)),
+				intField("write_latency_max_ns", uint64(o.MaxWriteLatency))}})
+	}
+	for _, d := range st.Devices {
+		callsPerS := 0.0
+		if elapsed > 0 {
+			callsPerS = float64(d.Calls-prevCalls[d.Index]) / elapsed.Seconds()
+		}
+		prevCalls[d.Index] = d.Calls
+		age := int64(0)
+		if d.NewestNS > 0 {
+			age = ns - d.NewestNS
+		}
+		evs = append(evs, sampler.Event{Kind: sampler.EventSelf, Device: d.Index, StartNS: ns, EndNS: ns,
+			Attrs: []sampler.Attr{{Key: "scope", Value: "device"}, {Key: "gpu", Value: strconv.Itoa(d.Index)}, {Key: "uuid", Value: d.UUID}},
+			Fields: []sampler.Field{intField("published", d.Published), intField("drains", d.Drains),
+				intField("nothing_new", d.NothingNew), intField("suspected_losses", d.SuspectedLosses),
+				intField("lost_estimate", d.LostEstimate), intField("read_errors", d.ReadErrors),
+				intField("nvml_calls", d.Calls), {Key: "nvml_calls_per_s", Value: callsPerS},
+				{Key: "samples_per_call", Value: d.SamplesPerCall}, {Key: "newest_sample_age_ns", Value: float64(age), Int: true},
+				intField("min_drain_interval_ns", uint64(d.MinDrainInterval))}})
+	}
+	return evs
+}
+
+// FormatStats renders a short human summary of st (gpusampler run --stats).
+func FormatStats(st sampler.Stats) string {
+	s := "gpusampler stats:\n"
+	for _, o := range st.Outputs {
+		s += fmt.Sprintf("  output %-12s published %d delivered %d dropped %d filtered %d failed %d buffered %d write %v (max %v)\n",
+			o.Name, o.Published, o.Delivered, o.Dropped, o.Filtered, o.Failed, o.Lag,
+			o.LastWriteLatency.Round(time.Microsecond), o.MaxWriteLatency.Round(time.Microsecond))
+	}
+	for _, d := range st.Devices {
+		s += fmt.Sprintf("  gpu %-3d published %d samples/call %.1f nothing-new %d suspected-losses %d clock %v\n",
+			d.Index, d.Published, d.SamplesPerCall, d.NothingNew, d.SuspectedLosses, d.Clock)
+	}
+	return s
+}

@@ -1,0 +1,34 @@
+package main
+
+import (
+	"bytes"
+	"regexp"
+	"testing"
+
+	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/sampler/sim"
+)
+
+func TestPrintSupportProbesEachDevice(t *testing.T) {
+	src, err := sim.New(sim.Options{GPUs: 2, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := printSupport(&buf, src, sampler.DefaultCatalog); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	for _, re := range []string{`(?m)^power_draw\s.*\syes\s+yes$`, `(?m)^module_power_draw\s.*\sno\s+no$`, `(?m)^gpu 1: .* SIMULATED$`} {
+		if !regexp.MustCompile(re).MatchString(out) {
+			t.Errorf("output lacks %s:\n%s", re, out)
+		}
+	}
+}
+
+func TestConfigCommandPrintsExample(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := Main(t.Context(), []string{"config"}, nil, &out, &errb); code != 0 || !bytes.Contains(out.Bytes(), []byte("[[outputs.stdout]]")) {
+		t.Errorf("gpusampler config: code %d, stderr %s", code, errb.String())
+	}
+}

@@ -1,0 +1,327 @@
+package config
+
+import (
+	"fmt"
+	"maps"
+	"os"
+	"path"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/sampler/sim"
+)
+
+// Defaults of the agent section.
+const (
+	DefaultStatsInterval = 10 * time.Second
+)
+
+// Config is a whole config file as plain data. It holds no devices,
+// connections or goroutines; the caller builds those from it.
+type Config struct {
+	// File is the name the config was read from (used in messages).
+	File       string
+	Agent      Agent
+	GlobalTags map[string]string
+	Sampler    Sampler
+	// Outputs in file order.
+	Outputs []*Output
+}
+
+// Agent is the [agent] section.
+type Agent struct {
+	// Hostname overrides the machine's host name in every record.
+	Hostname string
+	// FlushInterval is every output's default flush interval.
+	FlushInterval time.Duration
+	// StatsInterval is how often self-metrics go to the outputs.
+	StatsInterval time.Duration
+	// SelfMetrics sends self-metrics through every output.
+	SelfMetrics bool
+}
+
+// Sampler is the [sampler] section: what is sampled, how often, from which
+// backend.
+type Sampler struct {
+	// Backend is "auto", "nvml" or "sim".
+	Backend string
+	// Profile, GPUs and Seed configure the simulator.
+	Profile string
+	GPUs    int
+	Seed    uint64
+	// Devices limits sampling to these devices, each an index ("0") or a
+	// UUID ("GPU-..."); empty means all.
+	Devices []string
+	// DrainInterval, FieldInterval and SlowInterval: see sampler.Config.
+	DrainInterval time.Duration
+	FieldInterval time.Duration
+	SlowInterval  time.Duration
+	// RingSize is the per-device ring capacity in samples.
+	RingSize int
+	// Include and Exclude are glob patterns (path.Match) over metric names
+	// and groups: what is sampled at all.
+	Include, Exclude []string
+}
+
+// Output is one [[outputs.KIND]] block.
+type Output struct {
+	// Kind is the output's kind ("stdout").
+	Kind string
+	// Name identifies the output in the engine, logs and self-metrics: the
+	// block's name key, else the kind for the first block of a kind and
+	// "kind.N" for the N-th.
+	Name string
+	// Line is the line of the block's header.
+	Line int
+	// Include and Exclude select metrics by name or group (globs).
+	Include, Exclude []string
+	// Aggregate is the summary window; 0 means raw samples.
+	Aggregate time.Duration
+	// FlushInterval, MaxBatch and WriteTimeout configure the pump.
+	FlushInterval time.Duration
+	MaxBatch      int
+	WriteTimeout  time.Duration
+	// Options is what the kind's Parse returned: its own typed, validated
+	// settings.
+	Options any
+	// Raw is the block as written, ${ENV} expanded, for plugins and for
+	// telling changed blocks from unchanged ones. Do not modify it.
+	Raw map[string]any
+}
+
+// commonOutputKeys are taken by the config package from every output block.
+var commonOutputKeys = []string{"name", "include", "exclude", "aggregate", "flush_interval", "max_batch", "write_timeout"}
+
+// PumpOptions returns the output's pump settings.
+func (o *Output) PumpOptions() sampler.PumpOptions {
+	return sampler.PumpOptions{FlushInterval: o.FlushInterval, MaxBatch: o.MaxBatch,
+		WriteTimeout: o.WriteTimeout, Select: Selector(o.Include, o.Exclude)}
+}
+
+// Same reports whether o and p configure the same output: same kind, name,
+// effective pump settings and block content. An unchanged output keeps
+// running across a reload.
+func (o *Output) Same(p *Output) bool {
+	return o.Kind == p.Kind && o.Name == p.Name && o.FlushInterval == p.FlushInterval &&
+		o.MaxBatch == p.MaxBatch && o.WriteTimeout == p.WriteTimeout && o.Aggregate == p.Aggregate &&
+		reflect.DeepEqual(o.Raw, p.Raw)
+}
+
+// Selector returns the metric filter for include/exclude patterns (nil when
+// both are empty: everything). A metric is selected when it matches an
+// include pattern (or there is none) and no exclude pattern; a pattern
+// matches a metric's name or its group.
+func Selector(include, exclude []string) func(*sampler.Metric) bool {
+	if len(include) == 0 && len(exclude) == 0 {
+		return nil
+	}
+	include, exclude = slices.Clone(include), slices.Clone(exclude)
+	return func(m *sampler.Metric) bool {
+		name, group := m.Name, string(m.Group)
+		if len(include) > 0 && !matchAny(include, name, group) {
+			return false
+		}
+		return !matchAny(exclude, name, group)
+	}
+}
+
+// DeviceFilter returns the device filter for Sampler.Devices (nil: all).
+func (s *Sampler) DeviceFilter() func(sampler.Device) bool {
+	if len(s.Devices) == 0 {
+		return nil
+	}
+	want := slices.Clone(s.Devices)
+	return func(d sampler.Device) bool {
+		return slices.Contains(want, strconv.Itoa(d.Index)) || slices.Contains(want, d.UUID)
+	}
+}
+
+// Options configure parsing.
+type Options struct {
+	// Registry knows the output kinds; blocks of other kinds are errors.
+	Registry *Registry
+	// LookupEnv resolves ${NAME}; nil means os.LookupEnv.
+	LookupEnv func(string) (string, bool)
+	// Catalog checks include/exclude patterns; nil means
+	// sampler.DefaultCatalog.
+	Catalog *sampler.Catalog
+}
+
+// Load reads and parses the file at name.
+func Load(name string, opts Options) (*Config, error) {
+	data, err := os.ReadFile(name)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	return Parse(name, data, opts)
+}
+
+// Parse decodes and validates a config document; file names it in errors.
+// The error, if any, is an *Error (syntax) or Errors (one per bad key), each
+// line "file:line: key: message". Parse does no I/O beyond reading the
+// environment.
+func Parse(file string, data []byte, opts Options) (*Config, error) {
+	if opts.LookupEnv == nil {
+		opts.LookupEnv = defaultLookupEnv
+	}
+	if opts.Catalog == nil {
+		opts.Catalog = sampler.DefaultCatalog
+	}
+	if opts.Registry == nil {
+		opts.Registry = NewRegistry()
+	}
+	doc, tree, err := parseDocument(file, data)
+	if err != nil {
+		return nil, err
+	}
+	doc.expandEnv("", tree, opts.LookupEnv)
+	root := newTable(doc, "", tree)
+	c := &Config{File: file}
+	c.Agent = parseAgent(root.Sub("agent"))
+	c.GlobalTags = root.Sub("global_tags").StringMap()
+	c.Sampler = parseSampler(root.Sub("sampler"), opts.Catalog)
+	c.Outputs = parseOutputs(root.Sub("outputs"), c.Agent, opts)
+	root.Finish()
+	if err := doc.err(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func parseAgent(t *Table) Agent {
+	a := Agent{FlushInterval: sampler.DefaultFlushInterval, StatsInterval: DefaultStatsInterval, SelfMetrics: true}
+	t.String("hostname", &a.Hostname)
+	t.Duration("flush_interval", &a.FlushInterval)
+	t.Duration("stats_interval", &a.StatsInterval)
+	t.Bool("self_metrics", &a.SelfMetrics)
+	t.Finish()
+	return a
+}
+
+func parseSampler(t *Table, cat *sampler.Catalog) Sampler {
+	s := Sampler{Backend: "auto", Profile: "training", GPUs: 2, Seed: 1,
+		DrainInterval: sampler.DefaultDrainInterval, FieldInterval: sampler.DefaultFieldInterval,
+		SlowInterval: sampler.DefaultSlowInterval, RingSize: sampler.DefaultRingSize}
+	t.OneOf("backend", &s.Backend, "auto", "nvml", "sim")
+	t.OneOf("profile", &s.Profile, sim.Profiles...)
+	t.Int("gpus", &s.GPUs, 1, 64)
+	t.Uint64("seed", &s.Seed)
+	t.Strings("devices", &s.Devices)
+	for i, d := range s.Devices {
+		if _, err := strconv.Atoi(d); err != nil && !strings.HasPrefix(d, "GPU-") && !strings.HasPrefix(d, "MIG-") {
+			t.Errorf("devices["+strconv.Itoa(i)+"]", "%q is neither an index nor a UUID (GPU-...)", d)
+		}
+	}
+	t.Duration("drain_interval", &s.DrainInterval)
+	t.Duration("field_interval", &s.FieldInterval)
+	t.Duration("slow_interval", &s.SlowInterval)
+	if t.Has("slow_interval") && s.SlowInterval < sampler.MinSlowInterval {
+		t.Errorf("slow_interval", "%v: must be at least %v (slow queries cost milliseconds)", s.SlowInterval, sampler.MinSlowInterval)
+	}
+	t.Int("ring_size", &s.RingSize, 2, 1<<24)
+	s.Include, s.Exclude = patterns(t, cat)
+	t.Finish()
+	return s
+}
+
+// patterns reads include/exclude and checks that every pattern is a valid
+// glob matching at least one metric or group of the catalog.
+func patterns(t *Table, cat *sampler.Catalog) (include, exclude []string) {
+	t.Strings("include", &include)
+	t.Strings("exclude", &exclude)
+	check := func(key string, ps []string) {
+		for i, p := range ps {
+			k := key + "[" + strconv.Itoa(i) + "]"
+			if _, err := path.Match(p, ""); err != nil {
+				t.Errorf(k, "%q is not a valid pattern: %v", p, err)
+				continue
+			}
+			if !matchesCatalog(p, cat) {
+				t.Errorf(k, "%q matches no metric or group (see gpusampler metrics)", p)
+			}
+		}
+	}
+	check("include", include)
+	check("exclude", exclude)
+	return include, exclude
+}
+
+func matchesCatalog(p string, cat *sampler.Catalog) bool {
+	for _, g := range sampler.Groups {
+		if matchAny([]string{p}, string(g)) {
+			return true
+		}
+	}
+	for _, m := range cat.All() {
+		if matchAny([]string{p}, m.Name) {
+			return true
+		}
+	}
+	return false
+}
+
+func parseOutputs(t *Table, agent Agent, opts Options) []*Output {
+	var outs []*Output
+	names := map[string]string{} // name → key of the block that took it
+	for _, kind := range slices.Sorted(maps.Keys(t.Raw())) {
+		v, _ := t.take(kind)
+		k, known := opts.Registry.Lookup(kind)
+		if !known {
+			t.Errorf(kind, "unknown output kind %q (known: %s)", kind, strings.Join(opts.Registry.Kinds(), ", "))
+			continue
+		}
+		blocks, ok := v.([]any)
+		if !ok {
+			t.Errorf(kind, "want one or more [[outputs.%s]] blocks, got %s", kind, typeName(v))
+			continue
+		}
+		for i, b := range blocks {
+			key := kind + "[" + strconv.Itoa(i) + "]"
+			m, ok := b.(map[string]any)
+			if !ok {
+				t.Errorf(key, "want a table, got %s", typeName(b))
+				continue
+			}
+			bt := newTable(t.doc, t.Key(key), m)
+			o := &Output{Kind: kind, Line: bt.Line(""), Raw: m, FlushInterval: agent.FlushInterval,
+				MaxBatch: sampler.DefaultMaxBatch, WriteTimeout: sampler.DefaultWriteTimeout}
+			o.Name = kind
+			if i > 0 {
+				o.Name = kind + "." + strconv.Itoa(i+1)
+			}
+			bt.String("name", &o.Name)
+			if prev, dup := names[o.Name]; dup {
+				bt.Errorf("name", "output name %q already used by %s", o.Name, prev)
+			}
+			names[o.Name] = bt.Path()
+			o.Include, o.Exclude = patterns(bt, opts.Catalog)
+			var agg string
+			bt.String("aggregate", &agg)
+			if agg != "" && agg != "raw" {
+				d, err := time.ParseDuration(agg)
+				switch {
+				case err != nil:
+					bt.Errorf("aggregate", "%q: want \"raw\" or an interval such as \"10s\"", agg)
+				case d <= 0:
+					bt.Errorf("aggregate", "%q: must be positive", agg)
+				default:
+					o.Aggregate = d
+				}
+			}
+			bt.Duration("flush_interval", &o.FlushInterval)
+			bt.Int("max_batch", &o.MaxBatch, 1, 1<<20)
+			bt.Duration("write_timeout", &o.WriteTimeout)
+			if k.Parse != nil {
+				o.Options = k.Parse(bt)
+			}
+			bt.Finish()
+			outs = append(outs, o)
+		}
+	}
+	slices.SortStableFunc(outs, func(a, b *Output) int { return a.Line - b.Line })
+	return outs
+}

@@ -1,0 +1,271 @@
+package config_test
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpusampler/gpusampler/config"
+	"github.com/gpusampler/gpusampler/sampler"
+)
+
+// testKind is a fake output kind with one key of its own.
+type testOpts struct {
+	URL   string
+	Token string
+}
+
+func testRegistry() *config.Registry {
+	return config.NewRegistry(config.OutputKind{
+		Kind: "fake",
+		Parse: func(t *config.Table) any {
+			o := testOpts{URL: "http://localhost"}
+			t.String("url", &o.URL)
+			t.String("token", &o.Token)
+			return o
+		},
+	}, config.OutputKind{Kind: "other"})
+}
+
+func env(vars map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := vars[k]; return v, ok }
+}
+
+func parse(t *testing.T, doc string) (*config.Config, error) {
+	t.Helper()
+	return config.Parse("test.toml", []byte(doc), config.Options{Registry: testRegistry(),
+		LookupEnv: env(map[string]string{"TOKEN": "s3cret", "HOST": "node7"})})
+}
+
+const fullDoc = `
+[agent]
+  hostname = "${HOST}"
+  flush_interval = "50ms"
+  stats_interval = "5s"
+  self_metrics = false
+
+[global_tags]
+  cluster = "train-a"
+  rack = "r12"
+
+[sampler]
+  backend = "sim"
+  profile = "thermal"
+  gpus = 4
+  seed = 7
+  devices = ["0", "GPU-abc"]
+  drain_interval = "500ms"
+  field_interval = "100ms"
+  slow_interval = "2s"
+  ring_size = 1024
+  include = ["power", "utilization_*"]
+  exclude = ["module_power_draw"]
+
+[[outputs.fake]]
+  url = "http://a"
+  token = "${TOKEN}"
+  include = ["temperature"]
+  aggregate = "10s"
+
+[[outputs.fake]]
+  name = "second"
+  url = "http://b"
+  flush_interval = "1s"
+  max_batch = 100
+  write_timeout = "2s"
+  aggregate = "raw"
+
+[[outputs.other]]
+`
+
+func TestParseFull(t *testing.T) {
+	c, err := parse(t, fullDoc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantAgent := config.Agent{Hostname: "node7", FlushInterval: 50 * time.Millisecond, StatsInterval: 5 * time.Second}
+	if c.Agent != wantAgent {
+		t.Errorf("agent = %+v, want %+v", c.Agent, wantAgent)
+	}
+	if want := map[string]string{"cluster": "train-a", "rack": "r12"}; !reflect.DeepEqual(c.GlobalTags, want) {
+		t.Errorf("global tags = %v", c.GlobalTags)
+	}
+	wantSampler := config.Sampler{Backend: "sim", Profile: "thermal", GPUs: 4, Seed: 7, Devices: []string{"0", "GPU-abc"},
+		DrainInterval: 500 * time.Millisecond, FieldInterval: 100 * time.Millisecond, SlowInterval: 2 * time.Second,
+		RingSize: 1024, Include: []string{"power", "utilization_*"}, Exclude: []string{"module_power_draw"}}
+	if !reflect.DeepEqual(c.Sampler, wantSampler) {
+		t.Errorf("sampler = %+v\nwant %+v", c.Sampler, wantSampler)
+	}
+	if len(c.Outputs) != 3 {
+		t.Fatalf("%d outputs, want 3", len(c.Outputs))
+	}
+	a, b, o := c.Outputs[0], c.Outputs[1], c.Outputs[2]
+	if a.Name != "fake" || a.Kind != "fake" || a.Aggregate != 10*time.Second || a.FlushInterval != 50*time.Millisecond ||
+		a.Options != (testOpts{URL: "http://a", Token: "s3cret"}) || a.Line != 25 {
+		t.Errorf("first output = %+v", a)
+	}
+	if b.Name != "second" || b.Aggregate != 0 || b.FlushInterval != time.Second || b.MaxBatch != 100 ||
+		b.WriteTimeout != 2*time.Second || b.Options != (testOpts{URL: "http://b"}) {
+		t.Errorf("second output = %+v", b)
+	}
+	if o.Name != "other" || o.Kind != "other" {
+		t.Errorf("third output = %+v", o)
+	}
+	if a.Raw["token"] != "s3cret" {
+		t.Errorf("raw token = %v, want expanded", a.Raw["token"])
+	}
+	// The two blocks of one kind coexist with their own settings.
+	sel := a.PumpOptions().Select
+	cat := sampler.DefaultCatalog
+	if !sel(cat.Get(sampler.MetricTempGPU)) || sel(cat.Get(sampler.MetricPowerDraw)) {
+		t.Error("first output's selector: want temperature only")
+	}
+	if b.PumpOptions().Select != nil {
+		t.Error("second output selects everything")
+	}
+	// Parsing again gives the same data (round trip).
+	c2, err := parse(t, fullDoc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range c.Outputs {
+		if !c.Outputs[i].Same(c2.Outputs[i]) {
+			t.Errorf("output %d differs between two parses", i)
+		}
+	}
+}
+
+func TestParseDefaults(t *testing.T) {
+	c, err := parse(t, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Agent.StatsInterval != config.DefaultStatsInterval || !c.Agent.SelfMetrics ||
+		c.Agent.FlushInterval != sampler.DefaultFlushInterval {
+		t.Errorf("agent defaults = %+v", c.Agent)
+	}
+	if c.Sampler.Backend != "auto" || c.Sampler.DrainInterval != sampler.DefaultDrainInterval || c.Sampler.GPUs != 2 {
+		t.Errorf("sampler defaults = %+v", c.Sampler)
+	}
+	if len(c.Outputs) != 0 {
+		t.Errorf("outputs = %v", c.Outputs)
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		doc  string
+		want string // the whole error text
+	}{
+		{"malformed", "[agent]\nhostname = \n", "test.toml:2: "},
+		{"unterminated table", "[agent\n", "test.toml:1: "},
+		{"duplicate key", "[agent]\nhostname = \"a\"\nhostname = \"b\"\n", "test.toml:3: "},
+		{"unknown top-level key", "\n\nfoo = 1\n", "test.toml:3: foo: unknown key (known: agent, global_tags, sampler, outputs)"},
+		{"unknown agent key", "[agent]\n  hostnme = \"x\"\n",
+			"test.toml:2: agent.hostnme: unknown key (known: hostname, flush_interval, stats_interval, self_metrics)"},
+		{"unknown sampler key", "[sampler]\ngpus = 2\ndrain = \"1s\"\n", "test.toml:3: sampler.drain: unknown key"},
+		{"unknown output key", "[[outputs.fake]]\nurl = \"x\"\n[[outputs.fake]]\nurll = \"y\"\n",
+			"test.toml:4: outputs.fake[1].urll: unknown key (known: name, include, exclude, aggregate, flush_interval, max_batch, write_timeout, url, token)"},
+		{"wrong type string", "[agent]\nhostname = 3\n", "test.toml:2: agent.hostname: want a string, got an integer"},
+		{"wrong type int", "[sampler]\ngpus = \"two\"\n", "test.toml:2: sampler.gpus: want an integer, got a string"},
+		{"wrong type bool", "[agent]\nself_metrics = \"yes\"\n", "test.toml:2: agent.self_metrics: want a boolean, got a string"},
+		{"wrong type array elem", "[sampler]\ninclude = [\"power\", 3]\n", "test.toml:2: sampler.include[1]: want a string, got an integer"},
+		{"wrong type duration", "[sampler]\ndrain_interval = 10\n", `test.toml:2: sampler.drain_interval: want a duration string such as "500ms", got an integer`},
+		{"bad duration", "[agent]\nflush_interval = \"10 ms\"\n", `test.toml:2: agent.flush_interval: "10 ms" is not a duration (want e.g. "500us", "10ms", "1s")`},
+		{"zero interval", "[sampler]\nfield_interval = \"0s\"\n", `test.toml:2: sampler.field_interval: "0s": must be positive`},
+		{"negative interval", "[[outputs.fake]]\nflush_interval = \"-1s\"\n", `test.toml:2: outputs.fake[0].flush_interval: "-1s": must be positive`},
+		{"negative aggregate", "[[outputs.fake]]\naggregate = \"-10s\"\n", `test.toml:2: outputs.fake[0].aggregate: "-10s": must be positive`},
+		{"bad aggregate", "[[outputs.fake]]\naggregate = \"mean\"\n", `test.toml:2: outputs.fake[0].aggregate: "mean": want "raw" or an interval such as "10s"`},
+		{"slow interval too short", "[sampler]\nslow_interval = \"100ms\"\n", "test.toml:2: sampler.slow_interval: 100ms: must be at least 1s (slow queries cost milliseconds)"},
+		{"out of range", "[sampler]\ngpus = 0\n", "test.toml:2: sampler.gpus: 0 is out of range (want 1 to 64)"},
+		{"unknown backend", "[sampler]\nbackend = \"dcgm\"\n", `test.toml:2: sampler.backend: unknown value "dcgm" (want one of: auto, nvml, sim)`},
+		{"bad device", "[sampler]\ndevices = [\"first\"]\n", `test.toml:2: sampler.devices[0]: "first" is neither an index nor a UUID (GPU-...)`},
+		{"unknown output kind", "\n[[outputs.influxdb]]\nurl = \"x\"\n", `test.toml:2: outputs.influxdb: unknown output kind "influxdb" (known: fake, other)`},
+		{"output not array", "[outputs.fake]\nurl = \"x\"\n", "test.toml:1: outputs.fake: want one or more [[outputs.fake]] blocks, got a table"},
+		{"unknown metric", "[[outputs.fake]]\n\ninclude = [\"power\", \"powr_draw\"]\n",
+			`test.toml:3: outputs.fake[0].include[1]: "powr_draw" matches no metric or group (see gpusampler metrics)`},
+		{"unknown group", "[sampler]\nexclude = [\"gpm\"]\n", `test.toml:2: sampler.exclude[0]: "gpm" matches no metric or group (see gpusampler metrics)`},
+		{"bad glob", "[sampler]\ninclude = [\"power[\"]\n", `test.toml:2: sampler.include[0]: "power[" is not a valid pattern: syntax error in pattern`},
+		{"undefined env", "[[outputs.fake]]\nurl = \"x\"\ntoken = \"${NOPE}\"\n", "test.toml:3: outputs.fake[0].token: environment variable NOPE is not defined"},
+		{"undefined env in tags", "[global_tags]\nrack = \"r-${RACK}\"\n", "test.toml:2: global_tags.rack: environment variable RACK is not defined"},
+		{"duplicate name", "[[outputs.fake]]\nname = \"x\"\n[[outputs.other]]\nname = \"x\"\n", `test.toml:4: outputs.other[0].name: output name "x" already used by outputs.fake[0]`},
+		{"global tag not string", "[global_tags]\nrack = 12\n", "test.toml:2: global_tags.rack: want a string, got an integer"},
+		{"inline table key", "agent = { hostname = 1 }\n", "test.toml:1: agent.hostname: want a string, got an integer"},
+		{"dotted key", "[sampler]\nfoo.bar = 1\n", "test.toml:2: sampler.foo: unknown key"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := parse(t, tt.doc)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			got := err.Error()
+			if strings.Contains(got, "\n") {
+				t.Errorf("error spans several lines:\n%s", got)
+			}
+			if !strings.HasPrefix(got, tt.want) {
+				t.Errorf("error\n got %s\nwant %s", got, tt.want)
+			}
+			var ce *config.Error
+			var ces config.Errors
+			if !errors.As(err, &ce) && !errors.As(err, &ces) {
+				t.Errorf("error %T is neither *config.Error nor config.Errors", err)
+			}
+		})
+	}
+}
+
+func TestParseReportsEveryProblem(t *testing.T) {
+	_, err := parse(t, "[agent]\nhostname = 1\n[sampler]\ngpus = 99\n[[outputs.nope]]\n")
+	var es config.Errors
+	if !errors.As(err, &es) || len(es) != 3 {
+		t.Fatalf("err = %v, want 3 problems", err)
+	}
+	for i, want := range []int{2, 4, 5} {
+		if es[i].Line != want {
+			t.Errorf("problem %d on line %d, want %d", i, es[i].Line, want)
+		}
+	}
+}
+
+func TestEnvEscape(t *testing.T) {
+	c, err := parse(t, "[[outputs.fake]]\nurl = \"a$${b}c-${HOST}\"\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Outputs[0].Options.(testOpts).URL; got != "a${b}c-node7" {
+		t.Errorf("url = %q", got)
+	}
+}
+
+func TestSelector(t *testing.T) {
+	cat := sampler.DefaultCatalog
+	sel := config.Selector([]string{"power", "clocks_current_*"}, []string{"power_limit"})
+	var got []string
+	for _, m := range cat.All() {
+		if sel(&m) {
+			got = append(got, m.Name)
+		}
+	}
+	want := []string{"power_draw", "power_draw_instant", "module_power_draw", "energy_consumption",
+		"clocks_current_sm", "clocks_current_memory", "clocks_current_graphics", "clocks_current_video"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("selected %v\nwant %v", got, want)
+	}
+}
+
+func TestDeviceFilter(t *testing.T) {
+	s := config.Sampler{Devices: []string{"1", "GPU-x"}}
+	f := s.DeviceFilter()
+	for _, tc := range []struct {
+		d    sampler.Device
+		want bool
+	}{{sampler.Device{Index: 1}, true}, {sampler.Device{Index: 0, UUID: "GPU-x"}, true}, {sampler.Device{Index: 2, UUID: "GPU-y"}, false}} {
+		if f(tc.d) != tc.want {
+			t.Errorf("filter(%+v) = %v", tc.d, !tc.want)
+		}
+	}
+}

@@ -1,0 +1,559 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	toml "github.com/pelletier/go-toml/v2"
+	"github.com/pelletier/go-toml/v2/unstable"
+)
+
+// Error is one problem in a config file, at one key. Its text is one line:
+// "file:line: key: message".
+type Error struct {
+	File string
+	Line int
+	// Key is the dotted path of the key ("outputs.stdout[1].format"); empty
+	// for syntax errors that are not about one key.
+	Key string
+	Msg string
+}
+
+func (e *Error) Error() string {
+	if e.Key == "" {
+		return fmt.Sprintf("%s:%d: %s", e.File, e.Line, e.Msg)
+	}
+	return fmt.Sprintf("%s:%d: %s: %s", e.File, e.Line, e.Key, e.Msg)
+}
+
+// Errors is every problem found in one file, in line order. Its text has one
+// line per problem.
+type Errors []*Error
+
+func (es Errors) Error() string {
+	lines := make([]string, len(es))
+	for i, e := range es {
+		lines[i] = e.Error()
+	}
+	return strings.Join(lines, "\n")
+}
+
+// document is one parsed file: its decoded tree, the line of every key, and
+// the problems found so far.
+type document struct {
+	file  string
+	lines map[string]int // key path → line
+	errs  Errors
+}
+
+func (d *document) errorf(key string, line int, format string, args ...any) {
+	d.errs = append(d.errs, &Error{File: d.file, Line: line, Key: key, Msg: fmt.Sprintf(format, args...)})
+}
+
+// line returns the line of key, or of its nearest ancestor that has one.
+func (d *document) line(key string) int {
+	for key != "" {
+		if l, ok := d.lines[key]; ok {
+			return l
+		}
+		i := strings.LastIndexAny(key, ".[")
+		if i < 0 {
+			break
+		}
+		key = key[:i]
+	}
+	return 1
+}
+
+func (d *document) err() error {
+	if len(d.errs) == 0 {
+		return nil
+	}
+	slices.SortStableFunc(d.errs, func(a, b *Error) int { return a.Line - b.Line })
+	return d.errs
+}
+
+// parseDocument decodes data and indexes the line of every key. A syntax
+// error is returned as a single *Error.
+func parseDocument(file string, data []byte) (*document, map[string]any, error) {
+	var tree map[string]any
+	if err := toml.Unmarshal(data, &tree); err != nil {
+		var de *toml.DecodeError
+		if errors.As(err, &de) {
+			row, _ := de.Position()
+			return nil, nil, &Error{File: file, Line: row, Key: strings.Join(de.Key(), "."),
+				Msg: strings.TrimPrefix(de.Error(), "toml: ")}
+		}
+		return nil, nil, &Error{File: file, Line: 1, Msg: err.Error()}
+	}
+	if tree == nil {
+		tree = map[string]any{}
+	}
+	d := &document{file: file, lines: make(map[string]int)}
+	d.indexLines(data)
+	return d, tree, nil
+}
+
+// indexLines walks the document's expressions and records the line of each
+// table header and key. Paths name array-table elements with their index:
+// "outputs.stdout[1].format".
+func (d *document) indexLines(data []byte) {
+	var p unstable.Parser
+	p.Reset(data)
+	arrays := map[string]int{} // array-table path → index of its last element
+	var cur string             // resolved path of the current table
+	lineOf := func(n *unstable.Node) int { return p.Shape(n.Raw).Start.Line }
+	keys := func(n *unstable.Node) (parts []string, first *unstable.Node) {
+		it := n.Key()
+		for it.Next() {
+			if first == nil {
+				first = it.Node()
+			}
+			parts = append(parts, string(it.Node().Data))
+		}
+		return parts, first
+	}
+	// resolve turns a header's dotted parts into a path, indexing array
+	// tables on the way (all parts but the last).
+	resolve := func(parts []string) string {
+		var out string
+		for i, s := range parts {
+			out = join(out, s)
+			if n, ok := arrays[out]; ok && i < len(parts)-1 {
+				out += "[" + strconv.Itoa(n) + "]"
+			}
+		}
+		return out
+	}
+	var walkValue func(prefix string, v *unstable.Node)
+	walkValue = func(prefix string, v *unstable.Node) {
+		switch v.Kind {
+		case unstable.InlineTable:
+			it := v.Children()
+			for it.Next() {
+				kv := it.Node()
+				parts, first := keys(kv)
+				k := prefix
+				for _, s := range parts {
+					k = join(k, s)
+					d.set(k, lineOf(first))
+				}
+				walkValue(k, kv.Value())
+			}
+		case unstable.Array:
+			it := v.Children()
+			for i := 0; it.Next(); i++ {
+				k := prefix + "[" + strconv.Itoa(i) + "]"
+				if n := it.Node(); n.Raw.Length > 0 {
+					d.set(k, lineOf(n))
+				}
+				walkValue(k, it.Node())
+			}
+		}
+	}
+	for p.NextExpression() {
+		e := p.Expression()
+		switch e.Kind {
+		case unstable.Table:
+			parts, first := keys(e)
+			cur = resolve(parts)
+			d.set(cur, lineOf(first))
+		case unstable.ArrayTable:
+			parts, first := keys(e)
+			base := resolve(parts)
+			n := 0
+			if last, ok := arrays[base]; ok {
+				n = last + 1
+			}
+			arrays[base] = n
+			d.set(base, lineOf(first))
+			cur = base + "[" + strconv.Itoa(n) + "]"
+			d.set(cur, lineOf(first))
+		case unstable.KeyValue:
+			parts, first := keys(e)
+			k := cur
+			for _, s := range parts {
+				k = join(k, s)
+				d.set(k, lineOf(first))
+			}
+			walkValue(k, e.Value())
+		}
+	}
+}
+
+func (d *document) set(key string, line int) {
+	if _, ok := d.lines[key]; !ok {
+		d.lines[key] = line
+	}
+}
+
+// join appends key to a dotted path, quoting it unless it is bare. A key
+// may carry array indexes ("include[1]"), which stay unquoted.
+func join(prefix, key string) string {
+	base, idx := key, ""
+	if i := strings.IndexByte(key, '['); i > 0 && strings.HasSuffix(key, "]") && isIndexSuffix(key[i:]) {
+		base, idx = key[:i], key[i:]
+	}
+	if !isBareKey(base) {
+		base = strconv.Quote(base)
+	}
+	key = base + idx
+	if prefix == "" {
+		return key
+	}
+	return prefix + "." + key
+}
+
+// isIndexSuffix reports whether s is one or more "[N]".
+func isIndexSuffix(s string) bool {
+	for s != "" {
+		j := strings.IndexByte(s, ']')
+		if s[0] != '[' || j < 2 {
+			return false
+		}
+		if _, err := strconv.Atoi(s[1:j]); err != nil {
+			return false
+		}
+		s = s[j+1:]
+	}
+	return true
+}
+
+func isBareKey(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// expandEnv replaces ${NAME} in every string of v (recursively) with the
+// variable's value; "$${" writes a literal "${". An undefined variable is an
+// error at its key.
+func (d *document) expandEnv(key string, v any, lookup func(string) (string, bool)) any {
+	switch x := v.(type) {
+	case string:
+		return d.expandString(key, x, lookup)
+	case map[string]any:
+		for k, e := range x {
+			x[k] = d.expandEnv(join(key, k), e, lookup)
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = d.expandEnv(key+"["+strconv.Itoa(i)+"]", e, lookup)
+		}
+	}
+	return v
+}
+
+func (d *document) expandString(key, s string, lookup func(string) (string, bool)) string {
+	if !strings.Contains(s, "${") {
+		return s
+	}
+	var b strings.Builder
+	for {
+		i := strings.Index(s, "${")
+		if i < 0 {
+			b.WriteString(s)
+			return b.String()
+		}
+		if i > 0 && s[i-1] == '$' { // "$${" is a literal "${"
+			b.WriteString(s[:i-1])
+			b.WriteString("${")
+			s = s[i+2:]
+			continue
+		}
+		b.WriteString(s[:i])
+		j := strings.IndexByte(s[i:], '}')
+		if j < 0 {
+			d.errorf(key, d.line(key), "unterminated ${ in %q", s)
+			return b.String()
+		}
+		name := s[i+2 : i+j]
+		val, ok := lookup(name)
+		switch {
+		case name == "":
+			d.errorf(key, d.line(key), "empty variable name in ${}")
+		case !ok:
+			d.errorf(key, d.line(key), "environment variable %s is not defined", name)
+		}
+		b.WriteString(val)
+		s = s[i+j+1:]
+	}
+}
+
+// Table is one table of a config file, handed to decoders together with the
+// positions needed to report key, file and line. Getters mark the keys they
+// take; Finish reports every key nobody took as unknown. Problems are
+// collected (not returned) so that one run reports every bad key of a file.
+//
+// A Table is used by one goroutine, during parsing only.
+type Table struct {
+	doc   *document
+	path  string
+	m     map[string]any
+	used  map[string]bool
+	asked []string // every key a getter asked for, in order: the known keys
+}
+
+func newTable(doc *document, path string, m map[string]any) *Table {
+	if m == nil {
+		m = map[string]any{}
+	}
+	return &Table{doc: doc, path: path, m: m, used: make(map[string]bool)}
+}
+
+// Path returns the table's dotted path ("outputs.stdout[0]").
+func (t *Table) Path() string { return t.path }
+
+// File returns the config file's name.
+func (t *Table) File() string { return t.doc.file }
+
+// Key returns key's full dotted path.
+func (t *Table) Key(key string) string { return join(t.path, key) }
+
+// Line returns the line of key (or of the table when key is absent).
+func (t *Table) Line(key string) int { return t.doc.line(t.Key(key)) }
+
+// Has reports whether key is present.
+func (t *Table) Has(key string) bool { _, ok := t.m[key]; return ok }
+
+// Errorf records a problem with key.
+func (t *Table) Errorf(key, format string, args ...any) {
+	k := t.path
+	if key != "" {
+		k = t.Key(key)
+	}
+	t.doc.errorf(k, t.doc.line(k), format, args...)
+}
+
+func (t *Table) take(key string) (any, bool) {
+	if !slices.Contains(t.asked, key) {
+		t.asked = append(t.asked, key)
+	}
+	v, ok := t.m[key]
+	if ok {
+		t.used[key] = true
+	}
+	return v, ok
+}
+
+func typeName(v any) string {
+	switch v.(type) {
+	case string:
+		return "a string"
+	case int64:
+		return "an integer"
+	case float64:
+		return "a float"
+	case bool:
+		return "a boolean"
+	case []any:
+		return "an array"
+	case map[string]any:
+		return "a table"
+	case time.Time, toml.LocalDate, toml.LocalDateTime, toml.LocalTime:
+		return "a date/time"
+	}
+	return fmt.Sprintf("%T", v)
+}
+
+func (t *Table) wrongType(key string, v any, want string) {
+	t.Errorf(key, "want %s, got %s", want, typeName(v))
+}
+
+// String sets *dst to key's string value when present.
+func (t *Table) String(key string, dst *string) {
+	v, ok := t.take(key)
+	if !ok {
+		return
+	}
+	s, ok := v.(string)
+	if !ok {
+		t.wrongType(key, v, "a string")
+		return
+	}
+	*dst = s
+}
+
+// OneOf is String restricted to the allowed values.
+func (t *Table) OneOf(key string, dst *string, allowed ...string) {
+	s := *dst
+	t.String(key, &s)
+	if t.Has(key) && !slices.Contains(allowed, s) {
+		if _, ok := t.m[key].(string); ok {
+			t.Errorf(key, "unknown value %q (want one of: %s)", s, strings.Join(allowed, ", "))
+		}
+		return
+	}
+	*dst = s
+}
+
+// Bool sets *dst to key's boolean value when present.
+func (t *Table) Bool(key string, dst *bool) {
+	v, ok := t.take(key)
+	if !ok {
+		return
+	}
+	b, ok := v.(bool)
+	if !ok {
+		t.wrongType(key, v, "a boolean")
+		return
+	}
+	*dst = b
+}
+
+// Int sets *dst to key's integer value when present and within [lo, hi].
+func (t *Table) Int(key string, dst *int, lo, hi int) {
+	v, ok := t.take(key)
+	if !ok {
+		return
+	}
+	n, ok := v.(int64)
+	if !ok {
+		t.wrongType(key, v, "an integer")
+		return
+	}
+	if n < int64(lo) || n > int64(hi) {
+		t.Errorf(key, "%d is out of range (want %d to %d)", n, lo, hi)
+		return
+	}
+	*dst = int(n)
+}
+
+// Uint64 sets *dst to key's non-negative integer value when present.
+func (t *Table) Uint64(key string, dst *uint64) {
+	v, ok := t.take(key)
+	if !ok {
+		return
+	}
+	n, ok := v.(int64)
+	if !ok {
+		t.wrongType(key, v, "an integer")
+		return
+	}
+	if n < 0 {
+		t.Errorf(key, "%d: must not be negative", n)
+		return
+	}
+	*dst = uint64(n)
+}
+
+// Duration sets *dst to key's duration ("500us", "10ms", "1s") when present;
+// it must be positive.
+func (t *Table) Duration(key string, dst *time.Duration) {
+	v, ok := t.take(key)
+	if !ok {
+		return
+	}
+	s, ok := v.(string)
+	if !ok {
+		t.wrongType(key, v, `a duration string such as "500ms"`)
+		return
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		t.Errorf(key, "%q is not a duration (want e.g. \"500us\", \"10ms\", \"1s\")", s)
+		return
+	}
+	if d <= 0 {
+		t.Errorf(key, "%q: must be positive", s)
+		return
+	}
+	*dst = d
+}
+
+// Strings sets *dst to key's array of strings when present.
+func (t *Table) Strings(key string, dst *[]string) {
+	v, ok := t.take(key)
+	if !ok {
+		return
+	}
+	arr, ok := v.([]any)
+	if !ok {
+		t.wrongType(key, v, "an array of strings")
+		return
+	}
+	out := make([]string, 0, len(arr))
+	for i, e := range arr {
+		s, ok := e.(string)
+		if !ok {
+			k := key + "[" + strconv.Itoa(i) + "]"
+			t.Errorf(k, "want a string, got %s", typeName(e))
+			return
+		}
+		out = append(out, s)
+	}
+	*dst = out
+}
+
+// StringMap returns every key of the table as a string map; non-string
+// values are errors. All keys count as taken.
+func (t *Table) StringMap() map[string]string {
+	out := make(map[string]string, len(t.m))
+	for _, k := range slices.Sorted(maps.Keys(t.m)) {
+		var s string
+		t.String(k, &s)
+		out[k] = s
+	}
+	return out
+}
+
+// Sub returns the sub-table at key (an empty table when absent).
+func (t *Table) Sub(key string) *Table {
+	v, ok := t.take(key)
+	if !ok {
+		return newTable(t.doc, t.Key(key), nil)
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		t.wrongType(key, v, "a table")
+		return newTable(t.doc, t.Key(key), nil)
+	}
+	return newTable(t.doc, t.Key(key), m)
+}
+
+// Raw returns the table's values as decoded (strings with ${ENV}
+// expanded). The map belongs to the config: do not modify it.
+func (t *Table) Raw() map[string]any { return t.m }
+
+// Finish reports every key no getter took as unknown, naming the keys the
+// getters asked for.
+func (t *Table) Finish() {
+	for _, k := range slices.Sorted(maps.Keys(t.m)) {
+		if t.used[k] {
+			continue
+		}
+		msg := "unknown key"
+		if len(t.asked) > 0 {
+			msg += " (known: " + strings.Join(t.asked, ", ") + ")"
+		}
+		t.Errorf(k, "%s", msg)
+	}
+}
+
+// matchAny reports whether any of patterns matches name (path.Match globs).
+func matchAny(patterns []string, names ...string) bool {
+	for _, p := range patterns {
+		for _, n := range names {
+			if ok, _ := path.Match(p, n); ok {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// defaultLookupEnv is os.LookupEnv; Options.LookupEnv overrides it.
+func defaultLookupEnv(name string) (string, bool) { return os.LookupEnv(name) }

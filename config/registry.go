@@ -1,0 +1,86 @@
+package config
+
+import (
+	"io"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+
+	_ "embed"
+
+	"github.com/gpusampler/gpusampler/sampler"
+)
+
+// OutputKind describes one kind of output to the config: its sample
+// fragment, how to decode its own keys, and how to build it.
+type OutputKind struct {
+	// Kind is the name in [[outputs.KIND]].
+	Kind string
+	// SampleConfig is the kind's commented fragment of the example config
+	// (its sample.conf).
+	SampleConfig string
+	// Parse decodes the kind's own keys from a block (the common keys are
+	// already taken) into its typed options, reporting problems with
+	// t.Errorf. It must do no I/O. Nil means the kind has no keys of its
+	// own.
+	Parse func(t *Table) any
+	// Build makes the runtime output from a parsed block.
+	Build func(o *Output, env BuildEnv) (sampler.Output, error)
+}
+
+// BuildEnv is what outputs may use when they are built.
+type BuildEnv struct {
+	// Stdout is the process's standard output (in-process outputs only).
+	Stdout io.Writer
+	// Host is the host name for records ([agent] hostname or the machine's).
+	Host string
+	// GlobalTags are added to every record.
+	GlobalTags map[string]string
+	// Logger is the output's logger (output name attached).
+	Logger *slog.Logger
+	// Catalog is the metric catalog.
+	Catalog *sampler.Catalog
+}
+
+// Registry maps output kinds to their descriptions. Build one per program
+// (outputs/all.Registry); it is read-only once built and holds no global
+// state, so two configs — or two blocks of one kind — never share anything.
+type Registry struct {
+	kinds map[string]OutputKind
+}
+
+// NewRegistry returns a registry of kinds.
+func NewRegistry(kinds ...OutputKind) *Registry {
+	r := &Registry{kinds: make(map[string]OutputKind, len(kinds))}
+	for _, k := range kinds {
+		r.kinds[k.Kind] = k
+	}
+	return r
+}
+
+// Lookup returns the kind named kind.
+func (r *Registry) Lookup(kind string) (OutputKind, bool) {
+	k, ok := r.kinds[kind]
+	return k, ok
+}
+
+// Kinds returns every kind's name, sorted.
+func (r *Registry) Kinds() []string { return slices.Sorted(maps.Keys(r.kinds)) }
+
+//go:embed sample.conf
+var headerSample string
+
+// Example returns the whole commented example config: the agent,
+// global_tags and sampler sections followed by every output kind's
+// fragment, in kind order. config.example.toml is this text.
+func Example(r *Registry) string {
+	var b strings.Builder
+	b.WriteString(headerSample)
+	for _, k := range r.Kinds() {
+		b.WriteString("\n")
+		b.WriteString(strings.TrimRight(r.kinds[k].SampleConfig, "\n"))
+		b.WriteString("\n")
+	}
+	return b.String()
+}

@@ -1,0 +1,247 @@
+// Package aggregate is an Output wrapper that turns raw samples into
+// per-window summaries: for every (device, metric) and every window aligned
+// to the interval, the mean, min, max, last value and count of all samples
+// whose own timestamp falls in the window. Raw 10 Hz data from a fleet is
+// millions of points per second; summaries keep the spikes (min/max) at a
+// fraction of the volume.
+//
+// Windows close per (device, metric) when a sample of that series arrives
+// at or after the window's end (each series arrives in timestamp order), or
+// when the wall clock passes the window's end by MaxDelay (a series that
+// went quiet), or on Close. A sample for a window already emitted is late:
+// it is counted (Stats) and not emitted, never merged into another window.
+//
+// Device identities and events pass through unchanged, in the same Write.
+package aggregate
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/gpusampler/gpusampler/sampler"
+)
+
+// Options configure the wrapper.
+type Options struct {
+	// Interval is the window length (> 0). Windows start at multiples of
+	// it (Unix time).
+	Interval time.Duration
+	// MaxDelay is how long past its end a window of a quiet series waits
+	// for late samples (default: Interval + 2s, above the default drain
+	// interval).
+	MaxDelay time.Duration
+	// Now is the wall clock (default time.Now); tests inject one.
+	Now func() time.Time
+}
+
+type seriesKey struct {
+	dev    uint16
+	metric sampler.MetricID
+}
+
+type window struct {
+	start               int64
+	sum, min, max, last float64
+	lastT               int64
+	count               uint32
+}
+
+type series struct {
+	open []*window // sorted by start
+	// emittedEnd: windows starting before it were emitted; a sample there
+	// is late.
+	emittedEnd int64
+}
+
+// Output summarizes samples and hands the summaries to the wrapped output.
+// It follows sampler.Output's rules: one goroutine calls Write and Close;
+// the batch is not retained.
+type Output struct {
+	inner    sampler.Output
+	opts     Options
+	interval int64
+	series   map[seriesKey]*series
+	closed   []sampler.Summary
+	out      sampler.Batch
+	free     []*window
+	done     bool
+
+	late, summarized, emitted atomic.Uint64
+}
+
+// New wraps inner.
+func New(inner sampler.Output, opts Options) (*Output, error) {
+	if opts.Interval <= 0 {
+		return nil, fmt.Errorf("aggregate: interval %v: must be positive", opts.Interval)
+	}
+	if opts.MaxDelay <= 0 {
+		opts.MaxDelay = opts.Interval + 2*time.Second
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Output{inner: inner, opts: opts, interval: int64(opts.Interval), series: make(map[seriesKey]*series)}, nil
+}
+
+// Stats are the wrapper's counters.
+type Stats struct {
+	// Summarized samples went into a window; Late samples arrived for a
+	// window already emitted and were dropped.
+	Summarized, Late uint64
+	// Emitted summaries.
+	Emitted uint64
+}
+
+// Stats returns the counters (safe from any goroutine).
+func (o *Output) Stats() Stats {
+	return Stats{Summarized: o.summarized.Load(), Late: o.late.Load(), Emitted: o.emitted.Load()}
+}
+
+// Inner returns the wrapped output.
+func (o *Output) Inner() sampler.Output { return o.inner }
+
+// windowStart returns the start of the window holding t (floor division, so
+// negative times work too).
+func (o *Output) windowStart(t int64) int64 {
+	w := t / o.interval * o.interval
+	if t < 0 && w != t {
+		w -= o.interval
+	}
+	return w
+}
+
+// Write adds b's samples to their windows, then writes the closed windows'
+// summaries with b's devices and events to the inner output.
+func (o *Output) Write(ctx context.Context, b *sampler.Batch) error {
+	if o.done {
+		return sampler.ErrClosed
+	}
+	for _, s := range b.Samples {
+		o.add(s)
+	}
+	o.closeQuiet(o.opts.Now().UnixNano())
+	return o.emit(ctx, b.Devices, b.Events)
+}
+
+func (o *Output) add(s sampler.Sample) {
+	k := seriesKey{s.Device, s.Metric}
+	sr := o.series[k]
+	if sr == nil {
+		sr = &series{emittedEnd: -1 << 63}
+		o.series[k] = sr
+	}
+	start := o.windowStart(s.TimeNS)
+	if start < sr.emittedEnd {
+		o.late.Add(1)
+		return
+	}
+	// A sample at or past a window's end closes it: the series has moved on.
+	n := 0
+	for n < len(sr.open) && sr.open[n].start+o.interval <= s.TimeNS {
+		n++
+	}
+	if n > 0 {
+		o.closeWindows(k, sr, n)
+	}
+	i, found := slices.BinarySearchFunc(sr.open, start, func(w *window, t int64) int { return cmp.Compare(w.start, t) })
+	if !found {
+		w := o.newWindow(start)
+		sr.open = slices.Insert(sr.open, i, w)
+	}
+	w := sr.open[i]
+	v := s.Value
+	if w.count == 0 {
+		w.min, w.max, w.last, w.lastT = v, v, v, s.TimeNS
+	} else {
+		w.min, w.max = min(w.min, v), max(w.max, v)
+		if s.TimeNS >= w.lastT {
+			w.last, w.lastT = v, s.TimeNS
+		}
+	}
+	w.sum += v
+	w.count++
+	o.summarized.Add(1)
+}
+
+func (o *Output) newWindow(start int64) *window {
+	var w *window
+	if n := len(o.free); n > 0 {
+		w, o.free = o.free[n-1], o.free[:n-1]
+		*w = window{}
+	} else {
+		w = new(window)
+	}
+	w.start = start
+	return w
+}
+
+// closeWindows moves the series' first n windows to the closed list.
+func (o *Output) closeWindows(k seriesKey, sr *series, n int) {
+	for _, w := range sr.open[:n] {
+		o.closed = append(o.closed, sampler.Summary{StartNS: w.start, IntervalNS: o.interval,
+			Mean: w.sum / float64(w.count), Min: w.min, Max: w.max, Last: w.last, Count: w.count,
+			Device: k.dev, Metric: k.metric})
+		sr.emittedEnd = w.start + o.interval
+		o.free = append(o.free, w)
+	}
+	sr.open = slices.Delete(sr.open, 0, n)
+}
+
+// closeQuiet closes every window whose end lies MaxDelay or more before now.
+func (o *Output) closeQuiet(now int64) {
+	limit := now - int64(o.opts.MaxDelay)
+	for k, sr := range o.series {
+		n := 0
+		for n < len(sr.open) && sr.open[n].start+o.interval <= limit {
+			n++
+		}
+		if n > 0 {
+			o.closeWindows(k, sr, n)
+		}
+	}
+}
+
+func (o *Output) emit(ctx context.Context, devs []sampler.Device, evs []sampler.Event) error {
+	ob := &o.out
+	ob.Reset()
+	ob.Devices = append(ob.Devices, devs...)
+	ob.Events = append(ob.Events, evs...)
+	slices.SortFunc(o.closed, func(a, b sampler.Summary) int {
+		return cmp.Or(cmp.Compare(a.StartNS, b.StartNS), cmp.Compare(a.Device, b.Device), cmp.Compare(a.Metric, b.Metric))
+	})
+	ob.Summaries = append(ob.Summaries, o.closed...)
+	o.closed = o.closed[:0]
+	if ob.Len() == 0 {
+		return nil
+	}
+	ob.Seq++
+	seq := ob.Seq
+	err := o.inner.Write(ctx, ob)
+	o.emitted.Add(uint64(len(ob.Summaries)))
+	clear(ob.Events)
+	ob.Reset()
+	ob.Seq = seq
+	return err
+}
+
+// Close emits every open window, then closes the inner output. A second
+// Close returns nil.
+func (o *Output) Close() error {
+	if o.done {
+		return nil
+	}
+	o.done = true
+	for k, sr := range o.series {
+		o.closeWindows(k, sr, len(sr.open))
+	}
+	werr := o.emit(context.Background(), nil, nil)
+	cerr := o.inner.Close()
+	if werr != nil {
+		return fmt.Errorf("aggregate: final write: %w", werr)
+	}
+	return cerr
+}

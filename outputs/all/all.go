@@ -1,0 +1,18 @@
+// Package all lists every built-in output kind. A new output adds one line
+// to Registry.
+package all
+
+import (
+	"github.com/gpusampler/gpusampler/config"
+	"github.com/gpusampler/gpusampler/outputs/stdout"
+)
+
+// Registry returns a registry of every built-in output kind. Each call
+// returns a new value; nothing is shared.
+func Registry() *config.Registry {
+	return config.NewRegistry(
+		stdout.Kind(),
+	)
+}
+
+//go:generate sh -c "cd ../.. && go run ./cmd/gpusampler config > config.example.toml"

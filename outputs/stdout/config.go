@@ -1,0 +1,44 @@
+package stdout
+
+import (
+	"io"
+	"os"
+
+	"github.com/gpusampler/gpusampler/config"
+	"github.com/gpusampler/gpusampler/outputs/aggregate"
+	"github.com/gpusampler/gpusampler/sampler"
+)
+
+// Kind describes the stdout output to the config registry.
+func Kind() config.OutputKind {
+	return config.OutputKind{
+		Kind:         "stdout",
+		SampleConfig: SampleConfig,
+		Parse: func(t *config.Table) any {
+			o := Options{Format: "influx"}
+			t.OneOf("format", &o.Format, Formats...)
+			return o
+		},
+		Build: func(o *config.Output, env config.BuildEnv) (sampler.Output, error) {
+			opts, _ := o.Options.(Options)
+			opts.Host, opts.GlobalTags = env.Host, env.GlobalTags
+			opts.Color = opts.Format == "table" && isTerminal(env.Stdout)
+			out, err := New(env.Stdout, opts)
+			if err != nil || opts.Format != "table" || o.Aggregate > 0 {
+				return out, err // an aggregate interval is applied by the caller
+			}
+			return aggregate.New(out, aggregate.Options{Interval: DefaultTableInterval})
+		},
+	}
+}
+
+// isTerminal reports whether w is a character device (a TTY): the table is
+// colored only there.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}

@@ -1,0 +1,214 @@
+package stdout
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gpusampler/gpusampler/sampler"
+)
+
+// tableEncoder renders window summaries as a live table like
+// `nvidia-smi dmon`: one row per GPU per window, each cell the window's mean
+// and, for power and temperatures, the window's max beside it, so that
+// sub-second spikes stay visible. It consumes Batch.Summaries only (the
+// stdout output wraps itself in outputs/aggregate for this format).
+//
+// A row is printed once summaries of a window two intervals later have
+// arrived for its device (buffered metrics arrive up to a drain interval
+// late), and at Close. Rows fit 80 columns.
+type tableEncoder struct {
+	loc      *time.Location
+	color    bool
+	buf      []byte
+	rows     map[rowKey]*row
+	newest   map[uint16]int64 // device → newest window start seen
+	devs     map[int]sampler.Device
+	printed  int
+	interval int64
+	// since drops windows that ended before the output started (the
+	// buffers' history at the first drain), like dmon starting from now.
+	since int64
+	// held is each device's last summary of slow-query metrics, shown
+	// again in windows where the 1 s query took no sample.
+	held map[uint16]map[sampler.MetricID]sampler.Summary
+}
+
+type rowKey struct {
+	start int64
+	dev   uint16
+}
+
+type row struct {
+	vals map[sampler.MetricID]sampler.Summary
+}
+
+// tableHeaderEvery repeats the header like dmon does.
+const tableHeaderEvery = 25
+
+// Column layout; the throttle column takes what is left of 80.
+const tableRowFormat = "%-8s %3s %9s %7s %7s %4s %4s %5s %5s %6s "
+
+var tableHeader = fmt.Sprintf(tableRowFormat, "#time", "gpu", "pwrW/max", "gpuC/mx", "memC/mx", "sm%", "mem%",
+	"smclk", "mclk", "fbMiB") + "throttle\n"
+
+func newTableEncoder(loc *time.Location, color bool) *tableEncoder {
+	if loc == nil {
+		loc = time.Local
+	}
+	return &tableEncoder{loc: loc, color: color, rows: map[rowKey]*row{}, newest: map[uint16]int64{},
+		devs: map[int]sampler.Device{}, since: time.Now().UnixNano(), held: map[uint16]map[sampler.MetricID]sampler.Summary{}}
+}
+
+func (e *tableEncoder) Encode(b *sampler.Batch) {
+	for _, d := range b.Devices {
+		e.devs[d.Index] = d
+	}
+	for _, s := range b.Summaries {
+		e.interval = s.IntervalNS
+		if s.StartNS+s.IntervalNS <= e.since {
+			continue
+		}
+		k := rowKey{s.StartNS, s.Device}
+		r := e.rows[k]
+		if r == nil {
+			r = &row{vals: map[sampler.MetricID]sampler.Summary{}}
+			e.rows[k] = r
+		}
+		r.vals[s.Metric] = s
+		if s.StartNS > e.newest[s.Device] {
+			e.newest[s.Device] = s.StartNS
+		}
+	}
+	e.print(false)
+}
+
+// Flush prints every pending row.
+func (e *tableEncoder) Flush() { e.print(true) }
+
+func (e *tableEncoder) print(all bool) {
+	// One watermark for all devices keeps a window's rows together.
+	watermark := int64(math.MaxInt64)
+	for _, n := range e.newest {
+		watermark = min(watermark, n)
+	}
+	var ready []rowKey
+	for k := range e.rows {
+		if all || k.start+2*e.interval <= watermark {
+			ready = append(ready, k)
+		}
+	}
+	slices.SortFunc(ready, func(a, b rowKey) int { return cmp.Or(cmp.Compare(a.start, b.start), cmp.Compare(a.dev, b.dev)) })
+	for _, k := range ready {
+		if e.printed%tableHeaderEvery == 0 {
+			e.buf = append(e.buf, tableHeader...)
+		}
+		e.printed++
+		e.hold(k.dev, e.rows[k])
+		e.buf = e.appendRow(e.buf, k, e.rows[k])
+		delete(e.rows, k)
+	}
+}
+
+func (e *tableEncoder) appendRow(b []byte, k rowKey, r *row) []byte {
+	get := func(id sampler.MetricID) (sampler.Summary, bool) { s, ok := r.vals[id]; return s, ok }
+	num := func(id sampler.MetricID, width int, max bool) string {
+		s, ok := get(id)
+		if !ok {
+			return fmt.Sprintf("%*s", width, "-")
+		}
+		if !max {
+			return fmt.Sprintf("%*.0f", width, s.Mean)
+		}
+		return fmt.Sprintf("%*s", width, fmt.Sprintf("%.0f/%.0f", s.Mean, s.Max))
+	}
+	dev := e.devs[int(k.dev)]
+	gpuTemp := num(sampler.MetricTempGPU, 7, true)
+	if s, ok := get(sampler.MetricTempGPU); ok && e.color {
+		warn := dev.SlowdownTempC
+		if warn == 0 {
+			warn = sampler.GenericGPUTempWarnC
+		}
+		if s.Max >= warn {
+			gpuTemp = "\x1b[31m" + gpuTemp + "\x1b[0m"
+		}
+	}
+	power := "-"
+	if s, ok := get(sampler.MetricPowerDraw); ok {
+		power = fmt.Sprintf("%.0f/%.0f", s.Mean, s.Max)
+	}
+	throttle := "-"
+	if s, ok := get(sampler.MetricClocksEventReasons); ok {
+		throttle = shortReasons(uint64(s.Last) &^ sampler.ReasonGPUIdle)
+	}
+	line := fmt.Sprintf(tableRowFormat,
+		time.Unix(0, k.start).In(e.loc).Format("15:04:05"), fmt.Sprint(k.dev), power, gpuTemp,
+		num(sampler.MetricTempMemory, 7, true), num(sampler.MetricUtilGPU, 4, false), num(sampler.MetricUtilMemory, 4, false),
+		num(sampler.MetricClockSM, 5, false), num(sampler.MetricClockMemory, 5, false), memUsed(r))
+	// Fit 80 columns: the throttle column takes what is left.
+	visible := len(line)
+	if strings.Contains(line, "\x1b[") {
+		visible -= len("\x1b[31m\x1b[0m")
+	}
+	if room := 80 - visible; len(throttle) > room {
+		throttle = throttle[:max(room-1, 0)] + "+"
+	}
+	b = append(b, line...)
+	b = append(b, throttle...)
+	return append(b, '\n')
+}
+
+// hold fills r's missing slow-query metrics from the device's last ones and
+// remembers r's.
+func (e *tableEncoder) hold(dev uint16, r *row) {
+	h := e.held[dev]
+	if h == nil {
+		h = map[sampler.MetricID]sampler.Summary{}
+		e.held[dev] = h
+	}
+	for id, s := range h {
+		if _, ok := r.vals[id]; !ok {
+			r.vals[id] = s
+		}
+	}
+	for id, s := range r.vals {
+		if m := sampler.DefaultCatalog.Get(id); m != nil && m.Src.Kind == sampler.FromQuery {
+			h[id] = s
+		}
+	}
+}
+
+// shortReasons renders a clock event reason mask compactly for the table
+// ("pwrcap+swthm"), "none" when empty.
+func shortReasons(mask uint64) string {
+	short := []struct {
+		bit  uint64
+		name string
+	}{{sampler.ReasonAppClocksSetting, "app"}, {sampler.ReasonSWPowerCap, "pwrcap"}, {sampler.ReasonHWSlowdown, "hwslow"},
+		{sampler.ReasonSyncBoost, "sync"}, {sampler.ReasonSWThermalSlowdown, "swthm"}, {sampler.ReasonHWThermalSlowdown, "hwthm"},
+		{sampler.ReasonHWPowerBrake, "pbrake"}, {sampler.ReasonDisplayClocks, "disp"}}
+	var parts []string
+	for _, r := range short {
+		if mask&r.bit != 0 {
+			parts = append(parts, r.name)
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, "+")
+}
+
+func memUsed(r *row) string {
+	s, ok := r.vals[sampler.MetricMemoryUsed]
+	if !ok {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f", math.Round(s.Mean))
+}
+
+func (e *tableEncoder) Bytes() []byte { return e.buf }
+func (e *tableEncoder) Reset()        { e.buf = e.buf[:0] }

@@ -1,0 +1,87 @@
+package stdout_test
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpusampler/gpusampler/outputs/stdout"
+	"github.com/gpusampler/gpusampler/sampler"
+)
+
+var updateTable = flag.Bool("update-table", false, "rewrite testdata/table.golden")
+
+func TestTableGolden(t *testing.T) {
+	var buf bytes.Buffer
+	out, err := stdout.New(&buf, stdout.Options{Format: "table", Location: time.UTC})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Windows in 2100 (never before the output's start), 1 s apart.
+	base := time.Date(2100, 1, 2, 3, 4, 5, 0, time.UTC).UnixNano()
+	sum := func(w int, dev uint16, id sampler.MetricID, mean, max, last float64) sampler.Summary {
+		return sampler.Summary{StartNS: base + int64(w)*1e9, IntervalNS: 1e9, Mean: mean, Min: mean, Max: max,
+			Last: last, Count: 10, Device: dev, Metric: id}
+	}
+	var sums []sampler.Summary
+	for w := range 4 {
+		for dev := uint16(0); dev < 2; dev++ {
+			f := float64(w) + float64(dev)*10
+			sums = append(sums,
+				sum(w, dev, sampler.MetricPowerDraw, 600+f, 690+f, 610),
+				sum(w, dev, sampler.MetricTempMemory, 70+f/10, 72+f/10, 71),
+				sum(w, dev, sampler.MetricUtilGPU, 97, 100, 97),
+				sum(w, dev, sampler.MetricUtilMemory, 60.4, 70, 60),
+				sum(w, dev, sampler.MetricClockSM, 1980-f*10, 1980, 1980),
+				sum(w, dev, sampler.MetricClockMemory, 3201, 3201, 3201),
+			)
+			if w != 2 { // a window without a slow query: last value held
+				sums = append(sums, sum(w, dev, sampler.MetricTempGPU, 80+f, 80+f, 80+f),
+					sum(w, dev, sampler.MetricMemoryUsed, 99328, 99328, 99328))
+			}
+			reasons := 0.0
+			if dev == 1 && w >= 1 {
+				reasons = sampler.ReasonSWThermalSlowdown | sampler.ReasonHWThermalSlowdown | sampler.ReasonSWPowerCap
+			}
+			sums = append(sums, sum(w, dev, sampler.MetricClocksEventReasons, reasons, reasons, reasons))
+		}
+	}
+	ctx := context.Background()
+	devs := []sampler.Device{{Index: 0, UUID: "GPU-a"}, {Index: 1, UUID: "GPU-b", SlowdownTempC: 89}}
+	// Two writes: rows come out once a window two intervals later arrived.
+	if err := out.Write(ctx, &sampler.Batch{Devices: devs, Summaries: sums[:len(sums)/2]}); err != nil {
+		t.Fatal(err)
+	}
+	if err := out.Write(ctx, &sampler.Batch{Summaries: sums[len(sums)/2:]}); err != nil {
+		t.Fatal(err)
+	}
+	if err := out.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got := buf.String()
+	for _, line := range strings.Split(strings.TrimSuffix(got, "\n"), "\n") {
+		if len(line) > 80 {
+			t.Errorf("line wider than 80 columns (%d): %q", len(line), line)
+		}
+		if strings.Contains(line, "\x1b") {
+			t.Errorf("color escape without a terminal: %q", line)
+		}
+	}
+	const golden = "testdata/table.golden"
+	if *updateTable {
+		if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != string(want) {
+		t.Errorf("table differs from %s (go test -update-table to accept):\n%s", golden, got)
+	}
+}
