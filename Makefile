@@ -37,5 +37,9 @@ lint:
 	$(GO) vet ./...
 	CGO_ENABLED=0 $(GO) vet ./...
 
+## generate: regenerate config.example.toml from the outputs' sample.conf fragments.
+generate:
+	$(GO) generate ./outputs/all
+
 clean:
 	rm -rf bin out

@@ -13,7 +13,7 @@ import (
 type discard struct{ n int }
 
 func (d *discard) Write(_ context.Context, b *sampler.Batch) error { d.n += len(b.Samples); return nil }
-func (d *discard) Close() error                                     { return nil }
+func (d *discard) Close() error                                    { return nil }
 
 func cpuTime() time.Duration {
 	var ru syscall.Rusage

@@ -115,6 +115,18 @@ func decodeJSON(t *testing.T, data []byte) []sampler.Sample {
 	return out
 }
 
+// received decodes what a format wrote, or is nil for the table view
+// (which summarises rather than carries samples).
+func received(format string, buf **bytes.Buffer) func(t *testing.T) []sampler.Sample {
+	switch format {
+	case "json":
+		return func(t *testing.T) []sampler.Sample { return decodeJSON(t, (*buf).Bytes()) }
+	case "influx":
+		return func(t *testing.T) []sampler.Sample { return decodeInflux(t, (*buf).Bytes()) }
+	}
+	return nil
+}
+
 func TestConformance(t *testing.T) {
 	for _, format := range Formats {
 		t.Run(format, func(t *testing.T) {
@@ -128,12 +140,7 @@ func TestConformance(t *testing.T) {
 					}
 					return o
 				},
-				Received: func(t *testing.T) []sampler.Sample {
-					if format == "json" {
-						return decodeJSON(t, buf.Bytes())
-					}
-					return decodeInflux(t, buf.Bytes())
-				},
+				Received: received(format, &buf),
 			})
 		})
 	}
@@ -162,7 +169,7 @@ func goldenBatch() *sampler.Batch {
 }
 
 func TestGolden(t *testing.T) {
-	for _, format := range Formats {
+	for _, format := range []string{"influx", "json"} {
 		t.Run(format, func(t *testing.T) {
 			var buf bytes.Buffer
 			o, err := New(&buf, Options{Format: format, Host: "node1", GlobalTags: map[string]string{"cluster": "c1", "rack": "r7"}})
