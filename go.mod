@@ -2,4 +2,7 @@ module github.com/gpusampler/gpusampler
 
 go 1.26.8
 
-require golang.org/x/sys v0.50.0 // indirect
+require (
+	github.com/NVIDIA/go-nvml v0.13.4-1
+	golang.org/x/sys v0.50.0
+)
