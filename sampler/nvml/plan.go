@@ -65,17 +65,17 @@ type metricPlan struct {
 // queriesByName maps the catalog's query names to point queries. Memory and
 // remapped-row queries serve several metrics; the metric id picks one.
 var queriesByName = map[string]query{
-	"GetEnforcedPowerLimit":                  qPowerLimit,
-	"GetClockInfo(GRAPHICS)":                 qClockGraphics,
-	"GetClockInfo(VIDEO)":                    qClockVideo,
-	"GetCurrentClocksEventReasons":           qEventReasons,
-	"GetPerformanceState":                    qPState,
-	"GetMemoryInfo_v2":                       qMemReserved,
-	"GetTemperature":                         qTempGPU,
-	"GetFanSpeed":                            qFan,
-	"GetCurrPcieLinkGeneration":              qPCIeGen,
-	"GetCurrPcieLinkWidth":                   qPCIeWidth,
-	"GetPcieReplayCounter":                   qPCIeReplay,
+	"GetEnforcedPowerLimit":                   qPowerLimit,
+	"GetClockInfo(GRAPHICS)":                  qClockGraphics,
+	"GetClockInfo(VIDEO)":                     qClockVideo,
+	"GetCurrentClocksEventReasons":            qEventReasons,
+	"GetPerformanceState":                     qPState,
+	"GetMemoryInfo_v2":                        qMemReserved,
+	"GetTemperature":                          qTempGPU,
+	"GetFanSpeed":                             qFan,
+	"GetCurrPcieLinkGeneration":               qPCIeGen,
+	"GetCurrPcieLinkWidth":                    qPCIeWidth,
+	"GetPcieReplayCounter":                    qPCIeReplay,
 	"GetTotalEccErrors(CORRECTED,VOLATILE)":   qECCCorrected,
 	"GetTotalEccErrors(UNCORRECTED,VOLATILE)": qECCUncorrected,
 }
