@@ -183,12 +183,21 @@ func (d *device) Drain(t sampler.BufferType, cursor uint64, dst []sampler.RawSam
 		if !ok {
 			return dst[:before], fmt.Errorf("get samples %s: unknown value type %d", t, vt)
 		}
-		dst = append(dst, sampler.RawSample{TimeUS: s.TimeStamp, Value: v * scale})
+		dst = append(dst, sampler.RawSample{TimeUS: s.TimeStamp, Value: applyScale(v, scale)})
 	}
 	if len(dst) == before {
 		return dst, d.errNothingNew[t]
 	}
 	return dst, nil
+}
+
+// applyScale converts v to the catalog's unit. Scales below 1 divide, so
+// 123100 mW is exactly 123.1 W (123100 × 0.001 is not).
+func applyScale(v, scale float64) float64 {
+	if scale < 1 {
+		return v / math.Round(1/scale)
+	}
+	return v * scale
 }
 
 // decodeValue decodes an nvmlValue_t union by its type. Only the bytes of
@@ -287,7 +296,7 @@ func (d *device) Read(ids []sampler.MetricID, out []sampler.Reading) error {
 				out[i].Err = fmt.Errorf("%s: unknown value type %d", p.name, fv.ValueType)
 				continue
 			}
-			out[i].Value = v * p.scale
+			out[i].Value = applyScale(v, p.scale)
 			if fv.Timestamp > 0 {
 				out[i].TimeNS = fv.Timestamp * 1000
 			}
@@ -339,11 +348,11 @@ func (d *device) query(q *queryState, k query) (float64, nvml.Return) {
 	case qPowerLimit:
 		v, r := dev.GetEnforcedPowerLimit()
 		d.account("GetEnforcedPowerLimit", 1, start)
-		return float64(v) * 1e-3, r
+		return applyScale(float64(v), 1e-3), r
 	case qPowerUsage:
 		v, r := dev.GetPowerUsage()
 		d.account("GetPowerUsage", 1, start)
-		return float64(v) * 1e-3, r
+		return applyScale(float64(v), 1e-3), r
 	case qClockGraphics, qClockVideo, qClockSM, qClockMemory:
 		ct := map[query]nvml.ClockType{qClockGraphics: nvml.CLOCK_GRAPHICS, qClockVideo: nvml.CLOCK_VIDEO,
 			qClockSM: nvml.CLOCK_SM, qClockMemory: nvml.CLOCK_MEM}[k]
