@@ -1,0 +1,459 @@
+//go:build cgo
+
+package nvml
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/gpusampler/gpusampler/sampler"
+)
+
+// now is the clock for call latencies.
+var now = time.Now
+
+// device is one GPU. The engine calls Identity, Drain and Read from the
+// device's loop goroutine only, one at a time; CallStats may be called from
+// any goroutine.
+type device struct {
+	src   *Source
+	index int
+	dev   nvml.Device
+
+	calls     atomic.Uint64
+	latencyNS atomic.Int64
+
+	// Owned by the loop goroutine.
+	unsupported []bool // by MetricID: the device said not supported
+	fv          []nvml.FieldValue
+	slot        []int
+	// Prebuilt errors per buffer type, so an idle drain allocates nothing.
+	errNothingNew [sampler.NumBufferTypes]error
+	errBufferNS   [sampler.NumBufferTypes]error
+}
+
+var (
+	_ sampler.DeviceSource = (*device)(nil)
+	_ sampler.CallCounter  = (*device)(nil)
+)
+
+func newDevice(s *Source, index int) *device {
+	d := &device{src: s, index: index, unsupported: make([]bool, len(s.plans))}
+	for t := sampler.BufferType(0); t < sampler.NumBufferTypes; t++ {
+		op := "get samples " + t.String()
+		d.errNothingNew[t] = &callError{op: op, ret: nvml.ERROR_NOT_FOUND, is: sampler.ErrNothingNew}
+		d.errBufferNS[t] = notSupported(op)
+	}
+	return d
+}
+
+// CallStats returns the NVML C calls this device made and their summed
+// latency. GetSamples counts two calls when it returned samples (go-nvml
+// asks for the size, then fills), one otherwise.
+func (d *device) CallStats() sampler.CallStats {
+	return sampler.CallStats{Calls: d.calls.Load(), Latency: time.Duration(d.latencyNS.Load())}
+}
+
+func (d *device) account(op string, calls int, start time.Time) {
+	dur := now().Sub(start)
+	d.calls.Add(uint64(calls))
+	d.latencyNS.Add(int64(dur))
+	if h := d.src.opts.CallHook; h != nil {
+		h(op, dur)
+	}
+}
+
+// Identity reads the device's identity and temperature thresholds.
+func (d *device) Identity() (sampler.Device, error) {
+	id := sampler.Device{Index: d.index, Backend: "nvml", DriverVersion: d.src.driver}
+	has := d.src.has
+	if !has["nvmlDeviceGetUUID"] {
+		return id, fmt.Errorf("open device %d: %w", d.index, notSupported("get uuid"))
+	}
+	start := now()
+	uuid, ret := d.dev.GetUUID()
+	d.account("GetUUID", 1, start)
+	if ret != nvml.SUCCESS {
+		return id, newError(fmt.Sprintf("open device %d", d.index), ret)
+	}
+	id.UUID = uuid
+	if has["nvmlDeviceGetName"] {
+		start = now()
+		id.Name, _ = d.dev.GetName()
+		d.account("GetName", 1, start)
+	}
+	if has["nvmlDeviceGetPciInfo_v3"] {
+		start = now()
+		pci, ret := d.dev.GetPciInfo()
+		d.account("GetPciInfo", 1, start)
+		if ret == nvml.SUCCESS {
+			id.PCIBusID = cString(pci.BusId[:])
+		}
+	}
+	if has["nvmlDeviceGetSerial"] {
+		start = now()
+		if serial, ret := d.dev.GetSerial(); ret == nvml.SUCCESS {
+			id.Serial = serial
+		}
+		d.account("GetSerial", 1, start)
+	}
+	if has["nvmlDeviceGetMemoryInfo"] {
+		start = now()
+		if mem, ret := d.dev.GetMemoryInfo(); ret == nvml.SUCCESS {
+			id.MemoryTotalMiB = mem.Total >> 20
+		}
+		d.account("GetMemoryInfo", 1, start)
+	}
+	if has["nvmlDeviceGetTemperatureThreshold"] {
+		for _, th := range []struct {
+			t   nvml.TemperatureThresholds
+			dst *float64
+		}{
+			{nvml.TEMPERATURE_THRESHOLD_SLOWDOWN, &id.SlowdownTempC},
+			{nvml.TEMPERATURE_THRESHOLD_SHUTDOWN, &id.ShutdownTempC},
+			{nvml.TEMPERATURE_THRESHOLD_GPU_MAX, &id.MaxOperatingTempC},
+			{nvml.TEMPERATURE_THRESHOLD_MEM_MAX, &id.MemoryMaxTempC},
+		} {
+			start = now()
+			v, ret := d.dev.GetTemperatureThreshold(th.t)
+			d.account("GetTemperatureThreshold", 1, start)
+			if ret == nvml.SUCCESS {
+				*th.dst = float64(v)
+			}
+		}
+	}
+	return id, nil
+}
+
+// cString converts a NUL-terminated C char array.
+func cString(b []int8) string {
+	var sb strings.Builder
+	for _, c := range b {
+		if c == 0 {
+			break
+		}
+		sb.WriteByte(byte(c))
+	}
+	return sb.String()
+}
+
+// Drain appends the samples of buffer type t newer than cursor to dst.
+// Values are decoded by the type the driver returns and scaled to the
+// catalog's base units (power mW → W).
+func (d *device) Drain(t sampler.BufferType, cursor uint64, dst []sampler.RawSample) ([]sampler.RawSample, error) {
+	if t >= sampler.NumBufferTypes {
+		return dst, notSupported("get samples " + t.String())
+	}
+	if !d.src.has["nvmlDeviceGetSamples"] {
+		return dst, d.errBufferNS[t]
+	}
+	start := now()
+	vt, samples, ret := d.dev.GetSamples(nvml.SamplingType(t), cursor)
+	calls := 2
+	if len(samples) == 0 {
+		calls = 1 // the size query failed or said zero: no fill call
+	}
+	d.account("GetSamples", calls, start)
+	switch ret {
+	case nvml.SUCCESS:
+	case nvml.ERROR_NOT_FOUND, nvml.ERROR_NO_DATA:
+		return dst, d.errNothingNew[t]
+	case nvml.ERROR_NOT_SUPPORTED:
+		return dst, d.errBufferNS[t]
+	default:
+		return dst, newError("get samples "+t.String(), ret)
+	}
+	scale := 1.0
+	if t == sampler.BufferTotalPower || t == sampler.BufferModulePower {
+		scale = 1e-3 // mW → W
+	}
+	before := len(dst)
+	for i := range samples {
+		s := &samples[i]
+		if s.TimeStamp <= cursor {
+			continue
+		}
+		v, ok := decodeValue(vt, s.SampleValue)
+		if !ok {
+			return dst[:before], fmt.Errorf("get samples %s: unknown value type %d", t, vt)
+		}
+		dst = append(dst, sampler.RawSample{TimeUS: s.TimeStamp, Value: applyScale(v, scale)})
+	}
+	if len(dst) == before {
+		return dst, d.errNothingNew[t]
+	}
+	return dst, nil
+}
+
+// applyScale converts v to the catalog's unit. Scales below 1 divide, so
+// 123100 mW is exactly 123.1 W (123100 × 0.001 is not).
+func applyScale(v, scale float64) float64 {
+	if scale < 1 {
+		return v / math.Round(1/scale)
+	}
+	return v * scale
+}
+
+// decodeValue decodes an nvmlValue_t union by its type. Only the bytes of
+// the type are read: an unsigned int is the low 4 bytes, whatever the rest
+// holds.
+func decodeValue(vt nvml.ValueType, b [8]byte) (float64, bool) {
+	ne := binary.NativeEndian
+	switch vt {
+	case nvml.VALUE_TYPE_DOUBLE:
+		return math.Float64frombits(ne.Uint64(b[:])), true
+	case nvml.VALUE_TYPE_UNSIGNED_INT:
+		return float64(ne.Uint32(b[:4])), true
+	case nvml.VALUE_TYPE_UNSIGNED_LONG, nvml.VALUE_TYPE_UNSIGNED_LONG_LONG:
+		return float64(ne.Uint64(b[:])), true
+	case nvml.VALUE_TYPE_SIGNED_LONG_LONG:
+		return float64(int64(ne.Uint64(b[:]))), true
+	case nvml.VALUE_TYPE_SIGNED_INT:
+		return float64(int32(ne.Uint32(b[:4]))), true
+	case nvml.VALUE_TYPE_UNSIGNED_SHORT:
+		return float64(ne.Uint16(b[:2])), true
+	}
+	return 0, false
+}
+
+// Read reads ids into out: every field metric (and slow state that a field
+// also gives) in one GetFieldValues call, each value with its own return
+// code; the rest with point queries, one call per query however many metrics
+// it serves. The returned error is for the device (lost); per-value errors
+// are in out[i].Err.
+func (d *device) Read(ids []sampler.MetricID, out []sampler.Reading) error {
+	if cap(d.slot) < len(ids) {
+		d.slot = make([]int, len(ids))
+	}
+	slot := d.slot[:len(ids)]
+	d.fv = d.fv[:0]
+	for i, id := range ids {
+		out[i] = sampler.Reading{}
+		slot[i] = -1
+		if int(id) >= len(d.src.plans) || id == 0 {
+			out[i].Err = notSupported(fmt.Sprintf("read metric %d", id))
+			continue
+		}
+		p := &d.src.plans[id]
+		if d.unsupported[id] || p.kind == planUnsupported {
+			out[i].Err = p.errNS
+			continue
+		}
+		if p.kind != planField {
+			continue
+		}
+		k := -1
+		for j := range d.fv {
+			if d.fv[j].FieldId == p.fieldID {
+				k = j
+				break
+			}
+		}
+		if k < 0 {
+			d.fv = append(d.fv, nvml.FieldValue{FieldId: p.fieldID})
+			k = len(d.fv) - 1
+		}
+		slot[i] = k
+	}
+	var batchErr error
+	if len(d.fv) > 0 {
+		start := now()
+		ret := d.dev.GetFieldValues(d.fv)
+		d.account("GetFieldValues", 1, start)
+		if ret != nvml.SUCCESS {
+			batchErr = newError("get field values", ret)
+			if sentinel(ret) == sampler.ErrGPULost {
+				return fmt.Errorf("read device %d: %w", d.index, batchErr)
+			}
+		}
+	}
+	var q queryState
+	var lost error
+	for i, id := range ids {
+		if out[i].Err != nil {
+			continue
+		}
+		p := &d.src.plans[id]
+		switch p.kind {
+		case planField:
+			if batchErr != nil {
+				out[i].Err = batchErr
+				continue
+			}
+			fv := &d.fv[slot[i]]
+			if r := nvml.Return(fv.NvmlReturn); r != nvml.SUCCESS {
+				out[i].Err = d.valueError(id, p, r)
+				continue
+			}
+			v, ok := decodeValue(nvml.ValueType(fv.ValueType), fv.Value)
+			if !ok {
+				out[i].Err = fmt.Errorf("%s: unknown value type %d", p.name, fv.ValueType)
+				continue
+			}
+			out[i].Value = applyScale(v, p.scale)
+			if fv.Timestamp > 0 {
+				out[i].TimeNS = fv.Timestamp * 1000
+			}
+		case planQuery:
+			v, r := d.query(&q, p.query)
+			if r != nvml.SUCCESS {
+				out[i].Err = d.valueError(id, p, r)
+				if sentinel(r) == sampler.ErrGPULost && lost == nil {
+					lost = fmt.Errorf("read device %d: %w", d.index, out[i].Err)
+				}
+				continue
+			}
+			out[i].Value = v
+		}
+	}
+	return lost
+}
+
+// valueError returns the error for one value; "not supported" is cached so
+// the device is not asked again.
+func (d *device) valueError(id sampler.MetricID, p *metricPlan, r nvml.Return) error {
+	if r == nvml.ERROR_NOT_SUPPORTED || r == nvml.ERROR_FUNCTION_NOT_FOUND {
+		d.unsupported[id] = true
+		return p.errNS
+	}
+	return newError(p.name, r)
+}
+
+// queryState holds the results of calls that serve several metrics within
+// one Read, so each is made once.
+type queryState struct {
+	memDone, remapDone, utilDone bool
+	mem                          nvml.Memory_v2
+	memRet                       nvml.Return
+	remapCor, remapUnc           int
+	remapRet                     nvml.Return
+	util                         nvml.Utilization
+	utilRet                      nvml.Return
+}
+
+const mib = 1 << 20
+
+// query performs point query k (or reuses its result within this Read).
+func (d *device) query(q *queryState, k query) (float64, nvml.Return) {
+	has := d.src.has
+	dev := d.dev
+	start := now()
+	switch k {
+	case qPowerLimit:
+		v, r := dev.GetEnforcedPowerLimit()
+		d.account("GetEnforcedPowerLimit", 1, start)
+		return applyScale(float64(v), 1e-3), r
+	case qPowerUsage:
+		v, r := dev.GetPowerUsage()
+		d.account("GetPowerUsage", 1, start)
+		return applyScale(float64(v), 1e-3), r
+	case qClockGraphics, qClockVideo, qClockSM, qClockMemory:
+		ct := map[query]nvml.ClockType{qClockGraphics: nvml.CLOCK_GRAPHICS, qClockVideo: nvml.CLOCK_VIDEO,
+			qClockSM: nvml.CLOCK_SM, qClockMemory: nvml.CLOCK_MEM}[k]
+		v, r := dev.GetClockInfo(ct)
+		d.account("GetClockInfo", 1, start)
+		return float64(v), r
+	case qEventReasons:
+		var v uint64
+		var r nvml.Return
+		if has["nvmlDeviceGetCurrentClocksEventReasons"] {
+			v, r = dev.GetCurrentClocksEventReasons()
+			d.account("GetCurrentClocksEventReasons", 1, start)
+		} else {
+			v, r = dev.GetCurrentClocksThrottleReasons()
+			d.account("GetCurrentClocksThrottleReasons", 1, start)
+		}
+		return float64(v), r
+	case qPState:
+		v, r := dev.GetPerformanceState()
+		d.account("GetPerformanceState", 1, start)
+		if r == nvml.SUCCESS && v == nvml.PSTATE_UNKNOWN {
+			r = nvml.ERROR_NO_DATA
+		}
+		return float64(v), r
+	case qMemUsed, qMemFree, qMemTotal, qMemReserved:
+		if !q.memDone {
+			q.memDone = true
+			if has["nvmlDeviceGetMemoryInfo_v2"] {
+				q.mem, q.memRet = dev.GetMemoryInfo_v2()
+				d.account("GetMemoryInfo_v2", 1, start)
+			} else {
+				m, r := dev.GetMemoryInfo()
+				d.account("GetMemoryInfo", 1, start)
+				q.mem, q.memRet = nvml.Memory_v2{Total: m.Total, Free: m.Free, Used: m.Used}, r
+			}
+		}
+		if q.memRet != nvml.SUCCESS {
+			return 0, q.memRet
+		}
+		switch k {
+		case qMemUsed:
+			return float64(q.mem.Used) / mib, nvml.SUCCESS
+		case qMemFree:
+			return float64(q.mem.Free) / mib, nvml.SUCCESS
+		case qMemTotal:
+			return float64(q.mem.Total) / mib, nvml.SUCCESS
+		}
+		return float64(q.mem.Reserved) / mib, nvml.SUCCESS
+	case qTempGPU:
+		if has["nvmlDeviceGetTemperatureV"] {
+			t, r := dev.GetTemperatureV().V1()
+			d.account("GetTemperatureV", 1, start)
+			return float64(t.Temperature), r
+		}
+		v, r := dev.GetTemperature(nvml.TEMPERATURE_GPU)
+		d.account("GetTemperature", 1, start)
+		return float64(v), r
+	case qFan:
+		v, r := dev.GetFanSpeed()
+		d.account("GetFanSpeed", 1, start)
+		return float64(v), r
+	case qPCIeGen:
+		v, r := dev.GetCurrPcieLinkGeneration()
+		d.account("GetCurrPcieLinkGeneration", 1, start)
+		return float64(v), r
+	case qPCIeWidth:
+		v, r := dev.GetCurrPcieLinkWidth()
+		d.account("GetCurrPcieLinkWidth", 1, start)
+		return float64(v), r
+	case qPCIeReplay:
+		v, r := dev.GetPcieReplayCounter()
+		d.account("GetPcieReplayCounter", 1, start)
+		return float64(v), r
+	case qECCCorrected, qECCUncorrected:
+		typ := nvml.MEMORY_ERROR_TYPE_CORRECTED
+		if k == qECCUncorrected {
+			typ = nvml.MEMORY_ERROR_TYPE_UNCORRECTED
+		}
+		v, r := dev.GetTotalEccErrors(typ, nvml.VOLATILE_ECC)
+		d.account("GetTotalEccErrors", 1, start)
+		return float64(v), r
+	case qRemappedCor, qRemappedUnc:
+		if !q.remapDone {
+			q.remapDone = true
+			q.remapCor, q.remapUnc, _, _, q.remapRet = dev.GetRemappedRows()
+			d.account("GetRemappedRows", 1, start)
+		}
+		if k == qRemappedCor {
+			return float64(q.remapCor), q.remapRet
+		}
+		return float64(q.remapUnc), q.remapRet
+	case qUtilGPU, qUtilMemory:
+		if !q.utilDone {
+			q.utilDone = true
+			q.util, q.utilRet = dev.GetUtilizationRates()
+			d.account("GetUtilizationRates", 1, start)
+		}
+		if k == qUtilGPU {
+			return float64(q.util.Gpu), q.utilRet
+		}
+		return float64(q.util.Memory), q.utilRet
+	}
+	return 0, nvml.ERROR_NOT_SUPPORTED
+}

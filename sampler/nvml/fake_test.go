@@ -1,0 +1,479 @@
+//go:build cgo
+
+package nvml
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gpusampler/gpusampler/sampler"
+)
+
+// The fake-driver tests run the real cgo/dlopen path against
+// testdata/fakenvml.c, compiled here with gcc. A process binds NVML symbols
+// once, so each scenario runs in its own process: the parent test re-executes
+// the test binary with the scenario in the environment, and the child
+// (TestFakeDriverChild) loads the library.
+const (
+	envScenario = "GPUSAMPLER_FAKENVML_SCENARIO"
+	envLib      = "GPUSAMPLER_FAKENVML_LIB"
+)
+
+// buildFake compiles the fake library (the old-driver variant when old) and
+// returns its path.
+func buildFake(t testing.TB, dir string, old bool) string {
+	t.Helper()
+	gcc, err := exec.LookPath("gcc")
+	if err != nil {
+		if testing.Short() {
+			t.Skip("gcc not found (-short)")
+		}
+		t.Fatal("the fake NVML library needs gcc: ", err)
+	}
+	sub := "new"
+	args := []string{"-shared", "-fPIC", "-O1", "-Wall"}
+	if old {
+		sub = "old"
+		args = append(args, "-DFAKE_OLD_DRIVER")
+	}
+	out := filepath.Join(dir, sub, "libnvidia-ml.so.1")
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	args = append(args, "-o", out, filepath.Join("testdata", "fakenvml.c"))
+	if b, err := exec.Command(gcc, args...).CombinedOutput(); err != nil {
+		t.Fatalf("gcc %v: %v\n%s", args, err, b)
+	}
+	return out
+}
+
+// runScenario runs one scenario in a child process and fails with its
+// output when the child fails (including dying on a missing symbol).
+func runScenario(t *testing.T, scenario string, old bool, env ...string) {
+	t.Helper()
+	lib := buildFake(t, t.TempDir(), old)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestFakeDriverChild$", "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), envScenario+"="+scenario, envLib+"="+lib)
+	cmd.Env = append(cmd.Env, env...)
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--- PASS: TestFakeDriverChild") {
+		t.Fatalf("scenario %s: %v\n%s", scenario, err, out)
+	}
+	if testing.Verbose() {
+		for _, line := range strings.Split(string(out), "\n") {
+			if strings.Contains(line, "fake_test.go") {
+				t.Log(strings.TrimSpace(line))
+			}
+		}
+	}
+}
+
+func TestFakeDriverExactlyOnce(t *testing.T) {
+	runScenario(t, "exactly-once", false, "FAKENVML_PERIOD_US=5000", "FAKENVML_DEPTH=100", "FAKENVML_DEVICES=2")
+}
+
+func TestFakeDriverLossCounted(t *testing.T) {
+	runScenario(t, "loss", false, "FAKENVML_PERIOD_US=2000", "FAKENVML_DEPTH=50")
+}
+
+func TestFakeDriverBootTime(t *testing.T) {
+	runScenario(t, "boottime", false, "FAKENVML_CLOCK=boottime", "FAKENVML_PERIOD_US=5000")
+}
+
+func TestFakeDriverNotSupported(t *testing.T) {
+	runScenario(t, "unsupported", false, "FAKENVML_UNSUPPORTED=186,83", "FAKENVML_IDLE=1")
+}
+
+func TestFakeDriverVersions(t *testing.T) {
+	for _, tc := range []struct {
+		version string
+		old     bool
+	}{
+		{"12.535.183.01", true}, // R535 symbols only
+		{"12.550.54.15", false},
+		{"12.575.51.03", false},
+		{"13.580.65.06", false},
+		{"13.590.44.01", false},
+	} {
+		t.Run(tc.version, func(t *testing.T) {
+			runScenario(t, "fields", tc.old, "FAKENVML_VERSION="+tc.version)
+		})
+	}
+}
+
+func TestFakeDriverNotLoaded(t *testing.T) {
+	runScenario(t, "driver-not-loaded", false, "FAKENVML_INIT_RET=9")
+}
+
+// TestFakeDriverChild is the child side of the scenarios above.
+func TestFakeDriverChild(t *testing.T) {
+	scenario := os.Getenv(envScenario)
+	if scenario == "" {
+		t.Skip("runs only as a child of the TestFakeDriver* tests")
+	}
+	lib := os.Getenv(envLib)
+	if scenario == "driver-not-loaded" {
+		_, err := Open(Options{LibraryPath: lib})
+		if !errors.Is(err, sampler.ErrDriverNotLoaded) {
+			t.Fatalf("err = %v, want ErrDriverNotLoaded", err)
+		}
+		t.Logf("driver not loaded: %v", err)
+		return
+	}
+	calls := filepath.Join(t.TempDir(), "calls")
+	os.Setenv("FAKENVML_CALLS_FILE", calls)
+	s, err := Open(Options{LibraryPath: lib})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := s.(*Source)
+	switch scenario {
+	case "exactly-once":
+		childExactlyOnce(t, src, calls)
+	case "loss":
+		childLoss(t, src)
+	case "boottime":
+		childBootTime(t, src)
+	case "unsupported":
+		childUnsupported(t, src)
+	case "fields":
+		childFields(t, src)
+	default:
+		t.Fatalf("unknown scenario %q", scenario)
+	}
+}
+
+// fakeValue mirrors testdata/fakenvml.c: the value of sample k of type t in
+// the catalog's base unit.
+func fakeValue(t sampler.BufferType, k uint64) float64 {
+	switch t {
+	case sampler.BufferTotalPower:
+		return float64(100000+(k%1000)*100) / 1000
+	case sampler.BufferSMClock:
+		return float64(1000 + k%980)
+	case sampler.BufferMemoryClock:
+		return 2619
+	}
+	return float64(k % 101)
+}
+
+const fakePeriodUS = 5000
+
+// checkContinuous checks that ts are consecutive multiples of the period:
+// every sample between the first and the last, once.
+func checkContinuous(t *testing.T, what string, ts []uint64, periodUS uint64) {
+	t.Helper()
+	if len(ts) < 10 {
+		t.Errorf("%s: only %d samples", what, len(ts))
+		return
+	}
+	for i := 1; i < len(ts); i++ {
+		if d := ts[i] - ts[i-1]; d != periodUS {
+			t.Errorf("%s: samples %d→%d step %d µs (want %d): duplicate or gap", what, ts[i-1], ts[i], d, periodUS)
+			return
+		}
+	}
+}
+
+// collector is an in-process output that keeps copies of every sample.
+type collector struct {
+	mu      sync.Mutex
+	samples []sampler.Sample
+	events  []sampler.Event
+}
+
+func (c *collector) Write(_ context.Context, b *sampler.Batch) error {
+	c.mu.Lock()
+	c.samples = append(c.samples, b.Samples...)
+	for _, e := range b.Events {
+		c.events = append(c.events, e.Clone())
+	}
+	c.mu.Unlock()
+	return nil
+}
+
+func (c *collector) Close() error { return nil }
+
+// runEngine runs the engine on src for d and returns what it published.
+func runEngine(t *testing.T, src sampler.Source, cfg sampler.Config, d time.Duration) (*sampler.Engine, *collector) {
+	t.Helper()
+	eng, err := sampler.New(src, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	col := &collector{}
+	if err := eng.AddOutput("collect", col, sampler.PumpOptions{FlushInterval: 20 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	if err := eng.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return eng, col
+}
+
+func childExactlyOnce(t *testing.T, src *Source, callsFile string) {
+	devs, err := src.Devices()
+	if err != nil || len(devs) != 2 {
+		t.Fatalf("devices: %v, %v", len(devs), err)
+	}
+	// Direct drains at random intervals (all shorter than half the 500 ms
+	// buffer span), cursor kept as the engine keeps it.
+	types := []sampler.BufferType{sampler.BufferTotalPower, sampler.BufferGPUUtil, sampler.BufferSMClock, sampler.BufferMemoryClock}
+	got := map[sampler.BufferType][]uint64{}
+	cursor := map[sampler.BufferType]uint64{}
+	var raw []sampler.RawSample
+	for i := 0; i < 80; i++ {
+		for _, typ := range types {
+			raw, err = devs[0].Drain(typ, cursor[typ], raw[:0])
+			if errors.Is(err, sampler.ErrNothingNew) {
+				continue
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range raw {
+				if r.TimeUS <= cursor[typ] {
+					t.Fatalf("%s: sample %d not newer than cursor %d", typ, r.TimeUS, cursor[typ])
+				}
+				if want := fakeValue(typ, r.TimeUS/fakePeriodUS); r.Value != want {
+					t.Fatalf("%s: sample %d = %v, want %v", typ, r.TimeUS, r.Value, want)
+				}
+				got[typ] = append(got[typ], r.TimeUS)
+				cursor[typ] = max(cursor[typ], r.TimeUS)
+			}
+		}
+		time.Sleep(time.Duration(rand.IntN(25)) * time.Millisecond)
+	}
+	for _, typ := range types {
+		checkContinuous(t, "direct "+typ.String(), got[typ], fakePeriodUS)
+	}
+
+	// The engine, with its defaults, on both devices.
+	eng, col := runEngine(t, src, sampler.Config{}, 2*time.Second)
+	byKey := map[[2]int][]uint64{}
+	for _, s := range col.samples {
+		m := sampler.DefaultCatalog.Get(s.Metric)
+		if m.Src.Kind == sampler.FromBuffer && s.Flags&sampler.FlagPointRead == 0 {
+			k := [2]int{int(s.Device), int(s.Metric)}
+			byKey[k] = append(byKey[k], uint64(s.TimeNS/1000))
+		}
+	}
+	for _, dev := range []int{0, 1} {
+		for _, typ := range types {
+			ts := byKey[[2]int{dev, int(sampler.DefaultCatalog.BufferMetric(typ))}]
+			checkContinuous(t, fmt.Sprintf("engine gpu%d %s", dev, typ), ts, fakePeriodUS)
+		}
+	}
+	st := eng.Stats()
+	var ours uint64
+	for _, d := range st.Devices {
+		if d.SuspectedLosses != 0 {
+			t.Errorf("gpu%d: %d suspected losses with drains inside the span", d.Index, d.SuspectedLosses)
+		}
+		if d.Clock != sampler.ClockRealtime {
+			t.Errorf("gpu%d: clock %v, want realtime", d.Index, d.Clock)
+		}
+		ours += d.Calls
+		t.Logf("gpu%d: published %d, calls %d, samples/call %.1f, drain interval %v", d.Index, d.Published, d.Calls, d.SamplesPerCall, d.MinDrainInterval)
+	}
+	// Engine.Run closed the source: the fake wrote the calls it received.
+	f, err := os.Open(callsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var theirs uint64
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var idx int
+		var n uint64
+		fmt.Sscan(sc.Text(), &idx, &n)
+		theirs += n
+	}
+	if ours != theirs {
+		t.Errorf("counted %d NVML device calls, the library received %d", ours, theirs)
+	}
+}
+
+func childLoss(t *testing.T, src *Source) {
+	// Buffer span 100 ms, first drain interval 1 s: the second drain finds
+	// the buffer overrun.
+	eng, col := runEngine(t, src, sampler.Config{DrainInterval: time.Second}, 1500*time.Millisecond)
+	d := eng.Stats().Devices[0]
+	if d.SuspectedLosses == 0 || d.LostEstimate < 100 {
+		t.Errorf("suspected losses %d, lost estimate %d: the overrun was not counted", d.SuspectedLosses, d.LostEstimate)
+	}
+	if d.MinDrainInterval > 50*time.Millisecond {
+		t.Errorf("drain interval %v after a loss, want ≤ half the 100 ms span", d.MinDrainInterval)
+	}
+	if !slices.ContainsFunc(col.events, func(e sampler.Event) bool { return e.Kind == sampler.EventSampleLoss }) {
+		t.Errorf("no sample-loss event")
+	}
+	t.Logf("losses %d, lost estimate %d, interval now %v", d.SuspectedLosses, d.LostEstimate, d.MinDrainInterval)
+}
+
+func childBootTime(t *testing.T, src *Source) {
+	devs, err := src.Devices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(600 * time.Millisecond) // fill the 500 ms buffers
+	for _, p := range ProbeBuffers(devs[0]) {
+		switch {
+		case p.Type == sampler.BufferModulePower:
+			if p.Supported {
+				t.Errorf("module power: supported, want not")
+			}
+		case p.Depth != 100 || p.Period != fakePeriodUS*time.Microsecond || p.Clock != sampler.ClockBoottime || p.Duplicates != 0:
+			t.Errorf("probe %s = %+v, want depth 100, period 5ms, boottime", p.Type, p)
+		}
+	}
+	eng, col := runEngine(t, src, sampler.Config{}, time.Second)
+	if c := eng.Stats().Devices[0].Clock; c != sampler.ClockBoottime {
+		t.Errorf("clock = %v, want boottime", c)
+	}
+	now := time.Now().UnixNano()
+	n := 0
+	for _, s := range col.samples {
+		if s.Metric != sampler.MetricPowerDraw {
+			continue
+		}
+		n++
+		if age := time.Duration(now - s.TimeNS); age < 0 || age > 3*time.Second {
+			t.Fatalf("power sample at %v: %v from now; boot-time stamps were not converted", s.Time(), age)
+		}
+	}
+	if n < 100 {
+		t.Errorf("%d power samples in 1 s at 5 ms", n)
+	}
+}
+
+func childUnsupported(t *testing.T, src *Source) {
+	devs, err := src.Devices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := []sampler.MetricID{sampler.MetricPowerInstant, sampler.MetricEnergy, sampler.MetricTempMemory, sampler.MetricFanSpeed, sampler.MetricUtilGPU}
+	out := make([]sampler.Reading, len(ids))
+	if err := devs[0].Read(ids, out); err != nil {
+		t.Fatal(err)
+	}
+	for i, wantNS := range []bool{true, true, false, true, false} {
+		if errors.Is(out[i].Err, sampler.ErrNotSupported) != wantNS {
+			t.Errorf("%s: err %v, want not supported %v", sampler.DefaultCatalog.Name(ids[i]), out[i].Err, wantNS)
+		}
+	}
+	if out[2].Value != 48 {
+		t.Errorf("memory temperature = %v", out[2].Value)
+	}
+	if _, err := devs[0].Drain(sampler.BufferModulePower, 0, nil); !errors.Is(err, sampler.ErrNotSupported) {
+		t.Errorf("module power drain: %v", err)
+	}
+	if _, err := devs[0].Drain(sampler.BufferGPUUtil, 0, nil); !errors.Is(err, sampler.ErrNothingNew) {
+		t.Errorf("idle utilization drain: %v, want nothing new", err)
+	}
+	eng, col := runEngine(t, src, sampler.Config{}, 1200*time.Millisecond)
+	d := eng.Stats().Devices[0]
+	if d.PointReads == 0 || d.NothingNew == 0 {
+		t.Errorf("idle GPU: point reads %d, nothing new %d", d.PointReads, d.NothingNew)
+	}
+	point := false
+	for _, s := range col.samples {
+		if s.Metric == sampler.MetricPowerInstant || s.Metric == sampler.MetricEnergy {
+			t.Fatalf("unsupported field published: %+v", s)
+		}
+		if s.Metric == sampler.MetricUtilGPU {
+			if s.Flags&sampler.FlagPointRead == 0 {
+				t.Errorf("idle utilization sample not marked as a point read: %+v", s)
+			}
+			point = true
+		}
+	}
+	if !point {
+		t.Errorf("no utilization point read on an idle GPU")
+	}
+}
+
+func childFields(t *testing.T, src *Source) {
+	v := src.NVMLVersion()
+	devs, err := src.Devices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := devs[0].Identity()
+	if err != nil || id.UUID != "GPU-fake-0000-0000" || id.SlowdownTempC != 89 || id.MemoryMaxTempC != 95 || id.PCIBusID != "00000000:18:00.0" {
+		t.Fatalf("identity %+v, %v", id, err)
+	}
+	// Every catalog metric at once: the fake aborts on a field id this
+	// version defines differently, the loader on an absent symbol.
+	var ids []sampler.MetricID
+	for _, m := range sampler.DefaultCatalog.All() {
+		ids = append(ids, m.ID)
+	}
+	out := make([]sampler.Reading, len(ids))
+	if err := devs[0].Read(ids, out); err != nil {
+		t.Fatal(err)
+	}
+	get := func(id sampler.MetricID) sampler.Reading { return out[slices.Index(ids, id)] }
+	old := !src.HasSymbol("nvmlDeviceGetTemperatureV")
+	wantTemp := 42.0 // nvmlDeviceGetTemperatureV
+	if old {
+		wantTemp = 41 // nvmlDeviceGetTemperature
+	}
+	if r := get(sampler.MetricTempGPU); r.Err != nil || r.Value != wantTemp {
+		t.Errorf("NVML %s: temperature %v, %v; want %v", v.Raw, r.Value, r.Err, wantTemp)
+	}
+	if r := get(sampler.MetricClocksEventReasons); r.Err != nil || r.Value != 4 {
+		t.Errorf("NVML %s: clock event reasons %v, %v", v.Raw, r.Value, r.Err)
+	}
+	hw := get(sampler.MetricThrottleHWThermal)
+	switch {
+	case v.API.Less(api12_9):
+		if !errors.Is(hw.Err, sampler.ErrNotSupported) {
+			t.Errorf("NVML %s: hw thermal throttle %v, %v; want not supported", v.Raw, hw.Value, hw.Err)
+		}
+	case v.API.Less(api13_1):
+		if hw.Err != nil || hw.Value != 7*252 {
+			t.Errorf("NVML %s: hw thermal throttle %v, %v; want field 252", v.Raw, hw.Value, hw.Err)
+		}
+	default:
+		if hw.Err != nil || hw.Value != 7*270 {
+			t.Errorf("NVML %s: hw thermal throttle %v, %v; want field 270", v.Raw, hw.Value, hw.Err)
+		}
+	}
+	pcie := get(sampler.MetricPCIeTxBytes)
+	if v.API.Less(api12_4) != errors.Is(pcie.Err, sampler.ErrNotSupported) {
+		t.Errorf("NVML %s: pcie tx %v, %v", v.Raw, pcie.Value, pcie.Err)
+	}
+	if r := get(sampler.MetricPowerInstant); r.Err != nil || r.Value != 312.25 {
+		t.Errorf("power instant %v, %v", r.Value, r.Err)
+	}
+	if r := get(sampler.MetricNVLinkTxBytes); r.Err != nil || r.Value != 10240 {
+		t.Errorf("nvlink tx %v, %v", r.Value, r.Err)
+	}
+	if r := get(sampler.MetricMemoryUsed); r.Err != nil || r.Value != 1024 {
+		t.Errorf("memory used %v, %v", r.Value, r.Err)
+	}
+	if r := get(sampler.MetricUtilGPU); r.Err != nil || r.Value != 97 {
+		t.Errorf("utilization point read %v, %v", r.Value, r.Err)
+	}
+	// And the engine over it for a moment.
+	eng, _ := runEngine(t, src, sampler.Config{}, 700*time.Millisecond)
+	if d := eng.Stats().Devices[0]; d.Published == 0 || d.ReadErrors != 0 {
+		t.Errorf("engine: published %d, read errors %d", d.Published, d.ReadErrors)
+	}
+	t.Logf("NVML %s (api %s, old symbols %v): ok", v.Raw, v.API, old)
+}

@@ -1,0 +1,189 @@
+//go:build cgo
+
+package nvml
+
+import (
+	"fmt"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/gpusampler/gpusampler/sampler"
+)
+
+// planKind says how the backend reads one catalog metric.
+type planKind uint8
+
+const (
+	planUnsupported planKind = iota // never asked: err says why
+	planField                       // one value of the per-tick GetFieldValues batch
+	planQuery                       // a point query
+)
+
+// query identifies a point query (several metrics may share one call).
+type query uint8
+
+const (
+	qNone query = iota
+	qPowerLimit
+	qPowerUsage
+	qClockGraphics
+	qClockVideo
+	qClockSM
+	qClockMemory
+	qEventReasons
+	qPState
+	qMemUsed
+	qMemFree
+	qMemTotal
+	qMemReserved
+	qTempGPU
+	qFan
+	qPCIeGen
+	qPCIeWidth
+	qPCIeReplay
+	qECCCorrected
+	qECCUncorrected
+	qRemappedCor
+	qRemappedUnc
+	qUtilGPU
+	qUtilMemory
+)
+
+// metricPlan is how one metric is read on this driver. Plans are built once
+// per Source and shared read-only by its devices.
+type metricPlan struct {
+	kind    planKind
+	name    string // for errors: the field symbol or query name
+	fieldID uint32
+	scale   float64
+	query   query
+	// errNS is the metric's prebuilt "not supported" error, returned without
+	// a C call once the device said so (probe once, cache).
+	errNS error
+}
+
+// queriesByName maps the catalog's query names to point queries. Memory and
+// remapped-row queries serve several metrics; the metric id picks one.
+var queriesByName = map[string]query{
+	"GetEnforcedPowerLimit":                   qPowerLimit,
+	"GetClockInfo(GRAPHICS)":                  qClockGraphics,
+	"GetClockInfo(VIDEO)":                     qClockVideo,
+	"GetCurrentClocksEventReasons":            qEventReasons,
+	"GetPerformanceState":                     qPState,
+	"GetMemoryInfo_v2":                        qMemReserved,
+	"GetTemperature":                          qTempGPU,
+	"GetFanSpeed":                             qFan,
+	"GetCurrPcieLinkGeneration":               qPCIeGen,
+	"GetCurrPcieLinkWidth":                    qPCIeWidth,
+	"GetPcieReplayCounter":                    qPCIeReplay,
+	"GetTotalEccErrors(CORRECTED,VOLATILE)":   qECCCorrected,
+	"GetTotalEccErrors(UNCORRECTED,VOLATILE)": qECCUncorrected,
+}
+
+// queryByMetric covers query names shared by several metrics, and the point
+// reads of buffer metrics.
+var queryByMetric = map[sampler.MetricID]query{
+	sampler.MetricMemoryUsed:            qMemUsed,
+	sampler.MetricMemoryFree:            qMemFree,
+	sampler.MetricMemoryTotal:           qMemTotal,
+	sampler.MetricRemappedCorrectable:   qRemappedCor,
+	sampler.MetricRemappedUncorrectable: qRemappedUnc,
+	// Point reads ("current value") of buffer metrics. The engine asks for
+	// utilization when an idle GPU's buffers run dry.
+	sampler.MetricUtilGPU:     qUtilGPU,
+	sampler.MetricUtilMemory:  qUtilMemory,
+	sampler.MetricPowerDraw:   qPowerUsage,
+	sampler.MetricClockSM:     qClockSM,
+	sampler.MetricClockMemory: qClockMemory,
+}
+
+// fieldForQuery lists slow-state metrics that a field reads as well as a
+// point query; they join one GetFieldValues batch instead of one C call each.
+var fieldForQuery = map[sampler.MetricID]string{
+	sampler.MetricPCIeReplays:           "NVML_FI_DEV_PCIE_REPLAY_COUNTER",
+	sampler.MetricECCSingleVolatile:     "NVML_FI_DEV_ECC_SBE_VOL_TOTAL",
+	sampler.MetricECCDoubleVolatile:     "NVML_FI_DEV_ECC_DBE_VOL_TOTAL",
+	sampler.MetricRemappedCorrectable:   "NVML_FI_DEV_REMAPPED_COR",
+	sampler.MetricRemappedUncorrectable: "NVML_FI_DEV_REMAPPED_UNC",
+}
+
+// querySymbols names the NVML functions a query needs (any one of them).
+var querySymbols = map[query][]string{
+	qPowerLimit:     {"nvmlDeviceGetEnforcedPowerLimit"},
+	qPowerUsage:     {"nvmlDeviceGetPowerUsage"},
+	qClockGraphics:  {"nvmlDeviceGetClockInfo"},
+	qClockVideo:     {"nvmlDeviceGetClockInfo"},
+	qClockSM:        {"nvmlDeviceGetClockInfo"},
+	qClockMemory:    {"nvmlDeviceGetClockInfo"},
+	qEventReasons:   {"nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"},
+	qPState:         {"nvmlDeviceGetPerformanceState"},
+	qMemUsed:        {"nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetMemoryInfo"},
+	qMemFree:        {"nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetMemoryInfo"},
+	qMemTotal:       {"nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetMemoryInfo"},
+	qMemReserved:    {"nvmlDeviceGetMemoryInfo_v2"},
+	qTempGPU:        {"nvmlDeviceGetTemperatureV", "nvmlDeviceGetTemperature"},
+	qFan:            {"nvmlDeviceGetFanSpeed"},
+	qPCIeGen:        {"nvmlDeviceGetCurrPcieLinkGeneration"},
+	qPCIeWidth:      {"nvmlDeviceGetCurrPcieLinkWidth"},
+	qPCIeReplay:     {"nvmlDeviceGetPcieReplayCounter"},
+	qECCCorrected:   {"nvmlDeviceGetTotalEccErrors"},
+	qECCUncorrected: {"nvmlDeviceGetTotalEccErrors"},
+	qRemappedCor:    {"nvmlDeviceGetRemappedRows"},
+	qRemappedUnc:    {"nvmlDeviceGetRemappedRows"},
+	qUtilGPU:        {"nvmlDeviceGetUtilizationRates"},
+	qUtilMemory:     {"nvmlDeviceGetUtilizationRates"},
+}
+
+func notSupported(what string) error {
+	return &callError{op: what, ret: nvml.ERROR_NOT_SUPPORTED, is: sampler.ErrNotSupported}
+}
+
+// buildPlans decides, once per driver, how each catalog metric is read.
+func buildPlans(cat *sampler.Catalog, api APIVersion, has map[string]bool) []metricPlan {
+	plans := make([]metricPlan, cat.Len())
+	for _, m := range cat.All() {
+		p := &plans[m.ID]
+		switch m.Src.Kind {
+		case sampler.FromField:
+			p.name = "field " + m.Src.Field
+			id, scale, ok := FieldID(m.Src.Field, api)
+			switch {
+			case !has["nvmlDeviceGetFieldValues"]:
+				p.kind, p.errNS = planUnsupported, notSupported(p.name+" (no nvmlDeviceGetFieldValues)")
+			case !ok && knownField(m.Src.Field):
+				p.kind, p.errNS = planUnsupported, notSupported(fmt.Sprintf("%s (not in NVML %s)", p.name, api))
+			case !ok:
+				p.kind, p.errNS = planUnsupported, notSupported(p.name+" (unknown to the nvml backend)")
+			default:
+				p.kind, p.fieldID, p.scale, p.errNS = planField, id, scale, notSupported(p.name)
+			}
+			continue
+		case sampler.FromQuery:
+			p.name = "query " + m.Src.Query
+			if sym, ok := fieldForQuery[m.ID]; ok && has["nvmlDeviceGetFieldValues"] {
+				if id, scale, ok := FieldID(sym, api); ok {
+					p.kind, p.fieldID, p.scale, p.errNS = planField, id, scale, notSupported("field "+sym)
+					continue
+				}
+			}
+			p.query = queriesByName[m.Src.Query]
+		case sampler.FromBuffer:
+			p.name = "point read " + m.Name
+		}
+		if q, ok := queryByMetric[m.ID]; ok {
+			p.query = q
+		}
+		if p.query == qNone {
+			p.kind, p.errNS = planUnsupported, notSupported(p.name+" (not implemented by the nvml backend)")
+			continue
+		}
+		p.kind, p.errNS = planUnsupported, notSupported(p.name+" (symbol absent from this driver)")
+		for _, sym := range querySymbols[p.query] {
+			if has[sym] {
+				p.kind, p.errNS = planQuery, notSupported(p.name)
+				break
+			}
+		}
+	}
+	return plans
+}

@@ -1,0 +1,172 @@
+//go:build cgo
+
+package nvml
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/gpusampler/gpusampler/sampler"
+)
+
+// Source is the NVML backend: one initialized NVML library and its devices.
+// Open returns it; Close shuts NVML down. A process can hold one Source per
+// library: the library's symbols bind once per process.
+type Source struct {
+	lib     nvml.Interface
+	log     *slog.Logger
+	opts    Options
+	version NVMLVersion
+	driver  string
+	has     map[string]bool
+	plans   []metricPlan // indexed by sampler.MetricID (DefaultCatalog)
+
+	devOnce sync.Once
+	devs    []sampler.DeviceSource
+	devErr  error
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var _ sampler.Source = (*Source)(nil)
+
+// Open loads the NVML library, initializes it and reads the driver and NVML
+// versions. Errors: a missing library wraps sampler.ErrLibraryNotFound and
+// says how to fix it; a library whose kernel driver is not loaded or of
+// another version wraps sampler.ErrDriverNotLoaded.
+func Open(opts Options) (sampler.Source, error) {
+	path := opts.LibraryPath
+	if path == "" {
+		path = DefaultLibrary
+	}
+	s, err := open(nvml.New(nvml.WithLibraryPath(path)), path, opts)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// open initializes lib (the real library or a go-nvml mock). No NVML
+// function but Init is called unless Init succeeded.
+func open(lib nvml.Interface, path string, opts Options) (*Source, error) {
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	switch ret := lib.Init(); ret {
+	case nvml.SUCCESS:
+	case nvml.ERROR_LIBRARY_NOT_FOUND:
+		return nil, fmt.Errorf("nvml: cannot load %s: %w: install the NVIDIA driver, run on a host with an NVIDIA GPU, or set the NVML library path to libnvidia-ml.so.1",
+			path, sampler.ErrLibraryNotFound)
+	case nvml.ERROR_DRIVER_NOT_LOADED, nvml.ERROR_LIB_RM_VERSION_MISMATCH:
+		return nil, fmt.Errorf("nvml: init %s: %w: %s; load the nvidia kernel module (or reboot after a driver upgrade)",
+			path, sampler.ErrDriverNotLoaded, returnText(ret))
+	default:
+		return nil, fmt.Errorf("nvml: init %s: %w", path, newError("init", ret))
+	}
+	s := &Source{lib: lib, log: log, opts: opts, has: make(map[string]bool, len(symbolSince))}
+	var missing []string
+	for name := range symbolSince {
+		if err := lib.Extensions().LookupSymbol(name); err == nil {
+			s.has[name] = true
+		} else {
+			missing = append(missing, name)
+		}
+	}
+	sort.Strings(missing)
+	if s.has["nvmlSystemGetDriverVersion"] {
+		if v, ret := lib.SystemGetDriverVersion(); ret == nvml.SUCCESS {
+			s.driver = v
+		}
+	}
+	raw := ""
+	if s.has["nvmlSystemGetNVMLVersion"] {
+		raw, _ = lib.SystemGetNVMLVersion()
+	}
+	v, err := ParseNVMLVersion(raw)
+	if err != nil {
+		// Unknown version: assume the oldest supported, which asks only for
+		// fields whose ids never moved.
+		log.Warn("cannot parse the NVML version; using the oldest supported field table", "version", raw, "assumed", MinSupported.String())
+		v = NVMLVersion{Raw: raw, API: MinSupported}
+	}
+	s.version = v
+	if v.API.Less(MinSupported) {
+		log.Warn("driver older than R535 is not supported; sampling what it offers", "driver", s.driver, "nvml", raw)
+	}
+	s.plans = buildPlans(sampler.DefaultCatalog, v.API, s.has)
+	log.Info("nvml opened", "library", path, "driver", s.driver, "nvml", raw, "api", v.API.String(),
+		"missing_symbols", len(missing))
+	if len(missing) > 0 {
+		log.Debug("nvml symbols absent from this driver; their metrics are reported unsupported", "symbols", missing)
+	}
+	return s, nil
+}
+
+// Name returns "nvml".
+func (s *Source) Name() string { return "nvml" }
+
+// Versions returns the driver version ("550.54.15") and the NVML version
+// ("12.550.54.15") as the library reports them.
+func (s *Source) Versions() (driver, nvmlVersion string) { return s.driver, s.version.Raw }
+
+// NVMLVersion returns the parsed NVML version that chose the field table.
+func (s *Source) NVMLVersion() NVMLVersion { return s.version }
+
+// HasSymbol reports whether the loaded library exports an NVML function the
+// backend may call (see the symbol table); doctor reports the absent ones.
+func (s *Source) HasSymbol(name string) bool { return s.has[name] }
+
+// Devices returns one DeviceSource per GPU, in NVML index order. Each also
+// implements sampler.CallCounter. Later calls return the same devices.
+func (s *Source) Devices() ([]sampler.DeviceSource, error) {
+	s.devOnce.Do(func() { s.devs, s.devErr = s.openDevices() })
+	return s.devs, s.devErr
+}
+
+func (s *Source) openDevices() ([]sampler.DeviceSource, error) {
+	if !s.has["nvmlDeviceGetCount_v2"] || !s.has["nvmlDeviceGetHandleByIndex_v2"] {
+		return nil, fmt.Errorf("nvml: count devices: %w", sampler.ErrNotSupported)
+	}
+	n, ret := s.lib.DeviceGetCount()
+	if ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("nvml: count devices: %w", newError("get device count", ret))
+	}
+	var out []sampler.DeviceSource
+	var errs []error
+	for i := 0; i < n; i++ {
+		d := newDevice(s, i)
+		start := now()
+		h, ret := s.lib.DeviceGetHandleByIndex(i)
+		d.account("DeviceGetHandleByIndex", 1, start)
+		if ret != nvml.SUCCESS {
+			err := newError(fmt.Sprintf("open device %d", i), ret)
+			s.log.Warn("skipping device", "index", i, "err", err)
+			errs = append(errs, err)
+			continue
+		}
+		d.dev = h
+		out = append(out, d)
+	}
+	if len(out) == 0 && len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return out, nil
+}
+
+// Close shuts NVML down. Call it after every device is done; a second call
+// returns the first's result.
+func (s *Source) Close() error {
+	s.closeOnce.Do(func() {
+		if ret := s.lib.Shutdown(); ret != nvml.SUCCESS {
+			s.closeErr = fmt.Errorf("nvml: shutdown: %w", newError("shutdown", ret))
+		}
+	})
+	return s.closeErr
+}

@@ -1,0 +1,267 @@
+/*
+ * A stand-in libnvidia-ml.so.1 for tests on machines without a GPU. The
+ * tests compile it with gcc and load it with nvml.New(nvml.WithLibraryPath).
+ *
+ * Built with -DFAKE_OLD_DRIVER it exports only an older driver's symbols
+ * (no nvmlDeviceGetTemperatureV, no nvmlDeviceGetCurrentClocksEventReasons):
+ * a caller that calls them dies with "symbol lookup error".
+ *
+ * Configuration, read at nvmlInit (environment):
+ *   FAKENVML_VERSION    NVML version string (default "13.590.44.01")
+ *   FAKENVML_DEVICES    number of GPUs (default 1)
+ *   FAKENVML_CLOCK      "realtime" (default) or "boottime" sample timestamps
+ *   FAKENVML_PERIOD_US  sample period of every buffer (default 20000)
+ *   FAKENVML_DEPTH      samples a buffer holds (default 100)
+ *   FAKENVML_UNSUPPORTED comma-separated field ids answering NOT_SUPPORTED
+ *   FAKENVML_IDLE       "1": utilization buffers stay empty (idle GPU)
+ *   FAKENVML_INIT_RET   return code of nvmlInit (default 0)
+ *   FAKENVML_CALLS_FILE at nvmlShutdown, write "<index> <calls>" per device
+ *
+ * Samples of every buffer are taken at the multiples of the period since
+ * nvmlInit; sample k of type t has value fakeValue(t, k), so a test can
+ * check that each one is delivered exactly once. The module-power buffer is
+ * not supported. Field ids outside the configured NVML version's range
+ * (throttle time 251-253 before 12.9 or from 13.1, 269-271 before 13.1,
+ * PCIe byte counters before 12.4) abort the process: asking for them on a
+ * real driver of that version would read something else.
+ */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef int nvmlReturn_t;
+#define OK 0
+#define E_UNINIT 1
+#define E_INVALID 2
+#define E_NOT_SUPPORTED 3
+#define E_NOT_FOUND 6
+#define E_INSUFFICIENT 7
+
+typedef union { double d; unsigned int ui; unsigned long ul; unsigned long long ull; long long sll; int si; unsigned short us; } nvmlValue_t;
+typedef struct { unsigned long long timeStamp; nvmlValue_t sampleValue; } nvmlSample_t;
+typedef struct {
+	unsigned int fieldId, scopeId;
+	long long timestamp, latencyUsec;
+	unsigned int valueType, nvmlReturn;
+	nvmlValue_t value;
+} nvmlFieldValue_t;
+typedef struct { char busIdLegacy[16]; unsigned int domain, bus, device, pciDeviceId, pciSubSystemId; char busId[32]; } nvmlPciInfo_t;
+typedef struct { unsigned long long total, free, used; } nvmlMemory_t;
+typedef struct { unsigned int version; unsigned long long total, reserved, free, used; } nvmlMemory_v2_t;
+typedef struct { unsigned int gpu, memory; } nvmlUtilization_t;
+typedef struct { unsigned int version; int sensorType; int temperature; } nvmlTemperature_t;
+
+#define MAXDEV 16
+struct fakedev { int index; long calls; };
+static struct fakedev devs[MAXDEV];
+static int ndev = 1, initialized, branch = 590, major = 13, idle;
+static char version[64] = "13.590.44.01";
+static clockid_t clk = CLOCK_REALTIME;
+static unsigned long long period = 20000, depth = 100, startK;
+static unsigned int unsupported[64];
+static int nunsupported;
+
+static unsigned long long nowUS(clockid_t c) {
+	struct timespec ts;
+	clock_gettime(c, &ts);
+	return (unsigned long long)ts.tv_sec * 1000000ull + ts.tv_nsec / 1000;
+}
+
+static struct fakedev *D(void *h) {
+	struct fakedev *d = h;
+	if (!initialized || d < devs || d >= devs + ndev) {
+		fprintf(stderr, "fakenvml: call with a bad handle or before init\n");
+		abort();
+	}
+	__atomic_add_fetch(&d->calls, 1, __ATOMIC_RELAXED);
+	return d;
+}
+
+nvmlReturn_t nvmlInit_v2(void) {
+	const char *s;
+	if ((s = getenv("FAKENVML_INIT_RET")) && atoi(s)) return atoi(s);
+	if ((s = getenv("FAKENVML_VERSION"))) snprintf(version, sizeof version, "%s", s);
+	sscanf(version, "%d.%d", &major, &branch);
+	if ((s = getenv("FAKENVML_DEVICES"))) ndev = atoi(s);
+	if (ndev < 1 || ndev > MAXDEV) ndev = 1;
+	if ((s = getenv("FAKENVML_CLOCK")) && !strcmp(s, "boottime")) clk = CLOCK_BOOTTIME;
+	if ((s = getenv("FAKENVML_PERIOD_US"))) period = strtoull(s, 0, 10);
+	if ((s = getenv("FAKENVML_DEPTH"))) depth = strtoull(s, 0, 10);
+	if ((s = getenv("FAKENVML_IDLE"))) idle = atoi(s);
+	if ((s = getenv("FAKENVML_UNSUPPORTED"))) {
+		char buf[256], *tok, *save;
+		snprintf(buf, sizeof buf, "%s", s);
+		for (tok = strtok_r(buf, ",", &save); tok && nunsupported < 64; tok = strtok_r(0, ",", &save))
+			unsupported[nunsupported++] = atoi(tok);
+	}
+	for (int i = 0; i < ndev; i++) devs[i].index = i;
+	startK = nowUS(clk) / period + 1;
+	initialized = 1;
+	return OK;
+}
+nvmlReturn_t nvmlInit(void) { return nvmlInit_v2(); }
+nvmlReturn_t nvmlInitWithFlags(unsigned int f) { (void)f; return nvmlInit_v2(); }
+
+nvmlReturn_t nvmlShutdown(void) {
+	const char *f = getenv("FAKENVML_CALLS_FILE");
+	if (f) {
+		FILE *fp = fopen(f, "w");
+		if (fp) {
+			for (int i = 0; i < ndev; i++) fprintf(fp, "%d %ld\n", i, __atomic_load_n(&devs[i].calls, __ATOMIC_RELAXED));
+			fclose(fp);
+		}
+	}
+	initialized = 0;
+	return OK;
+}
+
+const char *nvmlErrorString(nvmlReturn_t r) { (void)r; return "fake nvml error"; }
+
+nvmlReturn_t nvmlSystemGetNVMLVersion(char *v, unsigned int n) { snprintf(v, n, "%s", version); return OK; }
+nvmlReturn_t nvmlSystemGetDriverVersion(char *v, unsigned int n) { snprintf(v, n, "%s", strchr(version, '.') + 1); return OK; }
+nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *v) { *v = major * 1000; return OK; }
+nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *v) { *v = major * 1000; return OK; }
+nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *n) { if (!initialized) return E_UNINIT; *n = ndev; return OK; }
+nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int i, void **h) {
+	if (!initialized) return E_UNINIT;
+	if (i >= (unsigned)ndev) return E_INVALID;
+	*h = &devs[i];
+	__atomic_add_fetch(&devs[i].calls, 1, __ATOMIC_RELAXED);
+	return OK;
+}
+
+nvmlReturn_t nvmlDeviceGetUUID(void *h, char *s, unsigned int n) { snprintf(s, n, "GPU-fake-0000-%04d", D(h)->index); return OK; }
+nvmlReturn_t nvmlDeviceGetName(void *h, char *s, unsigned int n) { D(h); snprintf(s, n, "NVIDIA Fake H200"); return OK; }
+nvmlReturn_t nvmlDeviceGetSerial(void *h, char *s, unsigned int n) { snprintf(s, n, "FAKE%08d", D(h)->index); return OK; }
+nvmlReturn_t nvmlDeviceGetIndex(void *h, unsigned int *i) { *i = D(h)->index; return OK; }
+nvmlReturn_t nvmlDeviceGetPciInfo_v3(void *h, nvmlPciInfo_t *p) {
+	int i = D(h)->index;
+	memset(p, 0, sizeof *p);
+	snprintf(p->busId, sizeof p->busId, "00000000:%02X:00.0", 0x18 + i);
+	snprintf(p->busIdLegacy, sizeof p->busIdLegacy, "0000:%02X:00.0", 0x18 + i);
+	p->bus = 0x18 + i;
+	return OK;
+}
+nvmlReturn_t nvmlDeviceGetMemoryInfo(void *h, nvmlMemory_t *m) {
+	D(h);
+	m->total = 143771ull << 20; m->used = 1024ull << 20; m->free = m->total - m->used;
+	return OK;
+}
+nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(void *h, nvmlMemory_v2_t *m) {
+	D(h);
+	m->total = 143771ull << 20; m->reserved = 512ull << 20; m->used = 1024ull << 20;
+	m->free = m->total - m->used - m->reserved;
+	return OK;
+}
+nvmlReturn_t nvmlDeviceGetTemperatureThreshold(void *h, int t, unsigned int *v) {
+	D(h);
+	switch (t) {
+	case 0: *v = 92; return OK;  /* shutdown */
+	case 1: *v = 89; return OK;  /* slowdown */
+	case 2: *v = 95; return OK;  /* memory max */
+	case 3: *v = 87; return OK;  /* gpu max */
+	}
+	return E_NOT_SUPPORTED;
+}
+
+/* fakeValue is the value of sample k of buffer type t, in NVML units. */
+static unsigned int fakeValue(int t, unsigned long long k) {
+	switch (t) {
+	case 0: return 100000 + (unsigned)(k % 1000) * 100; /* mW */
+	case 5: return 1000 + (unsigned)(k % 980);          /* MHz */
+	case 6: return 2619;
+	default: return (unsigned)(k % 101);                 /* % */
+	}
+}
+
+nvmlReturn_t nvmlDeviceGetSamples(void *h, int type, unsigned long long last, int *valType, unsigned int *count, nvmlSample_t *samples) {
+	D(h);
+	if (type == 7) return E_NOT_SUPPORTED; /* module power: Grace Hopper only */
+	if (type < 0 || type > 9) return E_INVALID;
+	if (!samples) { /* size query: the buffer's capacity */
+		*count = depth;
+		*valType = type == 6 ? 3 : 1;
+		return OK;
+	}
+	if (idle && (type == 1 || type == 2)) return E_NOT_FOUND;
+	unsigned long long newest = nowUS(clk) / period;
+	unsigned long long oldest = newest + 1 >= depth ? newest + 1 - depth : 0;
+	if (oldest < startK) oldest = startK;
+	unsigned long long first = last / period + 1;
+	if (first < oldest) first = oldest;
+	if (first > newest) return E_NOT_FOUND;
+	unsigned long long n = newest - first + 1;
+	if (n > *count) return E_INSUFFICIENT;
+	for (unsigned long long i = 0; i < n; i++) {
+		unsigned long long k = first + i;
+		samples[i].timeStamp = k * period;
+		if (type == 6) { /* unsigned long long */
+			*valType = 3;
+			samples[i].sampleValue.ull = fakeValue(type, k);
+		} else { /* unsigned int, with garbage in the high bytes */
+			*valType = 1;
+			samples[i].sampleValue.ull = 0xdeadbeef00000000ull | fakeValue(type, k);
+		}
+	}
+	*count = n;
+	return OK;
+}
+
+static int forbidden(unsigned int id) {
+	int api = major * 100 + (branch >= 590 ? 31 : branch >= 580 ? 30 : branch >= 575 ? 29 : branch >= 550 ? 24 : 22);
+	if (id >= 251 && id <= 253) return api < 1229 || api >= 1331;
+	if (id >= 269 && id <= 271) return api < 1331;
+	if (id == 197 || id == 198) return api < 1224;
+	return 0;
+}
+
+nvmlReturn_t nvmlDeviceGetFieldValues(void *h, int n, nvmlFieldValue_t *v) {
+	D(h);
+	unsigned long long now = nowUS(CLOCK_REALTIME);
+	for (int i = 0; i < n; i++) {
+		unsigned int id = v[i].fieldId;
+		if (forbidden(id)) {
+			fprintf(stderr, "fakenvml: field %u asked of NVML %s, which defines it differently or not at all\n", id, version);
+			abort();
+		}
+		v[i].timestamp = now;
+		v[i].latencyUsec = 0;
+		v[i].nvmlReturn = OK;
+		v[i].valueType = 3;
+		v[i].value.ull = 0;
+		for (int j = 0; j < nunsupported; j++)
+			if (unsupported[j] == id) v[i].nvmlReturn = E_NOT_SUPPORTED;
+		switch (id) {
+		case 186: v[i].valueType = 1; v[i].value.ull = 0xdeadbeef00000000ull | 312250; break; /* mW */
+		case 83: v[i].value.ull = now / 1000; break;      /* mJ */
+		case 82: v[i].valueType = 1; v[i].value.ui = 48; break;
+		case 138: case 139: v[i].value.ull = 10; break;   /* KiB */
+		case 197: case 198: v[i].value.ull = 1ull << 33; break;
+		case 74: case 75: case 76: case 77: case 78: case 79: v[i].value.ull = 1000 * id; break;
+		case 251: case 252: case 253: case 269: case 270: case 271: v[i].value.ull = 7 * id; break;
+		case 3: case 4: case 94: case 142: case 143: v[i].value.ull = 0; break;
+		default: v[i].nvmlReturn = E_NOT_SUPPORTED;
+		}
+	}
+	return OK;
+}
+
+nvmlReturn_t nvmlDeviceGetUtilizationRates(void *h, nvmlUtilization_t *u) { D(h); u->gpu = idle ? 0 : 97; u->memory = idle ? 0 : 55; return OK; }
+nvmlReturn_t nvmlDeviceGetPowerUsage(void *h, unsigned int *p) { D(h); *p = 300000; return OK; }
+nvmlReturn_t nvmlDeviceGetTemperature(void *h, int s, unsigned int *t) { D(h); if (s) return E_INVALID; *t = 41; return OK; }
+#ifndef FAKE_OLD_DRIVER
+nvmlReturn_t nvmlDeviceGetTemperatureV(void *h, nvmlTemperature_t *t) { D(h); if ((t->version >> 24) != 1) return 25; t->temperature = 42; return OK; }
+nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(void *h, unsigned long long *r) { D(h); *r = 0x4; return OK; }
+#endif
+nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(void *h, unsigned long long *r) { D(h); *r = 0x4; return OK; }
+nvmlReturn_t nvmlDeviceGetClockInfo(void *h, int t, unsigned int *c) { D(h); *c = t == 2 ? 2619 : 1980; return OK; }
+nvmlReturn_t nvmlDeviceGetPerformanceState(void *h, int *p) { D(h); *p = 0; return OK; }
+nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(void *h, unsigned int *p) { D(h); *p = 700000; return OK; }
+nvmlReturn_t nvmlDeviceGetFanSpeed(void *h, unsigned int *f) { D(h); (void)f; return E_NOT_SUPPORTED; }
+nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(void *h, unsigned int *g) { D(h); *g = 5; return OK; }
+nvmlReturn_t nvmlDeviceGetCurrPcieLinkWidth(void *h, unsigned int *w) { D(h); *w = 16; return OK; }
+nvmlReturn_t nvmlDeviceGetPcieReplayCounter(void *h, unsigned int *c) { D(h); *c = 0; return OK; }
+nvmlReturn_t nvmlDeviceGetTotalEccErrors(void *h, int e, int c, unsigned long long *n) { D(h); (void)e; (void)c; *n = 0; return OK; }
+nvmlReturn_t nvmlDeviceGetRemappedRows(void *h, unsigned int *c, unsigned int *u, unsigned int *p, unsigned int *f) { D(h); *c = 1; *u = 0; *p = 0; *f = 0; return OK; }
