@@ -25,8 +25,8 @@ import (
 //	segment = "GSBQSEG1" record*
 //	record  = magic:u32 "GSBF" | length:u32 | time:i64 (append, Unix ns) |
 //	          records:u32 | crc:u32 (CRC32C of bytes 4..20 ‖ payload) | payload
-//	cursor  = "GSBC" | version:u32 | flags:u32 (1: in flight) |
-//	          inflight seg:u64 off:u64 | head seg:u64 off:u64 | crc:u32
+//	cursor  = "GSBC" | version:u32 | flags:u32 (1: first is set) |
+//	          first seg:u64 off:u64 | head seg:u64 off:u64 | crc:u32
 const (
 	segMagic        = "GSBQSEG1"
 	segHeaderSize   = int64(len(segMagic))
@@ -103,12 +103,12 @@ type position struct {
 	off int64
 }
 
-// cursor is what is committed: everything before head is resolved except
-// the record at inflight (when hasInflight), which was being delivered.
+// cursor is what is committed: the records still to deliver are the one
+// at first (when hasFirst) and every record from head on.
 type cursor struct {
-	hasInflight bool
-	inflight    position
-	head        position
+	hasFirst bool
+	first    position
+	head     position
 }
 
 // diskQueue is the "disk" kind. See the package doc and README.md for the
@@ -178,6 +178,25 @@ func openDiskQueue(dir string, opt diskOptions) (*diskQueue, error) {
 		q.closeFiles()
 		return nil, err
 	}
+	// A crash can bring back records dropped at the cap after the last
+	// commit: drop them again, so that the queue is within its caps.
+	dropped := false
+	for q.qBatches > 0 && (q.qBytes > opt.maxBytes || (opt.maxRecords > 0 && q.qRecords > int64(opt.maxRecords))) {
+		_, fr := q.takeLocked()
+		q.st.capBatches++
+		q.st.capRecords += uint64(fr.records)
+		dropped = true
+	}
+	if dropped {
+		if err := q.release(q.deletableLocked()); err != nil {
+			q.closeFiles()
+			return nil, err
+		}
+		if err := q.commit(); err != nil {
+			q.closeFiles()
+			return nil, err
+		}
+	}
 	return q, nil
 }
 
@@ -196,7 +215,7 @@ func (q *diskQueue) recover() error {
 	for _, id := range ids {
 		q.nextID = max(q.nextID, id+1)
 		path := q.segPath(id)
-		// What this segment still holds: the record in flight, and
+		// What this segment still holds: the first record, and
 		// everything from the head on.
 		var ranges []int64 // start offsets to scan; the first may be a single record
 		single := false
@@ -206,9 +225,9 @@ func (q *diskQueue) recover() error {
 		case id == cur.head.seg:
 			ranges = []int64{max(cur.head.off, segHeaderSize)}
 		}
-		if haveCursor && cur.hasInflight && id == cur.inflight.seg {
-			if id < cur.head.seg || (id == cur.head.seg && cur.inflight.off < cur.head.off) {
-				ranges = append([]int64{cur.inflight.off}, ranges...)
+		if haveCursor && cur.hasFirst && id == cur.first.seg {
+			if id < cur.head.seg || (id == cur.head.seg && cur.first.off < cur.head.off) {
+				ranges = append([]int64{cur.first.off}, ranges...)
 				single = true
 			}
 		}
@@ -260,7 +279,7 @@ func (q *diskQueue) recoverSegment(id uint64, path string, starts []int64, singl
 			if len(frames) > 0 && frames[0].off == start {
 				seg.frames = append(seg.frames, frames[0])
 			} else {
-				// The record in flight is gone: count it once.
+				// The first record is gone: count it once.
 				q.st.corruptBatches++
 			}
 			continue
@@ -532,21 +551,34 @@ func (q *diskQueue) release(segs []*segment) error {
 	return errors.Join(errs...)
 }
 
-// cursorLocked returns the cursor for the current state.
+// cursorLocked returns the cursor for the current state: the oldest
+// unresolved record (in flight or queued) as first, and the next one as
+// head. Recording the first apart keeps the cursor exact when records
+// between the two were resolved out of order (dropped at the cap while the
+// first was in flight, or skipped at an earlier recovery).
 func (q *diskQueue) cursorLocked() cursor {
-	var c cursor
+	var found []position
 	if q.hasInflight {
-		c.hasInflight = true
-		c.inflight = position{q.inflightSeg.id, q.inflightSeg.frames[q.inflightIdx].off}
+		found = append(found, position{q.inflightSeg.id, q.inflightSeg.frames[q.inflightIdx].off})
 	}
 	for _, s := range q.segs {
-		if s.read < len(s.frames) {
-			c.head = position{s.id, s.frames[s.read].off}
-			return c
+		for i := s.read; i < len(s.frames) && len(found) < 2; i++ {
+			found = append(found, position{s.id, s.frames[i].off})
+		}
+		if len(found) == 2 {
+			break
 		}
 	}
-	a := q.active()
-	c.head = position{a.id, a.size}
+	var c cursor
+	if len(found) > 0 {
+		c.hasFirst, c.first = true, found[0]
+	}
+	if len(found) > 1 {
+		c.head = found[1]
+	} else {
+		a := q.active()
+		c.head = position{a.id, a.size}
+	}
 	return c
 }
 
@@ -568,12 +600,12 @@ func (q *diskQueue) commit() error {
 	buf = append(buf, cursorMagic...)
 	buf = binary.LittleEndian.AppendUint32(buf, cursorVersion)
 	var flags uint32
-	if c.hasInflight {
+	if c.hasFirst {
 		flags = 1
 	}
 	buf = binary.LittleEndian.AppendUint32(buf, flags)
-	buf = binary.LittleEndian.AppendUint64(buf, c.inflight.seg)
-	buf = binary.LittleEndian.AppendUint64(buf, uint64(c.inflight.off))
+	buf = binary.LittleEndian.AppendUint64(buf, c.first.seg)
+	buf = binary.LittleEndian.AppendUint64(buf, uint64(c.first.off))
 	buf = binary.LittleEndian.AppendUint64(buf, c.head.seg)
 	buf = binary.LittleEndian.AppendUint64(buf, uint64(c.head.off))
 	buf = binary.LittleEndian.AppendUint32(buf, crc32.Checksum(buf, castagnoli))
@@ -641,10 +673,10 @@ func readCursor(path string) (cursor, bool, error) {
 		return cursor{}, false, fmt.Errorf("read cursor: %w", errCorruptCursor)
 	}
 	le := binary.LittleEndian
-	c := cursor{hasInflight: le.Uint32(data[8:])&1 != 0,
-		inflight: position{le.Uint64(data[12:]), int64(le.Uint64(data[20:]))},
-		head:     position{le.Uint64(data[28:]), int64(le.Uint64(data[36:]))}}
-	if c.inflight.off < 0 || c.head.off < 0 {
+	c := cursor{hasFirst: le.Uint32(data[8:])&1 != 0,
+		first: position{le.Uint64(data[12:]), int64(le.Uint64(data[20:]))},
+		head:  position{le.Uint64(data[28:]), int64(le.Uint64(data[36:]))}}
+	if c.first.off < 0 || c.head.off < 0 {
 		return cursor{}, false, fmt.Errorf("read cursor: %w", errCorruptCursor)
 	}
 	return c, true, nil

@@ -19,7 +19,7 @@ func withSleep(f func(context.Context, time.Duration) error) Option {
 	return func(o *options) { o.sleep = f }
 }
 func withRand(f func() float64) Option { return func(o *options) { o.rand = f } }
-func withDiskHooks(h diskHooks) Option  { return func(o *options) { o.disk = h } }
+func withDiskHooks(h diskHooks) Option { return func(o *options) { o.disk = h } }
 
 // fakeClock is a manually advanced clock.
 type fakeClock struct {
