@@ -15,7 +15,7 @@ const benchSamples = 100
 type discardOutput struct{}
 
 func (discardOutput) Write(context.Context, *sampler.Batch) error { return nil }
-func (discardOutput) Close() error                              { return nil }
+func (discardOutput) Close() error                                { return nil }
 
 func benchQueue(b *testing.B, kind string) queue {
 	switch kind {
