@@ -1,0 +1,281 @@
+package buffer
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+)
+
+// queueModel is the disk queue's specification: a FIFO with one entry in
+// flight, dropping the oldest queued at the caps, and after a crash showing
+// what the last committed cursor left plus everything appended since.
+type queueModel struct {
+	maxBytes   int64
+	maxRecords int
+
+	all      []*modelEntry // every entry ever appended, in order
+	queued   []*modelEntry
+	inflight *modelEntry
+	capB     uint64
+	capR     uint64
+
+	// As of the last commit: which entries were unresolved, and how many
+	// had been appended.
+	commitUnresolved map[*modelEntry]bool
+	commitAppended   int
+}
+
+type modelEntry struct {
+	payload  []byte
+	records  int
+	resolved bool
+}
+
+func (m *modelEntry) total() int64 { return frameHeaderSize + int64(len(m.payload)) }
+
+func (m *queueModel) push(p []byte, records int) {
+	e := &modelEntry{payload: bytes.Clone(p), records: records}
+	var qb, qr int64
+	for _, x := range m.queued {
+		qb += x.total()
+		qr += int64(x.records)
+	}
+	for len(m.queued) > 0 && (qb+e.total() > m.maxBytes || (m.maxRecords > 0 && qr+int64(records) > int64(m.maxRecords))) {
+		d := m.queued[0]
+		m.queued = m.queued[1:]
+		d.resolved = true
+		qb -= d.total()
+		qr -= int64(d.records)
+		m.capB++
+		m.capR += uint64(d.records)
+	}
+	m.queued = append(m.queued, e)
+	m.all = append(m.all, e)
+}
+
+func (m *queueModel) unresolved() []*modelEntry {
+	var out []*modelEntry
+	if m.inflight != nil {
+		out = append(out, m.inflight)
+	}
+	return append(out, m.queued...)
+}
+
+func (m *queueModel) commit() {
+	m.commitUnresolved = map[*modelEntry]bool{}
+	for _, e := range m.unresolved() {
+		m.commitUnresolved[e] = true
+	}
+	m.commitAppended = len(m.all)
+}
+
+// restart turns the model into what a reopened queue shows.
+func (m *queueModel) restart(crash bool) {
+	var vis []*modelEntry
+	if crash {
+		for i, e := range m.all {
+			if m.commitUnresolved[e] || i >= m.commitAppended {
+				vis = append(vis, e)
+			}
+		}
+	} else {
+		vis = m.unresolved()
+	}
+	for _, e := range m.all {
+		e.resolved = true
+	}
+	for _, e := range vis {
+		e.resolved = false
+	}
+	m.all, m.queued, m.inflight = vis, vis, nil
+	// Open enforces the caps on what it found.
+	var qb, qr int64
+	for _, e := range vis {
+		qb += e.total()
+		qr += int64(e.records)
+	}
+	for len(m.queued) > 0 && (qb > m.maxBytes || (m.maxRecords > 0 && qr > int64(m.maxRecords))) {
+		d := m.queued[0]
+		m.queued = m.queued[1:]
+		d.resolved = true
+		qb -= d.total()
+		qr -= int64(d.records)
+		m.capB++
+		m.capR += uint64(d.records)
+	}
+	m.commit()
+}
+
+// TestDiskQueueModel runs random appends, takes, acknowledgements,
+// failures (no ack), syncs, clean restarts and crashes (files abandoned
+// without a sync) against the model; after every step the queue's visible
+// content and gauges must match it exactly.
+func TestDiskQueueModel(t *testing.T) {
+	seeds := []uint64{1, 2, 3, 4}
+	steps := 2500
+	if testing.Short() {
+		seeds, steps = seeds[:1], 500
+	}
+	for _, seed := range seeds {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { runModel(t, seed, steps) })
+	}
+}
+
+func runModel(t *testing.T, seed uint64, steps int) {
+	r := rand.New(rand.NewPCG(seed, 99))
+	dir := t.TempDir()
+	m := &queueModel{maxBytes: 24 << 10, maxRecords: 300 + r.IntN(2)*1000000}
+	committed := false
+	opt := diskOptions{maxBytes: m.maxBytes, maxRecords: m.maxRecords, segmentBytes: 3 << 10,
+		hooks: diskHooks{committed: func() { committed = true }}}
+	open := func() *diskQueue {
+		q, err := openDiskQueue(dir, opt)
+		if err != nil {
+			t.Fatalf("open: %v", err)
+		}
+		return q
+	}
+	q := open()
+	defer func() { q.close() }()
+	m.commit()
+	var capB0, capR0 uint64 // the model's cap counts when q was opened
+	seq := uint64(0)
+	for step := range steps {
+		committed = false
+		var op string
+		switch x := r.IntN(100); {
+		case x < 45:
+			op = "push"
+			seq++
+			b := randomBatch(r, seq)
+			p := encode(b)
+			if err := q.push(p, b.Len(), int64(seq)); err != nil {
+				t.Fatalf("step %d push: %v", step, err)
+			}
+			m.push(p, b.Len())
+		case x < 65:
+			op = "next"
+			e, ok, err := q.next()
+			if err != nil {
+				t.Fatalf("step %d next: %v", step, err)
+			}
+			if m.inflight == nil && len(m.queued) > 0 {
+				m.inflight, m.queued = m.queued[0], m.queued[1:]
+			}
+			if ok != (m.inflight != nil) {
+				t.Fatalf("step %d next: ok=%v, model has in flight %v", step, ok, m.inflight != nil)
+			}
+			if ok && !bytes.Equal(e.payload, m.inflight.payload) {
+				t.Fatalf("step %d next: payload differs from the model's oldest", step)
+			}
+		case x < 85:
+			op = "ack"
+			q.ack()
+			if m.inflight != nil {
+				m.inflight.resolved = true
+				m.inflight = nil
+			}
+		case x < 92:
+			op = "sync"
+			if err := q.sync(); err != nil {
+				t.Fatalf("step %d sync: %v", step, err)
+			}
+		case x < 96:
+			op = "restart"
+			if err := q.close(); err != nil {
+				t.Fatalf("step %d close: %v", step, err)
+			}
+			q = open()
+			capB0, capR0 = m.capB, m.capR
+			m.restart(false)
+		default:
+			op = "crash"
+			q.closeFiles()
+			capB0, capR0 = m.capB, m.capR
+			m.restart(true)
+			q = open()
+		}
+		if committed && op != "restart" && op != "crash" {
+			m.commit()
+		}
+		checkModel(t, fmt.Sprintf("step %d (%s)", step, op), q, m, capB0, capR0)
+	}
+}
+
+func checkModel(t *testing.T, where string, q *diskQueue, m *queueModel, capB0, capR0 uint64) {
+	t.Helper()
+	want := m.unresolved()
+	got, err := q.snapshot()
+	if err != nil {
+		t.Fatalf("%s: snapshot: %v", where, err)
+	}
+	if len(got) != len(want) {
+		dumpModel(t, q, m)
+		t.Fatalf("%s: queue shows %d entries, model %d", where, len(got), len(want))
+	}
+	var bytesWant, recWant int64
+	for i := range got {
+		if !bytes.Equal(got[i].payload, want[i].payload) || got[i].records != want[i].records {
+			t.Fatalf("%s: entry %d differs from the model", where, i)
+		}
+		bytesWant += want[i].total()
+		recWant += int64(want[i].records)
+	}
+	st := q.stats()
+	if st.batches != int64(len(want)) || st.bytes != bytesWant || st.records != recWant {
+		t.Fatalf("%s: gauges %d batches %d bytes %d records, model %d %d %d", where,
+			st.batches, st.bytes, st.records, len(want), bytesWant, recWant)
+	}
+	if st.capBatches != m.capB-capB0 || st.capRecords != m.capR-capR0 || st.corruptBatches != 0 {
+		t.Fatalf("%s: drops cap %d/%d corrupt %d, model cap %d/%d", where, st.capBatches, st.capRecords,
+			st.corruptBatches, m.capB-capB0, m.capR-capR0)
+	}
+	if st.bytes > m.maxBytes+frameHeaderSize+int64(maxModelPayload) {
+		t.Fatalf("%s: %d bytes queued over the cap %d", where, st.bytes, m.maxBytes)
+	}
+}
+
+// maxModelPayload bounds randomBatch's encoding (the entry in flight may
+// sit above the cap).
+const maxModelPayload = 4 << 10
+
+func TestDiskQueueClosedOps(t *testing.T) {
+	q, err := openDiskQueue(t.TempDir(), diskOptions{maxBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.close()
+	if err := q.push([]byte{1}, 1, 1); !errors.Is(err, errQueueClosed) {
+		t.Fatalf("push after close: %v", err)
+	}
+	if _, ok, err := q.next(); ok || err != nil {
+		t.Fatalf("next after close: %v %v", ok, err)
+	}
+	q.ack()
+}
+
+func dumpModel(t *testing.T, q *diskQueue, m *queueModel) {
+	got, _ := q.snapshot()
+	idx := map[string]int{}
+	for i, e := range m.all {
+		idx[string(e.payload)] = i
+	}
+	var gs []int
+	for _, e := range got {
+		i, ok := idx[string(e.payload)]
+		if !ok {
+			i = -1
+		}
+		gs = append(gs, i)
+	}
+	var ws []int
+	for _, e := range m.unresolved() {
+		ws = append(ws, idx[string(e.payload)])
+	}
+	t.Logf("queue %v\nmodel %v\ncursor %+v", gs, ws, q.committed)
+	for _, s := range q.segs {
+		t.Logf("seg %d frames %d read %d old %v", s.id, len(s.frames), s.read, s.old)
+	}
+}
