@@ -6,7 +6,7 @@ LDFLAGS  := -X main.version=$(VERSION)
 # Nested test modules (heavy test-only peers live in their own go.mod).
 NESTED   := $(patsubst %/go.mod,%,$(wildcard test/*/go.mod))
 
-.PHONY: build run test test-nocgo bench lint generate clean
+.PHONY: build run test test-nocgo bench lint generate clean gpu-check gpu-check-build
 
 build:
 	CGO_ENABLED=1 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/gpusampler
@@ -36,6 +36,18 @@ lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
 	$(GO) vet ./...
 	CGO_ENABLED=0 $(GO) vet ./...
+
+## gpu-check-build: build the GPU check here (cgo) into bin/, for a GPU machine
+## without a Go toolchain (carry bin/ there).
+gpu-check-build:
+	CGO_ENABLED=1 $(GO) build -ldflags '$(LDFLAGS)' -o bin/gpucheck ./cmd/gpucheck
+	CGO_ENABLED=1 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/gpusampler
+
+## gpu-check: on a machine with an NVIDIA GPU: real-driver checks, report in
+## $$OUT (or ./gpu-check-report/). Never changes clocks, limits or modes.
+gpu-check:
+	@test -x bin/gpucheck || $(MAKE) gpu-check-build
+	scripts/gpu-check.sh
 
 ## generate: regenerate config.example.toml from the outputs' sample.conf fragments.
 generate:

@@ -98,3 +98,14 @@ func TestMetricsListsCatalog(t *testing.T) {
 		}
 	}
 }
+
+func TestBackendNVMLWithoutDriver(t *testing.T) {
+	t.Setenv("GPUSAMPLER_NVML_LIBRARY", t.TempDir()+"/libnvidia-ml.so.1")
+	code, _, stderr := runCLI(t, "run", "--backend", "nvml", "--duration", "1s")
+	if code != 2 {
+		t.Fatalf("exit %d, want 2", code)
+	}
+	if strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, "not found") || !strings.Contains(stderr, "install the NVIDIA driver") {
+		t.Fatalf("want one line saying the library was not found and how to fix it, got %q", stderr)
+	}
+}
