@@ -22,6 +22,7 @@ import (
 
 	"github.com/gpusampler/gpusampler/config"
 	"github.com/gpusampler/gpusampler/outputs/aggregate"
+	"github.com/gpusampler/gpusampler/outputs/buffer"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
@@ -46,9 +47,10 @@ type Agent struct {
 	log  *slog.Logger
 	eng  *sampler.Engine
 
-	mu      sync.Mutex // serializes Reload; guards cfg and running
+	mu      sync.Mutex // serializes Reload; guards cfg, running and buffers
 	cfg     *config.Config
 	running map[string]*config.Output // by name
+	buffers map[string]*buffer.Buffer // by output name, for self-metrics
 }
 
 // New builds the engine over src and every output of cfg. The caller opened
@@ -67,7 +69,8 @@ func New(src sampler.Source, cfg *config.Config, opts Options) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{opts: opts, log: opts.Logger, eng: eng, cfg: cfg, running: map[string]*config.Output{}}
+	a := &Agent{opts: opts, log: opts.Logger, eng: eng, cfg: cfg, running: map[string]*config.Output{},
+		buffers: map[string]*buffer.Buffer{}}
 	built, err := a.build(cfg, cfg.Outputs)
 	if err != nil {
 		src.Close()
@@ -78,6 +81,7 @@ func New(src sampler.Source, cfg *config.Config, opts Options) (*Agent, error) {
 			return nil, err
 		}
 		a.running[b.block.Name] = b.block
+		a.setBuffer(b)
 	}
 	return a, nil
 }
@@ -88,6 +92,24 @@ func (a *Agent) Engine() *sampler.Engine { return a.eng }
 type builtOutput struct {
 	block *config.Output
 	out   sampler.Output
+	buf   *buffer.Buffer // nil without a buffer
+}
+
+// setBuffer records (or forgets) b's buffer for self-metrics. a.mu held or
+// not yet shared.
+func (a *Agent) setBuffer(b builtOutput) {
+	if b.buf != nil {
+		a.buffers[b.block.Name] = b.buf
+	} else {
+		delete(a.buffers, b.block.Name)
+	}
+}
+
+// Buffers returns the buffers of the running outputs, by output name.
+func (a *Agent) Buffers() map[string]*buffer.Buffer {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return maps.Clone(a.buffers)
 }
 
 func (a *Agent) env(cfg *config.Config, o *config.Output) config.BuildEnv {
@@ -118,12 +140,24 @@ func (a *Agent) build(cfg *config.Config, blocks []*config.Output) ([]builtOutpu
 		if err != nil {
 			return fail(fmt.Errorf("%s:%d: output %s: %w", cfg.File, o.Line, o.Name, err))
 		}
+		// pump → aggregate → buffer → output: summaries are what gets
+		// buffered, and the buffer alone talks to the sink.
+		var buf *buffer.Buffer
+		if k := o.Buffer.Kind; k == "memory" || k == "disk" {
+			if buf, err = buffer.New(out, o.Buffer, buffer.WithLogger(a.log.With("output", o.Name)),
+				buffer.WithName(o.Name), buffer.WithWriteTimeout(o.WriteTimeout)); err != nil {
+				out.Close()
+				return fail(fmt.Errorf("%s:%d: output %s: buffer: %w", cfg.File, o.Line, o.Name, err))
+			}
+			out = buf
+		}
 		if o.Aggregate > 0 {
 			if out, err = aggregate.New(out, aggregate.Options{Interval: o.Aggregate}); err != nil {
+				out.Close()
 				return fail(err)
 			}
 		}
-		built = append(built, builtOutput{o, out})
+		built = append(built, builtOutput{o, out, buf})
 	}
 	return built, nil
 }
@@ -179,6 +213,7 @@ func (a *Agent) Reload(cfg *config.Config) error {
 			errs = append(errs, err)
 		}
 		delete(a.running, name)
+		delete(a.buffers, name)
 	}
 	for _, b := range built {
 		if err := a.eng.AddOutput(b.block.Name, b.out, b.block.PumpOptions()); err != nil {
@@ -187,6 +222,7 @@ func (a *Agent) Reload(cfg *config.Config) error {
 			continue
 		}
 		a.running[b.block.Name] = b.block
+		a.setBuffer(b)
 	}
 	a.cfg = cfg
 	a.log.Info("config reloaded", "file", cfg.File, "kept", len(keep), "replaced_or_added", len(built))

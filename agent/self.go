@@ -3,9 +3,12 @@ package agent
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"time"
 
+	"github.com/gpusampler/gpusampler/outputs/buffer"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
@@ -25,6 +28,7 @@ func (a *Agent) selfMetricsLoop(ctx context.Context) {
 		case now := <-t.C:
 			st := a.eng.Stats()
 			evs := SelfEvents(st, now, now.Sub(last), prev)
+			evs = append(evs, BufferEvents(a.Buffers(), now)...)
 			last = now
 			if send {
 				for _, ev := range evs {
@@ -96,4 +100,25 @@ func FormatStats(st sampler.Stats) string {
 			d.Index, d.Published, d.SamplesPerCall, d.NothingNew, d.SuspectedLosses, d.Clock)
 	}
 	return s
+}
+
+// BufferEvents turns per-output buffer stats into self-metrics events (scope
+// "buffer"): buffered records and bytes, the oldest record's age, replayed,
+// retries, and dropped records by reason.
+func BufferEvents(bufs map[string]*buffer.Buffer, now time.Time) []sampler.Event {
+	ns := now.UnixNano()
+	var evs []sampler.Event
+	for _, name := range slices.Sorted(maps.Keys(bufs)) {
+		s := bufs[name].Stats()
+		evs = append(evs, sampler.Event{Kind: sampler.EventSelf, Device: -1, StartNS: ns, EndNS: ns,
+			Attrs: []sampler.Attr{{Key: "scope", Value: "buffer"}, {Key: "output", Value: name}, {Key: "buffer", Value: s.Kind}},
+			Fields: []sampler.Field{intField("buffered_records", uint64(s.BufferedRecords)),
+				intField("buffered_bytes", uint64(s.BufferedBytes)),
+				{Key: "oldest_age_seconds", Value: s.OldestAge.Seconds()},
+				intField("delivered_batches", s.Delivered), intField("replayed_batches", s.Replayed),
+				intField("retries", s.Retries),
+				intField("dropped_cap", s.DroppedRecords.Cap), intField("dropped_malformed", s.DroppedRecords.Malformed),
+				intField("dropped_corrupt", s.DroppedRecords.Corrupt), intField("dropped_shutdown", s.DroppedRecords.Shutdown)}})
+	}
+	return evs
 }

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpusampler/gpusampler/outputs/buffer"
 	"github.com/gpusampler/gpusampler/sampler"
 	"github.com/gpusampler/gpusampler/sampler/sim"
 )
@@ -85,6 +87,9 @@ type Output struct {
 	FlushInterval time.Duration
 	MaxBatch      int
 	WriteTimeout  time.Duration
+	// Buffer configures the optional per-output buffer between the pump and
+	// the output (Kind "" or "none": none).
+	Buffer buffer.Config
 	// Options is what the kind's Parse returned: its own typed, validated
 	// settings.
 	Options any
@@ -94,7 +99,57 @@ type Output struct {
 }
 
 // commonOutputKeys are taken by the config package from every output block.
-var commonOutputKeys = []string{"name", "include", "exclude", "aggregate", "flush_interval", "max_batch", "write_timeout"}
+var commonOutputKeys = []string{"name", "include", "exclude", "aggregate", "flush_interval", "max_batch", "write_timeout",
+	"buffer", "buffer_max_bytes", "buffer_max_records", "buffer_dir", "buffer_fsync_interval", "retry_initial", "retry_max",
+	"buffer_close_timeout"}
+
+// Buffer defaults.
+const (
+	DefaultMemoryBufferBytes   = 64 << 20
+	DefaultMemoryBufferRecords = 2_000_000
+	DefaultDiskBufferBytes     = 1 << 30
+)
+
+// parseBuffer reads an output block's buffer keys.
+func parseBuffer(bt *Table) buffer.Config {
+	var c buffer.Config
+	bt.OneOf("buffer", &c.Kind, "none", "memory", "disk")
+	switch c.Kind {
+	case "memory":
+		c.MaxBytes, c.MaxRecords = DefaultMemoryBufferBytes, DefaultMemoryBufferRecords
+	case "disk":
+		c.MaxBytes = DefaultDiskBufferBytes
+	}
+	maxBytes := int(c.MaxBytes)
+	bt.Int("buffer_max_bytes", &maxBytes, 1<<10, 1<<50)
+	c.MaxBytes = int64(maxBytes)
+	bt.Int("buffer_max_records", &c.MaxRecords, 0, 1<<40)
+	bt.String("buffer_dir", &c.Dir)
+	bt.Duration("buffer_fsync_interval", &c.FsyncInterval)
+	bt.Duration("retry_initial", &c.RetryInitial)
+	bt.Duration("retry_max", &c.RetryMax)
+	bt.Duration("buffer_close_timeout", &c.CloseTimeout)
+	switch c.Kind {
+	case "", "none":
+		for _, k := range []string{"buffer_max_bytes", "buffer_max_records", "buffer_dir", "buffer_fsync_interval", "retry_initial", "retry_max", "buffer_close_timeout"} {
+			if bt.Has(k) {
+				bt.Errorf(k, "set, but buffer is %q: set buffer = \"memory\" or \"disk\"", cmp.Or(c.Kind, "none"))
+			}
+		}
+	case "memory":
+		if c.MaxRecords == 0 {
+			bt.Errorf("buffer_max_records", "must be positive for a memory buffer")
+		}
+	case "disk":
+		if c.Dir == "" {
+			bt.Errorf("buffer", "a disk buffer needs buffer_dir (a directory of its own per output)")
+		}
+	}
+	if c.RetryInitial > 0 && c.RetryMax > 0 && c.RetryMax < c.RetryInitial {
+		bt.Errorf("retry_max", "%v is less than retry_initial %v", c.RetryMax, c.RetryInitial)
+	}
+	return c
+}
 
 // PumpOptions returns the output's pump settings.
 func (o *Output) PumpOptions() sampler.PumpOptions {
@@ -315,6 +370,7 @@ func parseOutputs(t *Table, agent Agent, opts Options) []*Output {
 			bt.Duration("flush_interval", &o.FlushInterval)
 			bt.Int("max_batch", &o.MaxBatch, 1, 1<<20)
 			bt.Duration("write_timeout", &o.WriteTimeout)
+			o.Buffer = parseBuffer(bt)
 			if k.Parse != nil {
 				o.Options = k.Parse(bt)
 			}

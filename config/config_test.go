@@ -168,7 +168,7 @@ func TestParseErrors(t *testing.T) {
 			"test.toml:2: agent.hostnme: unknown key (known: hostname, flush_interval, stats_interval, self_metrics)"},
 		{"unknown sampler key", "[sampler]\ngpus = 2\ndrain = \"1s\"\n", "test.toml:3: sampler.drain: unknown key"},
 		{"unknown output key", "[[outputs.fake]]\nurl = \"x\"\n[[outputs.fake]]\nurll = \"y\"\n",
-			"test.toml:4: outputs.fake[1].urll: unknown key (known: name, include, exclude, aggregate, flush_interval, max_batch, write_timeout, url, token)"},
+			"test.toml:4: outputs.fake[1].urll: unknown key (known: name, include, exclude, aggregate, flush_interval, max_batch, write_timeout, buffer, buffer_max_bytes, buffer_max_records, buffer_dir, buffer_fsync_interval, retry_initial, retry_max, buffer_close_timeout, url, token)"},
 		{"wrong type string", "[agent]\nhostname = 3\n", "test.toml:2: agent.hostname: want a string, got an integer"},
 		{"wrong type int", "[sampler]\ngpus = \"two\"\n", "test.toml:2: sampler.gpus: want an integer, got a string"},
 		{"wrong type bool", "[agent]\nself_metrics = \"yes\"\n", "test.toml:2: agent.self_metrics: want a boolean, got a string"},
@@ -195,6 +195,11 @@ func TestParseErrors(t *testing.T) {
 		{"global tag not string", "[global_tags]\nrack = 12\n", "test.toml:2: global_tags.rack: want a string, got an integer"},
 		{"inline table key", "agent = { hostname = 1 }\n", "test.toml:1: agent.hostname: want a string, got an integer"},
 		{"dotted key", "[sampler]\nfoo.bar = 1\n", "test.toml:2: sampler.foo: unknown key"},
+		{"unknown buffer kind", "[[outputs.fake]]\nbuffer = \"tape\"\n", `test.toml:2: outputs.fake[0].buffer: unknown value "tape" (want one of: none, memory, disk)`},
+		{"disk buffer without dir", "[[outputs.fake]]\nbuffer = \"disk\"\n", "test.toml:2: outputs.fake[0].buffer: a disk buffer needs buffer_dir (a directory of its own per output)"},
+		{"buffer key without buffer", "[[outputs.fake]]\n\nbuffer_dir = \"/tmp/x\"\n", `test.toml:3: outputs.fake[0].buffer_dir: set, but buffer is "none": set buffer = "memory" or "disk"`},
+		{"buffer too small", "[[outputs.fake]]\nbuffer = \"memory\"\nbuffer_max_bytes = 10\n", "test.toml:3: outputs.fake[0].buffer_max_bytes: 10 is out of range (want 1024 to 1125899906842624)"},
+		{"retry max below initial", "[[outputs.fake]]\nbuffer = \"memory\"\nretry_initial = \"1s\"\nretry_max = \"10ms\"\n", "test.toml:4: outputs.fake[0].retry_max: 10ms is less than retry_initial 1s"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
