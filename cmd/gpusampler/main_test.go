@@ -5,6 +5,8 @@ import (
 	"context"
 	"strings"
 	"testing"
+
+	"github.com/gpusampler/gpusampler/internal/cgocall"
 )
 
 func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
@@ -105,7 +107,11 @@ func TestBackendNVMLWithoutDriver(t *testing.T) {
 	if code != 2 {
 		t.Fatalf("exit %d, want 2", code)
 	}
-	if strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, "not found") || !strings.Contains(stderr, "install the NVIDIA driver") {
+	want := []string{"not found", "install the NVIDIA driver"}
+	if !cgocall.Available {
+		want = []string{"built without cgo", "CGO_ENABLED=1"}
+	}
+	if strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, want[0]) || !strings.Contains(stderr, want[1]) {
 		t.Fatalf("want one line saying the library was not found and how to fix it, got %q", stderr)
 	}
 }
