@@ -120,7 +120,8 @@ func New(opts Options) (*Output, error) {
 	mux := http.NewServeMux()
 	mux.Handle(o.opts.Path, o.Handler())
 	mux.HandleFunc("/healthz", o.serveHealth)
-	o.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	o.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: slog.NewLogLogger(o.log.Handler(), slog.LevelDebug)}
 	o.served = make(chan struct{})
 	webConfig := o.opts.WebConfig
 	go func() {
@@ -276,6 +277,11 @@ func (o *Output) Write(_ context.Context, b *sampler.Batch) error {
 	}
 	for i := range b.Events {
 		o.event(&b.Events[i], now)
+	}
+	for key, ent := range o.self {
+		if ent.expired(now) {
+			delete(o.self, key)
+		}
 	}
 	return nil
 }

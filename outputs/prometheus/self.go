@@ -64,17 +64,21 @@ func (o *Output) selfEvent(e *sampler.Event, now int64) {
 
 // collectSelf sends the self-metrics that are still being refreshed.
 func (o *Output) collectSelf(ch chan<- prometheus.Metric, now int64) {
-	for key, ent := range o.self {
-		period := ent.period
-		if period <= 0 {
-			period = defaultSelfPeriod
-		}
-		if now-ent.arrive > 3*period {
-			_ = key // expired: dropped at the next write (scrapes hold only the read lock)
-			continue
+	for _, ent := range o.self {
+		if ent.expired(now) {
+			continue // deleted by the next Write (scrapes hold only the read lock)
 		}
 		for i, f := range ent.fields {
 			emit(ch, ent.descs[i], prometheus.GaugeValue, f.Value, ent.values)
 		}
 	}
+}
+
+// expired reports whether the entry missed three of its periods.
+func (e *selfEntry) expired(now int64) bool {
+	period := e.period
+	if period <= 0 {
+		period = defaultSelfPeriod
+	}
+	return now-e.arrive > 3*period
 }
