@@ -1,11 +1,14 @@
 package prometheus
 
 import (
+	"cmp"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/gpusampler/gpusampler/sampler"
 )
@@ -40,6 +43,11 @@ func deviceLabels(naming, hostLabel string) []string {
 // descSet holds one device's descriptors: they carry its label names, which
 // differ between devices only by the MIG and simulated labels.
 type descSet struct {
+	// pairs are the label pairs of every series of the device, sorted by
+	// name; seriesPairs those of series with a constant label (nil: pairs).
+	// They are built once per identity and shared, read-only, by scrapes.
+	pairs                                 []*dto.LabelPair
+	seriesPairs                           [][]*dto.LabelPair
 	metric                                []*prometheus.Desc // by series index
 	win                                   [][3]*prometheus.Desc
 	up, lastSample                        *prometheus.Desc
@@ -67,12 +75,14 @@ func (o *Output) setLabels(d *deviceState) {
 		values = append(values, "true")
 	}
 	d.labels = values
-	ds := &descSet{metric: make([]*prometheus.Desc, len(o.series)), win: make([][3]*prometheus.Desc, len(o.series))}
+	ds := &descSet{metric: make([]*prometheus.Desc, len(o.series)), win: make([][3]*prometheus.Desc, len(o.series)),
+		seriesPairs: make([][]*dto.LabelPair, len(o.series)), pairs: labelPairs(names, values)}
 	for i := range o.series {
 		s := &o.series[i]
 		var constLabels prometheus.Labels
 		if s.label[0] != "" {
 			constLabels = prometheus.Labels{s.label[0]: s.label[1]}
+			ds.seriesPairs[i] = labelPairs(append(slices.Clone(names), s.label[0]), append(slices.Clone(values), s.label[1]))
 		}
 		ds.metric[i] = prometheus.NewDesc(s.name, s.help, names, constLabels)
 		if s.window {
@@ -118,7 +128,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		if d == nil {
 			continue
 		}
-		ds, lv := d.descs, d.labels
+		ds, lv := d.descs, d.descs.pairs
 		fresh := o.fresh(d, now)
 		up := 0.0
 		if fresh {
@@ -161,7 +171,11 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			if s.kind == sampler.Counter {
 				vt = prometheus.CounterValue
 			}
-			emit(ch, ds.metric[i], vt, v, lv)
+			sp := ds.seriesPairs[i]
+			if sp == nil {
+				sp = lv
+			}
+			emit(ch, ds.metric[i], vt, v, sp)
 			if s.window {
 				if lo, hi, mean, ok := ms.win.stats(span); ok {
 					emit(ch, ds.win[i][0], prometheus.GaugeValue, lo*s.winScale, lv)
@@ -174,12 +188,49 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	o.collectSelf(ch, now)
 }
 
-func emit(ch chan<- prometheus.Metric, desc *prometheus.Desc, vt prometheus.ValueType, v float64, labels []string) {
-	m, err := prometheus.NewConstMetric(desc, vt, v, labels...)
-	if err != nil {
-		m = prometheus.NewInvalidMetric(desc, err)
+// emit sends one sample of desc with the given (cached, sorted) label
+// pairs.
+func emit(ch chan<- prometheus.Metric, desc *prometheus.Desc, vt prometheus.ValueType, v float64, pairs []*dto.LabelPair) {
+	ch <- &constMetric{desc: desc, pairs: pairs, vt: vt, v: v}
+}
+
+// constMetric is prometheus.NewConstMetric without building label pairs
+// per scrape: it carries the device's cached pairs (one allocation per
+// series instead of one per label).
+type constMetric struct {
+	desc  *prometheus.Desc
+	pairs []*dto.LabelPair
+	vt    prometheus.ValueType
+	v     float64
+	g     dto.Gauge
+	c     dto.Counter
+}
+
+// Desc implements prometheus.Metric.
+func (m *constMetric) Desc() *prometheus.Desc { return m.desc }
+
+// Write implements prometheus.Metric. The label pairs are shared with
+// other scrapes and must not be modified (the registry does not).
+func (m *constMetric) Write(out *dto.Metric) error {
+	out.Label = m.pairs
+	if m.vt == prometheus.CounterValue {
+		m.c.Value = &m.v
+		out.Counter = &m.c
+	} else {
+		m.g.Value = &m.v
+		out.Gauge = &m.g
 	}
-	ch <- m
+	return nil
+}
+
+// labelPairs returns names and values as label pairs sorted by name.
+func labelPairs(names, values []string) []*dto.LabelPair {
+	out := make([]*dto.LabelPair, len(names))
+	for i := range names {
+		out[i] = &dto.LabelPair{Name: &names[i], Value: &values[i]}
+	}
+	slices.SortFunc(out, func(a, b *dto.LabelPair) int { return cmp.Compare(a.GetName(), b.GetName()) })
+	return out
 }
 
 func orDefault(v, def float64) float64 {

@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/gpusampler/gpusampler/sampler"
 )
@@ -13,6 +14,7 @@ import (
 // gpusampler_self_<scope>_<field>.
 type selfEntry struct {
 	values []string
+	pairs  []*dto.LabelPair
 	fields []sampler.Field
 	descs  []*prometheus.Desc
 	// arrive and period (between the last two events) on the output's
@@ -52,7 +54,7 @@ func (o *Output) selfEvent(e *sampler.Event, now int64) {
 	if ent.arrive != 0 && now > ent.arrive {
 		ent.period = now - ent.arrive
 	}
-	ent.arrive, ent.values = now, values
+	ent.arrive, ent.values, ent.pairs = now, values, labelPairs(names, values)
 	ent.fields = append(ent.fields[:0], e.Fields...)
 	ent.descs = ent.descs[:0]
 	prefix := "gpusampler_self_" + sanitizeLabel(scope) + "_"
@@ -69,7 +71,7 @@ func (o *Output) collectSelf(ch chan<- prometheus.Metric, now int64) {
 			continue // deleted by the next Write (scrapes hold only the read lock)
 		}
 		for i, f := range ent.fields {
-			emit(ch, ent.descs[i], prometheus.GaugeValue, f.Value, ent.values)
+			emit(ch, ent.descs[i], prometheus.GaugeValue, f.Value, ent.pairs)
 		}
 	}
 }
