@@ -56,8 +56,8 @@ func (w *window) grow() {
 }
 
 // stats returns min, max and mean of the entries in (newest-span, newest]
-// and whether there were any. Entries are iterated newest first so that a
-// short span stops early.
+// and whether there were any. Every held entry is checked: a late,
+// out-of-order one may sit anywhere in the ring.
 func (w *window) stats(span int64) (lo, hi, mean float64, ok bool) {
 	lo, hi = math.Inf(1), math.Inf(-1)
 	var sum float64
@@ -66,7 +66,7 @@ func (w *window) stats(span int64) (lo, hi, mean float64, ok bool) {
 	for i := w.n - 1; i >= 0; i-- {
 		e := &w.buf[(w.head+i)%len(w.buf)]
 		if e.t <= from {
-			continue // out-of-order entries may sit anywhere: check them all
+			continue
 		}
 		lo, hi = min(lo, e.min), max(hi, e.max)
 		sum += e.sum
