@@ -1,0 +1,5 @@
+package prometheus
+
+import "syscall"
+
+func errAddrInUse() error { return syscall.EADDRINUSE }

@@ -1,0 +1,109 @@
+package prometheus
+
+import (
+	"math"
+
+	"github.com/gpusampler/gpusampler/sampler"
+)
+
+// entry is one raw sample (n = 1, min = max = sum = value) or one summary of
+// an aggregating wrapper (outputs/aggregate) in a window.
+type entry struct {
+	t             int64 // sample time; for a summary the end of its interval
+	min, max, sum float64
+	n             uint32
+}
+
+// window is a ring of the entries of one metric on one device, oldest
+// first. It keeps what the widest statistic needs (the configured window,
+// and 1 s for DCGM's power average) behind the newest entry; it grows when
+// samples arrive faster than it holds and never shrinks, so that a steady
+// stream does not allocate.
+type window struct {
+	buf    []entry
+	head   int // index of the oldest entry
+	n      int
+	newest int64
+}
+
+// push adds e and drops the entries that fell out of the horizon behind the
+// newest entry.
+func (w *window) push(e entry, horizon int64) {
+	if w.n == 0 || e.t > w.newest {
+		w.newest = e.t
+	}
+	for w.n > 0 && w.buf[w.head].t <= w.newest-horizon {
+		w.head = (w.head + 1) % len(w.buf)
+		w.n--
+	}
+	if w.n == len(w.buf) {
+		w.grow()
+	}
+	w.buf[(w.head+w.n)%len(w.buf)] = e
+	w.n++
+}
+
+func (w *window) grow() {
+	size := 2 * len(w.buf)
+	if size < 16 {
+		size = 16
+	}
+	buf := make([]entry, size)
+	for i := 0; i < w.n; i++ {
+		buf[i] = w.buf[(w.head+i)%len(w.buf)]
+	}
+	w.buf, w.head = buf, 0
+}
+
+// stats returns min, max and mean of the entries in (newest-span, newest]
+// and whether there were any. Every held entry is checked: a late,
+// out-of-order one may sit anywhere in the ring.
+func (w *window) stats(span int64) (lo, hi, mean float64, ok bool) {
+	lo, hi = math.Inf(1), math.Inf(-1)
+	var sum float64
+	var n uint64
+	from := w.newest - span
+	for i := w.n - 1; i >= 0; i-- {
+		e := &w.buf[(w.head+i)%len(w.buf)]
+		if e.t <= from {
+			continue
+		}
+		lo, hi = min(lo, e.min), max(hi, e.max)
+		sum += e.sum
+		n += uint64(e.n)
+	}
+	if n == 0 {
+		return 0, 0, 0, false
+	}
+	return lo, hi, sum / float64(n), true
+}
+
+// metricState is what one device last reported for one metric.
+type metricState struct {
+	has    bool
+	last   float64
+	lastT  int64 // the newest sample's own time
+	arrive int64 // when it arrived (the output's clock), for staleness
+	win    window
+}
+
+// deviceState is one device's identity, exposed labels and metric state.
+// It belongs to the Output and is guarded by its lock.
+type deviceState struct {
+	id      sampler.Device
+	known   bool // identity received (otherwise the labels are minimal)
+	labels  []string
+	descs   *descSet
+	metrics []metricState // indexed by MetricID
+	// arrive is the arrival time of the newest sample (output clock), 0
+	// before the first; newestT its own time.
+	arrive  int64
+	newestT int64
+	// lost is set by a device_lost event at lostT (event time) and cleared
+	// by a device_recovered event or a sample newer than lostT.
+	lost  bool
+	lostT int64
+	// XIDs seen: the last code and how many.
+	lastXID  float64
+	xidCount uint64
+}
