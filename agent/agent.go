@@ -192,16 +192,33 @@ func (a *Agent) Reload(cfg *config.Config) error {
 	envChanged := old.Agent.Hostname != cfg.Agent.Hostname || !maps.Equal(old.GlobalTags, cfg.GlobalTags)
 	var changed []*config.Output
 	keep := map[string]bool{}
+	var exclusive []string // running outputs to close before building
 	for _, o := range cfg.Outputs {
 		if r, ok := a.running[o.Name]; ok && !envChanged && r.Same(o) {
 			keep[o.Name] = true
 			continue
 		}
 		changed = append(changed, o)
+		if _, ok := a.running[o.Name]; ok && a.exclusive(o.Kind) {
+			exclusive = append(exclusive, o.Name)
+		}
+	}
+	// Exclusive outputs (e.g. a listener on the same address) must go first;
+	// if the new config then fails to build, they are rebuilt from their
+	// old, valid blocks.
+	stopped := map[string]*config.Output{}
+	for _, name := range exclusive {
+		if err := a.eng.RemoveOutput(name); err != nil {
+			a.log.Warn("config reload: closing output failed", "output", name, "err", err)
+		}
+		stopped[name] = a.running[name]
+		delete(a.running, name)
+		delete(a.buffers, name)
 	}
 	built, err := a.build(cfg, changed)
 	if err != nil {
 		a.log.Error("config reload refused; the running config stays", "err", err)
+		a.restore(old, stopped)
 		return fmt.Errorf("reload: %w", err)
 	}
 	var errs []error
@@ -227,6 +244,30 @@ func (a *Agent) Reload(cfg *config.Config) error {
 	a.cfg = cfg
 	a.log.Info("config reloaded", "file", cfg.File, "kept", len(keep), "replaced_or_added", len(built))
 	return errors.Join(errs...)
+}
+
+// exclusive reports whether kind's outputs must be closed before their
+// replacement is built.
+func (a *Agent) exclusive(kind string) bool {
+	k, ok := a.opts.Registry.Lookup(kind)
+	return ok && k.Exclusive
+}
+
+// restore rebuilds outputs closed for a reload that was then refused. a.mu
+// held.
+func (a *Agent) restore(cfg *config.Config, blocks map[string]*config.Output) {
+	for _, name := range slices.Sorted(maps.Keys(blocks)) {
+		built, err := a.build(cfg, []*config.Output{blocks[name]})
+		if err == nil {
+			err = a.eng.AddOutput(name, built[0].out, blocks[name].PumpOptions())
+		}
+		if err != nil {
+			a.log.Error("config reload: output could not be restored", "output", name, "err", err)
+			continue
+		}
+		a.running[name] = blocks[name]
+		a.setBuffer(built[0])
+	}
 }
 
 // ReloadFile loads path and applies it; a config that does not parse is

@@ -27,6 +27,10 @@ type OutputKind struct {
 	Parse func(t *Table) any
 	// Build makes the runtime output from a parsed block.
 	Build func(o *Output, env BuildEnv) (sampler.Output, error)
+	// Exclusive kinds hold a resource their replacement needs too (a
+	// listening address): on reload the running output is closed before the
+	// new one is built, instead of after.
+	Exclusive bool
 }
 
 // BuildEnv is what outputs may use when they are built.

@@ -16,6 +16,7 @@ var SampleConfig string
 func Kind() config.OutputKind {
 	return config.OutputKind{
 		Kind:         "prometheus",
+		Exclusive:    true, // binds its listen address
 		SampleConfig: SampleConfig,
 		Parse:        Parse,
 		Build: func(o *config.Output, env config.BuildEnv) (sampler.Output, error) {
