@@ -27,6 +27,12 @@ type OutputKind struct {
 	Parse func(t *Table) any
 	// Build makes the runtime output from a parsed block.
 	Build func(o *Output, env BuildEnv) (sampler.Output, error)
+	// OutOfProcess marks a network output that the host runs in its own
+	// process: plugins.HostRegistry replaces Build with a plugin client
+	// that re-executes this binary as `gpusampler plugin serve KIND`,
+	// whose side calls the original Build. Outputs that write the
+	// process's own stdout must stay in process.
+	OutOfProcess bool
 }
 
 // BuildEnv is what outputs may use when they are built.

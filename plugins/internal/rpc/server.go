@@ -35,8 +35,8 @@ type Env struct {
 }
 
 // Factory builds the plugin's output from its config block. It reports
-// problems with keys through t.Errorf (t.Finish is called after it
-// returns); a returned error fails the whole block.
+// problems with keys through t.Errorf and calls t.Finish once it has taken
+// every key it knows; a returned error fails the whole block.
 type Factory func(t *config.Table, env Env) (sampler.Output, error)
 
 // HealthChecker is implemented by outputs that can tell whether they can
@@ -89,8 +89,7 @@ func (s *Server) Configure(ctx context.Context, req *proto.ConfigureRequest) (re
 			resp, err = nil, status.Errorf(codes.Internal, "configure panicked: %v", r)
 		}
 	}()
-	out, ferr := s.factory(t, env)
-	t.Finish()
+	out, ferr := s.factory(t, env) // the factory calls t.Finish
 	if terr := t.Err(); terr != nil {
 		if out != nil {
 			out.Close()
