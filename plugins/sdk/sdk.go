@@ -170,4 +170,3 @@ func watchParent(logger *slog.Logger) {
 		time.Sleep(250 * time.Millisecond)
 	}
 }
-
