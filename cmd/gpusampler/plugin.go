@@ -165,4 +165,3 @@ func (p prefixWriter) Write(b []byte) (int, error) {
 	_, err := p.w.Write(b)
 	return len(b), err
 }
-
