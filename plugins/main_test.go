@@ -21,6 +21,10 @@ import (
 var testPluginPath string
 
 func TestMain(m *testing.M) {
+	if p := os.Getenv("GPUSAMPLER_HELPER_PLUGIN"); p != "" { // a helper host process: reuse the parent's build
+		testPluginPath = p
+		os.Exit(m.Run())
+	}
 	dir, err := os.MkdirTemp("", "gpusampler-plugins-test")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
