@@ -141,3 +141,5 @@ func alive(pid int) bool {
 	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
 	return err == nil && strings.HasPrefix(exe, testPluginPath)
 }
+
+func testPluginCmd() *exec.Cmd { return exec.Command(testPluginPath) }

@@ -4,6 +4,7 @@
 //	record = "FILE"        append one JSON line per batch (seq, samples, devices, events)
 //	panic_configure = true panic in Configure
 //	fail_writes = true     refuse every batch (a plain error: counted as failed)
+//	latency = "FILE"       on Close, write each sample's receive time − its time (ns, JSON array)
 //	dump = "FILE"          append one JSON line per sample (t, v, d, m)
 //	min_value = N          must be 0 to 1000 (a key error otherwise)
 //
@@ -18,6 +19,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/gpusampler/gpusampler/config"
 	"github.com/gpusampler/gpusampler/plugins/sdk"
@@ -41,6 +43,9 @@ type output struct {
 	closed bool
 	buf    []byte
 	dump   *os.File
+	// latency: receive time − sample time per sample, written on Close
+	latencyFile string
+	latencies   []int64
 }
 
 // Sample is one line of the dump file.
@@ -62,6 +67,7 @@ func (o *output) Configure(t *config.Table, env sdk.Env) error {
 	t.Int("min_value", &minValue, 0, 1000)
 	var record string
 	t.String("record", &record)
+	t.String("latency", &o.latencyFile)
 	var dump string
 	t.String("dump", &dump)
 	if t.Err() != nil {
@@ -94,6 +100,12 @@ func (o *output) Write(ctx context.Context, b *sampler.Batch) error {
 	}
 	if o.fail {
 		return errors.New("testplugin: told to fail")
+	}
+	if o.latencyFile != "" {
+		now := time.Now().UnixNano()
+		for _, s := range b.Samples {
+			o.latencies = append(o.latencies, now-s.TimeNS)
+		}
 	}
 	if o.dump != nil {
 		var buf []byte
@@ -132,6 +144,10 @@ func (o *output) Close() error {
 	o.closed = true
 	if o.dump != nil {
 		o.dump.Close()
+	}
+	if o.latencyFile != "" {
+		data, _ := json.Marshal(o.latencies)
+		os.WriteFile(o.latencyFile, data, 0o644)
 	}
 	if o.f != nil {
 		return o.f.Close()
