@@ -232,12 +232,20 @@ func (c *Client) start() (*conn, error) {
 
 // killProcess ends a plugin process: SIGKILL by pid first (go-plugin's own
 // Kill tries a graceful shutdown first and can block on a stopped
-// process), then go-plugin's cleanup in the background.
+// process), then go-plugin's cleanup, waited for up to CallTimeout.
 func (c *Client) killProcess(pc *plugin.Client, cmd *exec.Cmd) {
 	if cmd.Process != nil && !pc.Exited() {
 		_ = syscall.Kill(cmd.Process.Pid, syscall.SIGKILL)
 	}
-	go pc.Kill()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		pc.Kill()
+	}()
+	select {
+	case <-done:
+	case <-time.After(c.opts.CallTimeout):
+	}
 }
 
 // Write sends b to the plugin.
@@ -339,7 +347,12 @@ func (c *Client) supervise(cn *conn) {
 		c.cur = nil
 		c.devices = cn.rc.Devices()
 		c.mu.Unlock()
+		// a process that just died may not be reaped yet: give it a moment
+		// before calling it wedged
 		crashed := cn.pc.Exited()
+		for wait := time.Now().Add(200 * time.Millisecond); !crashed && time.Now().Before(wait); crashed = cn.pc.Exited() {
+			time.Sleep(5 * time.Millisecond)
+		}
 		if crashed {
 			c.crashes.Add(1)
 		} else {

@@ -124,8 +124,9 @@ func TestSIGKILLPluginIntegration(t *testing.T) {
 		return false
 	})
 	st := c.Stats()
-	if st.Crashes != kills || st.Starts != kills+1 {
-		t.Errorf("supervisor stats %+v, want %d crashes and %d starts", st, kills, kills+1)
+	// (a killed process not yet reaped when probed may count as wedged)
+	if st.Crashes+st.Wedges != kills || st.Starts != kills+1 {
+		t.Errorf("supervisor stats %+v, want %d restarts and %d starts", st, kills, kills+1)
 	}
 	for _, name := range []string{"victim", "local"} {
 		o := statsOf(e, name)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"sync"
 	"time"
 
 	toml "github.com/pelletier/go-toml/v2"
@@ -71,6 +72,9 @@ func cmdPluginTest(ctx context.Context, args []string, stdout, stderr io.Writer)
 			return fmt.Errorf("%s: %w", *cfgPath, err)
 		}
 	}
+	// The plugin's log lines arrive from other goroutines: one lock for
+	// everything written to stdout.
+	stdout = &lockedWriter{w: stdout}
 	p := func(format string, a ...any) { fmt.Fprintf(stdout, format+"\n", a...) }
 	p("plugin %s", path)
 	if *sum != "" {
@@ -152,16 +156,25 @@ func testSamples(t0 int64, n int) []sampler.Sample {
 	return out
 }
 
-// prefixWriter writes each line with a prefix.
+// lockedWriter serializes writes.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
+}
+
+// prefixWriter writes each line with a prefix (in one Write).
 type prefixWriter struct {
 	w      io.Writer
 	prefix string
 }
 
 func (p prefixWriter) Write(b []byte) (int, error) {
-	if _, err := io.WriteString(p.w, p.prefix); err != nil {
-		return 0, err
-	}
-	_, err := p.w.Write(b)
+	_, err := p.w.Write(append([]byte(p.prefix), b...))
 	return len(b), err
 }
