@@ -49,8 +49,12 @@ gpu-check:
 	@test -x bin/gpucheck || $(MAKE) gpu-check-build
 	scripts/gpu-check.sh
 
-## generate: regenerate config.example.toml from the outputs' sample.conf fragments.
+## generate: regenerate the plugin protocol's Go code (needs Debian's
+## protobuf-compiler and the pinned protoc-gen-go v1.36.12 and
+## protoc-gen-go-grpc v1.5.1 in GOPATH/bin) and config.example.toml from the
+## outputs' sample.conf fragments.
 generate:
+	PATH="$$PATH:$$($(GO) env GOPATH)/bin" $(GO) generate ./plugins/proto
 	$(GO) generate ./outputs/all
 
 clean:

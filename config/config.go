@@ -96,7 +96,36 @@ type Output struct {
 	// Raw is the block as written, ${ENV} expanded, for plugins and for
 	// telling changed blocks from unchanged ones. Do not modify it.
 	Raw map[string]any
+
+	doc  *document // the file the block came from (nil when built in code)
+	path string    // the block's key path ("outputs.plugin[0]")
 }
+
+// ErrorAt returns a problem with key, a dotted path relative to the block
+// ("config.url"), placed at the key's line in the config file (else the
+// nearest enclosing key's, else the block's header). Plugins' configure
+// errors reach the user through it.
+func (o *Output) ErrorAt(key, msg string) *Error {
+	full := o.path
+	if full == "" {
+		full = "outputs." + o.Kind
+	}
+	if key != "" {
+		full += "." + key
+	}
+	if o.doc == nil {
+		return &Error{File: "(config)", Line: o.Line, Key: full, Msg: msg}
+	}
+	line := o.doc.line(full)
+	if line <= 1 && o.Line > 0 {
+		line = o.Line
+	}
+	return &Error{File: o.doc.file, Line: line, Key: full, Msg: msg}
+}
+
+// CommonKeys are the keys the config package takes from every output block
+// (the rest belongs to the kind).
+func CommonKeys() []string { return slices.Clone(commonOutputKeys) }
 
 // commonOutputKeys are taken by the config package from every output block.
 var commonOutputKeys = []string{"name", "include", "exclude", "aggregate", "flush_interval", "max_batch", "write_timeout",
@@ -343,7 +372,7 @@ func parseOutputs(t *Table, agent Agent, opts Options) []*Output {
 			}
 			bt := newTable(t.doc, t.Key(key), m)
 			o := &Output{Kind: kind, Line: bt.Line(""), Raw: m, FlushInterval: agent.FlushInterval,
-				MaxBatch: sampler.DefaultMaxBatch, WriteTimeout: sampler.DefaultWriteTimeout}
+				MaxBatch: sampler.DefaultMaxBatch, WriteTimeout: sampler.DefaultWriteTimeout, doc: t.doc, path: bt.Path()}
 			o.Name = kind
 			if i > 0 {
 				o.Name = kind + "." + strconv.Itoa(i+1)

@@ -314,6 +314,18 @@ func newTable(doc *document, path string, m map[string]any) *Table {
 	return &Table{doc: doc, path: path, m: m, used: make(map[string]bool)}
 }
 
+// NewBlockTable returns a Table over one block's values that belongs to no
+// file: keys are relative to the block and errors carry no line. Plugins
+// decode the block handed to their configure call with it, then return
+// Err's problems by key to the host, which places them in its file.
+func NewBlockTable(raw map[string]any) *Table {
+	return newTable(&document{lines: map[string]int{}}, "", raw)
+}
+
+// Err returns every problem recorded so far in the table's document (an
+// Errors value), or nil.
+func (t *Table) Err() error { return t.doc.err() }
+
 // Path returns the table's dotted path ("outputs.stdout[0]").
 func (t *Table) Path() string { return t.path }
 

@@ -31,6 +31,12 @@ type OutputKind struct {
 	// listening address): on reload the running output is closed before the
 	// new one is built, instead of after.
 	Exclusive bool
+	// OutOfProcess marks a network output that the host runs in its own
+	// process: plugins.HostRegistry replaces Build with a plugin client
+	// that re-executes this binary as `gpusampler plugin serve KIND`,
+	// whose side calls the original Build. Outputs that write the
+	// process's own stdout must stay in process.
+	OutOfProcess bool
 }
 
 // BuildEnv is what outputs may use when they are built.

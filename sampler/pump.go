@@ -2,6 +2,7 @@ package sampler
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,7 +33,7 @@ type PumpOptions struct {
 
 // OutputStats are one output's self-metrics. For every output, at any
 // moment after a flush: Published = Read + Dropped, and Read = Delivered +
-// Failed + Filtered.
+// Failed + Filtered + Pending.
 type OutputStats struct {
 	Name string
 	// Published samples into the rings since the output was attached, up to
@@ -48,6 +49,13 @@ type OutputStats struct {
 	Delivered uint64
 	// Failed samples in batches the output rejected with an error.
 	Failed uint64
+	// Pending samples are in a batch held for retry because the output
+	// said it is unavailable (sampler.ErrUnavailable); 0 after the pump
+	// stops (what is still held then counts as failed).
+	Pending uint64
+	// Retries counts Writes that returned ErrUnavailable (the batch was
+	// kept and offered again).
+	Retries uint64
 	// EventsDelivered and EventsDropped count events.
 	EventsDelivered, EventsDropped uint64
 	// Writes counts Write calls; WriteErrors those that failed.
@@ -70,6 +78,7 @@ type pump struct {
 	sentGen []uint64 // per loop: Generation+1 of the identity last delivered
 	batch   Batch
 	seq     uint64
+	held    bool // batch was refused with ErrUnavailable: offer it again before reading more
 
 	stopCh   chan struct{}
 	stopOnce sync.Once
@@ -79,6 +88,7 @@ type pump struct {
 	lastDropLog time.Time
 
 	published, read, dropped, filtered, delivered, failed atomic.Uint64
+	pending, retries                                      atomic.Uint64
 	evDelivered, evDropped, writes, writeErrors, lag      atomic.Uint64
 	lastLatency, maxLatency                               atomic.Int64
 }
@@ -119,6 +129,13 @@ func (p *pump) run(ctx context.Context) {
 		select {
 		case <-p.stopCh:
 			p.flushAll(ctx)
+			// An unavailable output gets up to WriteTimeout to come back
+			// before what it has not taken is given up.
+			for deadline := time.Now().Add(p.opts.WriteTimeout); p.held && time.Now().Before(deadline); {
+				time.Sleep(min(p.opts.FlushInterval, 50*time.Millisecond))
+				p.flushAll(ctx)
+			}
+			p.abandon()
 			p.closeErr = p.out.Close()
 			return
 		case <-t.C:
@@ -129,8 +146,15 @@ func (p *pump) run(ctx context.Context) {
 
 // flushAll moves everything the rings and the event log hold to the output,
 // in batches of at most MaxBatch samples.
+//
+// A batch the output refused with ErrUnavailable is held: the next flush
+// offers it again first and reads nothing more until it goes through.
 func (p *pump) flushAll(ctx context.Context) {
 	b := &p.batch
+	if p.held && !p.write(ctx) {
+		p.account(0, 0)
+		return
+	}
 	for i, l := range p.e.loops {
 		if id := l.identity.Load(); p.sentGen[i] != id.Generation+1 {
 			b.Devices = append(b.Devices, *id)
@@ -144,9 +168,12 @@ func (p *pump) flushAll(ctx context.Context) {
 	for _, c := range p.cursors {
 		for {
 			if len(b.Samples) == p.opts.MaxBatch {
-				p.write(ctx)
+				ok := p.write(ctx)
 				p.account(read, filtered) // keep stats fresh during a long backlog
 				read, filtered = 0, 0
+				if !ok {
+					return // held: retried on the next flush
+				}
 			}
 			start := len(b.Samples)
 			n := c.Read(b.Samples[start:p.opts.MaxBatch])
@@ -193,11 +220,37 @@ func (p *pump) account(read, filtered uint64) {
 	}
 }
 
+// abandon runs when the pump stops with a batch still held: that batch and
+// whatever the rings still hold for this output are counted as read and
+// failed, so the accounting stays exact.
+func (p *pump) abandon() {
+	if !p.held {
+		return
+	}
+	b := &p.batch
+	p.held = false
+	p.pending.Store(0)
+	n := uint64(len(b.Samples))
+	p.evDropped.Add(uint64(len(b.Events)))
+	b.Reset()
+	var read uint64
+	for _, c := range p.cursors {
+		for k := c.Read(b.Samples[:cap(b.Samples)]); k > 0; k = c.Read(b.Samples[:cap(b.Samples)]) {
+			read += uint64(k)
+		}
+	}
+	p.failed.Add(n + read)
+	p.account(read, 0)
+	p.e.log.Warn("output unavailable at stop; held samples dropped", "output", p.name, "samples", n+read)
+}
+
 // write hands the batch to the output if it holds anything, then resets it.
-func (p *pump) write(ctx context.Context) {
+// It returns false when the output refused the batch with ErrUnavailable:
+// the batch is then held (not reset) for the next flush.
+func (p *pump) write(ctx context.Context) bool {
 	b := &p.batch
 	if b.Len() == 0 {
-		return
+		return true
 	}
 	b.Seq = p.seq + 1
 	wctx, cancel := context.WithTimeout(ctx, p.opts.WriteTimeout)
@@ -209,6 +262,19 @@ func (p *pump) write(ctx context.Context) {
 	p.lastLatency.Store(int64(lat))
 	if int64(lat) > p.maxLatency.Load() {
 		p.maxLatency.Store(int64(lat))
+	}
+	if err != nil && errors.Is(err, ErrUnavailable) {
+		p.retries.Add(1)
+		if !p.held {
+			p.held = true
+			p.pending.Store(uint64(len(b.Samples)))
+			p.e.log.Debug("output unavailable; batch held for retry", "output", p.name, "samples", len(b.Samples), "err", err)
+		}
+		return false
+	}
+	if p.held {
+		p.held = false
+		p.pending.Store(0)
 	}
 	if err != nil {
 		p.writeErrors.Add(1)
@@ -232,11 +298,12 @@ func (p *pump) write(ctx context.Context) {
 		}
 	}
 	b.Reset()
+	return true
 }
 
 func (p *pump) snapshot() OutputStats {
 	return OutputStats{Name: p.name, Published: p.published.Load(), Read: p.read.Load(), Dropped: p.dropped.Load(),
-		Filtered: p.filtered.Load(), Delivered: p.delivered.Load(), Failed: p.failed.Load(),
+		Filtered: p.filtered.Load(), Delivered: p.delivered.Load(), Failed: p.failed.Load(), Pending: p.pending.Load(), Retries: p.retries.Load(),
 		EventsDelivered: p.evDelivered.Load(), EventsDropped: p.evDropped.Load(), Writes: p.writes.Load(),
 		WriteErrors: p.writeErrors.Load(), LastWriteLatency: time.Duration(p.lastLatency.Load()),
 		MaxWriteLatency: time.Duration(p.maxLatency.Load()), Lag: p.lag.Load()}

@@ -4,6 +4,7 @@
 //	gpusampler run [flags]       sample and stream (simulated GPUs when no driver)
 //	gpusampler config            print the commented example config
 //	gpusampler metrics           print the metric catalog (--backend: what each device supports)
+//	gpusampler plugin test PATH  try a plugin binary: handshake, configure, a few writes
 //	gpusampler version           print the version
 package main
 
@@ -42,6 +43,7 @@ commands:
   run       sample GPUs and stream every sample to outputs
   config    print the commented example config (--check FILE validates one)
   metrics   print the metric catalog
+  plugin    plugin test PATH [--config FILE]: try an output plugin binary
   version   print the version
 
 Run 'gpusampler <command> -h' for a command's flags.
@@ -63,12 +65,14 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		err = cmdConfig(rest, stdout, stderr)
 	case "metrics":
 		err = cmdMetrics(rest, stdout, stderr)
+	case "plugin":
+		err = cmdPlugin(ctx, rest, stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintf(stdout, "gpusampler %s\n", version)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, topUsage)
 	default:
-		err = usagef("unknown command %q (want run, config, metrics or version)", cmd)
+		err = usagef("unknown command %q (want run, config, metrics, plugin or version)", cmd)
 	}
 	if err == nil {
 		return 0

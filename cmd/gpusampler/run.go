@@ -18,6 +18,7 @@ import (
 	"github.com/gpusampler/gpusampler/config"
 	"github.com/gpusampler/gpusampler/outputs/all"
 	"github.com/gpusampler/gpusampler/outputs/stdout"
+	"github.com/gpusampler/gpusampler/plugins"
 	"github.com/gpusampler/gpusampler/sampler"
 	"github.com/gpusampler/gpusampler/sampler/sim"
 )
@@ -157,7 +158,9 @@ func cmdRun(ctx context.Context, args []string, out, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	reg := all.Registry()
+	// Network outputs marked out of process run as `gpusampler plugin
+	// serve KIND` children of this binary.
+	reg := plugins.HostRegistry(all.Registry(), plugins.HostOptions{})
 	copts := config.Options{Registry: reg}
 	var cfg *config.Config
 	if *cfgPath != "" {

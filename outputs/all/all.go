@@ -1,11 +1,14 @@
 // Package all lists every built-in output kind. A new output adds one line
-// to Registry.
+// to Registry. Kinds marked OutOfProcess are built in process from this
+// registry; the gpusampler command wraps it with plugins.HostRegistry so
+// that they run as plugins.
 package all
 
 import (
 	"github.com/gpusampler/gpusampler/config"
 	"github.com/gpusampler/gpusampler/outputs/prometheus"
 	"github.com/gpusampler/gpusampler/outputs/stdout"
+	"github.com/gpusampler/gpusampler/plugins"
 )
 
 // Registry returns a registry of every built-in output kind. Each call
@@ -14,6 +17,7 @@ func Registry() *config.Registry {
 	return config.NewRegistry(
 		prometheus.Kind(),
 		stdout.Kind(),
+		plugins.Kind(),
 	)
 }
 

@@ -17,6 +17,7 @@ func Kind() config.OutputKind {
 	return config.OutputKind{
 		Kind:         "prometheus",
 		Exclusive:    true, // binds its listen address
+		OutOfProcess: true, // a network output: its own process (plugins.HostRegistry)
 		SampleConfig: SampleConfig,
 		Parse:        Parse,
 		Build: func(o *config.Output, env config.BuildEnv) (sampler.Output, error) {

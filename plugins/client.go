@@ -1,0 +1,446 @@
+package plugins
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	plugin "github.com/hashicorp/go-plugin"
+
+	"github.com/gpusampler/gpusampler/plugins/internal/rpc"
+	"github.com/gpusampler/gpusampler/plugins/proto"
+	"github.com/gpusampler/gpusampler/sampler"
+)
+
+var _ hclog.Logger = (*slogHCLog)(nil)
+
+// Supervision defaults.
+const (
+	DefaultCallTimeout    = 5 * time.Second
+	DefaultStartTimeout   = 10 * time.Second
+	DefaultHealthInterval = time.Second
+	DefaultHealthTimeout  = time.Second
+	DefaultBackoffMin     = 100 * time.Millisecond
+	DefaultBackoffMax     = 30 * time.Second
+	DefaultResetAfter     = 30 * time.Second
+	// healthFailures in a row mark a plugin that is alive but not
+	// answering as wedged.
+	healthFailures = 2
+)
+
+// Options configure a plugin Client.
+type Options struct {
+	// Name is the output's name (logs, errors, the plugin's Configure).
+	Name string
+	// Kind is the config kind handed to Configure ("plugin", or the
+	// built-in kind the gpusampler binary serves).
+	Kind string
+	// Command returns a new, unstarted command for the plugin process; it
+	// is called for every start. Its Stdout, Stderr and Stdin are set by
+	// the client (stdout carries the handshake, stderr the plugin's logs).
+	Command func() *exec.Cmd
+	// Config is the block handed to Configure.
+	Config map[string]any
+	// Host and GlobalTags are handed to Configure.
+	Host       string
+	GlobalTags map[string]string
+	// Catalog is sent to the plugin so it can name metric ids
+	// (sampler.DefaultCatalog when nil).
+	Catalog *sampler.Catalog
+	// Logger receives the supervisor's logs and the plugin's stderr lines.
+	// Attach the output's name before handing it in.
+	Logger *slog.Logger
+
+	// CallTimeout bounds Configure, Close, and each Write (Write also
+	// honours its context's deadline, whichever is first).
+	CallTimeout time.Duration
+	// StartTimeout bounds the process start and handshake.
+	StartTimeout time.Duration
+	// HealthInterval is how often the plugin is probed; HealthTimeout
+	// bounds each probe. Two failed probes in a row mark a plugin that is
+	// still alive as wedged: it is killed and restarted.
+	HealthInterval, HealthTimeout time.Duration
+	// BackoffMin and BackoffMax bound the delay before a restart; it
+	// doubles after each restart and returns to BackoffMin once a plugin
+	// has run for ResetAfter.
+	BackoffMin, BackoffMax, ResetAfter time.Duration
+}
+
+func (o *Options) withDefaults() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&o.CallTimeout, DefaultCallTimeout)
+	def(&o.StartTimeout, DefaultStartTimeout)
+	def(&o.HealthInterval, DefaultHealthInterval)
+	def(&o.HealthTimeout, DefaultHealthTimeout)
+	def(&o.BackoffMin, DefaultBackoffMin)
+	def(&o.BackoffMax, DefaultBackoffMax)
+	def(&o.ResetAfter, DefaultResetAfter)
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Catalog == nil {
+		o.Catalog = sampler.DefaultCatalog
+	}
+}
+
+// Stats are a client's supervision counters.
+type Stats struct {
+	// Starts counts plugin processes started and configured (the first
+	// one included).
+	Starts uint64
+	// Crashes counts processes found dead; Wedges counts processes found
+	// alive but not answering (killed by pid).
+	Crashes, Wedges uint64
+	// PID is the current process's pid; 0 while restarting.
+	PID int
+	// LastRestart is how long the most recent restart took, from
+	// detection to a configured plugin.
+	LastRestart time.Duration
+}
+
+// Client is an output that runs in a plugin process. It implements
+// sampler.Output, so the engine's pump drives it like any other output.
+//
+// While the plugin is down (crashed, wedged, restarting) Write returns at
+// once with an error wrapping sampler.ErrUnavailable: the pump keeps the
+// batch and offers it again (same Seq) on its next flush, so nothing is
+// lost while the ring covers the gap.
+//
+// Concurrency: Write and Close are called by one goroutine (the pump);
+// Stats may be called from any goroutine. A supervisor goroutine per
+// Client probes and restarts the plugin.
+type Client struct {
+	opts Options
+	log  *slog.Logger
+
+	mu      sync.Mutex
+	cur     *conn // nil while down
+	closed  bool
+	devices []sampler.Device // identities known to the last connection
+
+	kick    chan struct{}
+	stop    chan struct{}
+	done    chan struct{}
+	starts  atomic.Uint64
+	crashes atomic.Uint64
+	wedges  atomic.Uint64
+	lastRst atomic.Int64
+}
+
+// conn is one running plugin process.
+type conn struct {
+	pc      *plugin.Client
+	rc      *rpc.Client
+	pid     int
+	started time.Time
+}
+
+// Start starts the plugin, performs the handshake and configures it. The
+// error is a *rpc.ConfigError (see ConfigErrors) when the plugin refused
+// keys of its block. After Start, the client supervises the plugin until
+// Close.
+func Start(opts Options) (*Client, error) {
+	opts.withDefaults()
+	if opts.Command == nil {
+		return nil, errors.New("plugins: no command")
+	}
+	c := &Client{opts: opts, log: opts.Logger, kick: make(chan struct{}, 1), stop: make(chan struct{}),
+		done: make(chan struct{})}
+	cn, err := c.start()
+	if err != nil {
+		return nil, err
+	}
+	c.cur = cn
+	go c.supervise(cn)
+	return c, nil
+}
+
+// KeyErrors returns the key problems of a Start error from a plugin that
+// refused its config block (keys relative to the block), or nil.
+func KeyErrors(err error) []rpc.KeyError {
+	var ce *rpc.ConfigError
+	if errors.As(err, &ce) {
+		return ce.Errors
+	}
+	return nil
+}
+
+func (c *Client) start() (*conn, error) {
+	cmd := c.opts.Command()
+	cmd.Env = append(cmd.Env, rpc.ParentPIDEnv+"="+strconv.Itoa(os.Getpid()))
+	setParentDeathSignal(cmd)
+	pc := plugin.NewClient(&plugin.ClientConfig{
+		HandshakeConfig:  rpc.Handshake,
+		Plugins:          plugin.PluginSet{rpc.PluginName: &rpc.GRPCPlugin{}},
+		Cmd:              cmd,
+		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
+		AutoMTLS:         true,
+		StartTimeout:     c.opts.StartTimeout,
+		Logger:           newHCLog(c.log),
+		GRPCDialOptions:  rpc.DialOptions(),
+		Stderr:           io.Discard,
+		SyncStdout:       io.Discard,
+		SyncStderr:       io.Discard,
+	})
+	fail := func(err error) (*conn, error) {
+		c.killProcess(pc, cmd)
+		return nil, err
+	}
+	cp, err := pc.Client()
+	if err != nil {
+		return fail(fmt.Errorf("start plugin %s: %w", cmd.Path, err))
+	}
+	raw, err := cp.Dispense(rpc.PluginName)
+	if err != nil {
+		return fail(fmt.Errorf("start plugin %s: %w", cmd.Path, err))
+	}
+	oc, ok := raw.(proto.OutputClient)
+	if !ok {
+		return fail(fmt.Errorf("start plugin %s: unexpected client %T", cmd.Path, raw))
+	}
+	c.mu.Lock()
+	devs := c.devices
+	c.mu.Unlock()
+	rc := rpc.NewClient(oc, devs)
+	ctx, cancel := context.WithTimeout(context.Background(), c.opts.CallTimeout)
+	defer cancel()
+	err = rc.Configure(ctx, rpc.ConfigureInput{Name: c.opts.Name, Kind: c.opts.Kind, Config: c.opts.Config,
+		Host: c.opts.Host, GlobalTags: c.opts.GlobalTags, Catalog: c.opts.Catalog})
+	if err != nil {
+		if pc.Exited() {
+			err = fmt.Errorf("%w (plugin exited)", err)
+		}
+		return fail(err)
+	}
+	c.starts.Add(1)
+	return &conn{pc: pc, rc: rc, pid: cmd.Process.Pid, started: time.Now()}, nil
+}
+
+// killProcess ends a plugin process: SIGKILL by pid first (go-plugin's own
+// Kill tries a graceful shutdown first and can block on a stopped
+// process), then go-plugin's cleanup, waited for up to CallTimeout.
+func (c *Client) killProcess(pc *plugin.Client, cmd *exec.Cmd) {
+	if cmd.Process != nil && !pc.Exited() {
+		_ = syscall.Kill(cmd.Process.Pid, syscall.SIGKILL)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		pc.Kill()
+	}()
+	select {
+	case <-done:
+	case <-time.After(c.opts.CallTimeout):
+	}
+}
+
+// Write sends b to the plugin.
+func (c *Client) Write(ctx context.Context, b *sampler.Batch) error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return sampler.ErrClosed
+	}
+	cn := c.cur
+	c.mu.Unlock()
+	if cn == nil {
+		return fmt.Errorf("plugin %s: restarting: %w", c.opts.Name, sampler.ErrUnavailable)
+	}
+	wctx, cancel := context.WithTimeout(ctx, c.opts.CallTimeout)
+	defer cancel()
+	err := cn.rc.Write(wctx, b)
+	if err != nil {
+		if rpc.IsTransport(err) {
+			c.check()
+		}
+		return fmt.Errorf("plugin %s: %w", c.opts.Name, err)
+	}
+	return nil
+}
+
+// check asks the supervisor to probe the plugin now.
+func (c *Client) check() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Close closes the plugin's output (bounded by CallTimeout), ends the
+// process and the supervision. A second Close returns nil.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	c.mu.Unlock()
+	close(c.stop)
+	<-c.done
+	c.mu.Lock()
+	cn := c.cur
+	c.cur = nil
+	c.mu.Unlock()
+	if cn == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.opts.CallTimeout)
+	err := cn.rc.Close(ctx)
+	cancel()
+	// The plugin exits when the host closes the connection; a plugin that
+	// lingers is killed by pid.
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		cn.pc.Kill()
+	}()
+	select {
+	case <-exited:
+	case <-time.After(c.opts.CallTimeout):
+		_ = syscall.Kill(cn.pid, syscall.SIGKILL)
+		<-exited
+	}
+	if err != nil {
+		return fmt.Errorf("plugin %s: %w", c.opts.Name, err)
+	}
+	return nil
+}
+
+// Stats returns the supervision counters.
+func (c *Client) Stats() Stats {
+	s := Stats{Starts: c.starts.Load(), Crashes: c.crashes.Load(), Wedges: c.wedges.Load(),
+		LastRestart: time.Duration(c.lastRst.Load())}
+	c.mu.Lock()
+	if c.cur != nil {
+		s.PID = c.cur.pid
+	}
+	c.mu.Unlock()
+	return s
+}
+
+// supervise probes the current plugin and restarts it when it dies or
+// wedges, until Close.
+func (c *Client) supervise(cn *conn) {
+	defer close(c.done)
+	backoff := c.opts.BackoffMin
+	for {
+		if !c.watch(cn) {
+			return // closing: Close ends the process
+		}
+		detected := time.Now()
+		c.mu.Lock()
+		c.cur = nil
+		c.devices = cn.rc.Devices()
+		c.mu.Unlock()
+		// a process that just died may not be reaped yet: give it a moment
+		// before calling it wedged
+		crashed := cn.pc.Exited()
+		for wait := time.Now().Add(200 * time.Millisecond); !crashed && time.Now().Before(wait); crashed = cn.pc.Exited() {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if crashed {
+			c.crashes.Add(1)
+		} else {
+			c.wedges.Add(1)
+		}
+		_ = syscall.Kill(cn.pid, syscall.SIGKILL)
+		go cn.pc.Kill()
+		if time.Since(cn.started) >= c.opts.ResetAfter {
+			backoff = c.opts.BackoffMin
+		}
+		reason := "wedged (alive, not answering): killed"
+		if crashed {
+			reason = "exited"
+		}
+		c.log.Warn("plugin "+reason+"; restarting", "pid", cn.pid, "backoff", backoff)
+		for {
+			select {
+			case <-c.stop:
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(backoff*2, c.opts.BackoffMax)
+			next, err := c.start()
+			if err == nil {
+				cn = next
+				break
+			}
+			c.log.Error("plugin restart failed", "err", err, "backoff", backoff)
+		}
+		c.lastRst.Store(int64(time.Since(detected)))
+		c.mu.Lock()
+		closed := c.closed
+		if !closed {
+			c.cur = cn
+		}
+		c.mu.Unlock()
+		if closed {
+			c.killProcess(cn.pc, &exec.Cmd{Process: &os.Process{Pid: cn.pid}})
+			return
+		}
+		c.log.Info("plugin restarted", "pid", cn.pid, "took", time.Since(detected))
+	}
+}
+
+// watch probes cn until it is found dead or wedged (true) or the client
+// closes (false).
+func (c *Client) watch(cn *conn) bool {
+	t := time.NewTimer(c.opts.HealthInterval)
+	defer t.Stop()
+	fails := 0
+	for {
+		select {
+		case <-c.stop:
+			return false
+		case <-t.C:
+		case <-c.kick:
+		}
+		if cn.pc.Exited() {
+			return true
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), c.opts.HealthTimeout)
+		err := cn.rc.Health(ctx)
+		cancel()
+		switch {
+		case err == nil:
+			fails = 0
+		case errors.Is(err, rpc.ErrNotHealthy):
+			fails = 0 // alive and answering: its sink is its own business
+			c.log.Debug("plugin reports unhealthy", "err", err)
+		default:
+			if cn.pc.Exited() {
+				return true
+			}
+			fails++
+			if fails >= healthFailures {
+				return true
+			}
+		}
+		next := c.opts.HealthInterval
+		if fails > 0 {
+			next = min(next, c.opts.HealthTimeout/2+10*time.Millisecond)
+		}
+		if !t.Stop() {
+			select {
+			case <-t.C:
+			default:
+			}
+		}
+		t.Reset(next)
+	}
+}

@@ -1,0 +1,147 @@
+package plugins_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpusampler/gpusampler/outputs/outputtest"
+	"github.com/gpusampler/gpusampler/plugins"
+	"github.com/gpusampler/gpusampler/sampler"
+)
+
+// The plugin client passes the same conformance suite as every output.
+func TestClientConformance(t *testing.T) {
+	var dump string
+	outputtest.Run(t, outputtest.Harness{
+		New: func(t *testing.T) sampler.Output {
+			dump = filepath.Join(t.TempDir(), "dump.jsonl")
+			c, err := plugins.Start(fastOptions(t, "conf", map[string]any{"dump": dump}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return c
+		},
+		Received: func(t *testing.T) []sampler.Sample {
+			if _, err := os.Stat(dump); err != nil {
+				return nil
+			}
+			return dumpedSamples(t, dump)
+		},
+	})
+}
+
+// Device identities go once per connection and again on change; events,
+// summaries and Seq arrive.
+func TestClientDevicesOncePerConnection(t *testing.T) {
+	rec := filepath.Join(t.TempDir(), "rec.jsonl")
+	c, err := plugins.Start(fastOptions(t, "dev", map[string]any{"record": rec}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	d0, d1 := outputtest.Device, outputtest.Device
+	d1.Index = 1
+	write := func(b *sampler.Batch) {
+		t.Helper()
+		if err := c.Write(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(&sampler.Batch{Seq: 1, Devices: []sampler.Device{d0, d1}, Samples: outputtest.Samples(3)})
+	write(&sampler.Batch{Seq: 2, Samples: outputtest.Samples(3), Events: []sampler.Event{{Kind: sampler.EventXID}}})
+	d1.Generation++
+	write(&sampler.Batch{Seq: 3, Devices: []sampler.Device{d1}, Samples: outputtest.Samples(3)})
+	// restart the plugin: the new process learns both devices again
+	pid := c.Stats().PID
+	if err := syscallKill(pid); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { s := c.Stats(); return s.PID != 0 && s.PID != pid })
+	write(&sampler.Batch{Seq: 4, Samples: outputtest.Samples(3)})
+	got := readRecords(t, rec)
+	want := []struct {
+		seq  uint64
+		devs string
+		ev   int
+	}{{1, "0,1", 0}, {2, "", 1}, {3, "1", 0}, {4, "0,1", 0}}
+	if len(got) != len(want) {
+		t.Fatalf("records %+v", got)
+	}
+	for i, w := range want {
+		var devs []string
+		for _, d := range got[i].Devices {
+			devs = append(devs, string(rune('0'+d)))
+		}
+		if got[i].Seq != w.seq || strings.Join(devs, ",") != w.devs || got[i].Events != w.ev || got[i].Samples != 3 {
+			t.Errorf("batch %d: %+v, want seq %d devices %q events %d", i, got[i], w.seq, w.devs, w.ev)
+		}
+	}
+}
+
+// A plugin that refuses keys reports them by key path.
+func TestClientConfigKeyErrors(t *testing.T) {
+	_, err := plugins.Start(fastOptions(t, "bad", map[string]any{"min_value": int64(-1), "colour": "red"}))
+	kerrs := plugins.KeyErrors(err)
+	if len(kerrs) != 2 {
+		t.Fatalf("err %v, key errors %+v", err, kerrs)
+	}
+	keys := kerrs[0].Key + " " + kerrs[1].Key
+	if !strings.Contains(keys, "min_value") || !strings.Contains(keys, "colour") {
+		t.Fatalf("key errors %+v", kerrs)
+	}
+}
+
+// A plugin that panics in configure fails the start with the panic's text.
+func TestClientConfigurePanics(t *testing.T) {
+	_, err := plugins.Start(fastOptions(t, "panicky", map[string]any{"panic_configure": true}))
+	if err == nil || !strings.Contains(err.Error(), "panic") {
+		t.Fatalf("err = %v, want a configure panic", err)
+	}
+}
+
+// A plugin that writes to stdout breaks the handshake: a clear error, no
+// hang.
+func TestClientBrokenHandshake(t *testing.T) {
+	opts := fastOptions(t, "broken", nil)
+	opts.StartTimeout = 5 * time.Second
+	opts.Command = func() *exec.Cmd {
+		cmd := exec.Command(testPluginPath)
+		cmd.Env = append(os.Environ(), "GPUSAMPLER_TESTPLUGIN_BROKEN=stdout")
+		return cmd
+	}
+	_, err := plugins.Start(opts)
+	if err == nil || !strings.Contains(err.Error(), "start plugin") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+// Write errors from the plugin fail the batch (not retried).
+func TestClientPluginWriteError(t *testing.T) {
+	c, err := plugins.Start(fastOptions(t, "failing", map[string]any{"fail_writes": true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	err = c.Write(context.Background(), &sampler.Batch{Seq: 1, Samples: outputtest.Samples(2)})
+	if err == nil || errors.Is(err, sampler.ErrUnavailable) || !strings.Contains(err.Error(), "told to fail") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached within 15s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

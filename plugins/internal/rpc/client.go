@@ -1,0 +1,190 @@
+package rpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/gpusampler/gpusampler/plugins/proto"
+	"github.com/gpusampler/gpusampler/sampler"
+)
+
+// ConfigureInput is what the host hands a plugin's Configure.
+type ConfigureInput struct {
+	Name, Kind string
+	Config     map[string]any
+	Host       string
+	GlobalTags map[string]string
+	Catalog    *sampler.Catalog
+}
+
+// KeyError is one problem a plugin found with a key of its block.
+type KeyError struct {
+	// Key is relative to the block handed to Configure.
+	Key, Msg string
+}
+
+// ConfigError is returned by Configure when the plugin refused keys.
+type ConfigError struct{ Errors []KeyError }
+
+func (e *ConfigError) Error() string {
+	var s string
+	for i, k := range e.Errors {
+		if i > 0 {
+			s += "; "
+		}
+		if k.Key != "" {
+			s += k.Key + ": "
+		}
+		s += k.Msg
+	}
+	return "config refused: " + s
+}
+
+// Client is the host side of one plugin connection. It implements
+// sampler.Output's Write (one goroutine at a time, as the pump calls it);
+// Health may be called concurrently.
+//
+// Device identities: the client remembers the newest identity of every
+// device it was handed and sends each one on the connection's first batch
+// and again when its Generation changes — so a restarted plugin (a new
+// Client seeded with Devices of the old one) learns every device again.
+type Client struct {
+	c       proto.OutputClient
+	req     proto.WriteRequest
+	devices map[int]sampler.Device
+	sent    map[int]uint64 // device index → Generation+1 sent on this connection
+	pending []sampler.Device
+}
+
+// NewClient returns a client over c that knows devices already.
+func NewClient(c proto.OutputClient, devices []sampler.Device) *Client {
+	cl := &Client{c: c, devices: map[int]sampler.Device{}, sent: map[int]uint64{}}
+	for _, d := range devices {
+		cl.devices[d.Index] = d
+	}
+	return cl
+}
+
+// Devices returns every identity the client knows, by index.
+func (c *Client) Devices() []sampler.Device {
+	out := slices.Collect(maps.Values(c.devices))
+	slices.SortFunc(out, func(a, b sampler.Device) int { return a.Index - b.Index })
+	return out
+}
+
+// Configure sends the config block. Key problems come back as a
+// *ConfigError.
+func (c *Client) Configure(ctx context.Context, in ConfigureInput) error {
+	t, err := EncodeTable(in.Config)
+	if err != nil {
+		return fmt.Errorf("encode config: %w", err)
+	}
+	resp, err := c.c.Configure(ctx, &proto.ConfigureRequest{ProtocolVersion: proto.ProtocolVersion_PROTOCOL_VERSION_1,
+		Name: in.Name, Kind: in.Kind, Config: t, Host: in.Host, GlobalTags: in.GlobalTags, Metrics: catalogToProto(in.Catalog)})
+	if err != nil {
+		return fmt.Errorf("configure: %w", statusError(err))
+	}
+	if len(resp.GetErrors()) > 0 {
+		ce := &ConfigError{}
+		for _, e := range resp.GetErrors() {
+			ce.Errors = append(ce.Errors, KeyError{Key: e.GetKey(), Msg: e.GetMessage()})
+		}
+		return ce
+	}
+	return nil
+}
+
+// Write sends b. Errors that mean "try again later" (the plugin's sink is
+// unavailable, the connection broke, the call timed out) wrap
+// sampler.ErrUnavailable.
+func (c *Client) Write(ctx context.Context, b *sampler.Batch) error {
+	for _, d := range b.Devices {
+		if old, ok := c.devices[d.Index]; !ok || d.Generation >= old.Generation {
+			c.devices[d.Index] = d
+		}
+	}
+	c.pending = c.pending[:0]
+	for _, i := range slices.Sorted(maps.Keys(c.devices)) {
+		if d := c.devices[i]; c.sent[i] != d.Generation+1 {
+			c.pending = append(c.pending, d)
+		}
+	}
+	encodeBatch(&c.req, b, c.pending)
+	_, err := c.c.Write(ctx, &c.req)
+	if err != nil {
+		return fmt.Errorf("write: %w", statusError(err))
+	}
+	for _, d := range c.pending {
+		c.sent[d.Index] = d.Generation + 1
+	}
+	return nil
+}
+
+// Health asks the plugin whether it is alive and can deliver. A plugin that
+// answers "not ok" returns ErrNotHealthy; one that does not answer returns
+// the transport's error.
+func (c *Client) Health(ctx context.Context) error {
+	resp, err := c.c.Health(ctx, &proto.HealthRequest{})
+	if err != nil {
+		return err
+	}
+	if !resp.GetOk() {
+		return fmt.Errorf("%w: %s", ErrNotHealthy, resp.GetMessage())
+	}
+	return nil
+}
+
+// ErrNotHealthy is returned by Health when the plugin answered that it
+// cannot deliver.
+var ErrNotHealthy = errors.New("plugin reports unhealthy")
+
+// Close asks the plugin to flush and close its output.
+func (c *Client) Close(ctx context.Context) error {
+	if _, err := c.c.Close(ctx, &proto.CloseRequest{}); err != nil {
+		return fmt.Errorf("close: %w", statusError(err))
+	}
+	return nil
+}
+
+// statusError turns a gRPC status into an error the pump understands:
+// retryable codes wrap sampler.ErrUnavailable; the plugin's message is kept.
+func statusError(err error) error {
+	st, ok := status.FromError(err)
+	if !ok {
+		return err
+	}
+	switch st.Code() {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.Aborted, codes.ResourceExhausted:
+		return &retryable{msg: st.Message(), code: st.Code()}
+	}
+	return &remoteError{msg: st.Message(), code: st.Code()}
+}
+
+// IsTransport reports whether err says the call may not have reached a
+// working plugin (connection broken, timeout): the supervisor then checks
+// the plugin at once.
+func IsTransport(err error) bool {
+	var r *retryable
+	return errors.As(err, &r) && r.code != codes.ResourceExhausted
+}
+
+type retryable struct {
+	msg  string
+	code codes.Code
+}
+
+func (e *retryable) Error() string { return fmt.Sprintf("%s (%s)", e.msg, e.code) }
+func (e *retryable) Unwrap() error { return sampler.ErrUnavailable }
+
+type remoteError struct {
+	msg  string
+	code codes.Code
+}
+
+func (e *remoteError) Error() string { return e.msg }

@@ -1,0 +1,172 @@
+package rpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/gpusampler/gpusampler/config"
+	"github.com/gpusampler/gpusampler/plugins/proto"
+	"github.com/gpusampler/gpusampler/sampler"
+)
+
+// Env is what a plugin's output is built with: the host's view of the
+// output and the records' identity.
+type Env struct {
+	// Name is the output's name in the host's config.
+	Name string
+	// Kind is the config kind ("plugin", or a built-in kind).
+	Kind string
+	// Host is the host name for records.
+	Host string
+	// GlobalTags are added to every record.
+	GlobalTags map[string]string
+	// Logger writes to the plugin's stderr; the host logs each line under
+	// the output's name.
+	Logger *slog.Logger
+	// Catalog is the metric catalog (the plugin's own copy).
+	Catalog *sampler.Catalog
+}
+
+// Factory builds the plugin's output from its config block. It reports
+// problems with keys through t.Errorf and calls t.Finish once it has taken
+// every key it knows; a returned error fails the whole block.
+type Factory func(t *config.Table, env Env) (sampler.Output, error)
+
+// HealthChecker is implemented by outputs that can tell whether they can
+// deliver (e.g. their sink answers). Health must return quickly.
+type HealthChecker interface {
+	Health(ctx context.Context) error
+}
+
+// Server serves one output over the protocol (the plugin side). Write calls
+// are serialized, as sampler.Output requires.
+type Server struct {
+	proto.UnimplementedOutputServer
+	factory Factory
+	logger  *slog.Logger
+
+	mu     sync.Mutex // serializes Configure, Write, Close
+	out    sampler.Output
+	batch  sampler.Batch
+	closed bool
+	done   chan struct{}
+}
+
+// NewServer returns a server that builds its output with f on Configure.
+func NewServer(f Factory, logger *slog.Logger) *Server {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &Server{factory: f, logger: logger, done: make(chan struct{})}
+}
+
+// Done is closed after Close.
+func (s *Server) Done() <-chan struct{} { return s.done }
+
+// Configure implements proto.OutputServer.
+func (s *Server) Configure(ctx context.Context, req *proto.ConfigureRequest) (resp *proto.ConfigureResponse, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if v := req.GetProtocolVersion(); v != proto.ProtocolVersion_PROTOCOL_VERSION_1 {
+		return nil, status.Errorf(codes.FailedPrecondition, "protocol_version: %d not supported (want 1)", v)
+	}
+	if s.out != nil || s.closed {
+		return nil, status.Error(codes.FailedPrecondition, "configure: already configured")
+	}
+	env := Env{Name: req.GetName(), Kind: req.GetKind(), Host: req.GetHost(), GlobalTags: req.GetGlobalTags(),
+		Logger: s.logger.With("output", req.GetName()), Catalog: sampler.DefaultCatalog}
+	t := config.NewBlockTable(DecodeTable(req.GetConfig()))
+	defer func() {
+		if r := recover(); r != nil {
+			s.logger.Error("configure panicked", "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			resp, err = nil, status.Errorf(codes.Internal, "configure panicked: %v", r)
+		}
+	}()
+	out, ferr := s.factory(t, env) // the factory calls t.Finish
+	if terr := t.Err(); terr != nil {
+		if out != nil {
+			out.Close()
+		}
+		return &proto.ConfigureResponse{Errors: ConfigErrors(terr)}, nil
+	}
+	if ferr != nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "%v", ferr)
+	}
+	if out == nil {
+		return nil, status.Error(codes.Internal, "configure: plugin returned no output")
+	}
+	s.out = out
+	return &proto.ConfigureResponse{}, nil
+}
+
+// Write implements proto.OutputServer.
+func (s *Server) Write(ctx context.Context, req *proto.WriteRequest) (*proto.WriteResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, status.Error(codes.FailedPrecondition, "write: output closed")
+	}
+	if s.out == nil {
+		return nil, status.Error(codes.FailedPrecondition, "write: not configured")
+	}
+	if err := decodeBatch(req, &s.batch); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "write: %v", err)
+	}
+	err := s.out.Write(ctx, &s.batch)
+	s.batch.Reset()
+	if err != nil {
+		return nil, status.Error(errorCode(err), err.Error())
+	}
+	return &proto.WriteResponse{}, nil
+}
+
+// errorCode maps an output's error to the protocol's codes.
+func errorCode(err error) codes.Code {
+	switch {
+	case errors.Is(err, sampler.ErrUnavailable):
+		return codes.Unavailable
+	case errors.Is(err, sampler.ErrClosed):
+		return codes.FailedPrecondition
+	case errors.Is(err, context.DeadlineExceeded):
+		return codes.DeadlineExceeded
+	}
+	return codes.Unknown
+}
+
+// Health implements proto.OutputServer. It does not wait for a Write in
+// progress.
+func (s *Server) Health(ctx context.Context, _ *proto.HealthRequest) (*proto.HealthResponse, error) {
+	s.mu.Lock()
+	out := s.out
+	s.mu.Unlock()
+	if hc, ok := out.(HealthChecker); ok {
+		if err := hc.Health(ctx); err != nil {
+			return &proto.HealthResponse{Ok: false, Message: err.Error()}, nil
+		}
+	}
+	return &proto.HealthResponse{Ok: true}, nil
+}
+
+// Close implements proto.OutputServer.
+func (s *Server) Close(ctx context.Context, _ *proto.CloseRequest) (*proto.CloseResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return &proto.CloseResponse{}, nil
+	}
+	s.closed = true
+	defer close(s.done)
+	if s.out != nil {
+		if err := s.out.Close(); err != nil {
+			return nil, status.Errorf(codes.Unknown, "close: %v", err)
+		}
+	}
+	return &proto.CloseResponse{}, nil
+}

@@ -1,0 +1,187 @@
+package plugins
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	_ "embed"
+
+	"github.com/gpusampler/gpusampler/config"
+	"github.com/gpusampler/gpusampler/sampler"
+)
+
+//go:embed sample.conf
+var sampleConf string
+
+// KindOptions are a [[outputs.plugin]] block's own settings.
+type KindOptions struct {
+	// Path is the plugin executable (absolute).
+	Path string
+	// SHA256 is the executable's expected checksum (hex); empty skips the
+	// check.
+	SHA256 string
+	// Config is the [outputs.plugin.config] table, handed to Configure.
+	Config map[string]any
+	// CallTimeout, HealthInterval and HealthTimeout tune supervision.
+	CallTimeout, HealthInterval, HealthTimeout time.Duration
+}
+
+// Kind returns the "plugin" output kind: a custom plugin by path.
+//
+//	[[outputs.plugin]]
+//	  name = "my-sink"
+//	  path = "/usr/local/lib/gpusampler/my-sink"
+//	  sha256 = "…"
+//	  [outputs.plugin.config]
+//	    url = "…"
+func Kind() config.OutputKind {
+	return config.OutputKind{Kind: "plugin", SampleConfig: sampleConf, Parse: parseKind, Build: buildKind}
+}
+
+func parseKind(t *config.Table) any {
+	var o KindOptions
+	t.String("path", &o.Path)
+	switch {
+	case !t.Has("path"):
+		t.Errorf("", "path is required (the plugin executable)")
+	case !filepath.IsAbs(o.Path):
+		t.Errorf("path", "%q: want an absolute path", o.Path)
+	}
+	t.String("sha256", &o.SHA256)
+	if o.SHA256 != "" {
+		if b, err := hex.DecodeString(o.SHA256); err != nil || len(b) != sha256.Size {
+			t.Errorf("sha256", "%q: want 64 hex digits (sha256sum PATH)", o.SHA256)
+		}
+		o.SHA256 = strings.ToLower(o.SHA256)
+	}
+	t.Duration("call_timeout", &o.CallTimeout)
+	t.Duration("health_interval", &o.HealthInterval)
+	t.Duration("health_timeout", &o.HealthTimeout)
+	// The config table belongs to the plugin: it validates it in Configure.
+	o.Config = t.Sub("config").Raw()
+	return o
+}
+
+// ErrChecksum is wrapped by the error of a plugin whose executable does
+// not match its configured sha256.
+var ErrChecksum = errors.New("plugins: checksum mismatch")
+
+// VerifyChecksum checks that the file at path has the sha256 want (hex).
+func VerifyChecksum(path, want string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("open plugin: %w", err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return fmt.Errorf("read plugin: %w", err)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != strings.ToLower(want) {
+		return fmt.Errorf("%w: %s has sha256 %s, config says %s; refusing to run it (update sha256 if the binary was replaced on purpose)",
+			ErrChecksum, path, got, want)
+	}
+	return nil
+}
+
+func buildKind(o *config.Output, env config.BuildEnv) (sampler.Output, error) {
+	ko, _ := o.Options.(KindOptions)
+	if ko.SHA256 != "" {
+		if err := VerifyChecksum(ko.Path, ko.SHA256); err != nil {
+			return nil, err
+		}
+	} else if env.Logger != nil {
+		env.Logger.Warn("plugin has no sha256 in the config; its binary is not verified", "path", ko.Path)
+	}
+	path := ko.Path
+	c, err := Start(Options{Name: o.Name, Kind: o.Kind, Config: ko.Config, Host: env.Host, GlobalTags: env.GlobalTags,
+		Catalog: env.Catalog, Logger: env.Logger, Command: func() *exec.Cmd { return exec.Command(path) },
+		CallTimeout: ko.CallTimeout, HealthInterval: ko.HealthInterval, HealthTimeout: ko.HealthTimeout})
+	if err != nil {
+		return nil, placeKeyErrors(o, "config.", err)
+	}
+	return c, nil
+}
+
+// placeKeyErrors turns a plugin's key errors into config errors at the
+// keys' lines (prefix locates the block handed to the plugin inside the
+// output's block); other errors pass through.
+func placeKeyErrors(o *config.Output, prefix string, err error) error {
+	kerrs := KeyErrors(err)
+	if kerrs == nil {
+		return err
+	}
+	var errs config.Errors
+	for _, k := range kerrs {
+		key := strings.TrimSuffix(prefix, ".")
+		if k.Key != "" {
+			key = prefix + k.Key
+		}
+		errs = append(errs, o.ErrorAt(key, k.Msg))
+	}
+	slices.SortStableFunc(errs, func(a, b *config.Error) int { return a.Line - b.Line })
+	return fmt.Errorf("plugin refused its config:\n%w", errs)
+}
+
+// HostOptions configure HostRegistry.
+type HostOptions struct {
+	// Executable is the gpusampler binary to re-execute (os.Executable()
+	// when empty).
+	Executable string
+	// Args returns the arguments that make Executable serve kind
+	// (default: plugin serve KIND).
+	Args func(kind string) []string
+}
+
+// HostRegistry returns a copy of r in which every kind marked OutOfProcess
+// is built as a plugin client that re-executes the gpusampler binary as
+// `gpusampler plugin serve KIND`; that process builds the real output with
+// r's own Build (see sdk.ServeKind). The other kinds are unchanged. The
+// fan-out cannot tell the difference: both are sampler.Outputs.
+func HostRegistry(r *config.Registry, h HostOptions) *config.Registry {
+	if h.Args == nil {
+		h.Args = func(kind string) []string { return []string{"plugin", "serve", kind} }
+	}
+	var kinds []config.OutputKind
+	for _, name := range r.Kinds() {
+		k, _ := r.Lookup(name)
+		if k.OutOfProcess {
+			k.Build = hostBuild(k.Kind, h)
+		}
+		kinds = append(kinds, k)
+	}
+	return config.NewRegistry(kinds...)
+}
+
+func hostBuild(kind string, h HostOptions) func(o *config.Output, env config.BuildEnv) (sampler.Output, error) {
+	return func(o *config.Output, env config.BuildEnv) (sampler.Output, error) {
+		exe := h.Executable
+		if exe == "" {
+			var err error
+			if exe, err = os.Executable(); err != nil {
+				return nil, fmt.Errorf("find gpusampler executable: %w", err)
+			}
+		}
+		block := maps.Clone(o.Raw)
+		for _, k := range config.CommonKeys() {
+			delete(block, k)
+		}
+		args := h.Args(kind)
+		c, err := Start(Options{Name: o.Name, Kind: kind, Config: block, Host: env.Host, GlobalTags: env.GlobalTags,
+			Catalog: env.Catalog, Logger: env.Logger, Command: func() *exec.Cmd { return exec.Command(exe, args...) }})
+		if err != nil {
+			return nil, placeKeyErrors(o, "", err)
+		}
+		return c, nil
+	}
+}

@@ -1,0 +1,11 @@
+// Package proto holds gpusampler's output plugin protocol: output.proto and
+// the Go code generated from it (output.pb.go, output_grpc.pb.go).
+//
+// Nothing outside the plugins packages uses it directly: the host's plugin
+// client (package plugins) and the SDK (plugins/sdk) hide it behind
+// sampler.Output. Plugin authors writing in another language start from
+// output.proto and plugins/README.md.
+//
+// Regenerate with `go generate ./plugins/proto` (make generate); generated
+// files are committed so that builds and tests need no protoc.
+package proto

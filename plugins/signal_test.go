@@ -1,0 +1,21 @@
+package plugins_test
+
+import (
+	"fmt"
+	"strconv"
+	"syscall"
+
+	"github.com/gpusampler/gpusampler/agent"
+	"github.com/gpusampler/gpusampler/config"
+	"github.com/gpusampler/gpusampler/sampler"
+)
+
+func syscallKill(pid int) error { return syscall.Kill(pid, syscall.SIGKILL) }
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+func fmtSscan(s string, n *int) (int, error) { return fmt.Sscan(s, n) }
+
+func newAgent(src sampler.Source, cfg *config.Config, reg *config.Registry) (*agent.Agent, error) {
+	return agent.New(src, cfg, agent.Options{Registry: reg})
+}

@@ -1,0 +1,129 @@
+package sampler_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gpusampler/gpusampler/sampler"
+)
+
+// flaky refuses batches with ErrUnavailable while down is set, and records
+// the Seq and first sample number of every batch it is offered.
+type flaky struct {
+	down     atomic.Bool
+	mu       sync.Mutex
+	accepted []sampler.Sample
+	offered  map[uint64][]float64 // seq → sample numbers, each offer
+	refused  int
+}
+
+func (f *flaky) Write(ctx context.Context, b *sampler.Batch) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.offered == nil {
+		f.offered = map[uint64][]float64{}
+	}
+	if len(b.Samples) > 0 {
+		f.offered[b.Seq] = append(f.offered[b.Seq], b.Samples[0].Value)
+	}
+	if f.down.Load() {
+		f.refused++
+		return fmt.Errorf("restarting: %w", sampler.ErrUnavailable)
+	}
+	f.accepted = append(f.accepted, b.Samples...)
+	return nil
+}
+
+func (f *flaky) Close() error { return nil }
+
+// An output that is unavailable for a while loses nothing when the ring
+// covers the gap: the pump holds its batch (same Seq) and its cursor.
+func TestPumpHoldsBatchWhileUnavailable(t *testing.T) {
+	dev := newFakeDevice(0)
+	e, err := sampler.New(&fakeSource{devs: []*fakeDevice{dev}}, sampler.Config{
+		DrainInterval: 20 * time.Millisecond, Select: onlyPowerBuffer, RingSize: 1 << 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := &flaky{}
+	if err := e.AddOutput("f", out, sampler.PumpOptions{FlushInterval: 5 * time.Millisecond, MaxBatch: 16}); err != nil {
+		t.Fatal(err)
+	}
+	var phase atomic.Int32
+	runUntil(t, e, func() bool {
+		st := e.Stats().Outputs[0]
+		switch phase.Load() {
+		case 0: // running: go down
+			if st.Delivered > 50 {
+				out.down.Store(true)
+				phase.Store(1)
+			}
+		case 1: // down: wait for several refused offers and a pending batch
+			if st.Retries >= 5 && st.Pending > 0 {
+				if st.Published != st.Read+st.Dropped+st.Lag || st.Read != st.Delivered+st.Failed+st.Filtered+st.Pending {
+					t.Errorf("accounting while held: %+v", st)
+				}
+				out.down.Store(false)
+				phase.Store(2)
+			}
+		case 2:
+			return st.Pending == 0 && st.Delivered > 200
+		}
+		return false
+	})
+	st := e.Stats().Outputs[0]
+	if st.Failed != 0 || st.Dropped != 0 || st.Published != st.Delivered {
+		t.Fatalf("stats %+v: want published = delivered, nothing failed or dropped", st)
+	}
+	out.mu.Lock()
+	defer out.mu.Unlock()
+	if out.refused < 5 {
+		t.Fatalf("refused %d offers", out.refused)
+	}
+	// every sample exactly once, in order
+	first := out.accepted[0].Value
+	for i, s := range out.accepted {
+		if s.Value != first+float64(i) {
+			t.Fatalf("sample %d is number %v, want %v", i, s.Value, first+float64(i))
+		}
+	}
+	// a refused batch was offered again with the same Seq and content
+	again := 0
+	for seq, offers := range out.offered {
+		for _, v := range offers[1:] {
+			if v != offers[0] {
+				t.Fatalf("seq %d offered with different content", seq)
+			}
+			again++
+		}
+	}
+	if again < 5 {
+		t.Fatalf("only %d re-offers", again)
+	}
+}
+
+// A batch still held when the pump stops is counted as failed, with what
+// the ring held behind it: published = delivered + failed + dropped.
+func TestPumpUnavailableAtStopCounted(t *testing.T) {
+	dev := newFakeDevice(0)
+	e, err := sampler.New(&fakeSource{devs: []*fakeDevice{dev}}, sampler.Config{
+		DrainInterval: 20 * time.Millisecond, Select: onlyPowerBuffer, RingSize: 1 << 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := &flaky{}
+	out.down.Store(true)
+	if err := e.AddOutput("f", out, sampler.PumpOptions{FlushInterval: 5 * time.Millisecond, MaxBatch: 16,
+		WriteTimeout: 50 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	runUntil(t, e, func() bool { return e.Stats().Outputs[0].Retries >= 3 })
+	st := e.Stats().Outputs[0]
+	if st.Pending != 0 || st.Failed == 0 || st.Delivered != 0 || st.Published != st.Failed+st.Dropped || st.Read != st.Failed {
+		t.Fatalf("stats %+v", st)
+	}
+}
