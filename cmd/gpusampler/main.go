@@ -4,6 +4,7 @@
 //	gpusampler run [flags]       sample and stream (simulated GPUs when no driver)
 //	gpusampler config            print the commented example config
 //	gpusampler metrics           print the metric catalog (--backend: what each device supports)
+//	gpusampler subscribe         live fleet table (or records) from NATS
 //	gpusampler version           print the version
 package main
 
@@ -42,6 +43,7 @@ commands:
   run       sample GPUs and stream every sample to outputs
   config    print the commented example config (--check FILE validates one)
   metrics   print the metric catalog
+  subscribe print a live fleet table of what nodes publish to NATS
   version   print the version
 
 Run 'gpusampler <command> -h' for a command's flags.
@@ -63,6 +65,8 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		err = cmdConfig(rest, stdout, stderr)
 	case "metrics":
 		err = cmdMetrics(rest, stdout, stderr)
+	case "subscribe":
+		err = cmdSubscribe(ctx, rest, stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintf(stdout, "gpusampler %s\n", version)
 	case "help", "-h", "--help":
