@@ -5,6 +5,7 @@
 //	gpusampler config            print the commented example config
 //	gpusampler metrics           print the metric catalog (--backend: what each device supports)
 //	gpusampler plugin test PATH  try a plugin binary: handshake, configure, a few writes
+//	gpusampler subscribe         live fleet table (or records) from NATS
 //	gpusampler version           print the version
 package main
 
@@ -44,6 +45,7 @@ commands:
   config    print the commented example config (--check FILE validates one)
   metrics   print the metric catalog
   plugin    plugin test PATH [--config FILE]: try an output plugin binary
+  subscribe print a live fleet table of what nodes publish to NATS
   version   print the version
 
 Run 'gpusampler <command> -h' for a command's flags.
@@ -67,12 +69,14 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		err = cmdMetrics(rest, stdout, stderr)
 	case "plugin":
 		err = cmdPlugin(ctx, rest, stdout, stderr)
+	case "subscribe":
+		err = cmdSubscribe(ctx, rest, stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintf(stdout, "gpusampler %s\n", version)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, topUsage)
 	default:
-		err = usagef("unknown command %q (want run, config, metrics, plugin or version)", cmd)
+		err = usagef("unknown command %q (want run, config, metrics, plugin, subscribe or version)", cmd)
 	}
 	if err == nil {
 		return 0

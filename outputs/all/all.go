@@ -6,6 +6,7 @@ package all
 
 import (
 	"github.com/gpusampler/gpusampler/config"
+	"github.com/gpusampler/gpusampler/outputs/nats"
 	"github.com/gpusampler/gpusampler/outputs/prometheus"
 	"github.com/gpusampler/gpusampler/outputs/stdout"
 	"github.com/gpusampler/gpusampler/plugins"
@@ -16,6 +17,7 @@ import (
 func Registry() *config.Registry {
 	return config.NewRegistry(
 		prometheus.Kind(),
+		nats.Kind(),
 		stdout.Kind(),
 		plugins.Kind(),
 	)

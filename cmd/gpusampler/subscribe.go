@@ -1,0 +1,256 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/gpusampler/gpusampler/outputs/stdout"
+	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/stream"
+)
+
+// subscribeOptions configure `gpusampler subscribe`.
+type subscribeOptions struct {
+	server, subject, format string
+	creds                   string
+	interval                time.Duration
+	// now is the clock for ages (tests inject one).
+	now func() time.Time
+	// handled, when set, is called after each message (tests).
+	handled func()
+}
+
+// cmdSubscribe subscribes to what gpusampler nodes publish to NATS and
+// prints a live fleet table or re-emits the records in a stdout format.
+func cmdSubscribe(ctx context.Context, args []string, out, stderr io.Writer) error {
+	fs := newFlagSet("subscribe", stderr)
+	o := subscribeOptions{now: time.Now}
+	fs.StringVar(&o.server, "server", "nats://127.0.0.1:4222", "NATS server URL(s), comma separated")
+	fs.StringVar(&o.subject, "subject", "gpusampler.>", "subject pattern to subscribe to")
+	fs.StringVar(&o.format, "format", "table", "table (a live fleet table), influx or json (re-emit every record)")
+	fs.StringVar(&o.creds, "creds", "", "NATS credentials file")
+	fs.DurationVar(&o.interval, "interval", time.Second, "table refresh interval")
+	if err := parseFlags(fs, args, out); err != nil {
+		return err
+	}
+	if !slices.Contains(stdout.Formats, o.format) {
+		return usagef("unknown format %q (want table, influx or json)", o.format)
+	}
+	if o.interval <= 0 {
+		return usagef("-interval: must be positive")
+	}
+	return runSubscribe(ctx, o, out, stderr)
+}
+
+func runSubscribe(ctx context.Context, o subscribeOptions, out, stderr io.Writer) error {
+	nopts := []nats.Option{nats.Name("gpusampler subscribe"), nats.MaxReconnects(-1)}
+	if o.creds != "" {
+		nopts = append(nopts, nats.UserCredentials(o.creds))
+	}
+	nc, err := nats.Connect(o.server, nopts...)
+	if err != nil {
+		return fmt.Errorf("connect to %s: %w", o.server, err)
+	}
+	defer nc.Close()
+	ch := make(chan *nats.Msg, 8192)
+	sub, err := nc.ChanSubscribe(o.subject, ch)
+	if err != nil {
+		return fmt.Errorf("subscribe %s: %w", o.subject, err)
+	}
+	defer sub.Unsubscribe()
+	if err := nc.Flush(); err != nil {
+		return fmt.Errorf("subscribe %s: %w", o.subject, err)
+	}
+	table := newFleetTable()
+	emit := newReEmitter(o.format, out)
+	tick := time.NewTicker(o.interval)
+	defer tick.Stop()
+	badLogged := false
+	for {
+		select {
+		case <-ctx.Done():
+			if o.format == "table" {
+				table.render(out, o.now())
+			}
+			return emit.close()
+		case <-tick.C:
+			if o.format == "table" {
+				table.render(out, o.now())
+			}
+		case m := <-ch:
+			recs, err := stream.DecodeMsg(m)
+			switch {
+			case err != nil:
+				if !badLogged { // once: a stream of bad messages is not a stream of logs
+					fmt.Fprintf(stderr, "gpusampler subscribe: skipping undecodable messages: %v\n", err)
+					badLogged = true
+				}
+			case o.format == "table":
+				table.add(recs)
+			default:
+				if err := emit.write(ctx, recs); err != nil {
+					return err
+				}
+			}
+			if o.handled != nil {
+				o.handled()
+			}
+		}
+	}
+}
+
+// fleetTable keeps the newest value of a few metrics per host and GPU.
+type fleetTable struct {
+	rows map[fleetKey]*fleetRow
+}
+
+type fleetKey struct {
+	host string
+	gpu  int
+}
+
+type fleetRow struct {
+	uuid     string
+	memTotal float64
+	vals     map[sampler.MetricID]float64
+	times    map[sampler.MetricID]int64
+	newest   int64
+}
+
+func newFleetTable() *fleetTable { return &fleetTable{rows: map[fleetKey]*fleetRow{}} }
+
+func (f *fleetTable) row(host string, gpu int) *fleetRow {
+	k := fleetKey{host, gpu}
+	r := f.rows[k]
+	if r == nil {
+		r = &fleetRow{vals: map[sampler.MetricID]float64{}, times: map[sampler.MetricID]int64{}}
+		f.rows[k] = r
+	}
+	return r
+}
+
+func (f *fleetTable) add(recs *stream.Records) {
+	for _, d := range recs.Batch.Devices {
+		r := f.row(recs.Host, d.Index)
+		r.uuid = d.UUID
+		if d.MemoryTotalMiB > 0 {
+			r.memTotal = float64(d.MemoryTotalMiB)
+		}
+	}
+	set := func(gpu int, id sampler.MetricID, t int64, v float64) {
+		r := f.row(recs.Host, gpu)
+		if u := recs.UUID(gpu); u != "" {
+			r.uuid = u
+		}
+		if old, ok := r.times[id]; !ok || t >= old {
+			r.vals[id], r.times[id] = v, t
+		}
+		r.newest = max(r.newest, t)
+	}
+	for _, s := range recs.Batch.Samples {
+		set(int(s.Device), s.Metric, s.TimeNS, s.Value)
+	}
+	for _, s := range recs.Batch.Summaries {
+		set(int(s.Device), s.Metric, s.StartNS+s.IntervalNS, s.Last)
+	}
+}
+
+const fleetFormat = "%-14s %3s %-16s %7s %5s %5s %5s %15s %7s\n"
+
+// render prints the table: one row per host and GPU, sorted.
+func (f *fleetTable) render(w io.Writer, now time.Time) {
+	fmt.Fprintf(w, fleetFormat, "HOST", "GPU", "UUID", "POWER_W", "UTIL%", "GPU_C", "MEM_C", "MEM_USED/TOT_MiB", "AGE")
+	keys := slices.SortedFunc(maps.Keys(f.rows), func(a, b fleetKey) int {
+		return cmp.Or(cmp.Compare(a.host, b.host), cmp.Compare(a.gpu, b.gpu))
+	})
+	for _, k := range keys {
+		r := f.rows[k]
+		val := func(id sampler.MetricID, format string) string {
+			v, ok := r.vals[id]
+			if !ok {
+				return "-"
+			}
+			return fmt.Sprintf(format, v)
+		}
+		power := val(sampler.MetricPowerDraw, "%.1f")
+		if power == "-" {
+			power = val(sampler.MetricPowerInstant, "%.1f")
+		}
+		total := r.memTotal
+		if v, ok := r.vals[sampler.MetricMemoryTotal]; ok {
+			total = v
+		}
+		mem := val(sampler.MetricMemoryUsed, "%.0f") + "/" + strconv.FormatFloat(total, 'f', 0, 64)
+		if total == 0 {
+			mem = val(sampler.MetricMemoryUsed, "%.0f") + "/-"
+		}
+		age := "-"
+		if r.newest > 0 {
+			age = now.Sub(time.Unix(0, r.newest)).Round(100 * time.Millisecond).String()
+		}
+		uuid := r.uuid
+		if len(uuid) > 16 {
+			uuid = uuid[:15] + "~"
+		}
+		fmt.Fprintf(w, fleetFormat, trunc(k.host, 14), strconv.Itoa(k.gpu), uuid, power, val(sampler.MetricUtilGPU, "%.0f"),
+			val(sampler.MetricTempGPU, "%.0f"), val(sampler.MetricTempMemory, "%.0f"), mem, age)
+	}
+}
+
+func trunc(s string, n int) string {
+	if len(s) > n {
+		return s[:n-1] + "~"
+	}
+	return s
+}
+
+// reEmitter writes decoded records in a stdout format, with one encoder per
+// sending host (device indexes are per host).
+type reEmitter struct {
+	format string
+	w      io.Writer
+	outs   map[string]*stdout.Output
+	known  map[fleetKey]bool
+}
+
+func newReEmitter(format string, w io.Writer) *reEmitter {
+	return &reEmitter{format: format, w: w, outs: map[string]*stdout.Output{}, known: map[fleetKey]bool{}}
+}
+
+func (e *reEmitter) write(ctx context.Context, recs *stream.Records) error {
+	o := e.outs[recs.Host]
+	if o == nil {
+		var err error
+		if o, err = stdout.New(e.w, stdout.Options{Format: e.format, Host: recs.Host, GlobalTags: recs.Tags}); err != nil {
+			return err
+		}
+		e.outs[recs.Host] = o
+	}
+	b := &recs.Batch
+	for _, d := range b.Devices {
+		e.known[fleetKey{recs.Host, d.Index}] = true
+	}
+	// Line protocol carries no identity records: give the encoder the UUID.
+	for _, i := range slices.Sorted(maps.Keys(recs.UUIDs)) {
+		if k := (fleetKey{recs.Host, i}); !e.known[k] {
+			e.known[k] = true
+			b.Devices = append(b.Devices, sampler.Device{Index: i, UUID: recs.UUIDs[i]})
+		}
+	}
+	return o.Write(ctx, b)
+}
+
+func (e *reEmitter) close() error {
+	for _, o := range e.outs {
+		o.Close()
+	}
+	return nil
+}

@@ -1,0 +1,713 @@
+// Package nats is the NATS output: it publishes every record to a NATS
+// cluster on predictable subjects, so that a fleet of GPU nodes feeds
+// stream processors.
+//
+// Subjects come from templates, by default gpusampler.{host}.{gpu}.{group}
+// for samples and summaries (one subject per device and metric group),
+// gpusampler.{host}.{gpu}.events for events and gpusampler.{host}.self for
+// self-metrics; placeholder values are sanitized into one token each
+// (Sanitize). A batch is split per subject, and further so that no message
+// exceeds the server's max_payload. Every message carries the headers
+// Content-Type (the encoding: JSON Lines, line protocol or packed binary),
+// Gpusampler-Schema, Gpusampler-Seq (the batch's Seq) and Gpusampler-Part;
+// package stream decodes any of them back into records.
+//
+// Core NATS publishes fire-and-forget. With JetStream, Write publishes
+// asynchronously (at most max_pending unacknowledged), then waits for every
+// ack of the batch: an error is returned (retryable) unless the stream
+// stored every message, and a retried batch is published with the same
+// Nats-Msg-Id (instance, Seq, subject and part), so the stream drops what
+// it already has within its duplicate window — at-least-once.
+//
+// Errors: Write marks rejections that cannot succeed on retry (a message
+// over the stream's size limit, a bad subject) with sampler.Permanent;
+// everything else (disconnected, ack timeout, no responders while JetStream
+// restarts) is retryable, for the per-output buffer to retry.
+//
+// Concurrency and ownership: one goroutine calls Write and Close (see
+// sampler.Output); Stats may be called from any goroutine. Write does not
+// retain the batch.
+package nats
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	_ "embed"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+
+	"github.com/gpusampler/gpusampler/outputs/encoding/jsonl"
+	"github.com/gpusampler/gpusampler/outputs/encoding/lineproto"
+	"github.com/gpusampler/gpusampler/outputs/encoding/packed"
+	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/stream"
+)
+
+// SampleConfig is this output's fragment of the example configuration.
+//
+//go:embed sample.conf
+var SampleConfig string
+
+// Option configures an Output beyond its Config (what the program, not the
+// file, provides).
+type Option func(*options)
+
+type options struct {
+	name       string
+	host       string
+	globalTags map[string]string
+	log        *slog.Logger
+	catalog    *sampler.Catalog
+	natsOpts   []natsgo.Option
+}
+
+// WithName names the output in errors, logs and the connection name.
+func WithName(name string) Option { return func(o *options) { o.name = name } }
+
+// WithHost sets the host name ({host}, and the host of every record).
+func WithHost(host string) Option { return func(o *options) { o.host = host } }
+
+// WithGlobalTags adds tags to every record ([global_tags]; {tag:NAME}).
+func WithGlobalTags(tags map[string]string) Option {
+	return func(o *options) { o.globalTags = maps.Clone(tags) }
+}
+
+// WithLogger sets the logger (connection changes only; nothing per sample).
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
+
+// WithCatalog sets the metric catalog (default sampler.DefaultCatalog).
+func WithCatalog(c *sampler.Catalog) Option { return func(o *options) { o.catalog = c } }
+
+// WithNATSOptions appends nats.go connection options (applied last).
+func WithNATSOptions(opts ...natsgo.Option) Option {
+	return func(o *options) { o.natsOpts = append(o.natsOpts, opts...) }
+}
+
+// Stats are the output's counters.
+type Stats struct {
+	// Messages and Bytes published (payload bytes), Splits: messages that
+	// max_payload made necessary beyond one per subject.
+	Messages, Bytes, Splits uint64
+	// Acked messages (JetStream), Duplicates among them (the stream had the
+	// Nats-Msg-Id already), AckErrors (failed or timed out acks).
+	Acked, Duplicates, AckErrors uint64
+	// Disconnects and Reconnects of the connection.
+	Disconnects, Reconnects uint64
+}
+
+// Output publishes batches to NATS. See the package documentation.
+type Output struct {
+	cfg      Config
+	o        options
+	nc       *natsgo.Conn
+	js       jetstream.JetStream
+	subj     template
+	evSubj   template
+	selfSubj template
+	instance string
+	enc      encoder
+
+	devs     map[int]sampler.Device
+	subjects map[subjKey]string
+	byKey    map[string]*entry // subject → entry, reset per Write
+	order    []*entry
+	pool     []*entry
+	msgs     []*natsgo.Msg
+	futures  []jetstream.PubAckFuture
+	closed   bool
+
+	messages, bytes, splits, acked, dups, ackErrors, disconnects, reconnects atomic.Uint64
+}
+
+type subjKey struct {
+	kind  byte // 's' samples, 'e' events
+	dev   int
+	group sampler.Group
+}
+
+// entry is one subject's share of a batch.
+type entry struct {
+	subject string
+	dev     int // -1: not one device's (self-metrics)
+	b       sampler.Batch
+}
+
+// New connects to the servers of cfg and returns the output. It fails when
+// no server can be reached (unless retry_on_failed_connect), when the
+// server refuses the credentials, when a file it names cannot be read, or
+// when JetStream's stream is missing and create_stream is false. Errors
+// start with "nats:" and name the output.
+func New(cfg Config, opts ...Option) (*Output, error) {
+	o := options{name: "nats", log: slog.New(slog.DiscardHandler), catalog: sampler.DefaultCatalog}
+	for _, f := range opts {
+		f(&o)
+	}
+	if o.catalog == nil {
+		o.catalog = sampler.DefaultCatalog
+	}
+	if o.log == nil {
+		o.log = slog.New(slog.DiscardHandler)
+	}
+	fail := func(format string, args ...any) (*Output, error) {
+		return nil, fmt.Errorf("nats: output %s: "+format, append([]any{o.name}, args...)...)
+	}
+	if err := cfg.Validate(); err != nil {
+		return fail("%w", err)
+	}
+	out := &Output{cfg: cfg, o: o, instance: nuid.Next(), devs: map[int]sampler.Device{},
+		subjects: map[subjKey]string{}, byKey: map[string]*entry{}}
+	out.subj, _ = parseTemplate(cfg.Subject, sampleHolders)
+	out.evSubj, _ = parseTemplate(cfg.EventSubject, eventHolders)
+	out.selfSubj, _ = parseTemplate(cfg.SelfSubject, selfHolders)
+	for _, t := range [...]template{out.subj, out.evSubj, out.selfSubj} {
+		for _, tag := range t.tags() {
+			if _, ok := o.globalTags[tag]; !ok {
+				return fail("subject %q: {tag:%s}: no such global tag ([global_tags] has: %s)", t.src, tag,
+					strings.Join(slices.Sorted(maps.Keys(o.globalTags)), ", "))
+			}
+		}
+	}
+	out.enc = newEncoder(cfg.Encoding, &o)
+
+	nopts, err := out.natsOptions()
+	if err != nil {
+		return fail("%w", err)
+	}
+	url := strings.Join(cfg.Servers, ",")
+	nc, err := natsgo.Connect(url, nopts...)
+	if err != nil {
+		hint := ""
+		if errors.Is(err, natsgo.ErrAuthorization) || strings.Contains(strings.ToLower(err.Error()), "authorization") {
+			hint = " (check username/password, token, nkey_seed_file or credentials_file)"
+		}
+		return fail("connect to %s: %w%s", url, err, hint)
+	}
+	out.nc = nc
+	if cfg.JetStream {
+		if err := out.setupJetStream(); err != nil {
+			nc.Close()
+			return fail("%w", err)
+		}
+	}
+	return out, nil
+}
+
+func (out *Output) natsOptions() ([]natsgo.Option, error) {
+	c, o := out.cfg, out.o
+	opts := []natsgo.Option{
+		natsgo.Name("gpusampler " + o.name + "@" + o.host),
+		natsgo.Timeout(c.ConnectTimeout),
+		natsgo.ReconnectWait(c.ReconnectWait),
+		natsgo.MaxReconnects(-1),
+		natsgo.ReconnectBufSize(c.ReconnectBufferBytes),
+		natsgo.RetryOnFailedConnect(c.RetryOnFailedConnect),
+		natsgo.DisconnectErrHandler(func(_ *natsgo.Conn, err error) {
+			out.disconnects.Add(1)
+			o.log.Warn("nats: disconnected; publishes are buffered until reconnected", "err", err)
+		}),
+		natsgo.ReconnectHandler(func(nc *natsgo.Conn) {
+			out.reconnects.Add(1)
+			o.log.Info("nats: reconnected", "server", nc.ConnectedUrlRedacted())
+		}),
+	}
+	switch {
+	case c.Username != "":
+		opts = append(opts, natsgo.UserInfo(c.Username, c.Password))
+	case c.Token != "":
+		opts = append(opts, natsgo.Token(c.Token))
+	case c.NKeySeedFile != "":
+		opt, err := natsgo.NkeyOptionFromSeed(c.NKeySeedFile)
+		if err != nil {
+			return nil, fmt.Errorf("nkey_seed_file: %w", err)
+		}
+		opts = append(opts, opt)
+	case c.CredentialsFile != "":
+		if _, err := os.Stat(c.CredentialsFile); err != nil {
+			return nil, fmt.Errorf("credentials_file: %w", err)
+		}
+		opts = append(opts, natsgo.UserCredentials(c.CredentialsFile))
+	}
+	if c.TLSCA != "" || c.TLSCert != "" || c.InsecureSkipVerify || c.TLSServerName != "" {
+		tc := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: c.InsecureSkipVerify, ServerName: c.TLSServerName}
+		if c.TLSCA != "" {
+			pem, err := os.ReadFile(c.TLSCA)
+			if err != nil {
+				return nil, fmt.Errorf("tls_ca: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("tls_ca: %s: no PEM certificate", c.TLSCA)
+			}
+			tc.RootCAs = pool
+		}
+		if c.TLSCert != "" {
+			cert, err := tls.LoadX509KeyPair(c.TLSCert, c.TLSKey)
+			if err != nil {
+				return nil, fmt.Errorf("tls_cert/tls_key: %w", err)
+			}
+			tc.Certificates = []tls.Certificate{cert}
+		}
+		opts = append(opts, natsgo.Secure(tc))
+	}
+	return append(opts, o.natsOpts...), nil
+}
+
+func (out *Output) setupJetStream() error {
+	c := out.cfg
+	js, err := jetstream.New(out.nc, jetstream.WithPublishAsyncMaxPending(c.MaxPending),
+		jetstream.WithPublishAsyncTimeout(c.AckTimeout))
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	out.js = js
+	ctx, cancel := context.WithTimeout(context.Background(), c.ConnectTimeout+c.AckTimeout)
+	defer cancel()
+	if !c.CreateStream {
+		if _, err := js.Stream(ctx, c.Stream); err != nil {
+			return fmt.Errorf("jetstream stream %s: %w (create it, or set create_stream = true)", c.Stream, err)
+		}
+		return nil
+	}
+	subjects := c.StreamSubjects
+	if len(subjects) == 0 {
+		for _, t := range [...]template{out.subj, out.evSubj, out.selfSubj} {
+			p := t.prefix()
+			if p == "" {
+				return fmt.Errorf("stream_subjects: subject %q starts with a placeholder: name the stream's subjects", t.src)
+			}
+			if !strings.HasSuffix(p, ".") {
+				p = strings.TrimSuffix(p, ".") // a literal subject
+			} else {
+				p += ">"
+			}
+			if !slices.Contains(subjects, p) {
+				subjects = append(subjects, p)
+			}
+		}
+	}
+	storage := jetstream.FileStorage
+	if c.StreamStorage == "memory" {
+		storage = jetstream.MemoryStorage
+	}
+	_, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: c.Stream, Subjects: subjects, Storage: storage,
+		MaxAge: c.StreamMaxAge, MaxBytes: cmpOr(c.StreamMaxBytes, -1), Replicas: c.StreamReplicas, Duplicates: c.DuplicateWindow})
+	if err != nil {
+		return fmt.Errorf("create stream %s (subjects %s): %w", c.Stream, strings.Join(subjects, " "), err)
+	}
+	return nil
+}
+
+func cmpOr(v, def int64) int64 {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+// Stats returns the output's counters (safe from any goroutine).
+func (out *Output) Stats() Stats {
+	return Stats{Messages: out.messages.Load(), Bytes: out.bytes.Load(), Splits: out.splits.Load(),
+		Acked: out.acked.Load(), Duplicates: out.dups.Load(), AckErrors: out.ackErrors.Load(),
+		Disconnects: out.disconnects.Load(), Reconnects: out.reconnects.Load()}
+}
+
+// Conn returns the output's connection (for tests and status).
+func (out *Output) Conn() *natsgo.Conn { return out.nc }
+
+// Write publishes b, split per subject and by max_payload. With JetStream
+// it returns once every message is acknowledged.
+func (out *Output) Write(ctx context.Context, b *sampler.Batch) error {
+	if out.closed {
+		return sampler.ErrClosed
+	}
+	msgs, err := out.messagesFor(b)
+	if err != nil {
+		return err
+	}
+	if out.js == nil {
+		for _, m := range msgs {
+			if err := out.nc.PublishMsg(m); err != nil {
+				return out.classify(fmt.Errorf("publish %s: %w", m.Subject, err))
+			}
+			out.count(m)
+		}
+		return nil
+	}
+	return out.publishJetStream(ctx, msgs)
+}
+
+func (out *Output) count(m *natsgo.Msg) {
+	out.messages.Add(1)
+	out.bytes.Add(uint64(len(m.Data)))
+}
+
+func (out *Output) publishJetStream(ctx context.Context, msgs []*natsgo.Msg) error {
+	futures := out.futures[:0]
+	defer func() { clear(futures); out.futures = futures[:0] }()
+	var firstErr error
+	for _, m := range msgs {
+		f, err := out.js.PublishMsgAsync(m, jetstream.WithMsgID(m.Header.Get(natsgo.MsgIdHdr)),
+			jetstream.WithStallWait(out.cfg.AckTimeout))
+		if err != nil {
+			firstErr = out.classify(fmt.Errorf("publish %s: %w", m.Subject, err))
+			break
+		}
+		out.count(m)
+		futures = append(futures, f)
+	}
+	for _, f := range futures {
+		select {
+		case ack := <-f.Ok():
+			out.acked.Add(1)
+			if ack.Duplicate {
+				out.dups.Add(1)
+			}
+		case err := <-f.Err():
+			out.ackErrors.Add(1)
+			if firstErr == nil {
+				firstErr = out.classify(fmt.Errorf("ack %s: %w", f.Msg().Subject, err))
+			}
+		case <-ctx.Done():
+			// The remaining acks resolve (or time out) on their own; the
+			// batch is retried with the same message ids.
+			return fmt.Errorf("nats: output %s: waiting for acks: %w", out.o.name, ctx.Err())
+		}
+	}
+	return firstErr
+}
+
+// classify prefixes err with the output's name and marks it permanent when
+// retrying cannot help.
+func (out *Output) classify(err error) error {
+	err = fmt.Errorf("nats: output %s: %w", out.o.name, err)
+	var apiErr *jetstream.APIError
+	switch {
+	case errors.Is(err, natsgo.ErrMaxPayload), errors.Is(err, natsgo.ErrBadSubject),
+		errors.Is(err, natsgo.ErrHeadersNotSupported):
+		return sampler.Permanent(err)
+	case errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum:
+		return sampler.Permanent(err)
+	}
+	return err
+}
+
+// Close waits (briefly) for what is in flight, flushes and closes the
+// connection. A second Close does nothing.
+func (out *Output) Close() error {
+	if out.closed {
+		return nil
+	}
+	out.closed = true
+	var err error
+	if out.js != nil && out.js.PublishAsyncPending() > 0 {
+		select {
+		case <-out.js.PublishAsyncComplete():
+		case <-time.After(out.cfg.AckTimeout):
+		}
+	}
+	if out.nc.IsConnected() {
+		if ferr := out.nc.FlushTimeout(out.cfg.ConnectTimeout); ferr != nil {
+			err = fmt.Errorf("nats: output %s: close: flush: %w", out.o.name, ferr)
+		}
+	}
+	out.nc.Close()
+	return err
+}
+
+// maxData returns the largest payload a message on subject may carry: the
+// server's max_payload (or max_message_bytes) less room for the headers.
+func (out *Output) maxData(subject string) int {
+	limit := int(out.nc.MaxPayload())
+	if limit <= 0 {
+		limit = 1 << 20
+	}
+	if c := out.cfg.MaxMessageBytes; c > 0 && c < limit {
+		limit = c
+	}
+	// NATS/1.0 line, four headers with their values, the message id
+	// (instance, seq, subject, part).
+	return limit - (256 + len(subject))
+}
+
+// messagesFor splits b into per-subject messages. The messages and their
+// data belong to the output until the next Write.
+func (out *Output) messagesFor(b *sampler.Batch) ([]*natsgo.Msg, error) {
+	for _, d := range b.Devices {
+		if old, ok := out.devs[d.Index]; !ok || old.UUID != d.UUID {
+			clear(out.subjects)
+		}
+		out.devs[d.Index] = d
+		if lp, ok := out.enc.(*lpEncoder); ok {
+			lp.e.SetDevice(d)
+		}
+	}
+	out.resetEntries()
+	for _, s := range b.Samples {
+		e := out.entryFor(subjKey{'s', int(s.Device), out.group(s.Metric)})
+		e.b.Samples = append(e.b.Samples, s)
+	}
+	for _, s := range b.Summaries {
+		e := out.entryFor(subjKey{'s', int(s.Device), out.group(s.Metric)})
+		e.b.Summaries = append(e.b.Summaries, s)
+	}
+	for _, ev := range b.Events {
+		var e *entry
+		if ev.Kind == sampler.EventSelf {
+			e = out.entryFor(subjKey{kind: 'm', dev: -1})
+		} else {
+			e = out.entryFor(subjKey{kind: 'e', dev: ev.Device})
+		}
+		e.b.Events = append(e.b.Events, ev)
+	}
+	// Identities travel with every message of their device in this batch,
+	// or on the device's events subject when it has none.
+	for _, d := range b.Devices {
+		found := false
+		for _, e := range out.order {
+			if e.dev == d.Index {
+				e.b.Devices = append(e.b.Devices, d)
+				found = true
+			}
+		}
+		if !found {
+			e := out.entryFor(subjKey{kind: 'e', dev: d.Index})
+			e.b.Devices = append(e.b.Devices, d)
+		}
+	}
+	clear(out.msgs)
+	out.msgs = out.msgs[:0]
+	for _, e := range out.order {
+		e.b.Seq = b.Seq
+		first := len(out.msgs)
+		if err := out.split(e, &e.b); err != nil {
+			return nil, err
+		}
+		n := len(out.msgs) - first
+		if n > 1 {
+			out.splits.Add(uint64(n - 1))
+		}
+		for i, m := range out.msgs[first:] {
+			part := strconv.Itoa(i+1) + "/" + strconv.Itoa(n)
+			m.Header.Set(stream.HeaderPart, part)
+			if out.js != nil {
+				m.Header.Set(natsgo.MsgIdHdr, out.instance+":"+strconv.FormatUint(b.Seq, 10)+":"+m.Subject+":"+part)
+			}
+		}
+	}
+	return out.msgs, nil
+}
+
+// split encodes sub (a share of e) into one message, or several when it is
+// too large for the server.
+func (out *Output) split(e *entry, sub *sampler.Batch) error {
+	data := out.enc.encode(nil, sub, out.devs)
+	limit := out.maxData(e.subject)
+	if len(data) <= limit {
+		h := natsgo.Header{}
+		h.Set(stream.HeaderContentType, out.enc.contentType())
+		h.Set(stream.HeaderSchema, strconv.Itoa(stream.SchemaVersion))
+		h.Set(stream.HeaderSeq, strconv.FormatUint(sub.Seq, 10))
+		out.msgs = append(out.msgs, &natsgo.Msg{Subject: e.subject, Header: h, Data: data})
+		return nil
+	}
+	n := len(sub.Samples) + len(sub.Summaries) + len(sub.Events)
+	if n <= 1 {
+		return sampler.Permanent(fmt.Errorf("nats: output %s: subject %s: one record encodes to %d bytes, more than the %d a message may carry",
+			out.o.name, e.subject, len(data), limit))
+	}
+	// Split into k parts of equal record counts (10% headroom), each split
+	// again if still too large. Identities go with the first part.
+	k := min(n, (len(data)*11/10)/limit+1)
+	for i := range k {
+		lo, hi := i*n/k, (i+1)*n/k
+		part := sampler.Batch{Seq: sub.Seq}
+		if i == 0 {
+			part.Devices = sub.Devices
+		}
+		part.Samples = window(sub.Samples, lo, hi, 0)
+		part.Summaries = window(sub.Summaries, lo, hi, len(sub.Samples))
+		part.Events = window(sub.Events, lo, hi, len(sub.Samples)+len(sub.Summaries))
+		if err := out.split(e, &part); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// window returns the part of s that falls in the record range [lo, hi) when
+// s's records are numbered from base.
+func window[T any](s []T, lo, hi, base int) []T {
+	a, b := max(lo-base, 0), min(hi-base, len(s))
+	if a >= b {
+		return nil
+	}
+	return s[a:b]
+}
+
+func (out *Output) group(id sampler.MetricID) sampler.Group {
+	if m := out.o.catalog.Get(id); m != nil {
+		return m.Group
+	}
+	return "unknown"
+}
+
+func (out *Output) resetEntries() {
+	for _, e := range out.order {
+		e.b.Reset()
+		out.pool = append(out.pool, e)
+	}
+	out.order = out.order[:0]
+	clear(out.byKey)
+}
+
+func (out *Output) entryFor(k subjKey) *entry {
+	subject, ok := out.subjects[k]
+	if !ok {
+		subject = out.render(k)
+		out.subjects[k] = subject
+	}
+	if e := out.byKey[subject]; e != nil {
+		return e
+	}
+	var e *entry
+	if n := len(out.pool); n > 0 {
+		e, out.pool = out.pool[n-1], out.pool[:n-1]
+	} else {
+		e = &entry{}
+	}
+	e.subject, e.dev = subject, k.dev
+	out.byKey[subject] = e
+	out.order = append(out.order, e)
+	return e
+}
+
+func (out *Output) render(k subjKey) string {
+	t := out.subj
+	switch k.kind {
+	case 'e':
+		t = out.evSubj
+	case 'm':
+		t = out.selfSubj
+	}
+	d, known := out.devs[k.dev]
+	return t.render(func(ph string) string {
+		switch ph {
+		case PhHost:
+			return Sanitize(out.o.host)
+		case PhGPU:
+			if out.cfg.GPU == "uuid" && known && d.UUID != "" {
+				return Sanitize(d.UUID)
+			}
+			if k.dev < 0 {
+				return "none"
+			}
+			return strconv.Itoa(k.dev)
+		case PhGPUUUID:
+			if known && d.UUID != "" {
+				return Sanitize(d.UUID)
+			}
+			return "unknown"
+		case PhGPUIndex:
+			if k.dev < 0 {
+				return "none"
+			}
+			return strconv.Itoa(k.dev)
+		case PhGroup:
+			return Sanitize(string(k.group))
+		}
+		if tag, ok := strings.CutPrefix(ph, phTag); ok {
+			return Sanitize(out.o.globalTags[tag])
+		}
+		return "_"
+	})
+}
+
+// encoder turns one subject's share of a batch into a payload.
+type encoder interface {
+	encode(dst []byte, b *sampler.Batch, devs map[int]sampler.Device) []byte
+	contentType() string
+}
+
+func newEncoder(kind string, o *options) encoder {
+	keys := slices.Sorted(maps.Keys(o.globalTags))
+	switch kind {
+	case EncodingInflux:
+		var tags []lineproto.Tag
+		for _, k := range keys {
+			tags = append(tags, lineproto.Tag{Key: k, Value: o.globalTags[k]})
+		}
+		return &lpEncoder{e: lineproto.New(lineproto.Options{Host: o.host, GlobalTags: tags, Catalog: o.catalog})}
+	case EncodingPacked:
+		meta := packed.Meta{Host: o.host}
+		for _, k := range keys {
+			meta.Tags = append(meta.Tags, packed.Tag{Key: k, Value: o.globalTags[k]})
+		}
+		return &packedEncoder{meta: meta}
+	}
+	return &jsonEncoder{e: jsonl.New(jsonl.Options{Host: o.host, GlobalTags: o.globalTags, Catalog: o.catalog})}
+}
+
+type jsonEncoder struct{ e *jsonl.Encoder }
+
+func (j *jsonEncoder) contentType() string { return stream.ContentTypeJSON }
+func (j *jsonEncoder) encode(dst []byte, b *sampler.Batch, devs map[int]sampler.Device) []byte {
+	j.e.Reset()
+	j.e.Encode(b)
+	return append(dst, j.e.Bytes()...)
+}
+
+type lpEncoder struct{ e *lineproto.Encoder }
+
+func (l *lpEncoder) contentType() string { return stream.ContentTypeLineProtocol }
+func (l *lpEncoder) encode(dst []byte, b *sampler.Batch, devs map[int]sampler.Device) []byte {
+	l.e.Reset()
+	l.e.Encode(b)
+	return append(dst, l.e.Bytes()...)
+}
+
+type packedEncoder struct {
+	meta packed.Meta
+	seen []int
+}
+
+func (p *packedEncoder) contentType() string { return stream.ContentTypePacked }
+func (p *packedEncoder) encode(dst []byte, b *sampler.Batch, devs map[int]sampler.Device) []byte {
+	// The UUID of every device the message refers to, so that a consumer
+	// that missed the identity record still knows the device.
+	p.seen = p.seen[:0]
+	p.meta.UUIDs = p.meta.UUIDs[:0]
+	note := func(i int) {
+		if slices.Contains(p.seen, i) {
+			return
+		}
+		p.seen = append(p.seen, i)
+		if d, ok := devs[i]; ok && d.UUID != "" {
+			p.meta.UUIDs = append(p.meta.UUIDs, packed.DeviceRef{Index: i, UUID: d.UUID})
+		}
+	}
+	for _, s := range b.Samples {
+		note(int(s.Device))
+	}
+	for _, s := range b.Summaries {
+		note(int(s.Device))
+	}
+	for _, e := range b.Events {
+		if e.Device >= 0 {
+			note(e.Device)
+		}
+	}
+	return packed.Append(dst, b, &p.meta)
+}

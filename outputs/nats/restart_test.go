@@ -1,0 +1,128 @@
+package nats_test
+
+import (
+	"context"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gpusampler/gpusampler/internal/natstest"
+	"github.com/gpusampler/gpusampler/outputs/buffer"
+	natsout "github.com/gpusampler/gpusampler/outputs/nats"
+	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/stream"
+)
+
+// TestServerRestartJetStreamIntegration publishes steadily through the
+// output behind a memory buffer (as the agent wires it) while the server is
+// shut down and a new one starts on the same port and store directory. The
+// stream ends with every sample: none lost; duplicates (what de-duplication
+// cannot see) are counted.
+func TestServerRestartJetStreamIntegration(t *testing.T) {
+	if testing.Short() {
+		t.Skip("embedded nats-server")
+	}
+	dir := t.TempDir()
+	s := natstest.Start(t, natstest.WithStoreDir(dir))
+	port := s.Addr().(*net.TCPAddr).Port
+	cfg := natsout.DefaultConfig()
+	cfg.Encoding = natsout.EncodingPacked
+	cfg.JetStream, cfg.CreateStream = true, true
+	cfg.AckTimeout, cfg.ReconnectWait, cfg.ConnectTimeout = 300*time.Millisecond, 50*time.Millisecond, time.Second
+	out := newOutput(t, s, cfg, natsout.WithHost("node1"))
+	buf, err := buffer.New(out, buffer.Config{Kind: "memory", MaxBytes: 64 << 20, MaxRecords: 1 << 20,
+		RetryInitial: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond, CloseTimeout: 20 * time.Second},
+		buffer.WithWriteTimeout(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const batches, perBatch = 300, 20
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	restartAt := make(chan struct{})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for seq := 1; seq <= batches; seq++ {
+			b := &sampler.Batch{Seq: uint64(seq), Devices: []sampler.Device{{Index: 0, UUID: "GPU-r"}}}
+			for i := range perBatch {
+				b.Samples = append(b.Samples, sampler.Sample{TimeNS: int64(seq*perBatch + i), Value: float64(i), Metric: sampler.MetricPowerDraw})
+			}
+			if err := buf.Write(ctx, b); err != nil {
+				t.Error(err)
+				return
+			}
+			if seq == batches/3 {
+				close(restartAt)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	<-restartAt
+	s.Shutdown()
+	s.WaitForShutdown()
+	time.Sleep(300 * time.Millisecond) // publishing goes on meanwhile
+	s2 := natstest.Start(t, natstest.WithPort(port), natstest.WithStoreDir(dir))
+	wg.Wait()
+	if err := buf.Close(); err != nil {
+		t.Fatal(err)
+	}
+	bst, st := buf.Stats(), out.Stats()
+	t.Logf("buffer: delivered %d batches, retries %d, dropped %+v; output: %+v", bst.Delivered, bst.Retries, bst.DroppedRecords, st)
+	if st.Reconnects == 0 {
+		t.Errorf("the output never reconnected (%+v)", st)
+	}
+
+	// Read the whole stream back from the new server.
+	js, err := jetstream.New(natstest.Connect(t, s2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	str, err := js.Stream(ctx, cfg.Stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := str.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := str.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[int64]int{}
+	var msgs uint64
+	for msgs < info.State.Msgs {
+		batch, err := cons.Fetch(500, jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			msgs++
+			r, err := stream.Decode(m.Headers(), m.Data())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range r.Batch.Samples {
+				seen[s.TimeNS]++
+			}
+		}
+		if n == 0 {
+			t.Fatalf("stream has %d messages, read %d", info.State.Msgs, msgs)
+		}
+	}
+	dups := 0
+	for _, n := range seen {
+		dups += n - 1
+	}
+	lost := batches*perBatch - len(seen)
+	t.Logf("stream: %d messages, %d distinct samples of %d, %d lost, %d duplicates", msgs, len(seen), batches*perBatch, lost, dups)
+	if lost != 0 {
+		t.Errorf("%d samples lost", lost)
+	}
+}
