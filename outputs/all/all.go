@@ -4,6 +4,7 @@ package all
 
 import (
 	"github.com/gpusampler/gpusampler/config"
+	"github.com/gpusampler/gpusampler/outputs/influxdb"
 	"github.com/gpusampler/gpusampler/outputs/stdout"
 )
 
@@ -11,6 +12,7 @@ import (
 // returns a new value; nothing is shared.
 func Registry() *config.Registry {
 	return config.NewRegistry(
+		influxdb.Kind(),
 		stdout.Kind(),
 	)
 }
