@@ -120,4 +120,6 @@ func basicAuth(user, password string) string {
 }
 
 // String names the output and its endpoint.
-func (o *Output) String() string { return fmt.Sprintf("%s %q → %s", o.w.opts.Kind, o.w.opts.Name, o.w.endpoint) }
+func (o *Output) String() string {
+	return fmt.Sprintf("%s %q → %s", o.w.opts.Kind, o.w.opts.Name, o.w.endpoint)
+}
