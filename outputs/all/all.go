@@ -6,6 +6,7 @@ import (
 	"github.com/gpusampler/gpusampler/config"
 	"github.com/gpusampler/gpusampler/outputs/influxdb"
 	"github.com/gpusampler/gpusampler/outputs/stdout"
+	"github.com/gpusampler/gpusampler/outputs/telegraf"
 )
 
 // Registry returns a registry of every built-in output kind. Each call
@@ -14,6 +15,7 @@ func Registry() *config.Registry {
 	return config.NewRegistry(
 		influxdb.Kind(),
 		stdout.Kind(),
+		telegraf.Kind(),
 	)
 }
 

@@ -83,7 +83,7 @@ func Parse(t *config.Table) Config {
 	t.String("bucket", &c.Bucket)
 	t.String("token", &c.Token)
 	c.HTTP = ParseHTTP(t)
-	checkURL(t, c.URL, c.HTTP)
+	CheckURL(t, c.URL, c.HTTP)
 	only := func(api string, keys ...string) {
 		for _, k := range keys {
 			if t.Has(k) && c.API != api {
@@ -142,8 +142,8 @@ func ParseHTTP(t *config.Table) HTTPConfig {
 	return h
 }
 
-// checkURL reports a URL that cannot work, at the url key.
-func checkURL(t *config.Table, raw string, h HTTPConfig) {
+// CheckURL reports a URL that cannot work, at the url key.
+func CheckURL(t *config.Table, raw string, h HTTPConfig) {
 	u, err := url.Parse(raw)
 	switch {
 	case err != nil:
