@@ -4,6 +4,7 @@ package all
 
 import (
 	"github.com/gpusampler/gpusampler/config"
+	"github.com/gpusampler/gpusampler/outputs/execd"
 	"github.com/gpusampler/gpusampler/outputs/influxdb"
 	"github.com/gpusampler/gpusampler/outputs/stdout"
 	"github.com/gpusampler/gpusampler/outputs/telegraf"
@@ -13,6 +14,7 @@ import (
 // returns a new value; nothing is shared.
 func Registry() *config.Registry {
 	return config.NewRegistry(
+		execd.Kind(),
 		influxdb.Kind(),
 		stdout.Kind(),
 		telegraf.Kind(),
