@@ -65,4 +65,3 @@ func BenchmarkEndToEnd(b *testing.B) {
 func itoa(n int) string {
 	return map[int]string{1000: "1000", 4000: "4000"}[n]
 }
-
