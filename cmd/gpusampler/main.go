@@ -62,7 +62,7 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	cmd, rest := args[0], args[1:]
 	switch cmd {
 	case "run":
-		err = cmdRun(ctx, rest, stdout, stderr)
+		err = cmdRun(ctx, rest, stdin, stdout, stderr)
 	case "config":
 		err = cmdConfig(rest, stdout, stderr)
 	case "metrics":

@@ -136,7 +136,7 @@ func newLogger(stderr io.Writer, level string) (*slog.Logger, error) {
 	return slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: l})), nil
 }
 
-func cmdRun(ctx context.Context, args []string, out, stderr io.Writer) error {
+func cmdRun(ctx context.Context, args []string, stdin io.Reader, out, stderr io.Writer) error {
 	fs := newFlagSet("run", stderr)
 	var bf backendFlags
 	bf.register(fs)
@@ -149,6 +149,7 @@ func cmdRun(ctx context.Context, args []string, out, stderr io.Writer) error {
 	logLevel := fs.String("log-level", "warn", "log level: debug, info, warn, error")
 	cfgPath := fs.String("config", "", "config file (see gpusampler config); SIGHUP reloads it")
 	stats := fs.Bool("stats", false, "print a self-metrics summary to stderr every stats interval")
+	execdMode := fs.String("execd", "", `run as a Telegraf inputs.execd program: "stream" (signal = "none") or "gather" (signal = "STDIN"); exits when stdin closes`)
 	if err := parseFlags(fs, args, out); err != nil {
 		return err
 	}
@@ -194,6 +195,22 @@ func cmdRun(ctx context.Context, args []string, out, stderr io.Writer) error {
 		cfg.Outputs = []*config.Output{{Kind: "stdout", Name: "stdout", FlushInterval: cfg.Agent.FlushInterval,
 			MaxBatch: sampler.DefaultMaxBatch, WriteTimeout: sampler.DefaultWriteTimeout,
 			Options: stdout.Options{Format: *format}, Raw: map[string]any{"format": *format}}}
+	}
+	if set["execd"] {
+		if set["format"] {
+			return usagef("--format does not apply with --execd (line protocol is what Telegraf reads)")
+		}
+		if err := addExecd(cfg, *execdMode, *cfgPath != ""); err != nil {
+			return err
+		}
+	}
+	// An execd output (from --execd or the config) makes stdin Telegraf's:
+	// a newline is a gather, EOF ends the run.
+	var cancelRun context.CancelFunc
+	ctx, cancelRun = context.WithCancel(ctx)
+	defer cancelRun()
+	if hasExecd(cfg) {
+		wireExecd(ctx, cfg, stdin, cancelRun)
 	}
 	if drain.set {
 		cfg.Sampler.DrainInterval = drain.d

@@ -6,9 +6,12 @@ package all
 
 import (
 	"github.com/gpusampler/gpusampler/config"
+	"github.com/gpusampler/gpusampler/outputs/execd"
+	"github.com/gpusampler/gpusampler/outputs/influxdb"
 	"github.com/gpusampler/gpusampler/outputs/nats"
 	"github.com/gpusampler/gpusampler/outputs/prometheus"
 	"github.com/gpusampler/gpusampler/outputs/stdout"
+	"github.com/gpusampler/gpusampler/outputs/telegraf"
 	"github.com/gpusampler/gpusampler/plugins"
 )
 
@@ -16,10 +19,13 @@ import (
 // returns a new value; nothing is shared.
 func Registry() *config.Registry {
 	return config.NewRegistry(
-		prometheus.Kind(),
+		execd.Kind(),
+		influxdb.Kind(),
 		nats.Kind(),
-		stdout.Kind(),
 		plugins.Kind(),
+		prometheus.Kind(),
+		stdout.Kind(),
+		telegraf.Kind(),
 	)
 }
 

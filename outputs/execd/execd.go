@@ -1,0 +1,243 @@
+// Package execd is the in-process output for running gpusampler as a
+// Telegraf inputs.execd program: line protocol (Telegraf nvidia_smi names
+// and types) on the process's stdout, which Telegraf reads.
+//
+//   - Signal "none" (Telegraf's signal = "none"): every sample is streamed
+//     as it arrives, each with its own driver timestamp; all fields of one
+//     device and timestamp on one line.
+//   - Signal "STDIN" (signal = "STDIN", gather mode): samples are summarized
+//     per device and metric (NAME_mean, _min, _max, _last, _count) and the
+//     window since the previous gather is written, stamped with the
+//     window's start, each time Telegraf writes a newline to stdin.
+//
+// The output does not read stdin itself: the command owns it (gpusampler
+// run --execd) and hands each newline to Options.Trigger; it also ends the
+// run when stdin closes, which is how Telegraf stops its execd programs.
+// It runs in process because a plugin's stdout carries the go-plugin
+// handshake.
+package execd
+
+import (
+	"bufio"
+	"cmp"
+	"context"
+	_ "embed"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/gpusampler/gpusampler/config"
+	"github.com/gpusampler/gpusampler/outputs/encoding/lineproto"
+	"github.com/gpusampler/gpusampler/sampler"
+)
+
+// SampleConfig is this output's fragment of the example configuration.
+//
+//go:embed sample.conf
+var SampleConfig string
+
+// Signals, as Telegraf's inputs.execd names them.
+const (
+	SignalNone  = "none"
+	SignalStdin = "STDIN"
+)
+
+// Options configure the output.
+type Options struct {
+	// Signal is SignalNone (stream, default) or SignalStdin (gather).
+	Signal string
+	// Trigger delivers one value per gather request (a newline on stdin);
+	// required for SignalStdin. The output stops reading it at Close.
+	Trigger <-chan struct{}
+	// Host, GlobalTags and Catalog shape the lines (see lineproto).
+	Host       string
+	GlobalTags map[string]string
+	Catalog    *sampler.Catalog
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+type seriesKey struct {
+	dev    uint16
+	metric sampler.MetricID
+}
+
+type acc struct {
+	sum, min, max, last float64
+	lastT               int64
+	count               uint32
+}
+
+// Output writes line protocol to w. Write and Close follow sampler.Output
+// (one goroutine); gathers run on the output's own goroutine, serialized
+// with Write by a mutex. The batch is not retained.
+type Output struct {
+	opts Options
+	stop chan struct{}
+	done chan struct{}
+
+	mu          sync.Mutex // guards everything below
+	w           *bufio.Writer
+	enc         *lineproto.Encoder
+	window      map[seriesKey]*acc
+	windowStart int64
+	sums        []sampler.Summary
+	closed      bool
+	gathers     uint64
+}
+
+// New returns an output writing to w.
+func New(w io.Writer, opts Options) (*Output, error) {
+	switch opts.Signal {
+	case "", SignalNone:
+		opts.Signal = SignalNone
+	case SignalStdin:
+		if opts.Trigger == nil {
+			return nil, fmt.Errorf("execd: signal = %q needs the process's stdin: run it as `gpusampler run --execd gather`", SignalStdin)
+		}
+	default:
+		return nil, fmt.Errorf("execd: unknown signal %q (want %q or %q)", opts.Signal, SignalNone, SignalStdin)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	var tags []lineproto.Tag
+	for _, k := range slices.Sorted(maps.Keys(opts.GlobalTags)) {
+		tags = append(tags, lineproto.Tag{Key: k, Value: opts.GlobalTags[k]})
+	}
+	o := &Output{opts: opts, w: bufio.NewWriterSize(w, 64<<10), stop: make(chan struct{}), done: make(chan struct{}),
+		enc:    lineproto.New(lineproto.Options{Host: opts.Host, GlobalTags: tags, Catalog: opts.Catalog}),
+		window: map[seriesKey]*acc{}, windowStart: opts.Now().UnixNano()}
+	if opts.Signal == SignalStdin {
+		go o.gatherLoop()
+	} else {
+		close(o.done)
+	}
+	return o, nil
+}
+
+func (o *Output) gatherLoop() {
+	defer close(o.done)
+	for {
+		select {
+		case <-o.stop:
+			return
+		case _, ok := <-o.opts.Trigger:
+			if !ok {
+				return
+			}
+			o.Gather() // a failed stdout write ends the run through Write's error
+		}
+	}
+}
+
+// Write streams b (signal none) or adds its samples to the window (STDIN);
+// events and device identities are written at once in both modes.
+func (o *Output) Write(_ context.Context, b *sampler.Batch) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed {
+		return sampler.ErrClosed
+	}
+	o.enc.Reset()
+	if o.opts.Signal == SignalNone {
+		o.enc.Encode(b)
+	} else {
+		o.enc.Encode(&sampler.Batch{Devices: b.Devices, Events: b.Events, Summaries: b.Summaries})
+		for _, s := range b.Samples {
+			k := seriesKey{s.Device, s.Metric}
+			a := o.window[k]
+			if a == nil {
+				a = &acc{min: s.Value, max: s.Value}
+				o.window[k] = a
+			}
+			a.sum += s.Value
+			a.min, a.max = min(a.min, s.Value), max(a.max, s.Value)
+			if s.TimeNS >= a.lastT {
+				a.last, a.lastT = s.Value, s.TimeNS
+			}
+			a.count++
+		}
+	}
+	return o.flushLocked()
+}
+
+// Gather writes the window since the previous gather as summaries (one line
+// per device, stamped with the window's start) and starts a new window. It
+// may be called from any goroutine.
+func (o *Output) Gather() error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed {
+		return sampler.ErrClosed
+	}
+	now := o.opts.Now().UnixNano()
+	start := o.windowStart
+	o.windowStart = now
+	o.gathers++
+	o.sums = o.sums[:0]
+	for k, a := range o.window {
+		o.sums = append(o.sums, sampler.Summary{StartNS: start, IntervalNS: now - start, Mean: a.sum / float64(a.count),
+			Min: a.min, Max: a.max, Last: a.last, Count: a.count, Device: k.dev, Metric: k.metric})
+	}
+	clear(o.window)
+	slices.SortFunc(o.sums, func(a, b sampler.Summary) int {
+		return cmp.Or(cmp.Compare(a.Device, b.Device), cmp.Compare(a.Metric, b.Metric))
+	})
+	o.enc.Reset()
+	o.enc.Encode(&sampler.Batch{Summaries: o.sums})
+	return o.flushLocked()
+}
+
+func (o *Output) flushLocked() error {
+	if _, err := o.w.Write(o.enc.Bytes()); err != nil {
+		return fmt.Errorf("execd: stdout: %w", err)
+	}
+	if err := o.w.Flush(); err != nil {
+		return fmt.Errorf("execd: stdout: %w", err)
+	}
+	return nil
+}
+
+// Close stops gathering and flushes; the open window is not written (Telegraf
+// stopped asking). A second Close does nothing.
+func (o *Output) Close() error {
+	o.mu.Lock()
+	if o.closed {
+		o.mu.Unlock()
+		return nil
+	}
+	o.closed = true
+	o.mu.Unlock()
+	close(o.stop)
+	<-o.done
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if err := o.w.Flush(); err != nil {
+		return fmt.Errorf("execd: stdout: %w", err)
+	}
+	return nil
+}
+
+// Kind describes the execd output to the config registry. The command
+// (gpusampler run) gives a STDIN block its Trigger; a block built without
+// one is an error.
+func Kind() config.OutputKind {
+	return config.OutputKind{
+		Kind:         "execd",
+		SampleConfig: SampleConfig,
+		Parse: func(t *config.Table) any {
+			o := Options{Signal: SignalNone}
+			t.OneOf("signal", &o.Signal, SignalNone, SignalStdin)
+			return o
+		},
+		Build: func(c *config.Output, env config.BuildEnv) (sampler.Output, error) {
+			opts, _ := c.Options.(Options)
+			opts.Host, opts.GlobalTags, opts.Catalog = env.Host, env.GlobalTags, env.Catalog
+			return New(env.Stdout, opts)
+		},
+	}
+}

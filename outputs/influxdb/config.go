@@ -1,0 +1,202 @@
+package influxdb
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"time"
+
+	"github.com/gpusampler/gpusampler/config"
+	"github.com/gpusampler/gpusampler/sampler"
+)
+
+// Config is a decoded [[outputs.influxdb]] block: plain data, validated
+// without I/O (the TLS files are read when the output is built).
+type Config struct {
+	URL, API                  string
+	Database, RetentionPolicy string
+	Username, Password        string
+	Organization, Bucket      string
+	Token                     string
+	HTTP                      HTTPConfig
+}
+
+// HTTPConfig holds the transport keys shared with outputs/telegraf.
+type HTTPConfig struct {
+	// ContentEncoding is "identity" (default) or "gzip".
+	ContentEncoding string
+	// Timeout bounds one request.
+	Timeout time.Duration
+	// MaxPayloadBytes splits larger bodies.
+	MaxPayloadBytes int
+	TLS             TLSConfig
+}
+
+// TLSConfig names the client's TLS files and settings.
+type TLSConfig struct {
+	// CA is a PEM file of CAs that verify the server (default: the
+	// system's).
+	CA string
+	// Cert and Key are the client certificate and key (PEM), both or
+	// neither.
+	Cert, Key string
+	// ServerName overrides the name verified in the server's certificate.
+	ServerName string
+	// InsecureSkipVerify disables server verification (tests only).
+	InsecureSkipVerify bool
+}
+
+// Kind describes the influxdb output to the config registry.
+func Kind() config.OutputKind {
+	return config.OutputKind{
+		Kind:         "influxdb",
+		OutOfProcess: true, // a network output: its own process (plugins.HostRegistry)
+		SampleConfig: SampleConfig,
+		Parse:        func(t *config.Table) any { return Parse(t) },
+		Build: func(o *config.Output, env config.BuildEnv) (sampler.Output, error) {
+			c, ok := o.Options.(Config)
+			if !ok {
+				return nil, fmt.Errorf("influxdb %q: no parsed options", o.Name)
+			}
+			opts, err := c.Options("influxdb", o.Name)
+			if err != nil {
+				return nil, err
+			}
+			opts.Host, opts.GlobalTags, opts.Catalog, opts.Logger = env.Host, env.GlobalTags, env.Catalog, env.Logger
+			return New(opts)
+		},
+	}
+}
+
+// Parse decodes and checks an [[outputs.influxdb]] block's own keys.
+func Parse(t *config.Table) Config {
+	c := Config{URL: "http://127.0.0.1:8086", API: APIv1}
+	t.String("url", &c.URL)
+	t.OneOf("api", &c.API, APIs...)
+	t.String("database", &c.Database)
+	t.String("retention_policy", &c.RetentionPolicy)
+	t.String("username", &c.Username)
+	t.String("password", &c.Password)
+	t.String("organization", &c.Organization)
+	t.String("bucket", &c.Bucket)
+	t.String("token", &c.Token)
+	c.HTTP = ParseHTTP(t)
+	CheckURL(t, c.URL, c.HTTP)
+	only := func(api string, keys ...string) {
+		for _, k := range keys {
+			if t.Has(k) && c.API != api {
+				t.Errorf(k, "applies to api = %q only (this block has api = %q)", api, c.API)
+			}
+		}
+	}
+	only(APIv1, "retention_policy", "username", "password")
+	only(APIv2, "organization", "bucket")
+	switch c.API {
+	case APIv1:
+		if c.Database == "" {
+			t.Errorf("database", "required for api = \"v1\"")
+		}
+		if t.Has("token") {
+			t.Errorf("token", "applies to api = \"v2\" or \"v3\" (v1 uses username and password)")
+		}
+	case APIv2:
+		if t.Has("database") {
+			t.Errorf("database", "applies to api = \"v1\" or \"v3\" (v2 writes to bucket)")
+		}
+		if c.Bucket == "" {
+			t.Errorf("bucket", "required for api = \"v2\"")
+		}
+		if c.Organization == "" {
+			t.Errorf("organization", "required for api = \"v2\"")
+		}
+	case APIv3:
+		if c.Database == "" {
+			t.Errorf("database", "required for api = \"v3\"")
+		}
+	}
+	return c
+}
+
+// ParseHTTP decodes the transport keys: content_encoding, timeout,
+// max_payload_bytes, tls_ca, tls_cert, tls_key, tls_server_name,
+// insecure_skip_verify.
+func ParseHTTP(t *config.Table) HTTPConfig {
+	h := HTTPConfig{ContentEncoding: "identity", Timeout: DefaultTimeout, MaxPayloadBytes: DefaultMaxPayloadBytes}
+	t.OneOf("content_encoding", &h.ContentEncoding, "identity", "gzip")
+	t.Duration("timeout", &h.Timeout)
+	t.Int("max_payload_bytes", &h.MaxPayloadBytes, 1<<10, 1<<30)
+	t.String("tls_ca", &h.TLS.CA)
+	t.String("tls_cert", &h.TLS.Cert)
+	t.String("tls_key", &h.TLS.Key)
+	t.String("tls_server_name", &h.TLS.ServerName)
+	t.Bool("insecure_skip_verify", &h.TLS.InsecureSkipVerify)
+	if (h.TLS.Cert == "") != (h.TLS.Key == "") {
+		k := "tls_cert"
+		if h.TLS.Key == "" {
+			k = "tls_key"
+		}
+		t.Errorf(k, "tls_cert and tls_key go together (a client certificate needs its key)")
+	}
+	return h
+}
+
+// CheckURL reports a URL that cannot work, at the url key.
+func CheckURL(t *config.Table, raw string, h HTTPConfig) {
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil:
+		t.Errorf("url", "%q is not a URL: %v", raw, errors.Unwrap(err))
+		return
+	case u.Scheme != "http" && u.Scheme != "https" || u.Host == "":
+		t.Errorf("url", "%q: want http://HOST:PORT or https://HOST:PORT", raw)
+		return
+	case u.User != nil:
+		t.Errorf("url", "credentials in the URL: use username/password or token (with ${ENV})")
+	}
+	if u.Scheme == "http" && (h.TLS != TLSConfig{}) {
+		t.Errorf("url", "tls_* keys are set but the URL is http://: use https://")
+	}
+}
+
+// Options turns the config into writer options for output kind/name,
+// reading the TLS files.
+func (c Config) Options(kind, name string) (Options, error) {
+	tlsConf, err := c.HTTP.TLS.Load()
+	if err != nil {
+		return Options{}, fmt.Errorf("%s %q: %w", kind, name, err)
+	}
+	return Options{WriterOptions: WriterOptions{Kind: kind, Name: name, URL: c.URL, API: c.API,
+		Database: c.Database, RetentionPolicy: c.RetentionPolicy, Username: c.Username, Password: c.Password,
+		Organization: c.Organization, Bucket: c.Bucket, Token: c.Token, Gzip: c.HTTP.ContentEncoding == "gzip",
+		Timeout: c.HTTP.Timeout, MaxPayloadBytes: c.HTTP.MaxPayloadBytes, TLS: tlsConf}}, nil
+}
+
+// Load builds the *tls.Config (nil when nothing is set), reading the files.
+func (c TLSConfig) Load() (*tls.Config, error) {
+	if c == (TLSConfig{}) {
+		return nil, nil
+	}
+	tc := &tls.Config{ServerName: c.ServerName, InsecureSkipVerify: c.InsecureSkipVerify, MinVersion: tls.VersionTLS12}
+	if c.CA != "" {
+		pem, err := os.ReadFile(c.CA)
+		if err != nil {
+			return nil, fmt.Errorf("tls_ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("tls_ca: %s holds no PEM certificate", c.CA)
+		}
+		tc.RootCAs = pool
+	}
+	if c.Cert != "" {
+		cert, err := tls.LoadX509KeyPair(c.Cert, c.Key)
+		if err != nil {
+			return nil, fmt.Errorf("tls_cert/tls_key: %w", err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	return tc, nil
+}

@@ -1,0 +1,21 @@
+// Package influxdb is the InfluxDB output: it encodes batches as line
+// protocol shaped like Telegraf's nvidia_smi input (outputs/encoding/
+// lineproto: Telegraf's names and field types, ns timestamps, every
+// sample with its own driver timestamp, summaries in _mean/_min/_max/
+// _last/_count fields, events in gpusampler_events) and posts them with
+// one of three write APIs:
+//
+//	v1  POST /write?db=&rp=&precision=ns            basic auth (username, password)
+//	v2  POST /api/v2/write?org=&bucket=&precision=ns "Authorization: Token ..."
+//	v3  POST /api/v3/write_lp?db=&precision=nanosecond "Authorization: Bearer ..."
+//
+// Writer is the HTTP half, shared with outputs/telegraf (which pushes to
+// Telegraf's influxdb_listener and influxdb_v2_listener). It splits large
+// bodies at line boundaries, gzips on request, retries network errors, 5xx
+// and 429 (honouring Retry-After) within the Write's context deadline and
+// then returns a retryable error (a configured buffer keeps retrying);
+// other 4xx are returned as sampler.Permanent, never retried — 400 is
+// InfluxDB's partial write: the valid lines were stored, the rejected ones
+// are counted (Stats) and logged. Errors name the output, the status and
+// the server's message, with a hint for 401, 403 and 404.
+package influxdb

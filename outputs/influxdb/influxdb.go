@@ -1,0 +1,125 @@
+package influxdb
+
+import (
+	"context"
+	_ "embed"
+	"encoding/base64"
+	"fmt"
+	"maps"
+	"slices"
+	"sync/atomic"
+
+	"github.com/gpusampler/gpusampler/outputs/encoding/lineproto"
+	"github.com/gpusampler/gpusampler/sampler"
+)
+
+// SampleConfig is this output's fragment of the example configuration.
+//
+//go:embed sample.conf
+var SampleConfig string
+
+// Options configure an Output: the writer's settings plus what goes into
+// every line.
+type Options struct {
+	WriterOptions
+	// Host is the host tag's value.
+	Host string
+	// GlobalTags are added to every line.
+	GlobalTags map[string]string
+	// Catalog defaults to sampler.DefaultCatalog.
+	Catalog *sampler.Catalog
+}
+
+// Stats are an Output's counters.
+type Stats struct {
+	WriterStats
+	// Batches and Lines count what Write was handed and encoded.
+	Batches, Lines uint64
+}
+
+// Output encodes batches as line protocol (Telegraf nvidia_smi names and
+// types, see outputs/encoding/lineproto) and posts them with a Writer.
+//
+// Concurrency: Write and Close follow sampler.Output (one goroutine, never
+// concurrently); Stats may be called from any goroutine. The batch is
+// encoded before Write returns and not retained.
+type Output struct {
+	w   *Writer
+	enc *lineproto.Encoder
+
+	closed bool
+
+	batches, lines atomic.Uint64
+}
+
+// New returns an output. It does no network I/O: an unreachable server
+// shows up as Write errors.
+func New(opts Options) (*Output, error) {
+	w, err := NewWriter(opts.WriterOptions)
+	if err != nil {
+		return nil, err
+	}
+	var tags []lineproto.Tag
+	for _, k := range slices.Sorted(maps.Keys(opts.GlobalTags)) {
+		tags = append(tags, lineproto.Tag{Key: k, Value: opts.GlobalTags[k]})
+	}
+	enc := lineproto.New(lineproto.Options{Host: opts.Host, GlobalTags: tags, Catalog: opts.Catalog})
+	return &Output{w: w, enc: enc}, nil
+}
+
+// Writer returns the output's writer.
+func (o *Output) Writer() *Writer { return o.w }
+
+// Write encodes b and posts it (see Writer.Write for retries and which
+// errors are sampler.Permanent).
+func (o *Output) Write(ctx context.Context, b *sampler.Batch) error {
+	if o.closed {
+		return sampler.ErrClosed
+	}
+	o.enc.Reset()
+	o.enc.Encode(b)
+	if err := o.enc.Err(); err != nil {
+		o.w.log.Warn("line skipped by the encoder", "err", err)
+	}
+	body := o.enc.Bytes()
+	o.batches.Add(1)
+	if len(body) == 0 {
+		return nil
+	}
+	o.lines.Add(uint64(countLines(body)))
+	return o.w.Write(ctx, body)
+}
+
+// Close releases idle connections; a second Close does nothing.
+func (o *Output) Close() error {
+	if o.closed {
+		return nil
+	}
+	o.closed = true
+	o.w.CloseIdle()
+	return nil
+}
+
+// Stats returns the counters (any goroutine).
+func (o *Output) Stats() Stats {
+	return Stats{WriterStats: o.w.Stats(), Batches: o.batches.Load(), Lines: o.lines.Load()}
+}
+
+func countLines(b []byte) int {
+	n := 0
+	for _, c := range b {
+		if c == '\n' {
+			n++
+		}
+	}
+	return n
+}
+
+func basicAuth(user, password string) string {
+	return base64.StdEncoding.EncodeToString([]byte(user + ":" + password))
+}
+
+// String names the output and its endpoint.
+func (o *Output) String() string {
+	return fmt.Sprintf("%s %q → %s", o.w.opts.Kind, o.w.opts.Name, o.w.endpoint)
+}

@@ -1,0 +1,497 @@
+package influxdb
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/gpusampler/gpusampler/sampler"
+)
+
+// Write APIs.
+const (
+	// APIv1 is InfluxDB 1.x's POST /write?db=&rp=&precision=ns, also served
+	// by InfluxDB 2.x and 3.x (compatibility) and by Telegraf's
+	// influxdb_listener. Auth: user/password (HTTP basic).
+	APIv1 = "v1"
+	// APIv2 is POST /api/v2/write?org=&bucket=&precision=ns (InfluxDB 2.x,
+	// 3.x, Telegraf's influxdb_v2_listener). Auth: "Token TOKEN".
+	APIv2 = "v2"
+	// APIv3 is POST /api/v3/write_lp?db=&precision=nanosecond (InfluxDB 3
+	// Core/Enterprise). Auth: "Bearer TOKEN".
+	APIv3 = "v3"
+)
+
+// APIs lists the supported write APIs.
+var APIs = []string{APIv1, APIv2, APIv3}
+
+// Defaults.
+const (
+	DefaultTimeout         = 5 * time.Second
+	DefaultMaxPayloadBytes = 4 << 20
+	DefaultRetryInitial    = 100 * time.Millisecond
+	DefaultRetryMax        = 5 * time.Second
+)
+
+// WriterOptions configure a Writer. Only URL and the API's target (database
+// or bucket) are required.
+type WriterOptions struct {
+	// Kind and Name identify the output in errors and logs ("influxdb",
+	// "telegraf"; the block's name).
+	Kind, Name string
+	// URL is the server's base URL ("http://127.0.0.1:8086"); a path in it
+	// is a prefix (a reverse proxy's).
+	URL string
+	// API is APIv1 (default), APIv2 or APIv3.
+	API string
+	// Database (v1, v3) and RetentionPolicy (v1).
+	Database, RetentionPolicy string
+	// Username and Password: v1 HTTP basic auth.
+	Username, Password string
+	// Organization and Bucket: v2.
+	Organization, Bucket string
+	// Token: v2 ("Authorization: Token ...") and v3 ("Bearer ...").
+	Token string
+	// Gzip compresses request bodies (Content-Encoding: gzip).
+	Gzip bool
+	// Timeout bounds one HTTP request (default 5s); the Write's context
+	// bounds all its attempts together.
+	Timeout time.Duration
+	// MaxPayloadBytes splits a larger body at line boundaries into several
+	// requests (default 4 MiB, before compression).
+	MaxPayloadBytes int
+	// RetryInitial and RetryMax bound the backoff between attempts within
+	// one Write (defaults 100ms, 5s); Retry-After overrides it.
+	RetryInitial, RetryMax time.Duration
+	// TLS is the client TLS configuration (nil: Go's defaults).
+	TLS *tls.Config
+	// Logger gets rare notes (partial writes); nil discards.
+	Logger *slog.Logger
+	// Transport replaces the HTTP transport (tests).
+	Transport http.RoundTripper
+}
+
+// WriterStats are a Writer's counters.
+type WriterStats struct {
+	// Requests counts HTTP requests made; Retries those that repeated a
+	// failed one.
+	Requests, Retries uint64
+	// BytesSent counts request body bytes as sent (after compression).
+	BytesSent uint64
+	// PartialWrites counts bodies the server answered with 400 (it stored
+	// the valid lines and rejected the others); RejectedPoints sums the
+	// "dropped=N" counts the server reported with them.
+	PartialWrites, RejectedPoints uint64
+}
+
+// Writer posts line protocol to one InfluxDB-compatible endpoint, retrying
+// what can succeed later. Its methods may be called from one goroutine at a
+// time (the output's pump or buffer); Stats from any.
+type Writer struct {
+	opts     WriterOptions
+	endpoint string // full write URL with query
+	auth     string // Authorization header value, "" for none
+	client   *http.Client
+	log      *slog.Logger
+	gz       *gzip.Writer
+	zbuf     bytes.Buffer
+
+	requests, retries, bytesSent, partial, rejected atomic.Uint64
+
+	// sleep waits d or until ctx ends (tests replace it).
+	sleep func(ctx context.Context, d time.Duration) error
+}
+
+// NewWriter validates opts and returns a writer. It does no network I/O.
+func NewWriter(opts WriterOptions) (*Writer, error) {
+	if opts.Kind == "" {
+		opts.Kind = "influxdb"
+	}
+	if opts.Name == "" {
+		opts.Name = opts.Kind
+	}
+	if opts.API == "" {
+		opts.API = APIv1
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	if opts.MaxPayloadBytes <= 0 {
+		opts.MaxPayloadBytes = DefaultMaxPayloadBytes
+	}
+	if opts.RetryInitial <= 0 {
+		opts.RetryInitial = DefaultRetryInitial
+	}
+	if opts.RetryMax <= 0 {
+		opts.RetryMax = DefaultRetryMax
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	w := &Writer{opts: opts, log: opts.Logger, sleep: sleepCtx}
+	endpoint, auth, err := writeEndpoint(opts)
+	if err != nil {
+		return nil, w.errorf("%w", err)
+	}
+	w.endpoint, w.auth = endpoint, auth
+	tr := opts.Transport
+	if tr == nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.TLSClientConfig = opts.TLS
+		t.MaxIdleConnsPerHost = 4
+		tr = t
+	}
+	w.client = &http.Client{Transport: tr, Timeout: opts.Timeout,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	return w, nil
+}
+
+// writeEndpoint builds the write URL and the Authorization header of opts.
+func writeEndpoint(opts WriterOptions) (endpoint, auth string, err error) {
+	u, err := url.Parse(opts.URL)
+	if err != nil {
+		return "", "", fmt.Errorf("url %q: %v", opts.URL, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+		return "", "", fmt.Errorf("url %q: want http://HOST:PORT or https://HOST:PORT", opts.URL)
+	}
+	if u.User != nil {
+		return "", "", fmt.Errorf("url %q: put credentials in username/password or token, not in the URL", u.Redacted())
+	}
+	q := url.Values{}
+	base := strings.TrimRight(u.Path, "/")
+	switch opts.API {
+	case APIv1:
+		u.Path = base + "/write"
+		q.Set("db", opts.Database)
+		if opts.RetentionPolicy != "" {
+			q.Set("rp", opts.RetentionPolicy)
+		}
+		q.Set("precision", "ns")
+		if opts.Username != "" || opts.Password != "" {
+			auth = "Basic " + basicAuth(opts.Username, opts.Password)
+		}
+	case APIv2:
+		u.Path = base + "/api/v2/write"
+		if opts.Organization != "" {
+			q.Set("org", opts.Organization)
+		}
+		q.Set("bucket", opts.Bucket)
+		q.Set("precision", "ns")
+		if opts.Token != "" {
+			auth = "Token " + opts.Token
+		}
+	case APIv3:
+		u.Path = base + "/api/v3/write_lp"
+		q.Set("db", opts.Database)
+		q.Set("precision", "nanosecond")
+		if opts.Token != "" {
+			auth = "Bearer " + opts.Token
+		}
+	default:
+		return "", "", fmt.Errorf("api %q: want one of %s", opts.API, strings.Join(APIs, ", "))
+	}
+	u.RawQuery = q.Encode()
+	return u.String(), auth, nil
+}
+
+// Endpoint returns the write URL (it never holds credentials).
+func (w *Writer) Endpoint() string { return w.endpoint }
+
+// Stats returns the counters (any goroutine).
+func (w *Writer) Stats() WriterStats {
+	return WriterStats{Requests: w.requests.Load(), Retries: w.retries.Load(), BytesSent: w.bytesSent.Load(),
+		PartialWrites: w.partial.Load(), RejectedPoints: w.rejected.Load()}
+}
+
+// CloseIdle closes idle connections.
+func (w *Writer) CloseIdle() { w.client.CloseIdleConnections() }
+
+// Write posts body (newline-terminated lines of line protocol), split at
+// line boundaries into requests of at most MaxPayloadBytes. Network errors,
+// 5xx and 429 are retried with backoff (429/503 after Retry-After when the
+// server sends it) for as long as ctx's deadline allows; then Write returns
+// the last error, retryable. A 4xx other than 429 is returned at once,
+// marked sampler.Permanent: resending the same lines cannot succeed (400 is
+// a partial write — the server stored the valid lines). Parts already
+// accepted are not resent within this Write; a caller that retries the
+// whole body resends them, which InfluxDB treats as an idempotent
+// overwrite (same series and timestamp).
+//
+// Write does not retain body.
+func (w *Writer) Write(ctx context.Context, body []byte) error {
+	for len(body) > 0 {
+		part := body
+		if len(part) > w.opts.MaxPayloadBytes {
+			cut := bytes.LastIndexByte(part[:w.opts.MaxPayloadBytes], '\n')
+			if cut < 0 { // one line longer than the limit: send it whole
+				cut = bytes.IndexByte(part, '\n')
+				if cut < 0 {
+					cut = len(part) - 1
+				}
+			}
+			part = part[:cut+1]
+		}
+		if err := w.post(ctx, part); err != nil {
+			return err
+		}
+		body = body[len(part):]
+	}
+	return nil
+}
+
+// post sends one request body with retries.
+func (w *Writer) post(ctx context.Context, body []byte) error {
+	payload := body
+	if w.opts.Gzip {
+		w.zbuf.Reset()
+		if w.gz == nil {
+			w.gz, _ = gzip.NewWriterLevel(&w.zbuf, gzip.BestSpeed)
+		} else {
+			w.gz.Reset(&w.zbuf)
+		}
+		w.gz.Write(body) // a bytes.Buffer does not fail
+		w.gz.Close()
+		payload = w.zbuf.Bytes()
+	}
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			w.retries.Add(1)
+		}
+		wait, err := w.attempt(ctx, payload)
+		if err == nil || sampler.IsPermanent(err) {
+			return err
+		}
+		if ctx.Err() != nil {
+			return err
+		}
+		if wait <= 0 {
+			wait = backoffDelay(w.opts.RetryInitial, w.opts.RetryMax, attempt)
+		}
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
+			// Not worth starting: hand the retry to the caller (a buffer
+			// retries with its own backoff; the pump counts the batch).
+			return err
+		}
+		if w.sleep(ctx, wait) != nil {
+			return err
+		}
+	}
+}
+
+// attempt makes one request. It returns the server's Retry-After (0 when
+// none) with a retryable error.
+func (w *Writer) attempt(ctx context.Context, payload []byte) (time.Duration, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.endpoint, bytes.NewReader(payload))
+	if err != nil {
+		return 0, sampler.Permanent(w.errorf("%w", err))
+	}
+	req.Header.Set("Content-Type", "text/plain; charset=utf-8")
+	req.Header.Set("User-Agent", "gpusampler")
+	if w.opts.Gzip {
+		req.Header.Set("Content-Encoding", "gzip")
+	}
+	if w.auth != "" {
+		req.Header.Set("Authorization", w.auth)
+	}
+	w.requests.Add(1)
+	w.bytesSent.Add(uint64(len(payload)))
+	resp, err := w.client.Do(req)
+	if err != nil {
+		return 0, w.errorf("POST %s: %w", w.redacted(), unwrapURLError(err))
+	}
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20)) // let the connection be reused
+	resp.Body.Close()
+	if resp.StatusCode/100 == 2 {
+		return 0, nil
+	}
+	werr := &WriteError{Kind: w.opts.Kind, Name: w.opts.Name, API: w.opts.API, URL: w.redacted(),
+		StatusCode: resp.StatusCode, Message: serverMessage(resp, msg)}
+	werr.Hint = w.hint(werr)
+	switch {
+	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
+		return retryAfter(resp.Header.Get("Retry-After")), werr
+	case resp.StatusCode == http.StatusBadRequest:
+		w.partial.Add(1)
+		n := droppedCount(werr.Message)
+		w.rejected.Add(n)
+		w.log.Warn("server rejected lines (partial write: the valid lines were stored)",
+			"status", resp.StatusCode, "dropped", n, "err", werr.Message)
+		return 0, sampler.Permanent(werr)
+	}
+	return 0, sampler.Permanent(werr)
+}
+
+// redacted returns the endpoint for messages (it holds no secrets, but a
+// user-supplied URL path might; keep it as configured).
+func (w *Writer) redacted() string { return w.endpoint }
+
+func (w *Writer) errorf(format string, args ...any) error {
+	return fmt.Errorf("%s %q: "+format, append([]any{w.opts.Kind, w.opts.Name}, args...)...)
+}
+
+// hint explains the common rejections in the user's terms.
+func (w *Writer) hint(e *WriteError) string {
+	target := func() string {
+		switch w.opts.API {
+		case APIv2:
+			return fmt.Sprintf("bucket %q (org %q)", w.opts.Bucket, w.opts.Organization)
+		default:
+			return fmt.Sprintf("database %q", w.opts.Database)
+		}
+	}
+	pageNotFound := strings.Contains(strings.ToLower(e.Message), "page not found")
+	switch e.StatusCode {
+	case http.StatusBadRequest:
+		if strings.Contains(e.Message, "field type conflict") {
+			return "partial write: a field's type differs from what the database holds (the valid lines were stored)"
+		}
+		return "partial write: the server stored the valid lines and rejected these (not retried)"
+	case http.StatusUnauthorized:
+		if w.opts.API == APIv1 {
+			return "authentication failed: check username and password"
+		}
+		return "authentication failed: wrong or missing token"
+	case http.StatusForbidden:
+		return "forbidden: the credentials may not write to " + target()
+	case http.StatusNotFound:
+		if pageNotFound {
+			return fmt.Sprintf("the server has no %s write endpoint: check url and api (InfluxDB 1.x speaks only v1)", w.opts.API)
+		}
+		return target() + " does not exist: create it, or fix the output's settings"
+	case http.StatusRequestEntityTooLarge:
+		return "request too large: lower max_payload_bytes or max_batch"
+	case http.StatusTooManyRequests:
+		return "rate limited: retrying"
+	}
+	return ""
+}
+
+// WriteError is a write the server answered with a non-2xx status.
+type WriteError struct {
+	// Kind and Name identify the output.
+	Kind, Name string
+	// API and URL are the write API and endpoint.
+	API, URL string
+	// StatusCode is the HTTP status.
+	StatusCode int
+	// Message is the server's error text (its JSON "error"/"message", or
+	// the body).
+	Message string
+	// Hint says what to do about it, when known.
+	Hint string
+}
+
+func (e *WriteError) Error() string {
+	s := fmt.Sprintf("%s %q: POST %s: %d %s", e.Kind, e.Name, e.URL, e.StatusCode, http.StatusText(e.StatusCode))
+	if e.Message != "" {
+		s += ": " + e.Message
+	}
+	if e.Hint != "" {
+		s += " (" + e.Hint + ")"
+	}
+	return s
+}
+
+// serverMessage extracts the error text of a response: InfluxDB 1.x sends
+// {"error": ...} (and X-Influxdb-Error), 2.x {"code":..., "message": ...},
+// 3.x {"error": ..., "data": ...}.
+func serverMessage(resp *http.Response, body []byte) string {
+	var j struct {
+		Error   string `json:"error"`
+		Message string `json:"message"`
+		Code    string `json:"code"`
+	}
+	if json.Unmarshal(body, &j) == nil {
+		if j.Message != "" {
+			return j.Message
+		}
+		if j.Error != "" {
+			return j.Error
+		}
+	}
+	if h := resp.Header.Get("X-Influxdb-Error"); h != "" {
+		return h
+	}
+	s := strings.TrimSpace(string(body))
+	if len(s) > 512 {
+		s = s[:512] + "…"
+	}
+	return s
+}
+
+// droppedCount finds "dropped=N" in an InfluxDB 1.x partial-write message.
+func droppedCount(msg string) uint64 {
+	i := strings.LastIndex(msg, "dropped=")
+	if i < 0 {
+		return 0
+	}
+	s := msg[i+len("dropped="):]
+	j := 0
+	for j < len(s) && s[j] >= '0' && s[j] <= '9' {
+		j++
+	}
+	n, _ := strconv.ParseUint(s[:j], 10, 64)
+	return n
+}
+
+// retryAfter parses a Retry-After header (seconds or an HTTP date).
+func retryAfter(h string) time.Duration {
+	if h == "" {
+		return 0
+	}
+	if n, err := strconv.Atoi(strings.TrimSpace(h)); err == nil && n >= 0 {
+		return time.Duration(n) * time.Second
+	}
+	if t, err := http.ParseTime(h); err == nil {
+		if d := time.Until(t); d > 0 {
+			return d
+		}
+	}
+	return 0
+}
+
+// unwrapURLError drops *url.Error's "POST URL:" prefix (the message names
+// the URL already).
+func unwrapURLError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
+
+// backoffDelay returns initial doubled per attempt, capped at max.
+func backoffDelay(initial, max time.Duration, attempt int) time.Duration {
+	d := max
+	if attempt < 62 {
+		if x := initial << attempt; x > 0 && x < max {
+			d = x
+		}
+	}
+	return d
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,280 @@
+package influxdb
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gpusampler/gpusampler/sampler"
+)
+
+// request is what the test server saw.
+type request struct {
+	Method, Path, Query, Auth, Encoding string
+	Body                                string
+}
+
+// recorder is an httptest handler that records requests and answers from
+// a script of statuses (the last one repeats).
+type recorder struct {
+	mu      sync.Mutex
+	reqs    []request
+	replies []reply
+}
+
+type reply struct {
+	status  int
+	body    string
+	headers map[string]string
+}
+
+func (r *recorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	var body io.Reader = req.Body
+	if req.Header.Get("Content-Encoding") == "gzip" {
+		zr, err := gzip.NewReader(req.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		body = zr
+	}
+	b, _ := io.ReadAll(body)
+	r.mu.Lock()
+	r.reqs = append(r.reqs, request{req.Method, req.URL.Path, req.URL.RawQuery, req.Header.Get("Authorization"),
+		req.Header.Get("Content-Encoding"), string(b)})
+	rep := reply{status: http.StatusNoContent}
+	if n := len(r.replies); n > 0 {
+		rep = r.replies[0]
+		if n > 1 {
+			r.replies = r.replies[1:]
+		}
+	}
+	r.mu.Unlock()
+	for k, v := range rep.headers {
+		w.Header().Set(k, v)
+	}
+	w.WriteHeader(rep.status)
+	io.WriteString(w, rep.body)
+}
+
+func (r *recorder) requests() []request {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]request(nil), r.reqs...)
+}
+
+func newTestWriter(t *testing.T, rec *recorder, opts WriterOptions) (*Writer, *[]time.Duration) {
+	t.Helper()
+	srv := httptest.NewServer(rec)
+	t.Cleanup(srv.Close)
+	opts.URL = srv.URL
+	if opts.Name == "" {
+		opts.Name = "db1"
+	}
+	w, err := NewWriter(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var slept []time.Duration
+	w.sleep = func(ctx context.Context, d time.Duration) error {
+		slept = append(slept, d)
+		return ctx.Err()
+	}
+	return w, &slept
+}
+
+const twoLines = "m,t=a f=1i 1\nm,t=b f=2i 2\n"
+
+func TestWriteAPIs(t *testing.T) {
+	for _, tc := range []struct {
+		name              string
+		opts              WriterOptions
+		path, query, auth string
+	}{
+		{"v1", WriterOptions{API: APIv1, Database: "gpu", RetentionPolicy: "week", Username: "u", Password: "p"},
+			"/write", "db=gpu&precision=ns&rp=week", "Basic " + basicAuth("u", "p")},
+		{"v1-noauth", WriterOptions{Database: "gpu"}, "/write", "db=gpu&precision=ns", ""},
+		{"v2", WriterOptions{API: APIv2, Organization: "org", Bucket: "b", Token: "tok"},
+			"/api/v2/write", "bucket=b&org=org&precision=ns", "Token tok"},
+		{"v3", WriterOptions{API: APIv3, Database: "gpu", Token: "tok", Gzip: true},
+			"/api/v3/write_lp", "db=gpu&precision=nanosecond", "Bearer tok"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := &recorder{}
+			w, _ := newTestWriter(t, rec, tc.opts)
+			if err := w.Write(context.Background(), []byte(twoLines)); err != nil {
+				t.Fatal(err)
+			}
+			r := rec.requests()
+			if len(r) != 1 {
+				t.Fatalf("%d requests, want 1", len(r))
+			}
+			got := r[0]
+			if got.Method != "POST" || got.Path != tc.path || got.Query != tc.query || got.Auth != tc.auth || got.Body != twoLines {
+				t.Fatalf("request %+v\nwant path %s query %s auth %q", got, tc.path, tc.query, tc.auth)
+			}
+			if (got.Encoding == "gzip") != tc.opts.Gzip {
+				t.Fatalf("Content-Encoding %q with Gzip=%v", got.Encoding, tc.opts.Gzip)
+			}
+			if strings.Contains(w.Endpoint(), "tok") || strings.Contains(w.Endpoint(), ":p@") {
+				t.Fatalf("endpoint %s holds a secret", w.Endpoint())
+			}
+		})
+	}
+}
+
+func TestSplitPayload(t *testing.T) {
+	rec := &recorder{}
+	w, _ := newTestWriter(t, rec, WriterOptions{Database: "gpu", MaxPayloadBytes: 30})
+	var body strings.Builder
+	for i := range 10 {
+		body.WriteString("m,t=x f=" + strings.Repeat("1", i%3+1) + "i 1\n")
+	}
+	if err := w.Write(context.Background(), []byte(body.String())); err != nil {
+		t.Fatal(err)
+	}
+	var joined strings.Builder
+	reqs := rec.requests()
+	for _, r := range reqs {
+		if len(r.Body) > 30 || !strings.HasSuffix(r.Body, "\n") {
+			t.Fatalf("part %q: over 30 bytes or cut inside a line", r.Body)
+		}
+		joined.WriteString(r.Body)
+	}
+	if len(reqs) < 4 || joined.String() != body.String() {
+		t.Fatalf("%d parts joined to %q, want %q", len(reqs), joined.String(), body.String())
+	}
+}
+
+func TestRetries(t *testing.T) {
+	ctx := context.Background()
+	t.Run("5xx then ok", func(t *testing.T) {
+		rec := &recorder{replies: []reply{{status: 503}, {status: 500}, {status: 204}}}
+		w, slept := newTestWriter(t, rec, WriterOptions{Database: "gpu", RetryInitial: time.Millisecond})
+		if err := w.Write(ctx, []byte(twoLines)); err != nil {
+			t.Fatal(err)
+		}
+		if n := len(rec.requests()); n != 3 || w.Stats().Retries != 2 {
+			t.Fatalf("%d requests, stats %+v; want 3 and 2 retries", n, w.Stats())
+		}
+		if len(*slept) != 2 || (*slept)[1] != 2*(*slept)[0] {
+			t.Fatalf("backoff %v, want doubling", *slept)
+		}
+	})
+	t.Run("429 Retry-After honoured", func(t *testing.T) {
+		rec := &recorder{replies: []reply{{status: 429, headers: map[string]string{"Retry-After": "2"}}, {status: 204}}}
+		w, slept := newTestWriter(t, rec, WriterOptions{Database: "gpu"})
+		if err := w.Write(ctx, []byte(twoLines)); err != nil {
+			t.Fatal(err)
+		}
+		if len(*slept) != 1 || (*slept)[0] != 2*time.Second {
+			t.Fatalf("slept %v, want [2s]", *slept)
+		}
+	})
+	t.Run("Retry-After beyond the deadline", func(t *testing.T) {
+		rec := &recorder{replies: []reply{{status: 503, body: `{"error":"overloaded"}`, headers: map[string]string{"Retry-After": "60"}}}}
+		w, slept := newTestWriter(t, rec, WriterOptions{Database: "gpu"})
+		dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		err := w.Write(dctx, []byte(twoLines))
+		if err == nil || sampler.IsPermanent(err) || len(*slept) != 0 {
+			t.Fatalf("err %v (permanent %v), slept %v; want a retryable error at once", err, sampler.IsPermanent(err), *slept)
+		}
+		if !strings.Contains(err.Error(), `influxdb "db1"`) || !strings.Contains(err.Error(), "503") || !strings.Contains(err.Error(), "overloaded") {
+			t.Fatalf("error %q does not name the output, status and message", err)
+		}
+	})
+	t.Run("network error retried until the deadline", func(t *testing.T) {
+		w, err := NewWriter(WriterOptions{Name: "down", URL: "http://127.0.0.1:1", Database: "gpu", RetryInitial: time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		err = w.Write(dctx, []byte(twoLines))
+		if err == nil || sampler.IsPermanent(err) || !strings.Contains(err.Error(), `influxdb "down"`) ||
+			!strings.Contains(err.Error(), "connection refused") {
+			t.Fatalf("err %v", err)
+		}
+		if w.Stats().Retries == 0 {
+			t.Fatal("no retry")
+		}
+	})
+}
+
+func TestClientErrorsNotRetried(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		api    string
+		status int
+		body   string
+		want   []string
+	}{
+		{"partial write", APIv1, 400, `{"error":"partial write: field type conflict: input field \"power_draw\" on measurement \"nvidia_smi\" is type integer, already exists as type float dropped=3"}`,
+			[]string{"400 Bad Request", "field type conflict", "valid lines were stored"}},
+		{"v1 401", APIv1, 401, `{"error":"authorization failed"}`, []string{"401", "authorization failed", "check username and password"}},
+		{"v2 401", APIv2, 401, `{"code":"unauthorized","message":"unauthorized access"}`, []string{"401", "unauthorized access", "wrong or missing token"}},
+		{"v2 403", APIv2, 403, `{"code":"forbidden","message":"insufficient permissions"}`, []string{"403", "may not write to bucket"}},
+		{"v1 404", APIv1, 404, `{"error":"database not found: \"gpu\""}`, []string{"404", `database not found`, `database "gpu" does not exist`}},
+		{"v3 404", APIv3, 404, `{"error":"database not found"}`, []string{"404", `database "gpu" does not exist`}},
+		{"v2 on a 1.x server", APIv2, 404, "404 page not found\n", []string{"no v2 write endpoint", "InfluxDB 1.x speaks only v1"}},
+		{"413", APIv1, 413, "", []string{"413", "max_payload_bytes"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := &recorder{replies: []reply{{status: tc.status, body: tc.body}}}
+			opts := WriterOptions{API: tc.api, Database: "gpu", Bucket: "b", Organization: "o", Token: "t"}
+			if tc.api == APIv2 {
+				opts.Database = ""
+			}
+			w, slept := newTestWriter(t, rec, opts)
+			err := w.Write(context.Background(), []byte(twoLines))
+			if !sampler.IsPermanent(err) {
+				t.Fatalf("err %v: want sampler.Permanent", err)
+			}
+			var we *WriteError
+			if !errors.As(err, &we) || we.StatusCode != tc.status {
+				t.Fatalf("err %v: want a *WriteError with status %d", err, tc.status)
+			}
+			for _, s := range append(tc.want, `influxdb "db1"`) {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("error %q lacks %q", err, s)
+				}
+			}
+			if n := len(rec.requests()); n != 1 || len(*slept) != 0 {
+				t.Fatalf("%d requests, slept %v: want one request, no retry", n, *slept)
+			}
+			if tc.status == 400 {
+				if st := w.Stats(); st.PartialWrites != 1 || st.RejectedPoints != 3 {
+					t.Fatalf("stats %+v: want 1 partial write, 3 rejected", st)
+				}
+			}
+		})
+	}
+}
+
+func TestGzipBody(t *testing.T) {
+	rec := &recorder{}
+	w, _ := newTestWriter(t, rec, WriterOptions{Database: "gpu", Gzip: true})
+	big := bytes.Repeat([]byte("nvidia_smi,index=0 power_draw=100 1\n"), 1000)
+	for range 2 { // the gzip writer is reused
+		if err := w.Write(context.Background(), big); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, r := range rec.requests() {
+		if r.Body != string(big) || r.Encoding != "gzip" {
+			t.Fatalf("gzip body did not round-trip")
+		}
+	}
+	if st := w.Stats(); st.BytesSent >= uint64(len(big)) {
+		t.Fatalf("sent %d bytes for %d: not compressed", st.BytesSent, len(big))
+	}
+}

@@ -1,0 +1,288 @@
+package telegraf_test
+
+import (
+	"context"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/influxdata/telegraf"
+	"github.com/influxdata/telegraf/config"
+	"github.com/influxdata/telegraf/plugins/inputs"
+	"github.com/influxdata/telegraf/plugins/inputs/execd"
+	"github.com/influxdata/telegraf/plugins/inputs/influxdb_listener"
+	"github.com/influxdata/telegraf/plugins/inputs/influxdb_v2_listener"
+	"github.com/influxdata/telegraf/plugins/parsers/influx"
+
+	gsconfig "github.com/gpusampler/gpusampler/config"
+	gstelegraf "github.com/gpusampler/gpusampler/outputs/telegraf"
+	"github.com/gpusampler/gpusampler/sampler"
+)
+
+// buildBinary builds gpusampler from this checkout.
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "gpusampler")
+	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	cmd := exec.Command(gobin, "build", "-o", bin, "./cmd/gpusampler")
+	cmd.Dir = "../.."
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func freeAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+var wantTags = []string{"host", "index", "name", "pci_bus_id", "simulated", "uuid"}
+
+func checkTags(t *testing.T, m telegraf.Metric) {
+	t.Helper()
+	for _, k := range wantTags {
+		if _, ok := m.GetTag(k); !ok {
+			t.Fatalf("metric %s lacks tag %s: %v", m.Name(), k, m.Tags())
+		}
+	}
+}
+
+// fieldType asserts a field's Go type as Telegraf's parser produced it.
+func fieldType(t *testing.T, m telegraf.Metric, field string, want any) {
+	t.Helper()
+	v, ok := m.GetField(field)
+	if !ok {
+		t.Fatalf("metric lacks field %s: %v", field, m.Fields())
+	}
+	switch want.(type) {
+	case int64:
+		if _, ok := v.(int64); !ok {
+			t.Fatalf("field %s = %v (%T), want int64", field, v, v)
+		}
+	case float64:
+		if _, ok := v.(float64); !ok {
+			t.Fatalf("field %s = %v (%T), want float64", field, v, v)
+		}
+	}
+}
+
+func startExecd(t *testing.T, bin, mode, signal string) (*execd.Execd, *accumulator) {
+	t.Helper()
+	parser := &influx.Parser{}
+	if err := parser.Init(); err != nil {
+		t.Fatal(err)
+	}
+	e := &execd.Execd{Command: []string{bin, "run", "--execd", mode, "--backend", "sim", "--gpus", "2", "--host", "node1"},
+		Signal: signal, RestartDelay: config.Duration(time.Minute), Log: testLogger{t}}
+	e.SetParser(parser)
+	if err := e.Init(); err != nil {
+		t.Fatal(err)
+	}
+	acc := &accumulator{}
+	if err := e.Start(acc); err != nil {
+		t.Fatal(err)
+	}
+	return e, acc
+}
+
+// stopWithin stops the plugin (Telegraf closes stdin, then SIGTERMs after
+// 5 s) and checks that gpusampler left on stdin's close alone.
+func stopWithin(t *testing.T, e *execd.Execd) {
+	t.Helper()
+	start := time.Now()
+	e.Stop()
+	if d := time.Since(start); d > 4*time.Second {
+		t.Fatalf("gpusampler took %v to exit after stdin closed (Telegraf's SIGTERM comes at 5 s)", d)
+	}
+}
+
+// Telegraf's inputs.execd with signal = "STDIN" runs `gpusampler run
+// --execd gather`: each gather (a newline) yields one summary line per GPU
+// for the window since the last one.
+func TestExecdGather(t *testing.T) {
+	bin := buildBinary(t)
+	e, acc := startExecd(t, bin, "gather", "STDIN")
+	t0 := time.Now()
+	time.Sleep(2500 * time.Millisecond)
+	if err := e.Gather(acc); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "2 summary lines", func() bool { m, _ := acc.snapshot(); return len(m) >= 2 })
+	stopWithin(t, e)
+	ms, errs := acc.snapshot()
+	if len(errs) > 0 {
+		t.Fatalf("accumulator errors: %v", errs)
+	}
+	if len(ms) != 2 {
+		t.Fatalf("%d metrics after one gather, want 2 (one per GPU)", len(ms))
+	}
+	for _, m := range ms {
+		if m.Name() != "nvidia_smi" {
+			t.Fatalf("measurement %s", m.Name())
+		}
+		checkTags(t, m)
+		for _, f := range []string{"power_draw_mean", "power_draw_min", "power_draw_max", "power_draw_last", "utilization_gpu_mean", "temperature_gpu_max"} {
+			fieldType(t, m, f, 0.0)
+		}
+		fieldType(t, m, "power_draw_count", int64(0))
+		fieldType(t, m, "utilization_gpu_count", int64(0))
+		// stamped with the window's start: the process's start
+		if ts := m.Time(); ts.Before(t0.Add(-time.Second)) || ts.After(t0.Add(2*time.Second)) {
+			t.Fatalf("timestamp %v, want the window start near %v", ts, t0)
+		}
+	}
+}
+
+// signal = "none" runs `gpusampler run --execd stream`: every sample, with
+// its own ns timestamp, Telegraf's field types.
+func TestExecdStream(t *testing.T) {
+	bin := buildBinary(t)
+	e, acc := startExecd(t, bin, "stream", "none")
+	seen := func(f string) bool {
+		ms, _ := acc.snapshot()
+		for _, m := range ms {
+			if _, ok := m.GetField(f); ok {
+				return true
+			}
+		}
+		return false
+	}
+	waitFor(t, 15*time.Second, "power, utilization, temperature, clocks", func() bool {
+		return seen("power_draw") && seen("utilization_gpu") && seen("temperature_gpu") && seen("clocks_current_sm")
+	})
+	stopWithin(t, e)
+	ms, errs := acc.snapshot()
+	if len(errs) > 0 {
+		t.Fatalf("accumulator errors: %v", errs)
+	}
+	subSecond := 0
+	types := map[string]any{"power_draw": 0.0, "utilization_gpu": int64(0), "temperature_gpu": int64(0),
+		"clocks_current_sm": int64(0), "memory_used": int64(0), "utilization_memory": int64(0)}
+	for _, m := range ms {
+		if m.Name() != "nvidia_smi" {
+			continue
+		}
+		checkTags(t, m)
+		for f, typ := range types {
+			if _, ok := m.GetField(f); ok {
+				fieldType(t, m, f, typ)
+			}
+		}
+		if m.Time().Nanosecond()%1_000_000 != 0 {
+			subSecond++
+		}
+	}
+	if subSecond == 0 {
+		t.Fatalf("no timestamp below ms resolution among %d metrics: driver timestamps were rounded", len(ms))
+	}
+}
+
+// outputs/telegraf pushes to Telegraf's influxdb_listener (v1 /write, basic
+// auth) and influxdb_v2_listener (v2 /api/v2/write, token): every sample
+// arrives with its name, tags, type and exact ns timestamp; a wrong
+// credential is a clear, permanent error.
+func TestListeners(t *testing.T) {
+	for _, tc := range []struct {
+		listener  string
+		start     func(t *testing.T, addr string, acc telegraf.Accumulator) func()
+		good, bad string // credential keys of the block
+	}{
+		{"influxdb_listener", func(t *testing.T, addr string, acc telegraf.Accumulator) func() {
+			// from Telegraf's registry: the creator sets its defaults
+			l := inputs.Inputs["influxdb_listener"]().(*influxdb_listener.InfluxDBListener)
+			l.ServiceAddress, l.BasicUsername, l.BasicPassword, l.Log = addr, "gs", "pw", testLogger{t}
+			if err := l.Init(); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Start(acc); err != nil {
+				t.Fatal(err)
+			}
+			return l.Stop
+		}, "username = \"gs\"\npassword = \"pw\"", "username = \"gs\"\npassword = \"nope\""},
+		{"influxdb_v2_listener", func(t *testing.T, addr string, acc telegraf.Accumulator) func() {
+			l := inputs.Inputs["influxdb_v2_listener"]().(*influxdb_v2_listener.InfluxDBV2Listener)
+			l.ServiceAddress, l.Token, l.Log = addr, config.NewSecret([]byte("tok")), testLogger{t}
+			if err := l.Init(); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Start(acc); err != nil {
+				t.Fatal(err)
+			}
+			return l.Stop
+		}, "token = \"tok\"\nbucket = \"gpu\"", "token = \"wrong\""},
+	} {
+		t.Run(tc.listener, func(t *testing.T) {
+			addr := freeAddr(t)
+			acc := &accumulator{}
+			stop := tc.start(t, addr, acc)
+			defer stop()
+			build := func(creds string) sampler.Output {
+				doc := "[[outputs.telegraf]]\nurl = \"http://" + addr + "\"\nlistener = \"" + tc.listener + "\"\ncontent_encoding = \"gzip\"\n" + creds + "\n"
+				cfg, err := gsconfig.Parse("test.toml", []byte(doc), gsconfig.Options{Registry: gsconfig.NewRegistry(gstelegraf.Kind())})
+				if err != nil {
+					t.Fatal(err)
+				}
+				out, err := gstelegraf.Kind().Build(cfg.Outputs[0], gsconfig.BuildEnv{Host: "node1"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { out.Close() })
+				return out
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			dev := sampler.Device{Index: 1, UUID: "GPU-1", Name: "Sim GPU", PCIBusID: "00000000:18:00.0", Simulated: true}
+			t0 := time.Now().Truncate(time.Second).UnixNano()
+			var samples []sampler.Sample
+			const n = 500
+			for i := range n {
+				ts := t0 + int64(i)*100_000_000 + 7
+				samples = append(samples,
+					sampler.Sample{TimeNS: ts, Value: 100.5 + float64(i), Device: 1, Metric: sampler.MetricPowerDraw},
+					sampler.Sample{TimeNS: ts, Value: float64(i % 100), Device: 1, Metric: sampler.MetricUtilGPU})
+			}
+			err := build(tc.bad).Write(ctx, &sampler.Batch{Seq: 1, Devices: []sampler.Device{dev}, Samples: samples[:2]})
+			if !sampler.IsPermanent(err) || !strings.Contains(err.Error(), `telegraf "telegraf"`) || !strings.Contains(err.Error(), "401") {
+				t.Fatalf("wrong credentials: %v", err)
+			}
+			if err := build(tc.good).Write(ctx, &sampler.Batch{Seq: 1, Devices: []sampler.Device{dev}, Samples: samples}); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, 5*time.Second, strconv.Itoa(n)+" metrics", func() bool { m, _ := acc.snapshot(); return len(m) >= n })
+			ms, errs := acc.snapshot()
+			if len(ms) != n || len(errs) > 0 {
+				t.Fatalf("%d metrics (want %d), errors %v", len(ms), n, errs)
+			}
+			for i, m := range ms {
+				if m.Name() != "nvidia_smi" || m.Time().UnixNano() != t0+int64(i)*100_000_000+7 {
+					t.Fatalf("metric %d: %s at %d", i, m.Name(), m.Time().UnixNano())
+				}
+				checkTags(t, m)
+				if v, _ := m.GetField("power_draw"); v != 100.5+float64(i) {
+					t.Fatalf("metric %d power_draw %v", i, v)
+				}
+				if v, _ := m.GetField("utilization_gpu"); v != int64(i%100) {
+					t.Fatalf("metric %d utilization_gpu %v (%T), want int64", i, v, v)
+				}
+			}
+		})
+	}
+}
+
+func TestMain(m *testing.M) {
+	if _, err := os.Stat("../../cmd/gpusampler"); err != nil {
+		panic("run from test/telegraf inside the gpusampler checkout")
+	}
+	os.Exit(m.Run())
+}
