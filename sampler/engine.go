@@ -17,6 +17,9 @@ const (
 	DefaultDrainInterval = time.Second
 	DefaultFieldInterval = 200 * time.Millisecond // 5 Hz
 	DefaultSlowInterval  = time.Second
+	// DefaultRareInterval is how often rarely-changing slow state (metrics
+	// marked Rare: limits, link settings, health counters) is read.
+	DefaultRareInterval = 30 * time.Second
 	DefaultRingSize      = 1 << 14
 	// MinSlowInterval bounds slow point queries (they cost milliseconds).
 	MinSlowInterval = time.Second
@@ -37,6 +40,9 @@ type Config struct {
 	FieldInterval time.Duration
 	// SlowInterval is the slow-state period (≥ MinSlowInterval).
 	SlowInterval time.Duration
+	// RareInterval is the period of slow state marked Rare in the catalog
+	// (≥ SlowInterval; default DefaultRareInterval).
+	RareInterval time.Duration
 	// RingSize is the per-device ring capacity in samples.
 	RingSize int
 	// Select, when set, limits sampling to the metrics it returns true for.
@@ -60,6 +66,9 @@ func (c *Config) withDefaults() (Config, error) {
 	if out.SlowInterval == 0 {
 		out.SlowInterval = DefaultSlowInterval
 	}
+	if out.RareInterval == 0 {
+		out.RareInterval = max(DefaultRareInterval, out.SlowInterval)
+	}
 	if out.RingSize == 0 {
 		out.RingSize = DefaultRingSize
 	}
@@ -76,6 +85,8 @@ func (c *Config) withDefaults() (Config, error) {
 		return out, fmt.Errorf("field interval %v: must be positive", out.FieldInterval)
 	case out.SlowInterval < MinSlowInterval:
 		return out, fmt.Errorf("slow interval %v: must be at least %v", out.SlowInterval, MinSlowInterval)
+	case out.RareInterval < out.SlowInterval:
+		return out, fmt.Errorf("rare interval %v: must be at least the slow interval %v", out.RareInterval, out.SlowInterval)
 	case out.RingSize < 0:
 		return out, fmt.Errorf("ring size %d: must be positive", out.RingSize)
 	}

@@ -18,6 +18,7 @@ type bufferState struct {
 	supported bool
 	cursor    uint64        // newest raw timestamp delivered
 	depth     int           // largest drain seen: the buffer's depth estimate
+	capacity  int           // the backend's reported capacity; 0 unknown
 	periodUS  uint64        // measured sample period
 	interval  time.Duration // this buffer's drain interval
 	next      time.Time
@@ -38,6 +39,8 @@ type deviceLoop struct {
 	fastOut  []Reading
 	slowIDs  []MetricID
 	slowOut  []Reading
+	rareIDs  []MetricID // slow state marked Rare, read every RareInterval
+	rareOut  []Reading
 	pointID  []MetricID // utilization point read for idle GPUs
 	pointOut []Reading
 
@@ -70,7 +73,11 @@ func newDeviceLoop(e *Engine, src DeviceSource, id Device) *deviceLoop {
 		case FromField:
 			l.fastIDs = append(l.fastIDs, m.ID)
 		case FromQuery:
-			l.slowIDs = append(l.slowIDs, m.ID)
+			if m.Rare {
+				l.rareIDs = append(l.rareIDs, m.ID)
+			} else {
+				l.slowIDs = append(l.slowIDs, m.ID)
+			}
 		}
 	}
 	for _, id := range []MetricID{MetricUtilGPU, MetricUtilMemory} {
@@ -80,6 +87,7 @@ func newDeviceLoop(e *Engine, src DeviceSource, id Device) *deviceLoop {
 	}
 	l.fastOut = make([]Reading, len(l.fastIDs))
 	l.slowOut = make([]Reading, len(l.slowIDs))
+	l.rareOut = make([]Reading, len(l.rareIDs))
 	l.pointOut = make([]Reading, len(l.pointID))
 	l.raw = make([]RawSample, 0, 256)
 	l.pub = make([]Sample, 0, 1024)
@@ -89,11 +97,15 @@ func newDeviceLoop(e *Engine, src DeviceSource, id Device) *deviceLoop {
 
 func (l *deviceLoop) run(ctx context.Context) {
 	now := time.Now()
+	capa, _ := l.src.(BufferCapacitor)
 	for _, b := range l.buffers {
 		b.next = now
+		if capa != nil {
+			b.capacity = capa.BufferCapacity(b.typ)
+		}
 	}
-	nextField, nextSlow := now, now
-	fieldEvery, slowEvery := l.e.cfg.FieldInterval, l.e.cfg.SlowInterval
+	nextField, nextSlow, nextRare := now, now, now
+	fieldEvery, slowEvery, rareEvery := l.e.cfg.FieldInterval, l.e.cfg.SlowInterval, l.e.cfg.RareInterval
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -123,8 +135,18 @@ func (l *deviceLoop) run(ctx context.Context) {
 			l.readInto(l.slowIDs, l.slowOut, now, 0, &l.slowIDs, &l.slowOut)
 			nextSlow = advance(nextSlow, slowEvery, now)
 		}
+		if len(l.rareIDs) > 0 && !now.Before(nextRare) {
+			l.readInto(l.rareIDs, l.rareOut, now, 0, &l.rareIDs, &l.rareOut)
+			nextRare = advance(nextRare, rareEvery, now)
+		}
 		l.flush()
-		next := nextSlow
+		next := now.Add(time.Minute)
+		if len(l.slowIDs) > 0 && nextSlow.Before(next) {
+			next = nextSlow
+		}
+		if len(l.rareIDs) > 0 && nextRare.Before(next) {
+			next = nextRare
+		}
 		if len(l.fastIDs) > 0 && nextField.Before(next) {
 			next = nextField
 		}
@@ -250,14 +272,21 @@ func (l *deviceLoop) checkLoss(b *bufferState, raw []RawSample) {
 	if n > b.depth {
 		b.depth = n
 	}
-	if b.periodUS > 0 && b.depth >= 4 {
+	// The span is depth × period: the reported capacity when the backend
+	// knows it, else the largest drain seen (an underestimate while the
+	// buffer is still filling).
+	depth := b.depth
+	if b.capacity > 0 {
+		depth = b.capacity
+	}
+	if b.periodUS > 0 && depth >= 4 {
 		// At most half the buffer's span between drains.
-		span := time.Duration(uint64(b.depth)*b.periodUS) * time.Microsecond
+		span := time.Duration(uint64(depth)*b.periodUS) * time.Microsecond
 		if half := span / 2; half >= MinDrainInterval && b.interval > half {
 			b.interval = half
 			l.noteInterval(b)
 			l.e.log.Info("drain interval shortened to half the buffer span", "device", l.index,
-				"buffer", b.typ.String(), "depth", b.depth, "period", time.Duration(b.periodUS)*time.Microsecond, "interval", b.interval)
+				"buffer", b.typ.String(), "depth", depth, "period", time.Duration(b.periodUS)*time.Microsecond, "interval", b.interval)
 		}
 	}
 	if b.cursor == 0 || !full || b.periodUS == 0 {
@@ -272,8 +301,15 @@ func (l *deviceLoop) checkLoss(b *bufferState, raw []RawSample) {
 	l.lostEstimate.Add(lost)
 	if b.interval/2 >= MinDrainInterval {
 		b.interval /= 2
-		l.noteInterval(b)
 	}
+	if b.capacity > n {
+		// The buffer held less than the backend said: trust what was seen.
+		b.capacity = 0
+		if half := time.Duration(uint64(b.depth)*b.periodUS) * time.Microsecond / 2; half >= MinDrainInterval && b.interval > half {
+			b.interval = half
+		}
+	}
+	l.noteInterval(b)
 	l.e.log.Warn("sample buffer overran between drains; drain interval shortened", "device", l.index,
 		"buffer", b.typ.String(), "lost_estimate", lost, "interval", b.interval)
 	l.e.Emit(Event{Kind: EventSampleLoss, Device: int(l.index), StartNS: l.tb.ToNS(b.cursor), EndNS: l.tb.ToNS(raw[0].TimeUS),

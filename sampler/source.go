@@ -94,3 +94,15 @@ type CallStats struct {
 type CallCounter interface {
 	CallStats() CallStats
 }
+
+// BufferCapacitor is implemented by device sources that can tell how many
+// samples a driver buffer holds (NVML's size query). The engine then sizes
+// the drain interval from depth × period from the first drain, instead of
+// learning the depth from the largest drain seen (which underestimates it
+// while the buffer is still filling). It is called from the device's loop
+// goroutine, like the DeviceSource methods.
+type BufferCapacitor interface {
+	// BufferCapacity returns the number of samples buffer type t holds, or
+	// 0 when unknown.
+	BufferCapacity(t BufferType) int
+}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
@@ -25,6 +26,9 @@ type device struct {
 	src   *Source
 	index int
 	dev   nvml.Device
+	// raw is the device's own nvmlDevice_t for the one-call drain path
+	// (see direct); nil when that path is unavailable.
+	raw unsafe.Pointer
 
 	calls     atomic.Uint64
 	latencyNS atomic.Int64
@@ -36,6 +40,10 @@ type device struct {
 	// Prebuilt errors per buffer type, so an idle drain allocates nothing.
 	errNothingNew [sampler.NumBufferTypes]error
 	errBufferNS   [sampler.NumBufferTypes]error
+	// One-call drain path: per buffer type, the capacity from the size
+	// query (0: not asked yet, -1: the query failed) and a buffer that big.
+	capacity [sampler.NumBufferTypes]int
+	sbuf     [sampler.NumBufferTypes][]nvml.Sample
 }
 
 var (
@@ -153,13 +161,25 @@ func (d *device) Drain(t sampler.BufferType, cursor uint64, dst []sampler.RawSam
 	if !d.src.has["nvmlDeviceGetSamples"] {
 		return dst, d.errBufferNS[t]
 	}
-	start := now()
-	vt, samples, ret := d.dev.GetSamples(nvml.SamplingType(t), cursor)
-	calls := 2
-	if len(samples) == 0 {
-		calls = 1 // the size query failed or said zero: no fill call
+	var vt nvml.ValueType
+	var samples []nvml.Sample
+	var ret nvml.Return
+	if d.BufferCapacity(t) > 0 {
+		start := now()
+		vt, samples, ret = d.src.direct.fill(d.raw, int(t), cursor, d.sbuf[t])
+		d.account("GetSamples", 1, start)
+		if ret == nvml.ERROR_INSUFFICIENT_SIZE {
+			d.capacity[t] = 0 // the buffer grew: ask its size again next time
+		}
+	} else {
+		start := now()
+		vt, samples, ret = d.dev.GetSamples(nvml.SamplingType(t), cursor)
+		calls := 2
+		if len(samples) == 0 {
+			calls = 1 // the size query failed or said zero: no fill call
+		}
+		d.account("GetSamples", calls, start)
 	}
-	d.account("GetSamples", calls, start)
 	switch ret {
 	case nvml.SUCCESS:
 	case nvml.ERROR_NOT_FOUND, nvml.ERROR_NO_DATA:
@@ -189,6 +209,31 @@ func (d *device) Drain(t sampler.BufferType, cursor uint64, dst []sampler.RawSam
 		return dst, d.errNothingNew[t]
 	}
 	return dst, nil
+}
+
+// BufferCapacity returns how many samples buffer type t holds, from NVML's
+// size query (one C call per type, once), or 0 when unknown: the one-call
+// drain path is unavailable (see direct) or the query failed. It
+// implements sampler.BufferCapacitor; call it from the device's loop.
+func (d *device) BufferCapacity(t sampler.BufferType) int {
+	if t >= sampler.NumBufferTypes || d.raw == nil || d.src.direct == nil {
+		return 0
+	}
+	if d.capacity[t] == 0 {
+		start := now()
+		n, ret := d.src.direct.capacity(d.raw, int(t))
+		d.account("GetSamples(size)", 1, start)
+		if ret != nvml.SUCCESS || n <= 0 {
+			d.capacity[t] = -1
+			return 0
+		}
+		d.capacity[t] = n
+		if cap(d.sbuf[t]) < n {
+			d.sbuf[t] = make([]nvml.Sample, n)
+		}
+		d.sbuf[t] = d.sbuf[t][:n]
+	}
+	return max(d.capacity[t], 0)
 }
 
 // applyScale converts v to the catalog's unit. Scales below 1 divide, so

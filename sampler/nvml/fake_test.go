@@ -84,7 +84,9 @@ func TestFakeDriverExactlyOnce(t *testing.T) {
 }
 
 func TestFakeDriverLossCounted(t *testing.T) {
-	runScenario(t, "loss", false, "FAKENVML_PERIOD_US=2000", "FAKENVML_DEPTH=50")
+	// The size query says 1000 samples but the buffer keeps 50: the engine
+	// drains at 1 s, finds the overrun, and falls back to what it saw.
+	runScenario(t, "loss", false, "FAKENVML_PERIOD_US=2000", "FAKENVML_DEPTH=50", "FAKENVML_REPORTED_DEPTH=1000")
 }
 
 func TestFakeDriverBootTime(t *testing.T) {
@@ -228,6 +230,10 @@ func childExactlyOnce(t *testing.T, src *Source, callsFile string) {
 	devs, err := src.Devices()
 	if err != nil || len(devs) != 2 {
 		t.Fatalf("devices: %v, %v", len(devs), err)
+	}
+	// The one-call drain path is in use and knows the buffers' capacity.
+	if d := devs[0].(*device); d.raw == nil || d.BufferCapacity(sampler.BufferGPUUtil) != 100 {
+		t.Fatalf("one-call path: handle %v, capacity %d; want a handle and 100", d.raw, d.BufferCapacity(sampler.BufferGPUUtil))
 	}
 	// Direct drains at random intervals (all shorter than half the 500 ms
 	// buffer span), cursor kept as the engine keeps it.

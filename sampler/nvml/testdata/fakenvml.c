@@ -12,13 +12,16 @@
  *   FAKENVML_CLOCK      "realtime" (default) or "boottime" sample timestamps
  *   FAKENVML_PERIOD_US  sample period of every buffer (default 20000)
  *   FAKENVML_DEPTH      samples a buffer holds (default 100)
+ *   FAKENVML_REPORTED_DEPTH  what the size query (samples == NULL) answers
+ *                       (default FAKENVML_DEPTH); a larger value fakes a
+ *                       driver whose buffer holds less than it says
  *   FAKENVML_UNSUPPORTED comma-separated field ids answering NOT_SUPPORTED
  *   FAKENVML_IDLE       "1": utilization buffers stay empty (idle GPU)
  *   FAKENVML_INIT_RET   return code of nvmlInit (default 0)
  *   FAKENVML_CALLS_FILE at nvmlShutdown, write "<index> <calls>" per device
  *
- * Samples of every buffer are taken at the multiples of the period since
- * nvmlInit; sample k of type t has value fakeValue(t, k), so a test can
+ * Samples of every buffer are taken at the multiples of the period; like a
+ * real driver's, the buffers are already full of history at nvmlInit; sample k of type t has value fakeValue(t, k), so a test can
  * check that each one is delivered exactly once. The module-power buffer is
  * not supported. Field ids outside the configured NVML version's range
  * (throttle time 251-253 before 12.9 or from 13.1, 269-271 before 13.1,
@@ -59,7 +62,7 @@ static struct fakedev devs[MAXDEV];
 static int ndev = 1, initialized, branch = 590, major = 13, idle;
 static char version[64] = "13.590.44.01";
 static clockid_t clk = CLOCK_REALTIME;
-static unsigned long long period = 20000, depth = 100, startK;
+static unsigned long long period = 20000, depth = 100, reported, startK;
 static unsigned int unsupported[64];
 static int nunsupported;
 
@@ -89,6 +92,8 @@ nvmlReturn_t nvmlInit_v2(void) {
 	if ((s = getenv("FAKENVML_CLOCK")) && !strcmp(s, "boottime")) clk = CLOCK_BOOTTIME;
 	if ((s = getenv("FAKENVML_PERIOD_US"))) period = strtoull(s, 0, 10);
 	if ((s = getenv("FAKENVML_DEPTH"))) depth = strtoull(s, 0, 10);
+	reported = depth;
+	if ((s = getenv("FAKENVML_REPORTED_DEPTH"))) reported = strtoull(s, 0, 10);
 	if ((s = getenv("FAKENVML_IDLE"))) idle = atoi(s);
 	if ((s = getenv("FAKENVML_UNSUPPORTED"))) {
 		char buf[256], *tok, *save;
@@ -98,6 +103,7 @@ nvmlReturn_t nvmlInit_v2(void) {
 	}
 	for (int i = 0; i < ndev; i++) devs[i].index = i;
 	startK = nowUS(clk) / period + 1;
+	startK = startK > depth ? startK - depth : 0; /* full of history */
 	initialized = 1;
 	return OK;
 }
@@ -181,7 +187,7 @@ nvmlReturn_t nvmlDeviceGetSamples(void *h, int type, unsigned long long last, in
 	if (type == 7) return E_NOT_SUPPORTED; /* module power: Grace Hopper only */
 	if (type < 0 || type > 9) return E_INVALID;
 	if (!samples) { /* size query: the buffer's capacity */
-		*count = depth;
+		*count = reported;
 		*valType = type == 6 ? 3 : 1;
 		return OK;
 	}
