@@ -20,7 +20,7 @@ const (
 	// DefaultRareInterval is how often rarely-changing slow state (metrics
 	// marked Rare: limits, link settings, health counters) is read.
 	DefaultRareInterval = 30 * time.Second
-	DefaultRingSize      = 1 << 14
+	DefaultRingSize     = 1 << 14
 	// MinSlowInterval bounds slow point queries (they cost milliseconds).
 	MinSlowInterval = time.Second
 	// MinDrainInterval bounds how far a suspected loss may shorten draining.
