@@ -10,6 +10,7 @@
 package sim
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"slices"
@@ -147,9 +148,12 @@ type Device struct {
 	energyMJ float64
 
 	calls atomic.Uint64
-	// lost is set by tests to make the device answer ErrGPULost.
-	mu   sync.Mutex
-	lost bool
+	// Fault injection, set by tests: lost makes the device answer
+	// ErrGPULost; hang, when non-nil, blocks every call until it is closed.
+	mu     sync.Mutex
+	lost   bool
+	hang   chan struct{}
+	events chan sampler.Event
 }
 
 // SetLost makes the device answer every call with sampler.ErrGPULost (or
@@ -160,7 +164,69 @@ func (d *Device) SetLost(lost bool) {
 	d.mu.Unlock()
 }
 
+// Hang makes the device's next driver calls block (like NVML calls when the
+// firmware stops answering) until release is called. Calls already past
+// the check are not affected. For watchdog tests: the test releases the
+// hang, no wall-clock involved.
+func (d *Device) Hang() (release func()) {
+	ch := make(chan struct{})
+	d.mu.Lock()
+	d.hang = ch
+	d.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			d.mu.Lock()
+			if d.hang == ch {
+				d.hang = nil
+			}
+			d.mu.Unlock()
+			close(ch)
+		})
+	}
+}
+
+// InjectXID queues an XID critical-error event (as the driver's event set
+// would deliver it) for WatchEvents. For fault-injection tests.
+func (d *Device) InjectXID(code int) {
+	d.eventsChan() <- sampler.Event{Kind: sampler.EventXID, Message: fmt.Sprintf("Xid %d (injected)", code),
+		Attrs: []sampler.Attr{{Key: "xid", Value: fmt.Sprint(code)}}}
+}
+
+func (d *Device) eventsChan() chan sampler.Event {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.events == nil {
+		d.events = make(chan sampler.Event, 64)
+	}
+	return d.events
+}
+
+// WatchEvents delivers injected events until ctx ends. It implements
+// sampler.EventWatcher.
+func (d *Device) WatchEvents(ctx context.Context, emit func(sampler.Event)) error {
+	ch := d.eventsChan()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev := <-ch:
+			t := d.src.opts.Now().UnixNano()
+			ev.StartNS, ev.EndNS = t, t
+			emit(ev)
+		}
+	}
+}
+
+// isLost waits out an injected hang, then reports whether the device is
+// lost.
 func (d *Device) isLost() bool {
+	d.mu.Lock()
+	h := d.hang
+	d.mu.Unlock()
+	if h != nil {
+		<-h
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.lost
