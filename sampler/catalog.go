@@ -266,6 +266,7 @@ const (
 	MetricECCDoubleVolatile
 	MetricRemappedCorrectable
 	MetricRemappedUncorrectable
+	MetricXIDCount
 	numMetrics
 )
 
@@ -474,6 +475,9 @@ func buildCatalog() []Metric {
 		MetricRemappedUncorrectable: {Name: "remapped_rows_uncorrectable", Unit: "rows", Group: GroupHealth, Kind: Counter, Type: Int,
 			Help: "Rows remapped for uncorrectable errors.", Src: query("GetRemappedRows"), Rare: true,
 			Telegraf: nm("remapped_rows_uncorrectable", "rows", 1, Int), DCGM: nm("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "rows", 1, Int)},
+		MetricXIDCount: {Name: "xid_errors", Unit: "count", Group: GroupHealth, Kind: Counter, Type: Int,
+			Help: "XID critical errors the driver's event set delivered since gpusampler started (each also travels as an xid event).",
+			Src:  query("XidEvents"), DCGM: nm("DCGM_FI_DEV_XID_ERRORS", "count", 1, Int)},
 		numMetrics: {},
 	}[:numMetrics]
 }

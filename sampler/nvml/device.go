@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -32,6 +33,12 @@ type device struct {
 
 	calls     atomic.Uint64
 	latencyNS atomic.Int64
+	xids      atomic.Uint64 // XID events seen by WatchEvents
+	events    atomic.Int32  // eventsUnknown, eventsWatching, eventsUnsupported
+
+	// mu guards dev and raw against Reopen (loop goroutine) while
+	// WatchEvents (its own goroutine) reads them.
+	mu sync.Mutex
 
 	// Owned by the loop goroutine.
 	unsupported []bool // by MetricID: the device said not supported
@@ -489,6 +496,14 @@ func (d *device) query(q *queryState, k query) (float64, nvml.Return) {
 			return float64(q.remapCor), q.remapRet
 		}
 		return float64(q.remapUnc), q.remapRet
+	case qXIDCount: // counted by WatchEvents: no C call
+		switch d.events.Load() {
+		case eventsWatching:
+			return float64(d.xids.Load()), nvml.SUCCESS
+		case eventsUnsupported:
+			return 0, nvml.ERROR_NOT_SUPPORTED
+		}
+		return 0, nvml.ERROR_NO_DATA
 	case qUtilGPU, qUtilMemory:
 		if !q.utilDone {
 			q.utilDone = true

@@ -133,6 +133,10 @@ func TestFakeDriverChild(t *testing.T) {
 		t.Logf("driver not loaded: %v", err)
 		return
 	}
+	if scenario == "driver-late" {
+		childDriverLate(t, lib)
+		return
+	}
 	calls := filepath.Join(t.TempDir(), "calls")
 	os.Setenv("FAKENVML_CALLS_FILE", calls)
 	s, err := Open(Options{LibraryPath: lib})
@@ -151,6 +155,14 @@ func TestFakeDriverChild(t *testing.T) {
 		childUnsupported(t, src)
 	case "fields":
 		childFields(t, src)
+	case "lost":
+		childLost(t, src)
+	case "hang":
+		childHang(t, src)
+	case "xid":
+		childXID(t, src)
+	case "allns":
+		childAllNotSupported(t, src)
 	default:
 		t.Fatalf("unknown scenario %q", scenario)
 	}

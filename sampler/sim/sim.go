@@ -154,6 +154,7 @@ type Device struct {
 	lost   bool
 	hang   chan struct{}
 	events chan sampler.Event
+	xids   atomic.Uint64
 }
 
 // SetLost makes the device answer every call with sampler.ErrGPULost (or
@@ -189,6 +190,7 @@ func (d *Device) Hang() (release func()) {
 // InjectXID queues an XID critical-error event (as the driver's event set
 // would deliver it) for WatchEvents. For fault-injection tests.
 func (d *Device) InjectXID(code int) {
+	d.xids.Add(1)
 	d.eventsChan() <- sampler.Event{Kind: sampler.EventXID, Message: fmt.Sprintf("Xid %d (injected)", code),
 		Attrs: []sampler.Attr{{Key: "xid", Value: fmt.Sprint(code)}}}
 }
@@ -256,7 +258,8 @@ func (d *Device) Identity() (sampler.Device, error) {
 	}, nil
 }
 
-// CallStats counts the simulated driver calls (Drain counts 2, like NVML).
+// CallStats counts the simulated driver calls (Drain counts 1, like the
+// nvml backend's one-call drain).
 func (d *Device) CallStats() sampler.CallStats {
 	return sampler.CallStats{Calls: d.calls.Load()}
 }
@@ -264,7 +267,7 @@ func (d *Device) CallStats() sampler.CallStats {
 // Drain returns the samples of buffer t newer than cursor, like
 // nvmlDeviceGetSamples: only the last Depth samples are kept.
 func (d *Device) Drain(t sampler.BufferType, cursor uint64, dst []sampler.RawSample) ([]sampler.RawSample, error) {
-	d.calls.Add(2)
+	d.calls.Add(1)
 	if d.isLost() {
 		return dst, fmt.Errorf("drain %s: %w", t, sampler.ErrGPULost)
 	}
@@ -366,6 +369,8 @@ func (d *Device) pointValue(id sampler.MetricID, now time.Time) (float64, bool) 
 		return v, true
 	case sampler.MetricEnergy:
 		return d.energy(now), true
+	case sampler.MetricXIDCount:
+		return float64(d.xids.Load()), true
 	}
 	return d.value(id, now)
 }
