@@ -274,6 +274,9 @@ func (e *Engine) Run(ctx context.Context) error {
 	}
 	abandoned := e.waitLoops()
 	auxWG.Wait()
+	if f, ok := e.cfg.Observer.(interface{ Flush() }); ok {
+		f.Flush() // close open findings while the pumps still run
+	}
 
 	e.mu.Lock()
 	pumps := slices.Clone(e.pumps)

@@ -132,7 +132,9 @@ type Reopener interface {
 // loop goroutine, right after publishing (live diagnoses: package
 // diagnose). Observe must be fast and must not retain samples (the slice is
 // reused); it reports what it finds through Engine.Emit. Observe is called
-// concurrently for different devices.
+// concurrently for different devices. An Observer that also has a Flush()
+// method is flushed once after the device loops end, before the outputs
+// are flushed, so what it emits then still reaches them.
 type Observer interface {
 	Observe(dev *Device, samples []Sample)
 }

@@ -78,6 +78,8 @@ type backendFlags struct {
 	profile string
 	gpus    int
 	seed    uint64
+	// ctx, when set, bounds waiting for the driver (--backend nvml).
+	ctx context.Context
 }
 
 func (b *backendFlags) register(fs *flag.FlagSet) {
@@ -112,6 +114,15 @@ func (b *backendFlags) open(stderr io.Writer, log *slog.Logger) (sampler.Source,
 	case "sim":
 		return openSim()
 	case "nvml":
+		if b.ctx != nil {
+			// A driver not loaded yet is waited for; giving up is a runtime
+			// failure (exit 1), so the service manager restarts us.
+			src, err := openNVMLWait(b.ctx, log)
+			if errors.Is(err, sampler.ErrLibraryNotFound) {
+				return nil, &usageError{msg: err.Error()}
+			}
+			return src, err
+		}
 		src, err := openNVML(log)
 		if err != nil {
 			return nil, &usageError{msg: err.Error()}
@@ -148,6 +159,7 @@ func cmdRun(ctx context.Context, args []string, out, stderr io.Writer) error {
 	logLevel := fs.String("log-level", "warn", "log level: debug, info, warn, error")
 	cfgPath := fs.String("config", "", "config file (see gpusampler config); SIGHUP reloads it")
 	stats := fs.Bool("stats", false, "print a self-metrics summary to stderr every stats interval")
+	diag := fs.Bool("diagnose", false, "live diagnoses: emit finding events (overheating, throttling, memory nearly full, launch-bound, periodic stalls, XID)")
 	if err := parseFlags(fs, args, out); err != nil {
 		return err
 	}
@@ -205,11 +217,12 @@ func cmdRun(ctx context.Context, args []string, out, stderr io.Writer) error {
 		cfg.Agent.Hostname = *host
 	}
 	machine, _ := os.Hostname()
+	bf.ctx = ctx
 	src, err := bf.open(stderr, log)
 	if err != nil {
 		return err
 	}
-	aopts := agent.Options{Registry: reg, Stdout: out, Hostname: machine, Logger: log}
+	aopts := agent.Options{Registry: reg, Stdout: out, Hostname: machine, Logger: log, Diagnose: *diag}
 	if *stats {
 		aopts.StatsWriter = stderr
 	}

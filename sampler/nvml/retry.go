@@ -27,8 +27,9 @@ type RetryPolicy struct {
 }
 
 // OpenRetry opens the NVML backend like Open, retrying with backoff while
-// the driver is not loaded (sampler.ErrDriverNotLoaded) or its library is
-// not found yet. Only nvmlInit is called until one succeeds: no other NVML
+// the driver is not loaded (sampler.ErrDriverNotLoaded: DRIVER_NOT_LOADED,
+// LIB_RM_VERSION_MISMATCH). A missing library (no driver installed) returns
+// at once. Only nvmlInit is called until one succeeds: no other NVML
 // function is safe after a failed Init. Other errors return at once; so
 // does the last attempt's error, for the caller (cmd) to exit non-zero so
 // that systemd or Kubernetes restarts the process. A process cannot switch
@@ -52,9 +53,7 @@ func OpenRetry(ctx context.Context, opts Options, p RetryPolicy) (sampler.Source
 		if err == nil {
 			return src, nil
 		}
-		retryable := errors.Is(err, sampler.ErrDriverNotLoaded) ||
-			(errors.Is(err, sampler.ErrLibraryNotFound) && !errors.Is(err, ErrNoCgo))
-		if !retryable {
+		if !errors.Is(err, sampler.ErrDriverNotLoaded) {
 			return nil, err
 		}
 		if attempt >= p.Attempts {
