@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/gpusampler/gpusampler/config"
+	"github.com/gpusampler/gpusampler/diagnose"
 	"github.com/gpusampler/gpusampler/outputs/aggregate"
 	"github.com/gpusampler/gpusampler/outputs/buffer"
 	"github.com/gpusampler/gpusampler/sampler"
@@ -39,6 +40,9 @@ type Options struct {
 	// StatsWriter, when set, receives a short self-metrics summary every
 	// stats interval (gpusampler run --stats).
 	StatsWriter io.Writer
+	// Diagnose turns on live diagnoses (package diagnose): findings travel
+	// to every output as events of kind "finding".
+	Diagnose bool
 }
 
 // Agent is a running configuration.
@@ -63,9 +67,15 @@ func New(src sampler.Source, cfg *config.Config, opts Options) (*Agent, error) {
 		return nil, errors.New("agent: no output registry")
 	}
 	s := cfg.Sampler
-	eng, err := sampler.New(src, sampler.Config{DrainInterval: s.DrainInterval, FieldInterval: s.FieldInterval,
+	scfg := sampler.Config{DrainInterval: s.DrainInterval, FieldInterval: s.FieldInterval,
 		SlowInterval: s.SlowInterval, RingSize: s.RingSize, Select: config.Selector(s.Include, s.Exclude),
-		Devices: s.DeviceFilter(), Logger: opts.Logger})
+		Devices: s.DeviceFilter(), Logger: opts.Logger}
+	var eng *sampler.Engine
+	if opts.Diagnose {
+		// The engine emits the findings; it exists before the first sample.
+		scfg.Observer = diagnose.New(func(ev sampler.Event) { eng.Emit(ev) })
+	}
+	eng, err := sampler.New(src, scfg)
 	if err != nil {
 		return nil, err
 	}

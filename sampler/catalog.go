@@ -186,6 +186,10 @@ type Metric struct {
 	Type  ValueType // our scheme's wire type
 	Help  string
 	Src   Origin
+	// Rare marks slow state that seldom changes (limits, link settings,
+	// health counters, memory total): the engine reads it every
+	// Config.RareInterval instead of every SlowInterval, saving NVML calls.
+	Rare bool
 	// Telegraf is the nvidia_smi input's naming (measurement nvidia_smi).
 	Telegraf Naming
 	// DCGM is dcgm-exporter's naming (DCGM_FI_*).
@@ -262,6 +266,7 @@ const (
 	MetricECCDoubleVolatile
 	MetricRemappedCorrectable
 	MetricRemappedUncorrectable
+	MetricXIDCount
 	numMetrics
 )
 
@@ -339,7 +344,7 @@ func buildCatalog() []Metric {
 			Help: "Module (Grace-Hopper superchip) power from the sample buffer.", Src: buf(BufferModulePower),
 			Telegraf: nm("module_power_draw", "W", 1, Float)},
 		MetricPowerLimit: {Name: "power_limit", Unit: "W", Group: GroupPower, Kind: Gauge, Type: Float,
-			Help: "Enforced power limit.", Src: query("GetEnforcedPowerLimit"),
+			Help: "Enforced power limit.", Src: query("GetEnforcedPowerLimit"), Rare: true,
 			Telegraf: nm("power_limit", "W", 1, Float), DCGM: nm("DCGM_FI_DEV_ENFORCED_POWER_LIMIT", "W", 1, Float)},
 		MetricEnergy: {Name: "energy_consumption", Unit: "mJ", Group: GroupPower, Kind: Counter, Type: Int,
 			Help: "Total energy since the driver loaded.", Src: field("NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION"),
@@ -390,10 +395,10 @@ func buildCatalog() []Metric {
 			Help: "Framebuffer memory free.", Src: query("GetMemoryInfo"),
 			Telegraf: nm("memory_free", "MiB", 1, Int), DCGM: nm("DCGM_FI_DEV_FB_FREE", "MiB", 1, Int)},
 		MetricMemoryReserved: {Name: "memory_reserved", Unit: "MiB", Group: GroupMemory, Kind: Gauge, Type: Int,
-			Help: "Framebuffer memory reserved by the driver.", Src: query("GetMemoryInfo_v2"),
+			Help: "Framebuffer memory reserved by the driver.", Src: query("GetMemoryInfo_v2"), Rare: true,
 			Telegraf: nm("memory_reserved", "MiB", 1, Int), DCGM: nm("DCGM_FI_DEV_FB_RESERVED", "MiB", 1, Int)},
 		MetricMemoryTotal: {Name: "memory_total", Unit: "MiB", Group: GroupMemory, Kind: Gauge, Type: Int,
-			Help: "Framebuffer memory total.", Src: query("GetMemoryInfo"),
+			Help: "Framebuffer memory total.", Src: query("GetMemoryInfo"), Rare: true,
 			Telegraf: nm("memory_total", "MiB", 1, Int), DCGM: nm("DCGM_FI_DEV_FB_TOTAL", "MiB", 1, Int)},
 
 		MetricTempGPU: {Name: "temperature_gpu", Unit: "°C", Group: GroupTemperature, Kind: Gauge, Type: Int,
@@ -403,7 +408,7 @@ func buildCatalog() []Metric {
 			Help: "HBM temperature (field 82).", Src: field("NVML_FI_DEV_MEMORY_TEMP"),
 			Telegraf: nm("temperature_memory", "°C", 1, Int), DCGM: nm("DCGM_FI_DEV_MEMORY_TEMP", "°C", 1, Int)},
 		MetricFanSpeed: {Name: "fan_speed", Unit: "%", Group: GroupTemperature, Kind: Gauge, Type: Int,
-			Help: "Fan speed (absent on passively cooled boards).", Src: query("GetFanSpeed"),
+			Help: "Fan speed (absent on passively cooled boards).", Src: query("GetFanSpeed"), Rare: true,
 			Telegraf: nm("fan_speed", "%", 1, Int), DCGM: nm("DCGM_FI_DEV_FAN_SPEED", "%", 1, Int)},
 
 		MetricThrottleSWPowerCap: {Name: "throttle_sw_power_cap", Unit: "ns", Group: GroupThrottle, Kind: Counter, Type: Int,
@@ -445,10 +450,10 @@ func buildCatalog() []Metric {
 		MetricPCIeRxBytes: {Name: "pcie_rx_bytes", Unit: "B", Group: GroupPCIe, Kind: Counter, Type: Int,
 			Help: "PCIe bytes received (NVML ≥ 12.4).", Src: field("NVML_FI_DEV_PCIE_COUNT_RX_BYTES")},
 		MetricPCIeLinkGen: {Name: "pcie_link_gen_current", Unit: "gen", Group: GroupPCIe, Kind: State, Type: Int,
-			Help: "Current PCIe link generation.", Src: query("GetCurrPcieLinkGeneration"),
+			Help: "Current PCIe link generation.", Src: query("GetCurrPcieLinkGeneration"), Rare: true,
 			Telegraf: nm("pcie_link_gen_current", "gen", 1, Int), DCGM: nm("DCGM_FI_DEV_PCIE_LINK_GEN", "gen", 1, Int)},
 		MetricPCIeLinkWidth: {Name: "pcie_link_width_current", Unit: "lanes", Group: GroupPCIe, Kind: State, Type: Int,
-			Help: "Current PCIe link width.", Src: query("GetCurrPcieLinkWidth"),
+			Help: "Current PCIe link width.", Src: query("GetCurrPcieLinkWidth"), Rare: true,
 			Telegraf: nm("pcie_link_width_current", "lanes", 1, Int), DCGM: nm("DCGM_FI_DEV_PCIE_LINK_WIDTH", "lanes", 1, Int)},
 		MetricNVLinkTxBytes: {Name: "nvlink_tx_bytes", Unit: "B", Group: GroupNVLink, Kind: Counter, Type: Int,
 			Help: "NVLink data bytes transmitted, all links (field 138, KiB in NVML).", Src: field("NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX")},
@@ -456,20 +461,25 @@ func buildCatalog() []Metric {
 			Help: "NVLink data bytes received, all links (field 139, KiB in NVML).", Src: field("NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX")},
 
 		MetricPCIeReplays: {Name: "pcie_replay_counter", Unit: "count", Group: GroupHealth, Kind: Counter, Type: Int,
-			Help: "PCIe replays.", Src: query("GetPcieReplayCounter"),
+			Help: "PCIe replays.", Src: query("GetPcieReplayCounter"), Rare: true,
 			DCGM: nm("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "count", 1, Int)},
 		MetricECCSingleVolatile: {Name: "ecc_errors_volatile_correctable", Unit: "count", Group: GroupHealth, Kind: Counter, Type: Int,
-			Help: "Corrected (single-bit) ECC errors since the driver loaded.", Src: query("GetTotalEccErrors(CORRECTED,VOLATILE)"),
+			Help: "Corrected (single-bit) ECC errors since the driver loaded.", Src: query("GetTotalEccErrors(CORRECTED,VOLATILE)"), Rare: true,
 			DCGM: nm("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "count", 1, Int)},
 		MetricECCDoubleVolatile: {Name: "ecc_errors_volatile_uncorrectable", Unit: "count", Group: GroupHealth, Kind: Counter, Type: Int,
-			Help: "Uncorrected (double-bit) ECC errors since the driver loaded.", Src: query("GetTotalEccErrors(UNCORRECTED,VOLATILE)"),
+			Help: "Uncorrected (double-bit) ECC errors since the driver loaded.", Src: query("GetTotalEccErrors(UNCORRECTED,VOLATILE)"), Rare: true,
 			DCGM: nm("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "count", 1, Int)},
 		MetricRemappedCorrectable: {Name: "remapped_rows_correctable", Unit: "rows", Group: GroupHealth, Kind: Counter, Type: Int,
-			Help: "Rows remapped for correctable errors.", Src: query("GetRemappedRows"),
+			Help: "Rows remapped for correctable errors.", Src: query("GetRemappedRows"), Rare: true,
 			Telegraf: nm("remapped_rows_correctable", "rows", 1, Int), DCGM: nm("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "rows", 1, Int)},
 		MetricRemappedUncorrectable: {Name: "remapped_rows_uncorrectable", Unit: "rows", Group: GroupHealth, Kind: Counter, Type: Int,
-			Help: "Rows remapped for uncorrectable errors.", Src: query("GetRemappedRows"),
+			Help: "Rows remapped for uncorrectable errors.", Src: query("GetRemappedRows"), Rare: true,
 			Telegraf: nm("remapped_rows_uncorrectable", "rows", 1, Int), DCGM: nm("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "rows", 1, Int)},
+		MetricXIDCount: {Name: "xid_errors", Unit: "count", Group: GroupHealth, Kind: Counter, Type: Int,
+			Help: "XID critical errors the driver's event set delivered since gpusampler started (each also travels as an xid event).",
+			// No DCGM naming: DCGM_FI_DEV_XID_ERRORS is the last XID's code,
+			// which outputs derive from the xid events.
+			Src: query("XidEvents")},
 		numMetrics: {},
 	}[:numMetrics]
 }

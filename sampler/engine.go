@@ -17,11 +17,21 @@ const (
 	DefaultDrainInterval = time.Second
 	DefaultFieldInterval = 200 * time.Millisecond // 5 Hz
 	DefaultSlowInterval  = time.Second
-	DefaultRingSize      = 1 << 14
+	// DefaultRareInterval is how often rarely-changing slow state (metrics
+	// marked Rare: limits, link settings, health counters) is read.
+	DefaultRareInterval = 30 * time.Second
+	DefaultRingSize     = 1 << 14
 	// MinSlowInterval bounds slow point queries (they cost milliseconds).
 	MinSlowInterval = time.Second
 	// MinDrainInterval bounds how far a suspected loss may shorten draining.
 	MinDrainInterval = 20 * time.Millisecond
+	// DefaultLostRetryInterval is the first retry delay for a lost device
+	// (then doubling, up to 12×).
+	DefaultLostRetryInterval = 5 * time.Second
+	// DefaultCallTimeout is how long one driver call may take before the
+	// watchdog marks its device hung (NVML calls can hang for tens of
+	// seconds when firmware stops answering).
+	DefaultCallTimeout = 10 * time.Second
 	// costlyFieldRate is the field rate above which the engine says once
 	// what it costs.
 	costlyFieldRate = 50
@@ -37,6 +47,18 @@ type Config struct {
 	FieldInterval time.Duration
 	// SlowInterval is the slow-state period (≥ MinSlowInterval).
 	SlowInterval time.Duration
+	// RareInterval is the period of slow state marked Rare in the catalog
+	// (≥ SlowInterval; default DefaultRareInterval).
+	RareInterval time.Duration
+	// LostRetryInterval is the first delay before a lost device is probed
+	// again (default DefaultLostRetryInterval); it doubles per failed probe.
+	LostRetryInterval time.Duration
+	// CallTimeout is the watchdog's limit for one driver call (default
+	// DefaultCallTimeout; negative turns the watchdog off).
+	CallTimeout time.Duration
+	// Observer, when set, sees every sample a device loop publishes (live
+	// diagnoses); see Observer.
+	Observer Observer
 	// RingSize is the per-device ring capacity in samples.
 	RingSize int
 	// Select, when set, limits sampling to the metrics it returns true for.
@@ -60,6 +82,15 @@ func (c *Config) withDefaults() (Config, error) {
 	if out.SlowInterval == 0 {
 		out.SlowInterval = DefaultSlowInterval
 	}
+	if out.RareInterval == 0 {
+		out.RareInterval = max(DefaultRareInterval, out.SlowInterval)
+	}
+	if out.LostRetryInterval == 0 {
+		out.LostRetryInterval = DefaultLostRetryInterval
+	}
+	if out.CallTimeout == 0 {
+		out.CallTimeout = DefaultCallTimeout
+	}
 	if out.RingSize == 0 {
 		out.RingSize = DefaultRingSize
 	}
@@ -76,6 +107,10 @@ func (c *Config) withDefaults() (Config, error) {
 		return out, fmt.Errorf("field interval %v: must be positive", out.FieldInterval)
 	case out.SlowInterval < MinSlowInterval:
 		return out, fmt.Errorf("slow interval %v: must be at least %v", out.SlowInterval, MinSlowInterval)
+	case out.RareInterval < out.SlowInterval:
+		return out, fmt.Errorf("rare interval %v: must be at least the slow interval %v", out.RareInterval, out.SlowInterval)
+	case out.LostRetryInterval < 0:
+		return out, fmt.Errorf("lost retry interval %v: must be positive", out.LostRetryInterval)
 	case out.RingSize < 0:
 		return out, fmt.Errorf("ring size %d: must be positive", out.RingSize)
 	}
@@ -217,15 +252,31 @@ func (e *Engine) Run(ctx context.Context) error {
 	}
 	e.mu.Unlock()
 
-	var loopsWG sync.WaitGroup
 	for _, l := range e.loops {
-		loopsWG.Add(1)
+		go l.run(ctx)
+	}
+	var auxWG sync.WaitGroup
+	for _, l := range e.loops {
+		if w, ok := l.src.(EventWatcher); ok {
+			auxWG.Add(1)
+			go func() {
+				defer auxWG.Done()
+				e.watchEvents(ctx, l, w)
+			}()
+		}
+	}
+	if e.cfg.CallTimeout > 0 {
+		auxWG.Add(1)
 		go func() {
-			defer loopsWG.Done()
-			l.run(ctx)
+			defer auxWG.Done()
+			e.watchdog(ctx)
 		}()
 	}
-	loopsWG.Wait()
+	abandoned := e.waitLoops()
+	auxWG.Wait()
+	if f, ok := e.cfg.Observer.(interface{ Flush() }); ok {
+		f.Flush() // close open findings while the pumps still run
+	}
 
 	e.mu.Lock()
 	pumps := slices.Clone(e.pumps)
@@ -240,10 +291,83 @@ func (e *Engine) Run(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("close output %s: %w", p.name, p.closeErr))
 		}
 	}
-	if err := e.src.Close(); err != nil {
+	if abandoned > 0 {
+		// A call is still inside the driver: closing the library under it
+		// could crash the process. The process is exiting anyway.
+		e.log.Error("not closing the backend: driver calls still hung", "devices", abandoned)
+	} else if err := e.src.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("close %s: %w", e.src.Name(), err))
 	}
 	return errors.Join(errs...)
+}
+
+// waitLoops waits for every device loop to end, except loops stuck in a
+// call the watchdog flagged as hung: those are abandoned (counted), so one
+// hung GPU cannot keep the process from shutting down.
+func (e *Engine) waitLoops() (abandoned int) {
+	for _, l := range e.loops {
+		for waiting := true; waiting; {
+			select {
+			case <-l.done:
+				waiting = false
+			case <-time.After(50 * time.Millisecond):
+				if l.hungFlag.Load() {
+					e.log.Error("abandoning a device loop stuck in a hung driver call", "device", l.index)
+					abandoned++
+					waiting = false
+				}
+			}
+		}
+	}
+	return abandoned
+}
+
+// watchdog checks every device's in-flight call a few times per
+// CallTimeout. It only reads atomics and emits events: it never blocks on a
+// device.
+func (e *Engine) watchdog(ctx context.Context) {
+	every := max(e.cfg.CallTimeout/4, 5*time.Millisecond)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			for _, l := range e.loops {
+				l.watch(now, e.cfg.CallTimeout)
+			}
+		}
+	}
+}
+
+// watchEvents runs a device's driver event watcher until ctx ends,
+// restarting it with backoff when it fails (device lost, or unsupported:
+// then it logs once and stops).
+func (e *Engine) watchEvents(ctx context.Context, l *deviceLoop, w EventWatcher) {
+	idx := int(l.index)
+	emit := func(ev Event) {
+		ev.Device = idx
+		e.Emit(ev)
+	}
+	backoff := e.cfg.LostRetryInterval
+	for {
+		err := w.WatchEvents(ctx, emit)
+		if ctx.Err() != nil {
+			return
+		}
+		if errors.Is(err, ErrNotSupported) {
+			e.log.Info("driver events not supported on this device", "device", idx, "err", err)
+			return
+		}
+		e.log.Warn("driver event watch failed; retrying", "device", idx, "err", err, "in", backoff)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, maxLostBackoff*e.cfg.LostRetryInterval)
+	}
 }
 
 // Stats is a snapshot of the engine's self-metrics.

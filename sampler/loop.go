@@ -3,13 +3,46 @@ package sampler
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 )
 
-// lostRetryInterval is how often a lost device is probed again.
-const lostRetryInterval = 5 * time.Second
+// DeviceState is where a device loop stands.
+type DeviceState uint32
+
+// Device states: ok → lost → recovering → ok, per device, by UUID; hung
+// while one driver call has not returned within Config.CallTimeout.
+const (
+	DeviceOK DeviceState = iota
+	// DeviceLost: the device answered "gpu lost"; it is probed again with
+	// backoff.
+	DeviceLost
+	// DeviceRecovering: a probe is re-acquiring the device by UUID.
+	DeviceRecovering
+	// DeviceHung: a driver call on the device is overdue.
+	DeviceHung
+)
+
+func (s DeviceState) String() string {
+	switch s {
+	case DeviceOK:
+		return "ok"
+	case DeviceLost:
+		return "lost"
+	case DeviceRecovering:
+		return "recovering"
+	case DeviceHung:
+		return "hung"
+	}
+	return fmt.Sprintf("state(%d)", uint32(s))
+}
+
+// maxLostBackoff caps the lost-device retry backoff as a multiple of
+// Config.LostRetryInterval.
+const maxLostBackoff = 12
 
 // bufferState is the drain state of one sample-buffer type on one device.
 type bufferState struct {
@@ -18,6 +51,7 @@ type bufferState struct {
 	supported bool
 	cursor    uint64        // newest raw timestamp delivered
 	depth     int           // largest drain seen: the buffer's depth estimate
+	capacity  int           // the backend's reported capacity; 0 unknown
 	periodUS  uint64        // measured sample period
 	interval  time.Duration // this buffer's drain interval
 	next      time.Time
@@ -38,24 +72,40 @@ type deviceLoop struct {
 	fastOut  []Reading
 	slowIDs  []MetricID
 	slowOut  []Reading
+	rareIDs  []MetricID // slow state marked Rare, read every RareInterval
+	rareOut  []Reading
 	pointID  []MetricID // utilization point read for idle GPUs
 	pointOut []Reading
 
 	raw []RawSample
 	pub []Sample
 
-	lost bool
+	lost    bool
+	lostAt  time.Time
+	backoff time.Duration
+
+	// Watchdog: callStart is when the current driver call began (Unix ns, 0
+	// when none is in flight) and callOp what it is; hung is set by the
+	// engine's watchdog and cleared by the loop when the call returns.
+	callStart atomic.Int64
+	callOp    atomic.Pointer[string]
+	hungFlag  atomic.Bool
+	hungMu    sync.Mutex
+	state     atomic.Uint32
+	done      chan struct{}
 
 	// counters, read by Stats from other goroutines
 	drains, nothingNew, suspectedLosses, lostEstimate atomic.Uint64
 	pointReads, readErrors, published, fieldReads     atomic.Uint64
+	hung, recoveries                                  atomic.Uint64
 	newestNS                                          atomic.Int64
 	clockKind                                         atomic.Uint32
 	minDrainNS                                        atomic.Int64
 }
 
 func newDeviceLoop(e *Engine, src DeviceSource, id Device) *deviceLoop {
-	l := &deviceLoop{e: e, src: src, index: uint16(id.Index), ring: NewRing(e.cfg.RingSize), tb: NewTimebase()}
+	l := &deviceLoop{e: e, src: src, index: uint16(id.Index), ring: NewRing(e.cfg.RingSize), tb: NewTimebase(),
+		done: make(chan struct{})}
 	l.identity.Store(&id)
 	cat := e.cfg.Catalog
 	sel := func(m *Metric) bool { return e.cfg.Select == nil || e.cfg.Select(m) }
@@ -70,7 +120,11 @@ func newDeviceLoop(e *Engine, src DeviceSource, id Device) *deviceLoop {
 		case FromField:
 			l.fastIDs = append(l.fastIDs, m.ID)
 		case FromQuery:
-			l.slowIDs = append(l.slowIDs, m.ID)
+			if m.Rare {
+				l.rareIDs = append(l.rareIDs, m.ID)
+			} else {
+				l.slowIDs = append(l.slowIDs, m.ID)
+			}
 		}
 	}
 	for _, id := range []MetricID{MetricUtilGPU, MetricUtilMemory} {
@@ -80,6 +134,7 @@ func newDeviceLoop(e *Engine, src DeviceSource, id Device) *deviceLoop {
 	}
 	l.fastOut = make([]Reading, len(l.fastIDs))
 	l.slowOut = make([]Reading, len(l.slowIDs))
+	l.rareOut = make([]Reading, len(l.rareIDs))
 	l.pointOut = make([]Reading, len(l.pointID))
 	l.raw = make([]RawSample, 0, 256)
 	l.pub = make([]Sample, 0, 1024)
@@ -88,12 +143,19 @@ func newDeviceLoop(e *Engine, src DeviceSource, id Device) *deviceLoop {
 }
 
 func (l *deviceLoop) run(ctx context.Context) {
+	defer close(l.done)
 	now := time.Now()
+	capa, _ := l.src.(BufferCapacitor)
 	for _, b := range l.buffers {
 		b.next = now
+		if capa != nil {
+			l.enter(&opCapacity)
+			b.capacity = capa.BufferCapacity(b.typ)
+			l.exit()
+		}
 	}
-	nextField, nextSlow := now, now
-	fieldEvery, slowEvery := l.e.cfg.FieldInterval, l.e.cfg.SlowInterval
+	nextField, nextSlow, nextRare := now, now, now
+	fieldEvery, slowEvery, rareEvery := l.e.cfg.FieldInterval, l.e.cfg.SlowInterval, l.e.cfg.RareInterval
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -110,7 +172,7 @@ func (l *deviceLoop) run(ctx context.Context) {
 		now = time.Now()
 		if l.lost {
 			l.retryLost(now)
-			timer.Reset(lostRetryInterval)
+			timer.Reset(l.backoff)
 			continue
 		}
 		l.drainDue(now, false)
@@ -123,8 +185,18 @@ func (l *deviceLoop) run(ctx context.Context) {
 			l.readInto(l.slowIDs, l.slowOut, now, 0, &l.slowIDs, &l.slowOut)
 			nextSlow = advance(nextSlow, slowEvery, now)
 		}
+		if len(l.rareIDs) > 0 && !now.Before(nextRare) {
+			l.readInto(l.rareIDs, l.rareOut, now, 0, &l.rareIDs, &l.rareOut)
+			nextRare = advance(nextRare, rareEvery, now)
+		}
 		l.flush()
-		next := nextSlow
+		next := now.Add(time.Minute)
+		if len(l.slowIDs) > 0 && nextSlow.Before(next) {
+			next = nextSlow
+		}
+		if len(l.rareIDs) > 0 && nextRare.Before(next) {
+			next = nextRare
+		}
 		if len(l.fastIDs) > 0 && nextField.Before(next) {
 			next = nextField
 		}
@@ -152,6 +224,9 @@ func (l *deviceLoop) flush() {
 	}
 	l.ring.Publish(l.pub...)
 	l.published.Add(uint64(len(l.pub)))
+	if o := l.e.cfg.Observer; o != nil {
+		o.Observe(l.identity.Load(), l.pub)
+	}
 	l.newestNS.Store(l.pub[len(l.pub)-1].TimeNS)
 	l.pub = l.pub[:0]
 }
@@ -180,7 +255,9 @@ func (l *deviceLoop) drainDue(now time.Time, force bool) {
 
 // drain drains one buffer and reports whether it held nothing new.
 func (l *deviceLoop) drain(b *bufferState, now time.Time) bool {
+	l.enter(&opDrain)
 	raw, err := l.src.Drain(b.typ, b.cursor, l.raw[:0])
+	l.exit()
 	l.raw = raw[:0]
 	l.drains.Add(1)
 	switch {
@@ -250,14 +327,21 @@ func (l *deviceLoop) checkLoss(b *bufferState, raw []RawSample) {
 	if n > b.depth {
 		b.depth = n
 	}
-	if b.periodUS > 0 && b.depth >= 4 {
+	// The span is depth × period: the reported capacity when the backend
+	// knows it, else the largest drain seen (an underestimate while the
+	// buffer is still filling).
+	depth := b.depth
+	if b.capacity > 0 {
+		depth = b.capacity
+	}
+	if b.periodUS > 0 && depth >= 4 {
 		// At most half the buffer's span between drains.
-		span := time.Duration(uint64(b.depth)*b.periodUS) * time.Microsecond
+		span := time.Duration(uint64(depth)*b.periodUS) * time.Microsecond
 		if half := span / 2; half >= MinDrainInterval && b.interval > half {
 			b.interval = half
 			l.noteInterval(b)
 			l.e.log.Info("drain interval shortened to half the buffer span", "device", l.index,
-				"buffer", b.typ.String(), "depth", b.depth, "period", time.Duration(b.periodUS)*time.Microsecond, "interval", b.interval)
+				"buffer", b.typ.String(), "depth", depth, "period", time.Duration(b.periodUS)*time.Microsecond, "interval", b.interval)
 		}
 	}
 	if b.cursor == 0 || !full || b.periodUS == 0 {
@@ -272,8 +356,15 @@ func (l *deviceLoop) checkLoss(b *bufferState, raw []RawSample) {
 	l.lostEstimate.Add(lost)
 	if b.interval/2 >= MinDrainInterval {
 		b.interval /= 2
-		l.noteInterval(b)
 	}
+	if b.capacity > n {
+		// The buffer held less than the backend said: trust what was seen.
+		b.capacity = 0
+		if half := time.Duration(uint64(b.depth)*b.periodUS) * time.Microsecond / 2; half >= MinDrainInterval && b.interval > half {
+			b.interval = half
+		}
+	}
+	l.noteInterval(b)
 	l.e.log.Warn("sample buffer overran between drains; drain interval shortened", "device", l.index,
 		"buffer", b.typ.String(), "lost_estimate", lost, "interval", b.interval)
 	l.e.Emit(Event{Kind: EventSampleLoss, Device: int(l.index), StartNS: l.tb.ToNS(b.cursor), EndNS: l.tb.ToNS(raw[0].TimeUS),
@@ -290,7 +381,10 @@ func (l *deviceLoop) noteInterval(b *bufferState) {
 // that answer ErrNotSupported are dropped from *ids/*outs for good.
 func (l *deviceLoop) readInto(ids []MetricID, out []Reading, now time.Time, flags Flags, idsp *[]MetricID, outp *[]Reading) {
 	clear(out)
-	if err := l.src.Read(ids, out); err != nil {
+	l.enter(&opRead)
+	err := l.src.Read(ids, out)
+	l.exit()
+	if err != nil {
 		l.callFailed(err, now)
 		return
 	}
@@ -323,11 +417,82 @@ func (l *deviceLoop) readInto(ids []MetricID, out []Reading, now time.Time, flag
 	}
 }
 
+// Names of the driver calls the watchdog reports.
+var (
+	opDrain    = "drain"
+	opRead     = "read"
+	opIdentity = "identity"
+	opReopen   = "reopen"
+	opCapacity = "buffer capacity"
+)
+
+// enter marks a driver call in flight for the watchdog.
+func (l *deviceLoop) enter(op *string) {
+	l.callOp.Store(op)
+	l.callStart.Store(time.Now().UnixNano())
+}
+
+// exit marks the call done; if the watchdog had flagged it, the device
+// recovers from hung.
+func (l *deviceLoop) exit() {
+	l.callStart.Store(0)
+	if !l.hungFlag.Load() {
+		return
+	}
+	l.hungMu.Lock()
+	defer l.hungMu.Unlock()
+	if !l.hungFlag.Load() {
+		return
+	}
+	l.hungFlag.Store(false)
+	if l.lost {
+		l.state.Store(uint32(DeviceLost))
+	} else {
+		l.state.Store(uint32(DeviceOK))
+	}
+	id := l.identity.Load()
+	now := time.Now().UnixNano()
+	l.e.log.Warn("driver call returned after the watchdog flagged it", "device", l.index, "uuid", id.UUID)
+	l.e.Emit(Event{Kind: EventDeviceRecovery, Device: int(l.index), StartNS: now, EndNS: now,
+		Message: "overdue driver call returned", Attrs: []Attr{{"uuid", id.UUID}, {"from", "hung"}}})
+}
+
+// watch is called by the engine's watchdog: when a call has been in flight
+// longer than timeout, the device is marked hung and an event says so.
+// Only this device's loop is stalled; the others run on.
+func (l *deviceLoop) watch(now time.Time, timeout time.Duration) {
+	start := l.callStart.Load()
+	if start == 0 || l.hungFlag.Load() || now.UnixNano()-start < int64(timeout) {
+		return
+	}
+	l.hungMu.Lock()
+	defer l.hungMu.Unlock()
+	if l.callStart.Load() != start || l.hungFlag.Load() {
+		return // returned meanwhile
+	}
+	l.hungFlag.Store(true)
+	l.state.Store(uint32(DeviceHung))
+	op := "call"
+	if p := l.callOp.Load(); p != nil {
+		op = *p
+	}
+	id := l.identity.Load()
+	l.hung.Add(1)
+	l.e.log.Error("driver call hung; this device's sampling is stalled, the others' is not", "device", l.index,
+		"uuid", id.UUID, "op", op, "for", now.Sub(time.Unix(0, start)))
+	l.e.Emit(Event{Kind: EventDeviceHung, Device: int(l.index), StartNS: start,
+		Message: fmt.Sprintf("driver %s call has not returned within %v", op, timeout),
+		Attrs:   []Attr{{"uuid", id.UUID}, {"op", op}}})
+}
+
 // callFailed handles an error for a whole call.
 func (l *deviceLoop) callFailed(err error, now time.Time) {
 	l.readErrors.Add(1)
 	if errors.Is(err, ErrGPULost) && !l.lost {
 		l.lost = true
+		l.lostAt = now
+		l.backoff = l.e.cfg.LostRetryInterval
+		l.state.Store(uint32(DeviceLost))
 		id := l.identity.Load()
 		l.e.log.Error("gpu lost", "device", l.index, "uuid", id.UUID, "err", err)
 		l.e.Emit(Event{Kind: EventDeviceLost, Device: int(l.index), StartNS: now.UnixNano(), Message: err.Error(),
@@ -335,17 +500,46 @@ func (l *deviceLoop) callFailed(err error, now time.Time) {
 	}
 }
 
-// retryLost probes a lost device; when it answers again, sampling resumes.
+// retryLost probes a lost device: re-acquire it by UUID (Reopener), then
+// ask its identity; when the same GPU answers, sampling resumes. Failed
+// probes back off up to maxLostBackoff × LostRetryInterval.
 func (l *deviceLoop) retryLost(now time.Time) {
+	old := l.identity.Load()
+	l.state.Store(uint32(DeviceRecovering))
+	fail := func() {
+		l.state.Store(uint32(DeviceLost))
+		l.backoff = min(2*l.backoff, maxLostBackoff*l.e.cfg.LostRetryInterval)
+	}
+	if r, ok := l.src.(Reopener); ok {
+		l.enter(&opReopen)
+		err := r.Reopen(old.UUID)
+		l.exit()
+		if err != nil {
+			fail()
+			return
+		}
+	}
+	l.enter(&opIdentity)
 	id, err := l.src.Identity()
+	l.exit()
 	if err != nil {
+		fail()
+		return
+	}
+	if id.UUID != old.UUID {
+		l.e.log.Error("a different GPU answers in a lost device's place; not resuming", "device", l.index,
+			"uuid", old.UUID, "found", id.UUID)
+		fail()
 		return
 	}
 	l.lost = false
-	id.Generation = l.identity.Load().Generation + 1
+	l.state.Store(uint32(DeviceOK))
+	l.recoveries.Add(1)
+	id.Generation = old.Generation + 1
 	l.identity.Store(&id)
-	l.e.Emit(Event{Kind: EventDeviceRecovery, Device: int(l.index), StartNS: now.UnixNano(), EndNS: now.UnixNano(),
-		Message: "device answers again", Attrs: []Attr{{"uuid", id.UUID}}})
+	l.e.log.Warn("gpu recovered", "device", l.index, "uuid", id.UUID, "down_for", now.Sub(l.lostAt))
+	l.e.Emit(Event{Kind: EventDeviceRecovery, Device: int(l.index), StartNS: l.lostAt.UnixNano(), EndNS: now.UnixNano(),
+		Message: "device answers again", Attrs: []Attr{{"uuid", id.UUID}, {"from", "lost"}}})
 }
 
 // DeviceStats are one device's self-metrics.
@@ -378,6 +572,11 @@ type DeviceStats struct {
 	CallLatency time.Duration
 	// SamplesPerCall is Published / Calls (0 when calls are not counted).
 	SamplesPerCall float64
+	// State is the device's state now.
+	State DeviceState
+	// Hangs counts calls the watchdog flagged; Recoveries lost-device
+	// recoveries.
+	Hangs, Recoveries uint64
 }
 
 func (l *deviceLoop) stats() DeviceStats {
@@ -385,7 +584,8 @@ func (l *deviceLoop) stats() DeviceStats {
 	s := DeviceStats{Index: id.Index, UUID: id.UUID, Published: l.published.Load(), Drains: l.drains.Load(),
 		NothingNew: l.nothingNew.Load(), SuspectedLosses: l.suspectedLosses.Load(), LostEstimate: l.lostEstimate.Load(),
 		PointReads: l.pointReads.Load(), FieldReads: l.fieldReads.Load(), ReadErrors: l.readErrors.Load(),
-		NewestNS: l.newestNS.Load(), Clock: ClockKind(l.clockKind.Load()), MinDrainInterval: time.Duration(l.minDrainNS.Load())}
+		NewestNS: l.newestNS.Load(), Clock: ClockKind(l.clockKind.Load()), MinDrainInterval: time.Duration(l.minDrainNS.Load()),
+		State: DeviceState(l.state.Load()), Hangs: l.hung.Load(), Recoveries: l.recoveries.Load()}
 	if cc, ok := l.src.(CallCounter); ok {
 		cs := cc.CallStats()
 		s.Calls, s.CallLatency = cs.Calls, cs.Latency

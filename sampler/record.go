@@ -82,6 +82,18 @@ const (
 	EventDeviceLost     EventKind = "device_lost"
 	EventDeviceRecovery EventKind = "device_recovered"
 	EventSampleLoss     EventKind = "sample_loss"
+	// EventDeviceHung: a driver call on the device has not returned within
+	// Config.CallTimeout; the device's sampling is stalled (others are not).
+	// The device_recovered event with attr from=hung ends it.
+	EventDeviceHung EventKind = "device_hung"
+	// EventPowerSource: the board switched power source (driver event).
+	EventPowerSource EventKind = "power_source"
+	// EventClockChange: the driver reported a clock or P-state change.
+	EventClockChange EventKind = "clock_change"
+	// EventFinding is a live diagnosis (package diagnose): a problem seen
+	// in a window of samples, with evidence in Attrs and Fields and a start
+	// and end.
+	EventFinding EventKind = "finding"
 	// EventSelf carries gpusampler's own metrics (one output's or one
 	// device's counters) in Fields, identified by Attrs (scope=output,
 	// output=NAME or scope=device, gpu=N). Encoders write it as its own

@@ -1,6 +1,7 @@
 package sampler
 
 import (
+	"context"
 	"errors"
 	"time"
 )
@@ -93,4 +94,47 @@ type CallStats struct {
 // DeviceSource's other methods.
 type CallCounter interface {
 	CallStats() CallStats
+}
+
+// BufferCapacitor is implemented by device sources that can tell how many
+// samples a driver buffer holds (NVML's size query). The engine then sizes
+// the drain interval from depth × period from the first drain, instead of
+// learning the depth from the largest drain seen (which underestimates it
+// while the buffer is still filling). It is called from the device's loop
+// goroutine, like the DeviceSource methods.
+type BufferCapacitor interface {
+	// BufferCapacity returns the number of samples buffer type t holds, or
+	// 0 when unknown.
+	BufferCapacity(t BufferType) int
+}
+
+// EventWatcher is implemented by device sources that deliver driver events
+// (XID critical errors, ECC errors, power-source and clock changes). The
+// engine runs WatchEvents on its own goroutine per device, concurrently with
+// the device's other methods, so a blocking wait never delays sampling.
+type EventWatcher interface {
+	// WatchEvents blocks until ctx ends, calling emit once per driver event
+	// (emit sets Event.Device). It returns early only on an error that
+	// makes watching impossible (unsupported, device lost); the engine
+	// retries after the lost-device retry interval.
+	WatchEvents(ctx context.Context, emit func(Event)) error
+}
+
+// Reopener is implemented by device sources that can re-acquire a lost
+// device by its UUID (NVML: nvmlDeviceGetHandleByUUID) without
+// re-initializing the library, which would disturb every other device. The
+// engine calls it from the device's loop before asking Identity again.
+type Reopener interface {
+	Reopen(uuid string) error
+}
+
+// Observer sees every sample a device loop publishes, on that device's
+// loop goroutine, right after publishing (live diagnoses: package
+// diagnose). Observe must be fast and must not retain samples (the slice is
+// reused); it reports what it finds through Engine.Emit. Observe is called
+// concurrently for different devices. An Observer that also has a Flush()
+// method is flushed once after the device loops end, before the outputs
+// are flushed, so what it emits then still reaches them.
+type Observer interface {
+	Observe(dev *Device, samples []Sample)
 }

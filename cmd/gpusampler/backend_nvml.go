@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"log/slog"
 	"os"
 
@@ -13,4 +14,16 @@ import (
 // non-standard install).
 func openNVML(log *slog.Logger) (sampler.Source, error) {
 	return nvml.Open(nvml.Options{LibraryPath: os.Getenv("GPUSAMPLER_NVML_LIBRARY"), Logger: log})
+}
+
+// openNVMLWait opens the NVML backend, waiting with backoff (about a
+// minute in all) while the kernel driver is not loaded yet or does not match
+// the library; then it gives up and the command exits 1, so that systemd or
+// Kubernetes restarts gpusampler. The process cannot switch to a reloaded
+// driver library: stop gpusampler before a driver upgrade.
+func openNVMLWait(ctx context.Context, log *slog.Logger) (sampler.Source, error) {
+	return nvml.OpenRetry(ctx, nvml.Options{LibraryPath: os.Getenv("GPUSAMPLER_NVML_LIBRARY"), Logger: log},
+		nvml.RetryPolicy{OnRetry: func(attempt int, err error) {
+			log.Warn("NVML driver not ready; retrying", "attempt", attempt, "err", err)
+		}})
 }

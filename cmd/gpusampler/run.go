@@ -79,6 +79,8 @@ type backendFlags struct {
 	profile string
 	gpus    int
 	seed    uint64
+	// ctx, when set, bounds waiting for the driver (--backend nvml).
+	ctx context.Context
 }
 
 func (b *backendFlags) register(fs *flag.FlagSet) {
@@ -113,6 +115,15 @@ func (b *backendFlags) open(stderr io.Writer, log *slog.Logger) (sampler.Source,
 	case "sim":
 		return openSim()
 	case "nvml":
+		if b.ctx != nil {
+			// A driver not loaded yet is waited for; giving up is a runtime
+			// failure (exit 1), so the service manager restarts us.
+			src, err := openNVMLWait(b.ctx, log)
+			if errors.Is(err, sampler.ErrLibraryNotFound) {
+				return nil, &usageError{msg: err.Error()}
+			}
+			return src, err
+		}
 		src, err := openNVML(log)
 		if err != nil {
 			return nil, &usageError{msg: err.Error()}
@@ -150,6 +161,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, out, stderr io.
 	cfgPath := fs.String("config", "", "config file (see gpusampler config); SIGHUP reloads it")
 	stats := fs.Bool("stats", false, "print a self-metrics summary to stderr every stats interval")
 	execdMode := fs.String("execd", "", `run as a Telegraf inputs.execd program: "stream" (signal = "none") or "gather" (signal = "STDIN"); exits when stdin closes`)
+	diag := fs.Bool("diagnose", false, "live diagnoses: emit finding events (overheating, throttling, memory nearly full, launch-bound, periodic stalls, XID)")
 	if err := parseFlags(fs, args, out); err != nil {
 		return err
 	}
@@ -225,11 +237,12 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, out, stderr io.
 		cfg.Agent.Hostname = *host
 	}
 	machine, _ := os.Hostname()
+	bf.ctx = ctx
 	src, err := bf.open(stderr, log)
 	if err != nil {
 		return err
 	}
-	aopts := agent.Options{Registry: reg, Stdout: out, Hostname: machine, Logger: log}
+	aopts := agent.Options{Registry: reg, Stdout: out, Hostname: machine, Logger: log, Diagnose: *diag}
 	if *stats {
 		aopts.StatsWriter = stderr
 	}

@@ -136,6 +136,11 @@ func buildSeries(cat *sampler.Catalog, naming string) ([]series, error) {
 	seen := map[string]sampler.MetricID{}
 	for i := range all {
 		m := &all[i]
+		if m.ID == sampler.MetricXIDCount {
+			// XIDs are exposed from the xid events themselves: the counter
+			// gpusampler_xid_errors_total and DCGM's last-XID gauge.
+			continue
+		}
 		pname, pscale, label, phelp := PromName(m)
 		s := series{id: m.ID, name: pname, help: phelp, unit: m.Unit, scale: pscale, kind: m.Kind, label: label}
 		if u, ok := promUnits[m.Unit]; ok {

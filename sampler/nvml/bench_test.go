@@ -62,12 +62,32 @@ func cpuTime() time.Duration {
 // (a poller gets 1), NVML calls per GPU per second and the process's CPU per
 // GPU in percent of one core (engine, rings, a discarding output and the
 // fake library included: an upper bound for the backend's own cost).
+//
+// Sub-benchmarks: one-call drains (the backend's own nvmlDeviceGetSamples
+// call with a kept buffer, the default) and two-call drains (go-nvml's
+// GetSamples: a size query and a fill), measured in the same run.
 func BenchmarkEngineFakeDriver(b *testing.B) {
 	src := benchSource(b)
 	devs, err := src.Devices()
 	if err != nil {
 		b.Fatal(err)
 	}
+	direct := src.direct
+	defer func() { src.direct = direct }()
+	b.Run("one-call", func(b *testing.B) {
+		if direct == nil {
+			b.Skip("one-call drain path unavailable")
+		}
+		src.direct = direct
+		benchEngine(b, src, devs)
+	})
+	b.Run("two-call", func(b *testing.B) {
+		src.direct = nil
+		benchEngine(b, src, devs)
+	})
+}
+
+func benchEngine(b *testing.B, src *Source, devs []sampler.DeviceSource) {
 	const run = 5 * time.Second
 	b.ReportAllocs()
 	var published, calls uint64

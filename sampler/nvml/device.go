@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
@@ -25,9 +27,18 @@ type device struct {
 	src   *Source
 	index int
 	dev   nvml.Device
+	// raw is the device's own nvmlDevice_t for the one-call drain path
+	// (see direct); nil when that path is unavailable.
+	raw unsafe.Pointer
 
 	calls     atomic.Uint64
 	latencyNS atomic.Int64
+	xids      atomic.Uint64 // XID events seen by WatchEvents
+	events    atomic.Int32  // eventsUnknown, eventsWatching, eventsUnsupported
+
+	// mu guards dev and raw against Reopen (loop goroutine) while
+	// WatchEvents (its own goroutine) reads them.
+	mu sync.Mutex
 
 	// Owned by the loop goroutine.
 	unsupported []bool // by MetricID: the device said not supported
@@ -36,6 +47,10 @@ type device struct {
 	// Prebuilt errors per buffer type, so an idle drain allocates nothing.
 	errNothingNew [sampler.NumBufferTypes]error
 	errBufferNS   [sampler.NumBufferTypes]error
+	// One-call drain path: per buffer type, the capacity from the size
+	// query (0: not asked yet, -1: the query failed) and a buffer that big.
+	capacity [sampler.NumBufferTypes]int
+	sbuf     [sampler.NumBufferTypes][]nvml.Sample
 }
 
 var (
@@ -153,13 +168,25 @@ func (d *device) Drain(t sampler.BufferType, cursor uint64, dst []sampler.RawSam
 	if !d.src.has["nvmlDeviceGetSamples"] {
 		return dst, d.errBufferNS[t]
 	}
-	start := now()
-	vt, samples, ret := d.dev.GetSamples(nvml.SamplingType(t), cursor)
-	calls := 2
-	if len(samples) == 0 {
-		calls = 1 // the size query failed or said zero: no fill call
+	var vt nvml.ValueType
+	var samples []nvml.Sample
+	var ret nvml.Return
+	if d.BufferCapacity(t) > 0 {
+		start := now()
+		vt, samples, ret = d.src.direct.fill(d.raw, int(t), cursor, d.sbuf[t])
+		d.account("GetSamples", 1, start)
+		if ret == nvml.ERROR_INSUFFICIENT_SIZE {
+			d.capacity[t] = 0 // the buffer grew: ask its size again next time
+		}
+	} else {
+		start := now()
+		vt, samples, ret = d.dev.GetSamples(nvml.SamplingType(t), cursor)
+		calls := 2
+		if len(samples) == 0 {
+			calls = 1 // the size query failed or said zero: no fill call
+		}
+		d.account("GetSamples", calls, start)
 	}
-	d.account("GetSamples", calls, start)
 	switch ret {
 	case nvml.SUCCESS:
 	case nvml.ERROR_NOT_FOUND, nvml.ERROR_NO_DATA:
@@ -189,6 +216,31 @@ func (d *device) Drain(t sampler.BufferType, cursor uint64, dst []sampler.RawSam
 		return dst, d.errNothingNew[t]
 	}
 	return dst, nil
+}
+
+// BufferCapacity returns how many samples buffer type t holds, from NVML's
+// size query (one C call per type, once), or 0 when unknown: the one-call
+// drain path is unavailable (see direct) or the query failed. It
+// implements sampler.BufferCapacitor; call it from the device's loop.
+func (d *device) BufferCapacity(t sampler.BufferType) int {
+	if t >= sampler.NumBufferTypes || d.raw == nil || d.src.direct == nil {
+		return 0
+	}
+	if d.capacity[t] == 0 {
+		start := now()
+		n, ret := d.src.direct.capacity(d.raw, int(t))
+		d.account("GetSamples(size)", 1, start)
+		if ret != nvml.SUCCESS || n <= 0 {
+			d.capacity[t] = -1
+			return 0
+		}
+		d.capacity[t] = n
+		if cap(d.sbuf[t]) < n {
+			d.sbuf[t] = make([]nvml.Sample, n)
+		}
+		d.sbuf[t] = d.sbuf[t][:n]
+	}
+	return max(d.capacity[t], 0)
 }
 
 // applyScale converts v to the catalog's unit. Scales below 1 divide, so
@@ -444,6 +496,14 @@ func (d *device) query(q *queryState, k query) (float64, nvml.Return) {
 			return float64(q.remapCor), q.remapRet
 		}
 		return float64(q.remapUnc), q.remapRet
+	case qXIDCount: // counted by WatchEvents: no C call
+		switch d.events.Load() {
+		case eventsWatching:
+			return float64(d.xids.Load()), nvml.SUCCESS
+		case eventsUnsupported:
+			return 0, nvml.ERROR_NOT_SUPPORTED
+		}
+		return 0, nvml.ERROR_NO_DATA
 	case qUtilGPU, qUtilMemory:
 		if !q.utilDone {
 			q.utilDone = true

@@ -84,10 +84,9 @@ func TestFakeDriverExactlyOnce(t *testing.T) {
 }
 
 func TestFakeDriverLossCounted(t *testing.T) {
-	// A 20 ms span: too short for the engine to shorten its drain interval
-	// to half of it in advance (sampler.MinDrainInterval), so the loss
-	// happens whatever the fake held at the first drain.
-	runScenario(t, "loss", false, "FAKENVML_PERIOD_US=2000", "FAKENVML_DEPTH=10")
+	// The size query says 1000 samples but the buffer keeps 50: the engine
+	// drains at 1 s, finds the overrun, and falls back to what it saw.
+	runScenario(t, "loss", false, "FAKENVML_PERIOD_US=2000", "FAKENVML_DEPTH=50", "FAKENVML_REPORTED_DEPTH=1000")
 }
 
 func TestFakeDriverBootTime(t *testing.T) {
@@ -134,6 +133,10 @@ func TestFakeDriverChild(t *testing.T) {
 		t.Logf("driver not loaded: %v", err)
 		return
 	}
+	if scenario == "driver-late" {
+		childDriverLate(t, lib)
+		return
+	}
 	calls := filepath.Join(t.TempDir(), "calls")
 	os.Setenv("FAKENVML_CALLS_FILE", calls)
 	s, err := Open(Options{LibraryPath: lib})
@@ -152,6 +155,14 @@ func TestFakeDriverChild(t *testing.T) {
 		childUnsupported(t, src)
 	case "fields":
 		childFields(t, src)
+	case "lost":
+		childLost(t, src)
+	case "hang":
+		childHang(t, src)
+	case "xid":
+		childXID(t, src)
+	case "allns":
+		childAllNotSupported(t, src)
 	default:
 		t.Fatalf("unknown scenario %q", scenario)
 	}
@@ -231,6 +242,10 @@ func childExactlyOnce(t *testing.T, src *Source, callsFile string) {
 	devs, err := src.Devices()
 	if err != nil || len(devs) != 2 {
 		t.Fatalf("devices: %v, %v", len(devs), err)
+	}
+	// The one-call drain path is in use and knows the buffers' capacity.
+	if d := devs[0].(*device); d.raw == nil || d.BufferCapacity(sampler.BufferGPUUtil) != 100 {
+		t.Fatalf("one-call path: handle %v, capacity %d; want a handle and 100", d.raw, d.BufferCapacity(sampler.BufferGPUUtil))
 	}
 	// Direct drains at random intervals (all shorter than half the 500 ms
 	// buffer span), cursor kept as the engine keeps it.
@@ -312,7 +327,7 @@ func childExactlyOnce(t *testing.T, src *Source, callsFile string) {
 }
 
 func childLoss(t *testing.T, src *Source) {
-	// Buffer span 20 ms, first drain interval 1 s: the second drain finds
+	// The buffer holds 100 ms but reports 2 s, first drain interval 1 s: the
 	// the buffer overrun.
 	eng, col := runEngine(t, src, sampler.Config{DrainInterval: time.Second}, 1500*time.Millisecond)
 	d := eng.Stats().Devices[0]

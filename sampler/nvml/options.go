@@ -23,6 +23,10 @@ type Options struct {
 	// percentiles). It is called from the device loops' goroutines,
 	// concurrently for different devices, and must be fast.
 	CallHook func(op string, d time.Duration)
+	// TwoCallSamples turns off the one-call drain path and uses go-nvml's
+	// GetSamples (a size query and a fill per drain). For comparisons
+	// (BenchmarkEngineFakeDriver/two-call) and as an escape hatch.
+	TwoCallSamples bool
 }
 
 // ErrNoCgo is returned by Open in binaries built without cgo. It wraps

@@ -47,6 +47,7 @@ const (
 	qRemappedUnc
 	qUtilGPU
 	qUtilMemory
+	qXIDCount
 )
 
 // metricPlan is how one metric is read on this driver. Plans are built once
@@ -78,6 +79,7 @@ var queriesByName = map[string]query{
 	"GetPcieReplayCounter":                    qPCIeReplay,
 	"GetTotalEccErrors(CORRECTED,VOLATILE)":   qECCCorrected,
 	"GetTotalEccErrors(UNCORRECTED,VOLATILE)": qECCUncorrected,
+	"XidEvents":                               qXIDCount,
 }
 
 // queryByMetric covers query names shared by several metrics, and the point
@@ -132,6 +134,7 @@ var querySymbols = map[query][]string{
 	qRemappedUnc:    {"nvmlDeviceGetRemappedRows"},
 	qUtilGPU:        {"nvmlDeviceGetUtilizationRates"},
 	qUtilMemory:     {"nvmlDeviceGetUtilizationRates"},
+	qXIDCount:       {"nvmlDeviceRegisterEvents"},
 }
 
 func notSupported(what string) error {

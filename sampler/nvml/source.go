@@ -25,6 +25,8 @@ type Source struct {
 	driver  string
 	has     map[string]bool
 	plans   []metricPlan // indexed by sampler.MetricID (DefaultCatalog)
+	// direct is the one-call GetSamples path; nil means go-nvml's.
+	direct *direct
 
 	devOnce sync.Once
 	devs    []sampler.DeviceSource
@@ -48,6 +50,9 @@ func Open(opts Options) (sampler.Source, error) {
 	s, err := open(nvml.New(nvml.WithLibraryPath(path)), path, opts)
 	if err != nil {
 		return nil, err
+	}
+	if !opts.TwoCallSamples && s.has["nvmlDeviceGetSamples"] {
+		s.direct = newDirect(path)
 	}
 	return s, nil
 }
@@ -152,6 +157,14 @@ func (s *Source) openDevices() ([]sampler.DeviceSource, error) {
 			continue
 		}
 		d.dev = h
+		if s.direct != nil {
+			start := now()
+			raw, ret := s.direct.deviceHandle(i)
+			d.account("DeviceGetHandleByIndex", 1, start)
+			if ret == nvml.SUCCESS {
+				d.raw = raw
+			}
+		}
 		out = append(out, d)
 	}
 	if len(out) == 0 && len(errs) > 0 {
@@ -164,6 +177,7 @@ func (s *Source) openDevices() ([]sampler.DeviceSource, error) {
 // returns the first's result.
 func (s *Source) Close() error {
 	s.closeOnce.Do(func() {
+		s.direct.close()
 		if ret := s.lib.Shutdown(); ret != nvml.SUCCESS {
 			s.closeErr = fmt.Errorf("nvml: shutdown: %w", newError("shutdown", ret))
 		}

@@ -124,6 +124,15 @@ var symbolSince = map[string]APIVersion{
 	"nvmlDeviceGetPcieReplayCounter":            {10, 0},
 	"nvmlDeviceGetTotalEccErrors":               {10, 0},
 	"nvmlDeviceGetRemappedRows":                 {11, 0},
+	"nvmlDeviceGetHandleByUUID":                 {10, 0},
+	// Events. go-nvml binds its EventSetWait to _v2 when the library has
+	// it, else to the original; one of them must exist.
+	"nvmlEventSetCreate":               {10, 0},
+	"nvmlEventSetFree":                 {10, 0},
+	"nvmlEventSetWait":                 {10, 0},
+	"nvmlEventSetWait_v2":              {10, 0},
+	"nvmlDeviceRegisterEvents":         {10, 0},
+	"nvmlDeviceGetSupportedEventTypes": {10, 0},
 }
 
 // fieldDef maps an NVML field symbol to its numeric id over a range of API

@@ -10,6 +10,7 @@
 package sim
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"slices"
@@ -147,9 +148,13 @@ type Device struct {
 	energyMJ float64
 
 	calls atomic.Uint64
-	// lost is set by tests to make the device answer ErrGPULost.
-	mu   sync.Mutex
-	lost bool
+	// Fault injection, set by tests: lost makes the device answer
+	// ErrGPULost; hang, when non-nil, blocks every call until it is closed.
+	mu     sync.Mutex
+	lost   bool
+	hang   chan struct{}
+	events chan sampler.Event
+	xids   atomic.Uint64
 }
 
 // SetLost makes the device answer every call with sampler.ErrGPULost (or
@@ -160,7 +165,70 @@ func (d *Device) SetLost(lost bool) {
 	d.mu.Unlock()
 }
 
+// Hang makes the device's next driver calls block (like NVML calls when the
+// firmware stops answering) until release is called. Calls already past
+// the check are not affected. For watchdog tests: the test releases the
+// hang, no wall-clock involved.
+func (d *Device) Hang() (release func()) {
+	ch := make(chan struct{})
+	d.mu.Lock()
+	d.hang = ch
+	d.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			d.mu.Lock()
+			if d.hang == ch {
+				d.hang = nil
+			}
+			d.mu.Unlock()
+			close(ch)
+		})
+	}
+}
+
+// InjectXID queues an XID critical-error event (as the driver's event set
+// would deliver it) for WatchEvents. For fault-injection tests.
+func (d *Device) InjectXID(code int) {
+	d.xids.Add(1)
+	d.eventsChan() <- sampler.Event{Kind: sampler.EventXID, Message: fmt.Sprintf("Xid %d (injected)", code),
+		Attrs: []sampler.Attr{{Key: "xid", Value: fmt.Sprint(code)}}}
+}
+
+func (d *Device) eventsChan() chan sampler.Event {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.events == nil {
+		d.events = make(chan sampler.Event, 64)
+	}
+	return d.events
+}
+
+// WatchEvents delivers injected events until ctx ends. It implements
+// sampler.EventWatcher.
+func (d *Device) WatchEvents(ctx context.Context, emit func(sampler.Event)) error {
+	ch := d.eventsChan()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev := <-ch:
+			t := d.src.opts.Now().UnixNano()
+			ev.StartNS, ev.EndNS = t, t
+			emit(ev)
+		}
+	}
+}
+
+// isLost waits out an injected hang, then reports whether the device is
+// lost.
 func (d *Device) isLost() bool {
+	d.mu.Lock()
+	h := d.hang
+	d.mu.Unlock()
+	if h != nil {
+		<-h
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.lost
@@ -190,7 +258,8 @@ func (d *Device) Identity() (sampler.Device, error) {
 	}, nil
 }
 
-// CallStats counts the simulated driver calls (Drain counts 2, like NVML).
+// CallStats counts the simulated driver calls (Drain counts 1, like the
+// nvml backend's one-call drain).
 func (d *Device) CallStats() sampler.CallStats {
 	return sampler.CallStats{Calls: d.calls.Load()}
 }
@@ -198,7 +267,7 @@ func (d *Device) CallStats() sampler.CallStats {
 // Drain returns the samples of buffer t newer than cursor, like
 // nvmlDeviceGetSamples: only the last Depth samples are kept.
 func (d *Device) Drain(t sampler.BufferType, cursor uint64, dst []sampler.RawSample) ([]sampler.RawSample, error) {
-	d.calls.Add(2)
+	d.calls.Add(1)
 	if d.isLost() {
 		return dst, fmt.Errorf("drain %s: %w", t, sampler.ErrGPULost)
 	}
@@ -300,6 +369,8 @@ func (d *Device) pointValue(id sampler.MetricID, now time.Time) (float64, bool) 
 		return v, true
 	case sampler.MetricEnergy:
 		return d.energy(now), true
+	case sampler.MetricXIDCount:
+		return float64(d.xids.Load()), true
 	}
 	return d.value(id, now)
 }

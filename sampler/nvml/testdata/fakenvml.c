@@ -12,13 +12,26 @@
  *   FAKENVML_CLOCK      "realtime" (default) or "boottime" sample timestamps
  *   FAKENVML_PERIOD_US  sample period of every buffer (default 20000)
  *   FAKENVML_DEPTH      samples a buffer holds (default 100)
+ *   FAKENVML_REPORTED_DEPTH  what the size query (samples == NULL) answers
+ *                       (default FAKENVML_DEPTH); a larger value fakes a
+ *                       driver whose buffer holds less than it says
  *   FAKENVML_UNSUPPORTED comma-separated field ids answering NOT_SUPPORTED
  *   FAKENVML_IDLE       "1": utilization buffers stay empty (idle GPU)
  *   FAKENVML_INIT_RET   return code of nvmlInit (default 0)
  *   FAKENVML_CALLS_FILE at nvmlShutdown, write "<index> <calls>" per device
+ *   FAKENVML_CTL_DIR    fault injection while running, by files in this
+ *                       directory (the test creates and removes them):
+ *                         noload    nvmlInit answers DRIVER_NOT_LOADED
+ *                         lost<N>   device N answers GPU_IS_LOST
+ *                         hang<N>   calls on device N block while it exists
+ *                         xid<N>    holds an XID code: the event set
+ *                                   delivers it once and removes the file
+ *                         allns     every telemetry call and field answers
+ *                                   NOT_SUPPORTED, except the power and
+ *                                   GPU-utilization buffers
  *
- * Samples of every buffer are taken at the multiples of the period since
- * nvmlInit; sample k of type t has value fakeValue(t, k), so a test can
+ * Samples of every buffer are taken at the multiples of the period; like a
+ * real driver's, the buffers are already full of history at nvmlInit; sample k of type t has value fakeValue(t, k), so a test can
  * check that each one is delivered exactly once. The module-power buffer is
  * not supported. Field ids outside the configured NVML version's range
  * (throttle time 251-253 before 12.9 or from 13.1, 269-271 before 13.1,
@@ -30,6 +43,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 typedef int nvmlReturn_t;
 #define OK 0
@@ -38,6 +52,9 @@ typedef int nvmlReturn_t;
 #define E_NOT_SUPPORTED 3
 #define E_NOT_FOUND 6
 #define E_INSUFFICIENT 7
+#define E_DRIVER_NOT_LOADED 9
+#define E_TIMEOUT 10
+#define E_GPU_LOST 15
 
 typedef union { double d; unsigned int ui; unsigned long ul; unsigned long long ull; long long sll; int si; unsigned short us; } nvmlValue_t;
 typedef struct { unsigned long long timeStamp; nvmlValue_t sampleValue; } nvmlSample_t;
@@ -59,7 +76,7 @@ static struct fakedev devs[MAXDEV];
 static int ndev = 1, initialized, branch = 590, major = 13, idle;
 static char version[64] = "13.590.44.01";
 static clockid_t clk = CLOCK_REALTIME;
-static unsigned long long period = 20000, depth = 100, startK;
+static unsigned long long period = 20000, depth = 100, reported, startK;
 static unsigned int unsupported[64];
 static int nunsupported;
 
@@ -69,19 +86,39 @@ static unsigned long long nowUS(clockid_t c) {
 	return (unsigned long long)ts.tv_sec * 1000000ull + ts.tv_nsec / 1000;
 }
 
-static struct fakedev *D(void *h) {
+static const char *ctl;
+
+/* ctlFile reports whether control file name<dev> (dev < 0: name) exists. */
+static int ctlFile(const char *name, int dev) {
+	char path[512];
+	if (!ctl) return 0;
+	if (dev < 0) snprintf(path, sizeof path, "%s/%s", ctl, name);
+	else snprintf(path, sizeof path, "%s/%s%d", ctl, name, dev);
+	return access(path, F_OK) == 0;
+}
+
+static struct fakedev *Dcheck(void *h) {
 	struct fakedev *d = h;
 	if (!initialized || d < devs || d >= devs + ndev) {
 		fprintf(stderr, "fakenvml: call with a bad handle or before init\n");
 		abort();
 	}
 	__atomic_add_fetch(&d->calls, 1, __ATOMIC_RELAXED);
+	while (ctlFile("hang", d->index)) usleep(1000);
 	return d;
 }
+
+/* D validates a handle and counts the call; a lost device's call returns
+ * GPU_IS_LOST from the calling function (a GCC statement expression), and
+ * with allns every telemetry call answers NOT_SUPPORTED (NS). */
+#define D(h) ({ struct fakedev *d__ = Dcheck(h); if (ctlFile("lost", d__->index)) return E_GPU_LOST; d__; })
+#define NS() do { if (ctlFile("allns", -1)) return E_NOT_SUPPORTED; } while (0)
 
 nvmlReturn_t nvmlInit_v2(void) {
 	const char *s;
 	if ((s = getenv("FAKENVML_INIT_RET")) && atoi(s)) return atoi(s);
+	ctl = getenv("FAKENVML_CTL_DIR");
+	if (ctlFile("noload", -1)) return E_DRIVER_NOT_LOADED;
 	if ((s = getenv("FAKENVML_VERSION"))) snprintf(version, sizeof version, "%s", s);
 	sscanf(version, "%d.%d", &major, &branch);
 	if ((s = getenv("FAKENVML_DEVICES"))) ndev = atoi(s);
@@ -89,6 +126,8 @@ nvmlReturn_t nvmlInit_v2(void) {
 	if ((s = getenv("FAKENVML_CLOCK")) && !strcmp(s, "boottime")) clk = CLOCK_BOOTTIME;
 	if ((s = getenv("FAKENVML_PERIOD_US"))) period = strtoull(s, 0, 10);
 	if ((s = getenv("FAKENVML_DEPTH"))) depth = strtoull(s, 0, 10);
+	reported = depth;
+	if ((s = getenv("FAKENVML_REPORTED_DEPTH"))) reported = strtoull(s, 0, 10);
 	if ((s = getenv("FAKENVML_IDLE"))) idle = atoi(s);
 	if ((s = getenv("FAKENVML_UNSUPPORTED"))) {
 		char buf[256], *tok, *save;
@@ -98,6 +137,7 @@ nvmlReturn_t nvmlInit_v2(void) {
 	}
 	for (int i = 0; i < ndev; i++) devs[i].index = i;
 	startK = nowUS(clk) / period + 1;
+	startK = startK > depth ? startK - depth : 0; /* full of history */
 	initialized = 1;
 	return OK;
 }
@@ -146,11 +186,13 @@ nvmlReturn_t nvmlDeviceGetPciInfo_v3(void *h, nvmlPciInfo_t *p) {
 }
 nvmlReturn_t nvmlDeviceGetMemoryInfo(void *h, nvmlMemory_t *m) {
 	D(h);
+	NS();
 	m->total = 143771ull << 20; m->used = 1024ull << 20; m->free = m->total - m->used;
 	return OK;
 }
 nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(void *h, nvmlMemory_v2_t *m) {
 	D(h);
+	NS();
 	m->total = 143771ull << 20; m->reserved = 512ull << 20; m->used = 1024ull << 20;
 	m->free = m->total - m->used - m->reserved;
 	return OK;
@@ -179,9 +221,10 @@ static unsigned int fakeValue(int t, unsigned long long k) {
 nvmlReturn_t nvmlDeviceGetSamples(void *h, int type, unsigned long long last, int *valType, unsigned int *count, nvmlSample_t *samples) {
 	D(h);
 	if (type == 7) return E_NOT_SUPPORTED; /* module power: Grace Hopper only */
+	if (type > 1) NS();
 	if (type < 0 || type > 9) return E_INVALID;
 	if (!samples) { /* size query: the buffer's capacity */
-		*count = depth;
+		*count = reported;
 		*valType = type == 6 ? 3 : 1;
 		return OK;
 	}
@@ -233,6 +276,7 @@ nvmlReturn_t nvmlDeviceGetFieldValues(void *h, int n, nvmlFieldValue_t *v) {
 		v[i].value.ull = 0;
 		for (int j = 0; j < nunsupported; j++)
 			if (unsupported[j] == id) v[i].nvmlReturn = E_NOT_SUPPORTED;
+		if (ctlFile("allns", -1)) { v[i].nvmlReturn = E_NOT_SUPPORTED; continue; }
 		switch (id) {
 		case 186: v[i].valueType = 1; v[i].value.ull = 0xdeadbeef00000000ull | 312250; break; /* mW */
 		case 83: v[i].value.ull = now / 1000; break;      /* mJ */
@@ -248,20 +292,89 @@ nvmlReturn_t nvmlDeviceGetFieldValues(void *h, int n, nvmlFieldValue_t *v) {
 	return OK;
 }
 
-nvmlReturn_t nvmlDeviceGetUtilizationRates(void *h, nvmlUtilization_t *u) { D(h); u->gpu = idle ? 0 : 97; u->memory = idle ? 0 : 55; return OK; }
-nvmlReturn_t nvmlDeviceGetPowerUsage(void *h, unsigned int *p) { D(h); *p = 300000; return OK; }
-nvmlReturn_t nvmlDeviceGetTemperature(void *h, int s, unsigned int *t) { D(h); if (s) return E_INVALID; *t = 41; return OK; }
+nvmlReturn_t nvmlDeviceGetUtilizationRates(void *h, nvmlUtilization_t *u) { D(h); NS(); u->gpu = idle ? 0 : 97; u->memory = idle ? 0 : 55; return OK; }
+nvmlReturn_t nvmlDeviceGetPowerUsage(void *h, unsigned int *p) { D(h); NS(); *p = 300000; return OK; }
+nvmlReturn_t nvmlDeviceGetTemperature(void *h, int s, unsigned int *t) { D(h); NS(); if (s) return E_INVALID; *t = 41; return OK; }
 #ifndef FAKE_OLD_DRIVER
-nvmlReturn_t nvmlDeviceGetTemperatureV(void *h, nvmlTemperature_t *t) { D(h); if ((t->version >> 24) != 1) return 25; t->temperature = 42; return OK; }
-nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(void *h, unsigned long long *r) { D(h); *r = 0x4; return OK; }
+nvmlReturn_t nvmlDeviceGetTemperatureV(void *h, nvmlTemperature_t *t) { D(h); NS(); if ((t->version >> 24) != 1) return 25; t->temperature = 42; return OK; }
+nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(void *h, unsigned long long *r) { D(h); NS(); *r = 0x4; return OK; }
 #endif
-nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(void *h, unsigned long long *r) { D(h); *r = 0x4; return OK; }
-nvmlReturn_t nvmlDeviceGetClockInfo(void *h, int t, unsigned int *c) { D(h); *c = t == 2 ? 2619 : 1980; return OK; }
-nvmlReturn_t nvmlDeviceGetPerformanceState(void *h, int *p) { D(h); *p = 0; return OK; }
-nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(void *h, unsigned int *p) { D(h); *p = 700000; return OK; }
+nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(void *h, unsigned long long *r) { D(h); NS(); *r = 0x4; return OK; }
+nvmlReturn_t nvmlDeviceGetClockInfo(void *h, int t, unsigned int *c) { D(h); NS(); *c = t == 2 ? 2619 : 1980; return OK; }
+nvmlReturn_t nvmlDeviceGetPerformanceState(void *h, int *p) { D(h); NS(); *p = 0; return OK; }
+nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(void *h, unsigned int *p) { D(h); NS(); *p = 700000; return OK; }
 nvmlReturn_t nvmlDeviceGetFanSpeed(void *h, unsigned int *f) { D(h); (void)f; return E_NOT_SUPPORTED; }
-nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(void *h, unsigned int *g) { D(h); *g = 5; return OK; }
-nvmlReturn_t nvmlDeviceGetCurrPcieLinkWidth(void *h, unsigned int *w) { D(h); *w = 16; return OK; }
-nvmlReturn_t nvmlDeviceGetPcieReplayCounter(void *h, unsigned int *c) { D(h); *c = 0; return OK; }
-nvmlReturn_t nvmlDeviceGetTotalEccErrors(void *h, int e, int c, unsigned long long *n) { D(h); (void)e; (void)c; *n = 0; return OK; }
-nvmlReturn_t nvmlDeviceGetRemappedRows(void *h, unsigned int *c, unsigned int *u, unsigned int *p, unsigned int *f) { D(h); *c = 1; *u = 0; *p = 0; *f = 0; return OK; }
+nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(void *h, unsigned int *g) { D(h); NS(); *g = 5; return OK; }
+nvmlReturn_t nvmlDeviceGetCurrPcieLinkWidth(void *h, unsigned int *w) { D(h); NS(); *w = 16; return OK; }
+nvmlReturn_t nvmlDeviceGetPcieReplayCounter(void *h, unsigned int *c) { D(h); NS(); *c = 0; return OK; }
+nvmlReturn_t nvmlDeviceGetTotalEccErrors(void *h, int e, int c, unsigned long long *n) { D(h); NS(); (void)e; (void)c; *n = 0; return OK; }
+nvmlReturn_t nvmlDeviceGetRemappedRows(void *h, unsigned int *c, unsigned int *u, unsigned int *p, unsigned int *f) { D(h); NS(); *c = 1; *u = 0; *p = 0; *f = 0; return OK; }
+
+nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, void **h) {
+	if (!initialized) return E_UNINIT;
+	for (int i = 0; i < ndev; i++) {
+		char want[64];
+		snprintf(want, sizeof want, "GPU-fake-0000-%04d", i);
+		if (strcmp(uuid, want)) continue;
+		if (ctlFile("lost", i)) return E_GPU_LOST;
+		*h = &devs[i];
+		__atomic_add_fetch(&devs[i].calls, 1, __ATOMIC_RELAXED);
+		return OK;
+	}
+	return E_NOT_FOUND;
+}
+
+/* Events: one set registers a mask per device; Wait delivers an XID that a
+ * test dropped into the control directory, once. */
+typedef struct { void *device; unsigned long long eventType, eventData; unsigned int gpuInstanceId, computeInstanceId; } nvmlEventData_t;
+struct fakeset { unsigned long long mask[MAXDEV]; };
+#define EV_SBE 1ull
+#define EV_DBE 2ull
+#define EV_XID 8ull
+#define EV_CLOCK 16ull
+#define EV_POWER_SOURCE 128ull
+
+nvmlReturn_t nvmlEventSetCreate(struct fakeset **set) {
+	if (!initialized) return E_UNINIT;
+	*set = calloc(1, sizeof **set);
+	return OK;
+}
+nvmlReturn_t nvmlEventSetFree(struct fakeset *set) { free(set); return OK; }
+nvmlReturn_t nvmlDeviceGetSupportedEventTypes(void *h, unsigned long long *types) {
+	D(h);
+	NS();
+	*types = EV_SBE | EV_DBE | EV_XID | EV_POWER_SOURCE;
+	return OK;
+}
+nvmlReturn_t nvmlDeviceRegisterEvents(void *h, unsigned long long types, struct fakeset *set) {
+	struct fakedev *d = D(h);
+	NS();
+	if (types & ~(EV_SBE | EV_DBE | EV_XID | EV_POWER_SOURCE)) return E_NOT_SUPPORTED;
+	set->mask[d->index] |= types;
+	return OK;
+}
+nvmlReturn_t nvmlEventSetWait_v2(struct fakeset *set, nvmlEventData_t *data, unsigned int timeoutms) {
+	if (!initialized) return E_UNINIT;
+	for (unsigned int waited = 0;; waited++) {
+		for (int i = 0; i < ndev; i++) {
+			if (!(set->mask[i] & EV_XID)) continue;
+			char path[512];
+			if (!ctl) continue;
+			snprintf(path, sizeof path, "%s/xid%d", ctl, i);
+			FILE *f = fopen(path, "r");
+			if (!f) continue;
+			unsigned long long code = 0;
+			int ok = fscanf(f, "%llu", &code) == 1;
+			fclose(f);
+			unlink(path);
+			if (!ok) continue;
+			memset(data, 0, sizeof *data);
+			data->device = &devs[i];
+			data->eventType = EV_XID;
+			data->eventData = code;
+			return OK;
+		}
+		if (waited >= timeoutms) return E_TIMEOUT;
+		usleep(1000);
+	}
+}

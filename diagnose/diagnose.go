@@ -1,0 +1,367 @@
+// Package diagnose turns windows of samples into findings with evidence —
+// the field guide's diagnoses, made live: temperature over the device's own
+// slowdown threshold, clocks throttled (with the reason), memory nearly
+// full, high utilization with low power (launch-bound: small kernels),
+// periodic utilization dips (input-pipeline stalls, with the period), and
+// XID errors.
+//
+// A Detector implements sampler.Observer: set it as sampler.Config.Observer
+// and the engine feeds it every published sample; it reports each finding
+// as a sampler.Event of kind sampler.EventFinding, once when it opens
+// (EndNS 0, attr state=open) and once when it closes (attr state=closed,
+// StartNS..EndNS the span). `gpusampler bench` can feed it recorded
+// samples the same way.
+//
+// Thresholds come from the device (Device.SlowdownTempC,
+// Device.MemoryMaxTempC, Device.MemoryTotalMiB, the power_limit metric) and
+// the catalog's generic field-guide constants only as a fallback; the
+// launch-bound and dip rules are stated with the reasoning behind them
+// below. Time is the samples' own timestamps: the detector has no clock.
+//
+// Concurrency: Observe may be called concurrently for different devices
+// (the engine calls it from each device's loop); calls for one device are
+// serialized by the caller. Flush may be called from any goroutine.
+package diagnose
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"sync"
+
+	"github.com/gpusampler/gpusampler/sampler"
+)
+
+// Finding names (attr "finding" of an EventFinding).
+const (
+	FindingTemperature  = "temperature_high"
+	FindingThrottle     = "clocks_throttled"
+	FindingMemoryFull   = "memory_nearly_full"
+	FindingLaunchBound  = "launch_bound"
+	FindingPeriodicDips = "periodic_utilization_dips"
+	FindingXID          = "xid"
+)
+
+// Rules, with their reasons.
+const (
+	// LaunchBoundUtilPct and LaunchBoundPowerFrac: a GPU that is busy
+	// (≥ 80% of the time a kernel runs) on real work draws most of its power
+	// limit; drawing under 40% of it while that busy means the SMs mostly
+	// wait between small kernels (the field guide's "high Util, low Pwr").
+	LaunchBoundUtilPct   = 80
+	LaunchBoundPowerFrac = 0.40
+	// launchWindowNS is the window the launch-bound means are taken over.
+	launchWindowNS = 10e9
+	// DipLowPct and DipHighPct: a dip is utilization falling below 30%
+	// after having been at or above 80% (a busy GPU starving).
+	DipLowPct  = 30
+	DipHighPct = 80
+	// dipMinCount dips with intervals whose coefficient of variation is at
+	// most dipMaxCV make the dips periodic (an input pipeline's rhythm, not
+	// chance).
+	dipMinCount = 4
+	dipMaxCV    = 0.25
+	// quietNS: a condition that has not held for this long closes its
+	// finding.
+	quietNS = 5e9
+)
+
+// Detector finds problems in per-device sample streams. Create it with
+// New.
+type Detector struct {
+	emit func(sampler.Event)
+	mu   sync.Mutex
+	devs map[int]*devState
+}
+
+// New returns a detector that reports findings through emit (typically
+// Engine.Emit). emit is called from the goroutine that calls Observe or
+// Flush.
+func New(emit func(sampler.Event)) *Detector {
+	return &Detector{emit: emit, devs: map[int]*devState{}}
+}
+
+// finding is one open or quiet condition on one device.
+type finding struct {
+	name     string
+	open     bool
+	startNS  int64
+	lastNS   int64 // last time the condition held
+	peak     float64
+	attrs    []sampler.Attr
+	evidence string
+}
+
+type devState struct {
+	mu       sync.Mutex
+	findings map[string]*finding
+	// latest values
+	powerLimitW   float64
+	memTotalMiB   float64
+	memUsedMiB    float64
+	lastXID       float64
+	xidSeen       bool
+	utilWin       []tv // utilization samples in the launch window
+	powerWin      []tv
+	high          bool    // utilization was ≥ DipHighPct since the last dip
+	dips          []int64 // start times of recent dips
+	lastUtilNS    int64
+	lastReasons   uint64
+	lastReasonsNS int64
+}
+
+type tv struct {
+	t int64
+	v float64
+}
+
+func (d *Detector) state(idx int) *devState {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s := d.devs[idx]
+	if s == nil {
+		s = &devState{findings: map[string]*finding{}}
+		d.devs[idx] = s
+	}
+	return s
+}
+
+// Observe feeds samples of one device (see sampler.Observer). Samples are
+// not retained.
+func (d *Detector) Observe(dev *sampler.Device, samples []sampler.Sample) {
+	s := d.state(dev.Index)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range samples {
+		d.observe(dev, s, &samples[i])
+	}
+}
+
+func (d *Detector) observe(dev *sampler.Device, s *devState, x *sampler.Sample) {
+	t, v := x.TimeNS, x.Value
+	switch x.Metric {
+	case sampler.MetricTempGPU:
+		th, src := dev.SlowdownTempC, "device_slowdown"
+		if th <= 0 {
+			th, src = sampler.GenericGPUTempWarnC, "field_guide"
+		}
+		d.cond(dev, s, FindingTemperature+"/gpu", v >= th, t, v, func() []sampler.Attr {
+			return []sampler.Attr{{Key: "sensor", Value: "gpu"}, {Key: "threshold_c", Value: ftoa(th)}, {Key: "threshold_source", Value: src}}
+		}, "GPU temperature at or above its slowdown threshold")
+	case sampler.MetricTempMemory:
+		th, src := dev.MemoryMaxTempC, "device_memory_max"
+		if th <= 0 {
+			th, src = sampler.GenericMemoryTempWarnC, "field_guide"
+		}
+		d.cond(dev, s, FindingTemperature+"/memory", v >= th, t, v, func() []sampler.Attr {
+			return []sampler.Attr{{Key: "sensor", Value: "memory"}, {Key: "threshold_c", Value: ftoa(th)}, {Key: "threshold_source", Value: src}}
+		}, "HBM temperature at or above its maximum operating threshold")
+	case sampler.MetricClocksEventReasons:
+		mask := uint64(v) & sampler.ReasonThrottleAny
+		d.cond(dev, s, FindingThrottle, mask != 0, t, float64(mask), func() []sampler.Attr {
+			return []sampler.Attr{{Key: "reason", Value: sampler.ReasonString(mask)}}
+		}, "clocks held down: "+sampler.ReasonString(mask))
+	case sampler.MetricPowerLimit:
+		s.powerLimitW = v
+	case sampler.MetricMemoryTotal:
+		s.memTotalMiB = v
+	case sampler.MetricMemoryUsed:
+		total := s.memTotalMiB
+		if total <= 0 {
+			total = float64(dev.MemoryTotalMiB)
+		}
+		if total > 0 {
+			pct := 100 * v / total
+			d.cond(dev, s, FindingMemoryFull, pct >= sampler.GenericMemoryNearFullPc, t, pct, func() []sampler.Attr {
+				return []sampler.Attr{{Key: "threshold_pct", Value: ftoa(sampler.GenericMemoryNearFullPc)}, {Key: "total_mib", Value: ftoa(total)}}
+			}, "framebuffer memory nearly full (allocation failures and fragmentation follow)")
+		}
+	case sampler.MetricPowerDraw:
+		s.powerWin = window(append(s.powerWin, tv{t, v}), t)
+		d.launchBound(dev, s, t)
+	case sampler.MetricUtilGPU:
+		if x.Flags&sampler.FlagPointRead != 0 {
+			return // an idle GPU's point read: no rhythm in it
+		}
+		s.utilWin = window(append(s.utilWin, tv{t, v}), t)
+		d.launchBound(dev, s, t)
+		d.dipsFrom(dev, s, t, v)
+	case sampler.MetricXIDCount:
+		if s.xidSeen && v > s.lastXID {
+			d.emit(sampler.Event{Kind: sampler.EventFinding, Device: dev.Index, StartNS: t, EndNS: t,
+				Message: fmt.Sprintf("%g new XID error(s); see the xid events", v-s.lastXID),
+				Attrs:   []sampler.Attr{{Key: "finding", Value: FindingXID}, {Key: "state", Value: "closed"}, {Key: "count", Value: ftoa(v - s.lastXID)}}})
+		}
+		s.lastXID, s.xidSeen = v, true
+	}
+	d.closeQuiet(dev, s, t)
+}
+
+// window drops entries older than launchWindowNS before t.
+func window(w []tv, t int64) []tv {
+	i := 0
+	for i < len(w) && w[i].t < t-int64(launchWindowNS) {
+		i++
+	}
+	if i > 0 {
+		w = append(w[:0], w[i:]...)
+	}
+	return w
+}
+
+func mean(w []tv) float64 {
+	if len(w) == 0 {
+		return math.NaN()
+	}
+	var s float64
+	for _, x := range w {
+		s += x.v
+	}
+	return s / float64(len(w))
+}
+
+// launchBound: mean utilization ≥ LaunchBoundUtilPct with mean power ≤
+// LaunchBoundPowerFrac × the power limit, over a full window.
+func (d *Detector) launchBound(dev *sampler.Device, s *devState, t int64) {
+	if s.powerLimitW <= 0 || len(s.utilWin) < 2 || len(s.powerWin) < 2 {
+		return
+	}
+	if s.utilWin[len(s.utilWin)-1].t-s.utilWin[0].t < int64(launchWindowNS)*8/10 {
+		return // not a full window yet
+	}
+	u, p := mean(s.utilWin), mean(s.powerWin)
+	frac := p / s.powerLimitW
+	d.cond(dev, s, FindingLaunchBound, u >= LaunchBoundUtilPct && frac <= LaunchBoundPowerFrac, t, frac, func() []sampler.Attr {
+		return []sampler.Attr{{Key: "utilization_pct", Value: ftoa(math.Round(u))}, {Key: "power_w", Value: ftoa(math.Round(p))},
+			{Key: "power_limit_w", Value: ftoa(s.powerLimitW)}, {Key: "power_fraction", Value: ftoa(math.Round(frac*100) / 100)}}
+	}, "busy but drawing little power: the SMs mostly wait (small kernels, launch overhead); larger batches or fused kernels help")
+}
+
+// dipsFrom tracks dips (utilization falling below DipLowPct after having
+// been at or above DipHighPct) and opens a finding when the last
+// dipMinCount dips come at regular intervals.
+func (d *Detector) dipsFrom(dev *sampler.Device, s *devState, t int64, v float64) {
+	s.lastUtilNS = t
+	if v >= DipHighPct {
+		s.high = true
+		return
+	}
+	if v >= DipLowPct || !s.high {
+		return
+	}
+	s.high = false
+	s.dips = append(s.dips, t)
+	if len(s.dips) > 16 {
+		s.dips = s.dips[len(s.dips)-16:]
+	}
+	if len(s.dips) < dipMinCount {
+		return
+	}
+	last := s.dips[len(s.dips)-dipMinCount:]
+	iv := make([]float64, 0, len(last)-1)
+	for i := 1; i < len(last); i++ {
+		iv = append(iv, float64(last[i]-last[i-1]))
+	}
+	m := 0.0
+	for _, x := range iv {
+		m += x
+	}
+	m /= float64(len(iv))
+	var sd float64
+	for _, x := range iv {
+		sd += (x - m) * (x - m)
+	}
+	sd = math.Sqrt(sd / float64(len(iv)))
+	if m <= 0 || sd/m > dipMaxCV {
+		return
+	}
+	period := m / 1e9
+	f := d.cond(dev, s, FindingPeriodicDips, true, t, period, func() []sampler.Attr {
+		return []sampler.Attr{{Key: "period_s", Value: ftoa(math.Round(period*10) / 10)}}
+	}, fmt.Sprintf("utilization dips every %.1f s: the input pipeline stalls (data loading); prefetch more, more loader workers", period))
+	// A periodic finding holds until two periods pass without a dip.
+	f.lastNS = t + int64(m)
+}
+
+// cond updates finding name: opened when ok first holds, kept while it
+// holds, closed once it has not held for quietNS.
+func (d *Detector) cond(dev *sampler.Device, s *devState, name string, ok bool, t int64, v float64, attrs func() []sampler.Attr, msg string) *finding {
+	f := s.findings[name]
+	if f == nil {
+		f = &finding{name: name}
+		s.findings[name] = f
+	}
+	if !ok {
+		return f
+	}
+	if !f.open {
+		f.open, f.startNS, f.peak = true, t, v
+		f.attrs, f.evidence = attrs(), msg
+		d.emit(f.event(dev.Index, 0))
+	}
+	f.lastNS = max(f.lastNS, t)
+	f.peak = math.Max(f.peak, v)
+	return f
+}
+
+func (d *Detector) closeQuiet(dev *sampler.Device, s *devState, t int64) {
+	for _, f := range s.findings {
+		if f.open && t-f.lastNS > int64(quietNS) {
+			d.close(dev.Index, f)
+		}
+	}
+}
+
+func (d *Detector) close(idx int, f *finding) {
+	f.open = false
+	d.emit(f.event(idx, max(f.lastNS, f.startNS)))
+}
+
+func (f *finding) event(idx int, end int64) sampler.Event {
+	state := "open"
+	if end != 0 {
+		state = "closed"
+	}
+	name, _, _ := cut(f.name)
+	attrs := append([]sampler.Attr{{Key: "finding", Value: name}, {Key: "state", Value: state}, {Key: "peak", Value: ftoa(math.Round(f.peak*100) / 100)}},
+		f.attrs...)
+	return sampler.Event{Kind: sampler.EventFinding, Device: idx, StartNS: f.startNS, EndNS: end, Message: f.evidence, Attrs: attrs}
+}
+
+// Flush closes every open finding (at the end of a run).
+func (d *Detector) Flush() {
+	d.mu.Lock()
+	idx := make([]int, 0, len(d.devs))
+	for i := range d.devs {
+		idx = append(idx, i)
+	}
+	d.mu.Unlock()
+	slices.Sort(idx)
+	for _, i := range idx {
+		s := d.state(i)
+		s.mu.Lock()
+		names := make([]string, 0, len(s.findings))
+		for n := range s.findings {
+			names = append(names, n)
+		}
+		slices.Sort(names)
+		for _, n := range names {
+			if f := s.findings[n]; f.open {
+				d.close(i, f)
+			}
+		}
+		s.mu.Unlock()
+	}
+}
+
+func cut(name string) (string, string, bool) {
+	for i := 0; i < len(name); i++ {
+		if name[i] == '/' {
+			return name[:i], name[i+1:], true
+		}
+	}
+	return name, "", false
+}
+
+func ftoa(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
