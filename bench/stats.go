@@ -1,6 +1,3 @@
-// Package bench is gpusampler's benchmarking engine. Today it holds the
-// statistics shared by `make bench` (medians, same-run ratios) and, later,
-// by `gpusampler bench` (mean ± sd, confidence intervals of ratios).
 package bench
 
 import (

@@ -2,6 +2,7 @@
 // streams every sample to outputs.
 //
 //	gpusampler run [flags]       sample and stream (simulated GPUs when no driver)
+//	gpusampler bench -- CMD      benchmark a command: time, energy, GPU behaviour, A/B
 //	gpusampler config            print the commented example config
 //	gpusampler metrics           print the metric catalog (--backend: what each device supports)
 //	gpusampler plugin test PATH  try a plugin binary: handshake, configure, a few writes
@@ -42,6 +43,7 @@ const topUsage = `usage: gpusampler <command> [flags]
 
 commands:
   run       sample GPUs and stream every sample to outputs
+  bench     benchmark a command: time, energy, distributions, diagnoses, A/B (bench -- CMD)
   config    print the commented example config (--check FILE validates one)
   metrics   print the metric catalog
   plugin    plugin test PATH [--config FILE]: try an output plugin binary
@@ -63,6 +65,8 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	switch cmd {
 	case "run":
 		err = cmdRun(ctx, rest, stdin, stdout, stderr)
+	case "bench":
+		err = cmdBench(ctx, rest, stdout, stderr)
 	case "config":
 		err = cmdConfig(rest, stdout, stderr)
 	case "metrics":
@@ -76,7 +80,7 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, topUsage)
 	default:
-		err = usagef("unknown command %q (want run, config, metrics, plugin, subscribe or version)", cmd)
+		err = usagef("unknown command %q (want run, bench, config, metrics, plugin, subscribe or version)", cmd)
 	}
 	if err == nil {
 		return 0

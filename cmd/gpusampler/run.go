@@ -81,6 +81,9 @@ type backendFlags struct {
 	seed    uint64
 	// ctx, when set, bounds waiting for the driver (--backend nvml).
 	ctx context.Context
+	// simOptions, when set, adjusts the simulator's options before it
+	// opens (bench: --sim-elapsed).
+	simOptions func(*sim.Options)
 }
 
 func (b *backendFlags) register(fs *flag.FlagSet) {
@@ -109,7 +112,11 @@ func (b *backendFlags) validate() error {
 // the simulator with a one-line notice on stderr.
 func (b *backendFlags) open(stderr io.Writer, log *slog.Logger) (sampler.Source, error) {
 	openSim := func() (sampler.Source, error) {
-		return sim.New(sim.Options{GPUs: b.gpus, Profile: b.profile, Seed: b.seed})
+		o := sim.Options{GPUs: b.gpus, Profile: b.profile, Seed: b.seed}
+		if b.simOptions != nil {
+			b.simOptions(&o)
+		}
+		return sim.New(o)
 	}
 	switch b.backend {
 	case "sim":

@@ -1,0 +1,410 @@
+package bench
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gpusampler/gpusampler/diagnose"
+	"github.com/gpusampler/gpusampler/sampler"
+)
+
+// edgeMargin is how far beyond a window samples are taken for
+// interpolating at its edges (slow state is read once a second).
+const edgeMargin = int64(3 * time.Second)
+
+// assemble turns the collected samples into a Result.
+func assemble(col *Collector, devs []sampler.Device, opts Options, created time.Time, baseFrom, baseTo int64, execs []execution) *Result {
+	cat := sampler.DefaultCatalog
+	res := &Result{Schema: Schema, SchemaVersion: SchemaVersion, Tool: opts.Tool, Created: created.UTC().Format(time.RFC3339Nano),
+		Settings: Settings{Runs: opts.Runs, Warmup: opts.Warmup, FieldIntervalMS: float64(opts.FieldInterval) / 1e6,
+			DrainIntervalMS: float64(opts.DrainInterval) / 1e6, BaselineS: opts.Baseline.Seconds(),
+			Selection: opts.Selection, MarksEnv: MarksEnv}}
+	if res.Settings.Selection == "" {
+		res.Settings.Selection = "all"
+	}
+	for _, d := range devs {
+		res.Devices = append(res.Devices, DeviceInfo{Index: d.Index, UUID: d.UUID, Name: d.Name, PCIBusID: d.PCIBusID,
+			MemoryTotalMiB: float64(d.MemoryTotalMiB), DriverVersion: d.DriverVersion, Simulated: d.Simulated})
+		res.Backend = d.Backend
+		if d.Simulated {
+			res.Simulated = true
+		}
+	}
+	if res.Simulated {
+		res.Profile = opts.Profile
+		res.Warnings = append(res.Warnings, "SIMULATED GPUs: these numbers describe the simulator, not real hardware")
+	}
+	// Per-device sample sets covering everything (baseline to last run).
+	from := execs[0].start.UnixNano()
+	if baseFrom != 0 {
+		from = baseFrom
+	}
+	to := execs[len(execs)-1].end.UnixNano()
+	samples := map[int][]sampler.Sample{}
+	windows := map[int]*deviceWindow{}
+	for _, d := range devs {
+		samples[d.Index] = col.Samples(d.Index, from-edgeMargin, to+edgeMargin)
+		windows[d.Index] = newDeviceWindow(cat, samples[d.Index])
+	}
+	res.raw = samples
+	// Baseline.
+	idle := map[int]float64{}
+	res.Baseline.DurationS = Num(float64(baseTo-baseFrom) / 1e9)
+	for _, d := range devs {
+		idle[d.Index] = math.NaN()
+		if baseTo == 0 {
+			continue
+		}
+		w := windows[d.Index]
+		e := w.energyOver(baseFrom, baseTo)
+		p := float64(e.J) / (float64(baseTo-baseFrom) / 1e9)
+		idle[d.Index] = p
+		bd := BaselineDevice{Index: d.Index, PowerW: Num(p),
+			UtilPct:      dist(w.utilOver(baseFrom, baseTo).values()).Mean,
+			SMClockMHz:   dist(pick(w.samples, sampler.MetricClockSM).within(baseFrom, baseTo).values()).P50,
+			TempC:        Num(pick(w.samples, sampler.MetricTempGPU).withPrior(baseFrom, baseTo).max()),
+			MemoryUsedMB: Num(pick(w.samples, sampler.MetricMemoryUsed).withPrior(baseFrom, baseTo).max())}
+		res.Baseline.Devices = append(res.Baseline.Devices, bd)
+	}
+	if baseTo == 0 {
+		res.Baseline.DurationS = 0
+		res.Warnings = append(res.Warnings, "no idle baseline measured: energy above idle is unknown")
+	}
+	res.Hygiene = hygiene(devs, windows, baseFrom, baseTo, execs[0].start.UnixNano(), res.Baseline)
+	res.Warnings = append(res.Warnings, res.Hygiene.Warnings...)
+
+	for ci, c := range opts.Commands {
+		b := Benchmark{Name: c.Name, Command: slices.Clone(c.Argv), Shell: c.Shell, Diagnoses: []Diagnosis{}}
+		for _, ex := range execs {
+			if ex.cmd != ci {
+				continue
+			}
+			b.Runs = append(b.Runs, runOf(ex, devs, windows, idle))
+		}
+		if len(b.Runs) == 0 {
+			continue
+		}
+		summarize(&b)
+		b.Diagnoses = diagnoses(col.Events(), &b)
+		for _, dg := range b.Diagnoses {
+			for _, ri := range dg.Runs {
+				r := &b.Runs[ri]
+				if !slices.Contains(r.Findings, dg.Kind) {
+					r.Findings = append(r.Findings, dg.Kind)
+				}
+			}
+		}
+		res.Benchmarks = append(res.Benchmarks, b)
+	}
+	for _, e := range col.Events() {
+		if e.Kind == sampler.EventSampleLoss {
+			res.Warnings = append(res.Warnings, fmt.Sprintf("GPU %d: driver sample buffer %s overran (samples lost)", e.Device, attr(e, "buffer")))
+		}
+	}
+	if len(res.Benchmarks) == 2 {
+		c := Compare(&res.Benchmarks[0], &res.Benchmarks[1])
+		res.Comparison = &c
+	}
+	return res
+}
+
+func attr(e sampler.Event, k string) string {
+	for _, a := range e.Attrs {
+		if a.Key == k {
+			return a.Value
+		}
+	}
+	return ""
+}
+
+// runOf computes one run's numbers.
+func runOf(ex execution, devs []sampler.Device, windows map[int]*deviceWindow, idle map[int]float64) Run {
+	from, to := ex.start.UnixNano(), ex.end.UnixNano()
+	r := Run{Index: ex.run, StartNS: from, EndNS: to, WallS: Num(ex.end.Sub(ex.start).Seconds()), ExitCode: ex.exitCode}
+	var energy, above, power float64
+	var utils []float64
+	for _, d := range devs {
+		w := windows[d.Index]
+		rd := w.compute(d.Index, from, to, idle[d.Index])
+		r.Devices = append(r.Devices, rd)
+		energy += float64(rd.Energy.J)
+		above += float64(rd.EnergyAboveIdleJ)
+		power += float64(rd.PowerMeanW)
+		utils = append(utils, float64(rd.Util.Mean))
+		if rd.Energy.Coarse {
+			r.Warnings = append(r.Warnings, fmt.Sprintf("GPU %d: energy counter updates every %.0f ms, too coarse for a %.3f s run: integrated power used",
+				d.Index, float64(rd.Energy.CounterUpdateMS), float64(r.WallS)))
+		} else if rd.Energy.Discrepancy.Known() && rd.Energy.Discrepancy > 0.1 {
+			r.Warnings = append(r.Warnings, fmt.Sprintf("GPU %d: energy counter and integrated power differ by %.0f%%",
+				d.Index, 100*float64(rd.Energy.Discrepancy)))
+		}
+		var thr []string
+		for _, k := range sortedKeys(rd.ThrottleMS) {
+			if v := rd.ThrottleMS[k]; v.Known() && v > 0 && !strings.HasPrefix(k, "violation_low_util") {
+				thr = append(thr, fmt.Sprintf("%s %.0f ms", k, float64(v)))
+			}
+		}
+		if len(thr) > 0 {
+			r.Warnings = append(r.Warnings, fmt.Sprintf("GPU %d: clocks throttled during the run (%s)", d.Index, strings.Join(thr, ", ")))
+		}
+	}
+	r.EnergyJ, r.EnergyAboveIdleJ, r.PowerMeanW = Num(energy), Num(above), Num(power)
+	m, _ := MeanStd(known(utils))
+	r.UtilMeanPct = Num(m)
+	r.Steps = steps(ex, devs, windows)
+	if ex.badMarks > 0 {
+		r.Warnings = append(r.Warnings, fmt.Sprintf("%d step mark line(s) could not be parsed", ex.badMarks))
+	}
+	return r
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// steps cuts a run at its marks: each mark starts a phase that lasts until
+// the next mark or the end of the run; time before the first mark is its
+// own phase. The phases tile the run, so their times and energies add up
+// to the run's.
+func steps(ex execution, devs []sampler.Device, windows map[int]*deviceWindow) []Step {
+	if len(ex.marks) == 0 {
+		return nil
+	}
+	from, to := ex.start.UnixNano(), ex.end.UnixNano()
+	ms := slices.Clone(ex.marks)
+	slices.SortStableFunc(ms, func(a, b Mark) int { return cmp64(a.TimeNS, b.TimeNS) })
+	type cut struct {
+		name string
+		t    int64
+	}
+	var cuts []cut
+	for _, m := range ms {
+		cuts = append(cuts, cut{m.Name, min(max(m.TimeNS, from), to)})
+	}
+	if cuts[0].t > from {
+		cuts = append([]cut{{"(before first mark)", from}}, cuts...)
+	}
+	var out []Step
+	for i, c := range cuts {
+		end := to
+		if i+1 < len(cuts) {
+			end = cuts[i+1].t
+		}
+		st := Step{Name: c.name, StartNS: c.t, EndNS: end, WallS: Num(float64(end-c.t) / 1e9)}
+		var e float64
+		var utils []float64
+		for _, d := range devs {
+			w := windows[d.Index]
+			e += w.energyBetween(c.t, end)
+			if u := w.utilOver(c.t, end); len(u) > 0 {
+				utils = append(utils, u.values()...)
+			} else if u := pick(w.samples, sampler.MetricUtilGPU).withPrior(c.t, end); len(u) > 0 {
+				utils = append(utils, u[0].v) // a short step: the value in force
+			}
+		}
+		st.EnergyJ = Num(e)
+		st.PowerMeanW = Num(e / (float64(end-c.t) / 1e9))
+		if end == c.t {
+			st.PowerMeanW = Num(math.NaN())
+		}
+		m, _ := MeanStd(utils)
+		st.UtilMeanPct = Num(m)
+		out = append(out, st)
+	}
+	return out
+}
+
+// summarize fills b.Summary and the runs' outlier marks.
+func summarize(b *Benchmark) {
+	get := func(f func(*Run) Num) []float64 {
+		out := make([]float64, len(b.Runs))
+		for i := range b.Runs {
+			out[i] = float64(f(&b.Runs[i]))
+		}
+		return out
+	}
+	walls := get(func(r *Run) Num { return r.WallS })
+	b.Summary = Summary{
+		WallS:            stat(walls),
+		EnergyJ:          stat(get(func(r *Run) Num { return r.EnergyJ })),
+		EnergyAboveIdleJ: stat(get(func(r *Run) Num { return r.EnergyAboveIdleJ })),
+		PowerMeanW:       stat(get(func(r *Run) Num { return r.PowerMeanW })),
+		UtilMeanPct:      stat(get(func(r *Run) Num { return r.UtilMeanPct })),
+		Outliers:         Outliers(walls),
+	}
+	for _, i := range b.Summary.Outliers {
+		b.Runs[i].Outlier = true
+	}
+	for _, r := range b.Runs {
+		if r.ExitCode != 0 {
+			b.Summary.Failed++
+		}
+	}
+}
+
+// kindOf names a finding the way the report's reader thinks of it.
+func kindOf(finding string, e sampler.Event) string {
+	switch finding {
+	case diagnose.FindingPeriodicDips:
+		return "input-pipeline stall"
+	case diagnose.FindingLaunchBound:
+		return "launch-bound"
+	case diagnose.FindingTemperature:
+		return "thermal"
+	case diagnose.FindingThrottle:
+		r := attr(e, "reason")
+		switch {
+		case strings.Contains(r, "thermal"):
+			return "thermal"
+		case strings.Contains(r, "power"):
+			return "power-capped"
+		}
+		return "clocks throttled"
+	case diagnose.FindingMemoryFull:
+		return "memory nearly full"
+	case diagnose.FindingXID:
+		return "XID error"
+	}
+	return finding
+}
+
+// diagnoses returns the closed findings that overlap b's runs.
+func diagnoses(events []sampler.Event, b *Benchmark) []Diagnosis {
+	out := []Diagnosis{}
+	for _, e := range events {
+		if e.Kind != sampler.EventFinding || attr(e, "state") != "closed" {
+			continue
+		}
+		var runs []int
+		for i, r := range b.Runs {
+			if e.StartNS <= r.EndNS && e.EndNS >= r.StartNS {
+				runs = append(runs, i)
+			}
+		}
+		if len(runs) == 0 {
+			continue
+		}
+		f := attr(e, "finding")
+		ev := map[string]string{}
+		for _, a := range e.Attrs {
+			if a.Key != "finding" && a.Key != "state" {
+				ev[a.Key] = a.Value
+			}
+		}
+		out = append(out, Diagnosis{Finding: f, Kind: kindOf(f, e), Device: e.Device, StartNS: e.StartNS, EndNS: e.EndNS,
+			Message: e.Message, Evidence: ev, Runs: runs})
+	}
+	slices.SortStableFunc(out, func(a, b Diagnosis) int {
+		if c := strings.Compare(a.Kind, b.Kind); c != 0 {
+			return c
+		}
+		return a.Device - b.Device
+	})
+	return out
+}
+
+// hygiene records the machine state and warns about what contaminates
+// the benchmark.
+func hygiene(devs []sampler.Device, windows map[int]*deviceWindow, baseFrom, baseTo, firstRun int64, base Baseline) Hygiene {
+	var h Hygiene
+	add := func(dev int, name, value string) {
+		if value == "" {
+			value = "unknown"
+		}
+		h.Items = append(h.Items, HygieneItem{Device: dev, Name: name, Value: value})
+	}
+	at := baseTo
+	if at == 0 {
+		at = firstRun
+	}
+	last := func(w *deviceWindow, id sampler.MetricID) (float64, bool) {
+		s := pick(w.samples, id).withPrior(at-edgeMargin, at)
+		if len(s) == 0 {
+			return 0, false
+		}
+		return s[len(s)-1].v, true
+	}
+	num := func(v float64, ok bool) string {
+		if !ok {
+			return ""
+		}
+		return strconv.FormatFloat(v, 'f', -1, 64)
+	}
+	for _, d := range devs {
+		w := windows[d.Index]
+		add(d.Index, "driver_version", d.DriverVersion)
+		add(d.Index, "power_limit", num(last(w, sampler.MetricPowerLimit)))
+		if v, ok := last(w, sampler.MetricPState); ok {
+			add(d.Index, "pstate", "P"+strconv.Itoa(int(v)))
+		} else {
+			add(d.Index, "pstate", "")
+		}
+		add(d.Index, "sm_clock_idle", num(last(w, sampler.MetricClockSM)))
+		add(d.Index, "memory_clock", num(last(w, sampler.MetricClockMemory)))
+		reasons, ok := last(w, sampler.MetricClocksEventReasons)
+		if ok {
+			add(d.Index, "clocks_event_reasons", sampler.ReasonString(uint64(reasons)))
+			if mask := uint64(reasons) & sampler.ReasonThrottleAny; mask != 0 {
+				h.Warnings = append(h.Warnings, fmt.Sprintf("GPU %d: clocks already held down before the runs (%s)", d.Index, sampler.ReasonString(mask)))
+			}
+			if uint64(reasons)&sampler.ReasonAppClocksSetting != 0 {
+				h.Warnings = append(h.Warnings, fmt.Sprintf("GPU %d: application clocks are set: results hold for these clocks only", d.Index))
+			}
+		} else {
+			add(d.Index, "clocks_event_reasons", "")
+		}
+		// Not readable through the sampler's catalog today: recorded as
+		// unknown rather than guessed.
+		add(d.Index, "persistence_mode", "")
+		add(d.Index, "ecc_mode", "")
+		add(d.Index, "mig_mode", "")
+		add(d.Index, "other_processes", "")
+	}
+	simulated := len(devs) > 0 && devs[0].Simulated
+	for _, bd := range base.Devices {
+		// A simulated profile is busy regardless of the commands: no
+		// contamination to report.
+		if !simulated && bd.UtilPct.Known() && bd.UtilPct > 5 {
+			h.Warnings = append(h.Warnings, fmt.Sprintf("GPU %d was busy during the idle baseline (%.0f%% utilization): another process is using it, and it will contaminate the runs",
+				bd.Index, float64(bd.UtilPct)))
+		}
+	}
+	add(-1, "cpus", strconv.Itoa(runtime.NumCPU()))
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		f := strings.Fields(string(b))
+		if len(f) > 0 {
+			add(-1, "loadavg_1m", f[0])
+			if l, err := strconv.ParseFloat(f[0], 64); err == nil && l > float64(runtime.NumCPU()) {
+				h.Warnings = append(h.Warnings, fmt.Sprintf("host load average %.1f exceeds its %d CPUs: CPU-side work will be slowed", l, runtime.NumCPU()))
+			}
+		}
+	} else {
+		add(-1, "loadavg_1m", "")
+	}
+	if b, err := os.ReadFile("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor"); err == nil {
+		g := strings.TrimSpace(string(b))
+		add(-1, "cpu_governor", g)
+		if g != "performance" {
+			h.Warnings = append(h.Warnings, fmt.Sprintf("CPU frequency governor is %q (not performance): CPU-bound phases may vary", g))
+		}
+	} else {
+		add(-1, "cpu_governor", "")
+	}
+	cvd, set := os.LookupEnv("CUDA_VISIBLE_DEVICES")
+	if !set {
+		cvd = "(unset)"
+	}
+	add(-1, "CUDA_VISIBLE_DEVICES", cvd)
+	return h
+}

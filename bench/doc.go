@@ -1,0 +1,25 @@
+// Package bench is gpusampler's benchmarking engine: `gpusampler bench`
+// runs a command several times (optionally interleaved with a second one,
+// A B A B ...) while a sampler.Engine samples the GPUs at sub-second
+// resolution, then turns each run's window of samples into wall time,
+// energy (counter cross-checked against integrated power), power,
+// utilization and clock distributions, peak memory and temperature,
+// throttle time per reason, per-step numbers from the program's own step
+// marks, and diagnoses from the shared detectors (package diagnose).
+//
+// The pieces:
+//   - Collector is an in-process sampler.Output that copies every sample
+//     and event it is handed (the pump owns the Batch; nothing is
+//     retained from it), so that runs can be sliced by their time window.
+//   - Execute runs the commands, the idle baseline and the step-mark FIFO
+//     and returns a Result.
+//   - Result is the stable JSON schema (SchemaVersion); README.md documents
+//     it. Compare compares two benchmarks with 95% confidence intervals.
+//   - WriteTable, WriteMarkdown, WriteCSV and WriteSVG render a Result.
+//
+// It also holds the statistics shared with `make bench` (Median,
+// MeanStd, MeanCI95, RatioCI95).
+//
+// Concurrency: Execute runs the commands from its caller's goroutine; the Collector is written
+// by the engine's pump and read under its own lock.
+package bench

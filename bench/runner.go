@@ -1,0 +1,347 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gpusampler/gpusampler/diagnose"
+	"github.com/gpusampler/gpusampler/sampler"
+)
+
+// Defaults of a benchmark.
+const (
+	DefaultRuns          = 10
+	DefaultBaseline      = 3 * time.Second
+	DefaultFieldInterval = 100 * time.Millisecond // 10 Hz
+	// DefaultDrainInterval is short so the buffers' samples of the last run
+	// arrive soon after it ends.
+	DefaultDrainInterval = 250 * time.Millisecond
+)
+
+// Command is one benchmarked command.
+type Command struct {
+	// Name is "A" or "B".
+	Name string
+	// Argv is executed directly, or as `sh -c Argv[0]` when Shell is set.
+	Argv  []string
+	Shell bool
+}
+
+func (c Command) String() string {
+	if c.Shell {
+		return c.Argv[0]
+	}
+	return strings.Join(c.Argv, " ")
+}
+
+func (c Command) cmd(ctx context.Context) *exec.Cmd {
+	if c.Shell {
+		return exec.CommandContext(ctx, "/bin/sh", "-c", c.Argv[0])
+	}
+	return exec.CommandContext(ctx, c.Argv[0], c.Argv[1:]...)
+}
+
+// ProgressEvent reports one finished run (or warmup) to Options.Progress.
+type ProgressEvent struct {
+	Command string
+	// Warmup is set for warmup runs; Run counts from 0 within its kind.
+	Warmup bool
+	Run    int
+	// Done and Total count every execution (warmups included, all
+	// commands).
+	Done, Total int
+	Wall        time.Duration
+	ExitCode    int
+}
+
+// Options configure a benchmark. Commands holds A, and B for an A/B
+// comparison (runs are interleaved: A B A B ...).
+type Options struct {
+	Commands []Command
+	// Runs measured per command (≥ 1) and Warmup runs before them.
+	Runs, Warmup int
+	// Baseline is the idle measurement before the runs (0: none).
+	Baseline time.Duration
+	// FieldInterval and DrainInterval configure the engine (defaults
+	// DefaultFieldInterval, DefaultDrainInterval).
+	FieldInterval, DrainInterval time.Duration
+	// Devices selects the GPUs (nil: all).
+	Devices func(sampler.Device) bool
+	// Selection describes the device selection for the record.
+	Selection string
+	// ShowOutput passes the command's stdout and stderr to Output;
+	// otherwise they are discarded (the stderr tail is kept for errors).
+	ShowOutput bool
+	Output     io.Writer
+	// IgnoreFailure keeps going after a run exits non-zero.
+	IgnoreFailure bool
+	// Progress, when set, is called after every run from the runner's
+	// goroutine.
+	Progress func(ProgressEvent)
+	// Env is the commands' environment (nil: this process's); the runner
+	// adds MarksEnv.
+	Env []string
+	// Tool is recorded in the result ("gpusampler VERSION").
+	Tool string
+	// Profile is the simulator's profile, recorded when simulated.
+	Profile string
+	Logger  *slog.Logger
+}
+
+// CommandError is a run that could not start or exited non-zero.
+type CommandError struct {
+	Command  string
+	Run      int
+	ExitCode int
+	// Tail is the end of the command's stderr (when hidden).
+	Tail string
+	Err  error
+}
+
+func (e *CommandError) Error() string {
+	var b strings.Builder
+	switch {
+	case e.ExitCode == 127:
+		fmt.Fprintf(&b, "command %q run %d: exit status 127 (command not found?)", e.Command, e.Run)
+	case e.ExitCode > 0:
+		fmt.Fprintf(&b, "command %q run %d failed: exit status %d (use --ignore-failure to keep going)", e.Command, e.Run, e.ExitCode)
+	default:
+		fmt.Fprintf(&b, "command %q run %d: %v", e.Command, e.Run, e.Err)
+	}
+	if t := strings.TrimSpace(e.Tail); t != "" {
+		fmt.Fprintf(&b, "\n--- its stderr (end) ---\n%s", t)
+	}
+	return b.String()
+}
+
+func (e *CommandError) Unwrap() error { return e.Err }
+
+// tailBuffer keeps the last n bytes written.
+type tailBuffer struct {
+	mu  sync.Mutex
+	n   int
+	buf []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > t.n {
+		t.buf = append(t.buf[:0], t.buf[len(t.buf)-t.n:]...)
+	}
+	t.mu.Unlock()
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.buf)
+}
+
+// benchMetric selects what a benchmark samples: what the report uses,
+// nothing more (every NVML call costs the workload).
+func benchMetric(m *sampler.Metric) bool {
+	switch m.Group {
+	case sampler.GroupPower, sampler.GroupThrottle, sampler.GroupTemperature:
+		return m.ID != sampler.MetricFanSpeed
+	case sampler.GroupUtilization:
+		return m.ID == sampler.MetricUtilGPU || m.ID == sampler.MetricUtilMemory || strings.Contains(m.Name, "sm_active") ||
+			strings.Contains(m.Name, "tensor")
+	case sampler.GroupClocks:
+		return m.ID == sampler.MetricClockSM || m.ID == sampler.MetricClockMemory || m.ID == sampler.MetricPState
+	case sampler.GroupMemory:
+		return m.ID == sampler.MetricMemoryUsed || m.ID == sampler.MetricMemoryTotal
+	case sampler.GroupHealth:
+		return m.ID == sampler.MetricXIDCount
+	}
+	return strings.Contains(m.Name, "sm_active") || strings.Contains(m.Name, "tensor")
+}
+
+// execution is one run (or warmup) as it happened.
+type execution struct {
+	cmd            int
+	warmup         bool
+	run            int
+	start, end     time.Time
+	exitCode       int
+	marks          []Mark
+	badMarks       int
+	runtimeWarning string
+}
+
+// Execute benchmarks opts.Commands on src's GPUs and returns the result. It
+// owns src: the engine closes it. On a failing command (without
+// IgnoreFailure) it returns the result so far together with a
+// *CommandError.
+func Execute(ctx context.Context, src sampler.Source, opts Options) (*Result, error) {
+	if len(opts.Commands) == 0 || len(opts.Commands[0].Argv) == 0 {
+		src.Close()
+		return nil, errors.New("bench: no command")
+	}
+	if opts.Runs < 1 {
+		src.Close()
+		return nil, fmt.Errorf("bench: runs %d: must be at least 1", opts.Runs)
+	}
+	if opts.FieldInterval == 0 {
+		opts.FieldInterval = DefaultFieldInterval
+	}
+	if opts.DrainInterval == 0 {
+		opts.DrainInterval = DefaultDrainInterval
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Output == nil {
+		opts.Output = io.Discard
+	}
+	col := NewCollector(nil)
+	det := diagnose.New(col.AddEvent)
+	eng, err := sampler.New(src, sampler.Config{FieldInterval: opts.FieldInterval, DrainInterval: opts.DrainInterval,
+		Observer: det, Devices: opts.Devices, Select: benchMetric, Logger: opts.Logger})
+	if err != nil {
+		src.Close()
+		return nil, err
+	}
+	if err := eng.AddOutput("bench", col, sampler.PumpOptions{FlushInterval: 50 * time.Millisecond}); err != nil {
+		return nil, err
+	}
+	marks, err := NewMarkReader()
+	if err != nil {
+		opts.Logger.Warn("step marks unavailable", "err", err)
+		marks = nil
+	} else {
+		defer marks.Close()
+	}
+
+	engCtx, stopEngine := context.WithCancel(context.WithoutCancel(ctx))
+	engDone := make(chan error, 1)
+	go func() { engDone <- eng.Run(engCtx) }()
+	stopped := false
+	stop := func() error {
+		if stopped {
+			return nil
+		}
+		stopped = true
+		stopEngine()
+		return <-engDone
+	}
+	defer stop()
+
+	created := time.Now()
+	devs := eng.Devices()
+	idx := make([]int, len(devs))
+	for i, d := range devs {
+		idx[i] = d.Index
+	}
+	// Baseline: idle, before the runs.
+	var baseFrom, baseTo int64
+	if opts.Baseline > 0 {
+		baseFrom = time.Now().UnixNano()
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(opts.Baseline):
+		}
+		baseTo = time.Now().UnixNano()
+	}
+
+	var execs []execution
+	var runErr error
+	total := (opts.Warmup + opts.Runs) * len(opts.Commands)
+	done := 0
+	env := opts.Env
+	if env == nil {
+		env = os.Environ()
+	}
+	if marks != nil {
+		env = append(slices.Clone(env), MarksEnv+"="+marks.Path())
+	}
+loop:
+	for _, warm := range []bool{true, false} {
+		n := opts.Runs
+		if warm {
+			n = opts.Warmup
+		}
+		for i := range n {
+			for ci, c := range opts.Commands {
+				if ctx.Err() != nil {
+					runErr = ctx.Err()
+					break loop
+				}
+				ex := execution{cmd: ci, warmup: warm, run: i}
+				cmd := c.cmd(ctx)
+				cmd.Env = env
+				tail := &tailBuffer{n: 4096}
+				if opts.ShowOutput {
+					cmd.Stdout, cmd.Stderr = opts.Output, opts.Output
+				} else {
+					cmd.Stderr = tail
+				}
+				if marks != nil {
+					marks.Begin()
+				}
+				ex.start = time.Now()
+				err := cmd.Start()
+				if err == nil {
+					err = cmd.Wait()
+				}
+				ex.end = time.Now()
+				if marks != nil {
+					ex.marks, ex.badMarks = marks.End(time.Second)
+				}
+				var ee *exec.ExitError
+				switch {
+				case err == nil:
+				case errors.As(err, &ee):
+					ex.exitCode = ee.ExitCode()
+					if ex.exitCode < 0 {
+						ex.exitCode = 128 + 9 // killed by a signal
+					}
+				default:
+					runErr = &CommandError{Command: c.String(), Run: i, ExitCode: -1, Err: err}
+					break loop
+				}
+				done++
+				if opts.Progress != nil {
+					opts.Progress(ProgressEvent{Command: c.Name, Warmup: warm, Run: i, Done: done, Total: total,
+						Wall: ex.end.Sub(ex.start), ExitCode: ex.exitCode})
+				}
+				if !warm {
+					execs = append(execs, ex)
+				}
+				if ex.exitCode != 0 && (!opts.IgnoreFailure || ex.exitCode == 127) {
+					runErr = &CommandError{Command: c.String(), Run: i, ExitCode: ex.exitCode, Tail: tail.String()}
+					break loop
+				}
+			}
+		}
+	}
+	// The last run's final samples arrive with the next drain and field
+	// read: wait for them, then stop the engine (a final drain; the
+	// detectors close their findings).
+	if len(execs) > 0 {
+		last := execs[len(execs)-1].end.UnixNano()
+		col.WaitPast(ctx, idx, last, 2*opts.DrainInterval+2*opts.FieldInterval+500*time.Millisecond)
+	}
+	if err := stop(); err != nil {
+		opts.Logger.Warn("stopping the sampler", "err", err)
+	}
+	if len(execs) == 0 {
+		if runErr == nil {
+			runErr = errors.New("bench: no run completed")
+		}
+		return nil, runErr
+	}
+	res := assemble(col, devs, opts, created, baseFrom, baseTo, execs)
+	return res, runErr
+}

@@ -1,0 +1,421 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/gpusampler/gpusampler/bench"
+	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/sampler/sim"
+)
+
+const benchUsage = `usage: gpusampler bench [flags] -- CMD [ARGS...]
+       gpusampler bench compare [--fail-if-slower PCT] A.json B.json
+
+Runs CMD --runs times (after --warmup runs) while sampling the GPUs at
+sub-second resolution, after an idle baseline; reports wall time, energy,
+power, utilization and clock distributions, throttling, per-step numbers
+(step marks: see bench/README.md) and diagnoses. --vs 'CMD B' runs a second
+command interleaved (A B A B ...) and compares them. One argument containing
+spaces runs through sh -c, like --vs.
+
+GPUs: --devices (indexes or UUIDs), else CUDA_VISIBLE_DEVICES, else all.
+--gpus is the number of SIMULATED GPUs, as for run.
+
+flags:
+`
+
+// benchFlags are the bench command's options.
+type benchFlags struct {
+	bf                     backendFlags
+	devices                string
+	runs, warmup           int
+	baseline               time.Duration
+	field, drain           positiveDuration
+	vs                     string
+	failIfSlower           float64
+	showOutput, ignoreFail bool
+	exportJSON, exportMD   string
+	exportCSV, exportSVG   string
+	simElapsed             time.Duration
+	logLevel               string
+	noProgress             bool
+	failIfSlowerSet, vsSet bool
+	devicesSet             bool
+}
+
+func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "compare" {
+		return cmdBenchCompare(args[1:], stdout, stderr)
+	}
+	fs := newFlagSet("bench", stderr)
+	var o benchFlags
+	o.bf.register(fs)
+	fs.StringVar(&o.devices, "devices", "", "GPUs to sample: indexes or UUIDs, comma-separated (default: CUDA_VISIBLE_DEVICES, else all)")
+	fs.IntVar(&o.runs, "runs", bench.DefaultRuns, "measured runs per command")
+	fs.IntVar(&o.warmup, "warmup", 0, "warmup runs per command before measuring (not recorded)")
+	fs.DurationVar(&o.baseline, "baseline", bench.DefaultBaseline, "idle baseline measured before the runs (0 for none)")
+	fs.Var(&o.field, "field-interval", "fast-field read interval: power, energy, throttle counters (default 100ms = 10 Hz)")
+	fs.Var(&o.drain, "drain-interval", "sample-buffer drain interval (default 250ms)")
+	fs.StringVar(&o.vs, "vs", "", "a second command (B, run through sh -c), interleaved with the first (A): A B A B ...")
+	fs.Float64Var(&o.failIfSlower, "fail-if-slower", 0, "with --vs: exit 1 when B is more than PCT percent slower than A (for CI)")
+	fs.BoolVar(&o.showOutput, "show-output", false, "pass the command's stdout and stderr through (to stderr); hidden by default")
+	fs.BoolVar(&o.ignoreFail, "ignore-failure", false, "keep going when a run exits non-zero (default: stop and report it)")
+	fs.StringVar(&o.exportJSON, "export-json", "", "write the results as JSON (schema: bench/README.md) to FILE")
+	fs.StringVar(&o.exportMD, "export-markdown", "", "write a Markdown summary to FILE")
+	fs.StringVar(&o.exportCSV, "export-csv", "", "write every raw sample as CSV to FILE")
+	fs.StringVar(&o.exportSVG, "export-svg", "", "write a self-contained SVG report (charts per GPU over time, runs and steps shaded) to FILE")
+	fs.DurationVar(&o.simElapsed, "sim-elapsed", 60*time.Second, "simulator only: start the simulated workload as if it had been running this long (its steady state)")
+	fs.StringVar(&o.logLevel, "log-level", "warn", "log level: debug, info, warn, error")
+	fs.BoolVar(&o.noProgress, "no-progress", false, "no progress output on stderr")
+	err := fs.Parse(args)
+	if errors.Is(err, flag.ErrHelp) {
+		fs.SetOutput(stdout)
+		fmt.Fprint(stdout, benchUsage)
+		fs.PrintDefaults()
+		return errHelp
+	}
+	if err != nil {
+		return usagef("%s", err)
+	}
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "fail-if-slower":
+			o.failIfSlowerSet = true
+		case "vs":
+			o.vsSet = true
+		case "devices":
+			o.devicesSet = true
+		}
+	})
+	argv := fs.Args()
+	if len(argv) == 0 {
+		return usagef("no command to benchmark: gpusampler bench [flags] -- CMD [ARGS...]")
+	}
+	if o.runs < 1 {
+		return usagef("--runs %d: must be at least 1", o.runs)
+	}
+	if o.warmup < 0 {
+		return usagef("--warmup %d: must not be negative", o.warmup)
+	}
+	if o.baseline < 0 {
+		return usagef("--baseline %v: must not be negative", o.baseline)
+	}
+	if o.failIfSlowerSet && !o.vsSet {
+		return usagef("--fail-if-slower needs --vs (or use: gpusampler bench compare --fail-if-slower PCT A.json B.json)")
+	}
+	if o.failIfSlower < 0 {
+		return usagef("--fail-if-slower %g: must not be negative", o.failIfSlower)
+	}
+	if o.vsSet && strings.TrimSpace(o.vs) == "" {
+		return usagef("--vs: empty command")
+	}
+	if err := o.bf.validate(); err != nil {
+		return err
+	}
+	cmdA := bench.Command{Name: "A", Argv: argv}
+	if len(argv) == 1 && strings.ContainsAny(argv[0], " \t|;&<>()$`'\"*?") {
+		cmdA.Shell = true
+	}
+	cmds := []bench.Command{cmdA}
+	if o.vsSet {
+		cmds = append(cmds, bench.Command{Name: "B", Argv: []string{o.vs}, Shell: true})
+	}
+	for _, c := range cmds {
+		if err := checkCommand(c); err != nil {
+			return err
+		}
+	}
+	log, err := newLogger(stderr, o.logLevel)
+	if err != nil {
+		return err
+	}
+	devFilter, selection, err := deviceSelection(o.devices, o.devicesSet, stderr)
+	if err != nil {
+		return err
+	}
+	for _, p := range []string{o.exportJSON, o.exportMD, o.exportCSV, o.exportSVG} {
+		if p != "" {
+			if err := checkWritable(p); err != nil {
+				return err
+			}
+		}
+	}
+	if o.simElapsed > 0 {
+		d := o.simElapsed
+		o.bf.simOptions = func(so *sim.Options) { so.Now = agedClock(d) }
+	}
+	src, err := o.bf.open(stderr, log)
+	if err != nil {
+		return err
+	}
+	opts := bench.Options{Commands: cmds, Runs: o.runs, Warmup: o.warmup, Baseline: o.baseline,
+		FieldInterval: o.field.d, DrainInterval: o.drain.d, Devices: devFilter, Selection: selection,
+		ShowOutput: o.showOutput, Output: stderr, IgnoreFailure: o.ignoreFail, Tool: "gpusampler " + version,
+		Profile: o.bf.profile, Logger: log}
+	if !o.noProgress {
+		opts.Progress = newProgress(stderr)
+	}
+	if o.baseline > 0 && !o.noProgress {
+		fmt.Fprintf(stderr, "measuring the idle baseline (%v)...\n", o.baseline)
+	}
+	res, runErr := bench.Execute(ctx, src, opts)
+	if res == nil {
+		return runErr
+	}
+	if err := bench.WriteTable(stdout, res); err != nil {
+		return err
+	}
+	if err := exportAll(res, o); err != nil {
+		return err
+	}
+	if runErr != nil {
+		return runErr
+	}
+	if o.failIfSlowerSet && res.Comparison != nil {
+		return checkSlower(res.Comparison, o.failIfSlower)
+	}
+	return nil
+}
+
+// agedClock is time.Now, except that its first reading lies d in the past:
+// the simulator takes its start from that first reading, so its workload
+// looks as if it had been running for d (its profiles evolve over the
+// first minute: thermal ramp, memory climb, stall rhythm).
+func agedClock(d time.Duration) func() time.Time {
+	var first atomic.Bool
+	return func() time.Time {
+		if first.CompareAndSwap(false, true) {
+			return time.Now().Add(-d)
+		}
+		return time.Now()
+	}
+}
+
+var simpleWord = regexp.MustCompile(`^[A-Za-z0-9_./+-]+$`)
+
+// shellWords that are not programs on PATH.
+var shellWords = []string{"cd", "exec", ".", "true", "false", "exit", "export", "set", ":", "[", "test", "echo", "printf",
+	"for", "if", "while", "until", "case", "{", "(", "time", "eval", "command", "source", "read", "ulimit", "umask", "wait", "kill", "trap"}
+
+// checkCommand refuses a command whose program does not exist before any
+// sampling starts (a usage error).
+func checkCommand(c bench.Command) error {
+	prog := c.Argv[0]
+	if c.Shell {
+		fields := strings.Fields(prog)
+		if len(fields) == 0 {
+			return usagef("command %s: empty", c.Name)
+		}
+		prog = fields[0]
+		if strings.Contains(prog, "=") || !simpleWord.MatchString(prog) || slices.Contains(shellWords, prog) {
+			return nil // the shell decides
+		}
+	}
+	if _, err := exec.LookPath(prog); err != nil {
+		return usagef("command %s: %q not found (%v)", c.Name, prog, errors.Unwrap(err))
+	}
+	return nil
+}
+
+func checkWritable(path string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o644)
+	if err != nil {
+		return usagef("export file: %v", err)
+	}
+	return f.Close()
+}
+
+// deviceSelection builds the device filter: --devices, else
+// CUDA_VISIBLE_DEVICES, else all. Entries are indexes (NVML's order, which
+// is PCI bus order; CUDA's default order differs unless
+// CUDA_DEVICE_ORDER=PCI_BUS_ID) or UUIDs (unique prefixes, like CUDA).
+func deviceSelection(flagVal string, flagSet bool, stderr io.Writer) (func(sampler.Device) bool, string, error) {
+	list, origin := flagVal, "--devices "+flagVal
+	if !flagSet {
+		v, ok := os.LookupEnv("CUDA_VISIBLE_DEVICES")
+		if !ok {
+			return nil, "all", nil
+		}
+		list, origin = v, "CUDA_VISIBLE_DEVICES="+v
+		if strings.TrimSpace(v) == "" || strings.TrimSpace(v) == "-1" {
+			return nil, "", usagef("CUDA_VISIBLE_DEVICES=%q hides every GPU: nothing to sample (unset it or pass --devices)", v)
+		}
+	}
+	var idx []int
+	var uuids []string
+	for _, e := range strings.Split(list, ",") {
+		e = strings.TrimSpace(e)
+		if e == "" {
+			continue
+		}
+		if n, err := strconv.Atoi(e); err == nil {
+			if n < 0 {
+				return nil, "", usagef("%s: negative index %d", origin, n)
+			}
+			idx = append(idx, n)
+			continue
+		}
+		if strings.HasPrefix(e, "GPU-") || strings.HasPrefix(e, "MIG-") {
+			uuids = append(uuids, e)
+			continue
+		}
+		return nil, "", usagef("%s: %q is neither an index nor a UUID (GPU-...)", origin, e)
+	}
+	if len(idx) == 0 && len(uuids) == 0 {
+		return nil, "", usagef("%s: no devices listed", origin)
+	}
+	if len(idx) > 0 && !flagSet && os.Getenv("CUDA_DEVICE_ORDER") != "PCI_BUS_ID" {
+		fmt.Fprintln(stderr, "gpusampler bench: note: CUDA_VISIBLE_DEVICES indexes are taken in NVML (PCI bus) order; set CUDA_DEVICE_ORDER=PCI_BUS_ID so CUDA agrees")
+	}
+	return func(d sampler.Device) bool {
+		if slices.Contains(idx, d.Index) {
+			return true
+		}
+		for _, u := range uuids {
+			if strings.HasPrefix(d.UUID, u) {
+				return true
+			}
+		}
+		return false
+	}, origin, nil
+}
+
+// newProgress returns a progress reporter: a bar redrawn in place on a
+// terminal, plain lines otherwise.
+func newProgress(w io.Writer) func(bench.ProgressEvent) {
+	tty := isTerminal(w)
+	return func(ev bench.ProgressEvent) {
+		kind := "run"
+		if ev.Warmup {
+			kind = "warmup"
+		}
+		status := ""
+		if ev.ExitCode != 0 {
+			status = fmt.Sprintf(" (exit %d)", ev.ExitCode)
+		}
+		if !tty {
+			fmt.Fprintf(w, "%s %s %d: %.3f s%s [%d/%d]\n", ev.Command, kind, ev.Run, ev.Wall.Seconds(), status, ev.Done, ev.Total)
+			return
+		}
+		const width = 30
+		n := width * ev.Done / max(ev.Total, 1)
+		fmt.Fprintf(w, "\r[%s%s] %d/%d  %s %s %d: %.3f s%s   ", strings.Repeat("=", n), strings.Repeat(" ", width-n),
+			ev.Done, ev.Total, ev.Command, kind, ev.Run, ev.Wall.Seconds(), status)
+		if ev.Done == ev.Total {
+			fmt.Fprintln(w)
+		}
+	}
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0 && os.Getenv("TERM") != "dumb"
+}
+
+func exportAll(res *bench.Result, o benchFlags) error {
+	write := func(path string, fn func(io.Writer, *bench.Result) error) error {
+		if path == "" {
+			return nil
+		}
+		f, err := os.Create(path)
+		if err != nil {
+			return err
+		}
+		if err := fn(f, res); err != nil {
+			f.Close()
+			return fmt.Errorf("export %s: %w", path, err)
+		}
+		return f.Close()
+	}
+	return errors.Join(
+		write(o.exportJSON, func(w io.Writer, r *bench.Result) error { return r.WriteJSON(w) }),
+		write(o.exportMD, bench.WriteMarkdown),
+		write(o.exportCSV, bench.WriteCSV),
+		write(o.exportSVG, bench.WriteSVG),
+	)
+}
+
+// errSlower is a CI regression: exit status 1.
+type errSlower struct{ msg string }
+
+func (e *errSlower) Error() string { return e.msg }
+
+func checkSlower(c *bench.Comparison, pct float64) error {
+	if slower := c.SlowerBy(); slower > pct {
+		sig := "significant at 95%"
+		if !c.Significant {
+			sig = "not significant at 95%"
+		}
+		return &errSlower{msg: fmt.Sprintf("regression: %s is %.1f%% slower than %s (limit %g%%, %s)", c.B, slower, c.A, pct, sig)}
+	}
+	return nil
+}
+
+func cmdBenchCompare(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("bench compare", stderr)
+	pct := fs.Float64("fail-if-slower", 0, "exit 1 when B is more than PCT percent slower than A")
+	err := fs.Parse(args)
+	if errors.Is(err, flag.ErrHelp) {
+		fs.SetOutput(stdout)
+		fmt.Fprint(stdout, "usage: gpusampler bench compare [--fail-if-slower PCT] A.json B.json\n\nflags:\n")
+		fs.PrintDefaults()
+		return errHelp
+	}
+	if err != nil {
+		return usagef("%s", err)
+	}
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == "fail-if-slower" })
+	if fs.NArg() != 2 {
+		return usagef("compare needs two result files (from --export-json), got %d", fs.NArg())
+	}
+	var bs [2]*bench.Benchmark
+	var rs [2]*bench.Result
+	for i, p := range fs.Args() {
+		f, err := os.Open(p)
+		if err != nil {
+			return usagef("%v", err)
+		}
+		r, err := bench.ReadResult(f)
+		f.Close()
+		if err != nil {
+			return usagef("%s: %v", p, err)
+		}
+		rs[i] = r
+		b := r.Benchmarks[0]
+		b.Name = fs.Arg(i)
+		bs[i] = &b
+	}
+	c := bench.Compare(bs[0], bs[1])
+	for i, r := range rs {
+		if r.Simulated {
+			fmt.Fprintf(stdout, "note: %s was measured on SIMULATED GPUs\n", fs.Arg(i))
+		}
+	}
+	for _, b := range bs {
+		s := b.Summary
+		fmt.Fprintf(stdout, "%s: %d runs, wall %.3f ± %.3f s, energy %.1f J\n", b.Name, s.WallS.N, float64(s.WallS.Mean),
+			float64(s.WallS.SD), float64(s.EnergyJ.Mean))
+	}
+	fmt.Fprintln(stdout, c.Summary)
+	if set {
+		return checkSlower(&c, *pct)
+	}
+	return nil
+}
