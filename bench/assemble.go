@@ -286,9 +286,12 @@ func diagnoses(events []sampler.Event, b *Benchmark) []Diagnosis {
 		if e.Kind != sampler.EventFinding || attr(e, "state") != "closed" {
 			continue
 		}
+		// A condition seen at the last reading holds until a reading says
+		// otherwise: slow state is read once per SlowInterval.
+		end := e.EndNS + int64(sampler.DefaultSlowInterval)
 		var runs []int
 		for i, r := range b.Runs {
-			if e.StartNS <= r.EndNS && e.EndNS >= r.StartNS {
+			if e.StartNS <= r.EndNS && end >= r.StartNS {
 				runs = append(runs, i)
 			}
 		}
