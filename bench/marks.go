@@ -41,8 +41,8 @@ func ParseMark(line string, recvNS int64) (Mark, error) {
 	}
 	if strings.HasPrefix(line, "{") {
 		var j struct {
-			Name string   `json:"name"`
-			T    *float64 `json:"t"`
+			Name string      `json:"name"`
+			T    json.Number `json:"t"`
 		}
 		if err := json.Unmarshal([]byte(line), &j); err != nil {
 			return Mark{}, fmt.Errorf("mark %q: %v", line, err)
@@ -50,24 +50,48 @@ func ParseMark(line string, recvNS int64) (Mark, error) {
 		if j.Name == "" {
 			return Mark{}, fmt.Errorf("mark %q: no name", line)
 		}
-		if j.T == nil {
+		if j.T == "" {
 			return Mark{Name: j.Name, TimeNS: recvNS, Received: true}, nil
 		}
-		return Mark{Name: j.Name, TimeNS: secondsToNS(*j.T)}, nil
+		ns, ok := parseUnixSeconds(j.T.String())
+		if !ok {
+			return Mark{}, fmt.Errorf("mark %q: t %s is not a Unix time in seconds", line, j.T)
+		}
+		return Mark{Name: j.Name, TimeNS: ns}, nil
 	}
 	fields := strings.Fields(line)
 	if len(fields) >= 2 {
 		last := fields[len(fields)-1]
-		if t, err := strconv.ParseFloat(last, 64); err == nil && t > 1e9 && !math.IsInf(t, 0) {
-			return Mark{Name: strings.Join(fields[:len(fields)-1], " "), TimeNS: secondsToNS(t)}, nil
+		if ns, ok := parseUnixSeconds(last); ok {
+			return Mark{Name: strings.Join(fields[:len(fields)-1], " "), TimeNS: ns}, nil
 		}
 	}
 	return Mark{Name: strings.Join(fields, " "), TimeNS: recvNS, Received: true}, nil
 }
 
-func secondsToNS(t float64) int64 {
-	sec := math.Floor(t)
-	return int64(sec)*1e9 + int64(math.Round((t-sec)*1e9))
+// parseUnixSeconds parses a decimal Unix time in seconds ("1732960000.123456")
+// exactly to ns; times before 2001 are refused (not a Unix time).
+func parseUnixSeconds(s string) (int64, bool) {
+	whole, frac, _ := strings.Cut(s, ".")
+	sec, err := strconv.ParseInt(whole, 10, 64)
+	if err != nil || sec < 1e9 || sec > math.MaxInt64/int64(time.Second)-1 {
+		return 0, false
+	}
+	if len(frac) > 9 {
+		frac = frac[:9]
+	}
+	var ns int64
+	if frac != "" {
+		n, err := strconv.ParseUint(frac, 10, 64)
+		if err != nil {
+			return 0, false
+		}
+		ns = int64(n)
+		for i := len(frac); i < 9; i++ {
+			ns *= 10
+		}
+	}
+	return sec*1e9 + ns, true
 }
 
 // MarkReader reads step marks from a FIFO it creates in a private
@@ -146,8 +170,10 @@ func (m *MarkReader) read() {
 	}
 }
 
-// Begin discards marks that arrived between runs.
+// Begin discards marks written before now (between runs). It waits up
+// to a second for the pipe to be read up to now.
 func (m *MarkReader) Begin() {
+	m.sync(time.Second)
 	m.mu.Lock()
 	m.marks, m.bad = nil, 0
 	m.mu.Unlock()
@@ -157,6 +183,17 @@ func (m *MarkReader) Begin() {
 // many lines could not be parsed. It waits (up to timeout) until the pipe
 // has been read up to now.
 func (m *MarkReader) End(timeout time.Duration) ([]Mark, int) {
+	m.sync(timeout)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out, bad := m.marks, m.bad
+	m.marks, m.bad = nil, 0
+	return out, bad
+}
+
+// sync writes a sentinel line through the pipe and waits until the reader
+// has seen it: every line written before is then read.
+func (m *MarkReader) sync(timeout time.Duration) {
 	m.mu.Lock()
 	m.seq++
 	tok := strconv.Itoa(m.seq)
@@ -171,11 +208,8 @@ func (m *MarkReader) End(timeout time.Duration) ([]Mark, int) {
 		}
 	}
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	delete(m.synced, tok)
-	out := m.marks
-	m.marks = nil
-	return out, m.bad
+	m.mu.Unlock()
 }
 
 // Close stops reading and removes the FIFO.

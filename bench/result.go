@@ -299,6 +299,9 @@ func ReadResult(r io.Reader) (*Result, error) {
 		if errors.As(err, &se) {
 			return nil, fmt.Errorf("%w: invalid JSON at byte %d: %v", ErrSchema, se.Offset, err)
 		}
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			return nil, fmt.Errorf("%w: truncated JSON (unexpected end of file)", ErrSchema)
+		}
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
 			return nil, fmt.Errorf("%w: field %s: %v", ErrSchema, te.Field, err)

@@ -1,0 +1,207 @@
+package bench
+
+import (
+	"math"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpusampler/gpusampler/outputs/outputtest"
+	"github.com/gpusampler/gpusampler/sampler"
+)
+
+func TestCollectorConformance(t *testing.T) {
+	var last *Collector
+	outputtest.Run(t, outputtest.Harness{
+		New: func(t *testing.T) sampler.Output { last = NewCollector(nil); return last },
+		Received: func(t *testing.T) []sampler.Sample {
+			return last.Samples(outputtest.Device.Index, math.MinInt64, math.MaxInt64)
+		},
+	})
+}
+
+func TestSeriesIntegrateIsAdditive(t *testing.T) {
+	s := series{{0, 100}, {1e8, 200}, {3e8, 150}, {7e8, 400}, {1e9, 100}}
+	whole := s.integrate(5e7, 9e8)
+	cuts := []int64{5e7, 12e7, 3e8, 31e7, 9e8}
+	var sum float64
+	for i := 1; i < len(cuts); i++ {
+		sum += s.integrate(cuts[i-1], cuts[i])
+	}
+	if math.Abs(whole-sum) > 1e-9 {
+		t.Fatalf("whole %v, sum of parts %v", whole, sum)
+	}
+	// Held beyond the ends: a constant 100 W for 1 s before the series.
+	if got := s.integrate(-1e9, 0); math.Abs(got-100) > 1e-9 {
+		t.Fatalf("held integral %v, want 100", got)
+	}
+	if got := s.at(5e7); got != 150 {
+		t.Fatalf("at %v, want 150", got)
+	}
+	if !math.IsNaN(s.at(2e9)) {
+		t.Fatal("at beyond the series should be NaN")
+	}
+}
+
+func TestEnergyCounterVersusIntegrated(t *testing.T) {
+	// 300 W constant; the counter updates every 100 ms.
+	var samples []sampler.Sample
+	for i := int64(0); i <= 40; i++ {
+		tn := i * 5e7
+		samples = append(samples, sampler.Sample{TimeNS: tn, Value: 300, Metric: sampler.MetricPowerInstant})
+		samples = append(samples, sampler.Sample{TimeNS: tn, Value: float64(1e6 + (tn/1e8)*30000), Metric: sampler.MetricEnergy})
+	}
+	w := newDeviceWindow(sampler.DefaultCatalog, samples)
+	long := w.energyOver(2e8, 18e8) // 1.6 s
+	if long.Source != "counter" || long.Coarse || math.Abs(float64(long.J)-480) > 40 || math.Abs(float64(long.IntegratedJ)-480) > 1e-6 {
+		t.Fatalf("long window %+v", long)
+	}
+	short := w.energyOver(2e8, 3e8) // 100 ms: counter period is 100 ms
+	if !short.Coarse || short.Source != "integrated_power" || math.Abs(float64(short.J)-30) > 1e-6 {
+		t.Fatalf("short window %+v", short)
+	}
+}
+
+func TestPercentileAndOutliers(t *testing.T) {
+	xs := []float64{1, 2, 3, 4, 5}
+	if p := Percentile(xs, 50); p != 3 {
+		t.Fatalf("p50 %v", p)
+	}
+	if p := Percentile(xs, 5); math.Abs(p-1.2) > 1e-9 {
+		t.Fatalf("p5 %v", p)
+	}
+	got := Outliers([]float64{1.00, 1.01, 0.99, 1.00, 1.02, 2.5})
+	if len(got) != 1 || got[0] != 5 {
+		t.Fatalf("outliers %v", got)
+	}
+	if got := Outliers([]float64{1, 1.001, 0.999, 1}); got != nil {
+		t.Fatalf("near-identical runs flagged: %v", got)
+	}
+}
+
+func TestParseMark(t *testing.T) {
+	for _, tc := range []struct {
+		line     string
+		name     string
+		ns       int64
+		received bool
+		bad      bool
+	}{
+		{"step 12 1732960000.123456", "step 12", 1732960000123456000, false, false},
+		{`{"name":"eval","t":1732960001.5}`, "eval", 1732960001500000000, false, false},
+		{"warmup", "warmup", 42, true, false},
+		{`{"t":1}`, "", 0, false, true},
+		{"{bad json", "", 0, false, true},
+		{"   ", "", 0, false, true},
+	} {
+		m, err := ParseMark(tc.line, 42)
+		if (err != nil) != tc.bad {
+			t.Fatalf("%q: err %v", tc.line, err)
+		}
+		if tc.bad {
+			continue
+		}
+		if m.Name != tc.name || m.TimeNS != tc.ns || m.Received != tc.received {
+			t.Fatalf("%q: %+v", tc.line, m)
+		}
+	}
+}
+
+func TestMarkReaderGroupsPerRun(t *testing.T) {
+	m, err := NewMarkReader()
+	if err != nil {
+		t.Skip("no FIFOs here:", err)
+	}
+	defer m.Close()
+	write := func(s string) {
+		f, err := os.OpenFile(m.Path(), os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.WriteString(s)
+		f.Close()
+	}
+	write("stale 1700000000.0\n")
+	m.Begin()
+	write("a 1700000001.0\nb 1700000002.0\n")
+	write("not a mark {\n")
+	got, bad := m.End(5 * time.Second)
+	if len(got) != 3 || got[0].Name != "a" || got[1].Name != "b" || bad != 0 {
+		// "not a mark {" parses as a bare name (reception time).
+		t.Fatalf("marks %+v bad %d", got, bad)
+	}
+	if !got[2].Received {
+		t.Fatalf("a mark without a timestamp should be flagged: %+v", got[2])
+	}
+	m.Begin()
+	if got, _ := m.End(5 * time.Second); len(got) != 0 {
+		t.Fatalf("marks leaked into the next run: %+v", got)
+	}
+}
+
+func runs(walls ...float64) *Benchmark {
+	b := &Benchmark{}
+	for i, w := range walls {
+		b.Runs = append(b.Runs, Run{Index: i, WallS: Num(w), EnergyJ: Num(w * 100), PowerMeanW: 100})
+	}
+	return b
+}
+
+func TestCompareWords(t *testing.T) {
+	a := runs(1.00, 1.02, 0.98, 1.01, 0.99)
+	b := runs(0.85, 0.84, 0.86, 0.85, 0.85)
+	a.Name, b.Name = "A", "B"
+	c := Compare(a, b)
+	if !c.Significant || float64(c.Speedup) < 1.15 || float64(c.Speedup) > 1.2 {
+		t.Fatalf("%+v", c)
+	}
+	if !strings.HasPrefix(c.Summary, "B is 1.18 ± 0.0") || !strings.Contains(c.Summary, "faster than A and uses 0.85") {
+		t.Fatalf("summary %q", c.Summary)
+	}
+	if c.SlowerBy() > 0 {
+		t.Fatalf("slower by %v", c.SlowerBy())
+	}
+	slow := Compare(b, a)
+	if !strings.Contains(slow.Summary, "slower") || slow.SlowerBy() < 15 {
+		t.Fatalf("%+v", slow)
+	}
+	same := Compare(a, runs(1.01, 0.99, 1.0, 1.02, 0.98))
+	if same.Significant || !strings.Contains(same.Summary, "within noise") {
+		t.Fatalf("%+v", same)
+	}
+}
+
+func TestReadResultRejectsMalformed(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"not json", "invalid JSON"},
+		{`{"schema":"other","schema_version":1}`, "schema"},
+		{`{"schema":"gpusampler.bench","schema_version":99,"benchmarks":[{}]}`, "schema_version 99"},
+		{`{"schema":"gpusampler.bench","schema_version":1,"benchmarks":[]}`, "no benchmarks"},
+		{`{"schema":"gpusampler.bench","schema_version":1,"benchmarks":[{"name":"A","runs":[{"wall_s":"x"}]}]}`, "not a number"},
+	} {
+		_, err := ReadResult(strings.NewReader(tc.in))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err %v, want %q", tc.in, err, tc.want)
+		}
+	}
+}
+
+func TestNumJSONRoundTrip(t *testing.T) {
+	r := &Result{Schema: Schema, SchemaVersion: SchemaVersion,
+		Benchmarks: []Benchmark{{Name: "A", Runs: []Run{{WallS: 1.5, EnergyJ: Num(math.NaN())}}}}}
+	var b strings.Builder
+	if err := r.WriteJSON(&b); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), `"energy_j": null`) {
+		t.Fatalf("NaN not written as null:\n%s", b.String())
+	}
+	back, err := ReadResult(strings.NewReader(b.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back.Benchmarks[0].Runs[0].WallS != 1.5 || back.Benchmarks[0].Runs[0].EnergyJ.Known() {
+		t.Fatalf("%+v", back.Benchmarks[0].Runs[0])
+	}
+}

@@ -1,0 +1,279 @@
+package main
+
+import (
+	"encoding/xml"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/gpusampler/gpusampler/bench"
+)
+
+// benchCLI runs `gpusampler bench` on one simulated GPU with a short
+// baseline and returns the exit code, output and the exported result.
+func benchCLI(t *testing.T, args ...string) (int, string, string, *bench.Result) {
+	t.Helper()
+	js := filepath.Join(t.TempDir(), "r.json")
+	full := append([]string{"bench", "--backend", "sim", "--gpus", "1", "--baseline", "500ms", "--export-json", js}, args...)
+	code, out, errs := runCLI(t, full...)
+	var res *bench.Result
+	if f, err := os.Open(js); err == nil {
+		defer f.Close()
+		if st, _ := f.Stat(); st.Size() > 0 {
+			if res, err = bench.ReadResult(f); err != nil {
+				t.Fatalf("exported JSON: %v", err)
+			}
+		}
+	}
+	return code, out, errs, res
+}
+
+func TestBenchProfileDiagnoses(t *testing.T) {
+	for _, tc := range []struct {
+		profile string
+		want    string // a Diagnosis.Kind, "" for none
+	}{
+		{"idle", ""},
+		{"training", ""},
+		{"data-stall", "input-pipeline stall"},
+		{"launch-bound", "launch-bound"},
+		{"thermal", "thermal"},
+		{"memory-pressure", "memory nearly full"},
+	} {
+		t.Run(tc.profile, func(t *testing.T) {
+			t.Parallel()
+			code, out, errs, res := benchCLI(t, "--profile", tc.profile, "--runs", "1", "--", "sleep", "0.3")
+			if code != 0 || res == nil {
+				t.Fatalf("exit %d\n%s\n%s", code, out, errs)
+			}
+			if !res.Simulated || !strings.Contains(out, "SIMULATED") {
+				t.Fatalf("simulated results not marked:\n%s", out)
+			}
+			var kinds []string
+			for _, d := range res.Benchmarks[0].Diagnoses {
+				kinds = append(kinds, d.Kind)
+				if len(d.Evidence) == 0 || d.Message == "" {
+					t.Errorf("diagnosis without evidence: %+v", d)
+				}
+			}
+			if tc.want == "" {
+				if len(kinds) != 0 || !strings.Contains(out, "diagnoses: none found") {
+					t.Fatalf("diagnoses %v on %s:\n%s", kinds, tc.profile, out)
+				}
+				return
+			}
+			if !slices.Contains(kinds, tc.want) {
+				t.Fatalf("diagnoses %v, want %q:\n%s", kinds, tc.want, out)
+			}
+			if tc.profile == "data-stall" {
+				for _, d := range res.Benchmarks[0].Diagnoses {
+					if d.Kind == tc.want && d.Evidence["period_s"] != "6" {
+						t.Errorf("stall period %q, want the simulator's 6 s", d.Evidence["period_s"])
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestBenchAB(t *testing.T) {
+	t.Parallel()
+	code, out, errs, res := benchCLI(t, "--runs", "5", "--warmup", "1", "--vs", "sleep 0.3", "--", "sleep", "0.2")
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errs)
+	}
+	c := res.Comparison
+	if c == nil || len(res.Benchmarks) != 2 {
+		t.Fatalf("no comparison:\n%s", out)
+	}
+	// B (0.3 s) is slower: speedup ≈ 0.67 with an interval that excludes 1.
+	sp, ci := float64(c.Speedup), float64(c.SpeedupCI95)
+	if sp < 0.55 || sp > 0.8 || !(ci > 0) || ci > 0.1 || !c.Significant {
+		t.Fatalf("speedup %v ± %v, significant %v", sp, ci, c.Significant)
+	}
+	if !strings.Contains(out, "B is 1.") || !strings.Contains(out, "slower than A") {
+		t.Fatalf("comparison not in words:\n%s", out)
+	}
+	// Interleaved: A B A B ...
+	a, b := res.Benchmarks[0].Runs, res.Benchmarks[1].Runs
+	for i := range a {
+		if a[i].EndNS > b[i].StartNS || (i+1 < len(a) && b[i].EndNS > a[i+1].StartNS) {
+			t.Fatalf("runs not interleaved at %d", i)
+		}
+	}
+	// --fail-if-slower: B is ~50% slower.
+	code, _, errs, _ = benchCLI(t, "--runs", "2", "--baseline", "0s", "--vs", "sleep 0.3", "--fail-if-slower", "10", "--", "sleep", "0.2")
+	if code != 1 || !strings.Contains(errs, "regression: B is") {
+		t.Fatalf("--fail-if-slower: exit %d: %s", code, errs)
+	}
+}
+
+func TestBenchStepMarks(t *testing.T) {
+	t.Parallel()
+	script := `for i in 1 2 3; do echo "step $i $(date +%s.%N)" > "$GPUSAMPLER_MARKS"; sleep 0.15; done`
+	code, out, errs, res := benchCLI(t, "--runs", "2", "--", script)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errs)
+	}
+	for _, run := range res.Benchmarks[0].Runs {
+		if len(run.Steps) != 4 || run.Steps[0].Name != "(before first mark)" || run.Steps[3].Name != "step 3" {
+			t.Fatalf("steps %+v", run.Steps)
+		}
+		var wall, energy float64
+		for i, st := range run.Steps {
+			wall += float64(st.WallS)
+			energy += float64(st.EnergyJ)
+			if i > 0 && run.Steps[i-1].EndNS != st.StartNS {
+				t.Fatalf("steps do not tile the run: %+v", run.Steps)
+			}
+			if i > 0 && (st.WallS < 0.1 || st.WallS > 0.5) {
+				t.Errorf("step %s lasted %v s (sleep 0.15)", st.Name, st.WallS)
+			}
+			if !st.UtilMeanPct.Known() {
+				t.Errorf("step %s has no utilization", st.Name)
+			}
+		}
+		if math.Abs(wall-float64(run.WallS)) > 1e-3 {
+			t.Fatalf("steps' wall %v, run %v", wall, run.WallS)
+		}
+		if math.Abs(energy-float64(run.EnergyJ)) > 1e-6*math.Abs(float64(run.EnergyJ))+1e-9 {
+			t.Fatalf("steps' energy %v, run %v", energy, run.EnergyJ)
+		}
+	}
+	if !strings.Contains(out, "steps of run 0") {
+		t.Fatalf("steps not in the table:\n%s", out)
+	}
+}
+
+func TestBenchCompareSavedFiles(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a.json"), filepath.Join(dir, "b.json")
+	for _, c := range []struct{ path, sleep string }{{a, "0.1"}, {b, "0.2"}} {
+		code, out, errs := runCLI(t, "bench", "--backend", "sim", "--gpus", "1", "--baseline", "0s", "--runs", "4",
+			"--no-progress", "--export-json", c.path, "--", "sleep", c.sleep)
+		if code != 0 {
+			t.Fatalf("exit %d\n%s\n%s", code, out, errs)
+		}
+	}
+	code, out, errs := runCLI(t, "bench", "compare", a, b)
+	if code != 0 || !regexp.MustCompile(`b\.json is [12]\.\d\d ± 0\.\d\d× slower than .*a\.json`).MatchString(out) {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errs)
+	}
+	if code, _, errs := runCLI(t, "bench", "compare", "--fail-if-slower", "20", a, b); code != 1 || !strings.Contains(errs, "regression") {
+		t.Fatalf("compare --fail-if-slower: exit %d: %s", code, errs)
+	}
+	if code, out, _ := runCLI(t, "bench", "compare", b, a); code != 0 || !strings.Contains(out, "faster than") {
+		t.Fatalf("reverse compare: %d\n%s", code, out)
+	}
+}
+
+func TestBenchReportExports(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	svg, md, csv := filepath.Join(dir, "r.svg"), filepath.Join(dir, "r.md"), filepath.Join(dir, "r.csv")
+	script := `echo "phase 1 $(date +%s.%N)" > "$GPUSAMPLER_MARKS"; sleep 0.2; echo "phase 2 $(date +%s.%N)" > "$GPUSAMPLER_MARKS"; sleep 0.2`
+	code, out, errs := runCLI(t, "bench", "--backend", "sim", "--gpus", "2", "--baseline", "300ms", "--runs", "2",
+		"--vs", "sleep 0.1", "--export-svg", svg, "--export-markdown", md, "--export-csv", csv, "--", script)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errs)
+	}
+	b, err := os.ReadFile(svg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := xml.NewDecoder(strings.NewReader(string(b)))
+	texts := 0
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("SVG does not parse: %v", err)
+		}
+		if se, ok := tok.(xml.StartElement); ok && se.Name.Local == "text" {
+			texts++
+		}
+	}
+	if texts < 20 || !strings.Contains(string(b), "GPU 1") {
+		t.Fatalf("SVG has %d text elements", texts)
+	}
+	for _, u := range regexp.MustCompile(`(?i)https?://[^"'\s)]*`).FindAllString(string(b), -1) {
+		if u != "http://www.w3.org/2000/svg" && u != "http://www.w3.org/1999/xlink" {
+			t.Fatalf("SVG references %s (must be self-contained)", u)
+		}
+	}
+	mdb, _ := os.ReadFile(md)
+	if !strings.Contains(string(mdb), "| A: `"+script+"`") || !strings.Contains(string(mdb), "slower than A") &&
+		!strings.Contains(string(mdb), "faster than A") {
+		t.Fatalf("markdown:\n%s", mdb)
+	}
+	csvb, _ := os.ReadFile(csv)
+	lines := strings.Split(strings.TrimSpace(string(csvb)), "\n")
+	if lines[0] != "time_ns,t_s,gpu,metric,unit,value,point_read,command,run" || len(lines) < 100 ||
+		!strings.Contains(string(csvb), ",1,power_draw,W,") || !strings.Contains(string(csvb), ",B,1\n") {
+		t.Fatalf("csv: %d lines, header %q", len(lines), lines[0])
+	}
+}
+
+func TestBenchBadInput(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.json")
+	os.WriteFile(bad, []byte(`{"schema": "gpusampler.bench", "schema_version": 1, "benchmarks": [`), 0o644)
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"no command", []string{"bench", "--backend", "sim"}, 2, "no command to benchmark"},
+		{"runs 0", []string{"bench", "--backend", "sim", "--runs", "0", "--", "true"}, 2, "--runs 0: must be at least 1"},
+		{"missing program", []string{"bench", "--backend", "sim", "--", "no-such-program-xyz"}, 2, `"no-such-program-xyz" not found`},
+		{"missing program in --vs", []string{"bench", "--backend", "sim", "--vs", "no-such-program-xyz 1", "--", "true"}, 2, `command B: "no-such-program-xyz" not found`},
+		{"failing command", []string{"bench", "--backend", "sim", "--gpus", "1", "--baseline", "0s", "--", "sh", "-c", "echo boom >&2; exit 3"}, 1, "exit status 3"},
+		{"malformed file", []string{"bench", "compare", bad, bad}, 2, "truncated JSON"},
+		{"missing file", []string{"bench", "compare", filepath.Join(dir, "nope.json"), bad}, 2, "no such file"},
+		{"one file", []string{"bench", "compare", bad}, 2, "two result files"},
+		{"bad devices", []string{"bench", "--backend", "sim", "--devices", "x", "--", "true"}, 2, `"x" is neither an index nor a UUID`},
+		{"fail-if-slower without vs", []string{"bench", "--backend", "sim", "--fail-if-slower", "5", "--", "true"}, 2, "needs --vs"},
+	} {
+		code, out, errs := runCLI(t, tc.args...)
+		if code != tc.code || !strings.Contains(errs, tc.want) {
+			t.Errorf("%s: exit %d, stderr %q, want %d and %q (stdout %q)", tc.name, code, errs, tc.code, tc.want, out)
+		}
+	}
+	// A failing command is reported with its stderr; --ignore-failure keeps
+	// going and records the exit code.
+	code, _, errs := runCLI(t, "bench", "--backend", "sim", "--gpus", "1", "--baseline", "0s", "--", "sh", "-c", "echo boom >&2; exit 3")
+	if code != 1 || !strings.Contains(errs, "boom") || !strings.Contains(errs, "--ignore-failure") {
+		t.Fatalf("failing command: %d %q", code, errs)
+	}
+	code, out, errs, res := benchCLI(t, "--runs", "2", "--ignore-failure", "--baseline", "0s", "--", "sh", "-c", "exit 3")
+	if code != 0 || res.Benchmarks[0].Summary.Failed != 2 || res.Benchmarks[0].Runs[1].ExitCode != 3 {
+		t.Fatalf("--ignore-failure: %d\n%s\n%s", code, out, errs)
+	}
+}
+
+func TestBenchDeviceSelection(t *testing.T) {
+	t.Setenv("CUDA_VISIBLE_DEVICES", "1")
+	t.Setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+	code, out, errs := runCLI(t, "bench", "--backend", "sim", "--gpus", "3", "--baseline", "0s", "--runs", "1", "--", "true")
+	if code != 0 || !strings.Contains(out, "GPU 1 ") || strings.Contains(out, "GPU 0 ") || strings.Contains(out, "GPU 2 ") {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errs)
+	}
+	code, out, errs = runCLI(t, "bench", "--backend", "sim", "--gpus", "3", "--devices", "0,2", "--baseline", "0s", "--runs", "1", "--", "true")
+	if code != 0 || !strings.Contains(out, "GPU 0 ") || !strings.Contains(out, "GPU 2 ") || strings.Contains(out, "GPU 1 ") {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errs)
+	}
+	t.Setenv("CUDA_VISIBLE_DEVICES", "")
+	if code, _, errs := runCLI(t, "bench", "--backend", "sim", "--", "true"); code != 2 || !strings.Contains(errs, "hides every GPU") {
+		t.Fatalf("empty CUDA_VISIBLE_DEVICES: %d %s", code, errs)
+	}
+}
