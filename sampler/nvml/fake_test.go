@@ -163,6 +163,8 @@ func TestFakeDriverChild(t *testing.T) {
 		childXID(t, src)
 	case "allns":
 		childAllNotSupported(t, src)
+	case "doctor":
+		childDoctor(t, src)
 	default:
 		t.Fatalf("unknown scenario %q", scenario)
 	}
