@@ -188,7 +188,8 @@ type Metric struct {
 	Src   Origin
 	// Rare marks slow state that seldom changes (limits, link settings,
 	// health counters, memory total): the engine reads it every
-	// Config.RareInterval instead of every SlowInterval, saving NVML calls.
+	// Config.RareInterval instead of every SlowInterval (or every
+	// FieldInterval for field metrics), saving NVML calls.
 	Rare bool
 	// Telegraf is the nvidia_smi input's naming (measurement nvidia_smi).
 	Telegraf Naming
@@ -267,6 +268,19 @@ const (
 	MetricRemappedCorrectable
 	MetricRemappedUncorrectable
 	MetricXIDCount
+	// Health counters added after the first release: new metrics are
+	// appended, never inserted, because IDs travel on the wire (disk
+	// buffer, plugin protocol).
+	MetricECCSingleAggregate
+	MetricECCDoubleAggregate
+	MetricRowRemapPending
+	MetricRowRemapFailure
+	MetricRetiredPagesSingle
+	MetricRetiredPagesDouble
+	MetricNVLinkCRCFlitErrors
+	MetricNVLinkCRCDataErrors
+	MetricNVLinkReplayErrors
+	MetricNVLinkRecoveryErrors
 	numMetrics
 )
 
@@ -480,6 +494,39 @@ func buildCatalog() []Metric {
 			// No DCGM naming: DCGM_FI_DEV_XID_ERRORS is the last XID's code,
 			// which outputs derive from the xid events.
 			Src: query("XidEvents")},
+
+		MetricECCSingleAggregate: {Name: "ecc_errors_aggregate_correctable", Unit: "count", Group: GroupHealth, Kind: Counter, Type: Int,
+			Help: "Corrected (single-bit) ECC errors over the board's life (field 5).", Src: field("NVML_FI_DEV_ECC_SBE_AGG_TOTAL"), Rare: true,
+			DCGM: nm("DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", "count", 1, Int)},
+		MetricECCDoubleAggregate: {Name: "ecc_errors_aggregate_uncorrectable", Unit: "count", Group: GroupHealth, Kind: Counter, Type: Int,
+			Help: "Uncorrected (double-bit) ECC errors over the board's life (field 6).", Src: field("NVML_FI_DEV_ECC_DBE_AGG_TOTAL"), Rare: true,
+			DCGM: nm("DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", "count", 1, Int)},
+		// Telegraf's remapped_rows_pending/_failure are strings ("Yes"):
+		// our names differ so an integer never clashes with them.
+		MetricRowRemapPending: {Name: "row_remap_pending", Unit: "bool", Group: GroupHealth, Kind: State, Type: Int,
+			Help: "1 when a row remapping is pending (the GPU needs a reset to apply it; field 144).", Src: field("NVML_FI_DEV_REMAPPED_PENDING"), Rare: true,
+			DCGM: nm("DCGM_FI_DEV_ROW_REMAP_PENDING", "bool", 1, Int)},
+		MetricRowRemapFailure: {Name: "row_remap_failure", Unit: "bool", Group: GroupHealth, Kind: State, Type: Int,
+			Help: "1 when a row remapping failed (the GPU should be serviced; field 145).", Src: field("NVML_FI_DEV_REMAPPED_FAILURE"), Rare: true,
+			DCGM: nm("DCGM_FI_DEV_ROW_REMAP_FAILURE", "bool", 1, Int)},
+		MetricRetiredPagesSingle: {Name: "retired_pages_single_bit", Unit: "pages", Group: GroupHealth, Kind: Counter, Type: Int,
+			Help: "Pages retired for multiple single-bit ECC errors (pre-Ampere page retirement; field 29).", Src: field("NVML_FI_DEV_RETIRED_SBE"), Rare: true,
+			Telegraf: nm("retired_pages_multiple_single_bit", "pages", 1, Int), DCGM: nm("DCGM_FI_DEV_RETIRED_SBE", "pages", 1, Int)},
+		MetricRetiredPagesDouble: {Name: "retired_pages_double_bit", Unit: "pages", Group: GroupHealth, Kind: Counter, Type: Int,
+			Help: "Pages retired for double-bit ECC errors (pre-Ampere page retirement; field 30).", Src: field("NVML_FI_DEV_RETIRED_DBE"), Rare: true,
+			Telegraf: nm("retired_pages_double_bit", "pages", 1, Int), DCGM: nm("DCGM_FI_DEV_RETIRED_DBE", "pages", 1, Int)},
+		MetricNVLinkCRCFlitErrors: {Name: "nvlink_crc_flit_errors", Unit: "count", Group: GroupHealth, Kind: Counter, Type: Int,
+			Help: "NVLink flow-control CRC errors, summed over links by the driver (field 38).", Src: field("NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL"), Rare: true,
+			DCGM: nm("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", "count", 1, Int)},
+		MetricNVLinkCRCDataErrors: {Name: "nvlink_crc_data_errors", Unit: "count", Group: GroupHealth, Kind: Counter, Type: Int,
+			Help: "NVLink data CRC errors, summed over links by the driver (field 45).", Src: field("NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL"), Rare: true,
+			DCGM: nm("DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL", "count", 1, Int)},
+		MetricNVLinkReplayErrors: {Name: "nvlink_replay_errors", Unit: "count", Group: GroupHealth, Kind: Counter, Type: Int,
+			Help: "NVLink replays, summed over links by the driver (field 52).", Src: field("NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL"), Rare: true,
+			DCGM: nm("DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", "count", 1, Int)},
+		MetricNVLinkRecoveryErrors: {Name: "nvlink_recovery_errors", Unit: "count", Group: GroupHealth, Kind: Counter, Type: Int,
+			Help: "NVLink link recoveries, summed over links by the driver (field 59).", Src: field("NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL"), Rare: true,
+			DCGM: nm("DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL", "count", 1, Int)},
 		numMetrics: {},
 	}[:numMetrics]
 }

@@ -494,3 +494,20 @@ func TestEngineConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+// Health counters read as fields are rare state: one read per
+// RareInterval, not one per field tick.
+func TestEngineRareFieldsReadAtRareInterval(t *testing.T) {
+	dev := newFakeDevice(0)
+	dev.fields[sampler.MetricNVLinkCRCFlitErrors] = 4
+	e, err := sampler.New(&fakeSource{devs: []*fakeDevice{dev}}, sampler.Config{
+		FieldInterval: 5 * time.Millisecond, RareInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.AddOutput("c", &collector{}, sampler.PumpOptions{FlushInterval: 5 * time.Millisecond})
+	runUntil(t, e, func() bool { return dev.reads(sampler.MetricPowerInstant) >= 10 })
+	if n := dev.reads(sampler.MetricNVLinkCRCFlitErrors); n != 1 {
+		t.Errorf("rare field read %d times during %d field ticks, want once", n, dev.reads(sampler.MetricPowerInstant))
+	}
+}

@@ -118,7 +118,11 @@ func newDeviceLoop(e *Engine, src DeviceSource, id Device) *deviceLoop {
 			l.buffers = append(l.buffers, &bufferState{typ: m.Src.Buffer, metric: m.ID, supported: true,
 				interval: e.cfg.DrainInterval})
 		case FromField:
-			l.fastIDs = append(l.fastIDs, m.ID)
+			if m.Rare {
+				l.rareIDs = append(l.rareIDs, m.ID) // health counters: one batch per RareInterval
+			} else {
+				l.fastIDs = append(l.fastIDs, m.ID)
+			}
 		case FromQuery:
 			if m.Rare {
 				l.rareIDs = append(l.rareIDs, m.ID)

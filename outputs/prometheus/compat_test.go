@@ -77,7 +77,6 @@ var notExposed = map[string]string{
 	"DCGM_FI_DEV_PCIE_RX_THROUGHPUT":     "KB counter; gpusampler_pcie_rx_bytes_total (bytes) instead",
 	"DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": "gpusampler_nvlink_{tx,rx}_bytes_total instead",
 	"DCGM_FI_DEV_VGPU_LICENSE_STATUS":    "vGPU licensing is not sampled",
-	"DCGM_FI_DEV_ROW_REMAP_FAILURE":      "not in the catalog yet",
 }
 
 // catalogHasDCGM reports whether a catalog metric carries the DCGM name.

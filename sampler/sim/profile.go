@@ -193,8 +193,16 @@ func (d *Device) value(id sampler.MetricID, at time.Time) (float64, bool) {
 	case sampler.MetricPCIeLinkWidth:
 		return 16, true
 	case sampler.MetricPCIeReplays, sampler.MetricECCSingleVolatile, sampler.MetricECCDoubleVolatile,
-		sampler.MetricRemappedCorrectable, sampler.MetricRemappedUncorrectable:
+		sampler.MetricRemappedCorrectable, sampler.MetricRemappedUncorrectable,
+		sampler.MetricECCDoubleAggregate, sampler.MetricRowRemapPending, sampler.MetricRowRemapFailure,
+		sampler.MetricRetiredPagesDouble, sampler.MetricNVLinkCRCDataErrors, sampler.MetricNVLinkRecoveryErrors:
 		return 0, true
+	case sampler.MetricECCSingleAggregate:
+		return 3, true // a few corrected errors over the board's life
+	case sampler.MetricRetiredPagesSingle:
+		return 0, false // H100/H200 remap rows; page retirement is pre-Ampere
+	case sampler.MetricNVLinkCRCFlitErrors, sampler.MetricNVLinkReplayErrors:
+		return 1, true
 	}
 	return 0, false
 }

@@ -286,6 +286,9 @@ nvmlReturn_t nvmlDeviceGetFieldValues(void *h, int n, nvmlFieldValue_t *v) {
 		case 74: case 75: case 76: case 77: case 78: case 79: v[i].value.ull = 1000 * id; break;
 		case 251: case 252: case 253: case 269: case 270: case 271: v[i].value.ull = 7 * id; break;
 		case 3: case 4: case 94: case 142: case 143: v[i].value.ull = 0; break;
+		case 5: v[i].value.ull = 3; break;                /* aggregate SBE */
+		case 6: case 29: case 30: case 144: case 145: v[i].value.ull = 0; break;
+		case 38: case 45: case 52: case 59: v[i].value.ull = id / 10; break; /* NVLink error totals */
 		default: v[i].nvmlReturn = E_NOT_SUPPORTED;
 		}
 	}
