@@ -132,6 +132,8 @@ type Recommendation struct {
 	FieldInterval time.Duration `json:"field_interval_ns"`
 	SlowInterval  time.Duration `json:"slow_interval_ns"`
 	RareInterval  time.Duration `json:"rare_interval_ns"`
+	// GPMInterval is 0 when no device supports GPM profiling.
+	GPMInterval time.Duration `json:"gpm_interval_ns,omitempty"`
 	// Why has one line per recommendation, in the order above.
 	Why []string `json:"why"`
 }
@@ -400,6 +402,19 @@ func recommend(devs []DeviceReport, cat *sampler.Catalog) Recommendation {
 		rec.SlowInterval, slow, p99))
 	rec.RareInterval = max(rec.RareInterval, rec.SlowInterval)
 	rec.Why = append(rec.Why, fmt.Sprintf("rare state %v: limits, link settings and health counters seldom change", rec.RareInterval))
+	gpm := false
+	for _, d := range devs {
+		for _, g := range d.Groups {
+			gpm = gpm || (g.Group == sampler.GroupProfiling && g.Supported > 0)
+		}
+	}
+	if gpm {
+		rec.GPMInterval = sampler.DefaultGPMInterval
+		rec.Why = append(rec.Why, fmt.Sprintf("profiling (GPM) %v: one snapshot per read, values over the interval; at least %v",
+			rec.GPMInterval, sampler.MinGPMInterval))
+	} else {
+		rec.Why = append(rec.Why, "profiling (GPM): not supported on these devices (needs Hopper or newer, and not under MIG without per-instance reads)")
+	}
 	return rec
 }
 

@@ -77,6 +77,9 @@ func WriteText(w io.Writer, r *Report) error {
 	p("  field interval\t%v\n", rc.FieldInterval)
 	p("  slow interval\t%v\n", rc.SlowInterval)
 	p("  rare interval\t%v\n", rc.RareInterval)
+	if rc.GPMInterval > 0 {
+		p("  gpm interval\t%v\n", rc.GPMInterval)
+	}
 	for _, why := range rc.Why {
 		p("  - %s\n", why)
 	}

@@ -165,6 +165,8 @@ func TestFakeDriverChild(t *testing.T) {
 		childAllNotSupported(t, src)
 	case "doctor":
 		childDoctor(t, src)
+	case "gpm":
+		childGPM(t, src)
 	default:
 		t.Fatalf("unknown scenario %q", scenario)
 	}

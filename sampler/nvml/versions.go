@@ -125,6 +125,12 @@ var symbolSince = map[string]APIVersion{
 	"nvmlDeviceGetTotalEccErrors":               {10, 0},
 	"nvmlDeviceGetRemappedRows":                 {11, 0},
 	"nvmlDeviceGetHandleByUUID":                 {10, 0},
+	// GPM (GPU performance monitoring, Hopper+).
+	"nvmlGpmQueryDeviceSupport": api12_0,
+	"nvmlGpmSampleAlloc":        api12_0,
+	"nvmlGpmSampleFree":         api12_0,
+	"nvmlGpmSampleGet":          api12_0,
+	"nvmlGpmMetricsGet":         api12_0,
 	// Events. go-nvml binds its EventSetWait to _v2 when the library has
 	// it, else to the original; one of them must exist.
 	"nvmlEventSetCreate":               {10, 0},
