@@ -25,11 +25,14 @@ const (
 	GroupPCIe        Group = "pcie"
 	GroupNVLink      Group = "nvlink"
 	GroupHealth      Group = "health"
+	// GroupProfiling holds GPM metrics (Hopper and newer): SM activity,
+	// pipes, DRAM and link rates, computed from two snapshots.
+	GroupProfiling Group = "profiling"
 )
 
 // Groups lists every group in catalog order.
 var Groups = []Group{GroupPower, GroupUtilization, GroupClocks, GroupMemory,
-	GroupTemperature, GroupThrottle, GroupPCIe, GroupNVLink, GroupHealth}
+	GroupTemperature, GroupThrottle, GroupPCIe, GroupNVLink, GroupHealth, GroupProfiling}
 
 // SourceKind says how a backend obtains a metric.
 type SourceKind uint8
@@ -44,6 +47,12 @@ const (
 	FromField
 	// FromQuery metrics are slow state read with point queries at ≥ 1 s.
 	FromQuery
+	// FromGPM metrics are GPU performance-monitoring (GPM, Hopper+)
+	// metrics: the backend takes a snapshot per read and computes each
+	// value over the time since the previous read, so the engine reads
+	// them together every Config.GPMInterval (≥ MinGPMInterval). The first
+	// read of a device answers ErrNothingNew (one snapshot, no interval).
+	FromGPM
 )
 
 func (k SourceKind) String() string {
@@ -54,6 +63,8 @@ func (k SourceKind) String() string {
 		return "field"
 	case FromQuery:
 		return "query"
+	case FromGPM:
+		return "gpm"
 	}
 	return "unknown"
 }
@@ -98,6 +109,8 @@ type Origin struct {
 	Field string
 	// Query names the point query for FromQuery metrics ("GetTemperature").
 	Query string
+	// GPM names the GPM metric for FromGPM metrics ("GPM_METRIC_SM_UTIL").
+	GPM string
 }
 
 func (s Origin) String() string {
@@ -108,6 +121,8 @@ func (s Origin) String() string {
 		return "field:" + s.Field
 	case FromQuery:
 		return "query:" + s.Query
+	case FromGPM:
+		return "gpm:" + s.GPM
 	}
 	return "unknown"
 }
@@ -188,7 +203,8 @@ type Metric struct {
 	Src   Origin
 	// Rare marks slow state that seldom changes (limits, link settings,
 	// health counters, memory total): the engine reads it every
-	// Config.RareInterval instead of every SlowInterval, saving NVML calls.
+	// Config.RareInterval instead of every SlowInterval (or every
+	// FieldInterval for field metrics), saving NVML calls.
 	Rare bool
 	// Telegraf is the nvidia_smi input's naming (measurement nvidia_smi).
 	Telegraf Naming
@@ -267,6 +283,35 @@ const (
 	MetricRemappedCorrectable
 	MetricRemappedUncorrectable
 	MetricXIDCount
+	// Health counters added after the first release: new metrics are
+	// appended, never inserted, because IDs travel on the wire (disk
+	// buffer, plugin protocol).
+	MetricECCSingleAggregate
+	MetricECCDoubleAggregate
+	MetricRowRemapPending
+	MetricRowRemapFailure
+	MetricRetiredPagesSingle
+	MetricRetiredPagesDouble
+	MetricNVLinkCRCFlitErrors
+	MetricNVLinkCRCDataErrors
+	MetricNVLinkReplayErrors
+	MetricNVLinkRecoveryErrors
+	// GPM profiling (group profiling).
+	MetricGraphicsActive
+	MetricSMActive
+	MetricSMOccupancy
+	MetricTensorActive
+	MetricTensorDFMAActive
+	MetricTensorHMMAActive
+	MetricTensorIMMAActive
+	MetricFP64Active
+	MetricFP32Active
+	MetricFP16Active
+	MetricDRAMActive
+	MetricPCIeTxRate
+	MetricPCIeRxRate
+	MetricNVLinkTxRate
+	MetricNVLinkRxRate
 	numMetrics
 )
 
@@ -333,6 +378,15 @@ func buildCatalog() []Metric {
 	buf := func(t BufferType) Origin { return Origin{Kind: FromBuffer, Buffer: t} }
 	field := func(sym string) Origin { return Origin{Kind: FromField, Field: sym} }
 	query := func(q string) Origin { return Origin{Kind: FromQuery, Query: q} }
+	gpm := func(g string) Origin { return Origin{Kind: FromGPM, GPM: g} }
+	// DCGM's profiling metrics are ratios 0–1; GPM gives percent.
+	ratio := func(name string) Naming { return nm(name, "ratio", 0.01, Float) }
+	prof := func(name, help, g, dcgm string) Metric {
+		return Metric{Name: name, Unit: "%", Group: GroupProfiling, Kind: Gauge, Type: Float, Help: help, Src: gpm(g), DCGM: ratio(dcgm)}
+	}
+	rate := func(name, help, g, dcgm string) Metric {
+		return Metric{Name: name, Unit: "B/s", Group: GroupProfiling, Kind: Gauge, Type: Float, Help: help, Src: gpm(g), DCGM: nm(dcgm, "B/s", 1, Float)}
+	}
 	return []Metric{
 		MetricPowerDraw: {Name: "power_draw", Unit: "W", Group: GroupPower, Kind: Gauge, Type: Float,
 			Help: "Board power from the driver's power sample buffer.", Src: buf(BufferTotalPower),
@@ -480,6 +534,70 @@ func buildCatalog() []Metric {
 			// No DCGM naming: DCGM_FI_DEV_XID_ERRORS is the last XID's code,
 			// which outputs derive from the xid events.
 			Src: query("XidEvents")},
+
+		MetricECCSingleAggregate: {Name: "ecc_errors_aggregate_correctable", Unit: "count", Group: GroupHealth, Kind: Counter, Type: Int,
+			Help: "Corrected (single-bit) ECC errors over the board's life (field 5).", Src: field("NVML_FI_DEV_ECC_SBE_AGG_TOTAL"), Rare: true,
+			DCGM: nm("DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", "count", 1, Int)},
+		MetricECCDoubleAggregate: {Name: "ecc_errors_aggregate_uncorrectable", Unit: "count", Group: GroupHealth, Kind: Counter, Type: Int,
+			Help: "Uncorrected (double-bit) ECC errors over the board's life (field 6).", Src: field("NVML_FI_DEV_ECC_DBE_AGG_TOTAL"), Rare: true,
+			DCGM: nm("DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", "count", 1, Int)},
+		// Telegraf's remapped_rows_pending/_failure are strings ("Yes"):
+		// our names differ so an integer never clashes with them.
+		MetricRowRemapPending: {Name: "row_remap_pending", Unit: "bool", Group: GroupHealth, Kind: State, Type: Int,
+			Help: "1 when a row remapping is pending (the GPU needs a reset to apply it; field 144).", Src: field("NVML_FI_DEV_REMAPPED_PENDING"), Rare: true,
+			DCGM: nm("DCGM_FI_DEV_ROW_REMAP_PENDING", "bool", 1, Int)},
+		MetricRowRemapFailure: {Name: "row_remap_failure", Unit: "bool", Group: GroupHealth, Kind: State, Type: Int,
+			Help: "1 when a row remapping failed (the GPU should be serviced; field 145).", Src: field("NVML_FI_DEV_REMAPPED_FAILURE"), Rare: true,
+			DCGM: nm("DCGM_FI_DEV_ROW_REMAP_FAILURE", "bool", 1, Int)},
+		MetricRetiredPagesSingle: {Name: "retired_pages_single_bit", Unit: "pages", Group: GroupHealth, Kind: Counter, Type: Int,
+			Help: "Pages retired for multiple single-bit ECC errors (pre-Ampere page retirement; field 29).", Src: field("NVML_FI_DEV_RETIRED_SBE"), Rare: true,
+			Telegraf: nm("retired_pages_multiple_single_bit", "pages", 1, Int), DCGM: nm("DCGM_FI_DEV_RETIRED_SBE", "pages", 1, Int)},
+		MetricRetiredPagesDouble: {Name: "retired_pages_double_bit", Unit: "pages", Group: GroupHealth, Kind: Counter, Type: Int,
+			Help: "Pages retired for double-bit ECC errors (pre-Ampere page retirement; field 30).", Src: field("NVML_FI_DEV_RETIRED_DBE"), Rare: true,
+			Telegraf: nm("retired_pages_double_bit", "pages", 1, Int), DCGM: nm("DCGM_FI_DEV_RETIRED_DBE", "pages", 1, Int)},
+		MetricNVLinkCRCFlitErrors: {Name: "nvlink_crc_flit_errors", Unit: "count", Group: GroupHealth, Kind: Counter, Type: Int,
+			Help: "NVLink flow-control CRC errors, summed over links by the driver (field 38).", Src: field("NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL"), Rare: true,
+			DCGM: nm("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", "count", 1, Int)},
+		MetricNVLinkCRCDataErrors: {Name: "nvlink_crc_data_errors", Unit: "count", Group: GroupHealth, Kind: Counter, Type: Int,
+			Help: "NVLink data CRC errors, summed over links by the driver (field 45).", Src: field("NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL"), Rare: true,
+			DCGM: nm("DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL", "count", 1, Int)},
+		MetricNVLinkReplayErrors: {Name: "nvlink_replay_errors", Unit: "count", Group: GroupHealth, Kind: Counter, Type: Int,
+			Help: "NVLink replays, summed over links by the driver (field 52).", Src: field("NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL"), Rare: true,
+			DCGM: nm("DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", "count", 1, Int)},
+		MetricNVLinkRecoveryErrors: {Name: "nvlink_recovery_errors", Unit: "count", Group: GroupHealth, Kind: Counter, Type: Int,
+			Help: "NVLink link recoveries, summed over links by the driver (field 59).", Src: field("NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL"), Rare: true,
+			DCGM: nm("DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL", "count", 1, Int)},
+
+		MetricGraphicsActive: prof("graphics_active", "Percent of time the graphics or compute engine was active (GPM).",
+			"GPM_METRIC_GRAPHICS_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE"),
+		MetricSMActive: prof("sm_active", "Percent of time at least one warp was resident per SM, averaged over SMs (GPM). Low with high utilization_gpu: the SMs mostly wait.",
+			"GPM_METRIC_SM_UTIL", "DCGM_FI_PROF_SM_ACTIVE"),
+		MetricSMOccupancy: prof("sm_occupancy", "Resident warps as a percent of the SMs' maximum (GPM).",
+			"GPM_METRIC_SM_OCCUPANCY", "DCGM_FI_PROF_SM_OCCUPANCY"),
+		MetricTensorActive: prof("tensor_active", "Percent of time any tensor pipe was active (GPM).",
+			"GPM_METRIC_ANY_TENSOR_UTIL", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"),
+		MetricTensorDFMAActive: prof("tensor_dfma_active", "Percent of time the FP64 (DFMA) tensor pipe was active (GPM).",
+			"GPM_METRIC_DFMA_TENSOR_UTIL", "DCGM_FI_PROF_PIPE_TENSOR_DFMA_ACTIVE"),
+		MetricTensorHMMAActive: prof("tensor_hmma_active", "Percent of time the half-precision (HMMA) tensor pipe was active (GPM).",
+			"GPM_METRIC_HMMA_TENSOR_UTIL", "DCGM_FI_PROF_PIPE_TENSOR_HMMA_ACTIVE"),
+		MetricTensorIMMAActive: prof("tensor_imma_active", "Percent of time the integer (IMMA) tensor pipe was active (GPM).",
+			"GPM_METRIC_IMMA_TENSOR_UTIL", "DCGM_FI_PROF_PIPE_TENSOR_IMMA_ACTIVE"),
+		MetricFP64Active: prof("fp64_active", "Percent of time the FP64 pipe was active (GPM).",
+			"GPM_METRIC_FP64_UTIL", "DCGM_FI_PROF_PIPE_FP64_ACTIVE"),
+		MetricFP32Active: prof("fp32_active", "Percent of time the FP32 pipe was active (GPM).",
+			"GPM_METRIC_FP32_UTIL", "DCGM_FI_PROF_PIPE_FP32_ACTIVE"),
+		MetricFP16Active: prof("fp16_active", "Percent of time the FP16 pipe was active (GPM).",
+			"GPM_METRIC_FP16_UTIL", "DCGM_FI_PROF_PIPE_FP16_ACTIVE"),
+		MetricDRAMActive: prof("dram_active", "DRAM bandwidth used, percent of peak (GPM).",
+			"GPM_METRIC_DRAM_BW_UTIL", "DCGM_FI_PROF_DRAM_ACTIVE"),
+		MetricPCIeTxRate: rate("pcie_tx_rate", "PCIe bytes per second sent by the GPU (GPM; MiB/s in NVML).",
+			"GPM_METRIC_PCIE_TX_PER_SEC", "DCGM_FI_PROF_PCIE_TX_BYTES"),
+		MetricPCIeRxRate: rate("pcie_rx_rate", "PCIe bytes per second received by the GPU (GPM; MiB/s in NVML).",
+			"GPM_METRIC_PCIE_RX_PER_SEC", "DCGM_FI_PROF_PCIE_RX_BYTES"),
+		MetricNVLinkTxRate: rate("nvlink_tx_rate", "NVLink bytes per second sent, all links (GPM; MiB/s in NVML).",
+			"GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC", "DCGM_FI_PROF_NVLINK_TX_BYTES"),
+		MetricNVLinkRxRate: rate("nvlink_rx_rate", "NVLink bytes per second received, all links (GPM; MiB/s in NVML).",
+			"GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC", "DCGM_FI_PROF_NVLINK_RX_BYTES"),
 		numMetrics: {},
 	}[:numMetrics]
 }

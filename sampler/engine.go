@@ -23,6 +23,12 @@ const (
 	DefaultRingSize     = 1 << 14
 	// MinSlowInterval bounds slow point queries (they cost milliseconds).
 	MinSlowInterval = time.Second
+	// DefaultGPMInterval is the GPM (profiling) read period: each read
+	// takes one snapshot and yields the metrics over the time since the
+	// previous one.
+	DefaultGPMInterval = time.Second
+	// MinGPMInterval: GPM needs snapshots at least this far apart.
+	MinGPMInterval = 100 * time.Millisecond
 	// MinDrainInterval bounds how far a suspected loss may shorten draining.
 	MinDrainInterval = 20 * time.Millisecond
 	// DefaultLostRetryInterval is the first retry delay for a lost device
@@ -50,6 +56,9 @@ type Config struct {
 	// RareInterval is the period of slow state marked Rare in the catalog
 	// (≥ SlowInterval; default DefaultRareInterval).
 	RareInterval time.Duration
+	// GPMInterval is the period of GPM profiling reads (default
+	// DefaultGPMInterval, ≥ MinGPMInterval).
+	GPMInterval time.Duration
 	// LostRetryInterval is the first delay before a lost device is probed
 	// again (default DefaultLostRetryInterval); it doubles per failed probe.
 	LostRetryInterval time.Duration
@@ -85,6 +94,9 @@ func (c *Config) withDefaults() (Config, error) {
 	if out.RareInterval == 0 {
 		out.RareInterval = max(DefaultRareInterval, out.SlowInterval)
 	}
+	if out.GPMInterval == 0 {
+		out.GPMInterval = DefaultGPMInterval
+	}
 	if out.LostRetryInterval == 0 {
 		out.LostRetryInterval = DefaultLostRetryInterval
 	}
@@ -109,6 +121,8 @@ func (c *Config) withDefaults() (Config, error) {
 		return out, fmt.Errorf("slow interval %v: must be at least %v", out.SlowInterval, MinSlowInterval)
 	case out.RareInterval < out.SlowInterval:
 		return out, fmt.Errorf("rare interval %v: must be at least the slow interval %v", out.RareInterval, out.SlowInterval)
+	case out.GPMInterval < MinGPMInterval:
+		return out, fmt.Errorf("gpm interval %v: must be at least %v (GPM compares two snapshots)", out.GPMInterval, MinGPMInterval)
 	case out.LostRetryInterval < 0:
 		return out, fmt.Errorf("lost retry interval %v: must be positive", out.LostRetryInterval)
 	case out.RingSize < 0:

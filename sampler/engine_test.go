@@ -494,3 +494,95 @@ func TestEngineConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+// Health counters read as fields are rare state: one read per
+// RareInterval, not one per field tick.
+func TestEngineRareFieldsReadAtRareInterval(t *testing.T) {
+	dev := newFakeDevice(0)
+	dev.fields[sampler.MetricNVLinkCRCFlitErrors] = 4
+	e, err := sampler.New(&fakeSource{devs: []*fakeDevice{dev}}, sampler.Config{
+		FieldInterval: 5 * time.Millisecond, RareInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.AddOutput("c", &collector{}, sampler.PumpOptions{FlushInterval: 5 * time.Millisecond})
+	runUntil(t, e, func() bool { return dev.reads(sampler.MetricPowerInstant) >= 10 })
+	if n := dev.reads(sampler.MetricNVLinkCRCFlitErrors); n != 1 {
+		t.Errorf("rare field read %d times during %d field ticks, want once", n, dev.reads(sampler.MetricPowerInstant))
+	}
+}
+
+// gpmDevice answers GPM metrics like a backend: nothing new at the first
+// snapshot, then values; it counts GPM reads.
+type gpmDevice struct {
+	*fakeDevice
+	gpmReads atomic.Int64
+}
+
+func (d *gpmDevice) Read(ids []sampler.MetricID, out []sampler.Reading) error {
+	if err := d.fakeDevice.Read(ids, out); err != nil {
+		return err
+	}
+	for i, id := range ids {
+		if sampler.DefaultCatalog.Get(id).Src.Kind != sampler.FromGPM {
+			continue
+		}
+		if i == 0 {
+			d.gpmReads.Add(1)
+		}
+		switch {
+		case d.gpmReads.Load() == 1:
+			out[i] = sampler.Reading{Err: sampler.ErrNothingNew}
+		case id == sampler.MetricSMActive:
+			out[i] = sampler.Reading{Value: 42}
+		default:
+			out[i] = sampler.Reading{Err: sampler.ErrNotSupported}
+		}
+	}
+	return nil
+}
+
+type gpmSource struct{ dev *gpmDevice }
+
+func (s gpmSource) Name() string { return "fake" }
+func (s gpmSource) Devices() ([]sampler.DeviceSource, error) {
+	return []sampler.DeviceSource{s.dev}, nil
+}
+func (s gpmSource) Close() error { return nil }
+
+// GPM metrics are read together, once per GPMInterval: the first snapshot
+// yields nothing, unsupported metrics are dropped, the rest flow.
+func TestEngineGPMReadAtItsInterval(t *testing.T) {
+	dev := &gpmDevice{fakeDevice: newFakeDevice(0)}
+	e, err := sampler.New(gpmSource{dev}, sampler.Config{FieldInterval: 5 * time.Millisecond, GPMInterval: 100 * time.Millisecond,
+		Select: func(m *sampler.Metric) bool {
+			return m.Src.Kind == sampler.FromGPM || m.ID == sampler.MetricPowerInstant
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := &collector{}
+	e.AddOutput("c", out, sampler.PumpOptions{FlushInterval: 5 * time.Millisecond})
+	count := func() (n int) {
+		for _, s := range out.snapshot() {
+			if s.Metric == sampler.MetricSMActive {
+				n++
+				if s.Value != 42 {
+					t.Errorf("sm_active %v", s.Value)
+				}
+			}
+		}
+		return n
+	}
+	runUntil(t, e, func() bool { return count() >= 2 })
+	fields, gpm := dev.reads(sampler.MetricPowerInstant), int(dev.gpmReads.Load())
+	if gpm < 3 || fields < 4*gpm {
+		t.Errorf("%d GPM reads beside %d field reads: GPM should run at its own, slower interval", gpm, fields)
+	}
+	if n := dev.reads(sampler.MetricTensorActive); n != 2 {
+		t.Errorf("unsupported GPM metric read %d times, want twice (nothing new, then not supported)", n)
+	}
+	if _, err := sampler.New(gpmSource{dev}, sampler.Config{GPMInterval: 10 * time.Millisecond}); err == nil {
+		t.Error("GPM interval 10ms accepted")
+	}
+}

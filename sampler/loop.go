@@ -74,6 +74,8 @@ type deviceLoop struct {
 	slowOut  []Reading
 	rareIDs  []MetricID // slow state marked Rare, read every RareInterval
 	rareOut  []Reading
+	gpmIDs   []MetricID // GPM profiling, read every GPMInterval
+	gpmOut   []Reading
 	pointID  []MetricID // utilization point read for idle GPUs
 	pointOut []Reading
 
@@ -118,13 +120,19 @@ func newDeviceLoop(e *Engine, src DeviceSource, id Device) *deviceLoop {
 			l.buffers = append(l.buffers, &bufferState{typ: m.Src.Buffer, metric: m.ID, supported: true,
 				interval: e.cfg.DrainInterval})
 		case FromField:
-			l.fastIDs = append(l.fastIDs, m.ID)
+			if m.Rare {
+				l.rareIDs = append(l.rareIDs, m.ID) // health counters: one batch per RareInterval
+			} else {
+				l.fastIDs = append(l.fastIDs, m.ID)
+			}
 		case FromQuery:
 			if m.Rare {
 				l.rareIDs = append(l.rareIDs, m.ID)
 			} else {
 				l.slowIDs = append(l.slowIDs, m.ID)
 			}
+		case FromGPM:
+			l.gpmIDs = append(l.gpmIDs, m.ID)
 		}
 	}
 	for _, id := range []MetricID{MetricUtilGPU, MetricUtilMemory} {
@@ -135,6 +143,7 @@ func newDeviceLoop(e *Engine, src DeviceSource, id Device) *deviceLoop {
 	l.fastOut = make([]Reading, len(l.fastIDs))
 	l.slowOut = make([]Reading, len(l.slowIDs))
 	l.rareOut = make([]Reading, len(l.rareIDs))
+	l.gpmOut = make([]Reading, len(l.gpmIDs))
 	l.pointOut = make([]Reading, len(l.pointID))
 	l.raw = make([]RawSample, 0, 256)
 	l.pub = make([]Sample, 0, 1024)
@@ -154,8 +163,8 @@ func (l *deviceLoop) run(ctx context.Context) {
 			l.exit()
 		}
 	}
-	nextField, nextSlow, nextRare := now, now, now
-	fieldEvery, slowEvery, rareEvery := l.e.cfg.FieldInterval, l.e.cfg.SlowInterval, l.e.cfg.RareInterval
+	nextField, nextSlow, nextRare, nextGPM := now, now, now, now
+	fieldEvery, slowEvery, rareEvery, gpmEvery := l.e.cfg.FieldInterval, l.e.cfg.SlowInterval, l.e.cfg.RareInterval, l.e.cfg.GPMInterval
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -189,6 +198,11 @@ func (l *deviceLoop) run(ctx context.Context) {
 			l.readInto(l.rareIDs, l.rareOut, now, 0, &l.rareIDs, &l.rareOut)
 			nextRare = advance(nextRare, rareEvery, now)
 		}
+		if len(l.gpmIDs) > 0 && !now.Before(nextGPM) {
+			// One read of every GPM metric: one snapshot per interval.
+			l.readInto(l.gpmIDs, l.gpmOut, now, 0, &l.gpmIDs, &l.gpmOut)
+			nextGPM = advance(nextGPM, gpmEvery, now)
+		}
 		l.flush()
 		next := now.Add(time.Minute)
 		if len(l.slowIDs) > 0 && nextSlow.Before(next) {
@@ -199,6 +213,9 @@ func (l *deviceLoop) run(ctx context.Context) {
 		}
 		if len(l.fastIDs) > 0 && nextField.Before(next) {
 			next = nextField
+		}
+		if len(l.gpmIDs) > 0 && nextGPM.Before(next) {
+			next = nextGPM
 		}
 		for _, b := range l.buffers {
 			if b.supported && b.next.Before(next) {

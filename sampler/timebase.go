@@ -94,3 +94,8 @@ func absDur(d time.Duration) time.Duration {
 	}
 	return d
 }
+
+// BootTime returns the time since boot (CLOCK_BOOTTIME on Linux), and false
+// where the platform has no such clock. Doctor uses it to name the clock
+// of the driver's sample timestamps.
+func BootTime() (time.Duration, bool) { return bootTime() }

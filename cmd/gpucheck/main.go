@@ -224,6 +224,7 @@ func run(r *report, log *slog.Logger, lib, loadCmd string, pairs int, window, lo
 				r.Failures = append(r.Failures, fmt.Sprintf("gpu%d %s: %v", id.Index, name, o.Err))
 			}
 		}
+		checkGPM(r, d, id.Index)
 	}
 	if len(r.Devices) == 0 {
 		return 2
@@ -592,4 +593,41 @@ func write(r *report, dir string) error {
 		}
 	}
 	return os.WriteFile(filepath.Join(dir, "report.md"), []byte(b.String()), 0o644)
+}
+
+// checkGPM reads the GPM profiling metrics a second time, past the minimum
+// snapshot interval (the first read above took the first snapshot), and
+// notes their values. Runtimes that refuse profiling counters (no
+// permission, not supported) are "unsupported here", not failures.
+func checkGPM(r *report, d sampler.DeviceSource, gpu int) {
+	var ids []sampler.MetricID
+	for _, m := range sampler.DefaultCatalog.All() {
+		if m.Src.Kind == sampler.FromGPM {
+			ids = append(ids, m.ID)
+		}
+	}
+	time.Sleep(sampler.MinGPMInterval + 50*time.Millisecond)
+	out := make([]sampler.Reading, len(ids))
+	if err := d.Read(ids, out); err != nil {
+		r.Failures = append(r.Failures, fmt.Sprintf("gpu%d read gpm: %v", gpu, err))
+		return
+	}
+	var vals []string
+	for i, o := range out {
+		name := sampler.DefaultCatalog.Name(ids[i])
+		switch {
+		case o.Err == nil:
+			vals = append(vals, fmt.Sprintf("%s=%.4g", name, o.Value))
+		case errors.Is(o.Err, sampler.ErrNotSupported), errors.Is(o.Err, sampler.ErrNoPermission):
+			// already listed by the first read when not supported
+			if errors.Is(o.Err, sampler.ErrNoPermission) {
+				r.Unsupported = append(r.Unsupported, fmt.Sprintf("gpu%d %s: profiling counters refused here: %v", gpu, name, o.Err))
+			}
+		default:
+			r.Failures = append(r.Failures, fmt.Sprintf("gpu%d %s (second GPM snapshot): %v", gpu, name, o.Err))
+		}
+	}
+	if len(vals) > 0 {
+		r.Notes = append(r.Notes, fmt.Sprintf("gpu%d GPM over %v: %s", gpu, sampler.MinGPMInterval+50*time.Millisecond, strings.Join(vals, " ")))
+	}
 }

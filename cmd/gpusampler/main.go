@@ -5,6 +5,7 @@
 //	gpusampler bench -- CMD      benchmark a command: time, energy, GPU behaviour, A/B
 //	gpusampler config            print the commented example config
 //	gpusampler metrics           print the metric catalog (--backend: what each device supports)
+//	gpusampler doctor            what works on these GPUs, buffer depths, clock, latency, advice
 //	gpusampler plugin test PATH  try a plugin binary: handshake, configure, a few writes
 //	gpusampler subscribe         live fleet table (or records) from NATS
 //	gpusampler version           print the version
@@ -46,6 +47,7 @@ commands:
   bench     benchmark a command: time, energy, distributions, diagnoses, A/B (bench -- CMD)
   config    print the commented example config (--check FILE validates one)
   metrics   print the metric catalog
+  doctor    examine the GPUs: what works, buffer depths and periods, clock, latency, advice
   plugin    plugin test PATH [--config FILE]: try an output plugin binary
   subscribe print a live fleet table of what nodes publish to NATS
   version   print the version
@@ -71,6 +73,8 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		err = cmdConfig(rest, stdout, stderr)
 	case "metrics":
 		err = cmdMetrics(rest, stdout, stderr)
+	case "doctor":
+		err = cmdDoctor(rest, stdout, stderr)
 	case "plugin":
 		err = cmdPlugin(ctx, rest, stdout, stderr)
 	case "subscribe":
@@ -80,7 +84,7 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, topUsage)
 	default:
-		err = usagef("unknown command %q (want run, bench, config, metrics, plugin, subscribe or version)", cmd)
+		err = usagef("unknown command %q (want run, bench, config, metrics, doctor, plugin, subscribe or version)", cmd)
 	}
 	if err == nil {
 		return 0

@@ -32,3 +32,21 @@ func TestConfigCommandPrintsExample(t *testing.T) {
 		t.Errorf("gpusampler config: code %d, stderr %s", code, errb.String())
 	}
 }
+
+func TestDoctorCommandOnSimulator(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := Main(t.Context(), []string{"doctor", "--backend", "sim", "--gpus", "1", "--latency-calls", "20"}, nil, &out, &errb)
+	if code != 0 {
+		t.Fatalf("gpusampler doctor: code %d, stderr %s", code, errb.String())
+	}
+	for _, re := range []string{`SIMULATED`, `(?m)^\s+total_power\s+depth 120, period 50ms`, `(?m)^\s+drain interval\s+1s$`, `timestamp clock:\s+realtime`} {
+		if !regexp.MustCompile(re).MatchString(out.String()) {
+			t.Errorf("doctor output lacks %s:\n%s", re, out.String())
+		}
+	}
+	out.Reset()
+	if code := Main(t.Context(), []string{"doctor", "--backend", "sim", "--json", "--latency-calls", "5"}, nil, &out, &errb); code != 0 ||
+		!bytes.Contains(out.Bytes(), []byte(`"simulated": true`)) {
+		t.Errorf("doctor --json: code %d, output %s", code, out.String())
+	}
+}

@@ -51,6 +51,7 @@ var promUnits = map[string]promUnit{
 	"°C":  {"celsius", 1},
 	"ns":  {"seconds", 1e-9},
 	"B":   {"bytes", 1},
+	"B/s": {"bytes_per_second", 1},
 }
 
 // promBase renames catalog names whose Prometheus-style name reads better

@@ -51,6 +51,8 @@ type device struct {
 	// query (0: not asked yet, -1: the query failed) and a buffer that big.
 	capacity [sampler.NumBufferTypes]int
 	sbuf     [sampler.NumBufferTypes][]nvml.Sample
+	// gpm holds the GPM snapshots (see readGPM).
+	gpm gpmState
 }
 
 var (
@@ -363,6 +365,9 @@ func (d *device) Read(ids []sampler.MetricID, out []sampler.Reading) error {
 			}
 			out[i].Value = v
 		}
+	}
+	if err := d.readGPM(ids, out); err != nil && lost == nil {
+		lost = err
 	}
 	return lost
 }

@@ -163,6 +163,10 @@ func TestFakeDriverChild(t *testing.T) {
 		childXID(t, src)
 	case "allns":
 		childAllNotSupported(t, src)
+	case "doctor":
+		childDoctor(t, src)
+	case "gpm":
+		childGPM(t, src)
 	default:
 		t.Fatalf("unknown scenario %q", scenario)
 	}
@@ -481,6 +485,20 @@ func childFields(t *testing.T, src *Source) {
 	}
 	if r := get(sampler.MetricNVLinkTxBytes); r.Err != nil || r.Value != 10240 {
 		t.Errorf("nvlink tx %v, %v", r.Value, r.Err)
+	}
+	for _, h := range []struct {
+		id   sampler.MetricID
+		want float64
+	}{
+		{sampler.MetricECCSingleAggregate, 3}, {sampler.MetricECCDoubleAggregate, 0},
+		{sampler.MetricRowRemapPending, 0}, {sampler.MetricRowRemapFailure, 0},
+		{sampler.MetricRetiredPagesSingle, 0}, {sampler.MetricRetiredPagesDouble, 0},
+		{sampler.MetricNVLinkCRCFlitErrors, 3}, {sampler.MetricNVLinkCRCDataErrors, 4},
+		{sampler.MetricNVLinkReplayErrors, 5}, {sampler.MetricNVLinkRecoveryErrors, 5},
+	} {
+		if r := get(h.id); r.Err != nil || r.Value != h.want {
+			t.Errorf("health %s = %v, %v; want %v", sampler.DefaultCatalog.Name(h.id), r.Value, r.Err, h.want)
+		}
 	}
 	if r := get(sampler.MetricMemoryUsed); r.Err != nil || r.Value != 1024 {
 		t.Errorf("memory used %v, %v", r.Value, r.Err)

@@ -17,6 +17,7 @@ const (
 	planUnsupported planKind = iota // never asked: err says why
 	planField                       // one value of the per-tick GetFieldValues batch
 	planQuery                       // a point query
+	planGPM                         // one metric of the per-read GPM snapshot pair
 )
 
 // query identifies a point query (several metrics may share one call).
@@ -58,6 +59,7 @@ type metricPlan struct {
 	fieldID uint32
 	scale   float64
 	query   query
+	gpmID   nvml.GpmMetricId
 	// errNS is the metric's prebuilt "not supported" error, returned without
 	// a C call once the device said so (probe once, cache).
 	errNS error
@@ -172,6 +174,24 @@ func buildPlans(cat *sampler.Catalog, api APIVersion, has map[string]bool) []met
 			p.query = queriesByName[m.Src.Query]
 		case sampler.FromBuffer:
 			p.name = "point read " + m.Name
+		case sampler.FromGPM:
+			p.name = "gpm " + m.Src.GPM
+			def, ok := gpmDefs[m.Src.GPM]
+			missing := ""
+			for _, sym := range gpmSymbols {
+				if !has[sym] {
+					missing = sym
+				}
+			}
+			switch {
+			case !ok:
+				p.kind, p.errNS = planUnsupported, notSupported(p.name+" (unknown to the nvml backend)")
+			case missing != "":
+				p.kind, p.errNS = planUnsupported, notSupported(p.name+" (no "+missing+" in this driver)")
+			default:
+				p.kind, p.gpmID, p.scale, p.errNS = planGPM, def.id, def.scale, notSupported(p.name)
+			}
+			continue
 		}
 		if q, ok := queryByMetric[m.ID]; ok {
 			p.query = q

@@ -177,6 +177,11 @@ func (s *Source) openDevices() ([]sampler.DeviceSource, error) {
 // returns the first's result.
 func (s *Source) Close() error {
 	s.closeOnce.Do(func() {
+		for _, ds := range s.devs {
+			if d, ok := ds.(*device); ok {
+				d.freeGPM()
+			}
+		}
 		s.direct.close()
 		if ret := s.lib.Shutdown(); ret != nvml.SUCCESS {
 			s.closeErr = fmt.Errorf("nvml: shutdown: %w", newError("shutdown", ret))

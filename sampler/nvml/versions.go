@@ -125,6 +125,12 @@ var symbolSince = map[string]APIVersion{
 	"nvmlDeviceGetTotalEccErrors":               {10, 0},
 	"nvmlDeviceGetRemappedRows":                 {11, 0},
 	"nvmlDeviceGetHandleByUUID":                 {10, 0},
+	// GPM (GPU performance monitoring, Hopper+).
+	"nvmlGpmQueryDeviceSupport": api12_0,
+	"nvmlGpmSampleAlloc":        api12_0,
+	"nvmlGpmSampleFree":         api12_0,
+	"nvmlGpmSampleGet":          api12_0,
+	"nvmlGpmMetricsGet":         api12_0,
 	// Events. go-nvml binds its EventSetWait to _v2 when the library has
 	// it, else to the original; one of them must exist.
 	"nvmlEventSetCreate":               {10, 0},
@@ -154,6 +160,16 @@ type fieldDef struct {
 var fieldDefs = []fieldDef{
 	{symbol: "NVML_FI_DEV_ECC_SBE_VOL_TOTAL", id: 3, since: APIVersion{10, 0}, scale: 1},
 	{symbol: "NVML_FI_DEV_ECC_DBE_VOL_TOTAL", id: 4, since: APIVersion{10, 0}, scale: 1},
+	{symbol: "NVML_FI_DEV_ECC_SBE_AGG_TOTAL", id: 5, since: APIVersion{10, 0}, scale: 1},
+	{symbol: "NVML_FI_DEV_ECC_DBE_AGG_TOTAL", id: 6, since: APIVersion{10, 0}, scale: 1},
+	{symbol: "NVML_FI_DEV_RETIRED_SBE", id: 29, since: APIVersion{10, 0}, scale: 1},
+	{symbol: "NVML_FI_DEV_RETIRED_DBE", id: 30, since: APIVersion{10, 0}, scale: 1},
+	// NVLink error counters summed over links by the driver (the _TOTAL
+	// fields; per-link ids differ for links 0–5 and 6–11).
+	{symbol: "NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", id: 38, since: APIVersion{10, 0}, scale: 1},
+	{symbol: "NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL", id: 45, since: APIVersion{10, 0}, scale: 1},
+	{symbol: "NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", id: 52, since: APIVersion{10, 0}, scale: 1},
+	{symbol: "NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL", id: 59, since: APIVersion{10, 0}, scale: 1},
 	// Perf-policy counters (ns); stable ids. SW power cap and sync boost
 	// throttle time are aliases of 74 and 76.
 	{symbol: "NVML_FI_DEV_PERF_POLICY_POWER", id: 74, since: APIVersion{10, 0}, scale: 1},
@@ -172,6 +188,8 @@ var fieldDefs = []fieldDef{
 	{symbol: "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX", id: 139, since: APIVersion{10, 0}, scale: 1024},
 	{symbol: "NVML_FI_DEV_REMAPPED_COR", id: 142, since: APIVersion{11, 0}, scale: 1},
 	{symbol: "NVML_FI_DEV_REMAPPED_UNC", id: 143, since: APIVersion{11, 0}, scale: 1},
+	{symbol: "NVML_FI_DEV_REMAPPED_PENDING", id: 144, since: APIVersion{11, 0}, scale: 1},
+	{symbol: "NVML_FI_DEV_REMAPPED_FAILURE", id: 145, since: APIVersion{11, 0}, scale: 1},
 	// Instant power is mW; the catalog wants W. First defined in the 12.2
 	// headers (R535).
 	{symbol: "NVML_FI_DEV_POWER_INSTANT", id: 186, since: api12_2, scale: 1e-3},

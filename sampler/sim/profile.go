@@ -193,8 +193,16 @@ func (d *Device) value(id sampler.MetricID, at time.Time) (float64, bool) {
 	case sampler.MetricPCIeLinkWidth:
 		return 16, true
 	case sampler.MetricPCIeReplays, sampler.MetricECCSingleVolatile, sampler.MetricECCDoubleVolatile,
-		sampler.MetricRemappedCorrectable, sampler.MetricRemappedUncorrectable:
+		sampler.MetricRemappedCorrectable, sampler.MetricRemappedUncorrectable,
+		sampler.MetricECCDoubleAggregate, sampler.MetricRowRemapPending, sampler.MetricRowRemapFailure,
+		sampler.MetricRetiredPagesDouble, sampler.MetricNVLinkCRCDataErrors, sampler.MetricNVLinkRecoveryErrors:
 		return 0, true
+	case sampler.MetricECCSingleAggregate:
+		return 3, true // a few corrected errors over the board's life
+	case sampler.MetricRetiredPagesSingle:
+		return 0, false // H100/H200 remap rows; page retirement is pre-Ampere
+	case sampler.MetricNVLinkCRCFlitErrors, sampler.MetricNVLinkReplayErrors:
+		return 1, true
 	}
 	return 0, false
 }
@@ -234,3 +242,65 @@ func (d *Device) memUsed(at time.Time) float64 {
 }
 
 func clamp(v, lo, hi float64) float64 { return math.Max(lo, math.Min(hi, v)) }
+
+// gpmShape is a profile's profiling signature when its engines are fully
+// busy, in percent (rates scale with the load).
+type gpmShape struct {
+	smActive, occupancy, tensor, hmma, dfma, imma, fp64, fp32, fp16, dram float64
+}
+
+var gpmShapes = map[string]gpmShape{
+	// Large matmuls: SMs busy, tensor cores dominant.
+	"training": {smActive: 88, occupancy: 58, tensor: 72, hmma: 70, dfma: 0, imma: 1, fp64: 0.2, fp32: 18, fp16: 34, dram: 55},
+	// Tiny kernels back to back: the engine counts as busy (high
+	// utilization_gpu) while SMs mostly wait for launches.
+	"launch-bound":    {smActive: 11, occupancy: 6, tensor: 2, hmma: 2, dfma: 0, imma: 0, fp64: 0, fp32: 4, fp16: 1, dram: 4},
+	"data-stall":      {smActive: 85, occupancy: 55, tensor: 68, hmma: 66, dfma: 0, imma: 1, fp64: 0.2, fp32: 17, fp16: 32, dram: 52},
+	"thermal":         {smActive: 90, occupancy: 60, tensor: 75, hmma: 73, dfma: 0, imma: 1, fp64: 0.2, fp32: 19, fp16: 35, dram: 58},
+	"memory-pressure": {smActive: 70, occupancy: 45, tensor: 40, hmma: 38, dfma: 0, imma: 1, fp64: 0.1, fp32: 25, fp16: 20, dram: 80},
+}
+
+// gpmValue is a GPM metric's simulated value at t: percent for activity,
+// bytes per second for link rates.
+func (d *Device) gpmValue(id sampler.MetricID, at time.Time) float64 {
+	util, active := d.load(at)
+	if !active {
+		return 0
+	}
+	sh := gpmShapes[d.src.opts.Profile]
+	f := util / 100 // activity follows the load (data-stall dips)
+	if d.src.opts.Profile == "launch-bound" {
+		f = 1 // utilization_gpu is high, the SMs are not
+	}
+	n := d.noise(id, at)
+	pct := func(v float64) float64 { return math.Round(clamp(v*f+v*0.03*n, 0, 100)*100) / 100 }
+	switch id {
+	case sampler.MetricGraphicsActive:
+		return math.Round(clamp(util, 0, 100)*100) / 100
+	case sampler.MetricSMActive:
+		return pct(sh.smActive)
+	case sampler.MetricSMOccupancy:
+		return pct(sh.occupancy)
+	case sampler.MetricTensorActive:
+		return pct(sh.tensor)
+	case sampler.MetricTensorHMMAActive:
+		return pct(sh.hmma)
+	case sampler.MetricTensorDFMAActive:
+		return pct(sh.dfma)
+	case sampler.MetricTensorIMMAActive:
+		return pct(sh.imma)
+	case sampler.MetricFP64Active:
+		return pct(sh.fp64)
+	case sampler.MetricFP32Active:
+		return pct(sh.fp32)
+	case sampler.MetricFP16Active:
+		return pct(sh.fp16)
+	case sampler.MetricDRAMActive:
+		return pct(sh.dram)
+	case sampler.MetricPCIeTxRate, sampler.MetricPCIeRxRate:
+		return math.Round(2e9 * f * (1 + 0.05*n))
+	case sampler.MetricNVLinkTxRate, sampler.MetricNVLinkRxRate:
+		return math.Round(90e9 * f * (1 + 0.05*n))
+	}
+	return 0
+}

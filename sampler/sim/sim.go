@@ -146,6 +146,9 @@ type Device struct {
 	// energy integration state (owned by the caller of Read)
 	energyAt time.Time
 	energyMJ float64
+	// gpmAt is the previous GPM snapshot's time (owned by the caller of
+	// Read); zero before the first.
+	gpmAt time.Time
 
 	calls atomic.Uint64
 	// Fault injection, set by tests: lost makes the device answer
@@ -336,10 +339,19 @@ func (d *Device) Read(ids []sampler.MetricID, out []sampler.Reading) error {
 		return fmt.Errorf("read: %w", sampler.ErrGPULost)
 	}
 	now := d.src.opts.Now()
+	gpm := d.gpmSnapshot(ids, now)
 	for i, id := range ids {
 		m := sampler.DefaultCatalog.Get(id)
 		if m == nil {
 			out[i] = sampler.Reading{Err: fmt.Errorf("metric %d: %w", id, sampler.ErrNotSupported)}
+			continue
+		}
+		if m.Src.Kind == sampler.FromGPM {
+			if gpm != nil {
+				out[i] = sampler.Reading{Err: gpm}
+				continue
+			}
+			out[i] = sampler.Reading{Value: d.gpmValue(id, now), TimeNS: now.UnixNano()}
 			continue
 		}
 		if m.Src.Kind == sampler.FromQuery {
@@ -393,4 +405,27 @@ func (d *Device) energy(now time.Time) float64 {
 	}
 	d.energyAt = now
 	return math.Round(d.energyMJ)
+}
+
+// gpmSnapshot takes the simulated GPM snapshot of a Read that asks for GPM
+// metrics (one driver call). Like NVML, the values need two snapshots at
+// least sampler.MinGPMInterval apart: the first read, or one too soon after
+// the previous, answers ErrNothingNew (and a read too soon keeps the older
+// snapshot). It returns nil when values are ready.
+func (d *Device) gpmSnapshot(ids []sampler.MetricID, now time.Time) error {
+	for _, id := range ids {
+		if m := sampler.DefaultCatalog.Get(id); m != nil && m.Src.Kind == sampler.FromGPM {
+			d.calls.Add(1)
+			switch {
+			case d.gpmAt.IsZero():
+				d.gpmAt = now
+				return fmt.Errorf("gpm: first snapshot: %w", sampler.ErrNothingNew)
+			case now.Sub(d.gpmAt) < sampler.MinGPMInterval:
+				return fmt.Errorf("gpm: snapshots %v apart: %w", now.Sub(d.gpmAt), sampler.ErrNothingNew)
+			}
+			d.gpmAt = now
+			return nil
+		}
+	}
+	return nil
 }

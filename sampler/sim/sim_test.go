@@ -233,3 +233,52 @@ func TestBadOptions(t *testing.T) {
 		}
 	}
 }
+
+// GPM needs two snapshots ≥ 100 ms apart; values then follow the profile:
+// launch-bound keeps the engine busy (utilization high) while the SMs
+// mostly wait; training is tensor-heavy.
+func TestGPMProfiles(t *testing.T) {
+	ids := []sampler.MetricID{sampler.MetricSMActive, sampler.MetricTensorActive, sampler.MetricUtilGPU,
+		sampler.MetricGraphicsActive, sampler.MetricNVLinkTxRate}
+	read := func(d *Device) []sampler.Reading {
+		out := make([]sampler.Reading, len(ids))
+		if err := d.Read(ids, out); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		profile             string
+		smMax, tensorMin    float64
+		smMin, utilMin      float64
+		nvlinkMin, nvlinkMx float64
+	}{
+		{profile: "training", smMin: 70, smMax: 100, tensorMin: 60, utilMin: 90, nvlinkMin: 50e9, nvlinkMx: 120e9},
+		{profile: "launch-bound", smMin: 0, smMax: 20, tensorMin: 0, utilMin: 90, nvlinkMin: 50e9, nvlinkMx: 120e9},
+		{profile: "idle", smMin: 0, smMax: 0, tensorMin: 0, utilMin: 0, nvlinkMin: 0, nvlinkMx: 0},
+	} {
+		t.Run(tc.profile, func(t *testing.T) {
+			clk := &fakeClock{t: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
+			d := device(t, newSim(t, tc.profile, clk), 0)
+			first := read(d)
+			if !errors.Is(first[0].Err, sampler.ErrNothingNew) || first[2].Err != nil {
+				t.Fatalf("first read: gpm %v, util %v; want nothing new, a value", first[0].Err, first[2].Err)
+			}
+			clk.t = clk.t.Add(50 * time.Millisecond)
+			if r := read(d); !errors.Is(r[0].Err, sampler.ErrNothingNew) {
+				t.Fatalf("read 50 ms after the first snapshot: %v, want nothing new", r[0].Err)
+			}
+			clk.t = clk.t.Add(time.Second)
+			r := read(d)
+			for i, x := range r {
+				if x.Err != nil {
+					t.Fatalf("%s: %v", sampler.DefaultCatalog.Name(ids[i]), x.Err)
+				}
+			}
+			sm, tensor, util, nvl := r[0].Value, r[1].Value, r[2].Value, r[4].Value
+			if sm < tc.smMin || sm > tc.smMax || tensor < tc.tensorMin || util < tc.utilMin || nvl < tc.nvlinkMin || nvl > tc.nvlinkMx {
+				t.Errorf("sm_active %v, tensor %v, util %v, nvlink tx %v B/s", sm, tensor, util, nvl)
+			}
+		})
+	}
+}

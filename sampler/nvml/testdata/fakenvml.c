@@ -18,6 +18,7 @@
  *   FAKENVML_UNSUPPORTED comma-separated field ids answering NOT_SUPPORTED
  *   FAKENVML_IDLE       "1": utilization buffers stay empty (idle GPU)
  *   FAKENVML_INIT_RET   return code of nvmlInit (default 0)
+ *   FAKENVML_NO_GPM     "1": GPM query says the device is not supported
  *   FAKENVML_CALLS_FILE at nvmlShutdown, write "<index> <calls>" per device
  *   FAKENVML_CTL_DIR    fault injection while running, by files in this
  *                       directory (the test creates and removes them):
@@ -286,6 +287,9 @@ nvmlReturn_t nvmlDeviceGetFieldValues(void *h, int n, nvmlFieldValue_t *v) {
 		case 74: case 75: case 76: case 77: case 78: case 79: v[i].value.ull = 1000 * id; break;
 		case 251: case 252: case 253: case 269: case 270: case 271: v[i].value.ull = 7 * id; break;
 		case 3: case 4: case 94: case 142: case 143: v[i].value.ull = 0; break;
+		case 5: v[i].value.ull = 3; break;                /* aggregate SBE */
+		case 6: case 29: case 30: case 144: case 145: v[i].value.ull = 0; break;
+		case 38: case 45: case 52: case 59: v[i].value.ull = id / 10; break; /* NVLink error totals */
 		default: v[i].nvmlReturn = E_NOT_SUPPORTED;
 		}
 	}
@@ -377,4 +381,76 @@ nvmlReturn_t nvmlEventSetWait_v2(struct fakeset *set, nvmlEventData_t *data, uns
 		if (waited >= timeoutms) return E_TIMEOUT;
 		usleep(1000);
 	}
+}
+
+/* GPM: a sample records its device and time; nvmlGpmMetricsGet answers
+ * fixed values per metric id (percent, or MiB/s for link rates) when the
+ * two samples are of one device and 100 ms or more apart. */
+typedef struct { unsigned int version, isSupportedDevice; } nvmlGpmSupport_t;
+struct fakegpm { struct fakedev *dev; unsigned long long us; };
+typedef struct {
+	unsigned int metricId;
+	nvmlReturn_t nvmlReturn;
+	double value;
+	struct { char *shortName, *longName, *unit; } metricInfo;
+} nvmlGpmMetric_t;
+typedef struct {
+	unsigned int version, numMetrics;
+	struct fakegpm *sample1, *sample2;
+	nvmlGpmMetric_t metrics[];
+} nvmlGpmMetricsGet_t;
+
+nvmlReturn_t nvmlGpmQueryDeviceSupport(void *h, nvmlGpmSupport_t *s) {
+	D(h);
+	NS();
+	const char *e = getenv("FAKENVML_NO_GPM");
+	if (s->version != 1) return 25; /* ARGUMENT_VERSION_MISMATCH */
+	s->isSupportedDevice = !(e && atoi(e));
+	return OK;
+}
+nvmlReturn_t nvmlGpmSampleAlloc(struct fakegpm **s) {
+	if (!initialized) return E_UNINIT;
+	*s = calloc(1, sizeof **s);
+	return OK;
+}
+nvmlReturn_t nvmlGpmSampleFree(struct fakegpm *s) { free(s); return OK; }
+nvmlReturn_t nvmlGpmSampleGet(void *h, struct fakegpm *s) {
+	struct fakedev *d = D(h);
+	NS();
+	s->dev = d;
+	s->us = nowUS(CLOCK_MONOTONIC);
+	return OK;
+}
+nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *m) {
+	if (!initialized) return E_UNINIT;
+	if (m->version != 1) return 25;
+	if (!m->sample1 || !m->sample2 || !m->sample1->dev || m->sample1->dev != m->sample2->dev) return E_INVALID;
+	__atomic_add_fetch(&m->sample1->dev->calls, 1, __ATOMIC_RELAXED); /* a call on the device's behalf */
+	if (m->sample2->us < m->sample1->us + 100000) {
+		fprintf(stderr, "fakenvml: GPM samples %llu us apart (< 100 ms)\n", m->sample2->us - m->sample1->us);
+		abort();
+	}
+	for (unsigned int i = 0; i < m->numMetrics; i++) {
+		nvmlGpmMetric_t *g = &m->metrics[i];
+		g->nvmlReturn = OK;
+		switch (g->metricId) {
+		case 1: g->value = 97.5; break;   /* graphics */
+		case 2: g->value = 62.5; break;   /* SM active */
+		case 3: g->value = 40; break;     /* occupancy */
+		case 5: g->value = 55; break;     /* any tensor */
+		case 6: g->value = 0; break;
+		case 7: g->value = 50; break;
+		case 9: g->value = 1; break;
+		case 10: g->value = 33; break;    /* DRAM */
+		case 11: g->value = 0.5; break;
+		case 12: g->value = 20; break;
+		case 13: g->value = 30; break;
+		case 20: g->value = 1024; break;  /* PCIe TX MiB/s */
+		case 21: g->value = 512; break;
+		case 60: g->value = 2048; break;  /* NVLink RX MiB/s */
+		case 61: g->value = 4096; break;
+		default: g->nvmlReturn = E_NOT_SUPPORTED;
+		}
+	}
+	return OK;
 }

@@ -1,0 +1,429 @@
+// Package doctor examines a backend's GPUs once and says what gpusampler
+// can sample there and how often it should: driver and NVML versions,
+// per device which metric groups work (each metric probed once), permission
+// refusals, each sample buffer's measured depth and period, the buffers'
+// timestamp clock, the latency of a cheap driver call, and recommended
+// intervals (`gpusampler doctor`).
+//
+// It uses only the sampler interfaces (sampler.Source, sampler.DeviceSource)
+// plus optional extras a backend may implement (Versions), so it runs the
+// same on the NVML driver and on the simulator, whose report is marked
+// simulated. Clocks are injected (Options.Now, Options.Boottime) so that a
+// report on the simulator is reproducible (golden test).
+//
+// Concurrency: Run calls each device's methods from the calling goroutine
+// only, one device after the other.
+package doctor
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/gpusampler/gpusampler/sampler"
+)
+
+// DefaultLatencyCalls is how many cheap driver calls the latency
+// measurement makes per device.
+const DefaultLatencyCalls = 300
+
+// budgetFraction is the share of wall time the recommended intervals allow
+// gpusampler's own driver calls per kind (NVML calls hold the driver lock
+// and cost the workload time).
+const budgetFraction = 100 // 1 %
+
+// Options configure Run. The zero value means the defaults.
+type Options struct {
+	// Catalog defaults to sampler.DefaultCatalog.
+	Catalog *sampler.Catalog
+	// LatencyCalls is the number of cheap calls timed per device (default
+	// DefaultLatencyCalls).
+	LatencyCalls int
+	// Now is the clock for latencies and the realtime side of the clock
+	// classification; nil means time.Now.
+	Now func() time.Time
+	// Boottime returns the time since boot (CLOCK_BOOTTIME), for the clock
+	// classification; nil means the system's (sampler.BootTime).
+	Boottime func() (time.Duration, bool)
+}
+
+// Report is what doctor found. Render it with WriteText.
+type Report struct {
+	// Backend is the source's name ("nvml", "sim").
+	Backend string `json:"backend"`
+	// Simulated is true when the devices are not real GPUs.
+	Simulated bool `json:"simulated"`
+	// Driver and NVML are the versions the backend reports ("" unknown).
+	Driver string `json:"driver,omitempty"`
+	NVML   string `json:"nvml,omitempty"`
+	// Devices holds one entry per device, in enumeration order.
+	Devices []DeviceReport `json:"devices"`
+	// Recommend is the interval advice for the whole host.
+	Recommend Recommendation `json:"recommend"`
+}
+
+// DeviceReport is one device's findings.
+type DeviceReport struct {
+	Device sampler.Device `json:"device"`
+	// Err is set when the device could not be examined (its identity
+	// failed); the other fields are then empty.
+	Err string `json:"error,omitempty"`
+	// Groups says per metric group which metrics work.
+	Groups []GroupSupport `json:"groups"`
+	// NoPermission counts metrics the driver refused for lack of privilege.
+	NoPermission int `json:"no_permission"`
+	// Buffers has one probe per sample-buffer type.
+	Buffers []BufferProbe `json:"buffers"`
+	// Clock is the buffers' timestamp clock (from the newest sample seen).
+	Clock string `json:"clock"`
+	// Latency of a cheap driver call on this device.
+	Latency Latency `json:"latency"`
+}
+
+// GroupSupport is how much of one metric group a device gives.
+type GroupSupport struct {
+	Group     sampler.Group `json:"group"`
+	Supported int           `json:"supported"`
+	Total     int           `json:"total"`
+	// Unsupported names the metrics the device cannot give.
+	Unsupported []string `json:"unsupported,omitempty"`
+	// NoPermission names metrics refused for lack of privilege.
+	NoPermission []string `json:"no_permission,omitempty"`
+	// Failed names metrics whose probe failed otherwise, with the error.
+	Failed []string `json:"failed,omitempty"`
+}
+
+// BufferProbe is what one drain from cursor 0 shows of a sample buffer.
+type BufferProbe struct {
+	Type string `json:"type"`
+	// Supported is false when the device lacks the buffer type.
+	Supported bool `json:"supported"`
+	// Empty: the buffer held nothing (idle engine); Depth and Period are
+	// unknown.
+	Empty bool `json:"empty,omitempty"`
+	// Depth is the number of samples the drain returned: the buffer's depth
+	// once it has filled.
+	Depth int `json:"depth,omitempty"`
+	// Period is the median spacing of the samples; Span = newest − oldest.
+	Period time.Duration `json:"period_ns,omitempty"`
+	Span   time.Duration `json:"span_ns,omitempty"`
+	// Duplicates counts samples repeating their predecessor's timestamp.
+	Duplicates int `json:"duplicates,omitempty"`
+	// Clock is the timestamp clock of the newest sample.
+	Clock string `json:"clock,omitempty"`
+	// Err is the drain's error, when not "not supported" or "nothing new".
+	Err string `json:"error,omitempty"`
+}
+
+// Latency is the distribution of one cheap driver call's latency.
+type Latency struct {
+	// Op names the call (the metric read).
+	Op    string        `json:"op"`
+	Calls int           `json:"calls"`
+	P50   time.Duration `json:"p50_ns"`
+	P99   time.Duration `json:"p99_ns"`
+	Max   time.Duration `json:"max_ns"`
+}
+
+// Recommendation is interval advice, with the reason for each.
+type Recommendation struct {
+	DrainInterval time.Duration `json:"drain_interval_ns"`
+	FieldInterval time.Duration `json:"field_interval_ns"`
+	SlowInterval  time.Duration `json:"slow_interval_ns"`
+	RareInterval  time.Duration `json:"rare_interval_ns"`
+	// GPMInterval is 0 when no device supports GPM profiling.
+	GPMInterval time.Duration `json:"gpm_interval_ns,omitempty"`
+	// Why has one line per recommendation, in the order above.
+	Why []string `json:"why"`
+}
+
+type versioner interface {
+	Versions() (driver, nvml string)
+}
+
+// Run examines every device of src. It does not close src.
+func Run(src sampler.Source, opts Options) (*Report, error) {
+	if opts.Catalog == nil {
+		opts.Catalog = sampler.DefaultCatalog
+	}
+	if opts.LatencyCalls <= 0 {
+		opts.LatencyCalls = DefaultLatencyCalls
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Boottime == nil {
+		opts.Boottime = sampler.BootTime
+	}
+	r := &Report{Backend: src.Name()}
+	if v, ok := src.(versioner); ok {
+		r.Driver, r.NVML = v.Versions()
+	}
+	devs, err := src.Devices()
+	if err != nil {
+		return nil, fmt.Errorf("open %s devices: %w", src.Name(), err)
+	}
+	for i, ds := range devs {
+		dr := examine(ds, i, &opts)
+		if dr.Device.Simulated {
+			r.Simulated = true
+		}
+		if r.Driver == "" && dr.Device.DriverVersion != "" {
+			r.Driver = dr.Device.DriverVersion
+		}
+		r.Devices = append(r.Devices, dr)
+	}
+	r.Recommend = recommend(r.Devices, opts.Catalog)
+	return r, nil
+}
+
+func examine(ds sampler.DeviceSource, index int, opts *Options) DeviceReport {
+	var dr DeviceReport
+	id, err := ds.Identity()
+	if err != nil {
+		dr.Device = sampler.Device{Index: index}
+		dr.Err = err.Error()
+		return dr
+	}
+	dr.Device = id
+	for _, g := range sampler.Groups {
+		gs := GroupSupport{Group: g}
+		for _, m := range opts.Catalog.All() {
+			if m.Group != g {
+				continue
+			}
+			gs.Total++
+			switch err := ProbeMetric(ds, &m); {
+			case err == nil:
+				gs.Supported++
+			case errors.Is(err, sampler.ErrNotSupported):
+				gs.Unsupported = append(gs.Unsupported, m.Name)
+			case errors.Is(err, sampler.ErrNoPermission):
+				gs.NoPermission = append(gs.NoPermission, m.Name)
+				dr.NoPermission++
+			default:
+				gs.Failed = append(gs.Failed, m.Name+": "+err.Error())
+			}
+		}
+		if gs.Total > 0 {
+			dr.Groups = append(dr.Groups, gs)
+		}
+	}
+	clock := sampler.ClockUnknown
+	var newest uint64
+	for t := sampler.BufferType(0); t < sampler.NumBufferTypes; t++ {
+		p, n := probeBuffer(ds, t, opts)
+		if n > newest {
+			newest = n
+			clock = classify(n, opts)
+		}
+		dr.Buffers = append(dr.Buffers, p)
+	}
+	dr.Clock = clock.String()
+	dr.Latency = measureLatency(ds, opts)
+	return dr
+}
+
+// ProbeMetric asks a device for one metric once: a drain from cursor 0 for
+// buffer metrics, a read otherwise. "Nothing new" (an idle buffer, a first
+// profiling snapshot) counts as supported; it returns nil then, and the
+// value's error otherwise (test it with errors.Is against
+// sampler.ErrNotSupported and sampler.ErrNoPermission).
+func ProbeMetric(d sampler.DeviceSource, m *sampler.Metric) error {
+	var err error
+	if m.Src.Kind == sampler.FromBuffer {
+		_, err = d.Drain(m.Src.Buffer, 0, nil)
+	} else {
+		out := make([]sampler.Reading, 1)
+		if err = d.Read([]sampler.MetricID{m.ID}, out); err == nil {
+			err = out[0].Err
+		}
+	}
+	if errors.Is(err, sampler.ErrNothingNew) {
+		return nil
+	}
+	return err
+}
+
+// probeBuffer drains buffer t from cursor 0 and measures it. It returns the
+// newest raw timestamp (0 when none).
+func probeBuffer(ds sampler.DeviceSource, t sampler.BufferType, opts *Options) (BufferProbe, uint64) {
+	p := BufferProbe{Type: t.String(), Supported: true}
+	raw, err := ds.Drain(t, 0, nil)
+	switch {
+	case errors.Is(err, sampler.ErrNotSupported):
+		p.Supported = false
+		return p, 0
+	case errors.Is(err, sampler.ErrNothingNew):
+		p.Empty = true
+		return p, 0
+	case err != nil:
+		p.Err = err.Error()
+		return p, 0
+	}
+	if len(raw) == 0 {
+		p.Empty = true
+		return p, 0
+	}
+	ts := make([]uint64, len(raw))
+	for i, r := range raw {
+		ts[i] = r.TimeUS
+	}
+	slices.Sort(ts)
+	p.Depth = len(ts)
+	newest := ts[len(ts)-1]
+	p.Span = time.Duration(newest-ts[0]) * time.Microsecond
+	var gaps []uint64
+	for i := 1; i < len(ts); i++ {
+		if ts[i] == ts[i-1] {
+			p.Duplicates++
+			continue
+		}
+		gaps = append(gaps, ts[i]-ts[i-1])
+	}
+	if len(gaps) > 0 {
+		slices.Sort(gaps)
+		p.Period = time.Duration(gaps[len(gaps)/2]) * time.Microsecond
+	}
+	p.Clock = classify(newest, opts).String()
+	return p, newest
+}
+
+// clockTolerance matches the sampler's Timebase: the newest buffered
+// sample lies within seconds of now on the right clock, and off by the
+// uptime or by decades on the wrong one.
+const clockTolerance = 120 * time.Second
+
+// classify names the clock a raw µs timestamp runs on.
+func classify(rawUS uint64, opts *Options) sampler.ClockKind {
+	raw := time.Duration(rawUS) * time.Microsecond
+	if absDur(time.Duration(opts.Now().UnixNano())-raw) < clockTolerance {
+		return sampler.ClockRealtime
+	}
+	if bt, ok := opts.Boottime(); ok && absDur(bt-raw) < clockTolerance {
+		return sampler.ClockBoottime
+	}
+	return sampler.ClockAnchored
+}
+
+func absDur(d time.Duration) time.Duration {
+	if d < 0 {
+		return -d
+	}
+	return d
+}
+
+// latencyMetrics are cheap point queries, in order of preference.
+var latencyMetrics = []sampler.MetricID{sampler.MetricTempGPU, sampler.MetricPState, sampler.MetricMemoryUsed}
+
+// measureLatency times LatencyCalls reads of the first cheap metric the
+// device supports.
+func measureLatency(ds sampler.DeviceSource, opts *Options) Latency {
+	var id sampler.MetricID
+	for _, c := range latencyMetrics {
+		if m := opts.Catalog.Get(c); m != nil && ProbeMetric(ds, m) == nil {
+			id = c
+			break
+		}
+	}
+	if id == 0 {
+		return Latency{Op: "none supported"}
+	}
+	ids := []sampler.MetricID{id}
+	out := make([]sampler.Reading, 1)
+	lat := make([]time.Duration, 0, opts.LatencyCalls)
+	for range opts.LatencyCalls {
+		start := opts.Now()
+		err := ds.Read(ids, out)
+		d := opts.Now().Sub(start)
+		if err != nil || out[0].Err != nil {
+			continue
+		}
+		lat = append(lat, d)
+	}
+	l := Latency{Op: "read " + opts.Catalog.Name(id), Calls: len(lat)}
+	if len(lat) == 0 {
+		return l
+	}
+	slices.Sort(lat)
+	l.P50 = lat[len(lat)/2]
+	l.P99 = lat[min(len(lat)-1, len(lat)*99/100)]
+	l.Max = lat[len(lat)-1]
+	return l
+}
+
+// recommend derives intervals: drain at most half the shortest buffer span
+// (and at most the default 1 s); field and slow reads no more often than
+// keeps each kind's driver time under 1 % of wall time (and no more often
+// than the defaults); rare state at the default.
+func recommend(devs []DeviceReport, cat *sampler.Catalog) Recommendation {
+	rec := Recommendation{DrainInterval: sampler.DefaultDrainInterval, FieldInterval: sampler.DefaultFieldInterval,
+		SlowInterval: sampler.DefaultSlowInterval, RareInterval: sampler.DefaultRareInterval}
+	var shortest time.Duration
+	var which string
+	var p99 time.Duration
+	for _, d := range devs {
+		for _, b := range d.Buffers {
+			if b.Depth < 4 || b.Period <= 0 {
+				continue
+			}
+			span := time.Duration(b.Depth) * b.Period
+			if shortest == 0 || span < shortest {
+				shortest, which = span, fmt.Sprintf("gpu %d %s: %d × %v", d.Device.Index, b.Type, b.Depth, b.Period)
+			}
+		}
+		p99 = max(p99, d.Latency.P99)
+	}
+	if shortest > 0 {
+		half := (shortest / 2).Truncate(10 * time.Millisecond)
+		rec.DrainInterval = max(min(rec.DrainInterval, half), sampler.MinDrainInterval)
+		rec.Why = append(rec.Why, fmt.Sprintf("drain %v: at most half the shortest buffer span (%s = %v), at most %v",
+			rec.DrainInterval, which, shortest, sampler.DefaultDrainInterval))
+	} else {
+		rec.Why = append(rec.Why, fmt.Sprintf("drain %v: the default; no buffer held samples to measure (idle GPU? run doctor under load)",
+			rec.DrainInterval))
+	}
+	slow := 0
+	for _, m := range cat.All() {
+		if m.Src.Kind == sampler.FromQuery && !m.Rare {
+			slow++
+		}
+	}
+	if f := roundUp(p99 * budgetFraction); f > rec.FieldInterval {
+		rec.FieldInterval = f
+	}
+	rec.Why = append(rec.Why, fmt.Sprintf("fields %v (%.3g Hz): one batched call per tick, ≤ 1%% of wall time at p99 %v; higher rates cost the workload",
+		rec.FieldInterval, float64(time.Second)/float64(rec.FieldInterval), p99))
+	if s := roundUp(p99 * time.Duration(slow) * budgetFraction); s > rec.SlowInterval {
+		rec.SlowInterval = s
+	}
+	rec.Why = append(rec.Why, fmt.Sprintf("slow state %v: %d point queries per tick, ≤ 1%% of wall time at p99 %v",
+		rec.SlowInterval, slow, p99))
+	rec.RareInterval = max(rec.RareInterval, rec.SlowInterval)
+	rec.Why = append(rec.Why, fmt.Sprintf("rare state %v: limits, link settings and health counters seldom change", rec.RareInterval))
+	gpm := false
+	for _, d := range devs {
+		for _, g := range d.Groups {
+			gpm = gpm || (g.Group == sampler.GroupProfiling && g.Supported > 0)
+		}
+	}
+	if gpm {
+		rec.GPMInterval = sampler.DefaultGPMInterval
+		rec.Why = append(rec.Why, fmt.Sprintf("profiling (GPM) %v: one snapshot per read, values over the interval; at least %v",
+			rec.GPMInterval, sampler.MinGPMInterval))
+	} else {
+		rec.Why = append(rec.Why, "profiling (GPM): not supported on these devices (needs Hopper or newer, and not under MIG without per-instance reads)")
+	}
+	return rec
+}
+
+// roundUp rounds d up to a tidy interval (10 ms steps below 1 s, 1 s
+// steps above).
+func roundUp(d time.Duration) time.Duration {
+	step := 10 * time.Millisecond
+	if d > time.Second {
+		step = time.Second
+	}
+	return (d + step - 1).Truncate(step)
+}

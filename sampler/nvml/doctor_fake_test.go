@@ -1,0 +1,67 @@
+//go:build cgo
+
+package nvml
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpusampler/gpusampler/doctor"
+)
+
+// TestFakeDriverDoctor runs doctor against the fake library on the real
+// cgo path: versions, per-group support, buffer depth and period, the boot
+// clock, and latency percentiles.
+func TestFakeDriverDoctor(t *testing.T) {
+	runScenario(t, "doctor", false, "FAKENVML_CLOCK=boottime", "FAKENVML_PERIOD_US=5000", "FAKENVML_DEVICES=2",
+		"FAKENVML_UNSUPPORTED=82")
+}
+
+func childDoctor(t *testing.T, src *Source) {
+	r, err := doctor.Run(src, doctor.Options{LatencyCalls: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Backend != "nvml" || r.Simulated || r.NVML != "13.590.44.01" || r.Driver != "590.44.01" || len(r.Devices) != 2 {
+		t.Fatalf("report header %q %v %q %q, %d devices", r.Backend, r.Simulated, r.NVML, r.Driver, len(r.Devices))
+	}
+	for _, d := range r.Devices {
+		if d.Clock != "boottime" {
+			t.Errorf("gpu %d clock %s, want boottime", d.Device.Index, d.Clock)
+		}
+		for _, b := range d.Buffers {
+			switch b.Type {
+			case "module_power":
+				if b.Supported {
+					t.Errorf("module power supported")
+				}
+			case "total_power", "gpu_util":
+				if b.Depth != 100 || b.Period != 5*time.Millisecond {
+					t.Errorf("gpu %d %s: %+v, want depth 100 period 5ms", d.Device.Index, b.Type, b)
+				}
+			}
+		}
+		if d.Latency.Calls != 100 || d.Latency.P50 <= 0 || d.Latency.P99 < d.Latency.P50 {
+			t.Errorf("latency %+v", d.Latency)
+		}
+		for _, g := range d.Groups {
+			if g.Group == "temperature" && !strings.Contains(strings.Join(g.Unsupported, ","), "temperature_memory") {
+				t.Errorf("temperature group %+v: memory temperature (field 82) should be unsupported", g)
+			}
+			if len(g.Failed) > 0 {
+				t.Errorf("group %s: failed probes %v", g.Group, g.Failed)
+			}
+		}
+	}
+	// 100 × 5 ms = 500 ms span → drain every 250 ms.
+	if r.Recommend.DrainInterval != 250*time.Millisecond {
+		t.Errorf("drain interval %v, want 250ms: %v", r.Recommend.DrainInterval, r.Recommend.Why)
+	}
+	var buf bytes.Buffer
+	if err := doctor.WriteText(&buf, r); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("doctor report:\n%s", buf.String())
+}

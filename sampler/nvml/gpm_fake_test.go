@@ -1,0 +1,83 @@
+//go:build cgo
+
+package nvml
+
+import (
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/gpusampler/gpusampler/sampler"
+)
+
+// TestFakeDriverGPM reads GPM profiling metrics through the real cgo path:
+// nothing at the first snapshot, then values scaled to the catalog's units;
+// the engine reads them at their own interval.
+func TestFakeDriverGPM(t *testing.T) { runScenario(t, "gpm", false) }
+
+// TestFakeDriverGPMUnsupported: a device without GPM reports every
+// profiling metric unsupported, once.
+func TestFakeDriverGPMUnsupported(t *testing.T) { runScenario(t, "gpm", false, "FAKENVML_NO_GPM=1") }
+
+var gpmTestIDs = []sampler.MetricID{sampler.MetricSMActive, sampler.MetricTensorActive, sampler.MetricPCIeTxRate,
+	sampler.MetricNVLinkTxRate, sampler.MetricTensorDFMAActive, sampler.MetricTempGPU}
+
+func childGPM(t *testing.T, src *Source) {
+	devs, err := src.Devices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]sampler.Reading, len(gpmTestIDs))
+	read := func() {
+		t.Helper()
+		if err := devs[0].Read(gpmTestIDs, out); err != nil {
+			t.Fatal(err)
+		}
+		if out[5].Err != nil || out[5].Value != 42 {
+			t.Errorf("temperature beside GPM: %v, %v", out[5].Value, out[5].Err)
+		}
+	}
+	read()
+	if os.Getenv("FAKENVML_NO_GPM") == "1" {
+		for i := range 5 {
+			if !errors.Is(out[i].Err, sampler.ErrNotSupported) {
+				t.Errorf("%s without GPM: %v", sampler.DefaultCatalog.Name(gpmTestIDs[i]), out[i].Err)
+			}
+		}
+		eng, _ := runEngine(t, src, sampler.Config{GPMInterval: 100 * time.Millisecond}, 400*time.Millisecond)
+		if d := eng.Stats().Devices[0]; d.ReadErrors != 0 || d.Published == 0 {
+			t.Errorf("engine without GPM: published %d, read errors %d", d.Published, d.ReadErrors)
+		}
+		return
+	}
+	for i := range 5 {
+		if !errors.Is(out[i].Err, sampler.ErrNothingNew) {
+			t.Fatalf("first snapshot: %s = %v, %v; want nothing new", sampler.DefaultCatalog.Name(gpmTestIDs[i]), out[i].Value, out[i].Err)
+		}
+	}
+	read() // too soon: nothing new, and the fake aborts if asked to compare
+	if !errors.Is(out[0].Err, sampler.ErrNothingNew) {
+		t.Fatalf("second snapshot right away: %v; want nothing new", out[0].Err)
+	}
+	time.Sleep(150 * time.Millisecond)
+	read()
+	for i, want := range []float64{62.5, 55, 1024 << 20, 4096 << 20, 0} {
+		if out[i].Err != nil || out[i].Value != want {
+			t.Errorf("%s = %v, %v; want %v", sampler.DefaultCatalog.Name(gpmTestIDs[i]), out[i].Value, out[i].Err, want)
+		}
+	}
+	eng, col := runEngine(t, src, sampler.Config{GPMInterval: 200 * time.Millisecond}, time.Second)
+	n := 0
+	for _, s := range col.samples {
+		if s.Metric == sampler.MetricSMActive {
+			n++
+		}
+	}
+	if n < 2 || n > 6 {
+		t.Errorf("%d sm_active samples in 1 s at 200 ms", n)
+	}
+	if d := eng.Stats().Devices[0]; d.ReadErrors != 0 {
+		t.Errorf("engine read errors %d", d.ReadErrors)
+	}
+}
