@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gpusampler/gpusampler/outputs/buffer"
@@ -29,6 +30,8 @@ func (a *Agent) selfMetricsLoop(ctx context.Context) {
 			st := a.eng.Stats()
 			evs := SelfEvents(st, now, now.Sub(last), prev)
 			evs = append(evs, BufferEvents(a.Buffers(), now)...)
+			detail := DetailEvents(a.Outputs(), now)
+			evs = append(evs, detail...)
 			last = now
 			if send {
 				for _, ev := range evs {
@@ -36,7 +39,7 @@ func (a *Agent) selfMetricsLoop(ctx context.Context) {
 				}
 			}
 			if w := a.opts.StatsWriter; w != nil {
-				fmt.Fprint(w, FormatStats(st))
+				fmt.Fprint(w, FormatStats(st)+FormatDetail(detail))
 			}
 		}
 	}
@@ -121,4 +124,56 @@ func BufferEvents(bufs map[string]*buffer.Buffer, now time.Time) []sampler.Event
 				intField("dropped_corrupt", s.DroppedRecords.Corrupt), intField("dropped_shutdown", s.DroppedRecords.Shutdown)}})
 	}
 	return evs
+}
+
+// DetailEvents turns the outputs' own counters (sampler.StatsReporter:
+// HTTP requests and retries, NATS messages and acks, plugin restarts, ...)
+// into self-metrics events of scope "output_detail", one per output that
+// reports any, in name order.
+func DetailEvents(outs map[string]sampler.Output, now time.Time) []sampler.Event {
+	ns := now.UnixNano()
+	var evs []sampler.Event
+	for _, name := range slices.Sorted(maps.Keys(outs)) {
+		fields := sampler.ReportStats(outs[name], nil)
+		if len(fields) == 0 {
+			continue
+		}
+		evs = append(evs, sampler.Event{Kind: sampler.EventSelf, Device: -1, StartNS: ns, EndNS: ns,
+			Attrs:  []sampler.Attr{{Key: "scope", Value: "output_detail"}, {Key: "output", Value: name}},
+			Fields: fields})
+	}
+	return evs
+}
+
+// FormatDetail renders DetailEvents for --stats: one line per output with
+// its non-zero counters (key=value).
+func FormatDetail(evs []sampler.Event) string {
+	var b strings.Builder
+	for _, ev := range evs {
+		name := ""
+		for _, a := range ev.Attrs {
+			if a.Key == "output" {
+				name = a.Value
+			}
+		}
+		n := 0
+		for _, f := range ev.Fields {
+			if f.Value == 0 {
+				continue
+			}
+			if n == 0 {
+				fmt.Fprintf(&b, "  output %-12s", name)
+			}
+			n++
+			if f.Int {
+				fmt.Fprintf(&b, " %s=%d", f.Key, int64(f.Value))
+			} else {
+				fmt.Fprintf(&b, " %s=%g", f.Key, f.Value)
+			}
+		}
+		if n > 0 {
+			b.WriteByte('\n')
+		}
+	}
+	return b.String()
 }

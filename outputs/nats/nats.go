@@ -324,6 +324,15 @@ func (out *Output) Stats() Stats {
 		Disconnects: out.disconnects.Load(), Reconnects: out.reconnects.Load()}
 }
 
+// ReportStats implements sampler.StatsReporter with the counters of Stats.
+func (out *Output) ReportStats(dst []sampler.Field) []sampler.Field {
+	s := out.Stats()
+	return append(dst, sampler.IntField("messages", s.Messages), sampler.IntField("bytes", s.Bytes),
+		sampler.IntField("splits", s.Splits), sampler.IntField("acked", s.Acked),
+		sampler.IntField("duplicates", s.Duplicates), sampler.IntField("ack_errors", s.AckErrors),
+		sampler.IntField("disconnects", s.Disconnects), sampler.IntField("reconnects", s.Reconnects))
+}
+
 // Conn returns the output's connection (for tests and status).
 func (out *Output) Conn() *natsgo.Conn { return out.nc }
 
