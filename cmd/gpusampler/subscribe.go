@@ -25,7 +25,7 @@ type subscribeOptions struct {
 	// user/password or token authenticate like the NATS output's keys of
 	// the same names.
 	user, password, token string
-	interval                time.Duration
+	interval              time.Duration
 	// now is the clock for ages (tests inject one).
 	now func() time.Time
 	// handled, when set, is called after each message (tests).
