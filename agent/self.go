@@ -39,7 +39,7 @@ func (a *Agent) selfMetricsLoop(ctx context.Context) {
 				}
 			}
 			if w := a.opts.StatsWriter; w != nil {
-				fmt.Fprint(w, FormatStats(st)+FormatDetail(detail))
+				fmt.Fprint(w, FormatStats(st, detail))
 			}
 		}
 	}
@@ -90,13 +90,22 @@ func SelfEvents(st sampler.Stats, now time.Time, elapsed time.Duration, prevCall
 	return evs
 }
 
-// FormatStats renders a short human summary of st (gpusampler run --stats).
-func FormatStats(st sampler.Stats) string {
+// FormatStats renders a short human summary of st (gpusampler run --stats):
+// a line per output, followed by the output's own non-zero counters from
+// detail (DetailEvents) when it has any, and a line per device.
+func FormatStats(st sampler.Stats, detail []sampler.Event) string {
 	s := "gpusampler stats:\n"
 	for _, o := range st.Outputs {
 		s += fmt.Sprintf("  output %-12s published %d delivered %d dropped %d filtered %d failed %d buffered %d write %v (max %v)\n",
 			o.Name, o.Published, o.Delivered, o.Dropped, o.Filtered, o.Failed, o.Lag,
 			o.LastWriteLatency.Round(time.Microsecond), o.MaxWriteLatency.Round(time.Microsecond))
+		for _, ev := range detail {
+			if attr(ev, "output") == o.Name {
+				if line := formatFields(ev.Fields); line != "" {
+					s += "         " + strings.Repeat(" ", 12) + line + "\n"
+				}
+			}
+		}
 	}
 	for _, d := range st.Devices {
 		s += fmt.Sprintf("  gpu %-3d published %d samples/call %.1f nothing-new %d suspected-losses %d clock %v\n",
@@ -145,34 +154,30 @@ func DetailEvents(outs map[string]sampler.Output, now time.Time) []sampler.Event
 	return evs
 }
 
-// FormatDetail renders DetailEvents for --stats: one line per output with
-// its non-zero counters (key=value).
-func FormatDetail(evs []sampler.Event) string {
+func attr(ev sampler.Event, key string) string {
+	for _, a := range ev.Attrs {
+		if a.Key == key {
+			return a.Value
+		}
+	}
+	return ""
+}
+
+// formatFields renders the non-zero fields as "key=value ..." ("" when all
+// are zero).
+func formatFields(fs []sampler.Field) string {
 	var b strings.Builder
-	for _, ev := range evs {
-		name := ""
-		for _, a := range ev.Attrs {
-			if a.Key == "output" {
-				name = a.Value
-			}
+	for _, f := range fs {
+		if f.Value == 0 {
+			continue
 		}
-		n := 0
-		for _, f := range ev.Fields {
-			if f.Value == 0 {
-				continue
-			}
-			if n == 0 {
-				fmt.Fprintf(&b, "  output %-12s", name)
-			}
-			n++
-			if f.Int {
-				fmt.Fprintf(&b, " %s=%d", f.Key, int64(f.Value))
-			} else {
-				fmt.Fprintf(&b, " %s=%g", f.Key, f.Value)
-			}
+		if b.Len() > 0 {
+			b.WriteByte(' ')
 		}
-		if n > 0 {
-			b.WriteByte('\n')
+		if f.Int {
+			fmt.Fprintf(&b, "%s=%d", f.Key, int64(f.Value))
+		} else {
+			fmt.Fprintf(&b, "%s=%g", f.Key, f.Value)
 		}
 	}
 	return b.String()

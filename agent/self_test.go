@@ -48,7 +48,7 @@ func (r *reportingOut) ReportStats(dst []sampler.Field) []sampler.Field {
 
 // An output's own counters become an output_detail event, seen through the
 // aggregate and buffer wrappers; outputs without any send none; --stats
-// prints the non-zero ones on one line.
+// prints the non-zero ones on a line under the output's.
 func TestDetailEvents(t *testing.T) {
 	inner := &reportingOut{}
 	buf, err := buffer.New(inner, buffer.Config{Kind: buffer.KindMemory, MaxRecords: 1000, MaxBytes: 1 << 20})
@@ -76,7 +76,9 @@ func TestDetailEvents(t *testing.T) {
 	if want := "aggregate_summarized aggregate_late aggregate_emitted http_requests http_retries"; strings.Join(keys, " ") != want {
 		t.Errorf("fields %v, want %s", keys, want)
 	}
-	if got, want := agent.FormatDetail(evs), "  output influx       http_requests=7\n"; got != want {
-		t.Errorf("FormatDetail = %q, want %q", got, want)
+	st := sampler.Stats{Outputs: []sampler.OutputStats{{Name: "influx"}, {Name: "plain"}}}
+	got := agent.FormatStats(st, evs)
+	if want := "\n                     http_requests=7\n  output plain "; !strings.Contains(got, want) {
+		t.Errorf("FormatStats:\n%s\nwant the non-zero detail under the influx line:\n%s", got, want)
 	}
 }
