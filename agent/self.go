@@ -102,7 +102,7 @@ func FormatStats(st sampler.Stats, detail []sampler.Event) string {
 		for _, ev := range detail {
 			if attr(ev, "output") == o.Name {
 				if line := formatFields(ev.Fields); line != "" {
-					s += "         " + strings.Repeat(" ", 12) + line + "\n"
+					s += strings.Repeat(" ", 22) + line + "\n"
 				}
 			}
 		}

@@ -78,7 +78,7 @@ func TestDetailEvents(t *testing.T) {
 	}
 	st := sampler.Stats{Outputs: []sampler.OutputStats{{Name: "influx"}, {Name: "plain"}}}
 	got := agent.FormatStats(st, evs)
-	if want := "\n                     http_requests=7\n  output plain "; !strings.Contains(got, want) {
+	if want := "\n                      http_requests=7\n  output plain "; !strings.Contains(got, want) {
 		t.Errorf("FormatStats:\n%s\nwant the non-zero detail under the influx line:\n%s", got, want)
 	}
 }
