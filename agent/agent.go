@@ -51,10 +51,11 @@ type Agent struct {
 	log  *slog.Logger
 	eng  *sampler.Engine
 
-	mu      sync.Mutex // serializes Reload; guards cfg, running and buffers
+	mu      sync.Mutex // serializes Reload; guards cfg, running, buffers and outputs
 	cfg     *config.Config
 	running map[string]*config.Output // by name
 	buffers map[string]*buffer.Buffer // by output name, for self-metrics
+	outputs map[string]sampler.Output // by name: what the pump writes to, for self-metrics
 }
 
 // New builds the engine over src and every output of cfg. The caller opened
@@ -80,7 +81,7 @@ func New(src sampler.Source, cfg *config.Config, opts Options) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{opts: opts, log: opts.Logger, eng: eng, cfg: cfg, running: map[string]*config.Output{},
-		buffers: map[string]*buffer.Buffer{}}
+		buffers: map[string]*buffer.Buffer{}, outputs: map[string]sampler.Output{}}
 	built, err := a.build(cfg, cfg.Outputs)
 	if err != nil {
 		src.Close()
@@ -105,14 +106,29 @@ type builtOutput struct {
 	buf   *buffer.Buffer // nil without a buffer
 }
 
-// setBuffer records (or forgets) b's buffer for self-metrics. a.mu held or
-// not yet shared.
+// setBuffer records b's output and (or forgets) its buffer for
+// self-metrics. a.mu held or not yet shared.
 func (a *Agent) setBuffer(b builtOutput) {
+	a.outputs[b.block.Name] = b.out
 	if b.buf != nil {
 		a.buffers[b.block.Name] = b.buf
 	} else {
 		delete(a.buffers, b.block.Name)
 	}
+}
+
+// forget drops a removed output's self-metrics sources. a.mu held.
+func (a *Agent) forget(name string) {
+	delete(a.buffers, name)
+	delete(a.outputs, name)
+}
+
+// Outputs returns the running outputs (what each pump writes to, wrappers
+// included), by output name.
+func (a *Agent) Outputs() map[string]sampler.Output {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return maps.Clone(a.outputs)
 }
 
 // Buffers returns the buffers of the running outputs, by output name.
@@ -223,7 +239,7 @@ func (a *Agent) Reload(cfg *config.Config) error {
 		}
 		stopped[name] = a.running[name]
 		delete(a.running, name)
-		delete(a.buffers, name)
+		a.forget(name)
 	}
 	built, err := a.build(cfg, changed)
 	if err != nil {
@@ -240,7 +256,7 @@ func (a *Agent) Reload(cfg *config.Config) error {
 			errs = append(errs, err)
 		}
 		delete(a.running, name)
-		delete(a.buffers, name)
+		a.forget(name)
 	}
 	for _, b := range built {
 		if err := a.eng.AddOutput(b.block.Name, b.out, b.block.PumpOptions()); err != nil {

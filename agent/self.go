@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gpusampler/gpusampler/outputs/buffer"
@@ -29,6 +30,8 @@ func (a *Agent) selfMetricsLoop(ctx context.Context) {
 			st := a.eng.Stats()
 			evs := SelfEvents(st, now, now.Sub(last), prev)
 			evs = append(evs, BufferEvents(a.Buffers(), now)...)
+			detail := DetailEvents(a.Outputs(), now)
+			evs = append(evs, detail...)
 			last = now
 			if send {
 				for _, ev := range evs {
@@ -36,7 +39,7 @@ func (a *Agent) selfMetricsLoop(ctx context.Context) {
 				}
 			}
 			if w := a.opts.StatsWriter; w != nil {
-				fmt.Fprint(w, FormatStats(st))
+				fmt.Fprint(w, FormatStats(st, detail))
 			}
 		}
 	}
@@ -87,13 +90,22 @@ func SelfEvents(st sampler.Stats, now time.Time, elapsed time.Duration, prevCall
 	return evs
 }
 
-// FormatStats renders a short human summary of st (gpusampler run --stats).
-func FormatStats(st sampler.Stats) string {
+// FormatStats renders a short human summary of st (gpusampler run --stats):
+// a line per output, followed by the output's own non-zero counters from
+// detail (DetailEvents) when it has any, and a line per device.
+func FormatStats(st sampler.Stats, detail []sampler.Event) string {
 	s := "gpusampler stats:\n"
 	for _, o := range st.Outputs {
 		s += fmt.Sprintf("  output %-12s published %d delivered %d dropped %d filtered %d failed %d buffered %d write %v (max %v)\n",
 			o.Name, o.Published, o.Delivered, o.Dropped, o.Filtered, o.Failed, o.Lag,
 			o.LastWriteLatency.Round(time.Microsecond), o.MaxWriteLatency.Round(time.Microsecond))
+		for _, ev := range detail {
+			if attr(ev, "output") == o.Name {
+				if line := formatFields(ev.Fields); line != "" {
+					s += strings.Repeat(" ", 22) + line + "\n"
+				}
+			}
+		}
 	}
 	for _, d := range st.Devices {
 		s += fmt.Sprintf("  gpu %-3d published %d samples/call %.1f nothing-new %d suspected-losses %d clock %v\n",
@@ -121,4 +133,52 @@ func BufferEvents(bufs map[string]*buffer.Buffer, now time.Time) []sampler.Event
 				intField("dropped_corrupt", s.DroppedRecords.Corrupt), intField("dropped_shutdown", s.DroppedRecords.Shutdown)}})
 	}
 	return evs
+}
+
+// DetailEvents turns the outputs' own counters (sampler.StatsReporter:
+// HTTP requests and retries, NATS messages and acks, plugin restarts, ...)
+// into self-metrics events of scope "output_detail", one per output that
+// reports any, in name order.
+func DetailEvents(outs map[string]sampler.Output, now time.Time) []sampler.Event {
+	ns := now.UnixNano()
+	var evs []sampler.Event
+	for _, name := range slices.Sorted(maps.Keys(outs)) {
+		fields := sampler.ReportStats(outs[name], nil)
+		if len(fields) == 0 {
+			continue
+		}
+		evs = append(evs, sampler.Event{Kind: sampler.EventSelf, Device: -1, StartNS: ns, EndNS: ns,
+			Attrs:  []sampler.Attr{{Key: "scope", Value: "output_detail"}, {Key: "output", Value: name}},
+			Fields: fields})
+	}
+	return evs
+}
+
+func attr(ev sampler.Event, key string) string {
+	for _, a := range ev.Attrs {
+		if a.Key == key {
+			return a.Value
+		}
+	}
+	return ""
+}
+
+// formatFields renders the non-zero fields as "key=value ..." ("" when all
+// are zero).
+func formatFields(fs []sampler.Field) string {
+	var b strings.Builder
+	for _, f := range fs {
+		if f.Value == 0 {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte(' ')
+		}
+		if f.Int {
+			fmt.Fprintf(&b, "%s=%d", f.Key, int64(f.Value))
+		} else {
+			fmt.Fprintf(&b, "%s=%g", f.Key, f.Value)
+		}
+	}
+	return b.String()
 }

@@ -1,10 +1,13 @@
 package agent_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/gpusampler/gpusampler/agent"
+	"github.com/gpusampler/gpusampler/outputs/aggregate"
+	"github.com/gpusampler/gpusampler/outputs/buffer"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
@@ -33,5 +36,49 @@ func TestSelfEvents(t *testing.T) {
 	}
 	if field(evs[1], "nvml_calls_per_s") != 10 || field(evs[1], "newest_sample_age_ns") != 5e8 || prev[0] != 30 {
 		t.Errorf("device event %+v", evs[1])
+	}
+}
+
+// reportingOut is an output with counters of its own.
+type reportingOut struct{ memOut }
+
+func (r *reportingOut) ReportStats(dst []sampler.Field) []sampler.Field {
+	return append(dst, sampler.IntField("http_requests", 7), sampler.IntField("http_retries", 0))
+}
+
+// An output's own counters become an output_detail event, seen through the
+// aggregate and buffer wrappers; outputs without any send none; --stats
+// prints the non-zero ones on a line under the output's.
+func TestDetailEvents(t *testing.T) {
+	inner := &reportingOut{}
+	buf, err := buffer.New(inner, buffer.Config{Kind: buffer.KindMemory, MaxRecords: 1000, MaxBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer buf.Close()
+	agg, err := aggregate.New(buf, aggregate.Options{Interval: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := agent.DetailEvents(map[string]sampler.Output{"influx": agg, "plain": &memOut{}}, time.Unix(100, 0))
+	if len(evs) != 1 {
+		t.Fatalf("%d events, want 1: %+v", len(evs), evs)
+	}
+	ev := evs[0]
+	if ev.Kind != sampler.EventSelf || len(ev.Attrs) != 2 || ev.Attrs[0] != (sampler.Attr{Key: "scope", Value: "output_detail"}) ||
+		ev.Attrs[1] != (sampler.Attr{Key: "output", Value: "influx"}) {
+		t.Errorf("event %+v", ev)
+	}
+	var keys []string
+	for _, f := range ev.Fields {
+		keys = append(keys, f.Key)
+	}
+	if want := "aggregate_summarized aggregate_late aggregate_emitted http_requests http_retries"; strings.Join(keys, " ") != want {
+		t.Errorf("fields %v, want %s", keys, want)
+	}
+	st := sampler.Stats{Outputs: []sampler.OutputStats{{Name: "influx"}, {Name: "plain"}}}
+	got := agent.FormatStats(st, evs)
+	if want := "\n                      http_requests=7\n  output plain "; !strings.Contains(got, want) {
+		t.Errorf("FormatStats:\n%s\nwant the non-zero detail under the influx line:\n%s", got, want)
 	}
 }

@@ -37,6 +37,11 @@ type OutputKind struct {
 	// whose side calls the original Build. Outputs that write the
 	// process's own stdout must stay in process.
 	OutOfProcess bool
+	// ExampleActive keeps the kind's block active in the example config
+	// (config.example.toml). The other kinds' blocks are commented out
+	// there, so that the example runs as is — their placeholders (a
+	// server, a plugin path) need editing first.
+	ExampleActive bool
 }
 
 // BuildEnv is what outputs may use when they are built.
@@ -83,14 +88,39 @@ var headerSample string
 
 // Example returns the whole commented example config: the agent,
 // global_tags and sampler sections followed by every output kind's
-// fragment, in kind order. config.example.toml is this text.
+// fragment, in kind order. Fragments of kinds without ExampleActive are
+// commented out from their [[outputs.KIND]] line on (see
+// CommentOutFragment). config.example.toml is this text.
 func Example(r *Registry) string {
 	var b strings.Builder
 	b.WriteString(headerSample)
 	for _, k := range r.Kinds() {
+		kind := r.kinds[k]
+		frag := strings.TrimRight(kind.SampleConfig, "\n")
+		if !kind.ExampleActive {
+			frag = CommentOutFragment(frag)
+		}
 		b.WriteString("\n")
-		b.WriteString(strings.TrimRight(r.kinds[k].SampleConfig, "\n"))
+		b.WriteString(frag)
 		b.WriteString("\n")
 	}
 	return b.String()
+}
+
+// CommentOutFragment comments out a sample fragment from its first table
+// header ("[[outputs.KIND]]") on, Telegraf style: "# " before every line
+// (the description comments above the header stay as they are). Removing
+// that "# " from those lines gives the fragment back.
+func CommentOutFragment(frag string) string {
+	lines := strings.Split(frag, "\n")
+	on := false
+	for i, l := range lines {
+		if !on && strings.HasPrefix(strings.TrimSpace(l), "[") {
+			on = true
+		}
+		if on {
+			lines[i] = strings.TrimRight("# "+l, " ")
+		}
+	}
+	return strings.Join(lines, "\n")
 }

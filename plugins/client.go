@@ -131,6 +131,7 @@ type Client struct {
 	cur     *conn // nil while down
 	closed  bool
 	devices []sampler.Device // identities known to the last connection
+	remote  []sampler.Field  // the plugin output's counters, from its newest Health answer
 
 	kick    chan struct{}
 	stop    chan struct{}
@@ -333,6 +334,21 @@ func (c *Client) Stats() Stats {
 	return s
 }
 
+// ReportStats implements sampler.StatsReporter: the supervision counters
+// (plugin_starts, plugin_restarts, plugin_crashes, plugin_wedges,
+// plugin_last_restart_ns) followed by the counters the plugin's output
+// reported with its newest Health answer (at most one health interval
+// old; they count from the start of the current plugin process).
+func (c *Client) ReportStats(dst []sampler.Field) []sampler.Field {
+	s := c.Stats()
+	dst = append(dst, sampler.IntField("plugin_starts", s.Starts), sampler.IntField("plugin_restarts", s.Crashes+s.Wedges),
+		sampler.IntField("plugin_crashes", s.Crashes), sampler.IntField("plugin_wedges", s.Wedges),
+		sampler.IntField("plugin_last_restart_ns", uint64(s.LastRestart)))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append(dst, c.remote...)
+}
+
 // supervise probes the current plugin and restarts it when it dies or
 // wedges, until Close.
 func (c *Client) supervise(cn *conn) {
@@ -414,8 +430,13 @@ func (c *Client) watch(cn *conn) bool {
 			return true
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), c.opts.HealthTimeout)
-		err := cn.rc.Health(ctx)
+		stats, err := cn.rc.HealthStats(ctx)
 		cancel()
+		if err == nil || errors.Is(err, rpc.ErrNotHealthy) {
+			c.mu.Lock()
+			c.remote = stats
+			c.mu.Unlock()
+		}
 		switch {
 		case err == nil:
 			fails = 0

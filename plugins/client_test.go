@@ -145,3 +145,35 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// The plugin's own counters (sampler.StatsReporter in the plugin process)
+// reach the host with the health probes, after the supervision counters.
+func TestClientReportsPluginStats(t *testing.T) {
+	c, err := plugins.Start(fastOptions(t, "stats", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for i := range 3 {
+		if err := c.Write(context.Background(), &sampler.Batch{Seq: uint64(i + 1), Samples: outputtest.Samples(2)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got map[string]sampler.Field
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		got = map[string]sampler.Field{}
+		for _, f := range c.ReportStats(nil) {
+			got[f.Key] = f
+		}
+		if got["test_writes"].Value == 3 {
+			break
+		}
+	}
+	if f := got["test_writes"]; f.Value != 3 || !f.Int {
+		t.Errorf("test_writes = %+v, want 3 (int); all: %v", f, got)
+	}
+	if got["plugin_starts"].Value != 1 || got["plugin_crashes"].Value != 0 || got["plugin_wedges"].Value != 0 {
+		t.Errorf("supervision counters: %v", got)
+	}
+	var _ sampler.StatsReporter = c
+}

@@ -30,3 +30,32 @@ type Output interface {
 	Write(ctx context.Context, b *Batch) error
 	Close() error
 }
+
+// StatsReporter is implemented by outputs that keep counters of their own
+// beyond the pump's accounting (OutputStats): HTTP requests, retries and
+// rejected points of an InfluxDB writer, NATS messages and acks, a plugin's
+// restarts, crashes and wedges. Every stats interval the agent sends them
+// as a self-metrics event (EventSelf, attrs scope=output_detail and
+// output=NAME) and `gpusampler run --stats` prints them on one line.
+//
+// ReportStats appends the output's counters to dst and returns the result.
+// Keys are snake_case and stable; counters since the output was built are
+// Int fields. It may be called from any goroutine, concurrently with Write
+// and after Close, and must return quickly (no I/O). Wrappers (aggregation,
+// buffering, the plugin client) report their own counters, if any, and
+// pass on the inner output's.
+type StatsReporter interface {
+	ReportStats(dst []Field) []Field
+}
+
+// ReportStats returns out's own counters when it is a StatsReporter, else
+// dst unchanged.
+func ReportStats(out Output, dst []Field) []Field {
+	if r, ok := out.(StatsReporter); ok {
+		return r.ReportStats(dst)
+	}
+	return dst
+}
+
+// IntField returns an integer Field (a counter or a count).
+func IntField(key string, v uint64) Field { return Field{Key: key, Value: float64(v), Int: true} }

@@ -95,9 +95,11 @@ const (
 	// and end.
 	EventFinding EventKind = "finding"
 	// EventSelf carries gpusampler's own metrics (one output's or one
-	// device's counters) in Fields, identified by Attrs (scope=output,
-	// output=NAME or scope=device, gpu=N). Encoders write it as its own
-	// measurement / record type (gpusampler_self, "self").
+	// device's counters) in Fields, identified by Attrs: scope=output
+	// (the pump's accounting), scope=output_detail (the output's own
+	// counters, see StatsReporter) or scope=buffer, each with output=NAME;
+	// scope=device with gpu=N. Encoders write it as its own measurement /
+	// record type (gpusampler_self, "self").
 	EventSelf EventKind = "self"
 )
 

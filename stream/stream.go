@@ -14,9 +14,10 @@
 //
 // What each encoding carries (see the output's README for the wire forms):
 //
-//   - packed (application/x-gpusampler-packed): everything, exactly —
-//     device identities, samples, summaries, events, the batch Seq, host
-//     and global tags.
+//   - protobuf (application/x-protobuf; proto=gpusampler.plugin.v1.Batch,
+//     see outputs/encoding/protobuf): everything, exactly — device
+//     identities, samples, summaries, events, the batch Seq, host and global
+//     tags.
 //   - JSON Lines (application/x-ndjson): everything, exactly, except that
 //     event attributes come back sorted by key, a self-metrics event's
 //     device is -1 and its end equals its start, and integral numbers in
@@ -34,12 +35,13 @@ package stream
 import (
 	"errors"
 	"fmt"
+	"mime"
 	"strconv"
 	"strings"
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/gpusampler/gpusampler/outputs/encoding/packed"
+	"github.com/gpusampler/gpusampler/outputs/encoding/protobuf"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
@@ -60,7 +62,7 @@ const (
 const (
 	ContentTypeJSON         = "application/x-ndjson"
 	ContentTypeLineProtocol = "application/x-influx-line-protocol"
-	ContentTypePacked       = packed.ContentType
+	ContentTypeProtobuf     = protobuf.ContentType
 )
 
 // SchemaVersion is the record schema version this package writes and reads.
@@ -120,7 +122,7 @@ func DecodeMsg(m *nats.Msg) (*Records, error) {
 // Decode decodes data, selecting the decoder by h's Content-Type and
 // Gpusampler-Schema. The records are new; data is not retained.
 func Decode(h nats.Header, data []byte) (*Records, error) {
-	ct := strings.TrimSpace(h.Get(HeaderContentType))
+	ct := contentType(h.Get(HeaderContentType))
 	if v := h.Get(HeaderSchema); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n != SchemaVersion {
@@ -139,14 +141,14 @@ func Decode(h nats.Header, data []byte) (*Records, error) {
 	}
 	var err error
 	switch ct {
-	case ContentTypePacked:
-		err = r.decodePacked(data)
+	case ContentTypeProtobuf:
+		err = r.decodeProtobuf(data)
 	case ContentTypeJSON:
 		err = r.decodeJSON(data)
 	case ContentTypeLineProtocol:
 		err = r.decodeLineProtocol(data)
 	default:
-		return nil, fmt.Errorf("%w %q (want %s, %s or %s)", ErrContentType, ct, ContentTypeJSON, ContentTypeLineProtocol, ContentTypePacked)
+		return nil, fmt.Errorf("%w %q (want %s, %s or %s)", ErrContentType, ct, ContentTypeJSON, ContentTypeLineProtocol, ContentTypeProtobuf)
 	}
 	if err != nil {
 		return nil, err
@@ -165,8 +167,8 @@ func Decode(h nats.Header, data []byte) (*Records, error) {
 	return r, nil
 }
 
-func (r *Records) decodePacked(data []byte) error {
-	meta, err := packed.Decode(data, &r.Batch)
+func (r *Records) decodeProtobuf(data []byte) error {
+	meta, err := protobuf.Decode(data, &r.Batch)
 	if err != nil {
 		return fmt.Errorf("stream: %w", err)
 	}
@@ -181,4 +183,19 @@ func (r *Records) decodePacked(data []byte) error {
 		r.UUIDs[u.Index] = u.UUID
 	}
 	return nil
+}
+
+// contentType normalizes a Content-Type header: a protobuf payload is
+// recognized by its media type (application/x-protobuf) and its proto
+// parameter, whatever the spacing and case; other values are trimmed.
+func contentType(v string) string {
+	v = strings.TrimSpace(v)
+	mt, params, err := mime.ParseMediaType(v)
+	if err != nil || mt != "application/x-protobuf" {
+		return v
+	}
+	if p, ok := params["proto"]; ok && p != protobuf.MessageName {
+		return v // another message: unknown
+	}
+	return ContentTypeProtobuf
 }

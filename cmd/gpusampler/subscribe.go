@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"os"
 	"slices"
 	"strconv"
 	"time"
@@ -21,7 +22,10 @@ import (
 type subscribeOptions struct {
 	server, subject, format string
 	creds                   string
-	interval                time.Duration
+	// user/password or token authenticate like the NATS output's keys of
+	// the same names.
+	user, password, token string
+	interval              time.Duration
 	// now is the clock for ages (tests inject one).
 	now func() time.Time
 	// handled, when set, is called after each message (tests).
@@ -37,6 +41,9 @@ func cmdSubscribe(ctx context.Context, args []string, out, stderr io.Writer) err
 	fs.StringVar(&o.subject, "subject", "gpusampler.>", "subject pattern to subscribe to")
 	fs.StringVar(&o.format, "format", "table", "table (a live fleet table), influx or json (re-emit every record)")
 	fs.StringVar(&o.creds, "creds", "", "NATS credentials file")
+	fs.StringVar(&o.user, "user", os.Getenv("NATS_USER"), "NATS user name (default $NATS_USER)")
+	fs.StringVar(&o.password, "password", "", "NATS password (prefer $NATS_PASSWORD: a flag shows in ps)")
+	fs.StringVar(&o.token, "token", "", "NATS token (prefer $NATS_TOKEN: a flag shows in ps)")
 	fs.DurationVar(&o.interval, "interval", time.Second, "table refresh interval")
 	if err := parseFlags(fs, args, out); err != nil {
 		return err
@@ -47,6 +54,18 @@ func cmdSubscribe(ctx context.Context, args []string, out, stderr io.Writer) err
 	if o.interval <= 0 {
 		return usagef("-interval: must be positive")
 	}
+	if o.password == "" {
+		o.password = os.Getenv("NATS_PASSWORD")
+	}
+	if o.token == "" {
+		o.token = os.Getenv("NATS_TOKEN")
+	}
+	switch {
+	case o.user != "" && o.token != "":
+		return usagef("--user and --token: give one or the other")
+	case o.password != "" && o.user == "":
+		return usagef("--password needs --user")
+	}
 	return runSubscribe(ctx, o, out, stderr)
 }
 
@@ -54,6 +73,12 @@ func runSubscribe(ctx context.Context, o subscribeOptions, out, stderr io.Writer
 	nopts := []nats.Option{nats.Name("gpusampler subscribe"), nats.MaxReconnects(-1)}
 	if o.creds != "" {
 		nopts = append(nopts, nats.UserCredentials(o.creds))
+	}
+	switch {
+	case o.user != "":
+		nopts = append(nopts, nats.UserInfo(o.user, o.password))
+	case o.token != "":
+		nopts = append(nopts, nats.Token(o.token))
 	}
 	nc, err := nats.Connect(o.server, nopts...)
 	if err != nil {

@@ -43,7 +43,7 @@ func publishFleet(t *testing.T, url string) uint64 {
 	t.Helper()
 	ns := func(d time.Duration) int64 { return fleetBase.Add(d).UnixNano() }
 	var msgs uint64
-	for i, node := range []struct{ host, enc string }{{"node1", "json"}, {"node2.example", "packed"}, {"node3", "influx"}} {
+	for i, node := range []struct{ host, enc string }{{"node1", "json"}, {"node2.example", "protobuf"}, {"node3", "influx"}} {
 		cfg := natsout.DefaultConfig()
 		cfg.Servers, cfg.Encoding = []string{url}, node.enc
 		out, err := natsout.New(cfg, natsout.WithHost(node.host), natsout.WithGlobalTags(map[string]string{"cluster": "c1"}))
@@ -167,5 +167,35 @@ func golden(t *testing.T, path, got string) {
 	}
 	if got != string(want) {
 		t.Errorf("output differs from %s (go test -update-subscribe to accept):\n got:\n%s\nwant:\n%s", path, got, want)
+	}
+}
+
+// --user/--password and --token authenticate; secrets may come from the
+// environment instead of the command line.
+func TestSubscribeAuthIntegration(t *testing.T) {
+	if testing.Short() {
+		t.Skip("embedded nats-server")
+	}
+	srv := natstest.Start(t, natstest.WithAuth("gs", "right"))
+	url := srv.ClientURL()
+	code, _, stderr := runCLI(t, "subscribe", "--server", url, "--user", "gs", "--password", "wrong")
+	if code != 1 || !strings.Contains(strings.ToLower(stderr), "authorization violation") {
+		t.Errorf("wrong password: exit %d, stderr %q", code, stderr)
+	}
+	// The right password from $NATS_PASSWORD: connects, and returns when
+	// the context ends.
+	t.Setenv("NATS_PASSWORD", "right")
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	var out, errb bytes.Buffer
+	if code := Main(ctx, []string{"subscribe", "--server", url, "--user", "gs"}, strings.NewReader(""), &out, &errb); code != 0 {
+		t.Errorf("right password: exit %d, stderr %q", code, errb.String())
+	}
+	for _, args := range [][]string{{"--user", "a", "--token", "t"}, {"--password", "p"}} {
+		t.Setenv("NATS_PASSWORD", "")
+		code, _, stderr := runCLI(t, append([]string{"subscribe", "--server", url}, args...)...)
+		if code != 2 {
+			t.Errorf("%v: exit %d, stderr %q", args, code, stderr)
+		}
 	}
 }

@@ -36,7 +36,7 @@ func TestRollupIntegration(t *testing.T) {
 	for _, n := range []struct {
 		host, cluster, enc string
 		watts              []float64
-	}{{"node1", "a", "json", []float64{600, 650}}, {"node2", "a", "packed", []float64{500}}, {"node3", "b", "influx", []float64{300, 100}}} {
+	}{{"node1", "a", "json", []float64{600, 650}}, {"node2", "a", "protobuf", []float64{500}}, {"node3", "b", "influx", []float64{300, 100}}} {
 		cfg := natsout.DefaultConfig()
 		cfg.Servers, cfg.Encoding = []string{s.ClientURL()}, n.enc
 		out, err := natsout.New(cfg, natsout.WithHost(n.host), natsout.WithGlobalTags(map[string]string{"cluster": n.cluster}))

@@ -101,6 +101,16 @@ func (o *Output) Stats() Stats {
 	return Stats{Summarized: o.summarized.Load(), Late: o.late.Load(), Emitted: o.emitted.Load()}
 }
 
+// ReportStats implements sampler.StatsReporter: the wrapper's counters
+// (aggregate_summarized, aggregate_late, aggregate_emitted) followed by the
+// wrapped output's own.
+func (o *Output) ReportStats(dst []sampler.Field) []sampler.Field {
+	s := o.Stats()
+	dst = append(dst, sampler.IntField("aggregate_summarized", s.Summarized),
+		sampler.IntField("aggregate_late", s.Late), sampler.IntField("aggregate_emitted", s.Emitted))
+	return sampler.ReportStats(o.inner, dst)
+}
+
 // Inner returns the wrapped output.
 func (o *Output) Inner() sampler.Output { return o.inner }
 

@@ -3,6 +3,7 @@ package all_test
 import (
 	"flag"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/gpusampler/gpusampler/config"
@@ -32,16 +33,50 @@ func TestExampleUpToDate(t *testing.T) {
 	}
 }
 
-// TestExampleParses: the example is a valid config, and so is every
-// output's fragment on its own.
+// TestExampleParses: the example is a valid config whose only active
+// outputs are the ExampleActive kinds (stdout: it runs as is), every
+// other kind's block is there commented out, and every fragment parses on
+// its own.
 func TestExampleParses(t *testing.T) {
 	reg := all.Registry()
-	c, err := config.Parse("config.example.toml", []byte(config.Example(reg)), config.Options{Registry: reg})
+	example := config.Example(reg)
+	c, err := config.Parse("config.example.toml", []byte(example), config.Options{Registry: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(c.Outputs) != len(reg.Kinds()) {
-		t.Errorf("%d outputs in the example, want one per kind (%v)", len(c.Outputs), reg.Kinds())
+	var active []string
+	for _, o := range c.Outputs {
+		active = append(active, o.Kind)
+	}
+	if strings.Join(active, " ") != "stdout" {
+		t.Errorf("active outputs in the example: %v, want only stdout", active)
+	}
+	for _, k := range reg.Kinds() {
+		kind, _ := reg.Lookup(k)
+		header := "[[outputs." + k + "]]"
+		if !kind.ExampleActive {
+			header = "# " + header
+		}
+		if !strings.Contains(example, "\n"+header+"\n") {
+			t.Errorf("kind %s: the example lacks %q", k, header)
+		}
+		// Uncommenting gives the fragment back.
+		frag := strings.TrimRight(kind.SampleConfig, "\n")
+		var un []string
+		on := false
+		for _, l := range strings.Split(config.CommentOutFragment(frag), "\n") {
+			on = on || strings.HasPrefix(l, "# [")
+			if on {
+				if l == "#" {
+					l = ""
+				}
+				l = strings.TrimPrefix(l, "# ")
+			}
+			un = append(un, l)
+		}
+		if got := strings.Join(un, "\n"); got != frag && !kind.ExampleActive {
+			t.Errorf("kind %s: uncommenting does not restore the fragment:\n%s", k, got)
+		}
 	}
 	for _, k := range reg.Kinds() {
 		kind, _ := reg.Lookup(k)

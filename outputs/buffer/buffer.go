@@ -414,6 +414,13 @@ type Stats struct {
 	DroppedBatches, DroppedRecords Drops
 }
 
+// ReportStats implements sampler.StatsReporter by passing on the wrapped
+// output's counters; the buffer's own (Stats) travel as self-metrics of
+// scope "buffer".
+func (b *Buffer) ReportStats(dst []sampler.Field) []sampler.Field {
+	return sampler.ReportStats(b.out, dst)
+}
+
 // Stats returns the buffer's self-metrics. Safe to call from any goroutine.
 func (b *Buffer) Stats() Stats {
 	qs := b.q.stats()

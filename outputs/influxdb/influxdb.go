@@ -105,6 +105,17 @@ func (o *Output) Stats() Stats {
 	return Stats{WriterStats: o.w.Stats(), Batches: o.batches.Load(), Lines: o.lines.Load()}
 }
 
+// ReportStats implements sampler.StatsReporter: requests, retries, bytes
+// sent (after compression), partial writes and rejected points, batches
+// and lines encoded.
+func (o *Output) ReportStats(dst []sampler.Field) []sampler.Field {
+	s := o.Stats()
+	return append(dst, sampler.IntField("http_requests", s.Requests), sampler.IntField("http_retries", s.Retries),
+		sampler.IntField("bytes_sent", s.BytesSent), sampler.IntField("partial_writes", s.PartialWrites),
+		sampler.IntField("rejected_points", s.RejectedPoints), sampler.IntField("batches", s.Batches),
+		sampler.IntField("lines", s.Lines))
+}
+
 func countLines(b []byte) int {
 	n := 0
 	for _, c := range b {

@@ -169,3 +169,35 @@ func TestTLS(t *testing.T) {
 		})
 	}
 }
+
+// ReportStats (sampler.StatsReporter) carries the writer's and encoder's
+// counters as self-metrics.
+func TestReportStats(t *testing.T) {
+	srv := httptest.NewServer(&sink{})
+	defer srv.Close()
+	out, err := influxdb.New(influxdb.Options{WriterOptions: influxdb.WriterOptions{URL: srv.URL, API: influxdb.APIv1,
+		Database: "gpu"}, Host: "node1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	if err := out.Write(context.Background(), &sampler.Batch{Seq: 1, Devices: []sampler.Device{outputtest.Device},
+		Samples: outputtest.Samples(3)}); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	var keys []string
+	for _, f := range sampler.ReportStats(out, nil) {
+		if !f.Int {
+			t.Errorf("%s: not an integer field", f.Key)
+		}
+		got[f.Key] = f.Value
+		keys = append(keys, f.Key)
+	}
+	if want := "http_requests http_retries bytes_sent partial_writes rejected_points batches lines"; strings.Join(keys, " ") != want {
+		t.Errorf("keys %v, want %s", keys, want)
+	}
+	if got["http_requests"] != 1 || got["batches"] != 1 || got["lines"] == 0 || got["bytes_sent"] == 0 {
+		t.Errorf("stats %v", got)
+	}
+}

@@ -1,7 +1,9 @@
 package nats_test
 
 import (
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -80,3 +82,60 @@ func TestSanitize(t *testing.T) {
 		}
 	}
 }
+
+// Built through the config (as the agent does, which adds "FILE:LINE:
+// output NAME: "), errors carry neither the package nor the output name.
+func TestBuildErrorUnprefixed(t *testing.T) {
+	text := "[[outputs.nats]]\nservers = [\"nats://127.0.0.1:1\"]\nconnect_timeout = \"300ms\"\n"
+	reg := all.Registry()
+	cfg, err := config.Parse("cfg.toml", []byte(text), config.Options{Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, _ := reg.Lookup("nats")
+	_, err = k.Build(cfg.Outputs[0], config.BuildEnv{Host: "h"})
+	if err == nil || !strings.HasPrefix(err.Error(), "connect to nats://127.0.0.1:1: ") {
+		t.Fatalf("err = %v, want it to start with \"connect to\"", err)
+	}
+}
+
+// Close is not an outage: nothing is logged as a disconnect or counted.
+func TestCloseQuietIntegration(t *testing.T) {
+	if testing.Short() {
+		t.Skip("embedded nats-server")
+	}
+	s := natstest.Start(t)
+	var logs strings.Builder
+	var mu sync.Mutex
+	h := slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logs.Write(p)
+	}), nil)
+	cfg := natsout.DefaultConfig()
+	cfg.Servers = []string{s.ClientURL()}
+	out, err := natsout.New(cfg, natsout.WithLogger(slog.New(h)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := out.Close(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // nats.go calls the handlers on its own goroutine
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Contains(logs.String(), "disconnected") || out.Stats().Disconnects != 0 {
+		t.Errorf("Close logged or counted a disconnect: %q, %+v", logs.String(), out.Stats())
+	}
+	var fields []string
+	for _, f := range out.ReportStats(nil) {
+		fields = append(fields, f.Key)
+	}
+	if got := strings.Join(fields, " "); got != "messages bytes splits acked duplicates ack_errors disconnects reconnects" {
+		t.Errorf("ReportStats keys: %s", got)
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

@@ -12,13 +12,13 @@ import (
 
 // Encodings.
 const (
-	EncodingJSON   = "json"   // JSON Lines (outputs/encoding/jsonl)
-	EncodingInflux = "influx" // line protocol (outputs/encoding/lineproto)
-	EncodingPacked = "packed" // compact binary (outputs/encoding/packed)
+	EncodingJSON     = "json"     // JSON Lines (outputs/encoding/jsonl)
+	EncodingInflux   = "influx"   // line protocol (outputs/encoding/lineproto)
+	EncodingProtobuf = "protobuf" // compact binary: one protobuf Batch (outputs/encoding/protobuf)
 )
 
 // Encodings lists the encodings.
-var Encodings = []string{EncodingJSON, EncodingInflux, EncodingPacked}
+var Encodings = []string{EncodingJSON, EncodingInflux, EncodingProtobuf}
 
 // Defaults.
 const (
@@ -115,7 +115,7 @@ func (c *Config) check() []problem {
 		}
 	}
 	switch c.Encoding {
-	case EncodingJSON, EncodingInflux, EncodingPacked:
+	case EncodingJSON, EncodingInflux, EncodingProtobuf:
 	default:
 		bad("encoding", "unknown encoding %q (want one of: %s)", c.Encoding, strings.Join(Encodings, ", "))
 	}
@@ -243,8 +243,13 @@ func Kind() config.OutputKind {
 		Parse:        Parse,
 		Build: func(o *config.Output, env config.BuildEnv) (sampler.Output, error) {
 			c, _ := o.Options.(Config)
-			return New(c, WithName(o.Name), WithHost(env.Host), WithGlobalTags(env.GlobalTags),
-				WithLogger(env.Logger), WithCatalog(env.Catalog))
+			// The agent names the file, line and output: no prefix of our own.
+			out, err := newOutput(c, newOptions([]Option{WithName(o.Name), WithHost(env.Host),
+				WithGlobalTags(env.GlobalTags), WithLogger(env.Logger), WithCatalog(env.Catalog)}))
+			if err != nil {
+				return nil, err
+			}
+			return out, nil
 		},
 	}
 }

@@ -8,7 +8,7 @@
 // self-metrics; placeholder values are sanitized into one token each
 // (Sanitize). A batch is split per subject, and further so that no message
 // exceeds the server's max_payload. Every message carries the headers
-// Content-Type (the encoding: JSON Lines, line protocol or packed binary),
+// Content-Type (the encoding: JSON Lines, line protocol or protobuf),
 // Gpusampler-Schema, Gpusampler-Seq (the batch's Seq) and Gpusampler-Part;
 // package stream decodes any of them back into records.
 //
@@ -51,7 +51,7 @@ import (
 
 	"github.com/gpusampler/gpusampler/outputs/encoding/jsonl"
 	"github.com/gpusampler/gpusampler/outputs/encoding/lineproto"
-	"github.com/gpusampler/gpusampler/outputs/encoding/packed"
+	"github.com/gpusampler/gpusampler/outputs/encoding/protobuf"
 	"github.com/gpusampler/gpusampler/sampler"
 	"github.com/gpusampler/gpusampler/stream"
 )
@@ -130,6 +130,9 @@ type Output struct {
 	closed   bool
 
 	messages, bytes, splits, acked, dups, ackErrors, disconnects, reconnects atomic.Uint64
+	// closing is set by Close before it closes the connection, so that the
+	// disconnect it causes is neither logged nor counted.
+	closing atomic.Bool
 }
 
 type subjKey struct {
@@ -151,6 +154,15 @@ type entry struct {
 // when JetStream's stream is missing and create_stream is false. Errors
 // start with "nats:" and name the output.
 func New(cfg Config, opts ...Option) (*Output, error) {
+	o := newOptions(opts)
+	out, err := newOutput(cfg, o)
+	if err != nil {
+		return nil, fmt.Errorf("nats: output %s: %w", o.name, err)
+	}
+	return out, nil
+}
+
+func newOptions(opts []Option) options {
 	o := options{name: "nats", log: slog.New(slog.DiscardHandler), catalog: sampler.DefaultCatalog}
 	for _, f := range opts {
 		f(&o)
@@ -161,8 +173,14 @@ func New(cfg Config, opts ...Option) (*Output, error) {
 	if o.log == nil {
 		o.log = slog.New(slog.DiscardHandler)
 	}
+	return o
+}
+
+// newOutput is New with errors that do not name the package or the output
+// (the config's Build is wrapped by the agent with both).
+func newOutput(cfg Config, o options) (*Output, error) {
 	fail := func(format string, args ...any) (*Output, error) {
-		return nil, fmt.Errorf("nats: output %s: "+format, append([]any{o.name}, args...)...)
+		return nil, fmt.Errorf(format, args...)
 	}
 	if err := cfg.Validate(); err != nil {
 		return fail("%w", err)
@@ -215,6 +233,9 @@ func (out *Output) natsOptions() ([]natsgo.Option, error) {
 		natsgo.ReconnectBufSize(c.ReconnectBufferBytes),
 		natsgo.RetryOnFailedConnect(c.RetryOnFailedConnect),
 		natsgo.DisconnectErrHandler(func(_ *natsgo.Conn, err error) {
+			if out.closing.Load() {
+				return // our own Close: not an outage
+			}
 			out.disconnects.Add(1)
 			o.log.Warn("nats: disconnected; publishes are buffered until reconnected", "err", err)
 		}),
@@ -324,6 +345,15 @@ func (out *Output) Stats() Stats {
 		Disconnects: out.disconnects.Load(), Reconnects: out.reconnects.Load()}
 }
 
+// ReportStats implements sampler.StatsReporter with the counters of Stats.
+func (out *Output) ReportStats(dst []sampler.Field) []sampler.Field {
+	s := out.Stats()
+	return append(dst, sampler.IntField("messages", s.Messages), sampler.IntField("bytes", s.Bytes),
+		sampler.IntField("splits", s.Splits), sampler.IntField("acked", s.Acked),
+		sampler.IntField("duplicates", s.Duplicates), sampler.IntField("ack_errors", s.AckErrors),
+		sampler.IntField("disconnects", s.Disconnects), sampler.IntField("reconnects", s.Reconnects))
+}
+
 // Conn returns the output's connection (for tests and status).
 func (out *Output) Conn() *natsgo.Conn { return out.nc }
 
@@ -423,6 +453,7 @@ func (out *Output) Close() error {
 			err = fmt.Errorf("nats: output %s: close: flush: %w", out.o.name, ferr)
 		}
 	}
+	out.closing.Store(true)
 	out.nc.Close()
 	return err
 }
@@ -650,12 +681,12 @@ func newEncoder(kind string, o *options) encoder {
 			tags = append(tags, lineproto.Tag{Key: k, Value: o.globalTags[k]})
 		}
 		return &lpEncoder{e: lineproto.New(lineproto.Options{Host: o.host, GlobalTags: tags, Catalog: o.catalog})}
-	case EncodingPacked:
-		meta := packed.Meta{Host: o.host}
+	case EncodingProtobuf:
+		meta := protobuf.Meta{Host: o.host}
 		for _, k := range keys {
-			meta.Tags = append(meta.Tags, packed.Tag{Key: k, Value: o.globalTags[k]})
+			meta.Tags = append(meta.Tags, protobuf.Tag{Key: k, Value: o.globalTags[k]})
 		}
-		return &packedEncoder{meta: meta}
+		return &protobufEncoder{meta: meta}
 	}
 	return &jsonEncoder{e: jsonl.New(jsonl.Options{Host: o.host, GlobalTags: o.globalTags, Catalog: o.catalog})}
 }
@@ -678,13 +709,14 @@ func (l *lpEncoder) encode(dst []byte, b *sampler.Batch, devs map[int]sampler.De
 	return append(dst, l.e.Bytes()...)
 }
 
-type packedEncoder struct {
-	meta packed.Meta
+type protobufEncoder struct {
+	enc  protobuf.Encoder
+	meta protobuf.Meta
 	seen []int
 }
 
-func (p *packedEncoder) contentType() string { return stream.ContentTypePacked }
-func (p *packedEncoder) encode(dst []byte, b *sampler.Batch, devs map[int]sampler.Device) []byte {
+func (p *protobufEncoder) contentType() string { return stream.ContentTypeProtobuf }
+func (p *protobufEncoder) encode(dst []byte, b *sampler.Batch, devs map[int]sampler.Device) []byte {
 	// The UUID of every device the message refers to, so that a consumer
 	// that missed the identity record still knows the device.
 	p.seen = p.seen[:0]
@@ -695,7 +727,7 @@ func (p *packedEncoder) encode(dst []byte, b *sampler.Batch, devs map[int]sample
 		}
 		p.seen = append(p.seen, i)
 		if d, ok := devs[i]; ok && d.UUID != "" {
-			p.meta.UUIDs = append(p.meta.UUIDs, packed.DeviceRef{Index: i, UUID: d.UUID})
+			p.meta.UUIDs = append(p.meta.UUIDs, protobuf.DeviceRef{Index: i, UUID: d.UUID})
 		}
 	}
 	for _, s := range b.Samples {
@@ -709,5 +741,5 @@ func (p *packedEncoder) encode(dst []byte, b *sampler.Batch, devs map[int]sample
 			note(e.Device)
 		}
 	}
-	return packed.Append(dst, b, &p.meta)
+	return p.enc.Append(dst, b, &p.meta)
 }

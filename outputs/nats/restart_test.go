@@ -29,7 +29,7 @@ func TestServerRestartJetStreamIntegration(t *testing.T) {
 	s := natstest.Start(t, natstest.WithStoreDir(dir))
 	port := s.Addr().(*net.TCPAddr).Port
 	cfg := natsout.DefaultConfig()
-	cfg.Encoding = natsout.EncodingPacked
+	cfg.Encoding = natsout.EncodingProtobuf
 	cfg.JetStream, cfg.CreateStream = true, true
 	cfg.AckTimeout, cfg.ReconnectWait, cfg.ConnectTimeout = 300*time.Millisecond, 50*time.Millisecond, time.Second
 	out := newOutput(t, s, cfg, natsout.WithHost("node1"))

@@ -12,8 +12,9 @@ import (
 // Kind describes the stdout output to the config registry.
 func Kind() config.OutputKind {
 	return config.OutputKind{
-		Kind:         "stdout",
-		SampleConfig: SampleConfig,
+		Kind:          "stdout",
+		SampleConfig:  SampleConfig,
+		ExampleActive: true, // the example config runs as is, printing to stdout
 		Parse: func(t *config.Table) any {
 			o := Options{Format: "influx"}
 			t.OneOf("format", &o.Format, Formats...)

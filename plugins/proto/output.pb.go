@@ -27,6 +27,7 @@
 package proto
 
 import (
+	records "github.com/gpusampler/gpusampler/plugins/proto/records"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -621,6 +622,8 @@ func (x *Table) GetFields() map[string]*Value {
 	return nil
 }
 
+// WriteRequest is one batch. Its fields 1–5 are Batch's (records.proto),
+// so a WriteRequest's bytes also decode as a Batch.
 type WriteRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// seq numbers batches per output from 1. A batch sent again (after
@@ -630,13 +633,13 @@ type WriteRequest struct {
 	// devices are identities that are new or changed since this connection
 	// last sent them: every device the host knows comes with the first batch
 	// of a connection, later ones only when they change (generation).
-	Devices []*Device `protobuf:"bytes,2,rep,name=devices,proto3" json:"devices,omitempty"`
+	Devices []*records.Device `protobuf:"bytes,2,rep,name=devices,proto3" json:"devices,omitempty"`
 	// samples, columnar: all columns have the same length.
-	Samples *SampleColumns `protobuf:"bytes,3,opt,name=samples,proto3" json:"samples,omitempty"`
-	Events  []*Event       `protobuf:"bytes,4,rep,name=events,proto3" json:"events,omitempty"`
+	Samples *records.SampleColumns `protobuf:"bytes,3,opt,name=samples,proto3" json:"samples,omitempty"`
+	Events  []*records.Event       `protobuf:"bytes,4,rep,name=events,proto3" json:"events,omitempty"`
 	// summaries are per-window aggregates, present when the output is
 	// configured with aggregate = "INTERVAL" (then samples is usually empty).
-	Summaries     *SummaryColumns `protobuf:"bytes,5,opt,name=summaries,proto3" json:"summaries,omitempty"`
+	Summaries     *records.SummaryColumns `protobuf:"bytes,5,opt,name=summaries,proto3" json:"summaries,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -678,587 +681,32 @@ func (x *WriteRequest) GetSeq() uint64 {
 	return 0
 }
 
-func (x *WriteRequest) GetDevices() []*Device {
+func (x *WriteRequest) GetDevices() []*records.Device {
 	if x != nil {
 		return x.Devices
 	}
 	return nil
 }
 
-func (x *WriteRequest) GetSamples() *SampleColumns {
+func (x *WriteRequest) GetSamples() *records.SampleColumns {
 	if x != nil {
 		return x.Samples
 	}
 	return nil
 }
 
-func (x *WriteRequest) GetEvents() []*Event {
+func (x *WriteRequest) GetEvents() []*records.Event {
 	if x != nil {
 		return x.Events
 	}
 	return nil
 }
 
-func (x *WriteRequest) GetSummaries() *SummaryColumns {
+func (x *WriteRequest) GetSummaries() *records.SummaryColumns {
 	if x != nil {
 		return x.Summaries
 	}
 	return nil
-}
-
-// SampleColumns holds n samples as parallel packed arrays: sample i is
-// (time_ns[i], value[i], device[i], metric[i], flags[i]).
-type SampleColumns struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// time_ns is the sample's own timestamp, Unix nanoseconds.
-	TimeNs []int64 `protobuf:"fixed64,1,rep,packed,name=time_ns,json=timeNs,proto3" json:"time_ns,omitempty"`
-	// value in the metric's base unit (MetricInfo.unit).
-	Value []float64 `protobuf:"fixed64,2,rep,packed,name=value,proto3" json:"value,omitempty"`
-	// device is the Device.index the sample belongs to.
-	Device []uint32 `protobuf:"varint,3,rep,packed,name=device,proto3" json:"device,omitempty"`
-	// metric is a MetricInfo.id.
-	Metric []uint32 `protobuf:"varint,4,rep,packed,name=metric,proto3" json:"metric,omitempty"`
-	// flags: bit 0 = point read (a current-value query, not a driver buffer
-	// sample).
-	Flags         []uint32 `protobuf:"varint,5,rep,packed,name=flags,proto3" json:"flags,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *SampleColumns) Reset() {
-	*x = SampleColumns{}
-	mi := &file_output_proto_msgTypes[8]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *SampleColumns) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*SampleColumns) ProtoMessage() {}
-
-func (x *SampleColumns) ProtoReflect() protoreflect.Message {
-	mi := &file_output_proto_msgTypes[8]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use SampleColumns.ProtoReflect.Descriptor instead.
-func (*SampleColumns) Descriptor() ([]byte, []int) {
-	return file_output_proto_rawDescGZIP(), []int{8}
-}
-
-func (x *SampleColumns) GetTimeNs() []int64 {
-	if x != nil {
-		return x.TimeNs
-	}
-	return nil
-}
-
-func (x *SampleColumns) GetValue() []float64 {
-	if x != nil {
-		return x.Value
-	}
-	return nil
-}
-
-func (x *SampleColumns) GetDevice() []uint32 {
-	if x != nil {
-		return x.Device
-	}
-	return nil
-}
-
-func (x *SampleColumns) GetMetric() []uint32 {
-	if x != nil {
-		return x.Metric
-	}
-	return nil
-}
-
-func (x *SampleColumns) GetFlags() []uint32 {
-	if x != nil {
-		return x.Flags
-	}
-	return nil
-}
-
-// SummaryColumns holds n summaries as parallel packed arrays.
-type SummaryColumns struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	StartNs       []int64                `protobuf:"fixed64,1,rep,packed,name=start_ns,json=startNs,proto3" json:"start_ns,omitempty"`
-	IntervalNs    []int64                `protobuf:"fixed64,2,rep,packed,name=interval_ns,json=intervalNs,proto3" json:"interval_ns,omitempty"`
-	Mean          []float64              `protobuf:"fixed64,3,rep,packed,name=mean,proto3" json:"mean,omitempty"`
-	Min           []float64              `protobuf:"fixed64,4,rep,packed,name=min,proto3" json:"min,omitempty"`
-	Max           []float64              `protobuf:"fixed64,5,rep,packed,name=max,proto3" json:"max,omitempty"`
-	Last          []float64              `protobuf:"fixed64,6,rep,packed,name=last,proto3" json:"last,omitempty"`
-	Count         []uint32               `protobuf:"varint,7,rep,packed,name=count,proto3" json:"count,omitempty"`
-	Device        []uint32               `protobuf:"varint,8,rep,packed,name=device,proto3" json:"device,omitempty"`
-	Metric        []uint32               `protobuf:"varint,9,rep,packed,name=metric,proto3" json:"metric,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *SummaryColumns) Reset() {
-	*x = SummaryColumns{}
-	mi := &file_output_proto_msgTypes[9]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *SummaryColumns) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*SummaryColumns) ProtoMessage() {}
-
-func (x *SummaryColumns) ProtoReflect() protoreflect.Message {
-	mi := &file_output_proto_msgTypes[9]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use SummaryColumns.ProtoReflect.Descriptor instead.
-func (*SummaryColumns) Descriptor() ([]byte, []int) {
-	return file_output_proto_rawDescGZIP(), []int{9}
-}
-
-func (x *SummaryColumns) GetStartNs() []int64 {
-	if x != nil {
-		return x.StartNs
-	}
-	return nil
-}
-
-func (x *SummaryColumns) GetIntervalNs() []int64 {
-	if x != nil {
-		return x.IntervalNs
-	}
-	return nil
-}
-
-func (x *SummaryColumns) GetMean() []float64 {
-	if x != nil {
-		return x.Mean
-	}
-	return nil
-}
-
-func (x *SummaryColumns) GetMin() []float64 {
-	if x != nil {
-		return x.Min
-	}
-	return nil
-}
-
-func (x *SummaryColumns) GetMax() []float64 {
-	if x != nil {
-		return x.Max
-	}
-	return nil
-}
-
-func (x *SummaryColumns) GetLast() []float64 {
-	if x != nil {
-		return x.Last
-	}
-	return nil
-}
-
-func (x *SummaryColumns) GetCount() []uint32 {
-	if x != nil {
-		return x.Count
-	}
-	return nil
-}
-
-func (x *SummaryColumns) GetDevice() []uint32 {
-	if x != nil {
-		return x.Device
-	}
-	return nil
-}
-
-func (x *SummaryColumns) GetMetric() []uint32 {
-	if x != nil {
-		return x.Metric
-	}
-	return nil
-}
-
-// Device is one GPU's identity.
-type Device struct {
-	state          protoimpl.MessageState `protogen:"open.v1"`
-	Index          uint32                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
-	Uuid           string                 `protobuf:"bytes,2,opt,name=uuid,proto3" json:"uuid,omitempty"`
-	Name           string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
-	PciBusId       string                 `protobuf:"bytes,4,opt,name=pci_bus_id,json=pciBusId,proto3" json:"pci_bus_id,omitempty"`
-	Serial         string                 `protobuf:"bytes,5,opt,name=serial,proto3" json:"serial,omitempty"`
-	MemoryTotalMib uint64                 `protobuf:"varint,6,opt,name=memory_total_mib,json=memoryTotalMib,proto3" json:"memory_total_mib,omitempty"`
-	DriverVersion  string                 `protobuf:"bytes,7,opt,name=driver_version,json=driverVersion,proto3" json:"driver_version,omitempty"`
-	Backend        string                 `protobuf:"bytes,8,opt,name=backend,proto3" json:"backend,omitempty"`
-	// simulated devices are not real GPUs: mark their records visibly.
-	Simulated         bool    `protobuf:"varint,9,opt,name=simulated,proto3" json:"simulated,omitempty"`
-	SlowdownTempC     float64 `protobuf:"fixed64,10,opt,name=slowdown_temp_c,json=slowdownTempC,proto3" json:"slowdown_temp_c,omitempty"`
-	ShutdownTempC     float64 `protobuf:"fixed64,11,opt,name=shutdown_temp_c,json=shutdownTempC,proto3" json:"shutdown_temp_c,omitempty"`
-	MaxOperatingTempC float64 `protobuf:"fixed64,12,opt,name=max_operating_temp_c,json=maxOperatingTempC,proto3" json:"max_operating_temp_c,omitempty"`
-	MemoryMaxTempC    float64 `protobuf:"fixed64,13,opt,name=memory_max_temp_c,json=memoryMaxTempC,proto3" json:"memory_max_temp_c,omitempty"`
-	// generation increases each time the identity changes.
-	Generation    uint64 `protobuf:"varint,14,opt,name=generation,proto3" json:"generation,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *Device) Reset() {
-	*x = Device{}
-	mi := &file_output_proto_msgTypes[10]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *Device) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*Device) ProtoMessage() {}
-
-func (x *Device) ProtoReflect() protoreflect.Message {
-	mi := &file_output_proto_msgTypes[10]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use Device.ProtoReflect.Descriptor instead.
-func (*Device) Descriptor() ([]byte, []int) {
-	return file_output_proto_rawDescGZIP(), []int{10}
-}
-
-func (x *Device) GetIndex() uint32 {
-	if x != nil {
-		return x.Index
-	}
-	return 0
-}
-
-func (x *Device) GetUuid() string {
-	if x != nil {
-		return x.Uuid
-	}
-	return ""
-}
-
-func (x *Device) GetName() string {
-	if x != nil {
-		return x.Name
-	}
-	return ""
-}
-
-func (x *Device) GetPciBusId() string {
-	if x != nil {
-		return x.PciBusId
-	}
-	return ""
-}
-
-func (x *Device) GetSerial() string {
-	if x != nil {
-		return x.Serial
-	}
-	return ""
-}
-
-func (x *Device) GetMemoryTotalMib() uint64 {
-	if x != nil {
-		return x.MemoryTotalMib
-	}
-	return 0
-}
-
-func (x *Device) GetDriverVersion() string {
-	if x != nil {
-		return x.DriverVersion
-	}
-	return ""
-}
-
-func (x *Device) GetBackend() string {
-	if x != nil {
-		return x.Backend
-	}
-	return ""
-}
-
-func (x *Device) GetSimulated() bool {
-	if x != nil {
-		return x.Simulated
-	}
-	return false
-}
-
-func (x *Device) GetSlowdownTempC() float64 {
-	if x != nil {
-		return x.SlowdownTempC
-	}
-	return 0
-}
-
-func (x *Device) GetShutdownTempC() float64 {
-	if x != nil {
-		return x.ShutdownTempC
-	}
-	return 0
-}
-
-func (x *Device) GetMaxOperatingTempC() float64 {
-	if x != nil {
-		return x.MaxOperatingTempC
-	}
-	return 0
-}
-
-func (x *Device) GetMemoryMaxTempC() float64 {
-	if x != nil {
-		return x.MemoryMaxTempC
-	}
-	return 0
-}
-
-func (x *Device) GetGeneration() uint64 {
-	if x != nil {
-		return x.Generation
-	}
-	return 0
-}
-
-// Event is something that happened on a device (XID error, throttling,
-// threshold crossing, device lost, gpusampler's own metrics...).
-type Event struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// kind: "xid", "ecc", "throttle", "threshold", "device_lost",
-	// "device_recovered", "sample_loss", "self", or others.
-	Kind string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
-	// device is the Device.index; -1 when not about one device.
-	Device  int32 `protobuf:"varint,2,opt,name=device,proto3" json:"device,omitempty"`
-	StartNs int64 `protobuf:"fixed64,3,opt,name=start_ns,json=startNs,proto3" json:"start_ns,omitempty"`
-	// end_ns equals start_ns for instants, 0 while ongoing.
-	EndNs         int64    `protobuf:"fixed64,4,opt,name=end_ns,json=endNs,proto3" json:"end_ns,omitempty"`
-	Message       string   `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
-	Attrs         []*Attr  `protobuf:"bytes,6,rep,name=attrs,proto3" json:"attrs,omitempty"`
-	Fields        []*Field `protobuf:"bytes,7,rep,name=fields,proto3" json:"fields,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *Event) Reset() {
-	*x = Event{}
-	mi := &file_output_proto_msgTypes[11]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *Event) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*Event) ProtoMessage() {}
-
-func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_output_proto_msgTypes[11]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use Event.ProtoReflect.Descriptor instead.
-func (*Event) Descriptor() ([]byte, []int) {
-	return file_output_proto_rawDescGZIP(), []int{11}
-}
-
-func (x *Event) GetKind() string {
-	if x != nil {
-		return x.Kind
-	}
-	return ""
-}
-
-func (x *Event) GetDevice() int32 {
-	if x != nil {
-		return x.Device
-	}
-	return 0
-}
-
-func (x *Event) GetStartNs() int64 {
-	if x != nil {
-		return x.StartNs
-	}
-	return 0
-}
-
-func (x *Event) GetEndNs() int64 {
-	if x != nil {
-		return x.EndNs
-	}
-	return 0
-}
-
-func (x *Event) GetMessage() string {
-	if x != nil {
-		return x.Message
-	}
-	return ""
-}
-
-func (x *Event) GetAttrs() []*Attr {
-	if x != nil {
-		return x.Attrs
-	}
-	return nil
-}
-
-func (x *Event) GetFields() []*Field {
-	if x != nil {
-		return x.Fields
-	}
-	return nil
-}
-
-type Attr struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	Value         string                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *Attr) Reset() {
-	*x = Attr{}
-	mi := &file_output_proto_msgTypes[12]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *Attr) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*Attr) ProtoMessage() {}
-
-func (x *Attr) ProtoReflect() protoreflect.Message {
-	mi := &file_output_proto_msgTypes[12]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use Attr.ProtoReflect.Descriptor instead.
-func (*Attr) Descriptor() ([]byte, []int) {
-	return file_output_proto_rawDescGZIP(), []int{12}
-}
-
-func (x *Attr) GetKey() string {
-	if x != nil {
-		return x.Key
-	}
-	return ""
-}
-
-func (x *Attr) GetValue() string {
-	if x != nil {
-		return x.Value
-	}
-	return ""
-}
-
-// Field is a numeric value of an event; is_int marks integer values.
-type Field struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	Value         float64                `protobuf:"fixed64,2,opt,name=value,proto3" json:"value,omitempty"`
-	IsInt         bool                   `protobuf:"varint,3,opt,name=is_int,json=isInt,proto3" json:"is_int,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *Field) Reset() {
-	*x = Field{}
-	mi := &file_output_proto_msgTypes[13]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *Field) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*Field) ProtoMessage() {}
-
-func (x *Field) ProtoReflect() protoreflect.Message {
-	mi := &file_output_proto_msgTypes[13]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use Field.ProtoReflect.Descriptor instead.
-func (*Field) Descriptor() ([]byte, []int) {
-	return file_output_proto_rawDescGZIP(), []int{13}
-}
-
-func (x *Field) GetKey() string {
-	if x != nil {
-		return x.Key
-	}
-	return ""
-}
-
-func (x *Field) GetValue() float64 {
-	if x != nil {
-		return x.Value
-	}
-	return 0
-}
-
-func (x *Field) GetIsInt() bool {
-	if x != nil {
-		return x.IsInt
-	}
-	return false
 }
 
 type WriteResponse struct {
@@ -1269,7 +717,7 @@ type WriteResponse struct {
 
 func (x *WriteResponse) Reset() {
 	*x = WriteResponse{}
-	mi := &file_output_proto_msgTypes[14]
+	mi := &file_output_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1281,7 +729,7 @@ func (x *WriteResponse) String() string {
 func (*WriteResponse) ProtoMessage() {}
 
 func (x *WriteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_output_proto_msgTypes[14]
+	mi := &file_output_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1294,7 +742,7 @@ func (x *WriteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteResponse.ProtoReflect.Descriptor instead.
 func (*WriteResponse) Descriptor() ([]byte, []int) {
-	return file_output_proto_rawDescGZIP(), []int{14}
+	return file_output_proto_rawDescGZIP(), []int{8}
 }
 
 type HealthRequest struct {
@@ -1305,7 +753,7 @@ type HealthRequest struct {
 
 func (x *HealthRequest) Reset() {
 	*x = HealthRequest{}
-	mi := &file_output_proto_msgTypes[15]
+	mi := &file_output_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1317,7 +765,7 @@ func (x *HealthRequest) String() string {
 func (*HealthRequest) ProtoMessage() {}
 
 func (x *HealthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_output_proto_msgTypes[15]
+	mi := &file_output_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1330,7 +778,7 @@ func (x *HealthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthRequest.ProtoReflect.Descriptor instead.
 func (*HealthRequest) Descriptor() ([]byte, []int) {
-	return file_output_proto_rawDescGZIP(), []int{15}
+	return file_output_proto_rawDescGZIP(), []int{9}
 }
 
 type HealthResponse struct {
@@ -1338,15 +786,20 @@ type HealthResponse struct {
 	// ok is false when the output knows it cannot deliver (message says why);
 	// the host logs it. Not answering within the health timeout counts as
 	// wedged: the host kills and restarts the plugin.
-	Ok            bool   `protobuf:"varint,1,opt,name=ok,proto3" json:"ok,omitempty"`
-	Message       string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	Ok      bool   `protobuf:"varint,1,opt,name=ok,proto3" json:"ok,omitempty"`
+	Message string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	// stats are the output's own counters (optional; is_int for counters),
+	// e.g. requests, retries, messages, acks. The host keeps the newest reply's
+	// and sends them as self-metrics (scope output_detail) with its own
+	// supervision counters. Keys are snake_case and stable.
+	Stats         []*records.Field `protobuf:"bytes,3,rep,name=stats,proto3" json:"stats,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HealthResponse) Reset() {
 	*x = HealthResponse{}
-	mi := &file_output_proto_msgTypes[16]
+	mi := &file_output_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1358,7 +811,7 @@ func (x *HealthResponse) String() string {
 func (*HealthResponse) ProtoMessage() {}
 
 func (x *HealthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_output_proto_msgTypes[16]
+	mi := &file_output_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1371,7 +824,7 @@ func (x *HealthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthResponse.ProtoReflect.Descriptor instead.
 func (*HealthResponse) Descriptor() ([]byte, []int) {
-	return file_output_proto_rawDescGZIP(), []int{16}
+	return file_output_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *HealthResponse) GetOk() bool {
@@ -1388,6 +841,13 @@ func (x *HealthResponse) GetMessage() string {
 	return ""
 }
 
+func (x *HealthResponse) GetStats() []*records.Field {
+	if x != nil {
+		return x.Stats
+	}
+	return nil
+}
+
 type CloseRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1396,7 +856,7 @@ type CloseRequest struct {
 
 func (x *CloseRequest) Reset() {
 	*x = CloseRequest{}
-	mi := &file_output_proto_msgTypes[17]
+	mi := &file_output_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1408,7 +868,7 @@ func (x *CloseRequest) String() string {
 func (*CloseRequest) ProtoMessage() {}
 
 func (x *CloseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_output_proto_msgTypes[17]
+	mi := &file_output_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1421,7 +881,7 @@ func (x *CloseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseRequest.ProtoReflect.Descriptor instead.
 func (*CloseRequest) Descriptor() ([]byte, []int) {
-	return file_output_proto_rawDescGZIP(), []int{17}
+	return file_output_proto_rawDescGZIP(), []int{11}
 }
 
 type CloseResponse struct {
@@ -1432,7 +892,7 @@ type CloseResponse struct {
 
 func (x *CloseResponse) Reset() {
 	*x = CloseResponse{}
-	mi := &file_output_proto_msgTypes[18]
+	mi := &file_output_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1444,7 +904,7 @@ func (x *CloseResponse) String() string {
 func (*CloseResponse) ProtoMessage() {}
 
 func (x *CloseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_output_proto_msgTypes[18]
+	mi := &file_output_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1457,14 +917,14 @@ func (x *CloseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseResponse.ProtoReflect.Descriptor instead.
 func (*CloseResponse) Descriptor() ([]byte, []int) {
-	return file_output_proto_rawDescGZIP(), []int{18}
+	return file_output_proto_rawDescGZIP(), []int{12}
 }
 
 var File_output_proto protoreflect.FileDescriptor
 
 const file_output_proto_rawDesc = "" +
 	"\n" +
-	"\foutput.proto\x12\x14gpusampler.plugin.v1\"\xa9\x03\n" +
+	"\foutput.proto\x12\x14gpusampler.plugin.v1\x1a\x15records/records.proto\"\xa9\x03\n" +
 	"\x10ConfigureRequest\x12P\n" +
 	"\x10protocol_version\x18\x01 \x01(\x0e2%.gpusampler.plugin.v1.ProtocolVersionR\x0fprotocolVersion\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -1513,63 +973,13 @@ const file_output_proto_rawDesc = "" +
 	"\adevices\x18\x02 \x03(\v2\x1c.gpusampler.plugin.v1.DeviceR\adevices\x12=\n" +
 	"\asamples\x18\x03 \x01(\v2#.gpusampler.plugin.v1.SampleColumnsR\asamples\x123\n" +
 	"\x06events\x18\x04 \x03(\v2\x1b.gpusampler.plugin.v1.EventR\x06events\x12B\n" +
-	"\tsummaries\x18\x05 \x01(\v2$.gpusampler.plugin.v1.SummaryColumnsR\tsummaries\"\x84\x01\n" +
-	"\rSampleColumns\x12\x17\n" +
-	"\atime_ns\x18\x01 \x03(\x10R\x06timeNs\x12\x14\n" +
-	"\x05value\x18\x02 \x03(\x01R\x05value\x12\x16\n" +
-	"\x06device\x18\x03 \x03(\rR\x06device\x12\x16\n" +
-	"\x06metric\x18\x04 \x03(\rR\x06metric\x12\x14\n" +
-	"\x05flags\x18\x05 \x03(\rR\x05flags\"\xde\x01\n" +
-	"\x0eSummaryColumns\x12\x19\n" +
-	"\bstart_ns\x18\x01 \x03(\x10R\astartNs\x12\x1f\n" +
-	"\vinterval_ns\x18\x02 \x03(\x10R\n" +
-	"intervalNs\x12\x12\n" +
-	"\x04mean\x18\x03 \x03(\x01R\x04mean\x12\x10\n" +
-	"\x03min\x18\x04 \x03(\x01R\x03min\x12\x10\n" +
-	"\x03max\x18\x05 \x03(\x01R\x03max\x12\x12\n" +
-	"\x04last\x18\x06 \x03(\x01R\x04last\x12\x14\n" +
-	"\x05count\x18\a \x03(\rR\x05count\x12\x16\n" +
-	"\x06device\x18\b \x03(\rR\x06device\x12\x16\n" +
-	"\x06metric\x18\t \x03(\rR\x06metric\"\xd1\x03\n" +
-	"\x06Device\x12\x14\n" +
-	"\x05index\x18\x01 \x01(\rR\x05index\x12\x12\n" +
-	"\x04uuid\x18\x02 \x01(\tR\x04uuid\x12\x12\n" +
-	"\x04name\x18\x03 \x01(\tR\x04name\x12\x1c\n" +
-	"\n" +
-	"pci_bus_id\x18\x04 \x01(\tR\bpciBusId\x12\x16\n" +
-	"\x06serial\x18\x05 \x01(\tR\x06serial\x12(\n" +
-	"\x10memory_total_mib\x18\x06 \x01(\x04R\x0ememoryTotalMib\x12%\n" +
-	"\x0edriver_version\x18\a \x01(\tR\rdriverVersion\x12\x18\n" +
-	"\abackend\x18\b \x01(\tR\abackend\x12\x1c\n" +
-	"\tsimulated\x18\t \x01(\bR\tsimulated\x12&\n" +
-	"\x0fslowdown_temp_c\x18\n" +
-	" \x01(\x01R\rslowdownTempC\x12&\n" +
-	"\x0fshutdown_temp_c\x18\v \x01(\x01R\rshutdownTempC\x12/\n" +
-	"\x14max_operating_temp_c\x18\f \x01(\x01R\x11maxOperatingTempC\x12)\n" +
-	"\x11memory_max_temp_c\x18\r \x01(\x01R\x0ememoryMaxTempC\x12\x1e\n" +
-	"\n" +
-	"generation\x18\x0e \x01(\x04R\n" +
-	"generation\"\xe6\x01\n" +
-	"\x05Event\x12\x12\n" +
-	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x16\n" +
-	"\x06device\x18\x02 \x01(\x05R\x06device\x12\x19\n" +
-	"\bstart_ns\x18\x03 \x01(\x10R\astartNs\x12\x15\n" +
-	"\x06end_ns\x18\x04 \x01(\x10R\x05endNs\x12\x18\n" +
-	"\amessage\x18\x05 \x01(\tR\amessage\x120\n" +
-	"\x05attrs\x18\x06 \x03(\v2\x1a.gpusampler.plugin.v1.AttrR\x05attrs\x123\n" +
-	"\x06fields\x18\a \x03(\v2\x1b.gpusampler.plugin.v1.FieldR\x06fields\".\n" +
-	"\x04Attr\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value\"F\n" +
-	"\x05Field\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x01R\x05value\x12\x15\n" +
-	"\x06is_int\x18\x03 \x01(\bR\x05isInt\"\x0f\n" +
+	"\tsummaries\x18\x05 \x01(\v2$.gpusampler.plugin.v1.SummaryColumnsR\tsummaries\"\x0f\n" +
 	"\rWriteResponse\"\x0f\n" +
-	"\rHealthRequest\":\n" +
+	"\rHealthRequest\"m\n" +
 	"\x0eHealthResponse\x12\x0e\n" +
 	"\x02ok\x18\x01 \x01(\bR\x02ok\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\x0e\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x121\n" +
+	"\x05stats\x18\x03 \x03(\v2\x1b.gpusampler.plugin.v1.FieldR\x05stats\"\x0e\n" +
 	"\fCloseRequest\"\x0f\n" +
 	"\rCloseResponse*K\n" +
 	"\x0fProtocolVersion\x12 \n" +
@@ -1594,61 +1004,59 @@ func file_output_proto_rawDescGZIP() []byte {
 }
 
 var file_output_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_output_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_output_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_output_proto_goTypes = []any{
-	(ProtocolVersion)(0),      // 0: gpusampler.plugin.v1.ProtocolVersion
-	(*ConfigureRequest)(nil),  // 1: gpusampler.plugin.v1.ConfigureRequest
-	(*ConfigureResponse)(nil), // 2: gpusampler.plugin.v1.ConfigureResponse
-	(*ConfigError)(nil),       // 3: gpusampler.plugin.v1.ConfigError
-	(*MetricInfo)(nil),        // 4: gpusampler.plugin.v1.MetricInfo
-	(*Value)(nil),             // 5: gpusampler.plugin.v1.Value
-	(*List)(nil),              // 6: gpusampler.plugin.v1.List
-	(*Table)(nil),             // 7: gpusampler.plugin.v1.Table
-	(*WriteRequest)(nil),      // 8: gpusampler.plugin.v1.WriteRequest
-	(*SampleColumns)(nil),     // 9: gpusampler.plugin.v1.SampleColumns
-	(*SummaryColumns)(nil),    // 10: gpusampler.plugin.v1.SummaryColumns
-	(*Device)(nil),            // 11: gpusampler.plugin.v1.Device
-	(*Event)(nil),             // 12: gpusampler.plugin.v1.Event
-	(*Attr)(nil),              // 13: gpusampler.plugin.v1.Attr
-	(*Field)(nil),             // 14: gpusampler.plugin.v1.Field
-	(*WriteResponse)(nil),     // 15: gpusampler.plugin.v1.WriteResponse
-	(*HealthRequest)(nil),     // 16: gpusampler.plugin.v1.HealthRequest
-	(*HealthResponse)(nil),    // 17: gpusampler.plugin.v1.HealthResponse
-	(*CloseRequest)(nil),      // 18: gpusampler.plugin.v1.CloseRequest
-	(*CloseResponse)(nil),     // 19: gpusampler.plugin.v1.CloseResponse
-	nil,                       // 20: gpusampler.plugin.v1.ConfigureRequest.GlobalTagsEntry
-	nil,                       // 21: gpusampler.plugin.v1.Table.FieldsEntry
+	(ProtocolVersion)(0),           // 0: gpusampler.plugin.v1.ProtocolVersion
+	(*ConfigureRequest)(nil),       // 1: gpusampler.plugin.v1.ConfigureRequest
+	(*ConfigureResponse)(nil),      // 2: gpusampler.plugin.v1.ConfigureResponse
+	(*ConfigError)(nil),            // 3: gpusampler.plugin.v1.ConfigError
+	(*MetricInfo)(nil),             // 4: gpusampler.plugin.v1.MetricInfo
+	(*Value)(nil),                  // 5: gpusampler.plugin.v1.Value
+	(*List)(nil),                   // 6: gpusampler.plugin.v1.List
+	(*Table)(nil),                  // 7: gpusampler.plugin.v1.Table
+	(*WriteRequest)(nil),           // 8: gpusampler.plugin.v1.WriteRequest
+	(*WriteResponse)(nil),          // 9: gpusampler.plugin.v1.WriteResponse
+	(*HealthRequest)(nil),          // 10: gpusampler.plugin.v1.HealthRequest
+	(*HealthResponse)(nil),         // 11: gpusampler.plugin.v1.HealthResponse
+	(*CloseRequest)(nil),           // 12: gpusampler.plugin.v1.CloseRequest
+	(*CloseResponse)(nil),          // 13: gpusampler.plugin.v1.CloseResponse
+	nil,                            // 14: gpusampler.plugin.v1.ConfigureRequest.GlobalTagsEntry
+	nil,                            // 15: gpusampler.plugin.v1.Table.FieldsEntry
+	(*records.Device)(nil),         // 16: gpusampler.plugin.v1.Device
+	(*records.SampleColumns)(nil),  // 17: gpusampler.plugin.v1.SampleColumns
+	(*records.Event)(nil),          // 18: gpusampler.plugin.v1.Event
+	(*records.SummaryColumns)(nil), // 19: gpusampler.plugin.v1.SummaryColumns
+	(*records.Field)(nil),          // 20: gpusampler.plugin.v1.Field
 }
 var file_output_proto_depIdxs = []int32{
 	0,  // 0: gpusampler.plugin.v1.ConfigureRequest.protocol_version:type_name -> gpusampler.plugin.v1.ProtocolVersion
 	7,  // 1: gpusampler.plugin.v1.ConfigureRequest.config:type_name -> gpusampler.plugin.v1.Table
-	20, // 2: gpusampler.plugin.v1.ConfigureRequest.global_tags:type_name -> gpusampler.plugin.v1.ConfigureRequest.GlobalTagsEntry
+	14, // 2: gpusampler.plugin.v1.ConfigureRequest.global_tags:type_name -> gpusampler.plugin.v1.ConfigureRequest.GlobalTagsEntry
 	4,  // 3: gpusampler.plugin.v1.ConfigureRequest.metrics:type_name -> gpusampler.plugin.v1.MetricInfo
 	3,  // 4: gpusampler.plugin.v1.ConfigureResponse.errors:type_name -> gpusampler.plugin.v1.ConfigError
 	6,  // 5: gpusampler.plugin.v1.Value.list_value:type_name -> gpusampler.plugin.v1.List
 	7,  // 6: gpusampler.plugin.v1.Value.table_value:type_name -> gpusampler.plugin.v1.Table
 	5,  // 7: gpusampler.plugin.v1.List.values:type_name -> gpusampler.plugin.v1.Value
-	21, // 8: gpusampler.plugin.v1.Table.fields:type_name -> gpusampler.plugin.v1.Table.FieldsEntry
-	11, // 9: gpusampler.plugin.v1.WriteRequest.devices:type_name -> gpusampler.plugin.v1.Device
-	9,  // 10: gpusampler.plugin.v1.WriteRequest.samples:type_name -> gpusampler.plugin.v1.SampleColumns
-	12, // 11: gpusampler.plugin.v1.WriteRequest.events:type_name -> gpusampler.plugin.v1.Event
-	10, // 12: gpusampler.plugin.v1.WriteRequest.summaries:type_name -> gpusampler.plugin.v1.SummaryColumns
-	13, // 13: gpusampler.plugin.v1.Event.attrs:type_name -> gpusampler.plugin.v1.Attr
-	14, // 14: gpusampler.plugin.v1.Event.fields:type_name -> gpusampler.plugin.v1.Field
-	5,  // 15: gpusampler.plugin.v1.Table.FieldsEntry.value:type_name -> gpusampler.plugin.v1.Value
-	1,  // 16: gpusampler.plugin.v1.Output.Configure:input_type -> gpusampler.plugin.v1.ConfigureRequest
-	8,  // 17: gpusampler.plugin.v1.Output.Write:input_type -> gpusampler.plugin.v1.WriteRequest
-	16, // 18: gpusampler.plugin.v1.Output.Health:input_type -> gpusampler.plugin.v1.HealthRequest
-	18, // 19: gpusampler.plugin.v1.Output.Close:input_type -> gpusampler.plugin.v1.CloseRequest
-	2,  // 20: gpusampler.plugin.v1.Output.Configure:output_type -> gpusampler.plugin.v1.ConfigureResponse
-	15, // 21: gpusampler.plugin.v1.Output.Write:output_type -> gpusampler.plugin.v1.WriteResponse
-	17, // 22: gpusampler.plugin.v1.Output.Health:output_type -> gpusampler.plugin.v1.HealthResponse
-	19, // 23: gpusampler.plugin.v1.Output.Close:output_type -> gpusampler.plugin.v1.CloseResponse
-	20, // [20:24] is the sub-list for method output_type
-	16, // [16:20] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	15, // 8: gpusampler.plugin.v1.Table.fields:type_name -> gpusampler.plugin.v1.Table.FieldsEntry
+	16, // 9: gpusampler.plugin.v1.WriteRequest.devices:type_name -> gpusampler.plugin.v1.Device
+	17, // 10: gpusampler.plugin.v1.WriteRequest.samples:type_name -> gpusampler.plugin.v1.SampleColumns
+	18, // 11: gpusampler.plugin.v1.WriteRequest.events:type_name -> gpusampler.plugin.v1.Event
+	19, // 12: gpusampler.plugin.v1.WriteRequest.summaries:type_name -> gpusampler.plugin.v1.SummaryColumns
+	20, // 13: gpusampler.plugin.v1.HealthResponse.stats:type_name -> gpusampler.plugin.v1.Field
+	5,  // 14: gpusampler.plugin.v1.Table.FieldsEntry.value:type_name -> gpusampler.plugin.v1.Value
+	1,  // 15: gpusampler.plugin.v1.Output.Configure:input_type -> gpusampler.plugin.v1.ConfigureRequest
+	8,  // 16: gpusampler.plugin.v1.Output.Write:input_type -> gpusampler.plugin.v1.WriteRequest
+	10, // 17: gpusampler.plugin.v1.Output.Health:input_type -> gpusampler.plugin.v1.HealthRequest
+	12, // 18: gpusampler.plugin.v1.Output.Close:input_type -> gpusampler.plugin.v1.CloseRequest
+	2,  // 19: gpusampler.plugin.v1.Output.Configure:output_type -> gpusampler.plugin.v1.ConfigureResponse
+	9,  // 20: gpusampler.plugin.v1.Output.Write:output_type -> gpusampler.plugin.v1.WriteResponse
+	11, // 21: gpusampler.plugin.v1.Output.Health:output_type -> gpusampler.plugin.v1.HealthResponse
+	13, // 22: gpusampler.plugin.v1.Output.Close:output_type -> gpusampler.plugin.v1.CloseResponse
+	19, // [19:23] is the sub-list for method output_type
+	15, // [15:19] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_output_proto_init() }
@@ -1671,7 +1079,7 @@ func file_output_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_output_proto_rawDesc), len(file_output_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   21,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,7 +1,9 @@
 // Package sdk serves a gpusampler output from a plugin process. A plugin
 // author implements sampler.Output — optionally Configurer, to take a
-// config block, and rpc's HealthChecker (a Health method), to report its
-// sink's state — and calls Serve from main:
+// config block, rpc's HealthChecker (a Health method), to report its
+// sink's state, and sampler.StatsReporter (a ReportStats method), whose
+// counters reach the host with every health probe and become its
+// self-metrics (scope output_detail) — and calls Serve from main:
 //
 //	func main() { sdk.Serve(mysink.New()) }
 //

@@ -125,3 +125,20 @@ func Health(out sampler.Output) error {
 	defer cancel()
 	return o.rc.Health(ctx)
 }
+
+// Stats returns the counters the output reports to the host with its
+// Health answer (its sampler.StatsReporter, seen through the protocol; nil
+// when it reports none).
+func Stats(out sampler.Output) ([]sampler.Field, error) {
+	o, ok := out.(*output)
+	if !ok {
+		return nil, errors.New("sdktest: not an output from Start")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	stats, err := o.rc.HealthStats(ctx)
+	if errors.Is(err, rpc.ErrNotHealthy) {
+		err = nil
+	}
+	return stats, err
+}

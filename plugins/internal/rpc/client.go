@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/gpusampler/gpusampler/plugins/proto"
+	"github.com/gpusampler/gpusampler/plugins/proto/records"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
@@ -130,14 +131,23 @@ func (c *Client) Write(ctx context.Context, b *sampler.Batch) error {
 // answers "not ok" returns ErrNotHealthy; one that does not answer returns
 // the transport's error.
 func (c *Client) Health(ctx context.Context) error {
+	_, err := c.HealthStats(ctx)
+	return err
+}
+
+// HealthStats is Health that also returns the counters the plugin's output
+// reported with its answer (sampler.StatsReporter on the plugin side; nil
+// when it reports none). Stats come with an ErrNotHealthy answer too.
+func (c *Client) HealthStats(ctx context.Context) ([]sampler.Field, error) {
 	resp, err := c.c.Health(ctx, &proto.HealthRequest{})
 	if err != nil {
-		return err
+		return nil, err
 	}
+	stats := records.ToFields(resp.GetStats())
 	if !resp.GetOk() {
-		return fmt.Errorf("%w: %s", ErrNotHealthy, resp.GetMessage())
+		return stats, fmt.Errorf("%w: %s", ErrNotHealthy, resp.GetMessage())
 	}
-	return nil
+	return stats, nil
 }
 
 // ErrNotHealthy is returned by Health when the plugin answered that it

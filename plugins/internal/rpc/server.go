@@ -7,12 +7,14 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/gpusampler/gpusampler/config"
 	"github.com/gpusampler/gpusampler/plugins/proto"
+	"github.com/gpusampler/gpusampler/plugins/proto/records"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
@@ -52,8 +54,11 @@ type Server struct {
 	factory Factory
 	logger  *slog.Logger
 
-	mu     sync.Mutex // serializes Configure, Write, Close
-	out    sampler.Output
+	mu  sync.Mutex // serializes Configure, Write, Close
+	out sampler.Output
+	// live is out once configured, for Health, which must not wait for
+	// a Write in progress (that holds mu).
+	live   atomic.Pointer[sampler.Output]
 	batch  sampler.Batch
 	closed bool
 	done   chan struct{}
@@ -103,6 +108,7 @@ func (s *Server) Configure(ctx context.Context, req *proto.ConfigureRequest) (re
 		return nil, status.Error(codes.Internal, "configure: plugin returned no output")
 	}
 	s.out = out
+	s.live.Store(&out)
 	return &proto.ConfigureResponse{}, nil
 }
 
@@ -141,17 +147,21 @@ func errorCode(err error) codes.Code {
 }
 
 // Health implements proto.OutputServer. It does not wait for a Write in
-// progress.
+// progress. The reply carries the output's own counters when it is a
+// sampler.StatsReporter.
 func (s *Server) Health(ctx context.Context, _ *proto.HealthRequest) (*proto.HealthResponse, error) {
-	s.mu.Lock()
-	out := s.out
-	s.mu.Unlock()
+	p := s.live.Load()
+	if p == nil {
+		return &proto.HealthResponse{Ok: true}, nil
+	}
+	out := *p
+	resp := &proto.HealthResponse{Ok: true, Stats: records.FromFields(sampler.ReportStats(out, nil))}
 	if hc, ok := out.(HealthChecker); ok {
 		if err := hc.Health(ctx); err != nil {
-			return &proto.HealthResponse{Ok: false, Message: err.Error()}, nil
+			resp.Ok, resp.Message = false, err.Error()
 		}
 	}
-	return &proto.HealthResponse{Ok: true}, nil
+	return resp, nil
 }
 
 // Close implements proto.OutputServer.

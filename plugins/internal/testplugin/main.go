@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gpusampler/gpusampler/config"
@@ -46,6 +47,14 @@ type output struct {
 	// latency: receive time − sample time per sample, written on Close
 	latencyFile string
 	latencies   []int64
+	// writes counts Write calls (reported as test_writes, see ReportStats)
+	writes atomic.Uint64
+}
+
+// ReportStats implements sampler.StatsReporter: the host receives it with
+// every Health answer.
+func (o *output) ReportStats(dst []sampler.Field) []sampler.Field {
+	return append(dst, sampler.IntField("test_writes", o.writes.Load()))
 }
 
 // Sample is one line of the dump file.
@@ -98,6 +107,7 @@ func (o *output) Write(ctx context.Context, b *sampler.Batch) error {
 	if o.closed {
 		return sampler.ErrClosed
 	}
+	o.writes.Add(1)
 	if o.fail {
 		return errors.New("testplugin: told to fail")
 	}

@@ -1,0 +1,244 @@
+package records
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/gpusampler/gpusampler/sampler"
+)
+
+// ErrFormat is wrapped by every error about a message whose columns do not
+// fit together or hold values out of range.
+var ErrFormat = errors.New("records: malformed batch")
+
+// FromDevice converts a device identity.
+func FromDevice(d *sampler.Device) *Device {
+	return &Device{Index: uint32(d.Index), Uuid: d.UUID, Name: d.Name, PciBusId: d.PCIBusID, Serial: d.Serial,
+		MemoryTotalMib: d.MemoryTotalMiB, DriverVersion: d.DriverVersion, Backend: d.Backend, Simulated: d.Simulated,
+		SlowdownTempC: d.SlowdownTempC, ShutdownTempC: d.ShutdownTempC, MaxOperatingTempC: d.MaxOperatingTempC,
+		MemoryMaxTempC: d.MemoryMaxTempC, Generation: d.Generation}
+}
+
+// ToSampler converts the identity back.
+func (d *Device) ToSampler() sampler.Device {
+	return sampler.Device{Index: int(d.GetIndex()), UUID: d.GetUuid(), Name: d.GetName(), PCIBusID: d.GetPciBusId(),
+		Serial: d.GetSerial(), MemoryTotalMiB: d.GetMemoryTotalMib(), DriverVersion: d.GetDriverVersion(),
+		Backend: d.GetBackend(), Simulated: d.GetSimulated(), SlowdownTempC: d.GetSlowdownTempC(),
+		ShutdownTempC: d.GetShutdownTempC(), MaxOperatingTempC: d.GetMaxOperatingTempC(),
+		MemoryMaxTempC: d.GetMemoryMaxTempC(), Generation: d.GetGeneration()}
+}
+
+// FromEvent converts an event (attributes and fields are copied).
+func FromEvent(e *sampler.Event) *Event {
+	p := &Event{Kind: string(e.Kind), Device: int32(e.Device), StartNs: e.StartNS, EndNs: e.EndNS, Message: e.Message}
+	if len(e.Attrs) > 0 {
+		p.Attrs = make([]*Attr, len(e.Attrs))
+		for i, a := range e.Attrs {
+			p.Attrs[i] = &Attr{Key: a.Key, Value: a.Value}
+		}
+	}
+	p.Fields = FromFields(e.Fields)
+	return p
+}
+
+// ToSampler converts the event back.
+func (e *Event) ToSampler() sampler.Event {
+	ev := sampler.Event{Kind: sampler.EventKind(e.GetKind()), Device: int(e.GetDevice()), StartNS: e.GetStartNs(),
+		EndNS: e.GetEndNs(), Message: e.GetMessage()}
+	for _, a := range e.GetAttrs() {
+		ev.Attrs = append(ev.Attrs, sampler.Attr{Key: a.GetKey(), Value: a.GetValue()})
+	}
+	ev.Fields = ToFields(e.GetFields())
+	return ev
+}
+
+// FromFields converts numeric fields (nil for none).
+func FromFields(fs []sampler.Field) []*Field {
+	if len(fs) == 0 {
+		return nil
+	}
+	out := make([]*Field, len(fs))
+	for i, f := range fs {
+		out[i] = &Field{Key: f.Key, Value: f.Value, IsInt: f.Int}
+	}
+	return out
+}
+
+// ToFields converts numeric fields back (nil for none).
+func ToFields(fs []*Field) []sampler.Field {
+	var out []sampler.Field
+	for _, f := range fs {
+		out = append(out, sampler.Field{Key: f.GetKey(), Value: f.GetValue(), Int: f.GetIsInt()})
+	}
+	return out
+}
+
+// Fill sets c's columns from s, reusing c's slices. With delta the
+// timestamps go in TimeDeltaNs (compact) and TimeNs is empty; otherwise the
+// reverse.
+func (c *SampleColumns) Fill(s []sampler.Sample, delta bool) {
+	n := len(s)
+	c.Value, c.Device, c.Metric, c.Flags = resize(c.Value, n), resize(c.Device, n), resize(c.Metric, n), resize(c.Flags, n)
+	if delta {
+		c.TimeNs, c.TimeDeltaNs = c.TimeNs[:0], resize(c.TimeDeltaNs, n)
+		var prev int64
+		for i := range s {
+			c.TimeDeltaNs[i] = s[i].TimeNS - prev
+			prev = s[i].TimeNS
+		}
+	} else {
+		c.TimeDeltaNs, c.TimeNs = c.TimeDeltaNs[:0], resize(c.TimeNs, n)
+		for i := range s {
+			c.TimeNs[i] = s[i].TimeNS
+		}
+	}
+	for i := range s {
+		x := &s[i]
+		c.Value[i], c.Device[i], c.Metric[i], c.Flags[i] = x.Value, uint32(x.Device), uint32(x.Metric), uint32(x.Flags)
+	}
+}
+
+// AppendTo appends c's samples to dst. The columns must have one length
+// (flags may be empty: all 0) and exactly one of TimeNs and TimeDeltaNs
+// may be set (both empty for no samples); device, metric and flags must
+// fit 16 bits.
+func (c *SampleColumns) AppendTo(dst []sampler.Sample) ([]sampler.Sample, error) {
+	if c == nil {
+		return dst, nil
+	}
+	times, delta := c.TimeNs, false
+	if len(c.TimeDeltaNs) > 0 {
+		if len(c.TimeNs) > 0 {
+			return dst, fmt.Errorf("%w: samples: both time_ns and time_delta_ns are set", ErrFormat)
+		}
+		times, delta = c.TimeDeltaNs, true
+	}
+	n := len(times)
+	if len(c.Value) != n || len(c.Device) != n || len(c.Metric) != n || (len(c.Flags) != n && len(c.Flags) != 0) {
+		return dst, fmt.Errorf("%w: samples: columns differ in length (time %d, value %d, device %d, metric %d, flags %d)",
+			ErrFormat, n, len(c.Value), len(c.Device), len(c.Metric), len(c.Flags))
+	}
+	base := len(dst)
+	dst = slices.Grow(dst, n)[:base+n]
+	var t int64
+	for i := range n {
+		if delta {
+			t += times[i]
+		} else {
+			t = times[i]
+		}
+		var flags uint32
+		if len(c.Flags) == n {
+			flags = c.Flags[i]
+		}
+		if c.Device[i] > math.MaxUint16 || c.Metric[i] > math.MaxUint16 || flags > math.MaxUint16 {
+			return dst[:base], fmt.Errorf("%w: sample %d: device %d, metric %d or flags %d out of range (max 65535)",
+				ErrFormat, i, c.Device[i], c.Metric[i], flags)
+		}
+		dst[base+i] = sampler.Sample{TimeNS: t, Value: c.Value[i], Device: uint16(c.Device[i]),
+			Metric: sampler.MetricID(c.Metric[i]), Flags: sampler.Flags(flags)}
+	}
+	return dst, nil
+}
+
+// FromSummaries converts summaries to columns (nil for none).
+func FromSummaries(u []sampler.Summary) *SummaryColumns {
+	m := len(u)
+	if m == 0 {
+		return nil
+	}
+	sc := &SummaryColumns{StartNs: make([]int64, m), IntervalNs: make([]int64, m), Mean: make([]float64, m),
+		Min: make([]float64, m), Max: make([]float64, m), Last: make([]float64, m), Count: make([]uint32, m),
+		Device: make([]uint32, m), Metric: make([]uint32, m)}
+	for i, s := range u {
+		sc.StartNs[i], sc.IntervalNs[i], sc.Mean[i], sc.Min[i], sc.Max[i], sc.Last[i] = s.StartNS, s.IntervalNS, s.Mean, s.Min, s.Max, s.Last
+		sc.Count[i], sc.Device[i], sc.Metric[i] = s.Count, uint32(s.Device), uint32(s.Metric)
+	}
+	return sc
+}
+
+// AppendTo appends c's summaries to dst, checking that the columns agree.
+func (c *SummaryColumns) AppendTo(dst []sampler.Summary) ([]sampler.Summary, error) {
+	if c == nil {
+		return dst, nil
+	}
+	m := len(c.StartNs)
+	if len(c.IntervalNs) != m || len(c.Mean) != m || len(c.Min) != m || len(c.Max) != m || len(c.Last) != m ||
+		len(c.Count) != m || len(c.Device) != m || len(c.Metric) != m {
+		return dst, fmt.Errorf("%w: summaries: columns differ in length", ErrFormat)
+	}
+	for i := range m {
+		if c.Device[i] > math.MaxUint16 || c.Metric[i] > math.MaxUint16 {
+			return dst, fmt.Errorf("%w: summary %d: device %d or metric %d out of range (max 65535)",
+				ErrFormat, i, c.Device[i], c.Metric[i])
+		}
+		dst = append(dst, sampler.Summary{StartNS: c.StartNs[i], IntervalNS: c.IntervalNs[i], Mean: c.Mean[i],
+			Min: c.Min[i], Max: c.Max[i], Last: c.Last[i], Count: c.Count[i], Device: uint16(c.Device[i]),
+			Metric: sampler.MetricID(c.Metric[i])})
+	}
+	return dst, nil
+}
+
+// FillBatch sets p's record fields (seq, devices, samples, events,
+// summaries) from b, reusing p's slices; host, tags and device_uuids are
+// left to the caller. delta selects the samples' time form (see Fill).
+func FillBatch(p *Batch, b *sampler.Batch, delta bool) {
+	p.Seq = b.Seq
+	clear(p.Devices)
+	p.Devices = p.Devices[:0]
+	for i := range b.Devices {
+		p.Devices = append(p.Devices, FromDevice(&b.Devices[i]))
+	}
+	if p.Samples == nil {
+		p.Samples = &SampleColumns{}
+	}
+	p.Samples.Fill(b.Samples, delta)
+	clear(p.Events)
+	p.Events = p.Events[:0]
+	for i := range b.Events {
+		p.Events = append(p.Events, FromEvent(&b.Events[i]))
+	}
+	p.Summaries = FromSummaries(b.Summaries)
+}
+
+// ToBatch fills b (reset first; its capacity is reused) from p's record
+// fields.
+func ToBatch(p *Batch, b *sampler.Batch) error {
+	return toBatch(p.GetSeq(), p.GetDevices(), p.GetSamples(), p.GetEvents(), p.GetSummaries(), b)
+}
+
+// ToBatchParts is ToBatch for a message that holds a batch's fields
+// without being a Batch (the plugin protocol's WriteRequest).
+func ToBatchParts(seq uint64, devs []*Device, s *SampleColumns, evs []*Event, u *SummaryColumns, b *sampler.Batch) error {
+	return toBatch(seq, devs, s, evs, u, b)
+}
+
+func toBatch(seq uint64, devs []*Device, s *SampleColumns, evs []*Event, u *SummaryColumns, b *sampler.Batch) error {
+	b.Reset()
+	b.Seq = seq
+	for _, d := range devs {
+		b.Devices = append(b.Devices, d.ToSampler())
+	}
+	var err error
+	if b.Samples, err = s.AppendTo(b.Samples); err != nil {
+		b.Reset()
+		return err
+	}
+	for _, e := range evs {
+		b.Events = append(b.Events, e.ToSampler())
+	}
+	if b.Summaries, err = u.AppendTo(b.Summaries); err != nil {
+		b.Reset()
+		return err
+	}
+	return nil
+}
+
+func resize[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
+}
