@@ -6,7 +6,7 @@ LDFLAGS  := -X main.version=$(VERSION)
 # Nested test modules (heavy test-only peers live in their own go.mod).
 NESTED   := $(patsubst %/go.mod,%,$(wildcard test/*/go.mod))
 
-.PHONY: build run test test-nocgo bench lint generate clean gpu-check gpu-check-build
+.PHONY: build run test test-nocgo bench lint generate clean gpu-check gpu-check-build gpu-check-bench
 
 build:
 	CGO_ENABLED=1 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/gpusampler
@@ -48,6 +48,13 @@ gpu-check-build:
 gpu-check:
 	@test -x bin/gpucheck || $(MAKE) gpu-check-build
 	scripts/gpu-check.sh
+
+## gpu-check-bench: on a GPU machine, a second call of at most ~4 minutes:
+## bench's sampling overhead on a torch load (interleaved, ≥ 10 runs each,
+## 95% CI) and a full bench report in $$OUT.
+gpu-check-bench:
+	@test -x $(BIN) || $(MAKE) gpu-check-build
+	scripts/gpu-check-bench.sh
 
 ## generate: regenerate the plugin protocol's Go code (needs Debian's
 ## protobuf-compiler and the pinned protoc-gen-go v1.36.12 and

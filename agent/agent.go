@@ -69,7 +69,7 @@ func New(src sampler.Source, cfg *config.Config, opts Options) (*Agent, error) {
 	}
 	s := cfg.Sampler
 	scfg := sampler.Config{DrainInterval: s.DrainInterval, FieldInterval: s.FieldInterval,
-		SlowInterval: s.SlowInterval, RingSize: s.RingSize, Select: config.Selector(s.Include, s.Exclude),
+		SlowInterval: s.SlowInterval, RareInterval: s.RareInterval, GPMInterval: s.GPMInterval, RingSize: s.RingSize, Select: config.Selector(s.Include, s.Exclude),
 		Devices: s.DeviceFilter(), Logger: opts.Logger}
 	var eng *sampler.Engine
 	if opts.Diagnose {

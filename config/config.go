@@ -58,10 +58,13 @@ type Sampler struct {
 	// Devices limits sampling to these devices, each an index ("0") or a
 	// UUID ("GPU-..."); empty means all.
 	Devices []string
-	// DrainInterval, FieldInterval and SlowInterval: see sampler.Config.
+	// DrainInterval, FieldInterval, SlowInterval, RareInterval and
+	// GPMInterval: see sampler.Config.
 	DrainInterval time.Duration
 	FieldInterval time.Duration
 	SlowInterval  time.Duration
+	RareInterval  time.Duration
+	GPMInterval   time.Duration
 	// RingSize is the per-device ring capacity in samples.
 	RingSize int
 	// Include and Exclude are glob patterns (path.Match) over metric names
@@ -289,7 +292,8 @@ func parseAgent(t *Table) Agent {
 func parseSampler(t *Table, cat *sampler.Catalog) Sampler {
 	s := Sampler{Backend: "auto", Profile: "training", GPUs: 2, Seed: 1,
 		DrainInterval: sampler.DefaultDrainInterval, FieldInterval: sampler.DefaultFieldInterval,
-		SlowInterval: sampler.DefaultSlowInterval, RingSize: sampler.DefaultRingSize}
+		SlowInterval: sampler.DefaultSlowInterval, RareInterval: sampler.DefaultRareInterval,
+		GPMInterval: sampler.DefaultGPMInterval, RingSize: sampler.DefaultRingSize}
 	t.OneOf("backend", &s.Backend, "auto", "nvml", "sim")
 	t.OneOf("profile", &s.Profile, sim.Profiles...)
 	t.Int("gpus", &s.GPUs, 1, 64)
@@ -303,6 +307,14 @@ func parseSampler(t *Table, cat *sampler.Catalog) Sampler {
 	t.Duration("drain_interval", &s.DrainInterval)
 	t.Duration("field_interval", &s.FieldInterval)
 	t.Duration("slow_interval", &s.SlowInterval)
+	t.Duration("rare_interval", &s.RareInterval)
+	t.Duration("gpm_interval", &s.GPMInterval)
+	if t.Has("gpm_interval") && s.GPMInterval < sampler.MinGPMInterval {
+		t.Errorf("gpm_interval", "%v: must be at least %v (GPM snapshots need that much apart)", s.GPMInterval, sampler.MinGPMInterval)
+	}
+	if t.Has("rare_interval") && s.RareInterval < s.SlowInterval {
+		t.Errorf("rare_interval", "%v: must be at least slow_interval (%v)", s.RareInterval, s.SlowInterval)
+	}
 	if t.Has("slow_interval") && s.SlowInterval < sampler.MinSlowInterval {
 		t.Errorf("slow_interval", "%v: must be at least %v (slow queries cost milliseconds)", s.SlowInterval, sampler.MinSlowInterval)
 	}

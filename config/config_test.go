@@ -59,6 +59,8 @@ const fullDoc = `
   drain_interval = "500ms"
   field_interval = "100ms"
   slow_interval = "2s"
+rare_interval = "1m"
+gpm_interval = "500ms"
   ring_size = 1024
   include = ["power", "utilization_*"]
   exclude = ["module_power_draw"]
@@ -94,6 +96,7 @@ func TestParseFull(t *testing.T) {
 	}
 	wantSampler := config.Sampler{Backend: "sim", Profile: "thermal", GPUs: 4, Seed: 7, Devices: []string{"0", "GPU-abc"},
 		DrainInterval: 500 * time.Millisecond, FieldInterval: 100 * time.Millisecond, SlowInterval: 2 * time.Second,
+		RareInterval: time.Minute, GPMInterval: 500 * time.Millisecond,
 		RingSize: 1024, Include: []string{"power", "utilization_*"}, Exclude: []string{"module_power_draw"}}
 	if !reflect.DeepEqual(c.Sampler, wantSampler) {
 		t.Errorf("sampler = %+v\nwant %+v", c.Sampler, wantSampler)
@@ -103,7 +106,7 @@ func TestParseFull(t *testing.T) {
 	}
 	a, b, o := c.Outputs[0], c.Outputs[1], c.Outputs[2]
 	if a.Name != "fake" || a.Kind != "fake" || a.Aggregate != 10*time.Second || a.FlushInterval != 50*time.Millisecond ||
-		a.Options != (testOpts{URL: "http://a", Token: "s3cret"}) || a.Line != 25 {
+		a.Options != (testOpts{URL: "http://a", Token: "s3cret"}) || a.Line != 27 {
 		t.Errorf("first output = %+v", a)
 	}
 	if b.Name != "second" || b.Aggregate != 0 || b.FlushInterval != time.Second || b.MaxBatch != 100 ||
@@ -180,6 +183,8 @@ func TestParseErrors(t *testing.T) {
 		{"negative aggregate", "[[outputs.fake]]\naggregate = \"-10s\"\n", `test.toml:2: outputs.fake[0].aggregate: "-10s": must be positive`},
 		{"bad aggregate", "[[outputs.fake]]\naggregate = \"mean\"\n", `test.toml:2: outputs.fake[0].aggregate: "mean": want "raw" or an interval such as "10s"`},
 		{"slow interval too short", "[sampler]\nslow_interval = \"100ms\"\n", "test.toml:2: sampler.slow_interval: 100ms: must be at least 1s (slow queries cost milliseconds)"},
+		{"gpm interval too short", "[sampler]\ngpm_interval = \"50ms\"\n", "test.toml:2: sampler.gpm_interval: 50ms: must be at least 100ms (GPM snapshots need that much apart)"},
+		{"rare below slow", "[sampler]\nslow_interval = \"5s\"\nrare_interval = \"2s\"\n", "test.toml:3: sampler.rare_interval: 2s: must be at least slow_interval (5s)"},
 		{"out of range", "[sampler]\ngpus = 0\n", "test.toml:2: sampler.gpus: 0 is out of range (want 1 to 64)"},
 		{"unknown backend", "[sampler]\nbackend = \"dcgm\"\n", `test.toml:2: sampler.backend: unknown value "dcgm" (want one of: auto, nvml, sim)`},
 		{"bad device", "[sampler]\ndevices = [\"first\"]\n", `test.toml:2: sampler.devices[0]: "first" is neither an index nor a UUID (GPU-...)`},
