@@ -53,6 +53,10 @@ type device struct {
 	sbuf     [sampler.NumBufferTypes][]nvml.Sample
 	// gpm holds the GPM snapshots (see readGPM).
 	gpm gpmState
+	// procs is the per-process polling state (see Processes).
+	procs procState
+	// mig is set for a MIG instance's device (see mig.go).
+	mig bool
 }
 
 var (
