@@ -170,4 +170,3 @@ func (d *device) processName(pid uint32) string {
 }
 
 var _ sampler.ProcessSource = (*device)(nil)
-
