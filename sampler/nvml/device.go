@@ -55,8 +55,10 @@ type device struct {
 	gpm gpmState
 	// procs is the per-process polling state (see Processes).
 	procs procState
-	// mig is set for a MIG instance's device (see mig.go).
-	mig bool
+	// mig is set for a MIG instance's device, migInfo then places it (see
+	// mig.go).
+	mig     bool
+	migInfo migInfo
 }
 
 var (
@@ -149,6 +151,7 @@ func (d *device) Identity() (sampler.Device, error) {
 			}
 		}
 	}
+	d.migIdentity(&id)
 	return id, nil
 }
 
@@ -171,7 +174,7 @@ func (d *device) Drain(t sampler.BufferType, cursor uint64, dst []sampler.RawSam
 	if t >= sampler.NumBufferTypes {
 		return dst, notSupported("get samples " + t.String())
 	}
-	if !d.src.has["nvmlDeviceGetSamples"] {
+	if !d.src.has["nvmlDeviceGetSamples"] || d.mig {
 		return dst, d.errBufferNS[t]
 	}
 	var vt nvml.ValueType

@@ -135,6 +135,13 @@ var symbolSince = map[string]APIVersion{
 	"nvmlDeviceGetGraphicsRunningProcesses_v3": {11, 6},
 	"nvmlDeviceGetProcessUtilization":          {10, 0},
 	"nvmlSystemGetProcessName":                 {10, 0},
+	// MIG instances as devices.
+	"nvmlDeviceGetMigMode":                {11, 0},
+	"nvmlDeviceGetMaxMigDeviceCount":      {11, 0},
+	"nvmlDeviceGetMigDeviceHandleByIndex": {11, 0},
+	"nvmlDeviceGetGpuInstanceId":          {11, 0},
+	"nvmlDeviceGetComputeInstanceId":      {11, 0},
+	"nvmlGpmMigSampleGet":                 api12_0,
 	// GPM (GPU performance monitoring, Hopper+).
 	"nvmlGpmQueryDeviceSupport": api12_0,
 	"nvmlGpmSampleAlloc":        api12_0,
