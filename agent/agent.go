@@ -70,7 +70,11 @@ func New(src sampler.Source, cfg *config.Config, opts Options) (*Agent, error) {
 	s := cfg.Sampler
 	scfg := sampler.Config{DrainInterval: s.DrainInterval, FieldInterval: s.FieldInterval,
 		SlowInterval: s.SlowInterval, RareInterval: s.RareInterval, GPMInterval: s.GPMInterval, RingSize: s.RingSize, Select: config.Selector(s.Include, s.Exclude),
-		Devices: s.DeviceFilter(), Logger: opts.Logger}
+		Devices: s.DeviceFilter(), Logger: opts.Logger,
+		ProcessInterval: s.ProcessInterval, ProcessCmdline: s.ProcessCmdline, ProcessCmdlineMax: s.ProcessCmdlineMax}
+	if !s.Processes {
+		scfg.ProcessInterval = -1
+	}
 	var eng *sampler.Engine
 	if opts.Diagnose {
 		// The engine emits the findings; it exists before the first sample.

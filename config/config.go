@@ -67,6 +67,14 @@ type Sampler struct {
 	GPMInterval   time.Duration
 	// RingSize is the per-device ring capacity in samples.
 	RingSize int
+	// Processes turns per-process sampling on (default) or off;
+	// ProcessInterval is its period (≥ sampler.MinProcessInterval);
+	// ProcessCmdline adds command lines (opt-in), truncated to
+	// ProcessCmdlineMax bytes. See sampler.Config.
+	Processes         bool
+	ProcessInterval   time.Duration
+	ProcessCmdline    bool
+	ProcessCmdlineMax int
 	// Include and Exclude are glob patterns (path.Match) over metric names
 	// and groups: what is sampled at all.
 	Include, Exclude []string
@@ -293,7 +301,8 @@ func parseSampler(t *Table, cat *sampler.Catalog) Sampler {
 	s := Sampler{Backend: "auto", Profile: "training", GPUs: 2, Seed: 1,
 		DrainInterval: sampler.DefaultDrainInterval, FieldInterval: sampler.DefaultFieldInterval,
 		SlowInterval: sampler.DefaultSlowInterval, RareInterval: sampler.DefaultRareInterval,
-		GPMInterval: sampler.DefaultGPMInterval, RingSize: sampler.DefaultRingSize}
+		GPMInterval: sampler.DefaultGPMInterval, RingSize: sampler.DefaultRingSize,
+		Processes: true, ProcessInterval: sampler.DefaultProcessInterval, ProcessCmdlineMax: sampler.DefaultCmdlineMax}
 	t.OneOf("backend", &s.Backend, "auto", "nvml", "sim")
 	t.OneOf("profile", &s.Profile, sim.Profiles...)
 	t.Int("gpus", &s.GPUs, 1, 64)
@@ -319,6 +328,13 @@ func parseSampler(t *Table, cat *sampler.Catalog) Sampler {
 		t.Errorf("slow_interval", "%v: must be at least %v (slow queries cost milliseconds)", s.SlowInterval, sampler.MinSlowInterval)
 	}
 	t.Int("ring_size", &s.RingSize, 2, 1<<24)
+	t.Bool("processes", &s.Processes)
+	t.Duration("process_interval", &s.ProcessInterval)
+	if t.Has("process_interval") && s.ProcessInterval < sampler.MinProcessInterval {
+		t.Errorf("process_interval", "%v: must be at least %v (process queries cost milliseconds)", s.ProcessInterval, sampler.MinProcessInterval)
+	}
+	t.Bool("process_cmdline", &s.ProcessCmdline)
+	t.Int("process_cmdline_max", &s.ProcessCmdlineMax, 1, 4096)
 	s.Include, s.Exclude = patterns(t, cat)
 	t.Finish()
 	return s

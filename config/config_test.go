@@ -97,7 +97,8 @@ func TestParseFull(t *testing.T) {
 	wantSampler := config.Sampler{Backend: "sim", Profile: "thermal", GPUs: 4, Seed: 7, Devices: []string{"0", "GPU-abc"},
 		DrainInterval: 500 * time.Millisecond, FieldInterval: 100 * time.Millisecond, SlowInterval: 2 * time.Second,
 		RareInterval: time.Minute, GPMInterval: 500 * time.Millisecond,
-		RingSize: 1024, Include: []string{"power", "utilization_*"}, Exclude: []string{"module_power_draw"}}
+		RingSize: 1024, Processes: true, ProcessInterval: time.Second, ProcessCmdlineMax: 128,
+		Include: []string{"power", "utilization_*"}, Exclude: []string{"module_power_draw"}}
 	if !reflect.DeepEqual(c.Sampler, wantSampler) {
 		t.Errorf("sampler = %+v\nwant %+v", c.Sampler, wantSampler)
 	}
@@ -277,5 +278,35 @@ func TestDeviceFilter(t *testing.T) {
 		if f(tc.d) != tc.want {
 			t.Errorf("filter(%+v) = %v", tc.d, !tc.want)
 		}
+	}
+}
+
+func TestProcessSettings(t *testing.T) {
+	for _, tc := range []struct {
+		name, toml string
+		want       config.Sampler
+		err        string
+	}{
+		{"defaults", "", config.Sampler{Processes: true, ProcessInterval: sampler.DefaultProcessInterval, ProcessCmdlineMax: sampler.DefaultCmdlineMax}, ""},
+		{"off", "[sampler]\nprocesses = false\n", config.Sampler{Processes: false, ProcessInterval: sampler.DefaultProcessInterval, ProcessCmdlineMax: sampler.DefaultCmdlineMax}, ""},
+		{"cmdline", "[sampler]\nprocess_interval = \"5s\"\nprocess_cmdline = true\nprocess_cmdline_max = 64\n", config.Sampler{Processes: true, ProcessInterval: 5 * time.Second, ProcessCmdline: true, ProcessCmdlineMax: 64}, ""},
+		{"too fast", "[sampler]\nprocess_interval = \"100ms\"\n", config.Sampler{}, "sampler.process_interval: 100ms: must be at least 1s"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := parse(t, tc.toml)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err %v, want %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := cfg.Sampler
+			if s.Processes != tc.want.Processes || s.ProcessInterval != tc.want.ProcessInterval || s.ProcessCmdline != tc.want.ProcessCmdline || s.ProcessCmdlineMax != tc.want.ProcessCmdlineMax {
+				t.Fatalf("got %v %v %v %v, want %+v", s.Processes, s.ProcessInterval, s.ProcessCmdline, s.ProcessCmdlineMax, tc.want)
+			}
+		})
 	}
 }

@@ -59,6 +59,15 @@ type Config struct {
 	// GPMInterval is the period of GPM profiling reads (default
 	// DefaultGPMInterval, ≥ MinGPMInterval).
 	GPMInterval time.Duration
+	// ProcessInterval is the per-process poll period (ProcessSource):
+	// default DefaultProcessInterval, at least MinProcessInterval (the
+	// queries cost milliseconds); negative turns per-process sampling off.
+	ProcessInterval time.Duration
+	// ProcessCmdline adds each process's command line to its events
+	// (opt-in: command lines can hold secrets), truncated to
+	// ProcessCmdlineMax bytes (default DefaultCmdlineMax).
+	ProcessCmdline    bool
+	ProcessCmdlineMax int
 	// LostRetryInterval is the first delay before a lost device is probed
 	// again (default DefaultLostRetryInterval); it doubles per failed probe.
 	LostRetryInterval time.Duration
@@ -97,6 +106,12 @@ func (c *Config) withDefaults() (Config, error) {
 	if out.GPMInterval == 0 {
 		out.GPMInterval = DefaultGPMInterval
 	}
+	if out.ProcessInterval == 0 {
+		out.ProcessInterval = DefaultProcessInterval
+	}
+	if out.ProcessCmdlineMax <= 0 {
+		out.ProcessCmdlineMax = DefaultCmdlineMax
+	}
 	if out.LostRetryInterval == 0 {
 		out.LostRetryInterval = DefaultLostRetryInterval
 	}
@@ -123,6 +138,8 @@ func (c *Config) withDefaults() (Config, error) {
 		return out, fmt.Errorf("rare interval %v: must be at least the slow interval %v", out.RareInterval, out.SlowInterval)
 	case out.GPMInterval < MinGPMInterval:
 		return out, fmt.Errorf("gpm interval %v: must be at least %v (GPM compares two snapshots)", out.GPMInterval, MinGPMInterval)
+	case out.ProcessInterval > 0 && out.ProcessInterval < MinProcessInterval:
+		return out, fmt.Errorf("process interval %v: must be at least %v (process queries cost milliseconds)", out.ProcessInterval, MinProcessInterval)
 	case out.LostRetryInterval < 0:
 		return out, fmt.Errorf("lost retry interval %v: must be positive", out.LostRetryInterval)
 	case out.RingSize < 0:

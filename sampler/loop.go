@@ -82,6 +82,15 @@ type deviceLoop struct {
 	raw []RawSample
 	pub []Sample
 
+	// Per-process polling (ProcessSource); procs is nil when the source
+	// cannot list processes, per-process sampling is off, or the device
+	// said not supported.
+	procs      ProcessSource
+	procCursor uint64
+	procBuf    []Process
+	procFields []Field
+	procAttrs  []Attr
+
 	lost    bool
 	lostAt  time.Time
 	backoff time.Duration
@@ -100,6 +109,7 @@ type deviceLoop struct {
 	drains, nothingNew, suspectedLosses, lostEstimate atomic.Uint64
 	pointReads, readErrors, published, fieldReads     atomic.Uint64
 	hung, recoveries                                  atomic.Uint64
+	processPolls, processesSeen                       atomic.Uint64
 	newestNS                                          atomic.Int64
 	clockKind                                         atomic.Uint32
 	minDrainNS                                        atomic.Int64
@@ -148,6 +158,9 @@ func newDeviceLoop(e *Engine, src DeviceSource, id Device) *deviceLoop {
 	l.raw = make([]RawSample, 0, 256)
 	l.pub = make([]Sample, 0, 1024)
 	l.minDrainNS.Store(int64(e.cfg.DrainInterval))
+	if ps, ok := src.(ProcessSource); ok && e.cfg.ProcessInterval > 0 {
+		l.procs = ps
+	}
 	return l
 }
 
@@ -163,7 +176,7 @@ func (l *deviceLoop) run(ctx context.Context) {
 			l.exit()
 		}
 	}
-	nextField, nextSlow, nextRare, nextGPM := now, now, now, now
+	nextField, nextSlow, nextRare, nextGPM, nextProc := now, now, now, now, now
 	fieldEvery, slowEvery, rareEvery, gpmEvery := l.e.cfg.FieldInterval, l.e.cfg.SlowInterval, l.e.cfg.RareInterval, l.e.cfg.GPMInterval
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -203,8 +216,15 @@ func (l *deviceLoop) run(ctx context.Context) {
 			l.readInto(l.gpmIDs, l.gpmOut, now, 0, &l.gpmIDs, &l.gpmOut)
 			nextGPM = advance(nextGPM, gpmEvery, now)
 		}
+		if l.procs != nil && !now.Before(nextProc) {
+			l.pollProcesses(now)
+			nextProc = advance(nextProc, l.e.cfg.ProcessInterval, now)
+		}
 		l.flush()
 		next := now.Add(time.Minute)
+		if l.procs != nil && nextProc.Before(next) {
+			next = nextProc
+		}
 		if len(l.slowIDs) > 0 && nextSlow.Before(next) {
 			next = nextSlow
 		}
@@ -434,13 +454,52 @@ func (l *deviceLoop) readInto(ids []MetricID, out []Reading, now time.Time, flag
 	}
 }
 
+// pollProcesses lists the device's processes and emits one EventProcess
+// event per process. The utilization cursor advances to the newest sample
+// delivered, so each utilization sample is reported once.
+func (l *deviceLoop) pollProcesses(now time.Time) {
+	q := ProcessQuery{Cursor: l.procCursor, Cmdline: l.e.cfg.ProcessCmdline, CmdlineMax: l.e.cfg.ProcessCmdlineMax}
+	l.enter(&opProcesses)
+	procs, err := l.procs.Processes(q, l.procBuf[:0])
+	l.exit()
+	l.procBuf = procs[:0]
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrNotSupported):
+		l.procs = nil
+		l.e.log.Info("per-process sampling not supported on this device", "device", l.index, "err", err)
+		return
+	default:
+		l.callFailed(err, now)
+		return
+	}
+	nowNS := now.UnixNano()
+	for i := range procs {
+		p := &procs[i]
+		if p.HasUtil && p.TimeUS > l.procCursor {
+			l.procCursor = p.TimeUS
+		}
+		if q.Cmdline {
+			p.Cmdline = TruncateCmdline(p.Cmdline, q.CmdlineMax)
+		} else {
+			p.Cmdline = ""
+		}
+		ev := processEvent(int(l.index), p, nowNS, l.procFields, l.procAttrs)
+		l.procFields, l.procAttrs = ev.Fields, ev.Attrs
+		l.e.Emit(ev)
+	}
+	l.processPolls.Add(1)
+	l.processesSeen.Store(uint64(len(procs)))
+}
+
 // Names of the driver calls the watchdog reports.
 var (
-	opDrain    = "drain"
-	opRead     = "read"
-	opIdentity = "identity"
-	opReopen   = "reopen"
-	opCapacity = "buffer capacity"
+	opDrain     = "drain"
+	opRead      = "read"
+	opIdentity  = "identity"
+	opReopen    = "reopen"
+	opCapacity  = "buffer capacity"
+	opProcesses = "processes"
 )
 
 // enter marks a driver call in flight for the watchdog.
@@ -594,6 +653,9 @@ type DeviceStats struct {
 	// Hangs counts calls the watchdog flagged; Recoveries lost-device
 	// recoveries.
 	Hangs, Recoveries uint64
+	// ProcessPolls counts per-process polls; Processes is how many
+	// processes the latest one found.
+	ProcessPolls, Processes uint64
 }
 
 func (l *deviceLoop) stats() DeviceStats {
@@ -602,7 +664,8 @@ func (l *deviceLoop) stats() DeviceStats {
 		NothingNew: l.nothingNew.Load(), SuspectedLosses: l.suspectedLosses.Load(), LostEstimate: l.lostEstimate.Load(),
 		PointReads: l.pointReads.Load(), FieldReads: l.fieldReads.Load(), ReadErrors: l.readErrors.Load(),
 		NewestNS: l.newestNS.Load(), Clock: ClockKind(l.clockKind.Load()), MinDrainInterval: time.Duration(l.minDrainNS.Load()),
-		State: DeviceState(l.state.Load()), Hangs: l.hung.Load(), Recoveries: l.recoveries.Load()}
+		State: DeviceState(l.state.Load()), Hangs: l.hung.Load(), Recoveries: l.recoveries.Load(),
+		ProcessPolls: l.processPolls.Load(), Processes: l.processesSeen.Load()}
 	if cc, ok := l.src.(CallCounter); ok {
 		cs := cc.CallStats()
 		s.Calls, s.CallLatency = cs.Calls, cs.Latency

@@ -66,6 +66,18 @@ type Device struct {
 	ShutdownTempC     float64 `json:"shutdown_temp_c,omitempty"`
 	MaxOperatingTempC float64 `json:"max_operating_temp_c,omitempty"`
 	MemoryMaxTempC    float64 `json:"memory_max_temp_c,omitempty"`
+	// MIG is set for a MIG instance (a GPU partition sampled as a device
+	// of its own). Parent is then the Index of the physical GPU it belongs
+	// to; GPUInstanceID and ComputeInstanceID identify the partition on it
+	// (nvidia-smi's GI and CI; Prometheus labels GPU_I_ID); MIGProfile is
+	// its profile name ("1g.18gb"; label GPU_I_PROFILE). Under MIG the
+	// driver keeps no utilization sample buffers and no per-process
+	// utilization: those answer ErrNotSupported.
+	MIG               bool   `json:"mig,omitempty"`
+	Parent            int    `json:"parent,omitempty"`
+	GPUInstanceID     int    `json:"gpu_instance_id,omitempty"`
+	ComputeInstanceID int    `json:"compute_instance_id,omitempty"`
+	MIGProfile        string `json:"mig_profile,omitempty"`
 	// Generation increases each time the identity changes.
 	Generation uint64 `json:"generation"`
 }

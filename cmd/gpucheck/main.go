@@ -225,6 +225,8 @@ func run(r *report, log *slog.Logger, lib, loadCmd string, pairs int, window, lo
 			}
 		}
 		checkGPM(r, d, id.Index)
+		checkProcesses(r, d, id.Index, "before load", 0)
+		checkEvents(r, d, id.Index, time.Second)
 	}
 	if len(r.Devices) == 0 {
 		return 2
@@ -259,6 +261,16 @@ func run(r *report, log *slog.Logger, lib, loadCmd string, pairs int, window, lo
 	}
 	st := samp.stop()
 	wall := time.Since(t0)
+	if ld != nil {
+		// The load process still holds its memory and the driver still has
+		// its utilization samples: it should be listed (the device loops
+		// are stopped, so the devices are ours to call).
+		for _, d := range devs {
+			if id, err := d.Identity(); err == nil {
+				checkProcesses(r, d, id.Index, "after load", ld.cmd.Process.Pid)
+			}
+		}
+	}
 	var published uint64
 	for _, d := range st.Devices {
 		published += d.Published

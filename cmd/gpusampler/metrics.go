@@ -97,7 +97,38 @@ func printSupport(w io.Writer, src sampler.Source, c *sampler.Catalog) error {
 		}
 		fmt.Fprintln(tw)
 	}
-	return tw.Flush()
+	fmt.Fprintf(tw, "%s\t%s\t%s", "processes", "process", "per-process")
+	for _, d := range devs {
+		fmt.Fprintf(tw, "\t%s", probeProcesses(d))
+	}
+	fmt.Fprintln(tw)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, id := range ids {
+		if id.MIG {
+			fmt.Fprintf(w, "gpu %d (MIG instance %s of gpu %d): utilization buffers and per-process utilization are not available under MIG\n",
+				id.Index, id.MIGProfile, id.Parent)
+		}
+	}
+	return nil
+}
+
+// probeProcesses asks a device for its processes once: "yes", "no" (not a
+// ProcessSource, or ErrNotSupported) or the error.
+func probeProcesses(d sampler.DeviceSource) string {
+	ps, ok := d.(sampler.ProcessSource)
+	if !ok {
+		return "no"
+	}
+	_, err := ps.Processes(sampler.ProcessQuery{}, nil)
+	switch {
+	case err == nil:
+		return "yes"
+	case errors.Is(err, sampler.ErrNotSupported):
+		return "no"
+	}
+	return "error: " + err.Error()
 }
 
 func naming(n sampler.Naming) string {

@@ -55,14 +55,24 @@ type descSet struct {
 	xidLast, xidTotal                     *prometheus.Desc
 }
 
-// migIdentity returns a device's MIG profile and GPU instance id. MIG
-// devices are not enumerated yet: this is where their identity goes.
-func migIdentity(sampler.Device) (profile, instance string, ok bool) { return "", "", false }
+// migIdentity returns a MIG instance's profile and GPU instance id, the
+// GPU_I_PROFILE and GPU_I_ID labels dcgm-exporter puts on MIG series.
+func migIdentity(d sampler.Device) (profile, instance string, ok bool) {
+	if !d.MIG {
+		return "", "", false
+	}
+	return d.MIGProfile, strconv.Itoa(d.GPUInstanceID), true
+}
 
 // setLabels computes d's label values and descriptors from its identity.
 func (o *Output) setLabels(d *deviceState) {
 	id := &d.id
 	idx := strconv.Itoa(id.Index)
+	if id.MIG {
+		// As dcgm-exporter: gpu and device name the physical GPU; the
+		// instance is told apart by GPU_I_ID (and its own UUID).
+		idx = strconv.Itoa(id.Parent)
+	}
 	names := append([]string(nil), o.baseLabels...)
 	values := append(make([]string, 0, len(names)+3), idx, id.UUID, id.PCIBusID, "nvidia"+idx, id.Name, o.opts.Host)
 	values = append(values, o.tagValues...)

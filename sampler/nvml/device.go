@@ -53,6 +53,12 @@ type device struct {
 	sbuf     [sampler.NumBufferTypes][]nvml.Sample
 	// gpm holds the GPM snapshots (see readGPM).
 	gpm gpmState
+	// procs is the per-process polling state (see Processes).
+	procs procState
+	// mig is set for a MIG instance's device, migInfo then places it (see
+	// mig.go).
+	mig     bool
+	migInfo migInfo
 }
 
 var (
@@ -145,6 +151,7 @@ func (d *device) Identity() (sampler.Device, error) {
 			}
 		}
 	}
+	d.migIdentity(&id)
 	return id, nil
 }
 
@@ -167,7 +174,7 @@ func (d *device) Drain(t sampler.BufferType, cursor uint64, dst []sampler.RawSam
 	if t >= sampler.NumBufferTypes {
 		return dst, notSupported("get samples " + t.String())
 	}
-	if !d.src.has["nvmlDeviceGetSamples"] {
+	if !d.src.has["nvmlDeviceGetSamples"] || d.mig {
 		return dst, d.errBufferNS[t]
 	}
 	var vt nvml.ValueType

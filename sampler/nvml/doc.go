@@ -20,6 +20,14 @@
 //     the catalog's base units. Fast fields are read in one GetFieldValues
 //     batch per tick, each value with its own return code; slow state with
 //     point queries, one call per query. GetPcieThroughput is never called.
+//   - Processes (sampler.ProcessSource): the running-process lists and
+//     GetProcessUtilization drained with its own µs cursor, names from
+//     SystemGetProcessName else /proc/PID/comm (host PIDs), command lines
+//     only when asked. The engine polls at most once a second.
+//   - MIG: instances of a GPU in MIG mode are devices of their own after
+//     the physical GPUs (sampler.Device.MIG and friends); they have no
+//     utilization buffers, no per-process utilization and no events of
+//     their own (ErrNotSupported, saying so); GPM goes through the parent.
 //   - Each device counts its NVML C calls and their summed latency
 //     (sampler.CallCounter); GetSamples counts the two calls go-nvml makes.
 //

@@ -45,6 +45,9 @@ const (
 // never delays the device's sampling. Symbols are looked up first; a
 // driver without them answers sampler.ErrNotSupported.
 func (d *device) WatchEvents(ctx context.Context, emit func(sampler.Event)) error {
+	if d.mig {
+		return fmt.Errorf("watch events: %w", notSupported("MIG instance: its GPU's events cover it"))
+	}
 	has := d.src.has
 	for _, sym := range []string{"nvmlEventSetCreate", "nvmlEventSetFree", "nvmlDeviceRegisterEvents", "nvmlDeviceGetSupportedEventTypes"} {
 		if !has[sym] {
@@ -159,7 +162,7 @@ func (d *device) Reopen(uuid string) error {
 		return fmt.Errorf("reopen %s: %w", uuid, newError("get handle by uuid", ret))
 	}
 	var raw = d.raw
-	if d.src.direct != nil {
+	if d.src.direct != nil && !d.mig {
 		start = now()
 		r, ret := d.src.direct.handleByUUID(uuid)
 		d.account("DeviceGetHandleByUUID", 1, start)

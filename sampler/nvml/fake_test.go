@@ -167,6 +167,10 @@ func TestFakeDriverChild(t *testing.T) {
 		childDoctor(t, src)
 	case "gpm":
 		childGPM(t, src)
+	case "processes":
+		childProcesses(t, src)
+	case "processes-ns":
+		childProcessesNotSupported(t, src)
 	default:
 		t.Fatalf("unknown scenario %q", scenario)
 	}

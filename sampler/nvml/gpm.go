@@ -85,7 +85,11 @@ func (d *device) readGPM(ids []sampler.MetricID, out []sampler.Reading) error {
 		g.state = gpmUnsupported
 		g.errNS = notSupported("gpm (device does not support GPM)")
 		start := now()
-		sup, ret := d.dev.GpmQueryDeviceSupport()
+		gdev := d.dev
+		if d.mig {
+			gdev = d.migInfo.parent.dev // GPM of an instance is read through its GPU
+		}
+		sup, ret := gdev.GpmQueryDeviceSupport()
 		d.account("GpmQueryDeviceSupport", 1, start)
 		switch {
 		case sentinel(ret) == sampler.ErrGPULost:
@@ -122,7 +126,12 @@ func (d *device) readGPM(ids []sampler.MetricID, out []sampler.Reading) error {
 		return nil
 	}
 	start := now()
-	ret := d.dev.GpmSampleGet(g.samples[g.cur])
+	var ret nvml.Return
+	if d.mig {
+		ret = d.gpmMigSample(g.samples[g.cur])
+	} else {
+		ret = d.dev.GpmSampleGet(g.samples[g.cur])
+	}
 	d.account("GpmSampleGet", 1, start)
 	if ret != nvml.SUCCESS {
 		err := newError("gpm sample get", ret)

@@ -183,8 +183,8 @@ func TestMockDrain(t *testing.T) {
 	if want := []sampler.RawSample{{TimeUS: 200, Value: 250.5}, {TimeUS: 300, Value: 700}}; !slices.Equal(got, want) {
 		t.Errorf("power drain = %v, want %v", got, want)
 	}
-	if c := cc.CallStats().Calls; c != 2+1 { // handle + GetSamples(size, fill)
-		t.Errorf("calls = %d, want 3", c)
+	if c := cc.CallStats().Calls; c != 2+2 { // handle + MIG mode at open + GetSamples(size, fill)
+		t.Errorf("calls = %d, want 4", c)
 	}
 
 	// Other value types decode by their own width.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"sync"
 
@@ -166,6 +167,14 @@ func (s *Source) openDevices() ([]sampler.DeviceSource, error) {
 			}
 		}
 		out = append(out, d)
+	}
+	// MIG instances follow the physical GPUs, numbered after them.
+	next := n
+	for _, p := range slices.Clone(out) {
+		for _, m := range s.migDevices(p.(*device), next) {
+			out = append(out, m)
+			next++
+		}
 	}
 	if len(out) == 0 && len(errs) > 0 {
 		return nil, errors.Join(errs...)

@@ -125,6 +125,23 @@ var symbolSince = map[string]APIVersion{
 	"nvmlDeviceGetTotalEccErrors":               {10, 0},
 	"nvmlDeviceGetRemappedRows":                 {11, 0},
 	"nvmlDeviceGetHandleByUUID":                 {10, 0},
+	// Processes. go-nvml binds the running-process lists to the newest
+	// version the library has (_v3, _v2, else the original).
+	"nvmlDeviceGetComputeRunningProcesses":     {10, 0},
+	"nvmlDeviceGetComputeRunningProcesses_v2":  {11, 1},
+	"nvmlDeviceGetComputeRunningProcesses_v3":  {11, 6},
+	"nvmlDeviceGetGraphicsRunningProcesses":    {10, 0},
+	"nvmlDeviceGetGraphicsRunningProcesses_v2": {11, 1},
+	"nvmlDeviceGetGraphicsRunningProcesses_v3": {11, 6},
+	"nvmlDeviceGetProcessUtilization":          {10, 0},
+	"nvmlSystemGetProcessName":                 {10, 0},
+	// MIG instances as devices.
+	"nvmlDeviceGetMigMode":                {11, 0},
+	"nvmlDeviceGetMaxMigDeviceCount":      {11, 0},
+	"nvmlDeviceGetMigDeviceHandleByIndex": {11, 0},
+	"nvmlDeviceGetGpuInstanceId":          {11, 0},
+	"nvmlDeviceGetComputeInstanceId":      {11, 0},
+	"nvmlGpmMigSampleGet":                 api12_0,
 	// GPM (GPU performance monitoring, Hopper+).
 	"nvmlGpmQueryDeviceSupport": api12_0,
 	"nvmlGpmSampleAlloc":        api12_0,

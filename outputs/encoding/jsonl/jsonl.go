@@ -1,6 +1,7 @@
 // Package jsonl encodes gpusampler records as JSON Lines: one object per
 // record, with a "type" of "device", "sample", "summary" (a window
-// aggregate, see outputs/aggregate), "event" or "self" (self-metrics). Samples carry our
+// aggregate, see outputs/aggregate), "event", "self" (self-metrics) or
+// "process" (one process on one GPU, see sampler.EventProcess). Samples carry our
 // catalog names and base units. Simulated devices' records carry
 // "simulated":true.
 //
@@ -85,8 +86,12 @@ func (e *Encoder) Encode(b *sampler.Batch) {
 		e.appendSummary(s)
 	}
 	for _, ev := range b.Events {
-		if ev.Kind == sampler.EventSelf {
+		switch ev.Kind {
+		case sampler.EventSelf:
 			e.appendSelf(ev)
+			continue
+		case sampler.EventProcess:
+			e.appendProcess(ev)
 			continue
 		}
 		d := e.devs[ev.Device]

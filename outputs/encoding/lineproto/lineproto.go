@@ -4,7 +4,7 @@
 // types where Telegraf has the field (catalog Telegraf naming), ours where it
 // has not. All fields of one device that share a timestamp go on one line.
 // Events go to their own measurement (gpusampler_events), self-metrics to
-// gpusampler_self.
+// gpusampler_self, per-process records to nvidia_smi_process.
 //
 // It is shared by every output that speaks line protocol (stdout, InfluxDB,
 // Telegraf, NATS). An Encoder is not safe for concurrent use.
@@ -279,8 +279,12 @@ func (e *Encoder) encodeSelf(ev sampler.Event) {
 }
 
 func (e *Encoder) encodeEvent(ev sampler.Event) {
-	if ev.Kind == sampler.EventSelf {
+	switch ev.Kind {
+	case sampler.EventSelf:
 		e.encodeSelf(ev)
+		return
+	case sampler.EventProcess:
+		e.encodeProcess(ev)
 		return
 	}
 	dt := e.device(ev.Device)

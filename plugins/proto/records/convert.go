@@ -18,7 +18,8 @@ func FromDevice(d *sampler.Device) *Device {
 	return &Device{Index: uint32(d.Index), Uuid: d.UUID, Name: d.Name, PciBusId: d.PCIBusID, Serial: d.Serial,
 		MemoryTotalMib: d.MemoryTotalMiB, DriverVersion: d.DriverVersion, Backend: d.Backend, Simulated: d.Simulated,
 		SlowdownTempC: d.SlowdownTempC, ShutdownTempC: d.ShutdownTempC, MaxOperatingTempC: d.MaxOperatingTempC,
-		MemoryMaxTempC: d.MemoryMaxTempC, Generation: d.Generation}
+		MemoryMaxTempC: d.MemoryMaxTempC, Generation: d.Generation, Mig: d.MIG, Parent: uint32(d.Parent),
+		GpuInstanceId: uint32(d.GPUInstanceID), ComputeInstanceId: uint32(d.ComputeInstanceID), MigProfile: d.MIGProfile}
 }
 
 // ToSampler converts the identity back.
@@ -27,7 +28,8 @@ func (d *Device) ToSampler() sampler.Device {
 		Serial: d.GetSerial(), MemoryTotalMiB: d.GetMemoryTotalMib(), DriverVersion: d.GetDriverVersion(),
 		Backend: d.GetBackend(), Simulated: d.GetSimulated(), SlowdownTempC: d.GetSlowdownTempC(),
 		ShutdownTempC: d.GetShutdownTempC(), MaxOperatingTempC: d.GetMaxOperatingTempC(),
-		MemoryMaxTempC: d.GetMemoryMaxTempC(), Generation: d.GetGeneration()}
+		MemoryMaxTempC: d.GetMemoryMaxTempC(), Generation: d.GetGeneration(), MIG: d.GetMig(), Parent: int(d.GetParent()),
+		GPUInstanceID: int(d.GetGpuInstanceId()), ComputeInstanceID: int(d.GetComputeInstanceId()), MIGProfile: d.GetMigProfile()}
 }
 
 // FromEvent converts an event (attributes and fields are copied).

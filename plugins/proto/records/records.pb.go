@@ -376,9 +376,17 @@ type Device struct {
 	MaxOperatingTempC float64 `protobuf:"fixed64,12,opt,name=max_operating_temp_c,json=maxOperatingTempC,proto3" json:"max_operating_temp_c,omitempty"`
 	MemoryMaxTempC    float64 `protobuf:"fixed64,13,opt,name=memory_max_temp_c,json=memoryMaxTempC,proto3" json:"memory_max_temp_c,omitempty"`
 	// generation increases each time the identity changes.
-	Generation    uint64 `protobuf:"varint,14,opt,name=generation,proto3" json:"generation,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Generation uint64 `protobuf:"varint,14,opt,name=generation,proto3" json:"generation,omitempty"`
+	// mig is set for a MIG instance; parent is then the physical GPU's
+	// index, gpu_instance_id and compute_instance_id the partition on it,
+	// mig_profile its profile name ("1g.18gb").
+	Mig               bool   `protobuf:"varint,15,opt,name=mig,proto3" json:"mig,omitempty"`
+	Parent            uint32 `protobuf:"varint,16,opt,name=parent,proto3" json:"parent,omitempty"`
+	GpuInstanceId     uint32 `protobuf:"varint,17,opt,name=gpu_instance_id,json=gpuInstanceId,proto3" json:"gpu_instance_id,omitempty"`
+	ComputeInstanceId uint32 `protobuf:"varint,18,opt,name=compute_instance_id,json=computeInstanceId,proto3" json:"compute_instance_id,omitempty"`
+	MigProfile        string `protobuf:"bytes,19,opt,name=mig_profile,json=migProfile,proto3" json:"mig_profile,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Device) Reset() {
@@ -507,6 +515,41 @@ func (x *Device) GetGeneration() uint64 {
 		return x.Generation
 	}
 	return 0
+}
+
+func (x *Device) GetMig() bool {
+	if x != nil {
+		return x.Mig
+	}
+	return false
+}
+
+func (x *Device) GetParent() uint32 {
+	if x != nil {
+		return x.Parent
+	}
+	return 0
+}
+
+func (x *Device) GetGpuInstanceId() uint32 {
+	if x != nil {
+		return x.GpuInstanceId
+	}
+	return 0
+}
+
+func (x *Device) GetComputeInstanceId() uint32 {
+	if x != nil {
+		return x.ComputeInstanceId
+	}
+	return 0
+}
+
+func (x *Device) GetMigProfile() string {
+	if x != nil {
+		return x.MigProfile
+	}
+	return ""
 }
 
 // Event is something that happened on a device (XID error, throttling,
@@ -757,7 +800,7 @@ const file_records_records_proto_rawDesc = "" +
 	"\x04last\x18\x06 \x03(\x01R\x04last\x12\x14\n" +
 	"\x05count\x18\a \x03(\rR\x05count\x12\x16\n" +
 	"\x06device\x18\b \x03(\rR\x06device\x12\x16\n" +
-	"\x06metric\x18\t \x03(\rR\x06metric\"\xd1\x03\n" +
+	"\x06metric\x18\t \x03(\rR\x06metric\"\xf4\x04\n" +
 	"\x06Device\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x12\n" +
 	"\x04uuid\x18\x02 \x01(\tR\x04uuid\x12\x12\n" +
@@ -776,7 +819,13 @@ const file_records_records_proto_rawDesc = "" +
 	"\x11memory_max_temp_c\x18\r \x01(\x01R\x0ememoryMaxTempC\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x0e \x01(\x04R\n" +
-	"generation\"\xe6\x01\n" +
+	"generation\x12\x10\n" +
+	"\x03mig\x18\x0f \x01(\bR\x03mig\x12\x16\n" +
+	"\x06parent\x18\x10 \x01(\rR\x06parent\x12&\n" +
+	"\x0fgpu_instance_id\x18\x11 \x01(\rR\rgpuInstanceId\x12.\n" +
+	"\x13compute_instance_id\x18\x12 \x01(\rR\x11computeInstanceId\x12\x1f\n" +
+	"\vmig_profile\x18\x13 \x01(\tR\n" +
+	"migProfile\"\xe6\x01\n" +
 	"\x05Event\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x16\n" +
 	"\x06device\x18\x02 \x01(\x05R\x06device\x12\x19\n" +

@@ -463,3 +463,99 @@ nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *m) {
 	}
 	return OK;
 }
+
+/*
+ * Processes:
+ *   FAKENVML_PROCS      comma-separated PIDs running on every device
+ *                       (default none); process i holds (i+1) GiB as a
+ *                       compute process, process 1 is also a graphics
+ *                       process (512 MiB more: "C+G")
+ *   FAKENVML_PROC_NS    "util": nvmlDeviceGetProcessUtilization answers
+ *                       NOT_SUPPORTED (like a MIG instance); "all": the
+ *                       running-process lists too
+ * Per-process utilization samples are taken every FAKE_PROC_PERIOD_US for
+ * every process; the driver keeps the last FAKE_PROC_DEPTH. Sample k of
+ * process i has sm (k*7+i)%101, mem k%50, enc i, dec 1.
+ * nvmlSystemGetProcessName answers "fake-<pid>", except for the calling
+ * process itself (NOT_FOUND, so that callers fall back to /proc).
+ */
+#define FAKE_PROC_PERIOD_US 50000ull
+#define FAKE_PROC_DEPTH 10ull
+typedef struct { unsigned int pid; unsigned long long usedGpuMemory; unsigned int gpuInstanceId, computeInstanceId; } nvmlProcessInfo_t;
+typedef struct { unsigned int pid; unsigned long long timeStamp; unsigned int smUtil, memUtil, encUtil, decUtil; } nvmlProcessUtilizationSample_t;
+
+static unsigned int procs[32];
+static int nprocs = -1;
+
+static void loadProcs(void) {
+	const char *s = getenv("FAKENVML_PROCS");
+	char buf[512], *tok, *save;
+	if (nprocs >= 0) return;
+	nprocs = 0;
+	if (!s) return;
+	snprintf(buf, sizeof buf, "%s", s);
+	for (tok = strtok_r(buf, ",", &save); tok && nprocs < 32; tok = strtok_r(0, ",", &save))
+		procs[nprocs++] = strtoul(tok, 0, 10);
+}
+
+static int procNS(const char *what) {
+	const char *s = getenv("FAKENVML_PROC_NS");
+	return s && (!strcmp(s, "all") || !strcmp(s, what));
+}
+
+static nvmlReturn_t runningProcs(int graphics, unsigned int *count, nvmlProcessInfo_t *infos) {
+	unsigned int n = 0;
+	loadProcs();
+	if (procNS("all")) return E_NOT_SUPPORTED;
+	for (int i = 0; i < nprocs; i++) {
+		if (graphics && i != 1) continue;
+		if (infos && n < *count) {
+			infos[n].pid = procs[i];
+			infos[n].usedGpuMemory = graphics ? 512ull << 20 : (unsigned long long)(i + 1) << 30;
+			infos[n].gpuInstanceId = infos[n].computeInstanceId = 0xFFFFFFFF;
+		}
+		n++;
+	}
+	if (!infos || n > *count) { *count = n; return n ? E_INSUFFICIENT : OK; }
+	*count = n;
+	return OK;
+}
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(void *h, unsigned int *count, nvmlProcessInfo_t *infos) {
+	D(h);
+	return runningProcs(0, count, infos);
+}
+nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(void *h, unsigned int *count, nvmlProcessInfo_t *infos) {
+	D(h);
+	return runningProcs(1, count, infos);
+}
+nvmlReturn_t nvmlDeviceGetProcessUtilization(void *h, nvmlProcessUtilizationSample_t *u, unsigned int *count, unsigned long long last) {
+	D(h);
+	loadProcs();
+	if (procNS("util")) return E_NOT_SUPPORTED;
+	unsigned long long newest = nowUS(clk) / FAKE_PROC_PERIOD_US, k0 = newest >= FAKE_PROC_DEPTH ? newest - FAKE_PROC_DEPTH + 1 : 0;
+	unsigned int n = 0;
+	for (unsigned long long k = k0; k <= newest; k++) {
+		if (k * FAKE_PROC_PERIOD_US <= last) continue;
+		for (int i = 0; i < nprocs; i++) {
+			if (u && n < *count) {
+				u[n].pid = procs[i];
+				u[n].timeStamp = k * FAKE_PROC_PERIOD_US;
+				u[n].smUtil = (k * 7 + i) % 101;
+				u[n].memUtil = k % 50;
+				u[n].encUtil = i;
+				u[n].decUtil = 1;
+			}
+			n++;
+		}
+	}
+	if (!n) return E_NOT_FOUND;
+	if (!u || n > *count) { *count = n; return E_INSUFFICIENT; }
+	*count = n;
+	return OK;
+}
+nvmlReturn_t nvmlSystemGetProcessName(unsigned int pid, char *name, unsigned int n) {
+	if (!initialized) return E_UNINIT;
+	if (pid == (unsigned int)getpid()) return E_NOT_FOUND;
+	snprintf(name, n, "fake-%u", pid);
+	return OK;
+}

@@ -1,0 +1,53 @@
+package jsonl
+
+import (
+	"strconv"
+
+	"github.com/gpusampler/gpusampler/sampler"
+)
+
+// appendProcess writes one per-process event as
+// {"type":"process","time":T,"host":..,"gpu":N,"uuid":..,"pid":P,
+// "name":..,"process_type":..,"used_memory_mib":..,"sm_util":..,...}: the
+// event's fields as numbers, name and process type ("C", "G", "C+G") and,
+// when enabled, "cmdline".
+func (e *Encoder) appendProcess(ev sampler.Event) {
+	d, known := e.devs[ev.Device]
+	b := append(e.buf, `{"type":"process","time":`...)
+	b = strconv.AppendInt(b, ev.StartNS, 10)
+	if e.opts.Host != "" {
+		b = append(b, `,"host":`...)
+		b = appendString(b, e.opts.Host)
+	}
+	b = append(b, `,"gpu":`...)
+	b = strconv.AppendInt(b, int64(ev.Device), 10)
+	if known && d.UUID != "" {
+		b = append(b, `,"uuid":`...)
+		b = appendString(b, d.UUID)
+	}
+	for _, f := range ev.Fields {
+		b = append(b, ',')
+		b = appendString(b, f.Key)
+		b = append(b, ':')
+		t := sampler.Float
+		if f.Int {
+			t = sampler.Int
+		}
+		b = AppendNumber(b, f.Value, t)
+	}
+	for _, a := range ev.Attrs {
+		key := a.Key
+		if key == sampler.ProcessAttrType {
+			key = "process_type" // "type" names the record
+		}
+		b = append(b, ',')
+		b = appendString(b, key)
+		b = append(b, ':')
+		b = appendString(b, a.Value)
+	}
+	if known && d.Simulated {
+		b = append(b, `,"simulated":true`...)
+	}
+	b = append(b, e.tagJSON...)
+	e.buf = append(b, "}\n"...)
+}

@@ -1,0 +1,78 @@
+package lineproto
+
+import (
+	"cmp"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/influxdata/line-protocol/v2/lineprotocol"
+
+	"github.com/gpusampler/gpusampler/sampler"
+)
+
+// ProcessMeasurement is where per-process events go, in the shape of
+// Telegraf's nvidia_smi process measurement: tags name and type (plus host,
+// index, uuid, simulated and global tags), fields pid and used_memory (MiB,
+// integers), and our utilization fields sm_util, mem_util, enc_util and
+// dec_util (percent, integers) when the driver had a sample. A command line
+// (opt-in) is a string field, never a tag; so is the PID (cardinality).
+const ProcessMeasurement = "nvidia_smi_process"
+
+// processFieldName maps sampler process field keys to line-protocol field
+// names (Telegraf's used_memory for used_memory_mib).
+func processFieldName(key string) string {
+	if key == sampler.ProcessFieldUsedMemory {
+		return "used_memory"
+	}
+	return key
+}
+
+// encodeProcess writes one EventProcess event.
+func (e *Encoder) encodeProcess(ev sampler.Event) {
+	dt := e.device(ev.Device)
+	tags := []Tag{{"index", strconv.Itoa(ev.Device)}}
+	if e.opts.Host != "" {
+		tags = append(tags, Tag{"host", e.opts.Host})
+	}
+	if dt.dev.UUID != "" {
+		tags = append(tags, Tag{"uuid", dt.dev.UUID})
+	}
+	if dt.dev.Simulated {
+		tags = append(tags, Tag{"simulated", "true"})
+	}
+	var cmdline string
+	for _, a := range ev.Attrs {
+		switch a.Key {
+		case sampler.ProcessAttrName, sampler.ProcessAttrType:
+			if a.Value != "" {
+				tags = append(tags, Tag(a))
+			}
+		case sampler.ProcessAttrCmdline:
+			cmdline = a.Value
+		}
+	}
+	for _, t := range e.opts.GlobalTags {
+		if !slices.ContainsFunc(tags, func(x Tag) bool { return x.Key == t.Key }) {
+			tags = append(tags, t)
+		}
+	}
+	slices.SortFunc(tags, func(a, b Tag) int { return cmp.Compare(a.Key, b.Key) })
+	e.enc.StartLine(ProcessMeasurement)
+	for _, t := range tags {
+		e.enc.AddTag(t.Key, t.Value)
+	}
+	for _, f := range ev.Fields {
+		if f.Int {
+			e.enc.AddField(processFieldName(f.Key), lineprotocol.IntValue(int64(f.Value)))
+		} else if v, ok := lineprotocol.FloatValue(f.Value); ok {
+			e.enc.AddField(processFieldName(f.Key), v)
+		}
+	}
+	if cmdline != "" {
+		if v, ok := lineprotocol.StringValue(cmdline); ok {
+			e.enc.AddField("cmdline", v)
+		}
+	}
+	e.enc.EndLine(time.Unix(0, ev.StartNS))
+}

@@ -1,0 +1,15 @@
+package records
+
+import (
+	"testing"
+
+	"github.com/gpusampler/gpusampler/sampler"
+)
+
+func TestDeviceRoundTripMIG(t *testing.T) {
+	d := sampler.Device{Index: 9, UUID: "MIG-abc", Name: "NVIDIA H200 MIG 1g.18gb", MemoryTotalMiB: 16384, Backend: "nvml",
+		MIG: true, Parent: 1, GPUInstanceID: 7, ComputeInstanceID: 0, MIGProfile: "1g.18gb", Generation: 2}
+	if got := FromDevice(&d).ToSampler(); got != d {
+		t.Fatalf("round trip: %+v, want %+v", got, d)
+	}
+}

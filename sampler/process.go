@@ -1,0 +1,151 @@
+package sampler
+
+import (
+	"strconv"
+	"time"
+	"unicode/utf8"
+)
+
+// Per-process sampling (like nvidia-smi pmon): which processes use a GPU,
+// the memory they hold and their share of the SM, memory, encoder and
+// decoder engines.
+//
+// Record shape: every process seen in one poll becomes one Event of kind
+// EventProcess with StartNS == EndNS (the poll time), numeric values in
+// Fields (pid, used_memory_mib, sm_util, mem_util, enc_util, dec_util) and
+// identity in Attrs (name, type, and cmdline when enabled). Events already
+// travel through every output, the plugin protocol and NATS, so no record
+// type was added. The PID is a field, never a tag or label: PIDs churn and
+// would explode series cardinality.
+
+// EventProcess is one process on one device at one poll (see Process).
+const EventProcess EventKind = "process"
+
+// Process field and attribute keys of an EventProcess event.
+const (
+	ProcessFieldPID        = "pid"
+	ProcessFieldUsedMemory = "used_memory_mib"
+	ProcessFieldSMUtil     = "sm_util"
+	ProcessFieldMemUtil    = "mem_util"
+	ProcessFieldEncUtil    = "enc_util"
+	ProcessFieldDecUtil    = "dec_util"
+	ProcessAttrName        = "name"
+	ProcessAttrType        = "type"
+	ProcessAttrCmdline     = "cmdline"
+)
+
+// Process defaults and limits.
+const (
+	// DefaultProcessInterval: process queries cost milliseconds per GPU, so
+	// they run at most once per second.
+	DefaultProcessInterval = time.Second
+	// MinProcessInterval bounds Config.ProcessInterval.
+	MinProcessInterval = time.Second
+	// DefaultCmdlineMax is how many bytes of a command line are kept when
+	// command lines are enabled.
+	DefaultCmdlineMax = 128
+)
+
+// Process is one process using a device, as a ProcessSource reports it.
+type Process struct {
+	// PID is the host PID (NVML reports host PIDs; inside a container the
+	// name resolves only with the host PID namespace).
+	PID uint32
+	// Name is the process name (the driver's, else /proc/PID/comm); empty
+	// when unknown.
+	Name string
+	// Type is "C" (compute), "G" (graphics) or "C+G", as nvidia-smi shows
+	// it; empty when the process appeared only in the utilization samples.
+	Type string
+	// Cmdline is the command line (arguments joined by spaces), filled only
+	// when ProcessQuery.Cmdline asks for it, at most ProcessQuery.CmdlineMax
+	// bytes.
+	Cmdline string
+	// UsedMemoryMiB is the device memory the process holds; valid when
+	// HasMemory (the driver may not know it, e.g. without privilege).
+	UsedMemoryMiB uint64
+	HasMemory     bool
+	// SMUtil, MemUtil, EncUtil and DecUtil are percentages of the
+	// process's newest utilization sample after the cursor; valid when
+	// HasUtil.
+	SMUtil, MemUtil, EncUtil, DecUtil float64
+	HasUtil                           bool
+	// TimeUS is the utilization sample's raw driver timestamp (the drain
+	// cursor, like RawSample.TimeUS); 0 when !HasUtil.
+	TimeUS uint64
+}
+
+// ProcessQuery asks a ProcessSource for the processes on its device.
+type ProcessQuery struct {
+	// Cursor is the newest utilization timestamp already delivered (raw
+	// driver µs, 0 for "all"): utilization samples at or before it are not
+	// returned again.
+	Cursor uint64
+	// Cmdline asks for command lines (opt-in: they can hold secrets),
+	// truncated to CmdlineMax bytes.
+	Cmdline    bool
+	CmdlineMax int
+}
+
+// ProcessSource is implemented by device sources that list the processes
+// using their device. It is called from the device's loop goroutine, like
+// the DeviceSource methods, at most every Config.ProcessInterval.
+type ProcessSource interface {
+	// Processes appends one Process per process on the device to dst and
+	// returns the extended slice. Utilization is drained with q.Cursor:
+	// each utilization sample is delivered once. A device that can list
+	// processes but not their utilization (MIG) returns them without
+	// HasUtil. ErrNotSupported for the whole call means the device can give
+	// neither; the engine then stops asking.
+	Processes(q ProcessQuery, dst []Process) ([]Process, error)
+}
+
+// processEvent converts p into an EventProcess event at nowNS. fields and
+// attrs are scratch slices reused between calls (the event log clones
+// them on Emit).
+func processEvent(dev int, p *Process, nowNS int64, fields []Field, attrs []Attr) Event {
+	fields = append(fields[:0], Field{Key: ProcessFieldPID, Value: float64(p.PID), Int: true})
+	if p.HasMemory {
+		fields = append(fields, Field{Key: ProcessFieldUsedMemory, Value: float64(p.UsedMemoryMiB), Int: true})
+	}
+	if p.HasUtil {
+		fields = append(fields,
+			Field{Key: ProcessFieldSMUtil, Value: p.SMUtil, Int: true},
+			Field{Key: ProcessFieldMemUtil, Value: p.MemUtil, Int: true},
+			Field{Key: ProcessFieldEncUtil, Value: p.EncUtil, Int: true},
+			Field{Key: ProcessFieldDecUtil, Value: p.DecUtil, Int: true})
+	}
+	name := p.Name
+	if name == "" {
+		name = "pid" + strconv.FormatUint(uint64(p.PID), 10)
+	}
+	typ := p.Type
+	if typ == "" {
+		typ = "unknown"
+	}
+	attrs = append(attrs[:0], Attr{ProcessAttrName, name}, Attr{ProcessAttrType, typ})
+	if p.Cmdline != "" {
+		attrs = append(attrs, Attr{ProcessAttrCmdline, p.Cmdline})
+	}
+	return Event{Kind: EventProcess, Device: dev, StartNS: nowNS, EndNS: nowNS, Attrs: attrs, Fields: fields}
+}
+
+// TruncateCmdline cuts s to at most max bytes without splitting a UTF-8
+// sequence. max ≤ 0 means DefaultCmdlineMax.
+func TruncateCmdline(s string, max int) string {
+	if max <= 0 {
+		max = DefaultCmdlineMax
+	}
+	if len(s) <= max {
+		return s
+	}
+	s = s[:max]
+	// Drop a rune cut in half (at most UTFMax-1 trailing bytes).
+	for i := 0; i < utf8.UTFMax-1 && len(s) > 0; i++ {
+		if r, size := utf8.DecodeLastRuneInString(s); r != utf8.RuneError || size != 1 {
+			break
+		}
+		s = s[:len(s)-1]
+	}
+	return s
+}

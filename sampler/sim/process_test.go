@@ -1,0 +1,115 @@
+package sim
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/gpusampler/gpusampler/sampler"
+)
+
+var _ sampler.ProcessSource = (*Device)(nil)
+
+func TestProcesses(t *testing.T) {
+	start := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	clk := &fakeClock{start.Add(10 * time.Second)}
+	d := device(t, newSim(t, "training", clk), 1)
+	ps, err := d.Processes(sampler.ProcessQuery{}, nil)
+	if err != nil || len(ps) != 1 {
+		t.Fatalf("training: %d processes, %v; want 1", len(ps), err)
+	}
+	p := ps[0]
+	if p.Name != "python3" || p.Type != "C" || !p.HasUtil || p.SMUtil < 90 || !p.HasMemory || p.UsedMemoryMiB < 90*1024 || p.Cmdline != "" {
+		t.Fatalf("training process %+v: want python3, C, SM ≥ 90%%, ~97 GiB, no cmdline", p)
+	}
+	// Same instant, cursor at the sample: memory again, utilization not.
+	again, _ := d.Processes(sampler.ProcessQuery{Cursor: p.TimeUS}, nil)
+	if len(again) != 1 || again[0].HasUtil || again[0].PID != p.PID {
+		t.Fatalf("second poll at the cursor: %+v; want the same pid without utilization", again)
+	}
+	clk.t = clk.t.Add(processPeriod)
+	next, _ := d.Processes(sampler.ProcessQuery{Cursor: p.TimeUS, Cmdline: true, CmdlineMax: 16}, nil)
+	if !next[0].HasUtil || next[0].TimeUS <= p.TimeUS || len(next[0].Cmdline) != 16 {
+		t.Fatalf("poll after one period: %+v; want a newer sample and a 16-byte cmdline", next[0])
+	}
+	if ps, _ := device(t, newSim(t, "idle", clk), 0).Processes(sampler.ProcessQuery{}, nil); len(ps) != 0 {
+		t.Fatalf("idle: %d processes, want none", len(ps))
+	}
+}
+
+// collect is an in-process output keeping events.
+type collect struct{ events []sampler.Event }
+
+func (c *collect) Write(_ context.Context, b *sampler.Batch) error {
+	for _, e := range b.Events {
+		c.events = append(c.events, e.Clone())
+	}
+	return nil
+}
+func (c *collect) Close() error { return nil }
+
+func TestProcessEventsThroughEngine(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		cfg     sampler.Config
+		want    bool
+		cmdline bool
+	}{
+		{"default on", sampler.Config{}, true, false},
+		{"cmdline", sampler.Config{ProcessCmdline: true, ProcessCmdlineMax: 20}, true, true},
+		{"off", sampler.Config{ProcessInterval: -1}, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src, err := New(Options{GPUs: 1, Profile: "training", Seed: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			eng, err := sampler.New(src, tc.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			col := &collect{}
+			if err := eng.AddOutput("c", col, sampler.PumpOptions{FlushInterval: 10 * time.Millisecond}); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			defer cancel()
+			if err := eng.Run(ctx); err != nil {
+				t.Fatal(err)
+			}
+			var got []sampler.Event
+			for _, e := range col.events {
+				if e.Kind == sampler.EventProcess {
+					got = append(got, e)
+				}
+			}
+			if !tc.want {
+				if len(got) != 0 {
+					t.Fatalf("%d process events with processes off", len(got))
+				}
+				return
+			}
+			if len(got) != 1 {
+				t.Fatalf("%d process events in 300 ms at 1 Hz, want 1", len(got))
+			}
+			e := got[0]
+			attrs := map[string]string{}
+			for _, a := range e.Attrs {
+				attrs[a.Key] = a.Value
+			}
+			fields := map[string]float64{}
+			for _, f := range e.Fields {
+				fields[f.Key] = f.Value
+			}
+			if attrs["name"] != "python3" || attrs["type"] != "C" || fields["pid"] == 0 || fields["sm_util"] < 90 || fields["used_memory_mib"] == 0 {
+				t.Fatalf("event %+v", e)
+			}
+			if c, ok := attrs["cmdline"]; ok != tc.cmdline || (ok && len(c) != 20) {
+				t.Fatalf("cmdline %q (present %v), want present %v and 20 bytes", c, ok, tc.cmdline)
+			}
+			if st := eng.Stats().Devices[0]; st.ProcessPolls != 1 || st.Processes != 1 {
+				t.Fatalf("stats: %d polls, %d processes", st.ProcessPolls, st.Processes)
+			}
+		})
+	}
+}
