@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"text/tabwriter"
 
+	"github.com/gpusampler/gpusampler/doctor"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
@@ -35,32 +36,17 @@ func cmdMetrics(args []string, stdout, stderr io.Writer) error {
 	return printSupport(stdout, src, sampler.DefaultCatalog)
 }
 
-// probeMetric asks a device for one metric once: a drain for buffer
-// metrics, a read otherwise. It returns "yes", "no" (ErrNotSupported) or
-// the error.
+// probeMetric asks a device for one metric once (doctor.ProbeMetric) and
+// says "yes", "no" (not supported) or the error.
 func probeMetric(d sampler.DeviceSource, m *sampler.Metric) string {
-	var err error
-	if m.Src.Kind == sampler.FromBuffer {
-		_, err = d.Drain(m.Src.Buffer, 0, nil)
-		if errors.Is(err, sampler.ErrNothingNew) {
-			err = nil
-		}
-	} else {
-		out := make([]sampler.Reading, 1)
-		if err = d.Read([]sampler.MetricID{m.ID}, out); err == nil {
-			err = out[0].Err
-		}
-		if errors.Is(err, sampler.ErrNothingNew) {
-			err = nil
-		}
-	}
-	switch {
+	switch err := doctor.ProbeMetric(d, m); {
 	case err == nil:
 		return "yes"
 	case errors.Is(err, sampler.ErrNotSupported):
 		return "no"
+	default:
+		return "error: " + err.Error()
 	}
-	return "error: " + err.Error()
 }
 
 // printSupport prints, per metric, whether each device of src supports it
