@@ -1,6 +1,7 @@
 package influxdb
 
 import (
+	"bytes"
 	"context"
 	_ "embed"
 	"encoding/base64"
@@ -116,15 +117,9 @@ func (o *Output) ReportStats(dst []sampler.Field) []sampler.Field {
 		sampler.IntField("lines", s.Lines))
 }
 
-func countLines(b []byte) int {
-	n := 0
-	for _, c := range b {
-		if c == '\n' {
-			n++
-		}
-	}
-	return n
-}
+// countLines counts the body's lines (bytes.Count is vectorised: a byte
+// loop here cost 15% of the output's CPU in BenchmarkEndToEnd).
+func countLines(b []byte) int { return bytes.Count(b, []byte{'\n'}) }
 
 func basicAuth(user, password string) string {
 	return base64.StdEncoding.EncodeToString([]byte(user + ":" + password))

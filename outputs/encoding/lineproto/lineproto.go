@@ -12,6 +12,7 @@ package lineproto
 
 import (
 	"cmp"
+	"errors"
 	"slices"
 	"strconv"
 	"time"
@@ -45,6 +46,20 @@ type deviceTags struct {
 	dev    sampler.Device
 	pstate int // -1 unknown
 	tags   []Tag
+	// prefix is "nvidia_smi,TAGS" as the lineprotocol encoder writes it
+	// (validated, escaped), prefixErr its error: sample lines copy it
+	// instead of re-escaping every tag on every line.
+	prefix    []byte
+	prefixErr error
+}
+
+// fieldKey caches a metric's Influx naming and its escaped field key.
+type fieldKey struct {
+	done  bool
+	known bool // in the catalog
+	n     sampler.Naming
+	key   []byte // escaped, as the lineprotocol encoder writes it
+	err   error  // the key is invalid: lines holding it are skipped
 }
 
 // Encoder turns batches into line protocol. It remembers device identities
@@ -53,6 +68,11 @@ type Encoder struct {
 	opts Options
 	enc  lineprotocol.Encoder
 	devs map[int]*deviceTags
+	keys []fieldKey // by MetricID
+	// err is the first error of the sample lines' fast path (or of
+	// library-encoded lines before it: resyncing the library encoder's
+	// buffer clears its error).
+	err error
 }
 
 // New returns an encoder.
@@ -115,7 +135,49 @@ func (e *Encoder) rebuildTags(dt *deviceTags) {
 	}
 	slices.SortFunc(tags, func(a, b Tag) int { return cmp.Compare(a.Key, b.Key) })
 	dt.tags = tags
+	var p lineprotocol.Encoder
+	p.SetBuffer(dt.prefix[:0])
+	p.StartLine(Measurement)
+	for _, t := range tags {
+		p.AddTag(t.Key, t.Value)
+	}
+	dt.prefix, dt.prefixErr = p.Bytes(), p.Err()
 }
+
+// fieldKey returns the cached naming and key of metric id, nil when the
+// catalog lacks it.
+func (e *Encoder) fieldKey(id sampler.MetricID) *fieldKey {
+	if int(id) >= len(e.keys) {
+		e.keys = append(e.keys, make([]fieldKey, int(id)+1-len(e.keys))...)
+	}
+	k := &e.keys[id]
+	if !k.done {
+		k.done = true
+		if m := e.opts.Catalog.Get(id); m != nil {
+			k.known, k.n = true, m.Influx()
+			var p lineprotocol.Encoder
+			p.StartLine("m")
+			p.AddField(k.n.Name, lineprotocol.BoolValue(true))
+			if k.err = p.Err(); k.err == nil {
+				b := p.Bytes() // "m KEY=true"
+				k.key = slices.Clone(b[len("m ") : len(b)-len("=true")])
+			}
+		}
+	}
+	if !k.known {
+		return nil
+	}
+	return k
+}
+
+// setErr keeps the first error since Reset.
+func (e *Encoder) setErr(err error) {
+	if e.err == nil {
+		e.err = err
+	}
+}
+
+var errNoField = errors.New("timestamp must be added after adding at least one field")
 
 // Encode appends the batch's samples and events to the encoder's buffer.
 func (e *Encoder) Encode(b *sampler.Batch) {
@@ -213,27 +275,56 @@ func (e *Encoder) encodeLine(run []sampler.Sample) {
 	if fields == 0 {
 		return
 	}
-	e.enc.StartLine(Measurement)
-	for _, t := range dt.tags {
-		e.enc.AddTag(t.Key, t.Value)
+	if err := e.enc.Err(); err != nil {
+		e.setErr(err) // SetBuffer clears it
 	}
+	e.enc.SetBuffer(e.appendLine(e.enc.Bytes(), dt, run))
+}
+
+// appendLine is encodeLine's fast path: it appends the device's cached
+// prefix and the fields straight to buf, byte for byte what StartLine,
+// AddTag, AddField and EndLine write, and skips the line on the errors they
+// would report.
+func (e *Encoder) appendLine(buf []byte, dt *deviceTags, run []sampler.Sample) []byte {
+	if dt.prefixErr != nil {
+		e.setErr(dt.prefixErr)
+		return buf
+	}
+	start := len(buf)
+	buf = append(buf, dt.prefix...)
+	sep := byte(' ')
 	for _, s := range run {
 		if s.Metric == sampler.MetricPState {
 			continue
 		}
-		m := e.opts.Catalog.Get(s.Metric)
-		if m == nil {
+		k := e.fieldKey(s.Metric)
+		if k == nil {
 			continue
 		}
-		n := m.Influx()
-		if v, ok := FieldValue(n, s.Value); ok {
-			e.enc.AddField(n.Name, v)
+		if k.err != nil {
+			e.setErr(k.err)
+			return buf[:start]
+		}
+		if v, ok := FieldValue(k.n, s.Value); ok {
+			buf = append(buf, sep)
+			buf = append(buf, k.key...)
+			buf = append(buf, '=')
+			buf = v.AppendBytes(buf)
+			sep = ','
 		}
 	}
 	if run[0].Flags&sampler.FlagPointRead != 0 {
-		e.enc.AddField("point_read", lineprotocol.BoolValue(true))
+		buf = append(buf, sep)
+		buf = append(buf, "point_read=true"...)
+		sep = ','
 	}
-	e.enc.EndLine(time.Unix(0, run[0].TimeNS))
+	if sep == ' ' {
+		e.setErr(errNoField)
+		return buf[:start]
+	}
+	buf = append(buf, ' ')
+	buf = strconv.AppendInt(buf, run[0].TimeNS, 10)
+	return append(buf, '\n')
 }
 
 // FieldValue converts a base-unit value to a line-protocol value in the
@@ -333,11 +424,17 @@ func (e *Encoder) Bytes() []byte { return e.enc.Bytes() }
 
 // Err returns the first encoding error since the last Reset (a line with an
 // invalid name is skipped, not written half).
-func (e *Encoder) Err() error { return e.enc.Err() }
+func (e *Encoder) Err() error {
+	if e.err != nil {
+		return e.err
+	}
+	return e.enc.Err()
+}
 
 // Reset empties the buffer, keeping device identities.
 func (e *Encoder) Reset() {
 	e.enc.Reset()
 	e.enc.SetPrecision(lineprotocol.Nanosecond)
 	e.enc.ClearErr()
+	e.err = nil
 }
