@@ -252,8 +252,14 @@ func (a *Agent) Reload(cfg *config.Config) error {
 		return fmt.Errorf("reload: %w", err)
 	}
 	var errs []error
+	replace := map[string]bool{} // running outputs whose new version takes over without a gap
+	for _, b := range built {
+		if _, ok := a.running[b.block.Name]; ok {
+			replace[b.block.Name] = true
+		}
+	}
 	for _, name := range slices.Sorted(maps.Keys(a.running)) {
-		if keep[name] {
+		if keep[name] || replace[name] {
 			continue
 		}
 		if err := a.eng.RemoveOutput(name); err != nil {
@@ -263,7 +269,16 @@ func (a *Agent) Reload(cfg *config.Config) error {
 		a.forget(name)
 	}
 	for _, b := range built {
-		if err := a.eng.AddOutput(b.block.Name, b.out, b.block.PumpOptions()); err != nil {
+		var err error
+		if replace[b.block.Name] {
+			// The new pump's lanes take the old one's place in one step:
+			// every sample goes to exactly one of the two.
+			a.forget(b.block.Name)
+			if err = a.eng.ReplaceOutput(b.block.Name, b.out, b.block.PumpOptions()); err != nil {
+				errs = append(errs, fmt.Errorf("reload: closing the replaced %s: %w", b.block.Name, err))
+				err = nil // the new output runs; only the old one's close failed
+			}
+		} else if err = a.eng.AddOutput(b.block.Name, b.out, b.block.PumpOptions()); err != nil {
 			b.out.Close()
 			errs = append(errs, err)
 			continue

@@ -166,6 +166,7 @@ type Engine struct {
 	mu      sync.Mutex
 	pumps   []*pump
 	runCtx  context.Context
+	closing bool // Run is stopping the pumps: no output may be added
 	pumpsWG sync.WaitGroup
 }
 
@@ -223,6 +224,9 @@ func (e *Engine) Emit(ev Event) { e.events.append(ev) }
 func (e *Engine) AddOutput(name string, out Output, opts PumpOptions) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.closing {
+		return fmt.Errorf("add output %s: %w", name, ErrStopping)
+	}
 	for _, p := range e.pumps {
 		if p.name == name {
 			return fmt.Errorf("add output %s: name already in use", name)
@@ -255,6 +259,37 @@ func (e *Engine) RemoveOutput(name string) error {
 		return p.closeErr
 	}
 	return p.out.Close()
+}
+
+// ReplaceOutput swaps the named output for out without a gap: the new
+// pump's lanes take the old one's place in every ring in one step, so each
+// sample published goes to exactly one of the two; then the old output is
+// flushed and closed. It returns the old output's close error.
+func (e *Engine) ReplaceOutput(name string, out Output, opts PumpOptions) error {
+	e.mu.Lock()
+	if e.closing {
+		e.mu.Unlock()
+		return fmt.Errorf("replace output %s: %w", name, ErrStopping)
+	}
+	i := slices.IndexFunc(e.pumps, func(p *pump) bool { return p.name == name })
+	if i < 0 {
+		e.mu.Unlock()
+		return fmt.Errorf("replace output %s: no such output", name)
+	}
+	old := e.pumps[i]
+	np := newPumpReplacing(e, name, out, opts, old)
+	e.pumps[i] = np
+	running := e.runCtx != nil
+	if running {
+		e.startPump(np)
+	}
+	e.mu.Unlock()
+	if running {
+		old.stop()
+		<-old.done
+		return old.closeErr
+	}
+	return old.out.Close()
 }
 
 func (e *Engine) startPump(p *pump) {
@@ -310,6 +345,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	}
 
 	e.mu.Lock()
+	e.closing = true // no output is added from here on: every pump is stopped below
 	pumps := slices.Clone(e.pumps)
 	e.mu.Unlock()
 	for _, p := range pumps {
@@ -341,7 +377,12 @@ func (e *Engine) waitLoops() (abandoned int) {
 			select {
 			case <-l.done:
 				waiting = false
-			case <-time.After(50 * time.Millisecond):
+			case now := <-time.After(50 * time.Millisecond):
+				// The watchdog has stopped with ctx: a call that began
+				// hanging near shutdown (the final drain) is flagged here.
+				if e.cfg.CallTimeout > 0 {
+					l.watch(now, e.cfg.CallTimeout)
+				}
 				if l.hungFlag.Load() {
 					e.log.Error("abandoning a device loop stuck in a hung driver call", "device", l.index)
 					abandoned++

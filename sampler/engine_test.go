@@ -586,3 +586,53 @@ func TestEngineGPMReadAtItsInterval(t *testing.T) {
 		t.Error("GPM interval 10ms accepted")
 	}
 }
+
+// ReplaceOutput hands over without a gap or an overlap: every sample
+// published goes to exactly one of the old and the new output.
+func TestEngineReplaceOutputNoGap(t *testing.T) {
+	src, err := sim.New(sim.Options{GPUs: 2, Seed: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := sampler.New(src, sampler.Config{DrainInterval: 30 * time.Millisecond, FieldInterval: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	outs := []*collector{{}}
+	e.AddOutput("c", outs[0], sampler.PumpOptions{FlushInterval: 5 * time.Millisecond})
+	replaced := 0
+	runUntil(t, e, func() bool {
+		if replaced < 5 && len(outs[len(outs)-1].snapshot()) > 0 {
+			next := &collector{}
+			if err := e.ReplaceOutput("c", next, sampler.PumpOptions{FlushInterval: 5 * time.Millisecond}); err != nil {
+				t.Errorf("replace: %v", err)
+			}
+			outs = append(outs, next)
+			replaced++
+		}
+		return replaced == 5 && len(outs[5].snapshot()) > 100
+	})
+	var published uint64
+	for _, d := range e.Stats().Devices {
+		published += d.Published
+	}
+	seen := map[sampler.Sample]int{}
+	var got uint64
+	for _, o := range outs {
+		for _, s := range o.snapshot() {
+			seen[s]++
+			got++
+		}
+	}
+	if got != published {
+		t.Fatalf("outputs received %d samples in all, devices published %d", got, published)
+	}
+	for s, n := range seen {
+		if n > 1 {
+			t.Fatalf("sample %+v delivered %d times", s, n)
+		}
+	}
+	if e.AddOutput("late", &collector{}, sampler.PumpOptions{}) == nil {
+		t.Fatal("AddOutput after Run ended was accepted")
+	}
+}

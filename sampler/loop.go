@@ -194,8 +194,16 @@ func (l *deviceLoop) run(ctx context.Context) {
 		now = time.Now()
 		if l.lost {
 			l.retryLost(now)
-			timer.Reset(l.backoff)
-			continue
+			if l.lost {
+				timer.Reset(l.backoff)
+				continue
+			}
+			// Recovered: sample at once, the driver's buffers hold only
+			// seconds.
+			for _, b := range l.buffers {
+				b.next = now
+			}
+			nextField, nextSlow = now, now
 		}
 		l.drainDue(now, false)
 		if len(l.fastIDs) > 0 && !now.Before(nextField) {

@@ -5,6 +5,10 @@ import (
 	"errors"
 )
 
+// ErrStopping is returned when an output is added to an engine that is
+// shutting down.
+var ErrStopping = errors.New("sampler: engine is stopping")
+
 // ErrClosed is returned by an Output's Write after Close.
 var ErrClosed = errors.New("sampler: output closed")
 

@@ -94,6 +94,12 @@ type pump struct {
 }
 
 func newPump(e *Engine, name string, out Output, opts PumpOptions) *pump {
+	return newPumpReplacing(e, name, out, opts, nil)
+}
+
+// newPumpReplacing makes a pump whose lanes take old's place in every ring
+// (Ring.Swap), or new lanes when old is nil.
+func newPumpReplacing(e *Engine, name string, out Output, opts PumpOptions, old *pump) *pump {
 	if opts.FlushInterval <= 0 {
 		opts.FlushInterval = DefaultFlushInterval
 	}
@@ -105,8 +111,12 @@ func newPump(e *Engine, name string, out Output, opts PumpOptions) *pump {
 	}
 	p := &pump{e: e, name: name, out: out, opts: opts, evPos: e.events.position(),
 		sentGen: make([]uint64, len(e.loops)), stopCh: make(chan struct{}), done: make(chan struct{})}
-	for _, l := range e.loops {
-		p.cursors = append(p.cursors, l.ring.NewCursor())
+	for i, l := range e.loops {
+		if old != nil {
+			p.cursors = append(p.cursors, l.ring.Swap(old.cursors[i]))
+		} else {
+			p.cursors = append(p.cursors, l.ring.NewCursor())
+		}
 	}
 	p.batch.Samples = make([]Sample, 0, opts.MaxBatch)
 	return p

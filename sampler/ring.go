@@ -79,6 +79,23 @@ func (r *Ring) NewCursor() *Cursor {
 	return c
 }
 
+// Swap attaches a new reader in old's place in one step: every sample
+// published goes either to old (before) or to the new cursor (after), never
+// to both or neither. old keeps what it holds and its counters.
+func (r *Ring) Swap(old *Cursor) *Cursor {
+	c := &Cursor{buf: make([]Sample, r.size), mask: uint64(r.size - 1)}
+	r.mu.Lock()
+	lanes := slices.Clone(*r.lanes.Load())
+	if i := slices.Index(lanes, old); i >= 0 {
+		lanes[i] = c
+	} else {
+		lanes = append(lanes, c)
+	}
+	r.lanes.Store(&lanes)
+	r.mu.Unlock()
+	return c
+}
+
 // Detach stops publishing to c. Its counters stay readable.
 func (r *Ring) Detach(c *Cursor) {
 	r.mu.Lock()

@@ -92,8 +92,10 @@ func TestBenchAB(t *testing.T) {
 		t.Fatalf("no comparison:\n%s", out)
 	}
 	// B (0.3 s) is slower: speedup ≈ 0.67 with an interval that excludes 1.
+	// The width depends on how loaded the machine is (process start-up
+	// jitter), so only a sane bound is asserted, not a tight one.
 	sp, ci := float64(c.Speedup), float64(c.SpeedupCI95)
-	if sp < 0.55 || sp > 0.8 || !(ci > 0) || ci > 0.1 || !c.Significant {
+	if sp < 0.5 || sp > 0.85 || !(ci > 0) || ci > 0.3 || sp+ci >= 1 || !c.Significant {
 		t.Fatalf("speedup %v ± %v, significant %v", sp, ci, c.Significant)
 	}
 	if !strings.Contains(out, "B is 1.") || !strings.Contains(out, "slower than A") {

@@ -257,6 +257,11 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, out, stderr io.
 	if err != nil {
 		return err
 	}
+	if duration.set {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, duration.d)
+		defer cancel()
+	}
 	if *cfgPath != "" {
 		hup := make(chan os.Signal, 1)
 		signal.Notify(hup, syscall.SIGHUP)
@@ -271,11 +276,6 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, out, stderr io.
 				}
 			}
 		}()
-	}
-	if duration.set {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, duration.d)
-		defer cancel()
 	}
 	return a.Run(ctx)
 }

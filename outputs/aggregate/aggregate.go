@@ -17,6 +17,7 @@ package aggregate
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync/atomic"
@@ -69,6 +70,7 @@ type Output struct {
 	out      sampler.Batch
 	free     []*window
 	done     bool
+	lastSeq  uint64 // Seq of the last batch whose samples were added
 
 	late, summarized, emitted atomic.Uint64
 }
@@ -124,14 +126,23 @@ func (o *Output) windowStart(t int64) int64 {
 	return w
 }
 
+// closeTimeout bounds the final write at Close, so a blocked sink cannot
+// hold up shutdown.
+const closeTimeout = 10 * time.Second
+
 // Write adds b's samples to their windows, then writes the closed windows'
 // summaries with b's devices and events to the inner output.
 func (o *Output) Write(ctx context.Context, b *sampler.Batch) error {
 	if o.done {
 		return sampler.ErrClosed
 	}
-	for _, s := range b.Samples {
-		o.add(s)
+	// A pump offers a batch the output refused with ErrUnavailable again,
+	// Seq unchanged: its samples are already in their windows.
+	if b.Seq == 0 || b.Seq != o.lastSeq {
+		for _, s := range b.Samples {
+			o.add(s)
+		}
+		o.lastSeq = b.Seq
 	}
 	o.closeQuiet(o.opts.Now().UnixNano())
 	return o.emit(ctx, b.Devices, b.Events)
@@ -231,7 +242,14 @@ func (o *Output) emit(ctx context.Context, devs []sampler.Device, evs []sampler.
 	ob.Seq++
 	seq := ob.Seq
 	err := o.inner.Write(ctx, ob)
-	o.emitted.Add(uint64(len(ob.Summaries)))
+	switch {
+	case err == nil:
+		o.emitted.Add(uint64(len(ob.Summaries)))
+	case errors.Is(err, sampler.ErrUnavailable):
+		// Keep the summaries for the next attempt: the samples behind
+		// them will not come again.
+		o.closed = append(o.closed, ob.Summaries...)
+	}
 	clear(ob.Events)
 	ob.Reset()
 	ob.Seq = seq
@@ -248,7 +266,9 @@ func (o *Output) Close() error {
 	for k, sr := range o.series {
 		o.closeWindows(k, sr, len(sr.open))
 	}
-	werr := o.emit(context.Background(), nil, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+	werr := o.emit(ctx, nil, nil)
+	cancel()
 	cerr := o.inner.Close()
 	if werr != nil {
 		return fmt.Errorf("aggregate: final write: %w", werr)

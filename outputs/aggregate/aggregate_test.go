@@ -2,6 +2,8 @@ package aggregate_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -224,5 +226,62 @@ func TestWriteAfterClose(t *testing.T) {
 	}
 	if _, err := aggregate.New(&collect{}, aggregate.Options{}); err == nil {
 		t.Error("zero interval accepted")
+	}
+}
+
+// flaky refuses its first n writes with ErrUnavailable, then records.
+type flaky struct {
+	refuse int
+	sums   []sampler.Summary
+}
+
+func (f *flaky) Write(_ context.Context, b *sampler.Batch) error {
+	if f.refuse > 0 {
+		f.refuse--
+		return fmt.Errorf("plugin restarting: %w", sampler.ErrUnavailable)
+	}
+	f.sums = append(f.sums, b.Summaries...)
+	return nil
+}
+func (f *flaky) Close() error { return nil }
+
+// A batch the pump offers again after ErrUnavailable (same Seq) is not
+// counted twice, and summaries the inner output refused are sent later.
+func TestRetriedBatchNotDoubleCounted(t *testing.T) {
+	inner := &flaky{refuse: 2}
+	now := time.Unix(100, 0)
+	o, err := aggregate.New(inner, aggregate.Options{Interval: time.Second, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	mk := func(seq uint64, ts ...int64) *sampler.Batch {
+		b := &sampler.Batch{Seq: seq}
+		for _, x := range ts {
+			b.Samples = append(b.Samples, sampler.Sample{TimeNS: x, Value: float64(x), Metric: sampler.MetricPowerDraw})
+		}
+		return b
+	}
+	// window [0,1s): two samples; the sample at 1.5 s closes it
+	if err := o.Write(ctx, mk(1, 100e6, 200e6, 1500e6)); !errors.Is(err, sampler.ErrUnavailable) {
+		t.Fatalf("first write: %v", err)
+	}
+	if err := o.Write(ctx, mk(1, 100e6, 200e6, 1500e6)); !errors.Is(err, sampler.ErrUnavailable) {
+		t.Fatalf("retry: %v", err)
+	}
+	if err := o.Write(ctx, mk(1, 100e6, 200e6, 1500e6)); err != nil {
+		t.Fatalf("second retry: %v", err)
+	}
+	if err := o.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if len(inner.sums) != 2 {
+		t.Fatalf("summaries %+v, want the two windows once each", inner.sums)
+	}
+	if s := inner.sums[0]; s.Count != 2 || s.StartNS != 0 || s.Min != 100e6 || s.Max != 200e6 {
+		t.Fatalf("first window %+v, want count 2 of [100ms, 200ms]", s)
+	}
+	if s := inner.sums[1]; s.Count != 1 || s.StartNS != 1e9 {
+		t.Fatalf("second window %+v, want the 1.5 s sample once", s)
 	}
 }

@@ -89,6 +89,7 @@ type Buffer struct {
 	delivered, deliveredRecords, replayed, retries atomic.Uint64
 	malformedBatches, malformedRecords             atomic.Uint64
 	decodeBatches, shutdownBatches                 atomic.Uint64
+	decodeRecords                                  atomic.Uint64
 	shutdownRecords                                atomic.Uint64
 
 	// Owned by the delivery goroutine.
@@ -226,6 +227,7 @@ func (b *Buffer) deliver(e entry, batch *sampler.Batch) {
 		// this is a codec bug or memory corruption: count it as corrupt.
 		b.q.ack()
 		b.decodeBatches.Add(1)
+		b.decodeRecords.Add(uint64(e.records))
 		b.logDrop("corrupt", e.records, err)
 		return
 	}
@@ -334,6 +336,7 @@ func (b *Buffer) Close() error {
 	close(b.draining)
 
 	t := time.NewTimer(b.cfg.CloseTimeout)
+	stuck := false // the delivery goroutine is still inside the output's Write
 	select {
 	case <-b.done:
 	case <-t.C:
@@ -345,6 +348,7 @@ func (b *Buffer) Close() error {
 		case <-b.done:
 		case <-grace.C:
 			b.log.Warn("output ignored cancellation; closing without waiting for its write")
+			stuck = true
 		}
 		grace.Stop()
 	}
@@ -367,7 +371,15 @@ func (b *Buffer) Close() error {
 	if err := b.q.close(); err != nil {
 		errs = append(errs, fmt.Errorf("close buffer: %w", err))
 	}
-	if err := b.out.Close(); err != nil {
+	if stuck {
+		// The output is called one Write at a time, never concurrently
+		// with Close: close it once its Write returns.
+		go func() {
+			<-b.done
+			b.out.Close()
+		}()
+		errs = append(errs, errors.New("buffer: output still writing at close; it is closed when its write returns"))
+	} else if err := b.out.Close(); err != nil {
 		errs = append(errs, err)
 	}
 	b.closeErr = errors.Join(errs...)
@@ -433,6 +445,6 @@ func (b *Buffer) Stats() Stats {
 	s.DroppedBatches = Drops{Cap: qs.capBatches, Malformed: b.malformedBatches.Load(),
 		Corrupt: qs.corruptBatches + b.decodeBatches.Load(), Shutdown: b.shutdownBatches.Load()}
 	s.DroppedRecords = Drops{Cap: qs.capRecords, Malformed: b.malformedRecords.Load(),
-		Corrupt: qs.corruptRecords, Shutdown: b.shutdownRecords.Load()}
+		Corrupt: qs.corruptRecords + b.decodeRecords.Load(), Shutdown: b.shutdownRecords.Load()}
 	return s
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -56,8 +57,11 @@ func (e *ConfigError) Error() string {
 // and again when its Generation changes — so a restarted plugin (a new
 // Client seeded with Devices of the old one) learns every device again.
 type Client struct {
-	c       proto.OutputClient
-	req     proto.WriteRequest
+	c   proto.OutputClient
+	req proto.WriteRequest
+	// devMu guards devices: the supervisor reads them (Devices) while the
+	// pump's Write may be updating them.
+	devMu   sync.Mutex
 	devices map[int]sampler.Device
 	sent    map[int]uint64 // device index → Generation+1 sent on this connection
 	pending []sampler.Device
@@ -74,7 +78,9 @@ func NewClient(c proto.OutputClient, devices []sampler.Device) *Client {
 
 // Devices returns every identity the client knows, by index.
 func (c *Client) Devices() []sampler.Device {
+	c.devMu.Lock()
 	out := slices.Collect(maps.Values(c.devices))
+	c.devMu.Unlock()
 	slices.SortFunc(out, func(a, b sampler.Device) int { return a.Index - b.Index })
 	return out
 }
@@ -105,6 +111,7 @@ func (c *Client) Configure(ctx context.Context, in ConfigureInput) error {
 // unavailable, the connection broke, the call timed out) wrap
 // sampler.ErrUnavailable.
 func (c *Client) Write(ctx context.Context, b *sampler.Batch) error {
+	c.devMu.Lock()
 	for _, d := range b.Devices {
 		if old, ok := c.devices[d.Index]; !ok || d.Generation >= old.Generation {
 			c.devices[d.Index] = d
@@ -116,6 +123,7 @@ func (c *Client) Write(ctx context.Context, b *sampler.Batch) error {
 			c.pending = append(c.pending, d)
 		}
 	}
+	c.devMu.Unlock()
 	encodeBatch(&c.req, b, c.pending)
 	_, err := c.c.Write(ctx, &c.req)
 	if err != nil {
