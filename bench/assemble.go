@@ -19,7 +19,14 @@ import (
 const edgeMargin = int64(3 * time.Second)
 
 // assemble turns the collected samples into a Result.
-func assemble(col *Collector, devs []sampler.Device, opts Options, created time.Time, baseFrom, baseTo int64, execs []execution) *Result {
+// procInfo is what assemble needs about per-process polling: which
+// devices were polled at least once, and which PIDs are the benchmark's.
+type procInfo struct {
+	polled map[int]bool
+	ours   func(pid int) bool
+}
+
+func assemble(col *Collector, devs []sampler.Device, opts Options, created time.Time, baseFrom, baseTo int64, execs []execution, pi procInfo) *Result {
 	cat := sampler.DefaultCatalog
 	res := &Result{Schema: Schema, SchemaVersion: SchemaVersion, Tool: opts.Tool, Created: created.UTC().Format(time.RFC3339Nano),
 		Settings: Settings{Runs: opts.Runs, Warmup: opts.Warmup, FieldIntervalMS: float64(opts.FieldInterval) / 1e6,
@@ -76,7 +83,19 @@ func assemble(col *Collector, devs []sampler.Device, opts Options, created time.
 		res.Baseline.DurationS = 0
 		res.Warnings = append(res.Warnings, "no idle baseline measured: energy above idle is unknown")
 	}
-	res.Hygiene = hygiene(devs, windows, baseFrom, baseTo, execs[0].start.UnixNano(), res.Baseline)
+	names := make([]string, len(opts.Commands))
+	for i, c := range opts.Commands {
+		names[i] = c.Name
+	}
+	inDevs := map[int]bool{}
+	for _, d := range devs {
+		inDevs[d.Index] = true
+	}
+	if pi.ours == nil {
+		pi.ours = func(int) bool { return false }
+	}
+	foreign := foreignProcesses(col.Events(), inDevs, pi.ours, from, to, baseFrom, baseTo, execs, names)
+	res.Hygiene = hygiene(devs, windows, baseFrom, baseTo, execs[0].start.UnixNano(), res.Baseline, foreign, pi.polled)
 	res.Warnings = append(res.Warnings, res.Hygiene.Warnings...)
 
 	for ci, c := range opts.Commands {
@@ -319,7 +338,8 @@ func diagnoses(events []sampler.Event, b *Benchmark) []Diagnosis {
 
 // hygiene records the machine state and warns about what contaminates
 // the benchmark.
-func hygiene(devs []sampler.Device, windows map[int]*deviceWindow, baseFrom, baseTo, firstRun int64, base Baseline) Hygiene {
+func hygiene(devs []sampler.Device, windows map[int]*deviceWindow, baseFrom, baseTo, firstRun int64, base Baseline,
+	foreign []foreignProc, polled map[int]bool) Hygiene {
 	var h Hygiene
 	add := func(dev int, name, value string) {
 		if value == "" {
@@ -367,12 +387,56 @@ func hygiene(devs []sampler.Device, windows map[int]*deviceWindow, baseFrom, bas
 		} else {
 			add(d.Index, "clocks_event_reasons", "")
 		}
-		// Not readable through the sampler's catalog today: recorded as
-		// unknown rather than guessed.
-		add(d.Index, "persistence_mode", "")
-		add(d.Index, "ecc_mode", "")
-		add(d.Index, "mig_mode", "")
-		add(d.Index, "other_processes", "")
+		// The identity's modes; "" (unknown) when the driver could not
+		// say.
+		add(d.Index, "persistence_mode", d.PersistenceMode)
+		if d.PersistenceMode == sampler.ModeDisabled {
+			h.Warnings = append(h.Warnings, fmt.Sprintf("GPU %d: persistence mode is disabled: the driver unloads when idle, so first calls are slow and clocks ramp up at the start of each run (enable it: nvidia-smi -pm 1)", d.Index))
+		}
+		add(d.Index, "ecc_mode", d.ECCMode)
+		mig := d.MIGMode
+		if d.MIG {
+			mig = "instance" // a MIG instance sampled as a device
+		}
+		add(d.Index, "mig_mode", mig)
+		if d.MIGMode == sampler.ModeEnabled {
+			h.Warnings = append(h.Warnings, fmt.Sprintf("GPU %d: MIG mode is enabled: the GPU is partitioned, other instances share its power, clocks and temperature", d.Index))
+		}
+		var others []string
+		for i := range foreign {
+			if foreign[i].dev == d.Index {
+				others = append(others, foreign[i].item())
+			}
+		}
+		switch {
+		case len(others) > 0:
+			add(d.Index, "other_processes", strings.Join(others, "; "))
+		case polled[d.Index]:
+			add(d.Index, "other_processes", "none")
+		default:
+			add(d.Index, "other_processes", "") // process lists not readable
+		}
+	}
+	// ECC costs memory bandwidth: GPUs that differ do not compare.
+	eccSeen := map[string][]string{}
+	var eccOrder []string
+	for _, d := range devs {
+		if d.ECCMode == sampler.ModeEnabled || d.ECCMode == sampler.ModeDisabled {
+			if _, ok := eccSeen[d.ECCMode]; !ok {
+				eccOrder = append(eccOrder, d.ECCMode)
+			}
+			eccSeen[d.ECCMode] = append(eccSeen[d.ECCMode], strconv.Itoa(d.Index))
+		}
+	}
+	if len(eccOrder) > 1 {
+		var parts []string
+		for _, m := range eccOrder {
+			parts = append(parts, fmt.Sprintf("%s on GPU %s", m, strings.Join(eccSeen[m], ", ")))
+		}
+		h.Warnings = append(h.Warnings, "ECC mode differs across the GPUs ("+strings.Join(parts, "; ")+"): their results do not compare (ECC costs memory bandwidth)")
+	}
+	for i := range foreign {
+		h.Warnings = append(h.Warnings, foreign[i].warning())
 	}
 	simulated := len(devs) > 0 && devs[0].Simulated
 	for _, bd := range base.Devices {

@@ -29,6 +29,9 @@ type Collector struct {
 	newestField map[uint16]int64
 	closed      bool
 	cat         *sampler.Catalog
+	// owner, when set, classifies each process event's PID as it arrives
+	// (a PID's ancestry is readable only while the process lives).
+	owner *procOwner
 }
 
 // NewCollector returns an empty collector; cat (nil: the default catalog)
@@ -56,6 +59,13 @@ func (c *Collector) Write(_ context.Context, b *sampler.Batch) error {
 	}
 	for _, e := range b.Events {
 		c.events = append(c.events, e.Clone())
+		if c.owner != nil && e.Kind == sampler.EventProcess {
+			for _, f := range e.Fields {
+				if f.Key == sampler.ProcessFieldPID {
+					c.owner.Ours(int(f.Value))
+				}
+			}
+		}
 	}
 	for _, s := range b.Samples {
 		m := c.cat.Get(s.Metric)

@@ -205,9 +205,13 @@ func Execute(ctx context.Context, src sampler.Source, opts Options) (*Result, er
 		opts.Output = io.Discard
 	}
 	col := NewCollector(nil)
+	owner := newProcOwner()
 	det := diagnose.New(col.AddEvent)
+	// Select picks metrics only: per-process polling (events, for the
+	// hygiene's other processes) stays on at its default period.
 	eng, err := sampler.New(src, sampler.Config{FieldInterval: opts.FieldInterval, DrainInterval: opts.DrainInterval,
-		Observer: det, Devices: opts.Devices, Select: benchMetric, Logger: opts.Logger})
+		ProcessInterval: sampler.DefaultProcessInterval,
+		Observer:        det, Devices: opts.Devices, Select: benchMetric, Logger: opts.Logger})
 	if err != nil {
 		src.Close()
 		return nil, err
@@ -239,6 +243,12 @@ func Execute(ctx context.Context, src sampler.Source, opts Options) (*Result, er
 
 	created := time.Now()
 	devs := eng.Devices()
+	// Simulated processes have invented PIDs: never ours.
+	if len(devs) > 0 && !devs[0].Simulated {
+		col.mu.Lock()
+		col.owner = owner
+		col.mu.Unlock()
+	}
 	idx := make([]int, len(devs))
 	for i, d := range devs {
 		idx[i] = d.Index
@@ -293,6 +303,7 @@ loop:
 				ex.start = time.Now()
 				err := cmd.Start()
 				if err == nil {
+					owner.Started(cmd.Process.Pid)
 					err = cmd.Wait()
 				}
 				ex.end = time.Now()
@@ -336,12 +347,20 @@ loop:
 	if err := stop(); err != nil {
 		opts.Logger.Warn("stopping the sampler", "err", err)
 	}
+	polled := map[int]bool{}
+	for _, ds := range eng.Stats().Devices {
+		polled[ds.Index] = ds.ProcessPolls > 0
+	}
 	if len(execs) == 0 {
 		if runErr == nil {
 			runErr = errors.New("bench: no run completed")
 		}
 		return nil, runErr
 	}
-	res := assemble(col, devs, opts, created, baseFrom, baseTo, execs)
+	ours := func(int) bool { return false }
+	if col.owner != nil {
+		ours = owner.Ours
+	}
+	res := assemble(col, devs, opts, created, baseFrom, baseTo, execs, procInfo{polled: polled, ours: ours})
 	return res, runErr
 }

@@ -78,12 +78,29 @@ type Device struct {
 	GPUInstanceID     int    `json:"gpu_instance_id,omitempty"`
 	ComputeInstanceID int    `json:"compute_instance_id,omitempty"`
 	MIGProfile        string `json:"mig_profile,omitempty"`
+	// PersistenceMode, ECCMode and MIGMode are the device's current
+	// settings as the driver reports them: ModeEnabled, ModeDisabled,
+	// ModeUnsupported (the device has no such setting), or "" when
+	// unknown (the driver lacks the call, or the read failed). MIGMode is
+	// read on physical GPUs only. Persistence mode off makes the first
+	// call after idle slow and lets clocks ramp; ECC costs some memory
+	// bandwidth and capacity.
+	PersistenceMode string `json:"persistence_mode,omitempty"`
+	ECCMode         string `json:"ecc_mode,omitempty"`
+	MIGMode         string `json:"mig_mode,omitempty"`
 	// Generation increases each time the identity changes.
 	Generation uint64 `json:"generation"`
 }
 
 // EventKind names what happened.
 type EventKind string
+
+// Values of Device.PersistenceMode, ECCMode and MIGMode ("" is unknown).
+const (
+	ModeEnabled     = "enabled"
+	ModeDisabled    = "disabled"
+	ModeUnsupported = "unsupported"
+)
 
 // Event kinds known to the core. Backends and detectors may add others.
 const (

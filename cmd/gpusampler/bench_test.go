@@ -279,3 +279,47 @@ func TestBenchDeviceSelection(t *testing.T) {
 		t.Fatalf("empty CUDA_VISIBLE_DEVICES: %d %s", code, errs)
 	}
 }
+
+// TestBenchHygieneOtherProcesses: the simulator's training process is not
+// the benchmarked command's: it is recorded and warned; the idle profile
+// has none. The simulated GPUs' modes are recorded.
+func TestBenchHygieneOtherProcesses(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ profile, want string }{
+		{"training", "python3"},
+		{"idle", "none"},
+	} {
+		code, out, errs, res := benchCLI(t, "--profile", tc.profile, "--runs", "2", "--", "sleep", "0.6")
+		if code != 0 || res == nil {
+			t.Fatalf("%s: exit %d\n%s\n%s", tc.profile, code, out, errs)
+		}
+		items := map[string]string{}
+		for _, it := range res.Hygiene.Items {
+			if it.Device == 0 {
+				items[it.Name] = it.Value
+			}
+		}
+		if items["persistence_mode"] != "enabled" || items["ecc_mode"] != "enabled" || items["mig_mode"] != "disabled" {
+			t.Errorf("%s: modes %v", tc.profile, items)
+		}
+		other := items["other_processes"]
+		warned := false
+		for _, w := range res.Warnings {
+			if strings.Contains(w, "python3 used") && strings.Contains(w, "on GPU 0") && strings.Contains(w, " during ") {
+				warned = true
+			}
+		}
+		if tc.want == "none" {
+			if other != "none" || warned {
+				t.Errorf("idle: other processes %q, warned %v", other, warned)
+			}
+			continue
+		}
+		if !regexp.MustCompile(`^pid \d+ python3 \(\d+(\.\d)? [GM]iB\)$`).MatchString(other) || !warned {
+			t.Errorf("training: other processes %q, warned %v: %v", other, warned, res.Warnings)
+		}
+		if !strings.Contains(out, "python3 used") {
+			t.Errorf("training: warning not shown:\n%s", out)
+		}
+	}
+}

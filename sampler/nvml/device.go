@@ -59,6 +59,9 @@ type device struct {
 	// mig.go).
 	mig     bool
 	migInfo migInfo
+	// migMode is the physical GPU's MIG mode as last read (see
+	// modeIdentity); "" until read.
+	migMode string
 }
 
 var (
@@ -151,6 +154,7 @@ func (d *device) Identity() (sampler.Device, error) {
 			}
 		}
 	}
+	d.modeIdentity(&id)
 	d.migIdentity(&id)
 	return id, nil
 }

@@ -114,6 +114,21 @@ func TestFakeDriverVersions(t *testing.T) {
 	}
 }
 
+func TestFakeDriverModes(t *testing.T) {
+	for _, tc := range []struct {
+		env  []string
+		want string // persistence, ECC and MIG mode
+	}{
+		{nil, "enabled/enabled/disabled"},
+		{[]string{"FAKENVML_PERSISTENCE=0", "FAKENVML_ECC=ns", "FAKENVML_MIG_MODE=ns"}, "disabled/unsupported/unsupported"},
+		{[]string{"FAKENVML_ECC=0", "FAKENVML_MIG_MODE=1"}, "enabled/disabled/enabled"},
+	} {
+		t.Run(tc.want, func(t *testing.T) {
+			runScenario(t, "modes", false, append(tc.env, "FAKENVML_WANT_MODES="+tc.want)...)
+		})
+	}
+}
+
 func TestFakeDriverNotLoaded(t *testing.T) {
 	runScenario(t, "driver-not-loaded", false, "FAKENVML_INIT_RET=9")
 }
@@ -171,6 +186,8 @@ func TestFakeDriverChild(t *testing.T) {
 		childProcesses(t, src)
 	case "processes-ns":
 		childProcessesNotSupported(t, src)
+	case "modes":
+		childModes(t, src)
 	default:
 		t.Fatalf("unknown scenario %q", scenario)
 	}
@@ -516,4 +533,29 @@ func childFields(t *testing.T, src *Source) {
 		t.Errorf("engine: published %d, read errors %d", d.Published, d.ReadErrors)
 	}
 	t.Logf("NVML %s (api %s, old symbols %v): ok", v.Raw, v.API, old)
+}
+
+// childModes checks the identity's persistence, ECC and MIG modes against
+// FAKENVML_WANT_MODES, and that the reads are counted.
+func childModes(t *testing.T, src *Source) {
+	devs, err := src.Devices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := devs[0].(sampler.CallCounter).CallStats().Calls
+	id, err := devs[0].Identity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := id.PersistenceMode+"/"+id.ECCMode+"/"+id.MIGMode, os.Getenv("FAKENVML_WANT_MODES"); got != want {
+		t.Fatalf("modes %s, want %s", got, want)
+	}
+	if id.MIG || len(devs) != 1 {
+		t.Fatalf("MIG mode alone made MIG instances: %d devices, %+v", len(devs), id)
+	}
+	// UUID, name, PCI, serial, memory, 4 thresholds, persistence, ECC; MIG
+	// mode was read once already while enumerating or is read now.
+	if calls := devs[0].(sampler.CallCounter).CallStats().Calls - before; calls < 11 {
+		t.Fatalf("identity counted %d calls, want the mode reads counted too", calls)
+	}
 }

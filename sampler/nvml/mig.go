@@ -48,6 +48,7 @@ func (s *Source) migDevices(parent *device, next int) []*device {
 	start := now()
 	cur, _, ret := parent.dev.GetMigMode()
 	parent.account("GetMigMode", 1, start)
+	parent.migMode = modeOf(cur == nvml.DEVICE_MIG_ENABLE, ret)
 	if ret != nvml.SUCCESS || cur != nvml.DEVICE_MIG_ENABLE {
 		return nil // NOT_SUPPORTED on GPUs without MIG
 	}

@@ -66,9 +66,15 @@ func TestMockMIGInstancesAsDevices(t *testing.T) {
 	m := devs[9]
 	id, _ := m.Identity()
 	want := sampler.Device{Index: 9, UUID: "MIG-bbbb", Name: "NVIDIA H200 MIG 1g.18gb", MemoryTotalMiB: 16384, Backend: "nvml",
-		DriverVersion: id.DriverVersion, MIG: true, Parent: 1, GPUInstanceID: 9, ComputeInstanceID: 0, MIGProfile: "1g.18gb"}
+		DriverVersion: id.DriverVersion, MIG: true, Parent: 1, GPUInstanceID: 9, ComputeInstanceID: 0, MIGProfile: "1g.18gb",
+		PersistenceMode: sampler.ModeEnabled, ECCMode: sampler.ModeEnabled} // the parent's; no MIG mode on an instance
 	if id != want {
 		t.Fatalf("MIG identity\n got %+v\nwant %+v", id, want)
+	}
+	for i, want := range map[int]string{0: sampler.ModeDisabled, 1: sampler.ModeEnabled} {
+		if id, _ := devs[i].Identity(); id.MIGMode != want || id.PersistenceMode != sampler.ModeEnabled || id.ECCMode != sampler.ModeEnabled {
+			t.Fatalf("GPU %d modes %q/%q/%q, want MIG mode %q", i, id.PersistenceMode, id.ECCMode, id.MIGMode, want)
+		}
 	}
 	// No utilization buffers under MIG, said plainly; no driver call made.
 	_, err := m.Drain(sampler.BufferGPUUtil, 0, nil)

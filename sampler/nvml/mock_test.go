@@ -63,6 +63,10 @@ func mockServer(t *testing.T, nvmlVersion string) *server.Server {
 		}
 		d.GetFanSpeedFunc = func() (uint32, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED }
 		d.GetEnforcedPowerLimitFunc = func() (uint32, nvml.Return) { return 700000, nvml.SUCCESS }
+		d.GetPersistenceModeFunc = func() (nvml.EnableState, nvml.Return) { return nvml.FEATURE_ENABLED, nvml.SUCCESS }
+		d.GetEccModeFunc = func() (nvml.EnableState, nvml.EnableState, nvml.Return) {
+			return nvml.FEATURE_ENABLED, nvml.FEATURE_ENABLED, nvml.SUCCESS
+		}
 	}
 	return s
 }

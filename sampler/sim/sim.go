@@ -258,6 +258,10 @@ func (d *Device) Identity() (sampler.Device, error) {
 		ShutdownTempC:     shutdownTempC,
 		MaxOperatingTempC: maxOperTempC,
 		MemoryMaxTempC:    memMaxTempC,
+		// A well-kept datacenter GPU.
+		PersistenceMode: sampler.ModeEnabled,
+		ECCMode:         sampler.ModeEnabled,
+		MIGMode:         sampler.ModeDisabled,
 	}, nil
 }
 

@@ -50,6 +50,9 @@ func TestDeterministicForSeed(t *testing.T) {
 	if ia != ib || !ia.Simulated || ia.UUID == "" {
 		t.Fatalf("identities %+v / %+v", ia, ib)
 	}
+	if ia.PersistenceMode != sampler.ModeEnabled || ia.ECCMode != sampler.ModeEnabled || ia.MIGMode != sampler.ModeDisabled {
+		t.Fatalf("simulated modes %q/%q/%q, want enabled/enabled/disabled", ia.PersistenceMode, ia.ECCMode, ia.MIGMode)
+	}
 	i0, _ := device(t, newSim(t, "training", &fakeClock{start}), 0).Identity()
 	if i0.UUID == ia.UUID {
 		t.Fatal("two devices share a UUID")

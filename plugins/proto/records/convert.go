@@ -19,7 +19,8 @@ func FromDevice(d *sampler.Device) *Device {
 		MemoryTotalMib: d.MemoryTotalMiB, DriverVersion: d.DriverVersion, Backend: d.Backend, Simulated: d.Simulated,
 		SlowdownTempC: d.SlowdownTempC, ShutdownTempC: d.ShutdownTempC, MaxOperatingTempC: d.MaxOperatingTempC,
 		MemoryMaxTempC: d.MemoryMaxTempC, Generation: d.Generation, Mig: d.MIG, Parent: uint32(d.Parent),
-		GpuInstanceId: uint32(d.GPUInstanceID), ComputeInstanceId: uint32(d.ComputeInstanceID), MigProfile: d.MIGProfile}
+		GpuInstanceId: uint32(d.GPUInstanceID), ComputeInstanceId: uint32(d.ComputeInstanceID), MigProfile: d.MIGProfile,
+		PersistenceMode: d.PersistenceMode, EccMode: d.ECCMode, MigMode: d.MIGMode}
 }
 
 // ToSampler converts the identity back.
@@ -29,7 +30,8 @@ func (d *Device) ToSampler() sampler.Device {
 		Backend: d.GetBackend(), Simulated: d.GetSimulated(), SlowdownTempC: d.GetSlowdownTempC(),
 		ShutdownTempC: d.GetShutdownTempC(), MaxOperatingTempC: d.GetMaxOperatingTempC(),
 		MemoryMaxTempC: d.GetMemoryMaxTempC(), Generation: d.GetGeneration(), MIG: d.GetMig(), Parent: int(d.GetParent()),
-		GPUInstanceID: int(d.GetGpuInstanceId()), ComputeInstanceID: int(d.GetComputeInstanceId()), MIGProfile: d.GetMigProfile()}
+		GPUInstanceID: int(d.GetGpuInstanceId()), ComputeInstanceID: int(d.GetComputeInstanceId()), MIGProfile: d.GetMigProfile(),
+		PersistenceMode: d.GetPersistenceMode(), ECCMode: d.GetEccMode(), MIGMode: d.GetMigMode()}
 }
 
 // FromEvent converts an event (attributes and fields are copied).

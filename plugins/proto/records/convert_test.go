@@ -13,3 +13,16 @@ func TestDeviceRoundTripMIG(t *testing.T) {
 		t.Fatalf("round trip: %+v, want %+v", got, d)
 	}
 }
+
+func TestDeviceRoundTripModes(t *testing.T) {
+	d := sampler.Device{Index: 0, UUID: "GPU-abc", Name: "NVIDIA H200", Backend: "nvml",
+		PersistenceMode: sampler.ModeEnabled, ECCMode: sampler.ModeDisabled, MIGMode: sampler.ModeUnsupported}
+	if got := FromDevice(&d).ToSampler(); got != d {
+		t.Fatalf("round trip: %+v, want %+v", got, d)
+	}
+	// Unknown stays unknown.
+	d = sampler.Device{Index: 1, UUID: "GPU-def"}
+	if got := FromDevice(&d).ToSampler(); got != d {
+		t.Fatalf("round trip: %+v, want %+v", got, d)
+	}
+}

@@ -385,8 +385,14 @@ type Device struct {
 	GpuInstanceId     uint32 `protobuf:"varint,17,opt,name=gpu_instance_id,json=gpuInstanceId,proto3" json:"gpu_instance_id,omitempty"`
 	ComputeInstanceId uint32 `protobuf:"varint,18,opt,name=compute_instance_id,json=computeInstanceId,proto3" json:"compute_instance_id,omitempty"`
 	MigProfile        string `protobuf:"bytes,19,opt,name=mig_profile,json=migProfile,proto3" json:"mig_profile,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// persistence_mode, ecc_mode and mig_mode are the device's current
+	// settings: "enabled", "disabled", "unsupported", or "" when unknown.
+	// mig_mode is set on physical GPUs only.
+	PersistenceMode string `protobuf:"bytes,20,opt,name=persistence_mode,json=persistenceMode,proto3" json:"persistence_mode,omitempty"`
+	EccMode         string `protobuf:"bytes,21,opt,name=ecc_mode,json=eccMode,proto3" json:"ecc_mode,omitempty"`
+	MigMode         string `protobuf:"bytes,22,opt,name=mig_mode,json=migMode,proto3" json:"mig_mode,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Device) Reset() {
@@ -548,6 +554,27 @@ func (x *Device) GetComputeInstanceId() uint32 {
 func (x *Device) GetMigProfile() string {
 	if x != nil {
 		return x.MigProfile
+	}
+	return ""
+}
+
+func (x *Device) GetPersistenceMode() string {
+	if x != nil {
+		return x.PersistenceMode
+	}
+	return ""
+}
+
+func (x *Device) GetEccMode() string {
+	if x != nil {
+		return x.EccMode
+	}
+	return ""
+}
+
+func (x *Device) GetMigMode() string {
+	if x != nil {
+		return x.MigMode
 	}
 	return ""
 }
@@ -800,7 +827,7 @@ const file_records_records_proto_rawDesc = "" +
 	"\x04last\x18\x06 \x03(\x01R\x04last\x12\x14\n" +
 	"\x05count\x18\a \x03(\rR\x05count\x12\x16\n" +
 	"\x06device\x18\b \x03(\rR\x06device\x12\x16\n" +
-	"\x06metric\x18\t \x03(\rR\x06metric\"\xf4\x04\n" +
+	"\x06metric\x18\t \x03(\rR\x06metric\"\xd5\x05\n" +
 	"\x06Device\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x12\n" +
 	"\x04uuid\x18\x02 \x01(\tR\x04uuid\x12\x12\n" +
@@ -825,7 +852,10 @@ const file_records_records_proto_rawDesc = "" +
 	"\x0fgpu_instance_id\x18\x11 \x01(\rR\rgpuInstanceId\x12.\n" +
 	"\x13compute_instance_id\x18\x12 \x01(\rR\x11computeInstanceId\x12\x1f\n" +
 	"\vmig_profile\x18\x13 \x01(\tR\n" +
-	"migProfile\"\xe6\x01\n" +
+	"migProfile\x12)\n" +
+	"\x10persistence_mode\x18\x14 \x01(\tR\x0fpersistenceMode\x12\x19\n" +
+	"\becc_mode\x18\x15 \x01(\tR\aeccMode\x12\x19\n" +
+	"\bmig_mode\x18\x16 \x01(\tR\amigMode\"\xe6\x01\n" +
 	"\x05Event\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x16\n" +
 	"\x06device\x18\x02 \x01(\x05R\x06device\x12\x19\n" +

@@ -314,6 +314,29 @@ nvmlReturn_t nvmlDeviceGetPcieReplayCounter(void *h, unsigned int *c) { D(h); NS
 nvmlReturn_t nvmlDeviceGetTotalEccErrors(void *h, int e, int c, unsigned long long *n) { D(h); NS(); (void)e; (void)c; *n = 0; return OK; }
 nvmlReturn_t nvmlDeviceGetRemappedRows(void *h, unsigned int *c, unsigned int *u, unsigned int *p, unsigned int *f) { D(h); NS(); *c = 1; *u = 0; *p = 0; *f = 0; return OK; }
 
+/* Modes: FAKENVML_PERSISTENCE, FAKENVML_ECC and FAKENVML_MIG_MODE are 0
+ * (disabled), 1 (enabled) or "ns" (not supported); defaults 1, 1, 0. MIG
+ * mode alone does not make MIG instances (the other MIG symbols are absent). */
+static nvmlReturn_t fakeMode(const char *env, int def, unsigned int *v) {
+	const char *s = getenv(env);
+	if (s && !strcmp(s, "ns")) return E_NOT_SUPPORTED;
+	*v = s ? (unsigned int)atoi(s) : (unsigned int)def;
+	return OK;
+}
+nvmlReturn_t nvmlDeviceGetPersistenceMode(void *h, unsigned int *m) { D(h); return fakeMode("FAKENVML_PERSISTENCE", 1, m); }
+nvmlReturn_t nvmlDeviceGetEccMode(void *h, unsigned int *cur, unsigned int *pending) {
+	D(h);
+	nvmlReturn_t r = fakeMode("FAKENVML_ECC", 1, cur);
+	if (r == OK) *pending = *cur;
+	return r;
+}
+nvmlReturn_t nvmlDeviceGetMigMode(void *h, unsigned int *cur, unsigned int *pending) {
+	D(h);
+	nvmlReturn_t r = fakeMode("FAKENVML_MIG_MODE", 0, cur);
+	if (r == OK) *pending = *cur;
+	return r;
+}
+
 nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, void **h) {
 	if (!initialized) return E_UNINIT;
 	for (int i = 0; i < ndev; i++) {
