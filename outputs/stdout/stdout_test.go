@@ -7,12 +7,9 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
-	"strconv"
 	"testing"
-	"time"
 
-	"github.com/influxdata/line-protocol/v2/lineprotocol"
-
+	"github.com/gpusampler/gpusampler/internal/influxtest"
 	"github.com/gpusampler/gpusampler/outputs/outputtest"
 	"github.com/gpusampler/gpusampler/sampler"
 )
@@ -23,68 +20,8 @@ var update = flag.Bool("update", false, "rewrite golden files")
 // catalog metrics, scaled back to base units).
 func decodeInflux(t *testing.T, data []byte) []sampler.Sample {
 	t.Helper()
-	byField := map[string]*sampler.Metric{}
-	for _, m := range sampler.DefaultCatalog.All() {
-		byField[m.Influx().Name] = &m
-	}
-	var out []sampler.Sample
-	dec := lineprotocol.NewDecoderWithBytes(data)
-	for dec.Next() {
-		meas, err := dec.Measurement()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if string(meas) != "nvidia_smi" {
-			continue
-		}
-		var dev int
-		for {
-			k, v, err := dec.NextTag()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if k == nil {
-				break
-			}
-			if string(k) == "index" {
-				dev, _ = strconv.Atoi(string(v))
-			}
-		}
-		type fv struct {
-			m *sampler.Metric
-			v float64
-		}
-		var fields []fv
-		for {
-			k, v, err := dec.NextField()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if k == nil {
-				break
-			}
-			m := byField[string(k)]
-			if m == nil {
-				continue
-			}
-			var f float64
-			switch v.Kind() {
-			case lineprotocol.Float:
-				f = v.FloatV()
-			case lineprotocol.Int:
-				f = float64(v.IntV())
-			}
-			fields = append(fields, fv{m, f / m.Influx().Scale})
-		}
-		ts, err := dec.Time(lineprotocol.Nanosecond, time0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, f := range fields {
-			out = append(out, sampler.Sample{TimeNS: ts.UnixNano(), Value: f.v, Device: uint16(dev), Metric: f.m.ID})
-		}
-	}
-	if err := dec.Err(); err != nil {
+	out, err := influxtest.DecodeSamples(data, nil)
+	if err != nil {
 		t.Fatal(err)
 	}
 	return out
@@ -199,5 +136,3 @@ func TestUnknownFormat(t *testing.T) {
 		t.Fatal("unknown format accepted")
 	}
 }
-
-var time0 = time.Unix(0, 0)
