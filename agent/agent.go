@@ -220,35 +220,25 @@ func (a *Agent) Reload(cfg *config.Config) error {
 		a.log.Warn("config reload: [sampler] changed; restart gpusampler to apply it", "file", cfg.File)
 	}
 	envChanged := old.Agent.Hostname != cfg.Agent.Hostname || !maps.Equal(old.GlobalTags, cfg.GlobalTags)
-	var changed []*config.Output
+	var changed, exclusive []*config.Output
 	keep := map[string]bool{}
-	var exclusive []string // running outputs to close before building
 	for _, o := range cfg.Outputs {
 		if r, ok := a.running[o.Name]; ok && !envChanged && r.Same(o) {
 			keep[o.Name] = true
 			continue
 		}
-		changed = append(changed, o)
 		if _, ok := a.running[o.Name]; ok && a.exclusive(o.Kind) {
-			exclusive = append(exclusive, o.Name)
+			// Holds something its replacement needs (a listening address):
+			// built only once the running one is closed, below.
+			exclusive = append(exclusive, o)
+			keep[o.Name] = true // not removed with the others
+			continue
 		}
-	}
-	// Exclusive outputs (e.g. a listener on the same address) must go first;
-	// if the new config then fails to build, they are rebuilt from their
-	// old, valid blocks.
-	stopped := map[string]*config.Output{}
-	for _, name := range exclusive {
-		if err := a.eng.RemoveOutput(name); err != nil {
-			a.log.Warn("config reload: closing output failed", "output", name, "err", err)
-		}
-		stopped[name] = a.running[name]
-		delete(a.running, name)
-		a.forget(name)
+		changed = append(changed, o)
 	}
 	built, err := a.build(cfg, changed)
 	if err != nil {
 		a.log.Error("config reload refused; the running config stays", "err", err)
-		a.restore(old, stopped)
 		return fmt.Errorf("reload: %w", err)
 	}
 	var errs []error
@@ -286,8 +276,14 @@ func (a *Agent) Reload(cfg *config.Config) error {
 		a.running[b.block.Name] = b.block
 		a.setBuffer(b)
 	}
+	for _, o := range exclusive {
+		if err := a.replaceExclusive(old, cfg, o); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	a.cfg = cfg
-	a.log.Info("config reloaded", "file", cfg.File, "kept", len(keep), "replaced_or_added", len(built))
+	a.log.Info("config reloaded", "file", cfg.File, "kept", len(keep)-len(exclusive),
+		"replaced_or_added", len(built)+len(exclusive))
 	return errors.Join(errs...)
 }
 
@@ -298,21 +294,40 @@ func (a *Agent) exclusive(kind string) bool {
 	return ok && k.Exclusive
 }
 
-// restore rebuilds outputs closed for a reload that was then refused. a.mu
-// held.
-func (a *Agent) restore(cfg *config.Config, blocks map[string]*config.Output) {
-	for _, name := range slices.Sorted(maps.Keys(blocks)) {
-		built, err := a.build(cfg, []*config.Output{blocks[name]})
+// replaceExclusive replaces a running exclusive output with block o: the
+// engine closes the old one first and keeps what is published meanwhile;
+// if o cannot be built, the old block is built again and o's error is
+// returned. a.mu held.
+func (a *Agent) replaceExclusive(oldCfg, cfg *config.Config, o *config.Output) error {
+	prev := a.running[o.Name]
+	var used builtOutput
+	var buildErr error
+	err := a.eng.ReplaceOutputWith(o.Name, o.PumpOptions(), func() (sampler.Output, error) {
+		b, err := a.build(cfg, []*config.Output{o})
 		if err == nil {
-			err = a.eng.AddOutput(name, built[0].out, blocks[name].PumpOptions())
+			used = b[0]
+			return used.out, nil
 		}
-		if err != nil {
-			a.log.Error("config reload: output could not be restored", "output", name, "err", err)
-			continue
+		buildErr = err
+		b, rerr := a.build(oldCfg, []*config.Output{prev})
+		if rerr != nil {
+			return nil, errors.Join(err, rerr)
 		}
-		a.running[name] = blocks[name]
-		a.setBuffer(built[0])
+		used = b[0]
+		return used.out, nil
+	})
+	a.forget(o.Name)
+	if err != nil {
+		delete(a.running, o.Name)
+		return fmt.Errorf("reload: %w", err)
 	}
+	a.running[o.Name] = used.block
+	a.setBuffer(used)
+	if buildErr != nil {
+		a.log.Error("config reload: output kept its old config", "output", o.Name, "err", buildErr)
+		return fmt.Errorf("reload: output %s kept its old config: %w", o.Name, buildErr)
+	}
+	return nil
 }
 
 // ReloadFile loads path and applies it; a config that does not parse is

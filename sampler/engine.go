@@ -292,6 +292,65 @@ func (e *Engine) ReplaceOutput(name string, out Output, opts PumpOptions) error 
 	return old.out.Close()
 }
 
+// ReplaceOutputWith replaces the named output with one that can only be
+// built once the old one is closed (it needs what the old one holds, such as
+// a listening address). The new lanes take the old ones' place at once, so
+// nothing published in between is lost: it waits in the new lanes while
+// the old output is flushed and closed and build runs. If build fails, the
+// output is removed, what waited is counted (logged) as dropped, and build's
+// error is returned.
+func (e *Engine) ReplaceOutputWith(name string, opts PumpOptions, build func() (Output, error)) error {
+	e.mu.Lock()
+	if e.closing {
+		e.mu.Unlock()
+		return fmt.Errorf("replace output %s: %w", name, ErrStopping)
+	}
+	i := slices.IndexFunc(e.pumps, func(p *pump) bool { return p.name == name })
+	if i < 0 {
+		e.mu.Unlock()
+		return fmt.Errorf("replace output %s: no such output", name)
+	}
+	old := e.pumps[i]
+	np := newPumpReplacing(e, name, nil, opts, old) // not started: no output yet
+	e.pumps[i] = np
+	running := e.runCtx != nil
+	e.mu.Unlock()
+	var closeErr error
+	if running {
+		old.stop()
+		<-old.done
+		closeErr = old.closeErr
+	} else {
+		closeErr = old.out.Close()
+	}
+	if closeErr != nil {
+		e.log.Warn("closing the replaced output failed", "output", name, "err", closeErr)
+	}
+	out, err := build()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err != nil || e.closing {
+		e.pumps = slices.DeleteFunc(e.pumps, func(p *pump) bool { return p == np })
+		np.detach()
+		var waiting uint64
+		for _, c := range np.cursors {
+			waiting += c.Lag()
+		}
+		if err == nil {
+			out.Close()
+			err = ErrStopping
+		}
+		e.log.Error("output removed: its replacement could not start", "output", name,
+			"samples_dropped", waiting, "err", err)
+		return fmt.Errorf("replace output %s: %w", name, err)
+	}
+	np.out = out
+	if running {
+		e.startPump(np)
+	}
+	return nil
+}
+
 func (e *Engine) startPump(p *pump) {
 	e.pumpsWG.Add(1)
 	go func() {

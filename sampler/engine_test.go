@@ -636,3 +636,61 @@ func TestEngineReplaceOutputNoGap(t *testing.T) {
 		t.Fatal("AddOutput after Run ended was accepted")
 	}
 }
+
+// ReplaceOutputWith builds the new output only after the old one is closed
+// (an address both need), and nothing published meanwhile is lost; a build
+// that fails removes the output.
+func TestEngineReplaceOutputWith(t *testing.T) {
+	src, err := sim.New(sim.Options{GPUs: 1, Seed: 9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := sampler.New(src, sampler.Config{DrainInterval: 30 * time.Millisecond, FieldInterval: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, second := &collector{}, &collector{}
+	opts := sampler.PumpOptions{FlushInterval: 5 * time.Millisecond}
+	e.AddOutput("x", first, opts)
+	phase := 0
+	runUntil(t, e, func() bool {
+		switch {
+		case phase == 0 && len(first.snapshot()) > 0:
+			err := e.ReplaceOutputWith("x", opts, func() (sampler.Output, error) {
+				first.mu.Lock()
+				closed := first.closed
+				first.mu.Unlock()
+				if !closed {
+					t.Error("new output built before the old one was closed")
+				}
+				time.Sleep(50 * time.Millisecond) // samples keep coming meanwhile
+				return second, nil
+			})
+			if err != nil {
+				t.Errorf("replace: %v", err)
+			}
+			phase = 1
+		case phase == 1 && len(second.snapshot()) > 100:
+			return true
+		}
+		return false
+	})
+	var published uint64
+	for _, d := range e.Stats().Devices {
+		published += d.Published
+	}
+	if got := uint64(len(first.snapshot()) + len(second.snapshot())); got != published {
+		t.Fatalf("old+new received %d, published %d", got, published)
+	}
+
+	// a failing build removes the output
+	src2, _ := sim.New(sim.Options{GPUs: 1})
+	e2, _ := sampler.New(src2, sampler.Config{})
+	e2.AddOutput("y", &collector{}, opts)
+	if err := e2.ReplaceOutputWith("y", opts, func() (sampler.Output, error) { return nil, errors.New("address in use") }); err == nil {
+		t.Fatal("failed build not reported")
+	}
+	if n := len(e2.Stats().Outputs); n != 0 {
+		t.Fatalf("%d outputs after a failed replacement, want 0", n)
+	}
+}
