@@ -109,24 +109,32 @@ func (e *Encoder) Encode(b *sampler.Batch) {
 	}
 }
 
-func (e *Encoder) appendSample(s sampler.Sample) {
-	m := e.opts.Catalog.Get(s.Metric)
-	if m == nil {
-		return
-	}
-	d, known := e.devs[int(s.Device)]
-	b := append(e.buf, `{"type":"sample","time":`...)
-	b = strconv.AppendInt(b, s.TimeNS, 10)
+// appendHead appends the start every per-device record shares: the opening
+// (`{"type":"...","time":`), the time, host, gpu and, when known, uuid. It
+// returns the device's identity and whether it is known.
+func (e *Encoder) appendHead(b []byte, open string, timeNS int64, dev int) ([]byte, sampler.Device, bool) {
+	d, known := e.devs[dev]
+	b = append(b, open...)
+	b = strconv.AppendInt(b, timeNS, 10)
 	if e.opts.Host != "" {
 		b = append(b, `,"host":`...)
 		b = appendString(b, e.opts.Host)
 	}
 	b = append(b, `,"gpu":`...)
-	b = strconv.AppendInt(b, int64(s.Device), 10)
+	b = strconv.AppendInt(b, int64(dev), 10)
 	if known && d.UUID != "" {
 		b = append(b, `,"uuid":`...)
 		b = appendString(b, d.UUID)
 	}
+	return b, d, known
+}
+
+func (e *Encoder) appendSample(s sampler.Sample) {
+	m := e.opts.Catalog.Get(s.Metric)
+	if m == nil {
+		return
+	}
+	b, d, known := e.appendHead(e.buf, `{"type":"sample","time":`, s.TimeNS, int(s.Device))
 	b = append(b, `,"metric":`...)
 	b = appendString(b, m.Name)
 	b = append(b, `,"value":`...)

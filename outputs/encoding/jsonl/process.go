@@ -1,10 +1,6 @@
 package jsonl
 
-import (
-	"strconv"
-
-	"github.com/gpusampler/gpusampler/sampler"
-)
+import "github.com/gpusampler/gpusampler/sampler"
 
 // appendProcess writes one per-process event as
 // {"type":"process","time":T,"host":..,"gpu":N,"uuid":..,"pid":P,
@@ -12,19 +8,7 @@ import (
 // event's fields as numbers, name and process type ("C", "G", "C+G") and,
 // when enabled, "cmdline".
 func (e *Encoder) appendProcess(ev sampler.Event) {
-	d, known := e.devs[ev.Device]
-	b := append(e.buf, `{"type":"process","time":`...)
-	b = strconv.AppendInt(b, ev.StartNS, 10)
-	if e.opts.Host != "" {
-		b = append(b, `,"host":`...)
-		b = appendString(b, e.opts.Host)
-	}
-	b = append(b, `,"gpu":`...)
-	b = strconv.AppendInt(b, int64(ev.Device), 10)
-	if known && d.UUID != "" {
-		b = append(b, `,"uuid":`...)
-		b = appendString(b, d.UUID)
-	}
+	b, d, known := e.appendHead(e.buf, `{"type":"process","time":`, ev.StartNS, ev.Device)
 	for _, f := range ev.Fields {
 		b = append(b, ',')
 		b = appendString(b, f.Key)
