@@ -205,3 +205,38 @@ func TestNumJSONRoundTrip(t *testing.T) {
 		t.Fatalf("%+v", back.Benchmarks[0].Runs[0])
 	}
 }
+
+// The verdicts are pinned on fixed, synthetic wall times: no test depends on
+// how fast this machine runs anything.
+func TestCompareVerdicts(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		a, b   []float64
+		want   string
+		forbid string
+	}{
+		// The case a reader was told "the same within noise (4.33 ± 5.79×)".
+		{"disjoint ranges, two runs", []float64{0.424, 0.517}, []float64{0.105, 0.113},
+			"B looks 4.32× faster than A (the run ranges do not overlap), but 2 runs each are too few to conclude (p = 0.", "same"},
+		{"significant", []float64{1.00, 1.02, 0.98, 1.01, 0.99}, []float64{0.85, 0.84, 0.86, 0.85, 0.85},
+			"B is 1.18 ± 0.02× faster than A", "too few"},
+		{"slower", []float64{0.85, 0.84, 0.86, 0.85, 0.85}, []float64{1.00, 1.02, 0.98, 1.01, 0.99},
+			"B is 1.18 ± 0.02× slower than A", "too few"},
+		{"same, tight", []float64{1.00, 1.02, 0.98, 1.01, 0.99}, []float64{1.01, 0.99, 1.0, 1.02, 0.98},
+			"B and A take the same time within noise", "too few"},
+		{"wide and overlapping", []float64{1, 3, 2}, []float64{1.5, 2.5, 4},
+			"too few runs to conclude: B is 0.75 ± ", "same"},
+		{"one run", []float64{1}, []float64{2}, "1 run per side is too few to conclude", "same"},
+	} {
+		a, b := runs(tc.a...), runs(tc.b...)
+		a.Name, b.Name = "A", "B"
+		c := Compare(a, b)
+		if !strings.Contains(c.Summary, tc.want) || strings.Contains(c.Summary, tc.forbid) {
+			t.Errorf("%s: %q\nwant %q, not %q", tc.name, c.Summary, tc.want, tc.forbid)
+		}
+	}
+	c := Compare(runs(0.424, 0.517), runs(0.105, 0.113))
+	if c.RangesOverlap || c.Significant || c.RunsNeeded < 3 || !strings.Contains(c.Summary, "runs each would be needed") {
+		t.Fatalf("%+v", c)
+	}
+}

@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 )
 
@@ -20,8 +21,21 @@ type Comparison struct {
 	// PowerRatio is mean power(B) / mean power(A).
 	PowerRatio     Num `json:"power_ratio"`
 	PowerRatioCI95 Num `json:"power_ratio_ci95"`
-	// Significant is true when the speedup's interval excludes 1.
+	// P is the two-sided p-value of Welch's t-test on the wall times (NaN
+	// with fewer than two runs on a side).
+	P Num `json:"p_value"`
+	// Significant is true when Welch's test rejects equal mean wall times
+	// at the 5% level.
 	Significant bool `json:"significant"`
+	// RangesOverlap is false when every run of one side was faster than
+	// every run of the other.
+	RangesOverlap bool `json:"ranges_overlap"`
+	// RunsNeeded estimates the runs per side that would show the observed
+	// difference at 95% confidence (80% power) at the observed spread; 0
+	// when not estimable.
+	RunsNeeded int `json:"runs_needed,omitempty"`
+	// Runs is the smaller of the two sides' run counts.
+	Runs int `json:"runs"`
 	// Summary says it in words.
 	Summary string `json:"summary"`
 }
@@ -71,9 +85,44 @@ func Compare(a, b *Benchmark) Comparison {
 	} else {
 		c.PowerRatio, c.PowerRatioCI95 = Num(math.NaN()), Num(math.NaN())
 	}
-	c.Significant = c.SpeedupCI95.Known() && math.Abs(sp-1) > spCI
+	wa, wb := known(wallTimes(a)), known(wallTimes(b))
+	c.Runs = min(len(wa), len(wb))
+	w := WelchTest(wa, wb)
+	c.P = Num(w.P)
+	c.Significant = !math.IsNaN(w.P) && w.P < 0.05
+	c.RangesOverlap = overlap(wa, wb)
+	if !c.Significant {
+		c.RunsNeeded = RunsNeeded(wa, wb)
+	}
 	c.Summary = c.words()
 	return c
+}
+
+func overlap(a, b []float64) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return true
+	}
+	return slices.Max(a) >= slices.Min(b) && slices.Max(b) >= slices.Min(a)
+}
+
+// sameWithin is the largest interval half-width (as a fraction of the
+// ratio) for which "the same within noise" is a claim: a wider interval
+// could hide a real difference, so the verdict is "too few runs".
+const sameWithin = 0.10
+
+func (c Comparison) pText() string {
+	p := float64(c.P)
+	if p < 0.001 {
+		return "p < 0.001"
+	}
+	return fmt.Sprintf("p = %.3f", p)
+}
+
+func (c Comparison) needText() string {
+	if c.RunsNeeded > c.Runs {
+		return fmt.Sprintf("; about %d runs each would be needed at the observed spread", c.RunsNeeded)
+	}
+	return ""
 }
 
 // words renders the comparison the way a person acts on it:
@@ -81,19 +130,34 @@ func Compare(a, b *Benchmark) Comparison {
 func (c Comparison) words() string {
 	var b strings.Builder
 	sp, ci := float64(c.Speedup), float64(c.SpeedupCI95)
+	suffix := ""
 	switch {
 	case math.IsNaN(sp):
 		fmt.Fprintf(&b, "%s and %s cannot be compared (no wall times)", c.B, c.A)
-	case !c.SpeedupCI95.Known():
-		fmt.Fprintf(&b, "%s is %.2f× as fast as %s (too few runs for a confidence interval)", c.B, sp, c.A)
-	case !c.Significant:
-		fmt.Fprintf(&b, "%s and %s take the same time within noise (%s is %.2f ± %.2f× as fast)", c.B, c.A, c.B, sp, ci)
-	case sp >= 1:
+	case c.Runs < 2:
+		fmt.Fprintf(&b, "%s is %.2f× as fast as %s, but %d run per side is too few to conclude (at least 2 each, more for a verdict)",
+			c.B, sp, c.A, c.Runs)
+	case c.Significant && sp >= 1:
 		fmt.Fprintf(&b, "%s is %.2f ± %.2f× faster than %s", c.B, sp, ci, c.A)
-	default:
+	case c.Significant:
 		// Slower: say it as a slowdown factor with the interval mapped
 		// through 1/x (approximately symmetric for small intervals).
 		fmt.Fprintf(&b, "%s is %.2f ± %.2f× slower than %s", c.B, 1/sp, ci/(sp*sp), c.A)
+	case !c.RangesOverlap:
+		// Every run of one side beat every run of the other, yet the test
+		// cannot conclude: never call that "the same".
+		dir, f := "faster", sp
+		if sp < 1 {
+			dir, f = "slower", 1/sp
+		}
+		fmt.Fprintf(&b, "%s looks %.2f× %s than %s (the run ranges do not overlap), but %d runs each are too few to conclude (%s)",
+			c.B, f, dir, c.A, c.Runs, c.pText())
+		suffix = c.needText()
+	case c.SpeedupCI95.Known() && ci <= sameWithin*sp:
+		fmt.Fprintf(&b, "%s and %s take the same time within noise (%s is %.2f ± %.2f× as fast, %s)", c.B, c.A, c.B, sp, ci, c.pText())
+	default:
+		fmt.Fprintf(&b, "too few runs to conclude: %s is %.2f ± %.2f× as fast as %s (%s)", c.B, sp, ci, c.A, c.pText())
+		suffix = c.needText()
 	}
 	if c.EnergyRatio.Known() {
 		er := float64(c.EnergyRatio)
@@ -103,6 +167,10 @@ func (c Comparison) words() string {
 			fmt.Fprintf(&b, " and uses %.2f× the energy", er)
 		}
 	}
+	if c.Significant {
+		fmt.Fprintf(&b, " (Welch's t-test on wall time: %s)", c.pText())
+	}
+	b.WriteString(suffix)
 	return b.String()
 }
 

@@ -80,3 +80,127 @@ func RatioCI95(a, b []float64) (ratio, half float64) {
 	}
 	return ratio, tCrit95(int(df)) * ratio * math.Sqrt(rel)
 }
+
+// Welch is the result of Welch's unequal-variance t-test on two samples.
+type Welch struct {
+	// T is the t statistic of mean(b) − mean(a).
+	T float64
+	// DF is the Welch–Satterthwaite degrees of freedom.
+	DF float64
+	// P is the two-sided p-value: the chance of a difference at least this
+	// large if both samples came from populations with equal means.
+	P float64
+}
+
+// WelchTest runs Welch's t-test on a and b. It fits the small samples a
+// benchmark has (it does not assume equal spreads). With fewer than two
+// values on a side, or no spread at all, P is NaN.
+func WelchTest(a, b []float64) Welch {
+	ma, sa := MeanStd(a)
+	mb, sb := MeanStd(b)
+	if len(a) < 2 || len(b) < 2 {
+		return Welch{T: math.NaN(), DF: math.NaN(), P: math.NaN()}
+	}
+	va, vb := sa*sa/float64(len(a)), sb*sb/float64(len(b))
+	se := math.Sqrt(va + vb)
+	if se == 0 {
+		if ma == mb {
+			return Welch{T: 0, DF: math.NaN(), P: 1}
+		}
+		return Welch{T: math.Inf(sign(mb - ma)), DF: math.NaN(), P: 0}
+	}
+	t := (mb - ma) / se
+	df := (va + vb) * (va + vb) / (va*va/float64(len(a)-1) + vb*vb/float64(len(b)-1))
+	return Welch{T: t, DF: df, P: studentTwoSided(t, df)}
+}
+
+func sign(x float64) int {
+	if x < 0 {
+		return -1
+	}
+	return 1
+}
+
+// studentTwoSided returns P(|T| ≥ |t|) for Student's t with df degrees of
+// freedom: I_{df/(df+t²)}(df/2, 1/2).
+func studentTwoSided(t, df float64) float64 {
+	if math.IsNaN(t) || math.IsNaN(df) || df <= 0 {
+		return math.NaN()
+	}
+	return regIncBeta(df/2, 0.5, df/(df+t*t))
+}
+
+// regIncBeta is the regularised incomplete beta function I_x(a, b),
+// evaluated by its continued fraction (Lentz's method).
+func regIncBeta(a, b, x float64) float64 {
+	switch {
+	case x <= 0:
+		return 0
+	case x >= 1:
+		return 1
+	}
+	la, _ := math.Lgamma(a)
+	lb, _ := math.Lgamma(b)
+	lab, _ := math.Lgamma(a + b)
+	front := math.Exp(lab - la - lb + a*math.Log(x) + b*math.Log(1-x))
+	if x > (a+1)/(a+b+2) {
+		return 1 - front*betaCF(b, a, 1-x)/b
+	}
+	return front * betaCF(a, b, x) / a
+}
+
+func betaCF(a, b, x float64) float64 {
+	const tiny, eps = 1e-300, 1e-14
+	c, d := 1.0, 1-(a+b)*x/(a+1)
+	if math.Abs(d) < tiny {
+		d = tiny
+	}
+	d = 1 / d
+	h := d
+	for m := 1; m <= 300; m++ {
+		fm := float64(m)
+		for _, num := range [2]float64{
+			fm * (b - fm) * x / ((a + 2*fm - 1) * (a + 2*fm)),
+			-(a + fm) * (a + b + fm) * x / ((a + 2*fm) * (a + 2*fm + 1)),
+		} {
+			d = 1 + num*d
+			if math.Abs(d) < tiny {
+				d = tiny
+			}
+			c = 1 + num/c
+			if math.Abs(c) < tiny {
+				c = tiny
+			}
+			d = 1 / d
+			h *= d * c
+		}
+		if math.Abs(d*c-1) < eps {
+			break
+		}
+	}
+	return h
+}
+
+// RunsNeeded estimates how many runs per side would show the observed
+// difference between a and b at 95% confidence with 80% power, at the
+// observed spread. It returns 0 when there is no difference or no spread
+// to work from.
+func RunsNeeded(a, b []float64) int {
+	ma, sa := MeanStd(a)
+	mb, sb := MeanStd(b)
+	d := math.Abs(mb - ma)
+	v := sa*sa + sb*sb
+	if d == 0 || math.IsNaN(d) || v == 0 || math.IsNaN(v) {
+		return 0
+	}
+	const zPower = 0.8416 // one-sided 80% power
+	for n := 2; n <= 10000; n++ {
+		fn := float64(n)
+		va, vb := sa*sa/fn, sb*sb/fn
+		df := (va + vb) * (va + vb) / (va*va/(fn-1) + vb*vb/(fn-1))
+		if d/math.Sqrt(v/fn) >= tCrit95(int(df))+zPower {
+			return n
+		}
+	}
+	return 10000
+}

@@ -38,3 +38,39 @@ func TestRatioCI(t *testing.T) {
 		t.Fatalf("ratio %v ± %v", r, half)
 	}
 }
+
+func TestWelchPValue(t *testing.T) {
+	// Reference values of the two-sided Student t tail.
+	for _, tc := range []struct{ t, df, p float64 }{
+		{2, 10, 0.07339},
+		{7.7, 1, 1 - 2/math.Pi*math.Atan(7.7)}, // df = 1 is the Cauchy law
+		{0, 5, 1},
+		{3.182, 3, 0.05},
+		{1.96, 1e6, 0.05},
+	} {
+		if got := studentTwoSided(tc.t, tc.df); math.Abs(got-tc.p) > 2e-4 {
+			t.Errorf("t=%v df=%v: p %v, want %v", tc.t, tc.df, got, tc.p)
+		}
+	}
+	w := WelchTest([]float64{1, 2, 3, 4}, []float64{2, 4, 6, 8, 10})
+	// mean 2.5 (var 1.667/4) against 6 (var 10/5): t = 3.5/sqrt(0.4167+2) = 2.2514,
+	// df = 2.4167² / (0.4167²/3 + 2²/4) = 5.5208; p = 0.0691 (numerical integration of the t density).
+	if math.Abs(w.T-2.2514) > 1e-3 || math.Abs(w.DF-5.5208) > 1e-3 || math.Abs(w.P-0.0691) > 1e-3 {
+		t.Fatalf("%+v", w)
+	}
+	if w := WelchTest([]float64{1}, []float64{2, 3}); !math.IsNaN(w.P) {
+		t.Fatalf("one run: %+v", w)
+	}
+}
+
+func TestRunsNeeded(t *testing.T) {
+	a, b := []float64{0.424, 0.517}, []float64{0.105, 0.113}
+	n := RunsNeeded(a, b)
+	if n < 3 || n > 5 {
+		t.Fatalf("runs needed %d", n)
+	}
+	// With that many runs at the same spread, the test concludes.
+	if RunsNeeded([]float64{1, 1}, []float64{1, 1}) != 0 {
+		t.Fatal("no difference needs no runs")
+	}
+}

@@ -212,8 +212,10 @@ func TestBenchReportExports(t *testing.T) {
 		}
 	}
 	mdb, _ := os.ReadFile(md)
-	if !strings.Contains(string(mdb), "| A: `"+script+"`") || !strings.Contains(string(mdb), "slower than A") &&
-		!strings.Contains(string(mdb), "faster than A") {
+	// The verdict's wording is pinned in package bench on synthetic runs;
+	// here only that the report carries one (how fast sleep runs on this
+	// machine must not decide the test).
+	if !strings.Contains(string(mdb), "| A: `"+script+"`") || !regexp.MustCompile(`(faster|slower) than A|as fast as A`).Match(mdb) {
 		t.Fatalf("markdown:\n%s", mdb)
 	}
 	csvb, _ := os.ReadFile(csv)
