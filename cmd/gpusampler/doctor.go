@@ -26,6 +26,7 @@ func cmdDoctor(args []string, stdout, stderr io.Writer) error {
 	if *calls < 1 || *calls > 100000 {
 		return usagef("--latency-calls %d: must be between 1 and 100000", *calls)
 	}
+	bf.noFallback = true
 	src, err := bf.open(stderr, slog.New(slog.DiscardHandler))
 	if err != nil {
 		return err

@@ -80,7 +80,7 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	case "subscribe":
 		err = cmdSubscribe(ctx, rest, stdout, stderr)
 	case "version", "--version", "-version":
-		fmt.Fprintf(stdout, "gpusampler %s\n", version)
+		err = cmdVersion(stdout)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, topUsage)
 	default:

@@ -115,3 +115,41 @@ func TestBackendNVMLWithoutDriver(t *testing.T) {
 		t.Fatalf("want one line saying the library was not found and how to fix it, got %q", stderr)
 	}
 }
+
+// doctor reports on the real driver: without one it fails and says why,
+// rather than printing a report on simulated GPUs.
+func TestDoctorWithoutDriverFails(t *testing.T) {
+	if !cgocall.Available {
+		t.Skip("needs cgo")
+	}
+	dir := t.TempDir()
+	lib := dir + "/libnvidia-ml.so.1"
+	t.Setenv("GPUSAMPLER_NVML_LIBRARY", lib)
+	code, out, stderr := runCLI(t, "doctor")
+	if code != 1 || out != "" || !strings.Contains(stderr, lib) || !strings.Contains(stderr, "No such file") {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, stderr)
+	}
+	// An explicit library that fails is an error under --backend auto too:
+	// never a silent switch to the simulator.
+	code, _, stderr = runCLI(t, "run", "--duration", "1s")
+	if code == 0 || !strings.Contains(stderr, "GPUSAMPLER_NVML_LIBRARY="+lib) || strings.Contains(stderr, "SIMULATED") {
+		t.Fatalf("run: exit %d, stderr %q", code, stderr)
+	}
+	code, _, _ = runCLI(t, "doctor", "--backend", "sim", "--latency-calls", "5")
+	if code != 0 {
+		t.Fatalf("doctor --backend sim: exit %d", code)
+	}
+}
+
+func TestVersionSaysWhatWasBuilt(t *testing.T) {
+	t.Setenv("GPUSAMPLER_NVML_LIBRARY", t.TempDir()+"/libnvidia-ml.so.1")
+	code, out, _ := runCLI(t, "version")
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	for _, want := range []string{"gpusampler " + version + "\n", "commit  ", "go      go1.", "driver  not loaded"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("version lacks %q:\n%s", want, out)
+		}
+	}
+}

@@ -84,6 +84,10 @@ type backendFlags struct {
 	// simOptions, when set, adjusts the simulator's options before it
 	// opens (bench: --sim-elapsed).
 	simOptions func(*sim.Options)
+	// noFallback makes auto fail when NVML does not open instead of
+	// falling back to the simulator (doctor: a report on made-up GPUs is
+	// no diagnosis of this machine).
+	noFallback bool
 }
 
 func (b *backendFlags) register(fs *flag.FlagSet) {
@@ -141,6 +145,14 @@ func (b *backendFlags) open(stderr io.Writer, log *slog.Logger) (sampler.Source,
 	if err == nil {
 		return src, nil
 	}
+	if lib := os.Getenv("GPUSAMPLER_NVML_LIBRARY"); lib != "" {
+		// A library the user named is never swapped for the simulator
+		// behind their back.
+		return nil, fmt.Errorf("GPUSAMPLER_NVML_LIBRARY=%s: %w", lib, err)
+	}
+	if b.noFallback {
+		return nil, fmt.Errorf("%w (no report: doctor checks the real driver; --backend sim reports on simulated GPUs)", err)
+	}
 	fmt.Fprintf(stderr, "gpusampler: NVML unavailable (%v); using %d SIMULATED GPUs, profile %q — every record is marked simulated\n",
 		err, b.gpus, b.profile)
 	return openSim()
@@ -162,7 +174,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, out, stderr io.
 	fs.Var(&duration, "duration", "stop after this long (default: until SIGINT/SIGTERM)")
 	fs.Var(&drain, "drain-interval", "sample-buffer drain interval (default 1s; shortened automatically)")
 	fs.Var(&field, "field-interval", "fast-field read interval (default 200ms = 5 Hz)")
-	format := fs.String("format", "influx", "stdout format without --config: "+strings.Join(stdout.Formats, ", "))
+	format := fs.String("format", "influx", "stdout format without --config: "+strings.Join(stdout.Formats, ", ")+" (default: table on a terminal, influx when piped)")
 	host := fs.String("host", "", "host name in records (default: [agent] hostname, else the machine's hostname)")
 	logLevel := fs.String("log-level", "warn", "log level: debug, info, warn, error")
 	cfgPath := fs.String("config", "", "config file (see gpusampler config); SIGHUP reloads it")
@@ -205,6 +217,10 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, out, stderr io.
 			bf.seed = s.Seed
 		}
 	} else {
+		if !set["format"] && !set["execd"] && isTerminal(out) {
+			// A person watching: the live table, not a flood of line protocol.
+			*format = "table"
+		}
 		if !slices.Contains(stdout.Formats, *format) {
 			return usagef("unknown format %q (want one of: %s)", *format, strings.Join(stdout.Formats, ", "))
 		}

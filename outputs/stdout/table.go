@@ -29,9 +29,18 @@ type tableEncoder struct {
 	devs     map[int]sampler.Device
 	printed  int
 	interval int64
-	// since drops windows that ended before the output started (the
-	// buffers' history at the first drain), like dmon starting from now.
+	// since drops windows that started before the output did: the
+	// buffers' history at the first drain, and the first, partly observed
+	// window (it would print as a half-empty row), like dmon starting from
+	// now.
 	since int64
+	// printed is each device's newest printed window: a summary arriving
+	// for it later (a late buffered metric) cannot be added to a row on
+	// screen, and must not print a second, half-empty row for that time.
+	printedTo map[uint16]int64
+	// simulated is set once a simulated device is seen: the header then
+	// says so, so that nobody takes made-up numbers for a GPU's.
+	simulated bool
 	// held is each device's last summary of slow-query metrics, shown
 	// again in windows where the 1 s query took no sample.
 	held map[uint16]map[sampler.MetricID]sampler.Summary
@@ -49,6 +58,9 @@ type row struct {
 // tableHeaderEvery repeats the header like dmon does.
 const tableHeaderEvery = 25
 
+// tableSimulated precedes the header when the GPUs are simulated.
+const tableSimulated = "# SIMULATED GPUs (no NVIDIA driver): made-up numbers, not measurements\n"
+
 // Column layout; the throttle column takes what is left of 80.
 const tableRowFormat = "%-8s %3s %9s %7s %7s %4s %4s %5s %5s %6s "
 
@@ -60,16 +72,20 @@ func newTableEncoder(loc *time.Location, color bool) *tableEncoder {
 		loc = time.Local
 	}
 	return &tableEncoder{loc: loc, color: color, rows: map[rowKey]*row{}, newest: map[uint16]int64{},
-		devs: map[int]sampler.Device{}, since: time.Now().UnixNano(), held: map[uint16]map[sampler.MetricID]sampler.Summary{}}
+		devs: map[int]sampler.Device{}, since: time.Now().UnixNano(), printedTo: map[uint16]int64{}, held: map[uint16]map[sampler.MetricID]sampler.Summary{}}
 }
 
 func (e *tableEncoder) Encode(b *sampler.Batch) {
 	for _, d := range b.Devices {
 		e.devs[d.Index] = d
+		e.simulated = e.simulated || d.Simulated
 	}
 	for _, s := range b.Summaries {
 		e.interval = s.IntervalNS
-		if s.StartNS+s.IntervalNS <= e.since {
+		if s.StartNS < e.since {
+			continue
+		}
+		if p, ok := e.printedTo[s.Device]; ok && s.StartNS <= p {
 			continue
 		}
 		k := rowKey{s.StartNS, s.Device}
@@ -104,9 +120,13 @@ func (e *tableEncoder) print(all bool) {
 	slices.SortFunc(ready, func(a, b rowKey) int { return cmp.Or(cmp.Compare(a.start, b.start), cmp.Compare(a.dev, b.dev)) })
 	for _, k := range ready {
 		if e.printed%tableHeaderEvery == 0 {
+			if e.simulated {
+				e.buf = append(e.buf, tableSimulated...)
+			}
 			e.buf = append(e.buf, tableHeader...)
 		}
 		e.printed++
+		e.printedTo[k.dev] = max(e.printedTo[k.dev], k.start)
 		e.hold(k.dev, e.rows[k])
 		e.buf = e.appendRow(e.buf, k, e.rows[k])
 		delete(e.rows, k)

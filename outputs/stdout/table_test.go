@@ -85,3 +85,44 @@ func TestTableGolden(t *testing.T) {
 		t.Errorf("table differs from %s (go test -update-table to accept):\n%s", golden, got)
 	}
 }
+
+// A summary that arrives for a window already on screen (a late buffered
+// metric) must not print a second, half-empty row for that time; simulated
+// GPUs are marked above the header.
+func TestTableLateSummaryAndSimulatedMarker(t *testing.T) {
+	var buf bytes.Buffer
+	out, err := stdout.New(&buf, stdout.Options{Format: "table", Location: time.UTC})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := time.Date(2100, 1, 2, 3, 4, 5, 0, time.UTC).UnixNano()
+	sum := func(w int, id sampler.MetricID) sampler.Summary {
+		return sampler.Summary{StartNS: base + int64(w)*1e9, IntervalNS: 1e9, Mean: 1, Min: 1, Max: 1, Last: 1, Count: 1, Metric: id}
+	}
+	ctx := context.Background()
+	devs := []sampler.Device{{Index: 0, UUID: "GPU-a", Simulated: true}}
+	var sums []sampler.Summary
+	for w := range 3 {
+		sums = append(sums, sum(w, sampler.MetricPowerDraw), sum(w, sampler.MetricUtilGPU))
+	}
+	if err := out.Write(ctx, &sampler.Batch{Devices: devs, Summaries: sums}); err != nil {
+		t.Fatal(err)
+	}
+	// Window 0 is printed by now; a late metric for it arrives.
+	if err := out.Write(ctx, &sampler.Batch{Summaries: []sampler.Summary{sum(0, sampler.MetricClockSM), sum(3, sampler.MetricPowerDraw)}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := out.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got := buf.String()
+	if !strings.HasPrefix(got, "# SIMULATED GPUs") {
+		t.Fatalf("no simulated marker:\n%s", got)
+	}
+	if n := strings.Count(got, "03:04:05 "); n != 1 {
+		t.Fatalf("window 0 printed %d times:\n%s", n, got)
+	}
+	if n := strings.Count(got, "\n03:04:0"); n != 4 {
+		t.Fatalf("want 4 rows, one per window:\n%s", got)
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -160,6 +162,27 @@ func TestOpenLibraryMissing(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "install the NVIDIA driver") || strings.Count(err.Error(), "\n") != 0 {
 		t.Errorf("error is not one line saying how to fix it: %q", err)
+	}
+}
+
+// An explicit library that exists but does not load (corrupt, wrong
+// architecture) is reported with the loader's own reason, not "not found".
+func TestOpenLibraryCorrupt(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "libnvidia-ml.so.1")
+	if err := os.WriteFile(path, []byte("this is not an ELF shared object, but it is long enough to be read as a header"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Open(Options{LibraryPath: path})
+	if !errors.Is(err, sampler.ErrLibraryNotFound) {
+		t.Fatalf("err = %v", err)
+	}
+	if msg := err.Error(); !strings.Contains(msg, path) || !strings.Contains(msg, "loader: ") ||
+		!strings.Contains(strings.ToLower(msg), "elf") {
+		t.Fatalf("want the path and the loader's reason (invalid ELF header), got %q", msg)
+	}
+	_, err = Open(Options{LibraryPath: path + ".missing"})
+	if msg := err.Error(); !strings.Contains(msg, "No such file") {
+		t.Fatalf("want the loader's reason for a missing file, got %q", msg)
 	}
 }
 

@@ -68,8 +68,12 @@ func open(lib nvml.Interface, path string, opts Options) (*Source, error) {
 	switch ret := lib.Init(); ret {
 	case nvml.SUCCESS:
 	case nvml.ERROR_LIBRARY_NOT_FOUND:
-		return nil, fmt.Errorf("nvml: cannot load %s: %w: install the NVIDIA driver, run on a host with an NVIDIA GPU, or set the NVML library path to libnvidia-ml.so.1",
-			path, sampler.ErrLibraryNotFound)
+		why := ""
+		if msg := loaderMessage(path); msg != "" {
+			why = " (loader: " + msg + ")"
+		}
+		return nil, fmt.Errorf("nvml: cannot load %s%s: %w: install the NVIDIA driver, run on a host with an NVIDIA GPU, or set the NVML library path to libnvidia-ml.so.1",
+			path, why, sampler.ErrLibraryNotFound)
 	case nvml.ERROR_DRIVER_NOT_LOADED, nvml.ERROR_LIB_RM_VERSION_MISMATCH:
 		return nil, fmt.Errorf("nvml: init %s: %w: %s; load the nvidia kernel module (or reboot after a driver upgrade)",
 			path, sampler.ErrDriverNotLoaded, returnText(ret))

@@ -1,0 +1,63 @@
+//go:build linux
+
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// openPTY returns a pseudo-terminal's controlling side and its terminal
+// side (what a program sees as its terminal).
+func openPTY(t *testing.T) (ctl, term *os.File) {
+	t.Helper()
+	ctl, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY, 0)
+	if err != nil {
+		t.Skipf("no pseudo-terminals here: %v", err)
+	}
+	if err := unix.IoctlSetPointerInt(int(ctl.Fd()), unix.TIOCSPTLCK, 0); err != nil {
+		t.Fatal(err)
+	}
+	n, err := unix.IoctlGetInt(int(ctl.Fd()), unix.TIOCGPTN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	term, err = os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|unix.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ctl.Close(); term.Close() })
+	return ctl, term
+}
+
+// On a terminal, `run` without --format shows the live table, marked
+// simulated; piped, it writes line protocol.
+func TestRunShowsTableOnTerminal(t *testing.T) {
+	t.Setenv("TERM", "xterm")
+	ctl, term := openPTY(t)
+	got := make(chan string, 1)
+	go func() {
+		b, _ := io.ReadAll(ctl) // ends with EIO once the terminal side closes
+		got <- string(b)
+	}()
+	var errb bytes.Buffer
+	code := Main(t.Context(), []string{"run", "--backend", "sim", "--gpus", "1", "--duration", "3500ms"}, nil, term, &errb)
+	term.Close()
+	out := <-got
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	if !strings.Contains(out, "# SIMULATED GPUs") || !strings.Contains(out, "#time    gpu  pwrW/max") || strings.Contains(out, "nvidia_smi,") {
+		t.Fatalf("want the table with the simulated marker, got:\n%s", out)
+	}
+	code, piped, _ := runCLI(t, "run", "--backend", "sim", "--gpus", "1", "--duration", "1s")
+	if code != 0 || !strings.Contains(piped, "nvidia_smi,") {
+		t.Fatalf("piped: exit %d, want line protocol:\n%.300s", code, piped)
+	}
+}
