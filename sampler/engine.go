@@ -87,6 +87,11 @@ type Config struct {
 	Logger *slog.Logger
 	// Catalog defaults to DefaultCatalog.
 	Catalog *Catalog
+	// Clock schedules the device loops, the watchdog and lost-device
+	// probes, and is the wall time driver timestamps are classified
+	// against; nil means SystemClock. Output pumps flush on the system
+	// clock.
+	Clock Clock
 }
 
 func (c *Config) withDefaults() (Config, error) {
@@ -126,6 +131,9 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if out.Catalog == nil {
 		out.Catalog = DefaultCatalog
+	}
+	if out.Clock == nil {
+		out.Clock = SystemClock()
 	}
 	switch {
 	case out.DrainInterval < 0:
@@ -397,6 +405,7 @@ func (e *Engine) Run(ctx context.Context) error {
 			e.watchdog(ctx)
 		}()
 	}
+	<-ctx.Done() // the device loops end only with ctx
 	abandoned := e.waitLoops()
 	auxWG.Wait()
 	if f, ok := e.cfg.Observer.(interface{ Flush() }); ok {
@@ -431,12 +440,15 @@ func (e *Engine) Run(ctx context.Context) error {
 // call the watchdog flagged as hung: those are abandoned (counted), so one
 // hung GPU cannot keep the process from shutting down.
 func (e *Engine) waitLoops() (abandoned int) {
+	tick := e.cfg.Clock.NewTimer(50 * time.Millisecond)
+	defer tick.Stop()
 	for _, l := range e.loops {
 		for waiting := true; waiting; {
 			select {
 			case <-l.done:
 				waiting = false
-			case now := <-time.After(50 * time.Millisecond):
+			case now := <-tick.C():
+				tick.Reset(50 * time.Millisecond)
 				// The watchdog has stopped with ctx: a call that began
 				// hanging near shutdown (the final drain) is flagged here.
 				if e.cfg.CallTimeout > 0 {
@@ -458,13 +470,14 @@ func (e *Engine) waitLoops() (abandoned int) {
 // device.
 func (e *Engine) watchdog(ctx context.Context) {
 	every := max(e.cfg.CallTimeout/4, 5*time.Millisecond)
-	t := time.NewTicker(every)
+	t := e.cfg.Clock.NewTimer(every)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case now := <-t.C:
+		case now := <-t.C():
+			t.Reset(every)
 			for _, l := range e.loops {
 				l.watch(now, e.cfg.CallTimeout)
 			}
@@ -492,10 +505,8 @@ func (e *Engine) watchEvents(ctx context.Context, l *deviceLoop, w EventWatcher)
 			return
 		}
 		e.log.Warn("driver event watch failed; retrying", "device", idx, "err", err, "in", backoff)
-		select {
-		case <-ctx.Done():
+		if !sleep(e.cfg.Clock, backoff, ctx.Done()) {
 			return
-		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, maxLostBackoff*e.cfg.LostRetryInterval)
 	}

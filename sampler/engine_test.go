@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpusampler/gpusampler/internal/clocktest"
 	"github.com/gpusampler/gpusampler/sampler"
 	"github.com/gpusampler/gpusampler/sampler/sim"
 )
@@ -71,6 +72,7 @@ type fakeDevice struct {
 	fields    map[sampler.MetricID]float64
 	fieldErr  map[sampler.MetricID]error
 	bootShift time.Duration // subtract from Unix time: a boot-time clock
+	now       func() time.Time
 
 	mu        sync.Mutex
 	readCalls map[sampler.MetricID]int
@@ -78,7 +80,7 @@ type fakeDevice struct {
 }
 
 func newFakeDevice(index int) *fakeDevice {
-	return &fakeDevice{index: index, start: time.Now().Add(-time.Minute), depth: 100,
+	return &fakeDevice{index: index, start: time.Now().Add(-time.Minute), depth: 100, now: time.Now,
 		period:    map[sampler.BufferType]time.Duration{sampler.BufferTotalPower: 10 * time.Millisecond, sampler.BufferGPUUtil: 50 * time.Millisecond},
 		idle:      map[sampler.BufferType]bool{},
 		fields:    map[sampler.MetricID]float64{sampler.MetricPowerInstant: 500, sampler.MetricEnergy: 1e6},
@@ -103,7 +105,7 @@ func (d *fakeDevice) Drain(t sampler.BufferType, cursor uint64, dst []sampler.Ra
 	if d.idle[t] {
 		return dst, sampler.ErrNothingNew
 	}
-	newest := int64(time.Since(d.start) / p)
+	newest := int64(d.now().Sub(d.start) / p)
 	n0 := len(dst)
 	// newest first, like some drivers: the engine must sort
 	for k := newest; k > newest-int64(d.depth) && k >= 0; k-- {
@@ -141,6 +143,14 @@ func (d *fakeDevice) Read(ids []sampler.MetricID, out []sampler.Reading) error {
 		}
 	}
 	return nil
+}
+
+// onClock makes the device's buffers follow clk, history starting a
+// minute before clk's time.
+func (d *fakeDevice) onClock(clk *clocktest.Clock) *fakeDevice {
+	d.now = clk.Now
+	d.start = clk.Now().Add(-time.Minute)
+	return d
 }
 
 func (d *fakeDevice) CallStats() sampler.CallStats { return sampler.CallStats{Calls: d.calls.Load()} }
@@ -183,15 +193,44 @@ func runUntil(t *testing.T, e *sampler.Engine, cond func() bool) {
 	}
 }
 
+// runStepped runs the engine on a manual clock: each step waits until
+// parked goroutines hold at least armed timers (every device loop, plus the
+// watchdog unless CallTimeout < 0), then moves the clock to the earliest
+// deadline. It stops the engine once cond holds, or fails after maxSteps.
+func runStepped(t *testing.T, e *sampler.Engine, clk *clocktest.Clock, armed, maxSteps int, cond func() bool) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	steps := 0
+	for ; steps < maxSteps; steps++ {
+		clk.BlockUntil(armed)
+		if cond() {
+			break
+		}
+		clk.Step(armed)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if steps == maxSteps {
+		t.Fatalf("condition not reached within %d clock steps", maxSteps)
+	}
+}
+
+var clockStart = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
 func onlyPowerBuffer(m *sampler.Metric) bool {
 	return m.ID == sampler.MetricPowerDraw
 }
 
 // Every driver sample is delivered exactly once across many drains.
 func TestEngineExactlyOnceDrain(t *testing.T) {
-	dev := newFakeDevice(0)
+	clk := clocktest.New(clockStart)
+	dev := newFakeDevice(0).onClock(clk)
 	e, err := sampler.New(&fakeSource{devs: []*fakeDevice{dev}}, sampler.Config{
-		DrainInterval: 30 * time.Millisecond, Select: onlyPowerBuffer})
+		DrainInterval: 30 * time.Millisecond, Select: onlyPowerBuffer, Clock: clk, CallTimeout: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +238,7 @@ func TestEngineExactlyOnceDrain(t *testing.T) {
 	if err := e.AddOutput("c", out, sampler.PumpOptions{FlushInterval: 5 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
-	runUntil(t, e, func() bool { return e.Stats().Devices[0].Drains >= 20 })
+	runStepped(t, e, clk, 1, 1000, func() bool { return e.Stats().Devices[0].Drains >= 20 })
 	got := out.snapshot()
 	if len(got) < 100 {
 		t.Fatalf("only %d samples", len(got))
@@ -292,16 +331,17 @@ func TestEngineSuspectedLoss(t *testing.T) {
 // The drain interval is set to at most half the buffer's measured span
 // before any loss happens.
 func TestEngineDrainIntervalHalfSpan(t *testing.T) {
-	dev := newFakeDevice(0)
+	clk := clocktest.New(clockStart)
+	dev := newFakeDevice(0).onClock(clk)
 	dev.depth = 10 // 10 × 10 ms = 100 ms span
 	e, err := sampler.New(&fakeSource{devs: []*fakeDevice{dev}}, sampler.Config{
-		DrainInterval: time.Second, Select: onlyPowerBuffer})
+		DrainInterval: time.Second, Select: onlyPowerBuffer, Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}
 	out := &collector{}
 	e.AddOutput("c", out, sampler.PumpOptions{FlushInterval: 5 * time.Millisecond})
-	runUntil(t, e, func() bool { return e.Stats().Devices[0].Drains >= 10 })
+	runStepped(t, e, clk, 2, 1000, func() bool { return e.Stats().Devices[0].Drains >= 10 })
 	st := e.Stats().Devices[0]
 	if st.MinDrainInterval != 50*time.Millisecond {
 		t.Fatalf("drain interval %v, want half the 100ms span", st.MinDrainInterval)
@@ -553,8 +593,10 @@ func (s gpmSource) Close() error { return nil }
 // GPM metrics are read together, once per GPMInterval: the first snapshot
 // yields nothing, unsupported metrics are dropped, the rest flow.
 func TestEngineGPMReadAtItsInterval(t *testing.T) {
-	dev := &gpmDevice{fakeDevice: newFakeDevice(0)}
+	clk := clocktest.New(clockStart)
+	dev := &gpmDevice{fakeDevice: newFakeDevice(0).onClock(clk)}
 	e, err := sampler.New(gpmSource{dev}, sampler.Config{FieldInterval: 5 * time.Millisecond, GPMInterval: 100 * time.Millisecond,
+		Clock: clk, CallTimeout: -1,
 		Select: func(m *sampler.Metric) bool {
 			return m.Src.Kind == sampler.FromGPM || m.ID == sampler.MetricPowerInstant
 		}})
@@ -574,7 +616,7 @@ func TestEngineGPMReadAtItsInterval(t *testing.T) {
 		}
 		return n
 	}
-	runUntil(t, e, func() bool { return count() >= 2 })
+	runStepped(t, e, clk, 1, 10000, func() bool { return count() >= 2 })
 	fields, gpm := dev.reads(sampler.MetricPowerInstant), int(dev.gpmReads.Load())
 	if gpm < 3 || fields < 4*gpm {
 		t.Errorf("%d GPM reads beside %d field reads: GPM should run at its own, slower interval", gpm, fields)

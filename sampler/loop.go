@@ -116,7 +116,7 @@ type deviceLoop struct {
 }
 
 func newDeviceLoop(e *Engine, src DeviceSource, id Device) *deviceLoop {
-	l := &deviceLoop{e: e, src: src, index: uint16(id.Index), ring: NewRing(e.cfg.RingSize), tb: NewTimebase(),
+	l := &deviceLoop{e: e, src: src, index: uint16(id.Index), ring: NewRing(e.cfg.RingSize), tb: newTimebase(e.cfg.Clock),
 		done: make(chan struct{})}
 	l.identity.Store(&id)
 	cat := e.cfg.Catalog
@@ -166,7 +166,8 @@ func newDeviceLoop(e *Engine, src DeviceSource, id Device) *deviceLoop {
 
 func (l *deviceLoop) run(ctx context.Context) {
 	defer close(l.done)
-	now := time.Now()
+	clk := l.e.cfg.Clock
+	now := clk.Now()
 	capa, _ := l.src.(BufferCapacitor)
 	for _, b := range l.buffers {
 		b.next = now
@@ -178,20 +179,20 @@ func (l *deviceLoop) run(ctx context.Context) {
 	}
 	nextField, nextSlow, nextRare, nextGPM, nextProc := now, now, now, now, now
 	fieldEvery, slowEvery, rareEvery, gpmEvery := l.e.cfg.FieldInterval, l.e.cfg.SlowInterval, l.e.cfg.RareInterval, l.e.cfg.GPMInterval
-	timer := time.NewTimer(0)
+	timer := clk.NewTimer(0)
 	defer timer.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			// Final drain: deliver what the buffers took since the last one.
 			if !l.lost {
-				l.drainDue(time.Now(), true)
+				l.drainDue(clk.Now(), true)
 				l.flush()
 			}
 			return
-		case <-timer.C:
+		case <-timer.C():
 		}
-		now = time.Now()
+		now = clk.Now()
 		if l.lost {
 			l.retryLost(now)
 			if l.lost {
@@ -250,7 +251,7 @@ func (l *deviceLoop) run(ctx context.Context) {
 				next = b.next
 			}
 		}
-		timer.Reset(time.Until(next))
+		timer.Reset(next.Sub(clk.Now()))
 	}
 }
 
@@ -513,7 +514,7 @@ var (
 // enter marks a driver call in flight for the watchdog.
 func (l *deviceLoop) enter(op *string) {
 	l.callOp.Store(op)
-	l.callStart.Store(time.Now().UnixNano())
+	l.callStart.Store(l.e.cfg.Clock.Now().UnixNano())
 }
 
 // exit marks the call done; if the watchdog had flagged it, the device
@@ -535,7 +536,7 @@ func (l *deviceLoop) exit() {
 		l.state.Store(uint32(DeviceOK))
 	}
 	id := l.identity.Load()
-	now := time.Now().UnixNano()
+	now := l.e.cfg.Clock.Now().UnixNano()
 	l.e.log.Warn("driver call returned after the watchdog flagged it", "device", l.index, "uuid", id.UUID)
 	l.e.Emit(Event{Kind: EventDeviceRecovery, Device: int(l.index), StartNS: now, EndNS: now,
 		Message: "overdue driver call returned", Attrs: []Attr{{"uuid", id.UUID}, {"from", "hung"}}})

@@ -54,8 +54,12 @@ type Timebase struct {
 }
 
 // NewTimebase returns an unclassified timebase on the system clocks.
-func NewTimebase() *Timebase {
-	return &Timebase{realtime: time.Now, boottime: bootTime}
+func NewTimebase() *Timebase { return newTimebase(SystemClock()) }
+
+// newTimebase returns an unclassified timebase that reads wall time from
+// clk.
+func newTimebase(clk Clock) *Timebase {
+	return &Timebase{realtime: clk.Now, boottime: bootTime}
 }
 
 // Observe classifies (or re-checks) the clock from the newest raw timestamp

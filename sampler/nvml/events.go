@@ -108,7 +108,7 @@ func (d *device) WatchEvents(ctx context.Context, emit func(sampler.Event)) erro
 
 // toEvent maps one NVML event to a sampler event.
 func (d *device) toEvent(data nvml.EventData) (sampler.Event, bool) {
-	t := now().UnixNano()
+	t := d.src.opts.Now().UnixNano()
 	ev := sampler.Event{Device: d.index, StartNS: t, EndNS: t}
 	switch data.EventType {
 	case nvml.EventTypeXidCriticalError:

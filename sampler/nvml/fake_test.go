@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpusampler/gpusampler/internal/clocktest"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
@@ -80,7 +81,8 @@ func runScenario(t *testing.T, scenario string, old bool, env ...string) {
 }
 
 func TestFakeDriverExactlyOnce(t *testing.T) {
-	runScenario(t, "exactly-once", false, "FAKENVML_PERIOD_US=5000", "FAKENVML_DEPTH=100", "FAKENVML_DEVICES=2")
+	runScenario(t, "exactly-once", false, "FAKENVML_PERIOD_US=5000", "FAKENVML_DEPTH=100", "FAKENVML_DEVICES=2",
+		"FAKENVML_TIME_FILE="+filepath.Join(t.TempDir(), "now"))
 }
 
 func TestFakeDriverLossCounted(t *testing.T) {
@@ -154,14 +156,20 @@ func TestFakeDriverChild(t *testing.T) {
 	}
 	calls := filepath.Join(t.TempDir(), "calls")
 	os.Setenv("FAKENVML_CALLS_FILE", calls)
-	s, err := Open(Options{LibraryPath: lib})
+	opts := Options{LibraryPath: lib}
+	var clk *clocktest.Clock
+	if os.Getenv("FAKENVML_TIME_FILE") != "" {
+		clk = manualClock(t)
+		opts.Now = clk.Now
+	}
+	s, err := Open(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	src := s.(*Source)
 	switch scenario {
 	case "exactly-once":
-		childExactlyOnce(t, src, calls)
+		childExactlyOnce(t, src, clk, calls)
 	case "loss":
 		childLoss(t, src)
 	case "boottime":
@@ -263,7 +271,60 @@ func runEngine(t *testing.T, src sampler.Source, cfg sampler.Config, d time.Dura
 	return eng, col
 }
 
-func childExactlyOnce(t *testing.T, src *Source, callsFile string) {
+// runEngineStepped runs the engine on the manual clock clk (which the fake
+// driver follows) until d has passed on it, and returns what it published.
+// Each step waits until armed timers are parked on the clock (every device
+// loop, and the watchdog), then moves the clock to the earliest deadline.
+func runEngineStepped(t *testing.T, src sampler.Source, cfg sampler.Config, clk *clocktest.Clock, armed int, d time.Duration) (*sampler.Engine, *collector) {
+	t.Helper()
+	cfg.Clock = clk
+	eng, err := sampler.New(src, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	col := &collector{}
+	if err := eng.AddOutput("collect", col, sampler.PumpOptions{FlushInterval: 20 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- eng.Run(ctx) }()
+	end := clk.Now().Add(d)
+	for {
+		clk.BlockUntil(armed)
+		if next, _ := clk.Next(); next.After(end) {
+			break
+		}
+		clk.Step(armed)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	return eng, col
+}
+
+// manualClock returns a manual clock at the current time that the fake
+// driver follows through FAKENVML_TIME_FILE (set before the library is
+// initialized).
+func manualClock(t *testing.T) *clocktest.Clock {
+	clk := clocktest.New(time.Now().Truncate(time.Millisecond))
+	path := os.Getenv("FAKENVML_TIME_FILE")
+	write := func(now time.Time) {
+		tmp := path + ".tmp"
+		if err := os.WriteFile(tmp, []byte(fmt.Sprintf("%d\n", now.UnixMicro())), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(clk.Now())
+	clk.OnMove(write)
+	return clk
+}
+
+func childExactlyOnce(t *testing.T, src *Source, clk *clocktest.Clock, callsFile string) {
 	devs, err := src.Devices()
 	if err != nil || len(devs) != 2 {
 		t.Fatalf("devices: %v, %v", len(devs), err)
@@ -273,7 +334,8 @@ func childExactlyOnce(t *testing.T, src *Source, callsFile string) {
 		t.Fatalf("one-call path: handle %v, capacity %d; want a handle and 100", d.raw, d.BufferCapacity(sampler.BufferGPUUtil))
 	}
 	// Direct drains at random intervals (all shorter than half the 500 ms
-	// buffer span), cursor kept as the engine keeps it.
+	// buffer span, on the driver's clock), cursor kept as the engine keeps
+	// it.
 	types := []sampler.BufferType{sampler.BufferTotalPower, sampler.BufferGPUUtil, sampler.BufferSMClock, sampler.BufferMemoryClock}
 	got := map[sampler.BufferType][]uint64{}
 	cursor := map[sampler.BufferType]uint64{}
@@ -298,14 +360,15 @@ func childExactlyOnce(t *testing.T, src *Source, callsFile string) {
 				cursor[typ] = max(cursor[typ], r.TimeUS)
 			}
 		}
-		time.Sleep(time.Duration(rand.IntN(25)) * time.Millisecond)
+		clk.Advance(time.Duration(rand.IntN(25)) * time.Millisecond)
 	}
 	for _, typ := range types {
 		checkContinuous(t, "direct "+typ.String(), got[typ], fakePeriodUS)
 	}
 
-	// The engine, with its defaults, on both devices.
-	eng, col := runEngine(t, src, sampler.Config{}, 2*time.Second)
+	// The engine, with its defaults, on both devices, for 2 s of the
+	// clock: two device loops and the watchdog park on it.
+	eng, col := runEngineStepped(t, src, sampler.Config{Clock: clk}, clk, 3, 2*time.Second)
 	byKey := map[[2]int][]uint64{}
 	for _, s := range col.samples {
 		m := sampler.DefaultCatalog.Get(s.Metric)

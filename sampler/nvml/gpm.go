@@ -120,7 +120,7 @@ func (d *device) readGPM(ids []sampler.MetricID, out []sampler.Reading) error {
 		}
 		return nil
 	}
-	at := time.Now()
+	at := d.src.opts.Now()
 	if g.hasPrev && at.Sub(g.prevAt) < sampler.MinGPMInterval {
 		d.setGPMErr(ids, out, errGPMTooSoon)
 		return nil

@@ -27,6 +27,11 @@ type Options struct {
 	// GetSamples (a size query and a fill per drain). For comparisons
 	// (BenchmarkEngineFakeDriver/two-call) and as an escape hatch.
 	TwoCallSamples bool
+	// Now is the clock of the times the backend stamps or spaces itself
+	// (GPM snapshot spacing, driver event times); nil means time.Now. Tests
+	// pass the engine's manual clock. Call latencies are always measured
+	// on the system clock.
+	Now func() time.Time
 }
 
 // ErrNoCgo is returned by Open in binaries built without cgo. It wraps

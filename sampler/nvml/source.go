@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
@@ -79,6 +80,9 @@ func open(lib nvml.Interface, path string, opts Options) (*Source, error) {
 			path, sampler.ErrDriverNotLoaded, returnText(ret))
 	default:
 		return nil, fmt.Errorf("nvml: init %s: %w", path, newError("init", ret))
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
 	}
 	s := &Source{lib: lib, log: log, opts: opts, has: make(map[string]bool, len(symbolSince))}
 	var missing []string

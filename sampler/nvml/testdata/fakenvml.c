@@ -20,6 +20,10 @@
  *   FAKENVML_INIT_RET   return code of nvmlInit (default 0)
  *   FAKENVML_NO_GPM     "1": GPM query says the device is not supported
  *   FAKENVML_CALLS_FILE at nvmlShutdown, write "<index> <calls>" per device
+ *   FAKENVML_TIME_FILE  when this file exists, it holds the time (Unix µs,
+ *                       decimal) that every clock of the fake reads: a
+ *                       test's manual clock drives the driver too (boot
+ *                       time keeps its real distance from realtime)
  *   FAKENVML_CTL_DIR    fault injection while running, by files in this
  *                       directory (the test creates and removes them):
  *                         noload    nvmlInit answers DRIVER_NOT_LOADED
@@ -81,10 +85,28 @@ static unsigned long long period = 20000, depth = 100, reported, startK;
 static unsigned int unsupported[64];
 static int nunsupported;
 
-static unsigned long long nowUS(clockid_t c) {
+static const char *timeFile;
+
+static unsigned long long clockUS(clockid_t c) {
 	struct timespec ts;
 	clock_gettime(c, &ts);
 	return (unsigned long long)ts.tv_sec * 1000000ull + ts.tv_nsec / 1000;
+}
+
+static unsigned long long nowUS(clockid_t c) {
+	if (timeFile) {
+		FILE *f = fopen(timeFile, "r");
+		unsigned long long us;
+		if (f) {
+			int ok = fscanf(f, "%llu", &us) == 1;
+			fclose(f);
+			if (ok) {
+				if (c == CLOCK_BOOTTIME) us -= clockUS(CLOCK_REALTIME) - clockUS(CLOCK_BOOTTIME);
+				return us;
+			}
+		}
+	}
+	return clockUS(c);
 }
 
 static const char *ctl;
@@ -119,6 +141,7 @@ nvmlReturn_t nvmlInit_v2(void) {
 	const char *s;
 	if ((s = getenv("FAKENVML_INIT_RET")) && atoi(s)) return atoi(s);
 	ctl = getenv("FAKENVML_CTL_DIR");
+	timeFile = getenv("FAKENVML_TIME_FILE");
 	if (ctlFile("noload", -1)) return E_DRIVER_NOT_LOADED;
 	if ((s = getenv("FAKENVML_VERSION"))) snprintf(version, sizeof version, "%s", s);
 	sscanf(version, "%d.%d", &major, &branch);
