@@ -116,7 +116,8 @@ func FormatStats(st sampler.Stats, detail []sampler.Event) string {
 
 // BufferEvents turns per-output buffer stats into self-metrics events (scope
 // "buffer"): buffered records and bytes, the oldest record's age, replayed,
-// retries, and dropped records by reason.
+// retries, dropped records by reason, and dropped corrupt and malformed
+// batches.
 func BufferEvents(bufs map[string]*buffer.Buffer, now time.Time) []sampler.Event {
 	ns := now.UnixNano()
 	var evs []sampler.Event
@@ -130,7 +131,12 @@ func BufferEvents(bufs map[string]*buffer.Buffer, now time.Time) []sampler.Event
 				intField("delivered_batches", s.Delivered), intField("replayed_batches", s.Replayed),
 				intField("retries", s.Retries),
 				intField("dropped_cap", s.DroppedRecords.Cap), intField("dropped_malformed", s.DroppedRecords.Malformed),
-				intField("dropped_corrupt", s.DroppedRecords.Corrupt), intField("dropped_shutdown", s.DroppedRecords.Shutdown)}})
+				intField("dropped_corrupt", s.DroppedRecords.Corrupt), intField("dropped_shutdown", s.DroppedRecords.Shutdown),
+				intField("dropped_unmapped", s.DroppedRecords.Unmapped),
+				// Batches, for losses whose record count is unknown (a
+				// torn region of a disk segment).
+				intField("dropped_corrupt_batches", s.DroppedBatches.Corrupt),
+				intField("dropped_malformed_batches", s.DroppedBatches.Malformed)}})
 	}
 	return evs
 }

@@ -5,11 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
+	"github.com/gpusampler/gpusampler/plugins/proto/records"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
@@ -34,11 +39,13 @@ type options struct {
 	name         string
 	writeTimeout time.Duration
 	segmentBytes int64
+	catalog      *sampler.Catalog
 	// Test hooks.
-	now   func() time.Time
-	sleep func(ctx context.Context, d time.Duration) error
-	rand  func() float64
-	disk  diskHooks
+	metricNames []string // written to segment headers in place of the catalog's
+	now         func() time.Time
+	sleep       func(ctx context.Context, d time.Duration) error
+	rand        func() float64
+	disk        diskHooks
 }
 
 // WithLogger sets the logger; the default discards. The buffer logs
@@ -52,6 +59,11 @@ func WithName(name string) Option { return func(o *options) { o.name = name } }
 // WithWriteTimeout bounds one Write to the wrapped output (default
 // sampler.DefaultWriteTimeout).
 func WithWriteTimeout(d time.Duration) Option { return func(o *options) { o.writeTimeout = d } }
+
+// WithCatalog sets the metric catalog that batches' metric IDs refer to
+// (default sampler.DefaultCatalog). Disk segments record its names; a
+// replay maps the IDs of a segment written with another catalog by name.
+func WithCatalog(c *sampler.Catalog) Option { return func(o *options) { o.catalog = c } }
 
 // WithSegmentBytes sets the disk queue's segment file size (default
 // max_bytes/8, between 64 KiB and 16 MiB). Smaller segments free disk
@@ -75,9 +87,13 @@ type Buffer struct {
 	q    queue
 	log  *slog.Logger
 
-	mu     sync.Mutex // guards closed and enc
+	mu     sync.Mutex // guards closed, enc, encMsg and idents
 	closed bool
 	enc    []byte
+	encMsg records.Batch
+	// idents are the newest identities Write has seen, by device index:
+	// the header of the next disk segment.
+	idents map[int]sampler.Device
 
 	wake     chan struct{}
 	draining chan struct{}
@@ -91,8 +107,22 @@ type Buffer struct {
 	decodeBatches, shutdownBatches                 atomic.Uint64
 	decodeRecords                                  atomic.Uint64
 	shutdownRecords                                atomic.Uint64
+	unmappedBatches, unmappedRecords               atomic.Uint64
 
 	// Owned by the delivery goroutine.
+	decMsg records.Batch
+	// The segment being delivered (disk): its ID, and how its metric IDs
+	// map onto the catalog (remap nil when they need no rewriting).
+	haveSeg bool
+	curSeg  uint64
+	remap   []sampler.MetricID
+	// known holds the identities seen in delivery order, [0] for this
+	// process's batches and [1] for replayed ones (device indexes of an
+	// earlier process); sent what the output was last given per index.
+	known                       [2]map[int]sampler.Device
+	sent                        map[int]sampler.Device
+	refs                        []bool
+	refList                     []int
 	rnd                         func() float64
 	lastDropLog, lastRetryLog   time.Time
 	lastMalformedLog, lastIOLog time.Time
@@ -132,14 +162,22 @@ func New(out sampler.Output, cfg Config, opts ...Option) (*Buffer, error) {
 	if o.rand == nil {
 		o.rand = rand.Float64
 	}
+	if o.catalog == nil {
+		o.catalog = sampler.DefaultCatalog
+	}
+	if o.metricNames == nil {
+		o.metricNames = records.MetricNames(o.catalog)
+	}
 	b := &Buffer{out: out, cfg: cfg, opts: o, log: o.log.With("output", o.name, "buffer", cfg.Kind),
-		wake: make(chan struct{}, 1), draining: make(chan struct{}), done: make(chan struct{}), rnd: o.rand}
+		wake: make(chan struct{}, 1), draining: make(chan struct{}), done: make(chan struct{}), rnd: o.rand,
+		idents: map[int]sampler.Device{}, sent: map[int]sampler.Device{},
+		known: [2]map[int]sampler.Device{{}, {}}}
 	switch cfg.Kind {
 	case KindMemory:
 		b.q = newMemQueue(cfg.MaxBytes, cfg.MaxRecords)
 	case KindDisk:
 		dq, err := openDiskQueue(cfg.Dir, diskOptions{maxBytes: cfg.MaxBytes, maxRecords: cfg.MaxRecords,
-			segmentBytes: o.segmentBytes, log: b.log, hooks: o.disk})
+			segmentBytes: o.segmentBytes, header: b.segmentHeader(), log: b.log, hooks: o.disk})
 		if err != nil {
 			return nil, err
 		}
@@ -171,7 +209,13 @@ func (b *Buffer) Write(_ context.Context, batch *sampler.Batch) error {
 	if b.closed {
 		return sampler.ErrClosed
 	}
-	b.enc = appendBatch(b.enc[:0], batch)
+	var err error
+	if b.enc, err = records.AppendBatch(b.enc[:0], &b.encMsg, batch); err != nil {
+		return fmt.Errorf("buffer: %w", err)
+	}
+	if b.noteIdentities(batch.Devices) && b.cfg.Kind == KindDisk {
+		b.q.setHeader(b.segmentHeader())
+	}
 	if err := b.q.push(b.enc, batch.Len(), b.opts.now().UnixNano()); err != nil {
 		return err
 	}
@@ -180,6 +224,38 @@ func (b *Buffer) Write(_ context.Context, batch *sampler.Batch) error {
 	default:
 	}
 	return nil
+}
+
+// noteIdentities records devs as the newest identities and reports whether
+// any changed. Called with mu held.
+func (b *Buffer) noteIdentities(devs []sampler.Device) bool {
+	changed := false
+	for _, d := range devs {
+		if old, ok := b.idents[d.Index]; !ok || old != d {
+			b.idents[d.Index] = d
+			changed = true
+		}
+	}
+	return changed
+}
+
+// segmentHeader encodes the header of a new disk segment: the catalog's
+// metric names and the newest identities. Write starts a new segment each
+// time an identity changes, so a segment's header names the devices of
+// every batch in it, whichever of them a restart replays first. Called with mu held (or before
+// the buffer is shared).
+func (b *Buffer) segmentHeader() []byte {
+	h := &records.BufferSegment{Format: 2, MetricNames: b.opts.metricNames}
+	for _, i := range slices.Sorted(maps.Keys(b.idents)) {
+		d := b.idents[i]
+		h.Devices = append(h.Devices, records.FromDevice(&d))
+	}
+	p, err := proto.MarshalOptions{Deterministic: true}.Marshal(h)
+	if err != nil {
+		// Strings and numbers only: marshalling cannot fail.
+		panic(fmt.Sprintf("buffer: encode segment header: %v", err))
+	}
+	return p
 }
 
 // run is the delivery goroutine.
@@ -222,15 +298,35 @@ func (b *Buffer) run() {
 // deliver writes one entry to the wrapped output until it is accepted,
 // rejected as permanent, or the buffer's context ends.
 func (b *Buffer) deliver(e entry, batch *sampler.Batch) {
-	if err := decodeBatch(batch, e.payload); err != nil {
+	if err := records.DecodeBatch(e.payload, &b.decMsg, batch); err != nil {
 		// The payload passed its checksum (disk) or never left memory, so
-		// this is a codec bug or memory corruption: count it as corrupt.
+		// this is an encoding bug or memory corruption: count it as corrupt.
 		b.q.ack()
 		b.decodeBatches.Add(1)
 		b.decodeRecords.Add(uint64(e.records))
 		b.logDrop("corrupt", e.records, err)
 		return
 	}
+	if e.header != nil && (!b.haveSeg || e.segment != b.curSeg) {
+		b.enterSegment(e)
+	}
+	if b.remap != nil {
+		if n := b.remapMetrics(batch); n > 0 {
+			b.unmappedBatches.Add(1)
+			b.unmappedRecords.Add(uint64(n))
+			e.records -= n
+			b.logDrop("unmapped", n, fmt.Errorf("buffer: %d samples or summaries of metrics this catalog does not have", n))
+			if batch.Len() == 0 {
+				b.q.ack()
+				return
+			}
+		}
+	}
+	origin := 0
+	if e.replayed {
+		origin = 1
+	}
+	b.addIdentities(batch, origin)
 	for attempt := 0; ; attempt++ {
 		ctx, cancel := context.WithTimeout(b.ctx, b.opts.writeTimeout)
 		err := b.out.Write(ctx, batch)
@@ -238,6 +334,9 @@ func (b *Buffer) deliver(e entry, batch *sampler.Batch) {
 		switch {
 		case err == nil:
 			b.q.ack()
+			for _, d := range batch.Devices {
+				b.sent[d.Index] = d
+			}
 			b.delivered.Add(1)
 			b.deliveredRecords.Add(uint64(e.records))
 			if e.replayed {
@@ -266,6 +365,108 @@ func (b *Buffer) deliver(e entry, batch *sampler.Batch) {
 		if b.opts.sleep(b.ctx, b.backoff(attempt)) != nil {
 			return
 		}
+	}
+}
+
+// enterSegment reads the header of the disk segment e comes from: how its
+// metric IDs map onto the catalog, and the identities known when it was
+// started.
+func (b *Buffer) enterSegment(e entry) {
+	b.haveSeg, b.curSeg, b.remap = true, e.segment, nil
+	var h records.BufferSegment
+	if err := proto.Unmarshal(e.header, &h); err != nil || h.GetFormat() != 2 {
+		// Passed its checksum, so a bug: map nothing rather than guess.
+		b.log.Warn("buffer segment header unreadable; its batches' samples are dropped", "segment", e.segment,
+			"err", err, "format", h.GetFormat())
+		b.remap = []sampler.MetricID{}
+		return
+	}
+	if m, identity := records.MetricMap(h.GetMetricNames(), b.opts.catalog); !identity {
+		b.remap = m
+		if e.replayed {
+			b.log.Info("replaying a segment written with another metric catalog; metric IDs are mapped by name",
+				"segment", e.segment)
+		}
+	}
+	origin := 0
+	if e.replayed {
+		origin = 1
+	}
+	for _, d := range h.GetDevices() {
+		b.known[origin][int(d.GetIndex())] = d.ToSampler()
+	}
+}
+
+// remapMetrics rewrites batch's metric IDs with b.remap, dropping the
+// samples and summaries whose metric the catalog does not have, and returns
+// how many it dropped.
+func (b *Buffer) remapMetrics(batch *sampler.Batch) int {
+	m := func(id sampler.MetricID) sampler.MetricID {
+		if int(id) >= len(b.remap) {
+			return 0
+		}
+		return b.remap[id]
+	}
+	n := len(batch.Samples) + len(batch.Summaries)
+	for i := range batch.Samples {
+		batch.Samples[i].Metric = m(batch.Samples[i].Metric)
+	}
+	for i := range batch.Summaries {
+		batch.Summaries[i].Metric = m(batch.Summaries[i].Metric)
+	}
+	batch.Samples = slices.DeleteFunc(batch.Samples, func(s sampler.Sample) bool { return s.Metric == 0 })
+	batch.Summaries = slices.DeleteFunc(batch.Summaries, func(s sampler.Summary) bool { return s.Metric == 0 })
+	return n - len(batch.Samples) - len(batch.Summaries)
+}
+
+// addIdentities adds to batch the identity of every device its samples,
+// summaries and events refer to that the output was not given yet (or was
+// given in another form), as far as the batches delivered before it and
+// the headers of their disk segments tell it: a replayed batch, or one
+// behind a dropped batch that carried the identity (disk), still names
+// its devices. origin selects the identities: this process's (0) or an
+// earlier one's (1, replay).
+func (b *Buffer) addIdentities(batch *sampler.Batch, origin int) {
+	known := b.known[origin]
+	for _, d := range batch.Devices {
+		known[d.Index] = d
+	}
+	b.refList = b.refList[:0]
+	mark := func(i int) {
+		if i < 0 {
+			return
+		}
+		if i >= len(b.refs) {
+			b.refs = slices.Grow(b.refs, i+1-len(b.refs))[:i+1]
+		}
+		if !b.refs[i] {
+			b.refs[i] = true
+			b.refList = append(b.refList, i)
+		}
+	}
+	for i := range batch.Devices {
+		mark(batch.Devices[i].Index)
+	}
+	have := len(b.refList)
+	for i := range batch.Samples {
+		mark(int(batch.Samples[i].Device))
+	}
+	for i := range batch.Summaries {
+		mark(int(batch.Summaries[i].Device))
+	}
+	for i := range batch.Events {
+		mark(batch.Events[i].Device)
+	}
+	missing := b.refList[have:]
+	slices.Sort(missing)
+	for _, i := range missing {
+		d, ok := known[i]
+		if sd, sent := b.sent[i]; ok && (!sent || sd != d) {
+			batch.Devices = append(batch.Devices, d)
+		}
+	}
+	for _, i := range b.refList {
+		b.refs[i] = false
 	}
 }
 
@@ -399,10 +600,14 @@ type Drops struct {
 	Corrupt uint64
 	// Shutdown: still queued in a memory buffer when Close gave up.
 	Shutdown uint64
+	// Unmapped: replayed samples and summaries of a metric that the
+	// catalog no longer has (a segment written by a version whose catalog
+	// differs); records only, batches count those that lost any.
+	Unmapped uint64
 }
 
 // Total returns the sum over every reason.
-func (d Drops) Total() uint64 { return d.Cap + d.Malformed + d.Corrupt + d.Shutdown }
+func (d Drops) Total() uint64 { return d.Cap + d.Malformed + d.Corrupt + d.Shutdown + d.Unmapped }
 
 // Stats are a buffer's self-metrics. Buffered* are gauges (queued plus the
 // batch being delivered); the rest count since the buffer was built.
@@ -443,8 +648,10 @@ func (b *Buffer) Stats() Stats {
 		s.OldestAge = max(0, b.opts.now().Sub(time.Unix(0, qs.oldestNS)))
 	}
 	s.DroppedBatches = Drops{Cap: qs.capBatches, Malformed: b.malformedBatches.Load(),
-		Corrupt: qs.corruptBatches + b.decodeBatches.Load(), Shutdown: b.shutdownBatches.Load()}
+		Corrupt: qs.corruptBatches + b.decodeBatches.Load(), Shutdown: b.shutdownBatches.Load(),
+		Unmapped: b.unmappedBatches.Load()}
 	s.DroppedRecords = Drops{Cap: qs.capRecords, Malformed: b.malformedRecords.Load(),
-		Corrupt: qs.corruptRecords + b.decodeRecords.Load(), Shutdown: b.shutdownRecords.Load()}
+		Corrupt: qs.corruptRecords + b.decodeRecords.Load(), Shutdown: b.shutdownRecords.Load(),
+		Unmapped: b.unmappedRecords.Load()}
 	return s
 }

@@ -22,14 +22,16 @@ import (
 //	<dir>/cursor                committed read position (replaced by rename)
 //	<dir>/<id:020d>.seg         segments, ids increasing, oldest first
 //
-//	segment = "GSBQSEG1" record*
+//	segment = "GSBQSEG2" | hlen:u32 | hcrc:u32 (CRC32C of header) |
+//	          header (hlen bytes: records.BufferSegment) | record*
 //	record  = magic:u32 "GSBF" | length:u32 | time:i64 (append, Unix ns) |
 //	          records:u32 | crc:u32 (CRC32C of bytes 4..20 ‖ payload) | payload
 //	cursor  = "GSBC" | version:u32 | flags:u32 (1: first is set) |
 //	          first seg:u64 off:u64 | head seg:u64 off:u64 | crc:u32
 const (
-	segMagic        = "GSBQSEG1"
-	segHeaderSize   = int64(len(segMagic))
+	segMagic        = "GSBQSEG2"
+	segMagicV1      = "GSBQSEG1"
+	segHeaderSize   = int64(len(segMagic)) + 8 // magic, hlen, hcrc; the header follows
 	segExt          = ".seg"
 	frameHeaderSize = 24
 	frameMagic      = "GSBF"
@@ -52,8 +54,12 @@ type diskOptions struct {
 	maxBytes     int64
 	maxRecords   int
 	segmentBytes int64
-	log          *slog.Logger
-	hooks        diskHooks
+	// header is the segment header (an encoded records.BufferSegment)
+	// written at the start of every new segment until setHeader replaces
+	// it.
+	header []byte
+	log    *slog.Logger
+	hooks  diskHooks
 }
 
 // diskHooks let the crash tests stop the process at named points of the
@@ -92,9 +98,11 @@ type segment struct {
 	f      *os.File
 	frames []frameInfo
 	read   int
-	size   int64 // end of the last complete record
-	dirty  bool  // written since the last fsync
-	old    bool  // found at open: its records are replays
+	start  int64  // offset of the first record (after the header)
+	header []byte // the segment's header; shared read-only with entries
+	size   int64  // end of the last complete record
+	dirty  bool   // written since the last fsync
+	old    bool   // found at open: its records are replays
 }
 
 // position is a byte offset in a segment.
@@ -142,7 +150,9 @@ type diskQueue struct {
 	inflightIdx int
 	frameBuf    []byte
 	readBuf     []byte
-	qBytes      int64 // queued (not in flight)
+	header      []byte // for the next new segment
+	rollNext    bool   // the header changed: the next push starts a segment
+	qBytes      int64  // queued (not in flight)
 	qRecords    int64
 	qBatches    int64
 	st          queueStats
@@ -169,7 +179,7 @@ func openDiskQueue(dir string, opt diskOptions) (*diskQueue, error) {
 	if err != nil {
 		return nil, err
 	}
-	q := &diskQueue{dir: dir, opt: opt, lock: lock}
+	q := &diskQueue{dir: dir, opt: opt, lock: lock, header: opt.header}
 	if err := q.recover(); err != nil {
 		q.closeFiles()
 		return nil, err
@@ -215,15 +225,32 @@ func (q *diskQueue) recover() error {
 	for _, id := range ids {
 		q.nextID = max(q.nextID, id+1)
 		path := q.segPath(id)
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("read segment: %w", err)
+		}
+		_, start, herr := parseSegmentHeader(data)
+		switch {
+		case errors.Is(herr, errSegmentV1):
+			return fmt.Errorf("buffer segment %s: %w", path, herr)
+		case errors.Is(herr, errSegmentTorn):
+			// Cut short while it was being created: it holds nothing.
+			if err := os.Remove(path); err != nil {
+				return fmt.Errorf("remove torn segment: %w", err)
+			}
+			continue
+		case herr != nil:
+			start = int64(len(segMagic)) // scan what is left, to count it
+		}
 		// What this segment still holds: the first record, and
 		// everything from the head on.
 		var ranges []int64 // start offsets to scan; the first may be a single record
 		single := false
 		switch {
 		case !haveCursor || id > cur.head.seg:
-			ranges = []int64{segHeaderSize}
+			ranges = []int64{start}
 		case id == cur.head.seg:
-			ranges = []int64{max(cur.head.off, segHeaderSize)}
+			ranges = []int64{max(cur.head.off, start)}
 		}
 		if haveCursor && cur.hasFirst && id == cur.first.seg {
 			if id < cur.head.seg || (id == cur.head.seg && cur.first.off < cur.head.off) {
@@ -237,7 +264,13 @@ func (q *diskQueue) recover() error {
 			}
 			continue
 		}
-		seg, err := q.recoverSegment(id, path, ranges, single)
+		if herr != nil {
+			if err := q.dropSegment(path, data, ranges, herr); err != nil {
+				return err
+			}
+			continue
+		}
+		seg, err := q.recoverSegment(id, path, data, ranges, single)
 		if err != nil {
 			return err
 		}
@@ -258,20 +291,81 @@ func (q *diskQueue) recover() error {
 	return nil
 }
 
-// recoverSegment scans one segment from each start offset (the first only
-// for one record when single) and returns it, or nil after removing a
-// segment with nothing left to deliver.
-func (q *diskQueue) recoverSegment(id uint64, path string, starts []int64, single bool) (*segment, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("read segment: %w", err)
+// Segment header errors.
+var (
+	errSegmentV1     = errors.New("format 1 of an older gpusampler, which this version cannot read (it does not record the metric catalog): deliver it with the version that wrote it, or move it out of the buffer directory")
+	errSegmentTorn   = errors.New("segment cut short while being created")
+	errSegmentHeader = errors.New("segment header corrupt")
+)
+
+// parseSegmentHeader checks a segment's header and returns it and the
+// offset of the first record.
+func parseSegmentHeader(data []byte) (header []byte, start int64, err error) {
+	if len(data) >= len(segMagicV1) && string(data[:len(segMagicV1)]) == segMagicV1 {
+		return nil, 0, errSegmentV1
 	}
-	seg := &segment{id: id, path: path, old: true, size: int64(len(data))}
-	if len(data) >= int(segHeaderSize) && string(data[:segHeaderSize]) != segMagic {
-		q.st.corruptBatches++
-		q.st.corruptBytes += uint64(segHeaderSize)
-		q.opt.log.Warn("buffer segment header corrupt; scanning its records", "segment", path)
+	if len(data) < int(segHeaderSize) {
+		if !bytes.HasPrefix([]byte(segMagic), data[:min(len(data), len(segMagic))]) {
+			return nil, 0, errSegmentHeader
+		}
+		return nil, 0, errSegmentTorn
 	}
+	if string(data[:len(segMagic)]) != segMagic {
+		return nil, 0, errSegmentHeader
+	}
+	n := int64(binary.LittleEndian.Uint32(data[len(segMagic):]))
+	if n > int64(len(data))-segHeaderSize {
+		if bytes.Contains(data[segHeaderSize:], []byte(frameMagic)) {
+			return nil, 0, errSegmentHeader
+		}
+		return nil, 0, errSegmentTorn
+	}
+	header = data[segHeaderSize : segHeaderSize+n]
+	if crc32.Checksum(header, castagnoli) != binary.LittleEndian.Uint32(data[len(segMagic)+4:]) {
+		return nil, 0, errSegmentHeader
+	}
+	return bytes.Clone(header), segHeaderSize + n, nil
+}
+
+// appendSegmentHeader appends a segment's magic and header to dst.
+func appendSegmentHeader(dst, header []byte) []byte {
+	dst = append(dst, segMagic...)
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(header)))
+	dst = binary.LittleEndian.AppendUint32(dst, crc32.Checksum(header, castagnoli))
+	return append(dst, header...)
+}
+
+// dropSegment counts what a segment with a corrupt header still held as
+// corrupt and removes it: without its header the records' metric IDs cannot
+// be mapped onto the catalog, and replaying them could relabel samples.
+func (q *diskQueue) dropSegment(path string, data []byte, starts []int64, why error) error {
+	var batches, records uint64
+	for _, start := range starts {
+		frames, bad := scanSegment(data, start)
+		for _, fr := range frames {
+			batches++
+			records += uint64(fr.records)
+		}
+		batches += uint64(len(bad))
+	}
+	batches = max(batches, 1)
+	q.st.corruptBatches += batches
+	q.st.corruptRecords += records
+	q.st.corruptBytes += uint64(len(data))
+	q.opt.log.Warn("buffer segment dropped: its header is corrupt, so its batches cannot be mapped onto the metric catalog",
+		"segment", path, "batches", batches, "records", records, "err", why)
+	if err := os.Remove(path); err != nil {
+		return fmt.Errorf("remove corrupt segment: %w", err)
+	}
+	return nil
+}
+
+// recoverSegment scans one segment's data from each start offset (the
+// first only for one record when single) and returns it, or nil after
+// removing a segment with nothing left to deliver.
+func (q *diskQueue) recoverSegment(id uint64, path string, data []byte, starts []int64, single bool) (*segment, error) {
+	header, start, _ := parseSegmentHeader(data)
+	seg := &segment{id: id, path: path, old: true, size: int64(len(data)), start: start, header: header}
 	validEnd := int64(-1)
 	for i, start := range starts {
 		frames, bad := scanSegment(data, start)
@@ -281,6 +375,7 @@ func (q *diskQueue) recoverSegment(id uint64, path string, starts []int64, singl
 			} else {
 				// The first record is gone: count it once.
 				q.st.corruptBatches++
+				q.opt.log.Warn("buffer record corrupt; dropped", "segment", path, "offset", start)
 			}
 			continue
 		}
@@ -288,6 +383,12 @@ func (q *diskQueue) recoverSegment(id uint64, path string, starts []int64, singl
 		for _, r := range bad {
 			q.st.corruptBatches++
 			q.st.corruptBytes += uint64(r.end - r.start)
+			recs := regionRecords(data, r)
+			q.st.corruptRecords += recs
+			if r.end != int64(len(data)) {
+				q.opt.log.Warn("buffer record corrupt; dropped", "segment", path, "offset", r.start,
+					"bytes", r.end-r.start, "records", recs)
+			}
 		}
 		if n := len(bad); n > 0 && bad[n-1].end == int64(len(data)) {
 			validEnd = bad[n-1].start
@@ -354,6 +455,20 @@ func scanSegment(data []byte, start int64) (frames []frameInfo, bad []region) {
 		bad = append(bad, region{badStart, int64(len(data))})
 	}
 	return frames, bad
+}
+
+// regionRecords returns the record count a corrupt region's header claims
+// when the header is consistent with the region (its length spans exactly
+// the region: only the payload was damaged), else 0 (unknown).
+func regionRecords(data []byte, r region) uint64 {
+	if r.end-r.start < frameHeaderSize || string(data[r.start:r.start+4]) != frameMagic {
+		return 0
+	}
+	h := data[r.start : r.start+frameHeaderSize]
+	if frameHeaderSize+int64(binary.LittleEndian.Uint32(h[4:])) != r.end-r.start {
+		return 0
+	}
+	return uint64(binary.LittleEndian.Uint32(h[16:]))
 }
 
 // parseFrame checks the record at data[pos:].
@@ -430,14 +545,16 @@ func (q *diskQueue) roll() error {
 	}
 	q.nextID++
 	q.opt.hooks.at("roll.created")
-	if _, err := f.Write([]byte(segMagic)); err != nil {
+	head := appendSegmentHeader(nil, q.header)
+	if _, err := f.Write(head); err != nil {
 		f.Close()
 		os.Remove(path)
 		return fmt.Errorf("create segment: %w", err)
 	}
-	q.segs = append(q.segs, &segment{id: id, path: path, f: f, size: segHeaderSize, dirty: true})
+	start := int64(len(head))
+	q.segs = append(q.segs, &segment{id: id, path: path, f: f, size: start, start: start, header: q.header, dirty: true})
 	q.dirDirty = true
-	q.broken = false
+	q.broken, q.rollNext = false, false
 	return nil
 }
 
@@ -460,7 +577,7 @@ func (q *diskQueue) push(payload []byte, records int, nowNS int64) error {
 		q.st.capBatches++
 		q.st.capRecords += uint64(fr.records)
 	}
-	if a := q.active(); q.broken || (a.size+total > q.opt.segmentBytes && len(a.frames) > 0) {
+	if a := q.active(); q.broken || q.rollNext || (a.size-a.start+total > q.opt.segmentBytes && len(a.frames) > 0) {
 		if err := q.roll(); err != nil {
 			q.mu.Unlock()
 			return err
@@ -683,8 +800,9 @@ func readCursor(path string) (cursor, bool, error) {
 }
 
 var (
-	errCorruptCursor = errors.New("buffer: corrupt cursor")
-	errQueueClosed   = errors.New("buffer: queue closed")
+	errCorruptPayload = errors.New("buffer: corrupt record")
+	errCorruptCursor  = errors.New("buffer: corrupt cursor")
+	errQueueClosed    = errors.New("buffer: queue closed")
 )
 
 func (q *diskQueue) next() (entry, bool, error) {
@@ -740,7 +858,8 @@ func (q *diskQueue) readLocked(s *segment, fr frameInfo) (entry, error) {
 	if !ok || got.size != fr.size {
 		return entry{}, fmt.Errorf("%w: record checksum", errCorruptPayload)
 	}
-	return entry{payload: q.readBuf[frameHeaderSize:], records: int(fr.records), timeNS: fr.timeNS, replayed: s.old}, nil
+	return entry{payload: q.readBuf[frameHeaderSize:], records: int(fr.records), timeNS: fr.timeNS, replayed: s.old,
+		segment: s.id, header: s.header}, nil
 }
 
 func (q *diskQueue) ack() {
@@ -755,6 +874,15 @@ func (q *diskQueue) ack() {
 	if err := q.release(dels); err != nil {
 		q.opt.log.Error("buffer segment cleanup failed", "err", err)
 	}
+}
+
+// setHeader sets the header of the segments started from now on (it keeps
+// header), and makes the next push start one: every record of a segment
+// is read back with the header that was current when it was pushed.
+func (q *diskQueue) setHeader(header []byte) {
+	q.mu.Lock()
+	q.header, q.rollNext = header, true
+	q.mu.Unlock()
 }
 
 func (q *diskQueue) stats() queueStats {

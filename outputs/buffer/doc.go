@@ -14,6 +14,12 @@
 // checksummed segment files that survives restarts and replays at least
 // once, each batch with its Seq).
 //
+// Batches are stored in records.proto's Batch encoding (package
+// plugins/proto/records), the one encoding of a batch that the plugin
+// protocol and NATS use too; disk segments also record the metric catalog
+// and device identities, so that a replay maps metric IDs by name and
+// names its devices.
+//
 // Ownership and concurrency: Write copies (encodes) the pump's batch and
 // returns at once; it never waits for the output and keeps nothing of the
 // batch. One goroutine per Buffer delivers the queue in order, one Write at

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpusampler/gpusampler/plugins/proto/records"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
@@ -103,7 +104,21 @@ func randomBatch(r *rand.Rand, seq uint64) *sampler.Batch {
 	return b
 }
 
+// encode and decodeBatch are the buffer's payload encoding (records'
+// protobuf Batch), for tests that look at payloads.
 func encode(b *sampler.Batch) []byte { return appendBatch(nil, b) }
+
+func appendBatch(dst []byte, b *sampler.Batch) []byte {
+	p, err := records.AppendBatch(dst, &records.Batch{}, b)
+	if err != nil {
+		panic(err)
+	}
+	return p
+}
+
+func decodeBatch(dst *sampler.Batch, p []byte) error {
+	return records.DecodeBatch(p, &records.Batch{}, dst)
+}
 
 // fakeSink is an Output that records what it accepted (deep copies, by
 // encoding). script, when set, decides each call's error. gate, when set,

@@ -27,6 +27,11 @@ type queue interface {
 	// close syncs and releases the queue; what remains queued stays there
 	// (disk) or is discarded (memory: the caller counts it).
 	close() error
+	// setHeader sets the header (an encoded records.BufferSegment) that
+	// entries pushed from now on are read back with; the queue keeps
+	// header, which the caller must not modify afterwards. Disk segments
+	// store it once; memory has no use for it.
+	setHeader(header []byte)
 	// snapshot returns every unresolved entry, in flight first, without
 	// taking anything (tests).
 	snapshot() ([]entry, error)
@@ -41,6 +46,10 @@ type entry struct {
 	// replayed is true for entries found on disk at start (written by an
 	// earlier process).
 	replayed bool
+	// segment and header: the disk segment holding the entry and that
+	// segment's header (nil in memory). Shared, read-only.
+	segment uint64
+	header  []byte
 }
 
 // queueStats are a queue's gauges and counters. Gauges include the entry
@@ -168,6 +177,8 @@ func (q *memQueue) stats() queueStats {
 }
 
 func (q *memQueue) sync() error { return nil }
+
+func (q *memQueue) setHeader([]byte) {}
 
 // close discards what is queued (the Buffer has counted it as dropped).
 func (q *memQueue) close() error {

@@ -6,6 +6,8 @@ import (
 	"math"
 	"slices"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
@@ -245,4 +247,65 @@ func resize[T any](s []T, n int) []T {
 		return make([]T, n)
 	}
 	return s[:n]
+}
+
+// marshal is deterministic so that equal batches encode to equal bytes.
+var marshal = proto.MarshalOptions{Deterministic: true}
+
+// AppendBatch appends the protobuf encoding of b (a Batch holding its
+// records, timestamps in the compact delta form) to dst and returns the
+// extended slice. m is scratch space reused between calls (one goroutine at
+// a time); b is not retained. It is the one encoding of a batch that the
+// buffers store; DecodeBatch reverses it.
+func AppendBatch(dst []byte, m *Batch, b *sampler.Batch) ([]byte, error) {
+	FillBatch(m, b, true)
+	m.Host, m.Tags, m.DeviceUuids = "", nil, nil
+	out, err := marshal.MarshalAppend(dst, m)
+	if err != nil {
+		return dst, fmt.Errorf("records: encode batch: %w", err)
+	}
+	return out, nil
+}
+
+// DecodeBatch decodes an encoded Batch into b (reset first; its capacity is
+// reused), with m as scratch space. b shares nothing with data. An error
+// wraps ErrFormat.
+func DecodeBatch(data []byte, m *Batch, b *sampler.Batch) error {
+	m.Reset()
+	if err := proto.Unmarshal(data, m); err != nil {
+		b.Reset()
+		return fmt.Errorf("%w: %v", ErrFormat, err)
+	}
+	return ToBatch(m, b)
+}
+
+// MetricNames returns c's metric names by wire ID: element i names metric
+// ID i+1 (BufferSegment.metric_names).
+func MetricNames(c *sampler.Catalog) []string {
+	all := c.All()
+	names := make([]string, len(all))
+	for i := range all {
+		names[i] = all[i].Name
+	}
+	return names
+}
+
+// MetricMap maps the metric IDs of a writer whose catalog had names (by
+// wire ID, as MetricNames returns them) onto c's IDs. The result is indexed
+// by the writer's ID; 0 marks an ID that c does not know (its records
+// cannot be relabelled and must be dropped). identity is true when every
+// name maps onto its own ID (an unchanged catalog, or one that only gained
+// metrics at its end): then nothing needs rewriting.
+func MetricMap(names []string, c *sampler.Catalog) (m []sampler.MetricID, identity bool) {
+	m = make([]sampler.MetricID, len(names)+1)
+	identity = true
+	for i, n := range names {
+		if mt := c.Lookup(n); mt != nil {
+			m[i+1] = mt.ID
+		}
+		if m[i+1] != sampler.MetricID(i+1) {
+			identity = false
+		}
+	}
+	return m, identity
 }

@@ -1,9 +1,11 @@
 // gpusampler records, version 1: the protobuf form of a batch of samples,
 // summaries, device identities and events.
 //
-// Two things use these messages:
+// Three things use these messages:
 //   - the output plugin protocol (../output.proto): WriteRequest carries
 //     them to a plugin;
+//   - the memory and disk buffers (outputs/buffer): every queued batch is
+//     one Batch, and every disk segment starts with a BufferSegment;
 //   - the NATS output's "protobuf" encoding: every message's payload is one
 //     Batch, with the headers
 //       Content-Type: application/x-protobuf; proto=gpusampler.plugin.v1.Batch
@@ -677,6 +679,75 @@ func (x *Event) GetFields() []*Field {
 	return nil
 }
 
+// BufferSegment opens every segment file of a disk buffer (package
+// outputs/buffer): what a reader needs to read the segment's batches after
+// a restart or an upgrade.
+type BufferSegment struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// format is the segment format version (2).
+	Format uint32 `protobuf:"varint,1,opt,name=format,proto3" json:"format,omitempty"`
+	// metric_names is the writer's catalog: metric_names[i] names metric ID
+	// i+1. A reader maps the batches' metric IDs by name, so that a
+	// renumbered catalog never relabels buffered samples.
+	MetricNames []string `protobuf:"bytes,2,rep,name=metric_names,json=metricNames,proto3" json:"metric_names,omitempty"`
+	// devices are the identities the writer knew when it started the
+	// segment, so that a replayed batch carries the identity of its devices.
+	Devices       []*Device `protobuf:"bytes,3,rep,name=devices,proto3" json:"devices,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BufferSegment) Reset() {
+	*x = BufferSegment{}
+	mi := &file_records_records_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BufferSegment) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BufferSegment) ProtoMessage() {}
+
+func (x *BufferSegment) ProtoReflect() protoreflect.Message {
+	mi := &file_records_records_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BufferSegment.ProtoReflect.Descriptor instead.
+func (*BufferSegment) Descriptor() ([]byte, []int) {
+	return file_records_records_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *BufferSegment) GetFormat() uint32 {
+	if x != nil {
+		return x.Format
+	}
+	return 0
+}
+
+func (x *BufferSegment) GetMetricNames() []string {
+	if x != nil {
+		return x.MetricNames
+	}
+	return nil
+}
+
+func (x *BufferSegment) GetDevices() []*Device {
+	if x != nil {
+		return x.Devices
+	}
+	return nil
+}
+
 type Attr struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -687,7 +758,7 @@ type Attr struct {
 
 func (x *Attr) Reset() {
 	*x = Attr{}
-	mi := &file_records_records_proto_msgTypes[5]
+	mi := &file_records_records_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -699,7 +770,7 @@ func (x *Attr) String() string {
 func (*Attr) ProtoMessage() {}
 
 func (x *Attr) ProtoReflect() protoreflect.Message {
-	mi := &file_records_records_proto_msgTypes[5]
+	mi := &file_records_records_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -712,7 +783,7 @@ func (x *Attr) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Attr.ProtoReflect.Descriptor instead.
 func (*Attr) Descriptor() ([]byte, []int) {
-	return file_records_records_proto_rawDescGZIP(), []int{5}
+	return file_records_records_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Attr) GetKey() string {
@@ -741,7 +812,7 @@ type Field struct {
 
 func (x *Field) Reset() {
 	*x = Field{}
-	mi := &file_records_records_proto_msgTypes[6]
+	mi := &file_records_records_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -753,7 +824,7 @@ func (x *Field) String() string {
 func (*Field) ProtoMessage() {}
 
 func (x *Field) ProtoReflect() protoreflect.Message {
-	mi := &file_records_records_proto_msgTypes[6]
+	mi := &file_records_records_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -766,7 +837,7 @@ func (x *Field) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Field.ProtoReflect.Descriptor instead.
 func (*Field) Descriptor() ([]byte, []int) {
-	return file_records_records_proto_rawDescGZIP(), []int{6}
+	return file_records_records_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Field) GetKey() string {
@@ -863,7 +934,11 @@ const file_records_records_proto_rawDesc = "" +
 	"\x06end_ns\x18\x04 \x01(\x10R\x05endNs\x12\x18\n" +
 	"\amessage\x18\x05 \x01(\tR\amessage\x120\n" +
 	"\x05attrs\x18\x06 \x03(\v2\x1a.gpusampler.plugin.v1.AttrR\x05attrs\x123\n" +
-	"\x06fields\x18\a \x03(\v2\x1b.gpusampler.plugin.v1.FieldR\x06fields\".\n" +
+	"\x06fields\x18\a \x03(\v2\x1b.gpusampler.plugin.v1.FieldR\x06fields\"\x82\x01\n" +
+	"\rBufferSegment\x12\x16\n" +
+	"\x06format\x18\x01 \x01(\rR\x06format\x12!\n" +
+	"\fmetric_names\x18\x02 \x03(\tR\vmetricNames\x126\n" +
+	"\adevices\x18\x03 \x03(\v2\x1c.gpusampler.plugin.v1.DeviceR\adevices\".\n" +
 	"\x04Attr\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\"F\n" +
@@ -884,32 +959,34 @@ func file_records_records_proto_rawDescGZIP() []byte {
 	return file_records_records_proto_rawDescData
 }
 
-var file_records_records_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_records_records_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_records_records_proto_goTypes = []any{
 	(*Batch)(nil),          // 0: gpusampler.plugin.v1.Batch
 	(*SampleColumns)(nil),  // 1: gpusampler.plugin.v1.SampleColumns
 	(*SummaryColumns)(nil), // 2: gpusampler.plugin.v1.SummaryColumns
 	(*Device)(nil),         // 3: gpusampler.plugin.v1.Device
 	(*Event)(nil),          // 4: gpusampler.plugin.v1.Event
-	(*Attr)(nil),           // 5: gpusampler.plugin.v1.Attr
-	(*Field)(nil),          // 6: gpusampler.plugin.v1.Field
-	nil,                    // 7: gpusampler.plugin.v1.Batch.TagsEntry
-	nil,                    // 8: gpusampler.plugin.v1.Batch.DeviceUuidsEntry
+	(*BufferSegment)(nil),  // 5: gpusampler.plugin.v1.BufferSegment
+	(*Attr)(nil),           // 6: gpusampler.plugin.v1.Attr
+	(*Field)(nil),          // 7: gpusampler.plugin.v1.Field
+	nil,                    // 8: gpusampler.plugin.v1.Batch.TagsEntry
+	nil,                    // 9: gpusampler.plugin.v1.Batch.DeviceUuidsEntry
 }
 var file_records_records_proto_depIdxs = []int32{
 	3, // 0: gpusampler.plugin.v1.Batch.devices:type_name -> gpusampler.plugin.v1.Device
 	1, // 1: gpusampler.plugin.v1.Batch.samples:type_name -> gpusampler.plugin.v1.SampleColumns
 	4, // 2: gpusampler.plugin.v1.Batch.events:type_name -> gpusampler.plugin.v1.Event
 	2, // 3: gpusampler.plugin.v1.Batch.summaries:type_name -> gpusampler.plugin.v1.SummaryColumns
-	7, // 4: gpusampler.plugin.v1.Batch.tags:type_name -> gpusampler.plugin.v1.Batch.TagsEntry
-	8, // 5: gpusampler.plugin.v1.Batch.device_uuids:type_name -> gpusampler.plugin.v1.Batch.DeviceUuidsEntry
-	5, // 6: gpusampler.plugin.v1.Event.attrs:type_name -> gpusampler.plugin.v1.Attr
-	6, // 7: gpusampler.plugin.v1.Event.fields:type_name -> gpusampler.plugin.v1.Field
-	8, // [8:8] is the sub-list for method output_type
-	8, // [8:8] is the sub-list for method input_type
-	8, // [8:8] is the sub-list for extension type_name
-	8, // [8:8] is the sub-list for extension extendee
-	0, // [0:8] is the sub-list for field type_name
+	8, // 4: gpusampler.plugin.v1.Batch.tags:type_name -> gpusampler.plugin.v1.Batch.TagsEntry
+	9, // 5: gpusampler.plugin.v1.Batch.device_uuids:type_name -> gpusampler.plugin.v1.Batch.DeviceUuidsEntry
+	6, // 6: gpusampler.plugin.v1.Event.attrs:type_name -> gpusampler.plugin.v1.Attr
+	7, // 7: gpusampler.plugin.v1.Event.fields:type_name -> gpusampler.plugin.v1.Field
+	3, // 8: gpusampler.plugin.v1.BufferSegment.devices:type_name -> gpusampler.plugin.v1.Device
+	9, // [9:9] is the sub-list for method output_type
+	9, // [9:9] is the sub-list for method input_type
+	9, // [9:9] is the sub-list for extension type_name
+	9, // [9:9] is the sub-list for extension extendee
+	0, // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_records_records_proto_init() }
@@ -923,7 +1000,7 @@ func file_records_records_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_records_records_proto_rawDesc), len(file_records_records_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   9,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
