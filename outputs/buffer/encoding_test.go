@@ -409,3 +409,49 @@ func TestDiskCorruptRecordCounted(t *testing.T) {
 		t.Fatalf("warn lines for the corrupt record: %d, want 1 (log: %v)", n, logs.recs)
 	}
 }
+
+// TestDiskReplayPermanentRefusal: after a restart, a replayed batch that
+// the sink refuses permanently (an InfluxDB 400) is sent once, dropped and
+// counted; every batch after it arrives, whole.
+func TestDiskReplayPermanentRefusal(t *testing.T) {
+	dir := t.TempDir()
+	var in []*sampler.Batch
+	for seq := uint64(1); seq <= 5; seq++ {
+		in = append(in, testBatch(seq, 3))
+	}
+	writeSegments(t, dir, records.MetricNames(sampler.DefaultCatalog), nil, in...)
+	sink := &fakeSink{script: func(_ int, b *sampler.Batch) error {
+		if b.Seq == 2 {
+			return fmt.Errorf("influxdb: write: %w", sampler.Permanent(errors.New("400 field type conflict")))
+		}
+		return nil
+	}}
+	b, err := New(sink, Config{Kind: KindDisk, MaxBytes: 1 << 30, Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Write(context.Background(), testBatch(6, 3)); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := sink.Calls(); !slices.Equal(got, seqRange(1, 6)) {
+		t.Fatalf("calls %v, want 1..6: the refused batch is sent once", got)
+	}
+	got := sink.Batches(t)
+	want := []*sampler.Batch{in[0], in[2], in[3], in[4], testBatch(6, 3)}
+	if len(got) != len(want) {
+		t.Fatalf("accepted %d batches, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if w := normalized(want[i]); !reflect.DeepEqual(got[i], w) {
+			t.Fatalf("accepted batch %d:\n got %+v\nwant %+v", i, *got[i], *w)
+		}
+	}
+	st := b.Stats()
+	if st.DroppedBatches.Malformed != 1 || st.DroppedRecords.Malformed != 3 || st.Retries != 0 ||
+		st.Delivered != 5 || st.Replayed != 4 || st.BufferedBatches != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
