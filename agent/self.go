@@ -29,7 +29,8 @@ func (a *Agent) selfMetricsLoop(ctx context.Context) {
 		case now := <-t.C:
 			st := a.eng.Stats()
 			evs := SelfEvents(st, now, now.Sub(last), prev)
-			evs = append(evs, BufferEvents(a.Buffers(), now)...)
+			bufs := BufferEvents(a.Buffers(), now)
+			evs = append(evs, bufs...)
 			detail := DetailEvents(a.Outputs(), now)
 			evs = append(evs, detail...)
 			last = now
@@ -39,7 +40,7 @@ func (a *Agent) selfMetricsLoop(ctx context.Context) {
 				}
 			}
 			if w := a.opts.StatsWriter; w != nil {
-				fmt.Fprint(w, FormatStats(st, detail))
+				fmt.Fprint(w, FormatStats(st, append(detail, bufs...)))
 			}
 		}
 	}
@@ -92,7 +93,10 @@ func SelfEvents(st sampler.Stats, now time.Time, elapsed time.Duration, prevCall
 
 // FormatStats renders a short human summary of st (gpusampler run --stats):
 // a line per output, followed by the output's own non-zero counters from
-// detail (DetailEvents) when it has any, and a line per device.
+// detail (DetailEvents) when it has any and its buffer's backlog (from a
+// BufferEvents event in detail: records, bytes and the oldest record's
+// age, which the output line's ring lag does not show), and a line per
+// device.
 func FormatStats(st sampler.Stats, detail []sampler.Event) string {
 	s := "gpusampler stats:\n"
 	for _, o := range st.Outputs {
@@ -100,6 +104,10 @@ func FormatStats(st sampler.Stats, detail []sampler.Event) string {
 			o.Name, o.Published, o.Delivered, o.Dropped, o.Filtered, o.Failed, o.Lag,
 			o.LastWriteLatency.Round(time.Microsecond), o.MaxWriteLatency.Round(time.Microsecond))
 		for _, ev := range detail {
+			if attr(ev, "output") == o.Name && attr(ev, "scope") == "buffer" {
+				s += strings.Repeat(" ", 22) + formatBuffer(ev) + "\n"
+				continue
+			}
 			if attr(ev, "output") == o.Name {
 				if line := formatFields(ev.Fields); line != "" {
 					s += strings.Repeat(" ", 22) + line + "\n"
@@ -158,6 +166,32 @@ func DetailEvents(outs map[string]sampler.Output, now time.Time) []sampler.Event
 			Fields: fields})
 	}
 	return evs
+}
+
+// formatBuffer renders a buffer's self-metrics (BufferEvents): "buffer
+// disk backlog 13536 records 201.3 KB oldest 20.1s", then its non-zero
+// counters.
+func formatBuffer(ev sampler.Event) string {
+	var records, bytes, age float64
+	var rest []sampler.Field
+	for _, f := range ev.Fields {
+		switch f.Key {
+		case "buffered_records":
+			records = f.Value
+		case "buffered_bytes":
+			bytes = f.Value
+		case "oldest_age_seconds":
+			age = f.Value
+		default:
+			rest = append(rest, f)
+		}
+	}
+	s := fmt.Sprintf("buffer %s backlog %d records %.1f KB oldest %v", attr(ev, "buffer"), int64(records), bytes/1e3,
+		time.Duration(age*float64(time.Second)).Round(100*time.Millisecond))
+	if line := formatFields(rest); line != "" {
+		s += " " + line
+	}
+	return s
 }
 
 func attr(ev sampler.Event, key string) string {

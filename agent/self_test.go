@@ -82,3 +82,19 @@ func TestDetailEvents(t *testing.T) {
 		t.Errorf("FormatStats:\n%s\nwant the non-zero detail under the influx line:\n%s", got, want)
 	}
 }
+
+// TestFormatStatsBufferBacklog: --stats shows what a buffer holds while its
+// sink is down (the output line's "buffered" is the ring's lag, 0 then).
+func TestFormatStatsBufferBacklog(t *testing.T) {
+	ev := sampler.Event{Kind: sampler.EventSelf, Device: -1,
+		Attrs: []sampler.Attr{{Key: "scope", Value: "buffer"}, {Key: "output", Value: "influx"}, {Key: "buffer", Value: "disk"}},
+		Fields: []sampler.Field{{Key: "buffered_records", Value: 13536, Int: true}, {Key: "buffered_bytes", Value: 201300, Int: true},
+			{Key: "oldest_age_seconds", Value: 20.04}, {Key: "delivered_batches", Value: 0, Int: true},
+			{Key: "retries", Value: 9, Int: true}, {Key: "dropped_malformed", Value: 4, Int: true}}}
+	st := sampler.Stats{Outputs: []sampler.OutputStats{{Name: "influx"}, {Name: "plain"}}}
+	got := agent.FormatStats(st, []sampler.Event{ev})
+	want := "\n                      buffer disk backlog 13536 records 201.3 KB oldest 20s retries=9 dropped_malformed=4\n  output plain "
+	if !strings.Contains(got, want) {
+		t.Errorf("FormatStats:\n%s\nwant the backlog under the influx line:\n%s", got, want)
+	}
+}
