@@ -89,7 +89,9 @@ func assemble(col *Collector, devs []sampler.Device, opts Options, created time.
 	}
 	inDevs := map[int]bool{}
 	for _, d := range devs {
-		inDevs[d.Index] = true
+		// A simulated GPU's processes are part of its made-up workload, not
+		// another user sharing the GPU: never flagged as foreign.
+		inDevs[d.Index] = !d.Simulated
 	}
 	if pi.ours == nil {
 		pi.ours = func(int) bool { return false }
@@ -110,10 +112,11 @@ func assemble(col *Collector, devs []sampler.Device, opts Options, created time.
 			continue
 		}
 		summarize(&b)
+		res.Warnings = append(res.Warnings, coarseEnergyWarnings(&b)...)
 		b.Diagnoses = diagnoses(col.Events(), &b)
 		for _, dg := range b.Diagnoses {
-			for _, ri := range dg.Runs {
-				r := &b.Runs[ri]
+			for _, n := range dg.Runs {
+				r := &b.Runs[n-1]
 				if !slices.Contains(r.Findings, dg.Kind) {
 					r.Findings = append(r.Findings, dg.Kind)
 				}
@@ -145,7 +148,7 @@ func attr(e sampler.Event, k string) string {
 // runOf computes one run's numbers.
 func runOf(ex execution, devs []sampler.Device, windows map[int]*deviceWindow, idle map[int]float64) Run {
 	from, to := ex.start.UnixNano(), ex.end.UnixNano()
-	r := Run{Index: ex.run, StartNS: from, EndNS: to, WallS: Num(ex.end.Sub(ex.start).Seconds()), ExitCode: ex.exitCode}
+	r := Run{Index: ex.run + 1, StartNS: from, EndNS: to, WallS: Num(ex.end.Sub(ex.start).Seconds()), ExitCode: ex.exitCode}
 	var energy, above, power float64
 	var utils []float64
 	for _, d := range devs {
@@ -157,8 +160,8 @@ func runOf(ex execution, devs []sampler.Device, windows map[int]*deviceWindow, i
 		power += float64(rd.PowerMeanW)
 		utils = append(utils, float64(rd.Util.Mean))
 		if rd.Energy.Coarse {
-			r.Warnings = append(r.Warnings, fmt.Sprintf("GPU %d: energy counter updates every %.0f ms, too coarse for a %.3f s run: integrated power used",
-				d.Index, float64(rd.Energy.CounterUpdateMS), float64(r.WallS)))
+			// Said once per GPU for the whole benchmark (coarseEnergyWarnings),
+			// not once per run and GPU.
 		} else if rd.Energy.Discrepancy.Known() && rd.Energy.Discrepancy > 0.1 {
 			r.Warnings = append(r.Warnings, fmt.Sprintf("GPU %d: energy counter and integrated power differ by %.0f%%",
 				d.Index, 100*float64(rd.Energy.Discrepancy)))
@@ -260,10 +263,12 @@ func summarize(b *Benchmark) {
 		EnergyAboveIdleJ: stat(get(func(r *Run) Num { return r.EnergyAboveIdleJ })),
 		PowerMeanW:       stat(get(func(r *Run) Num { return r.PowerMeanW })),
 		UtilMeanPct:      stat(get(func(r *Run) Num { return r.UtilMeanPct })),
-		Outliers:         Outliers(walls),
 	}
-	for _, i := range b.Summary.Outliers {
-		b.Runs[i].Outlier = true
+	for _, i := range Outliers(walls) {
+		r := &b.Runs[i]
+		r.Outlier = true
+		r.OutlierReason = outlierReason(b, i)
+		b.Summary.Outliers = append(b.Summary.Outliers, r.Index)
 	}
 	for _, r := range b.Runs {
 		if r.ExitCode != 0 {
@@ -309,9 +314,9 @@ func diagnoses(events []sampler.Event, b *Benchmark) []Diagnosis {
 		// otherwise: slow state is read once per SlowInterval.
 		end := e.EndNS + int64(sampler.DefaultSlowInterval)
 		var runs []int
-		for i, r := range b.Runs {
+		for _, r := range b.Runs {
 			if e.StartNS <= r.EndNS && end >= r.StartNS {
-				runs = append(runs, i)
+				runs = append(runs, r.Index)
 			}
 		}
 		if len(runs) == 0 {
@@ -474,4 +479,92 @@ func hygiene(devs []sampler.Device, windows map[int]*deviceWindow, baseFrom, bas
 	}
 	add(-1, "CUDA_VISIBLE_DEVICES", cvd)
 	return h
+}
+
+// coarseEnergyWarnings says, once per GPU, that its energy counter was too
+// coarse for some of b's runs, so integrated power was used for them.
+func coarseEnergyWarnings(b *Benchmark) []string {
+	type coarse struct {
+		updateMS    float64
+		runs        []int
+		longestRunS float64
+	}
+	byDev := map[int]*coarse{}
+	var order []int
+	for _, r := range b.Runs {
+		for _, d := range r.Devices {
+			if !d.Energy.Coarse {
+				continue
+			}
+			c := byDev[d.Index]
+			if c == nil {
+				c = &coarse{}
+				byDev[d.Index] = c
+				order = append(order, d.Index)
+			}
+			c.updateMS = max(c.updateMS, float64(d.Energy.CounterUpdateMS))
+			c.runs = append(c.runs, r.Index)
+			c.longestRunS = max(c.longestRunS, float64(r.WallS))
+		}
+	}
+	var out []string
+	for _, dev := range order {
+		c := byDev[dev]
+		out = append(out, fmt.Sprintf("%s, GPU %d: energy counter updates every %.0f ms, too coarse for %s (up to %.3f s): integrated power used",
+			b.Name, dev, c.updateMS, runList(c.runs, len(b.Runs)), c.longestRunS))
+	}
+	return out
+}
+
+// runList names runs for a reader: "all 10 runs", "run 3", "runs 1, 4".
+func runList(runs []int, total int) string {
+	switch {
+	case len(runs) == total && total > 1:
+		return fmt.Sprintf("all %d runs", total)
+	case len(runs) == 1:
+		return fmt.Sprintf("run %d", runs[0])
+	}
+	parts := make([]string, len(runs))
+	for i, n := range runs {
+		parts[i] = strconv.Itoa(n)
+	}
+	return "runs " + strings.Join(parts, ", ")
+}
+
+// outlierReason names what is known to set run i of b apart: clocks
+// throttled in it (and not in most runs), a thermal climb, a foreign
+// process, or being the first run (a warm-up effect). "" when none is known.
+func outlierReason(b *Benchmark, i int) string {
+	r := &b.Runs[i]
+	var reasons []string
+	// Throttling seen in this run.
+	for _, d := range r.Devices {
+		for _, k := range sortedKeys(d.ThrottleMS) {
+			if v := d.ThrottleMS[k]; v.Known() && v > 0 && !strings.HasPrefix(k, "violation_low_util") {
+				reasons = append(reasons, fmt.Sprintf("GPU %d clocks throttled (%s %.0f ms)", d.Index, k, float64(v)))
+			}
+		}
+	}
+	// A thermal climb: this run's peak temperature well above the others'.
+	for j, d := range r.Devices {
+		var others []float64
+		for k := range b.Runs {
+			if k != i && j < len(b.Runs[k].Devices) {
+				others = append(others, float64(b.Runs[k].Devices[j].TempPeakC))
+			}
+		}
+		if med := Median(known(others)); d.TempPeakC.Known() && !math.IsNaN(med) && float64(d.TempPeakC) >= med+5 {
+			reasons = append(reasons, fmt.Sprintf("GPU %d ran hotter (peak %.0f °C against a median of %.0f °C)", d.Index, float64(d.TempPeakC), med))
+		}
+	}
+	for _, w := range r.Warnings {
+		if strings.Contains(w, "another process") {
+			reasons = append(reasons, "another process used the GPU")
+			break
+		}
+	}
+	if i == 0 && len(reasons) == 0 {
+		reasons = append(reasons, "the first run: a warm-up effect (consider --warmup)")
+	}
+	return strings.Join(reasons, "; ")
 }

@@ -3,6 +3,7 @@ package bench
 import (
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -238,5 +239,60 @@ func TestCompareVerdicts(t *testing.T) {
 	c := Compare(runs(0.424, 0.517), runs(0.105, 0.113))
 	if c.RangesOverlap || c.Significant || c.RunsNeeded < 3 || !strings.Contains(c.Summary, "runs each would be needed") {
 		t.Fatalf("%+v", c)
+	}
+}
+
+// Runs are numbered from 1 everywhere; an outlier says why where a reason is
+// known; a coarse energy counter is one warning per GPU, not one per run.
+func TestRunNumbersOutlierReasonsCoarseOnce(t *testing.T) {
+	b := &Benchmark{Name: "A"}
+	for i := range 10 {
+		wall := 1.0 + float64(i%3)*0.001
+		rd := RunDevice{Index: 0, TempPeakC: 60, Energy: Energy{Coarse: true, CounterUpdateMS: 100}}
+		if i == 6 {
+			wall = 1.5 // a slow run: it throttled and ran hot
+			rd.TempPeakC = 75
+			rd.ThrottleMS = map[string]Num{"sw_thermal_slowdown": 420}
+		}
+		b.Runs = append(b.Runs, Run{Index: i + 1, WallS: Num(wall), Devices: []RunDevice{rd}})
+	}
+	summarize(b)
+	if !slices.Equal(b.Summary.Outliers, []int{7}) || !b.Runs[6].Outlier {
+		t.Fatalf("outliers %v", b.Summary.Outliers)
+	}
+	if r := b.Runs[6].OutlierReason; !strings.Contains(r, "sw_thermal_slowdown 420 ms") || !strings.Contains(r, "peak 75 °C against a median of 60 °C") {
+		t.Fatalf("reason %q", r)
+	}
+	w := coarseEnergyWarnings(b)
+	if len(w) != 1 || !strings.Contains(w[0], "GPU 0: energy counter updates every 100 ms, too coarse for all 10 runs") {
+		t.Fatalf("coarse warnings %q", w)
+	}
+	var sb strings.Builder
+	r := &Result{Schema: Schema, SchemaVersion: SchemaVersion, Benchmarks: []Benchmark{*b}}
+	if err := WriteTable(&sb, r); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(sb.String(), "outliers (beyond 1.5 IQR): run 7 (GPU 0 clocks throttled") {
+		t.Fatalf("table:\n%s", sb.String())
+	}
+	// A first run that is slow for no known reason is called a warm-up.
+	first := &Benchmark{Runs: []Run{{Index: 1, WallS: 2}, {Index: 2, WallS: 1}, {Index: 3, WallS: 1.001}, {Index: 4, WallS: 1.002}, {Index: 5, WallS: 1}}}
+	summarize(first)
+	if !strings.Contains(first.Runs[0].OutlierReason, "warm-up") {
+		t.Fatalf("first run reason %q", first.Runs[0].OutlierReason)
+	}
+}
+
+// Version 1 files numbered runs from 0; they read as numbered from 1.
+func TestReadResultV1Renumbers(t *testing.T) {
+	in := `{"schema":"gpusampler.bench","schema_version":1,"benchmarks":[{"name":"A","runs":[{"index":0,"wall_s":1},{"index":1,"wall_s":2}],
+		"summary":{"outliers":[1]},"diagnoses":[{"kind":"thermal","runs":[0,1]}]}]}`
+	r, err := ReadResult(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := r.Benchmarks[0]
+	if b.Runs[0].Index != 1 || b.Runs[1].Index != 2 || !slices.Equal(b.Summary.Outliers, []int{2}) || !slices.Equal(b.Diagnoses[0].Runs, []int{1, 2}) {
+		t.Fatalf("%+v", b)
 	}
 }

@@ -69,9 +69,18 @@ func WriteTable(w io.Writer, r *Result) error {
 			fmt.Fprintf(bw, ", wall time %s ± %s s (95%% CI)", f(s.WallS.Mean, 3), f(s.WallS.CI95, 3))
 		}
 		if len(s.Outliers) > 0 {
-			fmt.Fprintf(bw, "; outliers (beyond 1.5 IQR): runs %v", s.Outliers)
-			if s.Outliers[0] == 0 {
-				fmt.Fprint(bw, " — the first run is slow: consider --warmup")
+			fmt.Fprintf(bw, "; outliers (beyond 1.5 IQR):")
+			sep := ""
+			for _, run := range b.Runs {
+				if !run.Outlier {
+					continue
+				}
+				fmt.Fprint(bw, sep)
+				sep = ","
+				fmt.Fprintf(bw, " run %d", run.Index)
+				if run.OutlierReason != "" {
+					fmt.Fprintf(bw, " (%s)", run.OutlierReason)
+				}
 			}
 		}
 		if s.Failed > 0 {

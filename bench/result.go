@@ -15,7 +15,7 @@ import (
 // any incompatible change (fields are only added within a version).
 const (
 	Schema        = "gpusampler.bench"
-	SchemaVersion = 1
+	SchemaVersion = 2
 )
 
 // Num is a float64 that encodes NaN and ±Inf (unknown, not measured) as
@@ -152,7 +152,9 @@ type Benchmark struct {
 
 // Run is one timed execution of a command.
 type Run struct {
-	// Index counts the measured runs from 0 (warmups are not recorded).
+	// Index numbers the measured runs of a command from 1, as every table
+	// and warning does (warmups are not recorded). Schema version 1 counted
+	// from 0; ReadResult renumbers such files.
 	Index    int   `json:"index"`
 	StartNS  int64 `json:"start_ns"`
 	EndNS    int64 `json:"end_ns"`
@@ -170,9 +172,13 @@ type Run struct {
 	Steps       []Step      `json:"steps,omitempty"`
 	// Outlier marks a run whose wall time lies beyond 1.5 IQR of the
 	// others.
-	Outlier  bool     `json:"outlier,omitempty"`
-	Findings []string `json:"findings,omitempty"`
-	Warnings []string `json:"warnings,omitempty"`
+	Outlier bool `json:"outlier,omitempty"`
+	// OutlierReason names what is known to set an outlier run apart
+	// (throttling, a thermal climb, another process, the first run), "" when
+	// nothing is.
+	OutlierReason string   `json:"outlier_reason,omitempty"`
+	Findings      []string `json:"findings,omitempty"`
+	Warnings      []string `json:"warnings,omitempty"`
 }
 
 // Energy is one device's energy over a window.
@@ -258,7 +264,8 @@ type Summary struct {
 	EnergyAboveIdleJ Stat `json:"energy_above_idle_j"`
 	PowerMeanW       Stat `json:"power_mean_w"`
 	UtilMeanPct      Stat `json:"utilization_mean_pct"`
-	// Outliers lists the indexes of outlier runs (wall time).
+	// Outliers lists the run numbers (Run.Index) of outlier runs (wall
+	// time).
 	Outliers []int `json:"outliers,omitempty"`
 	// Failed counts runs that exited non-zero.
 	Failed int `json:"failed,omitempty"`
@@ -275,7 +282,7 @@ type Diagnosis struct {
 	EndNS    int64             `json:"end_ns"`
 	Message  string            `json:"message"`
 	Evidence map[string]string `json:"evidence"`
-	// Runs lists the runs (by index) the finding overlaps.
+	// Runs lists the runs (by Run.Index) the finding overlaps.
 	Runs []int `json:"runs"`
 }
 
@@ -321,6 +328,24 @@ func ReadResult(r io.Reader) (*Result, error) {
 		if len(b.Runs) == 0 {
 			return nil, fmt.Errorf("%w: benchmark %s has no runs", ErrSchema, b.Name)
 		}
+	}
+	if res.SchemaVersion == 1 {
+		// Version 1 numbered runs from 0.
+		for bi := range res.Benchmarks {
+			b := &res.Benchmarks[bi]
+			for ri := range b.Runs {
+				b.Runs[ri].Index++
+			}
+			for oi := range b.Summary.Outliers {
+				b.Summary.Outliers[oi]++
+			}
+			for di := range b.Diagnoses {
+				for k := range b.Diagnoses[di].Runs {
+					b.Diagnoses[di].Runs[k]++
+				}
+			}
+		}
+		res.SchemaVersion = SchemaVersion
 	}
 	return &res, nil
 }

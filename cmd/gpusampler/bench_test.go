@@ -147,7 +147,7 @@ func TestBenchStepMarks(t *testing.T) {
 			t.Fatalf("steps' energy %v, run %v", energy, run.EnergyJ)
 		}
 	}
-	if !strings.Contains(out, "steps of run 0") {
+	if !strings.Contains(out, "steps of run 1") {
 		t.Fatalf("steps not in the table:\n%s", out)
 	}
 }
@@ -184,6 +184,10 @@ func TestBenchReportExports(t *testing.T) {
 		"--vs", "sleep 0.1", "--export-svg", svg, "--export-markdown", md, "--export-csv", csv, "--", script)
 	if code != 0 {
 		t.Fatalf("exit %d\n%s\n%s", code, out, errs)
+	}
+	// The simulator's own processes are its workload, not a foreign user.
+	if strings.Contains(out+errs, "contaminates") || strings.Contains(out+errs, "another process") {
+		t.Fatalf("simulated processes flagged as foreign:\n%s\n%s", out, errs)
 	}
 	b, err := os.ReadFile(svg)
 	if err != nil {
@@ -282,13 +286,15 @@ func TestBenchDeviceSelection(t *testing.T) {
 	}
 }
 
-// TestBenchHygieneOtherProcesses: the simulator's training process is not
-// the benchmarked command's: it is recorded and warned; the idle profile
-// has none. The simulated GPUs' modes are recorded.
+// TestBenchHygieneOtherProcesses: the simulator's training process is part
+// of its made-up workload, not another user of the GPU: it is never flagged
+// as a foreign process that contaminates the measurement (the detection
+// itself is tested on synthetic events in package bench). The simulated
+// GPUs' modes are recorded.
 func TestBenchHygieneOtherProcesses(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ profile, want string }{
-		{"training", "python3"},
+		{"training", "none"},
 		{"idle", "none"},
 	} {
 		code, out, errs, res := benchCLI(t, "--profile", tc.profile, "--runs", "2", "--", "sleep", "0.6")
@@ -317,11 +323,8 @@ func TestBenchHygieneOtherProcesses(t *testing.T) {
 			}
 			continue
 		}
-		if !regexp.MustCompile(`^pid \d+ python3 \(\d+(\.\d)? [GM]iB\)$`).MatchString(other) || !warned {
-			t.Errorf("training: other processes %q, warned %v: %v", other, warned, res.Warnings)
-		}
-		if !strings.Contains(out, "python3 used") {
-			t.Errorf("training: warning not shown:\n%s", out)
+		if other != "none" || warned || strings.Contains(out, "python3 used") {
+			t.Errorf("training: the simulator's own process flagged as foreign: other processes %q, warned %v:\n%s", other, warned, out)
 		}
 	}
 }
