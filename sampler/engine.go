@@ -31,8 +31,7 @@ const (
 	MinGPMInterval = 100 * time.Millisecond
 	// MinDrainInterval bounds how far a suspected loss may shorten draining.
 	MinDrainInterval = 20 * time.Millisecond
-	// DefaultLostRetryInterval is the first retry delay for a lost device
-	// (then doubling, up to 12×).
+	// DefaultLostRetryInterval is the period of lost-device probes.
 	DefaultLostRetryInterval = 5 * time.Second
 	// DefaultCallTimeout is how long one driver call may take before the
 	// watchdog marks its device hung (NVML calls can hang for tens of
@@ -68,8 +67,10 @@ type Config struct {
 	// ProcessCmdlineMax bytes (default DefaultCmdlineMax).
 	ProcessCmdline    bool
 	ProcessCmdlineMax int
-	// LostRetryInterval is the first delay before a lost device is probed
-	// again (default DefaultLostRetryInterval); it doubles per failed probe.
+	// LostRetryInterval is the period at which a lost device is probed
+	// again (default DefaultLostRetryInterval), from the moment it was lost
+	// on: a device that did not answer at start, or stopped answering. A
+	// probe re-acquires it by UUID (by index when it never answered).
 	LostRetryInterval time.Duration
 	// CallTimeout is the watchdog's limit for one driver call (default
 	// DefaultCallTimeout; negative turns the watchdog off).
@@ -197,13 +198,20 @@ func New(src Source, cfg Config) (*Engine, error) {
 	}
 	for _, ds := range devs {
 		id, err := ds.Identity()
-		if err != nil {
+		if errors.Is(err, ErrNotSupported) {
 			return nil, fmt.Errorf("open %s device: %w", src.Name(), err)
+		}
+		if err != nil {
+			// A GPU that does not answer at start is sampled once it does:
+			// its loop starts lost and probes it every LostRetryInterval.
+			id = Device{Index: id.Index, UUID: id.UUID, Backend: src.Name()}
 		}
 		if c.Devices != nil && !c.Devices(id) {
 			continue
 		}
-		e.loops = append(e.loops, newDeviceLoop(e, ds, id))
+		l := newDeviceLoop(e, ds, id)
+		l.startErr = err
+		e.loops = append(e.loops, l)
 	}
 	if len(e.loops) == 0 {
 		return nil, fmt.Errorf("open %s devices: no device selected (%d found)", src.Name(), len(devs))
@@ -505,7 +513,9 @@ func (e *Engine) watchEvents(ctx context.Context, l *deviceLoop, w EventWatcher)
 			return
 		}
 		e.log.Warn("driver event watch failed; retrying", "device", idx, "err", err, "in", backoff)
-		if !sleep(e.cfg.Clock, backoff, ctx.Done()) {
+		// On the system clock: event watching is not part of the sampling
+		// schedule that tests step through.
+		if !sleep(SystemClock(), backoff, ctx.Done()) {
 			return
 		}
 		backoff = min(2*backoff, maxLostBackoff*e.cfg.LostRetryInterval)

@@ -40,8 +40,8 @@ func (s DeviceState) String() string {
 	return fmt.Sprintf("state(%d)", uint32(s))
 }
 
-// maxLostBackoff caps the lost-device retry backoff as a multiple of
-// Config.LostRetryInterval.
+// maxLostBackoff caps the driver event watch's retry backoff as a multiple
+// of Config.LostRetryInterval.
 const maxLostBackoff = 12
 
 // bufferState is the drain state of one sample-buffer type on one device.
@@ -91,9 +91,14 @@ type deviceLoop struct {
 	procFields []Field
 	procAttrs  []Attr
 
-	lost    bool
-	lostAt  time.Time
-	backoff time.Duration
+	// Lost-device state: lostAt is when the device was found lost,
+	// nextProbe when it is probed again (every LostRetryInterval from
+	// lostAt). startErr is the error of the identity read at New when the
+	// device did not answer: the loop then starts lost.
+	lost      bool
+	lostAt    time.Time
+	nextProbe time.Time
+	startErr  error
 
 	// Watchdog: callStart is when the current driver call began (Unix ns, 0
 	// when none is in flight) and callOp what it is; hung is set by the
@@ -108,7 +113,7 @@ type deviceLoop struct {
 	// counters, read by Stats from other goroutines
 	drains, nothingNew, suspectedLosses, lostEstimate atomic.Uint64
 	pointReads, readErrors, published, fieldReads     atomic.Uint64
-	hung, recoveries                                  atomic.Uint64
+	hung, recoveries, probes                          atomic.Uint64
 	processPolls, processesSeen                       atomic.Uint64
 	newestNS                                          atomic.Int64
 	clockKind                                         atomic.Uint32
@@ -168,14 +173,14 @@ func (l *deviceLoop) run(ctx context.Context) {
 	defer close(l.done)
 	clk := l.e.cfg.Clock
 	now := clk.Now()
-	capa, _ := l.src.(BufferCapacitor)
+	if l.startErr != nil {
+		l.markLost(l.startErr, now, "device does not answer at start; probing it every lost retry interval")
+	}
 	for _, b := range l.buffers {
 		b.next = now
-		if capa != nil {
-			l.enter(&opCapacity)
-			b.capacity = capa.BufferCapacity(b.typ)
-			l.exit()
-		}
+	}
+	if !l.lost {
+		l.askCapacity()
 	}
 	nextField, nextSlow, nextRare, nextGPM, nextProc := now, now, now, now, now
 	fieldEvery, slowEvery, rareEvery, gpmEvery := l.e.cfg.FieldInterval, l.e.cfg.SlowInterval, l.e.cfg.RareInterval, l.e.cfg.GPMInterval
@@ -194,19 +199,31 @@ func (l *deviceLoop) run(ctx context.Context) {
 		}
 		now = clk.Now()
 		if l.lost {
-			l.retryLost(now)
-			if l.lost {
-				timer.Reset(l.backoff)
+			if now.Before(l.nextProbe) {
+				timer.Reset(l.nextProbe.Sub(now))
 				continue
 			}
-			// Recovered: sample at once, the driver's buffers hold only
-			// seconds.
+			l.retryLost(now)
+			if l.lost {
+				l.nextProbe = advance(l.nextProbe, l.e.cfg.LostRetryInterval, now)
+				timer.Reset(l.nextProbe.Sub(now))
+				continue
+			}
+			// Recovered: drain at once from the kept cursors: the driver's
+			// buffers still hold what they took while the device was lost,
+			// as far back as their span reaches.
+			l.askCapacity()
 			for _, b := range l.buffers {
 				b.next = now
 			}
 			nextField, nextSlow = now, now
 		}
 		l.drainDue(now, false)
+		if l.lost { // found lost just now: nothing but probes from here
+			l.flush()
+			timer.Reset(l.nextProbe.Sub(now))
+			continue
+		}
 		if len(l.fastIDs) > 0 && !now.Before(nextField) {
 			l.readInto(l.fastIDs, l.fastOut, now, 0, &l.fastIDs, &l.fastOut)
 			l.fieldReads.Add(1)
@@ -255,6 +272,22 @@ func (l *deviceLoop) run(ctx context.Context) {
 	}
 }
 
+// askCapacity asks the backend for each buffer's capacity it does not know
+// yet.
+func (l *deviceLoop) askCapacity() {
+	capa, ok := l.src.(BufferCapacitor)
+	if !ok {
+		return
+	}
+	for _, b := range l.buffers {
+		if b.capacity == 0 {
+			l.enter(&opCapacity)
+			b.capacity = capa.BufferCapacity(b.typ)
+			l.exit()
+		}
+	}
+}
+
 // advance moves a schedule forward by one period, skipping missed ticks.
 func advance(next time.Time, every time.Duration, now time.Time) time.Time {
 	next = next.Add(every)
@@ -282,6 +315,9 @@ func (l *deviceLoop) flush() {
 func (l *deviceLoop) drainDue(now time.Time, force bool) {
 	idle := false
 	for _, b := range l.buffers {
+		if l.lost {
+			return
+		}
 		if !b.supported || (!force && now.Before(b.next)) {
 			continue
 		}
@@ -574,26 +610,32 @@ func (l *deviceLoop) watch(now time.Time, timeout time.Duration) {
 func (l *deviceLoop) callFailed(err error, now time.Time) {
 	l.readErrors.Add(1)
 	if errors.Is(err, ErrGPULost) && !l.lost {
-		l.lost = true
-		l.lostAt = now
-		l.backoff = l.e.cfg.LostRetryInterval
-		l.state.Store(uint32(DeviceLost))
-		id := l.identity.Load()
-		l.e.log.Error("gpu lost", "device", l.index, "uuid", id.UUID, "err", err)
-		l.e.Emit(Event{Kind: EventDeviceLost, Device: int(l.index), StartNS: now.UnixNano(), Message: err.Error(),
-			Attrs: []Attr{{"uuid", id.UUID}}})
+		l.markLost(err, now, "gpu lost")
 	}
 }
 
-// retryLost probes a lost device: re-acquire it by UUID (Reopener), then
-// ask its identity; when the same GPU answers, sampling resumes. Failed
-// probes back off up to maxLostBackoff × LostRetryInterval.
+// markLost puts the loop in the lost state: no calls but probes, the first
+// one LostRetryInterval from now.
+func (l *deviceLoop) markLost(err error, now time.Time, msg string) {
+	l.lost = true
+	l.lostAt = now
+	l.nextProbe = now.Add(l.e.cfg.LostRetryInterval)
+	l.state.Store(uint32(DeviceLost))
+	id := l.identity.Load()
+	l.e.log.Error(msg, "device", l.index, "uuid", id.UUID, "err", err, "probe_every", l.e.cfg.LostRetryInterval)
+	l.e.Emit(Event{Kind: EventDeviceLost, Device: int(l.index), StartNS: now.UnixNano(), Message: err.Error(),
+		Attrs: []Attr{{"uuid", id.UUID}}})
+}
+
+// retryLost probes a lost device: re-acquire it by UUID (Reopener; by
+// index when its UUID was never read), then ask its identity; when the same
+// GPU answers, sampling resumes. The caller schedules the next probe.
 func (l *deviceLoop) retryLost(now time.Time) {
 	old := l.identity.Load()
 	l.state.Store(uint32(DeviceRecovering))
+	l.probes.Add(1)
 	fail := func() {
 		l.state.Store(uint32(DeviceLost))
-		l.backoff = min(2*l.backoff, maxLostBackoff*l.e.cfg.LostRetryInterval)
 	}
 	if r, ok := l.src.(Reopener); ok {
 		l.enter(&opReopen)
@@ -611,7 +653,7 @@ func (l *deviceLoop) retryLost(now time.Time) {
 		fail()
 		return
 	}
-	if id.UUID != old.UUID {
+	if old.UUID != "" && id.UUID != old.UUID {
 		l.e.log.Error("a different GPU answers in a lost device's place; not resuming", "device", l.index,
 			"uuid", old.UUID, "found", id.UUID)
 		fail()
@@ -660,8 +702,8 @@ type DeviceStats struct {
 	// State is the device's state now.
 	State DeviceState
 	// Hangs counts calls the watchdog flagged; Recoveries lost-device
-	// recoveries.
-	Hangs, Recoveries uint64
+	// recoveries; Probes the probes of a lost device (failed or not).
+	Hangs, Recoveries, Probes uint64
 	// ProcessPolls counts per-process polls; Processes is how many
 	// processes the latest one found.
 	ProcessPolls, Processes uint64
@@ -673,7 +715,7 @@ func (l *deviceLoop) stats() DeviceStats {
 		NothingNew: l.nothingNew.Load(), SuspectedLosses: l.suspectedLosses.Load(), LostEstimate: l.lostEstimate.Load(),
 		PointReads: l.pointReads.Load(), FieldReads: l.fieldReads.Load(), ReadErrors: l.readErrors.Load(),
 		NewestNS: l.newestNS.Load(), Clock: ClockKind(l.clockKind.Load()), MinDrainInterval: time.Duration(l.minDrainNS.Load()),
-		State: DeviceState(l.state.Load()), Hangs: l.hung.Load(), Recoveries: l.recoveries.Load(),
+		State: DeviceState(l.state.Load()), Hangs: l.hung.Load(), Recoveries: l.recoveries.Load(), Probes: l.probes.Load(),
 		ProcessPolls: l.processPolls.Load(), Processes: l.processesSeen.Load()}
 	if cc, ok := l.src.(CallCounter); ok {
 		cs := cc.CallStats()

@@ -67,6 +67,9 @@ type Source interface {
 // concurrently.
 type DeviceSource interface {
 	// Identity returns the device's identity (UUID, name, thresholds...).
+	// On error the Device still carries its Index (and what else is
+	// known): a device that does not answer at start is sampled under that
+	// index once it does.
 	Identity() (Device, error)
 	// Drain appends to dst every sample of buffer type t with a timestamp
 	// strictly newer than cursor (a raw driver timestamp, 0 for "all"), in
@@ -123,7 +126,9 @@ type EventWatcher interface {
 // Reopener is implemented by device sources that can re-acquire a lost
 // device by its UUID (NVML: nvmlDeviceGetHandleByUUID) without
 // re-initializing the library, which would disturb every other device. The
-// engine calls it from the device's loop before asking Identity again.
+// engine calls it from the device's loop before asking Identity again. The
+// uuid is empty when the device has not answered since the start: then it
+// is re-acquired by its index.
 type Reopener interface {
 	Reopen(uuid string) error
 }

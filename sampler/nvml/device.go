@@ -98,6 +98,9 @@ func (d *device) account(op string, calls int, start time.Time) {
 // Identity reads the device's identity and temperature thresholds.
 func (d *device) Identity() (sampler.Device, error) {
 	id := sampler.Device{Index: d.index, Backend: "nvml", DriverVersion: d.src.driver}
+	if d.dev == nil {
+		return id, d.noHandle()
+	}
 	has := d.src.has
 	if !has["nvmlDeviceGetUUID"] {
 		return id, fmt.Errorf("open device %d: %w", d.index, notSupported("get uuid"))
@@ -180,6 +183,9 @@ func (d *device) Drain(t sampler.BufferType, cursor uint64, dst []sampler.RawSam
 	}
 	if !d.src.has["nvmlDeviceGetSamples"] || d.mig {
 		return dst, d.errBufferNS[t]
+	}
+	if d.dev == nil {
+		return dst, d.noHandle()
 	}
 	var vt nvml.ValueType
 	var samples []nvml.Sample
@@ -293,6 +299,9 @@ func decodeValue(vt nvml.ValueType, b [8]byte) (float64, bool) {
 // it serves. The returned error is for the device (lost); per-value errors
 // are in out[i].Err.
 func (d *device) Read(ids []sampler.MetricID, out []sampler.Reading) error {
+	if d.dev == nil {
+		return d.noHandle()
+	}
 	if cap(d.slot) < len(ids) {
 		d.slot = make([]int, len(ids))
 	}

@@ -60,6 +60,9 @@ func (d *device) WatchEvents(ctx context.Context, emit func(sampler.Event)) erro
 	d.mu.Lock()
 	dev := d.dev
 	d.mu.Unlock()
+	if dev == nil {
+		return fmt.Errorf("watch events: %w", d.noHandle())
+	}
 	start := now()
 	supported, ret := dev.GetSupportedEventTypes()
 	d.account("GetSupportedEventTypes", 1, start)
@@ -151,7 +154,12 @@ func (d *device) toEvent(data nvml.EventData) (sampler.Event, bool) {
 // Reopen re-acquires the device's handles by UUID after it was lost,
 // without touching the library or the other devices. It implements
 // sampler.Reopener.
+//
+// An empty uuid (the device never answered) re-acquires it by its index.
 func (d *device) Reopen(uuid string) error {
+	if uuid == "" && !d.mig {
+		return d.openByIndex()
+	}
 	if !d.src.has["nvmlDeviceGetHandleByUUID"] {
 		return fmt.Errorf("reopen %s: %w", uuid, notSupported("nvmlDeviceGetHandleByUUID absent"))
 	}
@@ -174,4 +182,35 @@ func (d *device) Reopen(uuid string) error {
 	d.dev, d.raw = h, raw
 	d.mu.Unlock()
 	return nil
+}
+
+// openByIndex acquires the device's handles by its index: at start, and
+// to re-acquire a device that did not answer then.
+func (d *device) openByIndex() error {
+	s := d.src
+	start := now()
+	h, ret := s.lib.DeviceGetHandleByIndex(d.index)
+	d.account("DeviceGetHandleByIndex", 1, start)
+	if ret != nvml.SUCCESS {
+		return newError(fmt.Sprintf("open device %d", d.index), ret)
+	}
+	raw := d.raw
+	if s.direct != nil {
+		start := now()
+		r, ret := s.direct.deviceHandle(d.index)
+		d.account("DeviceGetHandleByIndex", 1, start)
+		if ret == nvml.SUCCESS {
+			raw = r
+		}
+	}
+	d.mu.Lock()
+	d.dev, d.raw = h, raw
+	d.mu.Unlock()
+	return nil
+}
+
+// noHandle is the error of every call on a device that has had no handle
+// since the start: to the engine it is lost until a probe re-acquires it.
+func (d *device) noHandle() error {
+	return fmt.Errorf("device %d has no handle (it did not answer at start): %w", d.index, sampler.ErrGPULost)
 }

@@ -5,6 +5,7 @@ package nvml
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpusampler/gpusampler/internal/clocktest"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
@@ -26,7 +28,13 @@ func runFaultScenario(t *testing.T, scenario string, env ...string) {
 	runScenario(t, scenario, false, append(env, "FAKENVML_CTL_DIR="+ctl, "FAKENVML_PERIOD_US=5000")...)
 }
 
-func TestFakeDriverGPULost(t *testing.T)        { runFaultScenario(t, "lost", "FAKENVML_DEVICES=2") }
+func TestFakeDriverGPULost(t *testing.T) { runFaultScenario(t, "lost", "FAKENVML_DEVICES=2") }
+func TestFakeDriverLostAtStart(t *testing.T) {
+	runFaultScenario(t, "lost-at-start", "FAKENVML_DEVICES=2", "FAKENVML_TIME_FILE="+filepath.Join(t.TempDir(), "now"))
+}
+func TestFakeDriverLostAndBack(t *testing.T) {
+	runFaultScenario(t, "lost-and-back", "FAKENVML_DEVICES=2", "FAKENVML_TIME_FILE="+filepath.Join(t.TempDir(), "now"))
+}
 func TestFakeDriverHungCall(t *testing.T)       { runFaultScenario(t, "hang", "FAKENVML_DEVICES=2") }
 func TestFakeDriverXIDExactlyOnce(t *testing.T) { runFaultScenario(t, "xid", "FAKENVML_DEVICES=2") }
 func TestFakeDriverAllNotSupported(t *testing.T) {
@@ -237,4 +245,128 @@ func childDriverLate(t *testing.T, lib string) {
 		t.Fatalf("never loaded: %v", err)
 	}
 	t.Logf("gave up: %v", err)
+}
+
+// bufferTimes returns, per buffer type, the driver timestamps (µs) of the
+// buffer samples published for dev, in order.
+func bufferTimes(col *collector, dev int) map[sampler.BufferType][]uint64 {
+	col.mu.Lock()
+	defer col.mu.Unlock()
+	out := map[sampler.BufferType][]uint64{}
+	for _, s := range col.samples {
+		m := sampler.DefaultCatalog.Get(s.Metric)
+		if int(s.Device) == dev && m.Src.Kind == sampler.FromBuffer && s.Flags&sampler.FlagPointRead == 0 {
+			out[m.Src.Buffer] = append(out[m.Src.Buffer], uint64(s.TimeNS/1000))
+		}
+	}
+	return out
+}
+
+var fakeBufferTypes = []sampler.BufferType{sampler.BufferTotalPower, sampler.BufferGPUUtil, sampler.BufferSMClock, sampler.BufferMemoryClock}
+
+// GPU 1 does not answer at start (its handle cannot be had): it is probed
+// by index every LostRetryInterval on the engine's clock and sampled from
+// the first probe after it answers, beginning with what its buffers hold.
+func childLostAtStart(t *testing.T, src *Source, clk *clocktest.Clock) {
+	devs, err := src.Devices()
+	if err != nil || len(devs) != 2 {
+		t.Fatalf("devices %d, %v: the GPU that failed at start must be kept", len(devs), err)
+	}
+	t0 := clk.Now()
+	const every = 200 * time.Millisecond
+	back := t0.Add(time.Second)
+	answered := false
+	eng, col := runEngineHooked(t, src, sampler.Config{LostRetryInterval: every}, clk, 3, 2*time.Second, func(now time.Time) {
+		if !answered && !now.Before(back) {
+			ctlFile(t, "lost1", false, "") // the GPU answers from the next probe on
+			answered = true
+		}
+	})
+	st := eng.Stats().Devices[1]
+	// Probes at t0+200ms … t0+1s fail; the one at t0+1.2s finds the GPU.
+	if st.Recoveries != 1 || st.Probes != 6 || st.State != sampler.DeviceOK {
+		t.Errorf("gpu1: recoveries %d, probes %d, state %v; want 1, 6 (every %v from the start), ok", st.Recoveries, st.Probes, st.State, every)
+	}
+	if id := eng.Devices()[1]; id.UUID != "GPU-fake-0000-0001" || id.Index != 1 || id.Name != "NVIDIA Fake H200" {
+		t.Errorf("gpu1 identity after recovery %+v", id)
+	}
+	lost := col.eventsOf(sampler.EventDeviceLost, 1)
+	rec := col.eventsOf(sampler.EventDeviceRecovery, 1)
+	wantRec := t0.Add(6 * every)
+	if len(lost) != 1 || lost[0].StartNS != t0.UnixNano() || len(rec) != 1 || rec[0].StartNS != t0.UnixNano() || rec[0].EndNS != wantRec.UnixNano() {
+		t.Fatalf("gpu1 lost events %+v, recovery events %+v; want lost at %v, recovered at %v", lost, rec, t0, wantRec)
+	}
+	// The first drain after recovery returns the whole buffer: depth (100)
+	// samples up to the recovery, and every one after, once.
+	for dev, from := range map[int]time.Time{0: t0, 1: wantRec} {
+		got := bufferTimes(col, dev)
+		for _, typ := range fakeBufferTypes {
+			ts := got[typ]
+			checkContinuous(t, fmt.Sprintf("gpu%d %s", dev, typ), ts, fakePeriodUS)
+			first := uint64(from.UnixMicro())/fakePeriodUS*fakePeriodUS - 99*fakePeriodUS
+			if len(ts) == 0 || ts[0] != first {
+				t.Errorf("gpu%d %s: first sample at %v µs, want %d (a full buffer before %v)", dev, typ, ts[:min(1, len(ts))], first, from)
+			}
+		}
+	}
+	if n := len(col.eventsOf(sampler.EventDeviceLost, 0)); n != 0 {
+		t.Errorf("gpu0 reported lost %d times", n)
+	}
+	t.Logf("gpu1 lost at start, probed %d times every %v, sampled from %v on (%d samples)", st.Probes, every, wantRec.Sub(t0), st.Published)
+}
+
+// GPU 1 is lost for a while shorter than its buffers' span: the first probe
+// after it answers again (every LostRetryInterval from the loss, no backoff
+// first) resumes it, and the first drain delivers what the buffers took
+// while it was lost: no gap, no duplicate.
+func childLostAndBack(t *testing.T, src *Source, clk *clocktest.Clock) {
+	t0 := clk.Now()
+	const every = 100 * time.Millisecond
+	loseAt, answerAt := t0.Add(500*time.Millisecond), t0.Add(750*time.Millisecond)
+	var lostFile, answered time.Time
+	eng, col := runEngineHooked(t, src, sampler.Config{LostRetryInterval: every}, clk, 3, 2*time.Second, func(now time.Time) {
+		switch {
+		case lostFile.IsZero() && !now.Before(loseAt):
+			ctlFile(t, "lost1", true, "")
+			lostFile = now
+		case answered.IsZero() && !now.Before(answerAt):
+			ctlFile(t, "lost1", false, "")
+			answered = now
+		}
+	})
+	lost := col.eventsOf(sampler.EventDeviceLost, 1)
+	rec := col.eventsOf(sampler.EventDeviceRecovery, 1)
+	if len(lost) != 1 || len(rec) != 1 {
+		t.Fatalf("gpu1: %d lost and %d recovery events, want 1 each", len(lost), len(rec))
+	}
+	lostAt := time.Unix(0, lost[0].StartNS)
+	wantRec := lostAt
+	for !wantRec.After(answered) {
+		wantRec = wantRec.Add(every)
+	}
+	if rec[0].EndNS != wantRec.UnixNano() {
+		t.Errorf("recovered at %v after the loss, want %v: the first probe after the GPU answered (at %v)",
+			time.Unix(0, rec[0].EndNS).Sub(lostAt), wantRec.Sub(lostAt), answered.Sub(lostAt))
+	}
+	got := bufferTimes(col, 1)
+	for _, typ := range fakeBufferTypes {
+		ts := got[typ]
+		checkContinuous(t, "gpu1 "+typ.String(), ts, fakePeriodUS)
+		// Every sample the driver took while the GPU was lost arrived.
+		n := 0
+		for _, us := range ts {
+			if us > uint64(lostAt.UnixMicro()) && us <= uint64(wantRec.UnixMicro()) {
+				n++
+			}
+		}
+		if want := int(wantRec.Sub(lostAt) / (fakePeriodUS * time.Microsecond)); n != want {
+			t.Errorf("gpu1 %s: %d samples from the outage delivered, want %d", typ, n, want)
+		}
+	}
+	st := eng.Stats().Devices[1]
+	if st.SuspectedLosses != 0 || st.Recoveries != 1 {
+		t.Errorf("gpu1: suspected losses %d, recoveries %d", st.SuspectedLosses, st.Recoveries)
+	}
+	t.Logf("gpu1 lost at +%v, answered at +%v, resumed at +%v after %d probes; outage samples all delivered",
+		lostAt.Sub(t0), answered.Sub(t0), wantRec.Sub(t0), st.Probes)
 }

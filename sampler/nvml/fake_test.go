@@ -73,7 +73,7 @@ func runScenario(t *testing.T, scenario string, old bool, env ...string) {
 	}
 	if testing.Verbose() {
 		for _, line := range strings.Split(string(out), "\n") {
-			if strings.Contains(line, "fake_test.go") {
+			if strings.Contains(line, "_test.go:") && !strings.Contains(line, "--- ") {
 				t.Log(strings.TrimSpace(line))
 			}
 		}
@@ -156,6 +156,9 @@ func TestFakeDriverChild(t *testing.T) {
 	}
 	calls := filepath.Join(t.TempDir(), "calls")
 	os.Setenv("FAKENVML_CALLS_FILE", calls)
+	if scenario == "lost-at-start" {
+		ctlFile(t, "lost1", true, "") // before the library enumerates the GPUs
+	}
 	opts := Options{LibraryPath: lib}
 	var clk *clocktest.Clock
 	if os.Getenv("FAKENVML_TIME_FILE") != "" {
@@ -180,6 +183,10 @@ func TestFakeDriverChild(t *testing.T) {
 		childFields(t, src)
 	case "lost":
 		childLost(t, src)
+	case "lost-at-start":
+		childLostAtStart(t, src, clk)
+	case "lost-and-back":
+		childLostAndBack(t, src, clk)
 	case "hang":
 		childHang(t, src)
 	case "xid":
@@ -276,6 +283,14 @@ func runEngine(t *testing.T, src sampler.Source, cfg sampler.Config, d time.Dura
 // Each step waits until armed timers are parked on the clock (every device
 // loop, and the watchdog), then moves the clock to the earliest deadline.
 func runEngineStepped(t *testing.T, src sampler.Source, cfg sampler.Config, clk *clocktest.Clock, armed int, d time.Duration) (*sampler.Engine, *collector) {
+	return runEngineHooked(t, src, cfg, clk, armed, d, nil)
+}
+
+// runEngineHooked is runEngineStepped with a hook called at each step,
+// while everything is parked, with the clock's time: a test injects faults
+// at chosen times from it.
+func runEngineHooked(t *testing.T, src sampler.Source, cfg sampler.Config, clk *clocktest.Clock, armed int, d time.Duration,
+	hook func(now time.Time)) (*sampler.Engine, *collector) {
 	t.Helper()
 	cfg.Clock = clk
 	eng, err := sampler.New(src, cfg)
@@ -292,6 +307,9 @@ func runEngineStepped(t *testing.T, src sampler.Source, cfg sampler.Config, clk 
 	end := clk.Now().Add(d)
 	for {
 		clk.BlockUntil(armed)
+		if hook != nil {
+			hook(clk.Now())
+		}
 		if next, _ := clk.Next(); next.After(end) {
 			break
 		}

@@ -43,6 +43,9 @@ func (s *Source) hasAny(syms ...string) bool {
 // asked once and then skipped; when no part is supported the call answers
 // sampler.ErrNotSupported.
 func (d *device) Processes(q sampler.ProcessQuery, dst []sampler.Process) ([]sampler.Process, error) {
+	if d.dev == nil {
+		return dst, d.noHandle()
+	}
 	ps := &d.procs
 	s := d.src
 	if ps.byPID == nil {

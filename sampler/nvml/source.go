@@ -3,7 +3,6 @@
 package nvml
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -153,39 +152,24 @@ func (s *Source) openDevices() ([]sampler.DeviceSource, error) {
 		return nil, fmt.Errorf("nvml: count devices: %w", newError("get device count", ret))
 	}
 	var out []sampler.DeviceSource
-	var errs []error
 	for i := 0; i < n; i++ {
 		d := newDevice(s, i)
-		start := now()
-		h, ret := s.lib.DeviceGetHandleByIndex(i)
-		d.account("DeviceGetHandleByIndex", 1, start)
-		if ret != nvml.SUCCESS {
-			err := newError(fmt.Sprintf("open device %d", i), ret)
-			s.log.Warn("skipping device", "index", i, "err", err)
-			errs = append(errs, err)
-			continue
-		}
-		d.dev = h
-		if s.direct != nil {
-			start := now()
-			raw, ret := s.direct.deviceHandle(i)
-			d.account("DeviceGetHandleByIndex", 1, start)
-			if ret == nvml.SUCCESS {
-				d.raw = raw
-			}
+		if err := d.openByIndex(); err != nil {
+			// Kept: the engine probes it (Reopen by index) until it answers.
+			s.log.Warn("device does not answer at start; it is sampled once it does", "index", i, "err", err)
 		}
 		out = append(out, d)
 	}
 	// MIG instances follow the physical GPUs, numbered after them.
 	next := n
 	for _, p := range slices.Clone(out) {
+		if p.(*device).dev == nil {
+			continue
+		}
 		for _, m := range s.migDevices(p.(*device), next) {
 			out = append(out, m)
 			next++
 		}
-	}
-	if len(out) == 0 && len(errs) > 0 {
-		return nil, errors.Join(errs...)
 	}
 	return out, nil
 }

@@ -191,6 +191,7 @@ nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *n) { if (!initialized) return E
 nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int i, void **h) {
 	if (!initialized) return E_UNINIT;
 	if (i >= (unsigned)ndev) return E_INVALID;
+	if (ctlFile("lost", i)) return E_GPU_LOST;
 	*h = &devs[i];
 	__atomic_add_fetch(&devs[i].calls, 1, __ATOMIC_RELAXED);
 	return OK;
