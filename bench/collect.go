@@ -32,6 +32,24 @@ type Collector struct {
 	// owner, when set, classifies each process event's PID as it arrives
 	// (a PID's ancestry is readable only while the process lives).
 	owner *procOwner
+	// latest is each device's newest value of the live-progress metrics.
+	latest map[liveKey]sampler.Sample
+}
+
+type liveKey struct {
+	dev    uint16
+	metric sampler.MetricID
+}
+
+// liveMetrics are what the progress display shows per GPU.
+var liveMetrics = []sampler.MetricID{sampler.MetricPowerDraw, sampler.MetricUtilGPU, sampler.MetricClockSM}
+
+// Latest returns device dev's newest value of metric id, if one arrived.
+func (c *Collector) Latest(dev int, id sampler.MetricID) (float64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s, ok := c.latest[liveKey{uint16(dev), id}]
+	return s.Value, ok
 }
 
 // NewCollector returns an empty collector; cat (nil: the default catalog)
@@ -41,7 +59,7 @@ func NewCollector(cat *sampler.Catalog) *Collector {
 		cat = sampler.DefaultCatalog
 	}
 	c := &Collector{devices: map[int]sampler.Device{}, newestBuf: map[uint16]int64{},
-		newestField: map[uint16]int64{}, cat: cat}
+		newestField: map[uint16]int64{}, cat: cat, latest: map[liveKey]sampler.Sample{}}
 	c.cond = sync.NewCond(&c.mu)
 	return c
 }
@@ -68,6 +86,12 @@ func (c *Collector) Write(_ context.Context, b *sampler.Batch) error {
 		}
 	}
 	for _, s := range b.Samples {
+		if s.Metric == sampler.MetricPowerDraw || s.Metric == sampler.MetricUtilGPU || s.Metric == sampler.MetricClockSM {
+			k := liveKey{s.Device, s.Metric}
+			if s.TimeNS >= c.latest[k].TimeNS {
+				c.latest[k] = s
+			}
+		}
 		m := c.cat.Get(s.Metric)
 		if m == nil {
 			continue

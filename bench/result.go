@@ -59,8 +59,11 @@ type Result struct {
 	Created string `json:"created"`
 	// Simulated is true when the GPUs were simulated: the numbers say
 	// nothing about real hardware.
-	Simulated bool   `json:"simulated"`
-	Backend   string `json:"backend"`
+	Simulated bool `json:"simulated"`
+	// Partial is true when the benchmark was interrupted: the numbers cover
+	// the runs that completed (a warning says how many).
+	Partial bool   `json:"partial,omitempty"`
+	Backend string `json:"backend"`
 	// Profile is the simulator's workload profile (simulated only).
 	Profile  string       `json:"profile,omitempty"`
 	Settings Settings     `json:"settings"`

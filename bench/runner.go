@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"os/exec"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/gpusampler/gpusampler/diagnose"
@@ -44,16 +46,28 @@ func (c Command) String() string {
 }
 
 func (c Command) cmd(ctx context.Context) *exec.Cmd {
+	var cmd *exec.Cmd
 	if c.Shell {
-		return exec.CommandContext(ctx, "/bin/sh", "-c", c.Argv[0])
+		cmd = exec.CommandContext(ctx, "/bin/sh", "-c", c.Argv[0])
+	} else {
+		cmd = exec.CommandContext(ctx, c.Argv[0], c.Argv[1:]...)
 	}
-	return exec.CommandContext(ctx, c.Argv[0], c.Argv[1:]...)
+	// The command runs in its own process group, so that a Ctrl-C on the
+	// terminal reaches gpusampler only (which then lets the run finish); on
+	// a stop-now the group gets SIGINT, then SIGKILL after StopGrace.
+	ownProcessGroup(cmd)
+	cmd.WaitDelay = StopGrace
+	return cmd
 }
+
+// StopGrace is how long an interrupted command has between SIGINT and
+// SIGKILL.
+const StopGrace = 3 * time.Second
 
 // ProgressEvent reports one finished run (or warmup) to Options.Progress.
 type ProgressEvent struct {
 	Command string
-	// Warmup is set for warmup runs; Run counts from 0 within its kind.
+	// Warmup is set for warmup runs; Run counts from 1 within its kind.
 	Warmup bool
 	Run    int
 	// Done and Total count every execution (warmups included, all
@@ -87,6 +101,14 @@ type Options struct {
 	// Progress, when set, is called after every run from the runner's
 	// goroutine.
 	Progress func(ProgressEvent)
+	// Live, when set, is called every LiveInterval while a command runs.
+	Live func(LiveStatus)
+	// Stop, when closed, ends the benchmark after the current run; what was
+	// measured is returned, marked partial (a first Ctrl-C). The end of
+	// Execute's ctx stops at once: the running command is interrupted
+	// (SIGINT to its process group, SIGKILL after StopGrace) and its run is
+	// not recorded.
+	Stop <-chan struct{}
 	// Env is the commands' environment (nil: this process's); the runner
 	// adds MarksEnv.
 	Env []string
@@ -177,6 +199,11 @@ type execution struct {
 	marks          []Mark
 	badMarks       int
 	runtimeWarning string
+	// tail is the end of the command's stderr (when hidden).
+	tail string
+	// interrupted: the user stopped the benchmark during this execution; it
+	// is incomplete and not recorded.
+	interrupted bool
 }
 
 // Execute benchmarks opts.Commands on src's GPUs and returns the result. It
@@ -260,15 +287,12 @@ func Execute(ctx context.Context, src sampler.Source, opts Options) (*Result, er
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
+		case <-opts.Stop:
+			return nil, ErrInterrupted
 		case <-time.After(opts.Baseline):
 		}
 		baseTo = time.Now().UnixNano()
 	}
-
-	var execs []execution
-	var runErr error
-	total := (opts.Warmup + opts.Runs) * len(opts.Commands)
-	done := 0
 	env := opts.Env
 	if env == nil {
 		env = os.Environ()
@@ -276,67 +300,8 @@ func Execute(ctx context.Context, src sampler.Source, opts Options) (*Result, er
 	if marks != nil {
 		env = append(slices.Clone(env), MarksEnv+"="+marks.Path())
 	}
-loop:
-	for _, warm := range []bool{true, false} {
-		n := opts.Runs
-		if warm {
-			n = opts.Warmup
-		}
-		for i := range n {
-			for ci, c := range opts.Commands {
-				if ctx.Err() != nil {
-					runErr = ctx.Err()
-					break loop
-				}
-				ex := execution{cmd: ci, warmup: warm, run: i}
-				cmd := c.cmd(ctx)
-				cmd.Env = env
-				tail := &tailBuffer{n: 4096}
-				if opts.ShowOutput {
-					cmd.Stdout, cmd.Stderr = opts.Output, opts.Output
-				} else {
-					cmd.Stderr = tail
-				}
-				if marks != nil {
-					marks.Begin()
-				}
-				ex.start = time.Now()
-				err := cmd.Start()
-				if err == nil {
-					owner.Started(cmd.Process.Pid)
-					err = cmd.Wait()
-				}
-				ex.end = time.Now()
-				if marks != nil {
-					ex.marks, ex.badMarks = marks.End(time.Second)
-				}
-				var ee *exec.ExitError
-				switch {
-				case err == nil:
-				case errors.As(err, &ee):
-					ex.exitCode = ee.ExitCode()
-					if ex.exitCode < 0 {
-						ex.exitCode = 128 + 9 // killed by a signal
-					}
-				default:
-					runErr = &CommandError{Command: c.String(), Run: i, ExitCode: -1, Err: err}
-					break loop
-				}
-				done++
-				if opts.Progress != nil {
-					opts.Progress(ProgressEvent{Command: c.Name, Warmup: warm, Run: i, Done: done, Total: total,
-						Wall: ex.end.Sub(ex.start), ExitCode: ex.exitCode})
-				}
-				if !warm {
-					execs = append(execs, ex)
-				}
-				if ex.exitCode != 0 && (!opts.IgnoreFailure || ex.exitCode == 127) {
-					runErr = &CommandError{Command: c.String(), Run: i, ExitCode: ex.exitCode, Tail: tail.String()}
-					break loop
-				}
-			}
-		}
-	}
+	rl := &runLoop{opts: &opts, col: col, owner: owner, marks: marks, env: env, idx: idx}
+	execs, runErr, partial := rl.runAll(ctx)
 	// The last run's final samples arrive with the next drain and field
 	// read: wait for them, then stop the engine (a final drain; the
 	// detectors close their findings).
@@ -352,7 +317,11 @@ loop:
 		polled[ds.Index] = ds.ProcessPolls > 0
 	}
 	if len(execs) == 0 {
-		if runErr == nil {
+		switch {
+		case runErr != nil:
+		case partial != "":
+			runErr = ErrInterrupted
+		default:
 			runErr = errors.New("bench: no run completed")
 		}
 		return nil, runErr
@@ -362,5 +331,206 @@ loop:
 		ours = owner.Ours
 	}
 	res := assemble(col, devs, opts, created, baseFrom, baseTo, execs, procInfo{polled: polled, ours: ours})
+	if partial != "" {
+		res.Partial = true
+		res.Warnings = append(res.Warnings, partial)
+	}
 	return res, runErr
+}
+
+// ErrInterrupted: the benchmark was stopped before any run completed.
+var ErrInterrupted = errors.New("bench: interrupted before any run completed")
+
+// runLoop runs the executions of a benchmark: warmups, then the measured
+// runs, interleaving the commands (A B A B ...).
+type runLoop struct {
+	opts  *Options
+	col   *Collector
+	owner *procOwner
+	marks *MarkReader
+	env   []string
+	idx   []int
+	// done counts finished executions; spent is their total wall time
+	// (for the estimate of the time left).
+	done  int
+	spent time.Duration
+}
+
+func (rl *runLoop) total() int {
+	return (rl.opts.Warmup + rl.opts.Runs) * len(rl.opts.Commands)
+}
+
+// runAll runs every execution until the end, a failure, Stop (after the
+// current run) or ctx's end (at once: the running command is interrupted
+// and not recorded). partial says why it stopped early, "" when it did not.
+func (rl *runLoop) runAll(ctx context.Context) (execs []execution, runErr error, partial string) {
+	opts := rl.opts
+	stopped := func() bool {
+		select {
+		case <-opts.Stop:
+			return true
+		default:
+			return ctx.Err() != nil
+		}
+	}
+	for _, warm := range []bool{true, false} {
+		n := opts.Runs
+		if warm {
+			n = opts.Warmup
+		}
+		for i := range n {
+			for ci, c := range opts.Commands {
+				if stopped() {
+					return execs, nil, rl.partial(len(execs))
+				}
+				ex, err := rl.runOne(ctx, ci, c, warm, i)
+				if ex.interrupted {
+					return execs, nil, rl.partial(len(execs))
+				}
+				if err != nil {
+					return execs, err, ""
+				}
+				if !warm {
+					execs = append(execs, ex)
+				}
+				if ex.exitCode != 0 && (!opts.IgnoreFailure || ex.exitCode == 127) {
+					return execs, &CommandError{Command: c.String(), Run: i + 1, ExitCode: ex.exitCode, Tail: ex.tail}, ""
+				}
+			}
+		}
+	}
+	return execs, nil, ""
+}
+
+func (rl *runLoop) partial(measured int) string {
+	return fmt.Sprintf("PARTIAL: interrupted after %d of %d measured runs; the numbers cover those runs only", measured,
+		rl.opts.Runs*len(rl.opts.Commands))
+}
+
+// runOne runs one execution, reporting live progress while it runs.
+func (rl *runLoop) runOne(ctx context.Context, ci int, c Command, warm bool, i int) (execution, error) {
+	opts := rl.opts
+	ex := execution{cmd: ci, warmup: warm, run: i}
+	cmd := c.cmd(ctx)
+	cmd.Env = rl.env
+	tail := &tailBuffer{n: 4096}
+	if opts.ShowOutput {
+		cmd.Stdout, cmd.Stderr = opts.Output, opts.Output
+	} else {
+		cmd.Stderr = tail
+	}
+	if rl.marks != nil {
+		rl.marks.Begin()
+	}
+	ex.start = time.Now()
+	err := cmd.Start()
+	if err == nil {
+		rl.owner.Started(cmd.Process.Pid)
+		stopLive := rl.live(c.Name, warm, i, ex.start)
+		err = cmd.Wait()
+		stopLive()
+	}
+	ex.end = time.Now()
+	if rl.marks != nil {
+		ex.marks, ex.badMarks = rl.marks.End(time.Second)
+	}
+	ex.tail = tail.String()
+	if ctx.Err() != nil {
+		// Stopped by the user: the run is incomplete, not failed.
+		ex.interrupted = true
+		return ex, nil
+	}
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		ex.exitCode = ee.ExitCode()
+		if ex.exitCode < 0 {
+			ex.exitCode = 128 + 9 // killed by a signal
+			if ws, ok := ee.Sys().(interface{ Signal() syscall.Signal }); ok {
+				ex.exitCode = 128 + int(ws.Signal())
+			}
+		}
+	default:
+		return ex, &CommandError{Command: c.String(), Run: i + 1, ExitCode: -1, Err: err}
+	}
+	rl.done++
+	rl.spent += ex.end.Sub(ex.start)
+	if opts.Progress != nil {
+		opts.Progress(ProgressEvent{Command: c.Name, Warmup: warm, Run: i + 1, Done: rl.done, Total: rl.total(),
+			Wall: ex.end.Sub(ex.start), ExitCode: ex.exitCode})
+	}
+	return ex, nil
+}
+
+// live calls Options.Live every LiveInterval while a command runs, until the
+// returned function is called.
+func (rl *runLoop) live(name string, warm bool, i int, start time.Time) func() {
+	if rl.opts.Live == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(LiveInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case now := <-t.C:
+				rl.opts.Live(rl.status(name, warm, i, now.Sub(start)))
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
+}
+
+// LiveInterval is how often Options.Live is called while a command runs.
+const LiveInterval = 250 * time.Millisecond
+
+func (rl *runLoop) status(name string, warm bool, i int, elapsed time.Duration) LiveStatus {
+	st := LiveStatus{Command: name, Warmup: warm, Run: i + 1, Done: rl.done, Total: rl.total(), Elapsed: elapsed, Remaining: -1}
+	if rl.done > 0 {
+		mean := rl.spent / time.Duration(rl.done)
+		left := rl.total() - rl.done - 1 // after this one
+		st.Remaining = time.Duration(left)*mean + max(mean-elapsed, 0)
+	}
+	for _, d := range rl.idx {
+		g := LiveGPU{Index: d, PowerW: math.NaN(), UtilPct: math.NaN(), SMClockMHz: math.NaN()}
+		if v, ok := rl.col.Latest(d, sampler.MetricPowerDraw); ok {
+			g.PowerW = v
+		}
+		if v, ok := rl.col.Latest(d, sampler.MetricUtilGPU); ok {
+			g.UtilPct = v
+		}
+		if v, ok := rl.col.Latest(d, sampler.MetricClockSM); ok {
+			g.SMClockMHz = v
+		}
+		st.GPUs = append(st.GPUs, g)
+	}
+	return st
+}
+
+// LiveStatus is what Options.Live receives while a command runs.
+type LiveStatus struct {
+	Command string
+	Warmup  bool
+	// Run numbers the run from 1 within its kind (warmup or measured).
+	Run int
+	// Done and Total count finished and all executions (warmups included).
+	Done, Total int
+	// Elapsed is the current run's time so far; Remaining estimates the
+	// time left for the whole benchmark (-1 before a run has finished).
+	Elapsed, Remaining time.Duration
+	// GPUs holds each GPU's newest power, utilization and SM clock (NaN
+	// when none has arrived yet).
+	GPUs []LiveGPU
+}
+
+// LiveGPU is one GPU's newest readings in a LiveStatus.
+type LiveGPU struct {
+	Index                       int
+	PowerW, UtilPct, SMClockMHz float64
 }

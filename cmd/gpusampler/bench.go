@@ -6,13 +6,17 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
+	"os/signal"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/gpusampler/gpusampler/bench"
@@ -166,12 +170,21 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		Profile: o.bf.profile, Logger: log}
 	if !o.noProgress {
 		opts.Progress = newProgress(stderr)
+		if isTerminal(stderr) {
+			opts.Live = newLiveLine(stderr)
+		}
 	}
 	if o.baseline > 0 && !o.noProgress {
 		fmt.Fprintf(stderr, "measuring the idle baseline (%v)...\n", o.baseline)
 	}
-	res, runErr := bench.Execute(ctx, src, opts)
+	runCtx, stop, done := benchInterrupts(ctx, stderr)
+	defer done()
+	opts.Stop = stop
+	res, runErr := bench.Execute(runCtx, src, opts)
 	if res == nil {
+		if errors.Is(runErr, bench.ErrInterrupted) {
+			return errInterrupted{runErr}
+		}
 		return runErr
 	}
 	if err := bench.WriteTable(stdout, res); err != nil {
@@ -182,6 +195,9 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if runErr != nil {
 		return runErr
+	}
+	if res.Partial {
+		return errInterrupted{errors.New("interrupted: the report above covers the completed runs only (partial)")}
 	}
 	if o.failIfSlowerSet && res.Comparison != nil {
 		return checkSlower(res.Comparison, o.failIfSlower)
@@ -311,7 +327,7 @@ func newProgress(w io.Writer) func(bench.ProgressEvent) {
 		}
 		const width = 30
 		n := width * ev.Done / max(ev.Total, 1)
-		fmt.Fprintf(w, "\r[%s%s] %d/%d  %s %s %d: %.3f s%s   ", strings.Repeat("=", n), strings.Repeat(" ", width-n),
+		fmt.Fprintf(w, "\r\x1b[K[%s%s] %d/%d  %s %s %d: %.3f s%s", strings.Repeat("=", n), strings.Repeat(" ", width-n),
 			ev.Done, ev.Total, ev.Command, kind, ev.Run, ev.Wall.Seconds(), status)
 		if ev.Done == ev.Total {
 			fmt.Fprintln(w)
@@ -418,4 +434,93 @@ func cmdBenchCompare(args []string, stdout, stderr io.Writer) error {
 		return checkSlower(&c, *pct)
 	}
 	return nil
+}
+
+// errInterrupted ends bench with exit status 130, as a shell reports a
+// program stopped by Ctrl-C.
+type errInterrupted struct{ err error }
+
+func (e errInterrupted) Error() string { return e.err.Error() }
+func (e errInterrupted) ExitCode() int { return 130 }
+
+// benchInterrupts turns SIGINT/SIGTERM into bench's two stages: the first
+// (or the end of ctx) closes stop, so the benchmark ends after the current
+// run with a partial report; the second cancels the returned context, which
+// interrupts the running command at once. done releases the signals.
+func benchInterrupts(ctx context.Context, stderr io.Writer) (run context.Context, stop <-chan struct{}, done func()) {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stopCh := make(chan struct{})
+	quit := make(chan struct{})
+	var once sync.Once
+	stopAfterRun := func() {
+		once.Do(func() {
+			close(stopCh)
+			fmt.Fprintln(stderr, "\ngpusampler bench: stopping after the current run (Ctrl-C again to stop now)")
+		})
+	}
+	go func() {
+		parent := ctx.Done()
+		n := 0
+		for {
+			select {
+			case <-quit:
+				return
+			case <-parent:
+				parent = nil
+				stopAfterRun()
+			case <-sigs:
+				if n++; n == 1 {
+					stopAfterRun()
+					continue
+				}
+				fmt.Fprintln(stderr, "gpusampler bench: stopping now: the running command is interrupted and not recorded")
+				cancel()
+				return
+			}
+		}
+	}()
+	return runCtx, stopCh, func() {
+		signal.Stop(sigs)
+		close(quit)
+		cancel()
+	}
+}
+
+// newLiveLine returns a display for a terminal: one line, redrawn a few
+// times a second while a command runs, with the run, its elapsed time, an
+// estimate of the time left and each GPU's power, utilization and SM clock.
+func newLiveLine(w io.Writer) func(bench.LiveStatus) {
+	return func(st bench.LiveStatus) {
+		fmt.Fprintf(w, "\r\x1b[K%s", liveText(st))
+	}
+}
+
+// liveText renders a LiveStatus as one line.
+func liveText(st bench.LiveStatus) string {
+	var b strings.Builder
+	kind := "run"
+	if st.Warmup {
+		kind = "warmup"
+	}
+	fmt.Fprintf(&b, "%s %s %d  %.1f s", st.Command, kind, st.Run, st.Elapsed.Seconds())
+	if st.Remaining >= 0 {
+		fmt.Fprintf(&b, "  ~%s left", st.Remaining.Round(time.Second))
+	}
+	fmt.Fprintf(&b, "  [%d/%d]", st.Done, st.Total)
+	num := func(v float64, unit string) string {
+		if math.IsNaN(v) {
+			return "-" + unit
+		}
+		return fmt.Sprintf("%.0f%s", v, unit)
+	}
+	for i, g := range st.GPUs {
+		if i == 4 {
+			fmt.Fprintf(&b, " | +%d GPUs", len(st.GPUs)-4)
+			break
+		}
+		fmt.Fprintf(&b, " | GPU%d %s %s %s", g.Index, num(g.PowerW, " W"), num(g.UtilPct, "%"), num(g.SMClockMHz, " MHz"))
+	}
+	return b.String()
 }

@@ -328,3 +328,23 @@ func TestBenchHygieneOtherProcesses(t *testing.T) {
 		}
 	}
 }
+
+// A first Ctrl-C lets the current run finish and reports what was measured,
+// marked partial (exit 130); a second stops at once, and the interrupted
+// workload is never called a failed command. The workload sends the
+// signals itself ($PPID is gpusampler), so nothing here depends on timing.
+// Not parallel: SIGINT goes to the whole test process.
+func TestBenchInterrupts(t *testing.T) {
+	code, out, errs := runCLI(t, "bench", "--backend", "sim", "--gpus", "1", "--baseline", "0", "--runs", "3", "--no-progress",
+		"--", `kill -INT $PPID; sleep 0.3`)
+	if code != 130 || !strings.Contains(out, "PARTIAL: interrupted after 1 of 3 measured runs") ||
+		!strings.Contains(errs, "stopping after the current run") || strings.Contains(errs+out, "failed") {
+		t.Fatalf("first Ctrl-C: exit %d\n%s\n%s", code, out, errs)
+	}
+	code, out, errs = runCLI(t, "bench", "--backend", "sim", "--gpus", "1", "--baseline", "0", "--runs", "3", "--no-progress",
+		"--", `while :; do kill -INT $PPID; sleep 0.2; done`)
+	if code != 130 || !strings.Contains(errs, "stopping now") || !strings.Contains(errs, "interrupted before any run completed") ||
+		strings.Contains(errs+out, "failed") || strings.Contains(errs, "--ignore-failure") {
+		t.Fatalf("second Ctrl-C: exit %d\n%s\n%s", code, out, errs)
+	}
+}

@@ -98,5 +98,9 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		return 0
 	}
 	fmt.Fprintf(stderr, "gpusampler %s: %v\n", cmd, err)
+	var ec interface{ ExitCode() int }
+	if errors.As(err, &ec) {
+		return ec.ExitCode()
+	}
 	return 1
 }

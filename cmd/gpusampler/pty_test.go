@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -59,5 +60,34 @@ func TestRunShowsTableOnTerminal(t *testing.T) {
 	code, piped, _ := runCLI(t, "run", "--backend", "sim", "--gpus", "1", "--duration", "1s")
 	if code != 0 || !strings.Contains(piped, "nvidia_smi,") {
 		t.Fatalf("piped: exit %d, want line protocol:\n%.300s", code, piped)
+	}
+}
+
+// On a terminal, bench shows the running command live: the run and its
+// elapsed time, the time left, and each GPU's power, utilization and clock.
+func TestBenchLiveProgressOnTerminal(t *testing.T) {
+	t.Setenv("TERM", "xterm")
+	ctl, term := openPTY(t)
+	got := make(chan string, 1)
+	go func() {
+		b, _ := io.ReadAll(ctl)
+		got <- string(b)
+	}()
+	var out bytes.Buffer
+	code := Main(t.Context(), []string{"bench", "--backend", "sim", "--gpus", "2", "--baseline", "0", "--runs", "2", "--", "sleep", "1"},
+		nil, &out, term)
+	term.Close()
+	screen := <-got
+	if code != 0 {
+		t.Fatalf("exit %d\n%s", code, screen)
+	}
+	for _, re := range []string{
+		`A run 1  \d+\.\d s  \[0/2\] \| GPU0 \d+ W \d+% \d+ MHz \| GPU1 \d+ W`, // first run: no estimate yet
+		`A run 2  \d+\.\d s  ~\d+s left  \[1/2\] \| GPU0`,                      // then one from the first run
+		`\[=+\] 2/2  A run 2: \d+\.\d+ s`,
+	} {
+		if !regexp.MustCompile(re).MatchString(screen) {
+			t.Errorf("terminal lacks %s:\n%q", re, screen)
+		}
 	}
 }
