@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"io"
+	"sync"
 
 	"github.com/gpusampler/gpusampler/config"
 	"github.com/gpusampler/gpusampler/outputs/execd"
@@ -46,26 +47,44 @@ func hasExecd(cfg *config.Config) bool {
 	return false
 }
 
-// wireExecd reads stdin on a goroutine of its own: each line triggers a
-// gather in every execd output; EOF (Telegraf stopping us) calls stop.
-func wireExecd(ctx context.Context, cfg *config.Config, stdin io.Reader, stop context.CancelFunc) {
-	trigger := make(chan struct{}, 1)
+// execdWiring connects execd outputs to stdin: one reader goroutine,
+// started by the first config that has an execd output, turns each line
+// into a gather on the shared trigger; EOF (Telegraf stopping us) calls
+// stop. Every config (at start and at each reload) is wired to the same
+// trigger, so a reloaded execd output keeps hearing Telegraf.
+type execdWiring struct {
+	ctx     context.Context
+	stdin   io.Reader
+	stop    context.CancelFunc
+	trigger chan struct{}
+	once    sync.Once
+}
+
+func newExecdWiring(ctx context.Context, stdin io.Reader, stop context.CancelFunc) *execdWiring {
+	return &execdWiring{ctx: ctx, stdin: stdin, stop: stop, trigger: make(chan struct{}, 1)}
+}
+
+// wire sets the trigger in cfg's execd outputs and starts the stdin reader
+// once.
+func (w *execdWiring) wire(cfg *config.Config) {
 	for _, o := range cfg.Outputs {
 		if opts, ok := o.Options.(execd.Options); ok && o.Kind == "execd" {
-			opts.Trigger = trigger
+			opts.Trigger = w.trigger
 			o.Options = opts
 		}
 	}
-	go func() {
-		defer stop()
-		sc := bufio.NewScanner(stdin)
-		for sc.Scan() {
-			select {
-			case trigger <- struct{}{}:
-			case <-ctx.Done():
-				return
-			default: // a gather is pending already
-			}
+	w.once.Do(func() { go w.read() })
+}
+
+func (w *execdWiring) read() {
+	defer w.stop()
+	sc := bufio.NewScanner(w.stdin)
+	for sc.Scan() {
+		select {
+		case w.trigger <- struct{}{}:
+		case <-w.ctx.Done():
+			return
+		default: // a gather is pending already
 		}
-	}()
+	}
 }

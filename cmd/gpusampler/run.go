@@ -194,6 +194,13 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, out, stderr io.
 	// serve KIND` children of this binary.
 	reg := plugins.HostRegistry(all.Registry(), plugins.HostOptions{})
 	copts := config.Options{Registry: reg}
+	// An execd output (from --execd or the config) makes stdin Telegraf's:
+	// a newline is a gather, EOF ends the run.
+	var cancelRun context.CancelFunc
+	ctx, cancelRun = context.WithCancel(ctx)
+	defer cancelRun()
+	rf := &runFlags{set: set, backend: bf, host: *host, execd: *execdMode, drain: drain, field: field,
+		fromFile: *cfgPath != "", wiring: newExecdWiring(ctx, stdin, cancelRun)}
 	var cfg *config.Config
 	if *cfgPath != "" {
 		if set["format"] {
@@ -201,20 +208,6 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, out, stderr io.
 		}
 		if cfg, err = config.Load(*cfgPath, copts); err != nil {
 			return err
-		}
-		// Flags given explicitly override the file.
-		s := &cfg.Sampler
-		if !set["backend"] {
-			bf.backend = s.Backend
-		}
-		if !set["profile"] {
-			bf.profile = s.Profile
-		}
-		if !set["gpus"] {
-			bf.gpus = s.GPUs
-		}
-		if !set["seed"] {
-			bf.seed = s.Seed
 		}
 	} else {
 		if !set["format"] && !set["execd"] && isTerminal(out) {
@@ -231,33 +224,16 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, out, stderr io.
 			MaxBatch: sampler.DefaultMaxBatch, WriteTimeout: sampler.DefaultWriteTimeout,
 			Options: stdout.Options{Format: *format}, Raw: map[string]any{"format": *format}}}
 	}
-	if set["execd"] {
-		if set["format"] {
-			return usagef("--format does not apply with --execd (line protocol is what Telegraf reads)")
-		}
-		if err := addExecd(cfg, *execdMode, *cfgPath != ""); err != nil {
-			return err
-		}
+	if set["execd"] && set["format"] {
+		return usagef("--format does not apply with --execd (line protocol is what Telegraf reads)")
 	}
-	// An execd output (from --execd or the config) makes stdin Telegraf's:
-	// a newline is a gather, EOF ends the run.
-	var cancelRun context.CancelFunc
-	ctx, cancelRun = context.WithCancel(ctx)
-	defer cancelRun()
-	if hasExecd(cfg) {
-		wireExecd(ctx, cfg, stdin, cancelRun)
-	}
-	if drain.set {
-		cfg.Sampler.DrainInterval = drain.d
-	}
-	if field.set {
-		cfg.Sampler.FieldInterval = field.d
-	}
-	if err := bf.validate(); err != nil {
+	if err := rf.apply(cfg); err != nil {
 		return err
 	}
-	if *host != "" {
-		cfg.Agent.Hostname = *host
+	s := &cfg.Sampler
+	bf.backend, bf.profile, bf.gpus, bf.seed = s.Backend, s.Profile, s.GPUs, s.Seed
+	if err := bf.validate(); err != nil {
+		return err
 	}
 	machine, _ := os.Hostname()
 	bf.ctx = ctx
@@ -288,10 +264,75 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, out, stderr io.
 				case <-ctx.Done():
 					return
 				case <-hup:
-					_ = a.ReloadFile(*cfgPath, copts) // a refused config is logged; the running one stays
+					_ = reloadFile(a, *cfgPath, copts, rf, log) // a refused config is logged; the running one stays
 				}
 			}
 		}()
 	}
 	return a.Run(ctx)
+}
+
+// runFlags are the flags of `gpusampler run` that change the config. apply
+// puts them into a config, the one read at start and every one a SIGHUP
+// reload reads, so that a reload keeps what the command line asked for.
+type runFlags struct {
+	set          map[string]bool // the flags given explicitly
+	backend      backendFlags
+	host         string
+	execd        string
+	drain, field positiveDuration
+	fromFile     bool // the config came from --config
+	wiring       *execdWiring
+}
+
+// apply overrides cfg with the flags given explicitly (without --config,
+// the backend flags' defaults too) and wires execd outputs to stdin.
+func (f *runFlags) apply(cfg *config.Config) error {
+	s := &cfg.Sampler
+	b := f.backend
+	if !f.fromFile || f.set["backend"] {
+		s.Backend = b.backend
+	}
+	if !f.fromFile || f.set["profile"] {
+		s.Profile = b.profile
+	}
+	if !f.fromFile || f.set["gpus"] {
+		s.GPUs = b.gpus
+	}
+	if !f.fromFile || f.set["seed"] {
+		s.Seed = b.seed
+	}
+	if f.drain.set {
+		s.DrainInterval = f.drain.d
+	}
+	if f.field.set {
+		s.FieldInterval = f.field.d
+	}
+	if f.host != "" {
+		cfg.Agent.Hostname = f.host
+	}
+	if f.set["execd"] {
+		if err := addExecd(cfg, f.execd, f.fromFile); err != nil {
+			return err
+		}
+	}
+	if hasExecd(cfg) && f.wiring != nil {
+		f.wiring.wire(cfg)
+	}
+	return nil
+}
+
+// reloadFile reads path, applies the command-line flags and hands the
+// result to the agent. A config that does not load is refused (logged with
+// its file:line errors) and the running one stays.
+func reloadFile(a *agent.Agent, path string, copts config.Options, f *runFlags, log *slog.Logger) error {
+	cfg, err := config.Load(path, copts)
+	if err == nil {
+		err = f.apply(cfg)
+	}
+	if err != nil {
+		log.Error("config reload refused; the running config stays", "err", err)
+		return err
+	}
+	return a.Reload(cfg)
 }

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/gpusampler/gpusampler/config"
+	"github.com/gpusampler/gpusampler/outputs/all"
+	"github.com/gpusampler/gpusampler/outputs/execd"
+)
+
+// The flags that shape the config are applied the same way to the config
+// read at start and to every config a reload reads.
+func TestRunFlagsApplyAtStartAndReload(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "gpusampler.toml")
+	doc := "[agent]\nhostname = \"from-file\"\n[sampler]\nbackend = \"sim\"\ngpus = 3\ndrain_interval = \"1s\"\n"
+	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stdin, stdinW := osPipe(t)
+	defer stdinW.Close()
+	f := &runFlags{
+		set:      map[string]bool{"host": true, "execd": true, "drain-interval": true, "field-interval": true, "gpus": true},
+		backend:  backendFlags{backend: "auto", profile: "training", gpus: 5, seed: 1},
+		host:     "from-flag",
+		execd:    "stream",
+		drain:    positiveDuration{d: 300 * time.Millisecond, set: true},
+		field:    positiveDuration{d: 50 * time.Millisecond, set: true},
+		fromFile: true,
+		wiring:   newExecdWiring(ctx, stdin, cancel),
+	}
+	copts := config.Options{Registry: all.Registry()}
+	load := func() *config.Config {
+		cfg, err := config.Load(path, copts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.apply(cfg); err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	start, reload := load(), load()
+	want := start.Sampler
+	want.Backend, want.GPUs, want.DrainInterval, want.FieldInterval = "sim", 5, 300*time.Millisecond, 50*time.Millisecond
+	for i, cfg := range []*config.Config{start, reload} {
+		if !reflect.DeepEqual(cfg.Sampler, want) {
+			t.Errorf("config %d: sampler %+v, want %+v", i, cfg.Sampler, want)
+		}
+		if cfg.Agent.Hostname != "from-flag" {
+			t.Errorf("config %d: hostname %q, want from-flag", i, cfg.Agent.Hostname)
+		}
+		if len(cfg.Outputs) != 1 || cfg.Outputs[0].Kind != "execd" {
+			t.Fatalf("config %d: outputs %+v, want the execd output alone", i, cfg.Outputs)
+		}
+		opts := cfg.Outputs[0].Options.(execd.Options)
+		if opts.Signal != execd.SignalNone || opts.Trigger != (<-chan struct{})(f.wiring.trigger) {
+			t.Errorf("config %d: execd options %+v, want signal none and the shared trigger", i, opts)
+		}
+	}
+	if !start.Outputs[0].Same(reload.Outputs[0]) {
+		t.Error("the execd output of a reloaded, unchanged config differs from the running one")
+	}
+}
+
+func osPipe(t *testing.T) (*os.File, *os.File) {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r, w
+}
