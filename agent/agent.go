@@ -2,21 +2,25 @@
 // wrappers, self-metrics — from a parsed config.Config, and applies a
 // reloaded config to the running engine: outputs whose block did not
 // change keep running (same pump, cursors, connection); changed, added and
-// removed ones are replaced through Engine.RemoveOutput/AddOutput.
+// removed ones are replaced, added or removed through the engine. A reload
+// is applied as a whole or refused as a whole.
 //
 // Concurrency: Run runs on one goroutine; Reload and Stats may be called
 // from any goroutine, Reloads are serialized.
 package agent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"maps"
+	"path/filepath"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -209,28 +213,38 @@ func (a *Agent) Run(ctx context.Context) error {
 }
 
 // Reload applies cfg: unchanged outputs keep running, the others are
-// replaced, added or removed. A config whose outputs cannot all be built is
-// refused as a whole and the running one stays. Changes to the [sampler]
-// section need a restart; they are logged and otherwise ignored.
+// replaced, added or removed. A reload is all-or-nothing: when an output of
+// cfg cannot be built, or cfg changes the [sampler] section (which a
+// running engine cannot apply; that needs a restart), cfg is refused as a
+// whole and the running config stays, every output as it was.
+//
+// Most outputs are replaced without a gap: the new one is built first and
+// its pump takes over the old one's lanes in one step. Outputs that hold
+// something their replacement needs — a listening address (exclusive
+// kinds), or the directory of a disk buffer — are closed first and then
+// built again; what is published meanwhile waits in the ring, and a disk
+// buffer's queue stays on disk for the replacement to deliver.
 func (a *Agent) Reload(cfg *config.Config) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	old := a.cfg
-	if !reflect.DeepEqual(old.Sampler, cfg.Sampler) {
-		a.log.Warn("config reload: [sampler] changed; restart gpusampler to apply it", "file", cfg.File)
+	if keys := samplerChanges(old.Sampler, cfg.Sampler); len(keys) > 0 {
+		err := fmt.Errorf("reload: [sampler] %s changed: a running engine cannot apply that, restart gpusampler to apply it",
+			strings.Join(keys, ", "))
+		a.log.Error("config reload refused; the running config stays", "file", cfg.File, "err", err)
+		return err
 	}
 	envChanged := old.Agent.Hostname != cfg.Agent.Hostname || !maps.Equal(old.GlobalTags, cfg.GlobalTags)
-	var changed, exclusive []*config.Output
+	var changed, closeFirst []*config.Output
 	keep := map[string]bool{}
 	for _, o := range cfg.Outputs {
-		if r, ok := a.running[o.Name]; ok && !envChanged && r.Same(o) {
+		r, ok := a.running[o.Name]
+		if ok && !envChanged && r.Same(o) {
 			keep[o.Name] = true
 			continue
 		}
-		if _, ok := a.running[o.Name]; ok && a.exclusive(o.Kind) {
-			// Holds something its replacement needs (a listening address):
-			// built only once the running one is closed, below.
-			exclusive = append(exclusive, o)
+		if ok && a.closeFirst(r, o) {
+			closeFirst = append(closeFirst, o)
 			keep[o.Name] = true // not removed with the others
 			continue
 		}
@@ -240,6 +254,32 @@ func (a *Agent) Reload(cfg *config.Config) error {
 	if err != nil {
 		a.log.Error("config reload refused; the running config stays", "err", err)
 		return fmt.Errorf("reload: %w", err)
+	}
+	// Close-first outputs go before anything else changes: if one of them
+	// cannot be built, those replaced before it are put back and nothing
+	// else has been touched.
+	prev := map[string]*config.Output{}
+	for i, o := range closeFirst {
+		prev[o.Name] = a.running[o.Name]
+		restored, err := a.replaceExclusive(old, cfg, o)
+		if err == nil {
+			continue
+		}
+		errs := []error{err}
+		if !restored {
+			errs = append(errs, fmt.Errorf("output %s removed: neither its new nor its old config could start", o.Name))
+		}
+		for _, b := range built {
+			b.out.Close()
+		}
+		for _, done := range slices.Backward(closeFirst[:i]) {
+			if _, rerr := a.replaceExclusive(cfg, old, prev[done.Name]); rerr != nil {
+				errs = append(errs, fmt.Errorf("output %s: putting its old config back: %w", done.Name, rerr))
+			}
+		}
+		err = fmt.Errorf("reload: %w", errors.Join(errs...))
+		a.log.Error("config reload refused; the running config stays", "err", err)
+		return err
 	}
 	var errs []error
 	replace := map[string]bool{} // running outputs whose new version takes over without a gap
@@ -276,15 +316,43 @@ func (a *Agent) Reload(cfg *config.Config) error {
 		a.running[b.block.Name] = b.block
 		a.setBuffer(b)
 	}
-	for _, o := range exclusive {
-		if err := a.replaceExclusive(old, cfg, o); err != nil {
-			errs = append(errs, err)
-		}
-	}
 	a.cfg = cfg
-	a.log.Info("config reloaded", "file", cfg.File, "kept", len(keep)-len(exclusive),
-		"replaced_or_added", len(built)+len(exclusive))
+	a.log.Info("config reloaded", "file", cfg.File, "kept", len(keep)-len(closeFirst),
+		"replaced_or_added", len(built)+len(closeFirst))
 	return errors.Join(errs...)
+}
+
+// samplerKeys names the [sampler] keys by Sampler field.
+var samplerKeys = map[string]string{"Backend": "backend", "Profile": "profile", "GPUs": "gpus", "Seed": "seed",
+	"Devices": "devices", "DrainInterval": "drain_interval", "FieldInterval": "field_interval",
+	"SlowInterval": "slow_interval", "RareInterval": "rare_interval", "GPMInterval": "gpm_interval",
+	"RingSize": "ring_size", "Processes": "processes", "ProcessInterval": "process_interval",
+	"ProcessCmdline": "process_cmdline", "ProcessCmdlineMax": "process_cmdline_max",
+	"Include": "include", "Exclude": "exclude"}
+
+// samplerChanges returns the keys of the [sampler] section whose values
+// differ between a and b.
+func samplerChanges(a, b config.Sampler) []string {
+	va, vb := reflect.ValueOf(a), reflect.ValueOf(b)
+	var keys []string
+	for i := range va.NumField() {
+		if reflect.DeepEqual(va.Field(i).Interface(), vb.Field(i).Interface()) {
+			continue
+		}
+		name := va.Type().Field(i).Name
+		keys = append(keys, cmp.Or(samplerKeys[name], name))
+	}
+	return keys
+}
+
+// closeFirst reports whether the running block r must be closed before its
+// replacement o is built: o is of an exclusive kind, or both buffer on the
+// same disk directory (a buffer locks its directory).
+func (a *Agent) closeFirst(r, o *config.Output) bool {
+	if a.exclusive(o.Kind) {
+		return true
+	}
+	return r.Buffer.Kind == "disk" && o.Buffer.Kind == "disk" && filepath.Clean(r.Buffer.Dir) == filepath.Clean(o.Buffer.Dir)
 }
 
 // exclusive reports whether kind's outputs must be closed before their
@@ -294,15 +362,16 @@ func (a *Agent) exclusive(kind string) bool {
 	return ok && k.Exclusive
 }
 
-// replaceExclusive replaces a running exclusive output with block o: the
-// engine closes the old one first and keeps what is published meanwhile;
-// if o cannot be built, the old block is built again and o's error is
-// returned. a.mu held.
-func (a *Agent) replaceExclusive(oldCfg, cfg *config.Config, o *config.Output) error {
+// replaceExclusive replaces a running close-first output with block o:
+// the engine closes the old one first and keeps what is published
+// meanwhile; if o cannot be built, the old block is built again (restored
+// true) and o's error is returned. When neither can be built the output is
+// removed (restored false). a.mu held.
+func (a *Agent) replaceExclusive(oldCfg, cfg *config.Config, o *config.Output) (restored bool, err error) {
 	prev := a.running[o.Name]
 	var used builtOutput
 	var buildErr error
-	err := a.eng.ReplaceOutputWith(o.Name, o.PumpOptions(), func() (sampler.Output, error) {
+	err = a.eng.ReplaceOutputWith(o.Name, o.PumpOptions(), func() (sampler.Output, error) {
 		b, err := a.build(cfg, []*config.Output{o})
 		if err == nil {
 			used = b[0]
@@ -319,15 +388,14 @@ func (a *Agent) replaceExclusive(oldCfg, cfg *config.Config, o *config.Output) e
 	a.forget(o.Name)
 	if err != nil {
 		delete(a.running, o.Name)
-		return fmt.Errorf("reload: %w", err)
+		return false, err
 	}
 	a.running[o.Name] = used.block
 	a.setBuffer(used)
 	if buildErr != nil {
-		a.log.Error("config reload: output kept its old config", "output", o.Name, "err", buildErr)
-		return fmt.Errorf("reload: output %s kept its old config: %w", o.Name, buildErr)
+		return true, fmt.Errorf("output %s kept its old config: %w", o.Name, buildErr)
 	}
-	return nil
+	return false, nil
 }
 
 // ReloadFile loads path and applies it; a config that does not parse is
