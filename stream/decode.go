@@ -211,10 +211,66 @@ func (r *Records) jsonLine(line []byte) error {
 			}
 		}
 		r.Batch.Events = append(r.Batch.Events, ev)
+	case "process":
+		ev, err := r.jsonProcess(line)
+		if err != nil {
+			return err
+		}
+		r.Batch.Events = append(r.Batch.Events, ev)
 	default:
 		// a record type this decoder does not know (a newer sender)
 	}
 	return nil
+}
+
+// jsonProcess decodes a "process" record: numbers are the event's fields,
+// strings its attributes ("process_type" is the attribute "type"), in the
+// order written.
+func (r *Records) jsonProcess(line []byte) (sampler.Event, error) {
+	ms, err := members(line)
+	if err != nil {
+		return sampler.Event{}, err
+	}
+	ev := sampler.Event{Kind: sampler.EventProcess}
+	uuid := ""
+	for _, m := range ms {
+		switch m.key {
+		case "type", "host", "tags", "simulated":
+		case "time":
+			if err := json.Unmarshal(m.raw, &ev.StartNS); err != nil {
+				return ev, fmt.Errorf("process time: %w", err)
+			}
+			ev.EndNS = ev.StartNS
+		case "gpu":
+			if err := json.Unmarshal(m.raw, &ev.Device); err != nil {
+				return ev, fmt.Errorf("process gpu: %w", err)
+			}
+		case "uuid":
+			if err := json.Unmarshal(m.raw, &uuid); err != nil {
+				return ev, fmt.Errorf("process uuid: %w", err)
+			}
+		default:
+			if len(m.raw) > 0 && m.raw[0] == '"' {
+				var v string
+				if err := json.Unmarshal(m.raw, &v); err != nil {
+					return ev, fmt.Errorf("process attribute %s: %w", m.key, err)
+				}
+				key := m.key
+				if key == "process_type" {
+					key = sampler.ProcessAttrType
+				}
+				ev.Attrs = append(ev.Attrs, sampler.Attr{Key: key, Value: v})
+				continue
+			}
+			v, isInt, err := number(m.raw)
+			if err != nil {
+				return ev, fmt.Errorf("process field %s: %w", m.key, err)
+			}
+			ev.Fields = append(ev.Fields, sampler.Field{Key: m.key, Value: v, Int: isInt})
+		}
+	}
+	r.noteUUID(ev.Device, uuid)
+	return ev, nil
 }
 
 func (r *Records) noteUUID(index int, uuid string) {
@@ -291,7 +347,12 @@ func (r *Records) lpLine(dec *lineprotocol.Decoder) error {
 	dev, uuid := -1, ""
 	var globals map[string]string
 	attrs := []sampler.Attr{}
+	var procAttrs []sampler.Attr
 	for _, t := range tags {
+		if measurement == lineproto.ProcessMeasurement && (t.k == sampler.ProcessAttrName || t.k == sampler.ProcessAttrType) {
+			procAttrs = append(procAttrs, sampler.Attr{Key: t.k, Value: t.v})
+			continue
+		}
 		switch t.k {
 		case "index":
 			n, err := strconv.Atoi(t.v)
@@ -402,6 +463,24 @@ func (r *Records) lpLine(dec *lineprotocol.Decoder) error {
 		}
 		for _, f := range fields {
 			ev.Fields = append(ev.Fields, sampler.Field{Key: f.k, Value: num(f.v), Int: f.v.Kind() == lineprotocol.Int})
+		}
+		r.Batch.Events = append(r.Batch.Events, ev)
+	case lineproto.ProcessMeasurement:
+		if dev < 0 {
+			return fmt.Errorf("%s line without an index tag", measurement)
+		}
+		ev := sampler.Event{Kind: sampler.EventProcess, Device: dev, StartNS: ns, EndNS: ns, Attrs: procAttrs}
+		for _, f := range fields {
+			switch {
+			case f.k == sampler.ProcessAttrCmdline && f.v.Kind() == lineprotocol.String:
+				ev.Attrs = append(ev.Attrs, sampler.Attr{Key: sampler.ProcessAttrCmdline, Value: f.v.StringV()})
+			case f.v.Kind() == lineprotocol.Float || f.v.Kind() == lineprotocol.Int || f.v.Kind() == lineprotocol.Uint:
+				key := f.k
+				if key == "used_memory" {
+					key = sampler.ProcessFieldUsedMemory
+				}
+				ev.Fields = append(ev.Fields, sampler.Field{Key: key, Value: num(f.v), Int: f.v.Kind() != lineprotocol.Float})
+			}
 		}
 		r.Batch.Events = append(r.Batch.Events, ev)
 	}

@@ -21,10 +21,11 @@
 //   - JSON Lines (application/x-ndjson): everything, exactly, except that
 //     event attributes come back sorted by key, a self-metrics event's
 //     device is -1 and its end equals its start, and integral numbers in
-//     self-metrics fields come back as integer fields.
+//     self-metrics and process fields come back as integer fields.
 //   - line protocol (application/x-influx-line-protocol): samples in the
 //     catalog's base unit (Telegraf's integer fields are rounded, as
-//     written), events, self-metrics and summaries; not device identities
+//     written), events, process records, self-metrics and summaries
+//     (integral process fields come back as integer fields); not device identities
 //     (only their UUID, name and PCI tags: see Records.UUIDs), not the
 //     pstate metric (a tag in Telegraf's schema), not a summary's interval
 //     (0), and an event without a message comes back with none.

@@ -1,0 +1,66 @@
+package stream_test
+
+import (
+	"reflect"
+	"strconv"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/gpusampler/gpusampler/outputs/encoding/jsonl"
+	"github.com/gpusampler/gpusampler/outputs/encoding/lineproto"
+	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/stream"
+)
+
+// Process records come back from JSON Lines and line protocol as the
+// events they were encoded from, field by field.
+func TestDecodeProcessRecords(t *testing.T) {
+	dev := sampler.Device{Index: 1, UUID: "GPU-0001", Name: "Simulated H100", Simulated: true}
+	procs := []sampler.Event{
+		{Kind: sampler.EventProcess, Device: 1, StartNS: 1_700_000_000_000_000_000, EndNS: 1_700_000_000_000_000_000,
+			Fields: []sampler.Field{{Key: sampler.ProcessFieldPID, Value: 4242, Int: true},
+				{Key: sampler.ProcessFieldUsedMemory, Value: 20480, Int: true},
+				{Key: sampler.ProcessFieldSMUtil, Value: 87, Int: true}, {Key: sampler.ProcessFieldMemUtil, Value: 41, Int: true},
+				{Key: sampler.ProcessFieldEncUtil, Value: 0, Int: true}, {Key: sampler.ProcessFieldDecUtil, Value: 3, Int: true}},
+			Attrs: []sampler.Attr{{Key: sampler.ProcessAttrName, Value: "python3"}, {Key: sampler.ProcessAttrType, Value: "C"},
+				{Key: sampler.ProcessAttrCmdline, Value: `python3 train.py --name "a b"`}}},
+		{Kind: sampler.EventProcess, Device: 1, StartNS: 1_700_000_001_000_000_000, EndNS: 1_700_000_001_000_000_000,
+			Fields: []sampler.Field{{Key: sampler.ProcessFieldPID, Value: 7, Int: true}},
+			Attrs:  []sampler.Attr{{Key: sampler.ProcessAttrName, Value: "pid7"}, {Key: sampler.ProcessAttrType, Value: "unknown"}}},
+	}
+	sample := sampler.Sample{TimeNS: 1_700_000_000_500_000_000, Value: 250.5, Device: 1, Metric: sampler.MetricPowerDraw}
+	batch := &sampler.Batch{Seq: 9, Devices: []sampler.Device{dev}, Samples: []sampler.Sample{sample}, Events: procs}
+
+	js := jsonl.New(jsonl.Options{Host: "node1"})
+	js.Encode(batch)
+	lp := lineproto.New(lineproto.Options{Host: "node1"})
+	lp.Encode(batch)
+	if err := lp.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		ct   string
+		data []byte
+	}{{stream.ContentTypeJSON, js.Bytes()}, {stream.ContentTypeLineProtocol, lp.Bytes()}} {
+		t.Run(tc.ct, func(t *testing.T) {
+			m := nats.NewMsg("gpusampler.node1.1.process")
+			m.Header.Set(stream.HeaderContentType, tc.ct)
+			m.Header.Set(stream.HeaderSchema, strconv.Itoa(stream.SchemaVersion))
+			m.Data = tc.data
+			recs, err := stream.DecodeMsg(m)
+			if err != nil {
+				t.Fatalf("decode %s: %v", tc.data, err)
+			}
+			if !reflect.DeepEqual(recs.Batch.Events, procs) {
+				t.Errorf("process records\n got %+v\nwant %+v\nfrom %s", recs.Batch.Events, procs, tc.data)
+			}
+			if !reflect.DeepEqual(recs.Batch.Samples, []sampler.Sample{sample}) {
+				t.Errorf("samples %+v, want %+v", recs.Batch.Samples, []sampler.Sample{sample})
+			}
+			if recs.Host != "node1" || recs.UUID(1) != "GPU-0001" || len(recs.Tags) != 0 {
+				t.Errorf("host %q, uuid %q, tags %v; want node1, GPU-0001 and no tags", recs.Host, recs.UUID(1), recs.Tags)
+			}
+		})
+	}
+}
