@@ -406,15 +406,20 @@ func (e *Engine) Run(ctx context.Context) error {
 			}()
 		}
 	}
+	// The watchdog outlives ctx: a call that hangs in the final drain is
+	// flagged too. It stops once every loop has ended or been abandoned.
+	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopWatch()
 	if e.cfg.CallTimeout > 0 {
 		auxWG.Add(1)
 		go func() {
 			defer auxWG.Done()
-			e.watchdog(ctx)
+			e.watchdog(watchCtx)
 		}()
 	}
 	<-ctx.Done() // the device loops end only with ctx
 	abandoned := e.waitLoops()
+	stopWatch()
 	auxWG.Wait()
 	if f, ok := e.cfg.Observer.(interface{ Flush() }); ok {
 		f.Flush() // close open findings while the pumps still run
@@ -444,40 +449,50 @@ func (e *Engine) Run(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// waitLoops waits for every device loop to end, except loops stuck in a
-// call the watchdog flagged as hung: those are abandoned (counted), so one
-// hung GPU cannot keep the process from shutting down.
+// LoopStopGrace is how long Run waits, once its context has ended, for the
+// device loops to make their final drain and stop. A loop still inside a
+// driver call after that (a hung GPU) is abandoned: counted in its
+// DeviceStats and logged, so that one GPU cannot hold up the shutdown; the
+// backend is then not closed under the call.
+const LoopStopGrace = time.Second
+
+// waitLoops waits for every device loop to end, at most LoopStopGrace on
+// the engine's clock; the loops still running then are abandoned.
 func (e *Engine) waitLoops() (abandoned int) {
-	tick := e.cfg.Clock.NewTimer(50 * time.Millisecond)
-	defer tick.Stop()
+	t := e.cfg.Clock.NewTimer(LoopStopGrace)
+	defer t.Stop()
+	expired := false
 	for _, l := range e.loops {
-		for waiting := true; waiting; {
+		if !expired {
 			select {
 			case <-l.done:
-				waiting = false
-			case now := <-tick.C():
-				tick.Reset(50 * time.Millisecond)
-				// The watchdog has stopped with ctx: a call that began
-				// hanging near shutdown (the final drain) is flagged here.
-				if e.cfg.CallTimeout > 0 {
-					l.watch(now, e.cfg.CallTimeout)
-				}
-				if l.hungFlag.Load() {
-					e.log.Error("abandoning a device loop stuck in a hung driver call", "device", l.index)
-					abandoned++
-					waiting = false
-				}
+				continue
+			case <-t.C():
+				expired = true
 			}
 		}
+		select {
+		case <-l.done:
+			continue
+		default:
+		}
+		l.abandoned.Store(true)
+		op := "call"
+		if p := l.callOp.Load(); p != nil && l.callStart.Load() != 0 {
+			op = *p
+		}
+		e.log.Error("abandoning a device loop stuck in a driver call at shutdown", "device", l.index,
+			"uuid", l.identity.Load().UUID, "op", op, "waited", LoopStopGrace)
+		abandoned++
 	}
 	return abandoned
 }
 
-// watchdog checks every device's in-flight call a few times per
-// CallTimeout. It only reads atomics and emits events: it never blocks on a
-// device.
+// watchdog checks every device's in-flight call ten times per CallTimeout,
+// so a hung call is flagged within CallTimeout plus a tenth. It only reads
+// atomics and emits events: it never blocks on a device.
 func (e *Engine) watchdog(ctx context.Context) {
-	every := max(e.cfg.CallTimeout/4, 5*time.Millisecond)
+	every := max(e.cfg.CallTimeout/10, time.Millisecond)
 	t := e.cfg.Clock.NewTimer(every)
 	defer t.Stop()
 	for {
@@ -485,10 +500,10 @@ func (e *Engine) watchdog(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case now := <-t.C():
-			t.Reset(every)
 			for _, l := range e.loops {
 				l.watch(now, e.cfg.CallTimeout)
 			}
+			t.Reset(every)
 		}
 	}
 }

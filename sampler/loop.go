@@ -114,6 +114,7 @@ type deviceLoop struct {
 	drains, nothingNew, suspectedLosses, lostEstimate atomic.Uint64
 	pointReads, readErrors, published, fieldReads     atomic.Uint64
 	hung, recoveries, probes                          atomic.Uint64
+	abandoned                                         atomic.Bool
 	processPolls, processesSeen                       atomic.Uint64
 	newestNS                                          atomic.Int64
 	clockKind                                         atomic.Uint32
@@ -707,6 +708,9 @@ type DeviceStats struct {
 	// ProcessPolls counts per-process polls; Processes is how many
 	// processes the latest one found.
 	ProcessPolls, Processes uint64
+	// Abandoned is set when Run stopped without this device's loop: it was
+	// still inside a driver call LoopStopGrace after the end was asked.
+	Abandoned bool
 }
 
 func (l *deviceLoop) stats() DeviceStats {
@@ -716,7 +720,7 @@ func (l *deviceLoop) stats() DeviceStats {
 		PointReads: l.pointReads.Load(), FieldReads: l.fieldReads.Load(), ReadErrors: l.readErrors.Load(),
 		NewestNS: l.newestNS.Load(), Clock: ClockKind(l.clockKind.Load()), MinDrainInterval: time.Duration(l.minDrainNS.Load()),
 		State: DeviceState(l.state.Load()), Hangs: l.hung.Load(), Recoveries: l.recoveries.Load(), Probes: l.probes.Load(),
-		ProcessPolls: l.processPolls.Load(), Processes: l.processesSeen.Load()}
+		ProcessPolls: l.processPolls.Load(), Processes: l.processesSeen.Load(), Abandoned: l.abandoned.Load()}
 	if cc, ok := l.src.(CallCounter); ok {
 		cs := cc.CallStats()
 		s.Calls, s.CallLatency = cs.Calls, cs.Latency

@@ -81,6 +81,17 @@ func (c *Clock) Next() (time.Time, bool) {
 	return c.timers[0].at, true
 }
 
+// Deadlines returns the deadlines of the armed timers, earliest first.
+func (c *Clock) Deadlines() []time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]time.Time, len(c.timers))
+	for i, t := range c.timers {
+		out[i] = t.at
+	}
+	return out
+}
+
 // Advance moves the clock forward by d, firing every timer due on the way.
 func (c *Clock) Advance(d time.Duration) { c.AdvanceTo(c.Now().Add(d)) }
 

@@ -29,6 +29,9 @@ func runFaultScenario(t *testing.T, scenario string, env ...string) {
 }
 
 func TestFakeDriverGPULost(t *testing.T) { runFaultScenario(t, "lost", "FAKENVML_DEVICES=2") }
+func TestFakeDriverHangFlaggedInTime(t *testing.T) {
+	runFaultScenario(t, "hang-clock", "FAKENVML_DEVICES=2", "FAKENVML_TIME_FILE="+filepath.Join(t.TempDir(), "now"))
+}
 func TestFakeDriverLostAtStart(t *testing.T) {
 	runFaultScenario(t, "lost-at-start", "FAKENVML_DEVICES=2", "FAKENVML_TIME_FILE="+filepath.Join(t.TempDir(), "now"))
 }
@@ -369,4 +372,94 @@ func childLostAndBack(t *testing.T, src *Source, clk *clocktest.Clock) {
 	}
 	t.Logf("gpu1 lost at +%v, answered at +%v, resumed at +%v after %d probes; outage samples all delivered",
 		lostAt.Sub(t0), answered.Sub(t0), wantRec.Sub(t0), st.Probes)
+}
+
+// ctlExists reports whether the fake created control file name.
+func ctlExists(name string) bool {
+	_, err := os.Stat(filepath.Join(os.Getenv("FAKENVML_CTL_DIR"), name))
+	return err == nil
+}
+
+// waitParked waits until at least n timers are armed on clk or done holds
+// (polling: a goroutine stuck in a driver call never parks).
+func waitParked(clk *clocktest.Clock, n int, done func() bool) {
+	for clk.Armed() < n && !done() {
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// GPU 1's calls hang from a chosen moment and never return: the watchdog
+// (ticking every CallTimeout/10) flags it within CallTimeout + 10 % on the
+// engine's clock, GPU 0 samples on, and when the end is asked the engine
+// stops LoopStopGrace later, abandoning GPU 1's loop (counted).
+func childHangClock(t *testing.T, src *Source, clk *clocktest.Clock) {
+	const timeout = time.Second
+	eng, err := sampler.New(src, sampler.Config{CallTimeout: timeout, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	col := &collector{}
+	if err := eng.AddOutput("collect", col, sampler.PumpOptions{FlushInterval: 20 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- eng.Run(ctx) }()
+	t0 := clk.Now()
+	armed := 3 // two device loops and the watchdog
+	var hungAt, flaggedAt time.Time
+	var p0 uint64
+	for flaggedAt.IsZero() || clk.Now().Before(flaggedAt.Add(500*time.Millisecond)) {
+		waitParked(clk, armed, func() bool { return hungAt.IsZero() && ctlExists("hanging1") })
+		switch {
+		case hungAt.IsZero() && ctlExists("hanging1"):
+			hungAt, armed = clk.Now(), 2 // the call began at this step: the clock has not moved since
+			p0 = published(eng, 0)
+		case hungAt.IsZero() && !clk.Now().Before(t0.Add(500*time.Millisecond)) && !ctlExists("hang1"):
+			ctlFile(t, "hang1", true, "")
+		case !hungAt.IsZero() && flaggedAt.IsZero() && eng.Stats().Devices[1].Hangs == 1:
+			flaggedAt = clk.Now()
+		}
+		clk.Step(armed)
+	}
+	if late := flaggedAt.Sub(hungAt); late < timeout || late > timeout+timeout/10 {
+		t.Errorf("hang flagged %v after the call began, want within [%v, %v]", late, timeout, timeout+timeout/10)
+	}
+	if p := published(eng, 0); p <= p0 {
+		t.Errorf("gpu0 published nothing during gpu1's hang")
+	}
+	// Ask for the end while the call still hangs.
+	cancel()
+	askedAt := clk.Now()
+	for !slices.Contains(clk.Deadlines(), askedAt.Add(sampler.LoopStopGrace)) {
+		time.Sleep(time.Millisecond) // until Run waits for the loops
+	}
+	var runErr error
+	stopped := false
+	for !stopped {
+		waitParked(clk, 2, func() bool { return len(done) > 0 })
+		select {
+		case runErr = <-done:
+			stopped = true
+		default:
+			clk.Step(2)
+		}
+	}
+	if runErr != nil {
+		t.Fatal(runErr)
+	}
+	if took := clk.Now().Sub(askedAt); took != sampler.LoopStopGrace {
+		t.Errorf("Run returned %v after the end was asked, want %v", took, sampler.LoopStopGrace)
+	}
+	st := eng.Stats()
+	if !st.Devices[1].Abandoned || st.Devices[0].Abandoned || st.Devices[1].State != sampler.DeviceHung {
+		t.Errorf("abandoned gpu0 %v, gpu1 %v (state %v); want only gpu1, hung", st.Devices[0].Abandoned, st.Devices[1].Abandoned, st.Devices[1].State)
+	}
+	hung := col.eventsOf(sampler.EventDeviceHung, 1)
+	if len(hung) != 1 || hung[0].StartNS != hungAt.UnixNano() {
+		t.Errorf("device_hung events %+v, want one starting at %v", hung, hungAt)
+	}
+	t.Logf("call hung at +%v, flagged %v later (timeout %v); shutdown took %v of the clock, gpu1 abandoned",
+		hungAt.Sub(t0), flaggedAt.Sub(hungAt), timeout, clk.Now().Sub(askedAt))
 }

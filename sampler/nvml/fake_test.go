@@ -183,6 +183,8 @@ func TestFakeDriverChild(t *testing.T) {
 		childFields(t, src)
 	case "lost":
 		childLost(t, src)
+	case "hang-clock":
+		childHangClock(t, src, clk)
 	case "lost-at-start":
 		childLostAtStart(t, src, clk)
 	case "lost-and-back":

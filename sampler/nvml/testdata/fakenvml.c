@@ -28,7 +28,8 @@
  *                       directory (the test creates and removes them):
  *                         noload    nvmlInit answers DRIVER_NOT_LOADED
  *                         lost<N>   device N answers GPU_IS_LOST
- *                         hang<N>   calls on device N block while it exists
+ *                         hang<N>   calls on device N block while it exists;
+ *                                   a blocked call creates hanging<N>
  *                         xid<N>    holds an XID code: the event set
  *                                   delivers it once and removes the file
  *                         allns     every telemetry call and field answers
@@ -127,7 +128,15 @@ static struct fakedev *Dcheck(void *h) {
 		abort();
 	}
 	__atomic_add_fetch(&d->calls, 1, __ATOMIC_RELAXED);
-	while (ctlFile("hang", d->index)) usleep(1000);
+	if (ctlFile("hang", d->index)) {
+		/* say so (hanging<N>), so a test knows the call is in */
+		char path[512];
+		snprintf(path, sizeof path, "%s/hanging%d", ctl, d->index);
+		FILE *f = fopen(path, "w");
+		if (f) fclose(f);
+		while (ctlFile("hang", d->index)) usleep(1000);
+		unlink(path);
+	}
 	return d;
 }
 
