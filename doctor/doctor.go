@@ -88,6 +88,10 @@ type GroupSupport struct {
 	Total     int           `json:"total"`
 	// Unsupported names the metrics the device cannot give.
 	Unsupported []string `json:"unsupported,omitempty"`
+	// PointReads names buffer metrics whose sample buffer the device lacks
+	// and which come from point reads at the field interval instead
+	// (counted in Supported).
+	PointReads []string `json:"point_reads,omitempty"`
 	// NoPermission names metrics refused for lack of privilege.
 	NoPermission []string `json:"no_permission,omitempty"`
 	// Failed names metrics whose probe failed otherwise, with the error.
@@ -99,6 +103,9 @@ type BufferProbe struct {
 	Type string `json:"type"`
 	// Supported is false when the device lacks the buffer type.
 	Supported bool `json:"supported"`
+	// PointReads names the buffer's metric when the buffer is not
+	// supported and the metric comes from point reads instead.
+	PointReads string `json:"point_reads,omitempty"`
 	// Empty: the buffer held nothing (idle engine); Depth and Period are
 	// unknown.
 	Empty bool `json:"empty,omitempty"`
@@ -194,7 +201,10 @@ func examine(ds sampler.DeviceSource, index int, opts *Options) DeviceReport {
 				continue
 			}
 			gs.Total++
-			switch err := ProbeMetric(ds, &m); {
+			switch point, err := ProbeSupport(ds, &m); {
+			case err == nil && point:
+				gs.Supported++
+				gs.PointReads = append(gs.PointReads, m.Name)
 			case err == nil:
 				gs.Supported++
 			case errors.Is(err, sampler.ErrNotSupported):
@@ -214,6 +224,11 @@ func examine(ds sampler.DeviceSource, index int, opts *Options) DeviceReport {
 	var newest uint64
 	for t := sampler.BufferType(0); t < sampler.NumBufferTypes; t++ {
 		p, n := probeBuffer(ds, t, opts)
+		if m := opts.Catalog.Get(opts.Catalog.BufferMetric(t)); !p.Supported && m != nil {
+			if point, err := ProbeSupport(ds, m); err == nil && point {
+				p.PointReads = m.Name
+			}
+		}
 		if n > newest {
 			newest = n
 			clock = classify(n, opts)
@@ -225,25 +240,42 @@ func examine(ds sampler.DeviceSource, index int, opts *Options) DeviceReport {
 	return dr
 }
 
-// ProbeMetric asks a device for one metric once: a drain from cursor 0 for
-// buffer metrics, a read otherwise. "Nothing new" (an idle buffer, a first
-// profiling snapshot) counts as supported; it returns nil then, and the
-// value's error otherwise (test it with errors.Is against
-// sampler.ErrNotSupported and sampler.ErrNoPermission).
+// ProbeMetric asks a device for one metric once (see ProbeSupport): nil
+// when the engine can sample it, from its buffer or by point reads, else
+// the error (test it with errors.Is against sampler.ErrNotSupported and
+// sampler.ErrNoPermission).
 func ProbeMetric(d sampler.DeviceSource, m *sampler.Metric) error {
-	var err error
+	_, err := ProbeSupport(d, m)
+	return err
+}
+
+// ProbeSupport asks a device for one metric once: a drain from cursor 0
+// for buffer metrics, a read otherwise. "Nothing new" (an idle buffer, a
+// first profiling snapshot) counts as supported. A buffer metric whose
+// buffer is not supported is read once more as a point read, as the engine
+// does then: pointReads is true when that works (err is nil then).
+func ProbeSupport(d sampler.DeviceSource, m *sampler.Metric) (pointReads bool, err error) {
+	read := func() error {
+		out := make([]sampler.Reading, 1)
+		if err := d.Read([]sampler.MetricID{m.ID}, out); err != nil {
+			return err
+		}
+		return out[0].Err
+	}
 	if m.Src.Kind == sampler.FromBuffer {
 		_, err = d.Drain(m.Src.Buffer, 0, nil)
-	} else {
-		out := make([]sampler.Reading, 1)
-		if err = d.Read([]sampler.MetricID{m.ID}, out); err == nil {
-			err = out[0].Err
+		if errors.Is(err, sampler.ErrNotSupported) {
+			if rerr := read(); rerr == nil || errors.Is(rerr, sampler.ErrNothingNew) {
+				return true, nil
+			}
 		}
+	} else {
+		err = read()
 	}
 	if errors.Is(err, sampler.ErrNothingNew) {
-		return nil
+		return false, nil
 	}
-	return err
+	return false, err
 }
 
 // probeBuffer drains buffer t from cursor 0 and measures it. It returns the
@@ -363,8 +395,10 @@ func recommend(devs []DeviceReport, cat *sampler.Catalog) Recommendation {
 	var shortest time.Duration
 	var which string
 	var p99 time.Duration
+	buffers := false // any device supports any sample buffer
 	for _, d := range devs {
 		for _, b := range d.Buffers {
+			buffers = buffers || b.Supported
 			if b.Depth < 4 || b.Period <= 0 {
 				continue
 			}
@@ -380,6 +414,9 @@ func recommend(devs []DeviceReport, cat *sampler.Catalog) Recommendation {
 		rec.DrainInterval = max(min(rec.DrainInterval, half), sampler.MinDrainInterval)
 		rec.Why = append(rec.Why, fmt.Sprintf("drain %v: at most half the shortest buffer span (%s = %v), at most %v",
 			rec.DrainInterval, which, shortest, sampler.DefaultDrainInterval))
+	} else if !buffers && len(devs) > 0 {
+		rec.Why = append(rec.Why, fmt.Sprintf("drain %v: no sample buffer is supported on these devices; their metrics come from point reads at the field interval where a point getter exists",
+			rec.DrainInterval))
 	} else {
 		rec.Why = append(rec.Why, fmt.Sprintf("drain %v: the default; no buffer held samples to measure (idle GPU? run doctor under load)",
 			rec.DrainInterval))

@@ -34,6 +34,9 @@ func WriteText(w io.Writer, r *Report) error {
 		p("  metric groups:\n")
 		for _, g := range d.Groups {
 			line := fmt.Sprintf("%d/%d", g.Supported, g.Total)
+			if len(g.PointReads) > 0 {
+				line += "  point reads (no sample buffer): " + strings.Join(g.PointReads, ", ")
+			}
 			if len(g.Unsupported) > 0 {
 				line += "  unsupported: " + strings.Join(g.Unsupported, ", ")
 			}
@@ -49,6 +52,8 @@ func WriteText(w io.Writer, r *Report) error {
 		for _, b := range d.Buffers {
 			var s string
 			switch {
+			case !b.Supported && b.PointReads != "":
+				s = "not supported: " + b.PointReads + " comes from point reads at the field interval"
 			case !b.Supported:
 				s = "not supported"
 			case b.Err != "":

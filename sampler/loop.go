@@ -78,6 +78,11 @@ type deviceLoop struct {
 	gpmOut   []Reading
 	pointID  []MetricID // utilization point read for idle GPUs
 	pointOut []Reading
+	// fbIDs are buffer metrics whose buffer the device does not support,
+	// read with point queries at the field interval instead (marked
+	// FlagPointRead).
+	fbIDs []MetricID
+	fbOut []Reading
 
 	raw []RawSample
 	pub []Sample
@@ -116,6 +121,7 @@ type deviceLoop struct {
 	hung, recoveries, probes                          atomic.Uint64
 	abandoned                                         atomic.Bool
 	processPolls, processesSeen                       atomic.Uint64
+	pointFallbacks                                    atomic.Uint64
 	newestNS                                          atomic.Int64
 	clockKind                                         atomic.Uint32
 	minDrainNS                                        atomic.Int64
@@ -225,9 +231,15 @@ func (l *deviceLoop) run(ctx context.Context) {
 			timer.Reset(l.nextProbe.Sub(now))
 			continue
 		}
-		if len(l.fastIDs) > 0 && !now.Before(nextField) {
-			l.readInto(l.fastIDs, l.fastOut, now, 0, &l.fastIDs, &l.fastOut)
-			l.fieldReads.Add(1)
+		if (len(l.fastIDs) > 0 || len(l.fbIDs) > 0) && !now.Before(nextField) {
+			if len(l.fastIDs) > 0 {
+				l.readInto(l.fastIDs, l.fastOut, now, 0, &l.fastIDs, &l.fastOut)
+				l.fieldReads.Add(1)
+			}
+			if len(l.fbIDs) > 0 {
+				l.readInto(l.fbIDs, l.fbOut, now, FlagPointRead, &l.fbIDs, &l.fbOut)
+				l.pointReads.Add(1)
+			}
 			nextField = advance(nextField, fieldEvery, now)
 		}
 		if len(l.slowIDs) > 0 && !now.Before(nextSlow) {
@@ -258,7 +270,7 @@ func (l *deviceLoop) run(ctx context.Context) {
 		if len(l.rareIDs) > 0 && nextRare.Before(next) {
 			next = nextRare
 		}
-		if len(l.fastIDs) > 0 && nextField.Before(next) {
+		if (len(l.fastIDs) > 0 || len(l.fbIDs) > 0) && nextField.Before(next) {
 			next = nextField
 		}
 		if len(l.gpmIDs) > 0 && nextGPM.Before(next) {
@@ -350,7 +362,7 @@ func (l *deviceLoop) drain(b *bufferState, now time.Time) bool {
 		return true
 	case errors.Is(err, ErrNotSupported):
 		b.supported = false
-		l.e.log.Debug("buffer not supported", "device", l.index, "buffer", b.typ.String())
+		l.fallBack(b, now)
 		return false
 	default:
 		l.callFailed(err, now)
@@ -383,6 +395,39 @@ func (l *deviceLoop) drain(b *bufferState, now time.Time) bool {
 	}
 	b.cursor = raw[len(raw)-1].TimeUS
 	return false
+}
+
+// fallBack is called once when a device answers that buffer b is not
+// supported (some platforms and virtualised GPUs have no sample buffers):
+// the buffer's metric is read with its point query at the field interval
+// from now on, marked as a point read, when the device answers one.
+func (l *deviceLoop) fallBack(b *bufferState, now time.Time) {
+	name := l.e.cfg.Catalog.Name(b.metric)
+	ids := []MetricID{b.metric}
+	out := make([]Reading, 1)
+	l.enter(&opRead)
+	err := l.src.Read(ids, out)
+	l.exit()
+	switch {
+	case err != nil:
+		l.callFailed(err, now)
+	case errors.Is(out[0].Err, ErrNotSupported):
+		l.e.log.Info("sample buffer not supported, and no point read for its metric: not sampled", "device", l.index,
+			"buffer", b.typ.String(), "metric", name)
+		return
+	case out[0].Err == nil:
+		t := out[0].TimeNS
+		if t == 0 {
+			t = now.UnixNano()
+		}
+		l.pub = append(l.pub, Sample{TimeNS: t, Value: out[0].Value, Device: l.index, Metric: b.metric, Flags: FlagPointRead})
+		l.pointReads.Add(1)
+	}
+	l.fbIDs = append(l.fbIDs, b.metric)
+	l.fbOut = append(l.fbOut, Reading{})
+	l.pointFallbacks.Add(1)
+	l.e.log.Info("sample buffer not supported; its metric comes from point reads at the field interval", "device", l.index,
+		"buffer", b.typ.String(), "metric", name, "interval", l.e.cfg.FieldInterval)
 }
 
 func cmpRaw(a, b RawSample) int {
@@ -682,8 +727,12 @@ type DeviceStats struct {
 	// SuspectedLosses counts drains that found the buffer overrun;
 	// LostEstimate estimates the samples lost that way.
 	SuspectedLosses, LostEstimate uint64
-	// PointReads counts idle utilization point reads.
+	// PointReads counts point reads of buffer metrics: idle utilization
+	// reads, and the reads standing in for unsupported buffers.
 	PointReads uint64
+	// PointFallbacks is how many buffer metrics come from point reads at
+	// the field interval because the device has no sample buffer for them.
+	PointFallbacks uint64
 	// FieldReads counts batched fast-field reads.
 	FieldReads uint64
 	// ReadErrors counts failed calls and values.
@@ -720,7 +769,8 @@ func (l *deviceLoop) stats() DeviceStats {
 		PointReads: l.pointReads.Load(), FieldReads: l.fieldReads.Load(), ReadErrors: l.readErrors.Load(),
 		NewestNS: l.newestNS.Load(), Clock: ClockKind(l.clockKind.Load()), MinDrainInterval: time.Duration(l.minDrainNS.Load()),
 		State: DeviceState(l.state.Load()), Hangs: l.hung.Load(), Recoveries: l.recoveries.Load(), Probes: l.probes.Load(),
-		ProcessPolls: l.processPolls.Load(), Processes: l.processesSeen.Load(), Abandoned: l.abandoned.Load()}
+		ProcessPolls: l.processPolls.Load(), Processes: l.processesSeen.Load(), Abandoned: l.abandoned.Load(),
+		PointFallbacks: l.pointFallbacks.Load()}
 	if cc, ok := l.src.(CallCounter); ok {
 		cs := cc.CallStats()
 		s.Calls, s.CallLatency = cs.Calls, cs.Latency

@@ -36,10 +36,13 @@ func cmdMetrics(args []string, stdout, stderr io.Writer) error {
 	return printSupport(stdout, src, sampler.DefaultCatalog)
 }
 
-// probeMetric asks a device for one metric once (doctor.ProbeMetric) and
-// says "yes", "no" (not supported) or the error.
+// probeMetric asks a device for one metric once (doctor.ProbeSupport) and
+// says "yes", "point reads" (no sample buffer: point reads at the field
+// interval instead), "no" (not supported) or the error.
 func probeMetric(d sampler.DeviceSource, m *sampler.Metric) string {
-	switch err := doctor.ProbeMetric(d, m); {
+	switch point, err := doctor.ProbeSupport(d, m); {
+	case err == nil && point:
+		return "point reads"
 	case err == nil:
 		return "yes"
 	case errors.Is(err, sampler.ErrNotSupported):

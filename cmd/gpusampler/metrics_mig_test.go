@@ -35,6 +35,19 @@ func (migDevice) Drain(t sampler.BufferType, _ uint64, dst []sampler.RawSample) 
 	return dst, fmt.Errorf("get samples %s: %w", t, sampler.ErrNotSupported)
 }
 
+// Read answers utilization point reads as NVML does on a MIG instance
+// (GetUtilizationRates: not supported), so utilization has neither buffers
+// nor point reads there.
+func (m migDevice) Read(ids []sampler.MetricID, out []sampler.Reading) error {
+	err := m.DeviceSource.Read(ids, out)
+	for i, id := range ids {
+		if id == sampler.MetricUtilGPU || id == sampler.MetricUtilMemory {
+			out[i] = sampler.Reading{Err: fmt.Errorf("get utilization rates: %w", sampler.ErrNotSupported)}
+		}
+	}
+	return err
+}
+
 func (migDevice) Processes(sampler.ProcessQuery, []sampler.Process) ([]sampler.Process, error) {
 	return nil, nil // listed without utilization
 }

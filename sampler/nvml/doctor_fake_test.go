@@ -4,6 +4,7 @@ package nvml
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +18,51 @@ import (
 func TestFakeDriverDoctor(t *testing.T) {
 	runScenario(t, "doctor", false, "FAKENVML_CLOCK=boottime", "FAKENVML_PERIOD_US=5000", "FAKENVML_DEVICES=2",
 		"FAKENVML_UNSUPPORTED=82")
+}
+
+// TestFakeDriverDoctorPointReads: without sample buffers doctor says which
+// metrics come from point reads, which are not sampled at all, and does not
+// advise running under load.
+func TestFakeDriverDoctorPointReads(t *testing.T) {
+	runScenario(t, "doctor-fallback", false, "FAKENVML_BUFFER_NS=all")
+}
+
+func childDoctorFallback(t *testing.T, src *Source) {
+	r, err := doctor.Run(src, doctor.Options{LatencyCalls: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var point, unsupported []string
+	for _, g := range r.Devices[0].Groups {
+		point = append(point, g.PointReads...)
+		unsupported = append(unsupported, g.Unsupported...)
+	}
+	slices.Sort(point)
+	if want := []string{"clocks_current_memory", "clocks_current_sm", "power_draw", "utilization_gpu", "utilization_memory"}; !slices.Equal(point, want) {
+		t.Errorf("point reads %v, want %v", point, want)
+	}
+	if !slices.Contains(unsupported, "utilization_encoder") || slices.Contains(unsupported, "power_draw") {
+		t.Errorf("unsupported %v: want the encoder, not power", unsupported)
+	}
+	for _, b := range r.Devices[0].Buffers {
+		want := doctor.BufferProbe{Type: b.Type, PointReads: map[string]string{"total_power": "power_draw", "gpu_util": "utilization_gpu",
+			"memory_util": "utilization_memory", "sm_clock": "clocks_current_sm", "memory_clock": "clocks_current_memory"}[b.Type]}
+		if b != want {
+			t.Errorf("buffer %+v, want %+v", b, want)
+		}
+	}
+	if why := r.Recommend.Why[0]; !strings.Contains(why, "no sample buffer is supported") || strings.Contains(why, "under load") {
+		t.Errorf("drain advice %q", why)
+	}
+	var buf bytes.Buffer
+	if err := doctor.WriteText(&buf, r); err != nil {
+		t.Fatal(err)
+	}
+	if text := buf.String(); !strings.Contains(text, "not supported: power_draw comes from point reads at the field interval") ||
+		!strings.Contains(text, "point reads (no sample buffer): power_draw") {
+		t.Errorf("doctor text does not say point reads:\n%s", text)
+	}
+	t.Logf("doctor report:\n%s", buf.String())
 }
 
 func childDoctor(t *testing.T, src *Source) {

@@ -4,9 +4,11 @@ package nvml
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -97,6 +99,13 @@ func TestFakeDriverBootTime(t *testing.T) {
 
 func TestFakeDriverNotSupported(t *testing.T) {
 	runScenario(t, "unsupported", false, "FAKENVML_UNSUPPORTED=186,83", "FAKENVML_IDLE=1")
+}
+
+// TestFakeDriverPointFallback: without sample buffers, the buffer metrics
+// that have a point getter come from point reads at the field interval,
+// marked as such; the others are not sampled; both are logged once.
+func TestFakeDriverPointFallback(t *testing.T) {
+	runScenario(t, "fallback", false, "FAKENVML_BUFFER_NS=all")
 }
 
 func TestFakeDriverVersions(t *testing.T) {
@@ -197,6 +206,8 @@ func TestFakeDriverChild(t *testing.T) {
 		childAllNotSupported(t, src)
 	case "doctor":
 		childDoctor(t, src)
+	case "doctor-fallback":
+		childDoctorFallback(t, src)
 	case "gpm":
 		childGPM(t, src)
 	case "processes":
@@ -205,6 +216,8 @@ func TestFakeDriverChild(t *testing.T) {
 		childProcessesNotSupported(t, src)
 	case "modes":
 		childModes(t, src)
+	case "fallback":
+		childFallback(t, src)
 	default:
 		t.Fatalf("unknown scenario %q", scenario)
 	}
@@ -641,4 +654,72 @@ func childModes(t *testing.T, src *Source) {
 	if calls := devs[0].(sampler.CallCounter).CallStats().Calls - before; calls < 11 {
 		t.Fatalf("identity counted %d calls, want the mode reads counted too", calls)
 	}
+}
+
+// childFallback runs the engine on a device without sample buffers.
+func childFallback(t *testing.T, src *Source) {
+	var logs syncBuffer
+	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	eng, col := runEngine(t, src, sampler.Config{Logger: log}, 1200*time.Millisecond)
+	// The fake's point getters: GetPowerUsage 300000 mW,
+	// GetUtilizationRates 97/55 %, GetClockInfo SM 1980 and memory 2619 MHz.
+	want := map[sampler.MetricID]float64{
+		sampler.MetricPowerDraw: 300, sampler.MetricUtilGPU: 97, sampler.MetricUtilMemory: 55,
+		sampler.MetricClockSM: 1980, sampler.MetricClockMemory: 2619,
+	}
+	got := map[sampler.MetricID]int{}
+	for _, s := range col.samples {
+		m := sampler.DefaultCatalog.Get(s.Metric)
+		if m.Src.Kind != sampler.FromBuffer {
+			continue
+		}
+		v, ok := want[s.Metric]
+		if !ok {
+			t.Errorf("%s published without a buffer or a point read: %+v", m.Name, s)
+			continue
+		}
+		wantS := sampler.Sample{TimeNS: s.TimeNS, Value: v, Device: 0, Metric: s.Metric, Flags: sampler.FlagPointRead}
+		if s != wantS {
+			t.Errorf("%s: %+v, want %+v", m.Name, s, wantS)
+		}
+		got[s.Metric]++
+	}
+	for id := range want {
+		// A first read at the fallback, then one per 200 ms field tick.
+		if got[id] < 2 {
+			t.Errorf("%s: %d point reads in 1.2 s, want one per field tick", sampler.DefaultCatalog.Name(id), got[id])
+		}
+	}
+	if d := eng.Stats().Devices[0]; d.PointFallbacks != uint64(len(want)) {
+		t.Errorf("stats: %d point fallbacks, want %d", d.PointFallbacks, len(want))
+	}
+	text := logs.String()
+	for id := range want {
+		line := "metric=" + sampler.DefaultCatalog.Name(id) + " "
+		if n := strings.Count(text, "its metric comes from point reads"); n != len(want) || !strings.Contains(text, line) {
+			t.Errorf("%d fallback log lines (want %d), %s named: %v\n%s", n, len(want), line, strings.Contains(text, line), text)
+		}
+	}
+	if !strings.Contains(text, "level=INFO msg=\"sample buffer not supported, and no point read for its metric: not sampled\"") {
+		t.Errorf("no log line for the buffers without a point read:\n%s", text)
+	}
+	t.Logf("point reads: %v", got)
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writers (device loops).
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -17,6 +17,10 @@
  *                       driver whose buffer holds less than it says
  *   FAKENVML_UNSUPPORTED comma-separated field ids answering NOT_SUPPORTED
  *   FAKENVML_IDLE       "1": utilization buffers stay empty (idle GPU)
+ *   FAKENVML_BUFFER_NS  "all" or comma-separated sample-buffer types for
+ *                       which nvmlDeviceGetSamples answers NOT_SUPPORTED
+ *                       (some platforms and virtualised GPUs); the point
+ *                       getters still answer
  *   FAKENVML_INIT_RET   return code of nvmlInit (default 0)
  *   FAKENVML_NO_GPM     "1": GPM query says the device is not supported
  *   FAKENVML_CALLS_FILE at nvmlShutdown, write "<index> <calls>" per device
@@ -24,6 +28,16 @@
  *                       decimal) that every clock of the fake reads: a
  *                       test's manual clock drives the driver too (boot
  *                       time keeps its real distance from realtime)
+ *   FAKENVML_FUNCS_FILE at nvmlShutdown, write the calls per NVML function
+ *                       ("call <function> <n>"), the buffer samples handed
+ *                       out ("samples <type> <n>"), "devices <n>" and
+ *                       "window_s <seconds>", counted from
+ *                       FAKENVML_COUNT_FROM_MS after nvmlInit (default 0)
+ *                       to nvmlShutdown: an account of the caller's cost
+ *                       that does not rely on the caller's own
+ *                       bookkeeping ("call nvmlDeviceGetSamples.size" is
+ *                       the part of nvmlDeviceGetSamples that were size
+ *                       queries)
  *   FAKENVML_CTL_DIR    fault injection while running, by files in this
  *                       directory (the test creates and removes them):
  *                         noload    nvmlInit answers DRIVER_NOT_LOADED
@@ -85,6 +99,7 @@ static clockid_t clk = CLOCK_REALTIME;
 static unsigned long long period = 20000, depth = 100, reported, startK;
 static unsigned int unsupported[64];
 static int nunsupported;
+static unsigned int bufferNS; /* bit t: buffer type t is not supported */
 
 static const char *timeFile;
 
@@ -121,8 +136,52 @@ static int ctlFile(const char *name, int dev) {
 	return access(path, F_OK) == 0;
 }
 
-static struct fakedev *Dcheck(void *h) {
+/* Per-function call counts (FAKENVML_FUNCS_FILE): slots keyed by the
+ * function's __func__ pointer, claimed with a CAS on first use. */
+#define NFUNCS 96
+static const char *fnName[NFUNCS];
+static long fnCalls[NFUNCS];
+static long samplesOut[16];
+static unsigned long long countFromUS, initMonoUS;
+static int counting;
+
+static int countNow(void) {
+	return counting && clockUS(CLOCK_MONOTONIC) >= countFromUS;
+}
+
+static void countCall(const char *fn) {
+	if (!countNow()) return;
+	for (int i = 0; i < NFUNCS; i++) {
+		const char *p = __atomic_load_n(&fnName[i], __ATOMIC_ACQUIRE);
+		if (!p) {
+			const char *want = 0;
+			if (__atomic_compare_exchange_n(&fnName[i], &want, fn, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) p = fn;
+			else p = want;
+		}
+		if (p == fn) {
+			__atomic_add_fetch(&fnCalls[i], 1, __ATOMIC_RELAXED);
+			return;
+		}
+	}
+}
+
+static void writeFuncs(void) {
+	const char *f = getenv("FAKENVML_FUNCS_FILE");
+	if (!f || !counting) return;
+	FILE *fp = fopen(f, "w");
+	if (!fp) return;
+	unsigned long long end = clockUS(CLOCK_MONOTONIC);
+	double window = end > countFromUS ? (end - countFromUS) / 1e6 : 0;
+	fprintf(fp, "devices %d\nwindow_s %.3f\n", ndev, window);
+	for (int i = 0; i < NFUNCS && fnName[i]; i++) fprintf(fp, "call %s %ld\n", fnName[i], fnCalls[i]);
+	for (int t = 0; t < 16; t++)
+		if (samplesOut[t]) fprintf(fp, "samples %d %ld\n", t, samplesOut[t]);
+	fclose(fp);
+}
+
+static struct fakedev *Dcheck(void *h, const char *fn) {
 	struct fakedev *d = h;
+	countCall(fn);
 	if (!initialized || d < devs || d >= devs + ndev) {
 		fprintf(stderr, "fakenvml: call with a bad handle or before init\n");
 		abort();
@@ -143,7 +202,7 @@ static struct fakedev *Dcheck(void *h) {
 /* D validates a handle and counts the call; a lost device's call returns
  * GPU_IS_LOST from the calling function (a GCC statement expression), and
  * with allns every telemetry call answers NOT_SUPPORTED (NS). */
-#define D(h) ({ struct fakedev *d__ = Dcheck(h); if (ctlFile("lost", d__->index)) return E_GPU_LOST; d__; })
+#define D(h) ({ struct fakedev *d__ = Dcheck(h, __func__); if (ctlFile("lost", d__->index)) return E_GPU_LOST; d__; })
 #define NS() do { if (ctlFile("allns", -1)) return E_NOT_SUPPORTED; } while (0)
 
 nvmlReturn_t nvmlInit_v2(void) {
@@ -162,6 +221,12 @@ nvmlReturn_t nvmlInit_v2(void) {
 	reported = depth;
 	if ((s = getenv("FAKENVML_REPORTED_DEPTH"))) reported = strtoull(s, 0, 10);
 	if ((s = getenv("FAKENVML_IDLE"))) idle = atoi(s);
+	if ((s = getenv("FAKENVML_BUFFER_NS"))) {
+		char buf[256], *tok, *save;
+		snprintf(buf, sizeof buf, "%s", s);
+		for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(0, ",", &save))
+			bufferNS |= !strcmp(tok, "all") ? ~0u : 1u << (atoi(tok) & 31);
+	}
 	if ((s = getenv("FAKENVML_UNSUPPORTED"))) {
 		char buf[256], *tok, *save;
 		snprintf(buf, sizeof buf, "%s", s);
@@ -169,6 +234,11 @@ nvmlReturn_t nvmlInit_v2(void) {
 			unsupported[nunsupported++] = atoi(tok);
 	}
 	for (int i = 0; i < ndev; i++) devs[i].index = i;
+	initMonoUS = clockUS(CLOCK_MONOTONIC);
+	if (getenv("FAKENVML_FUNCS_FILE")) {
+		counting = 1;
+		countFromUS = initMonoUS + ((s = getenv("FAKENVML_COUNT_FROM_MS")) ? strtoull(s, 0, 10) * 1000ull : 0);
+	}
 	startK = nowUS(clk) / period + 1;
 	startK = startK > depth ? startK - depth : 0; /* full of history */
 	initialized = 1;
@@ -178,6 +248,7 @@ nvmlReturn_t nvmlInit(void) { return nvmlInit_v2(); }
 nvmlReturn_t nvmlInitWithFlags(unsigned int f) { (void)f; return nvmlInit_v2(); }
 
 nvmlReturn_t nvmlShutdown(void) {
+	writeFuncs();
 	const char *f = getenv("FAKENVML_CALLS_FILE");
 	if (f) {
 		FILE *fp = fopen(f, "w");
@@ -198,6 +269,7 @@ nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *v) { *v = major * 1000; return 
 nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *v) { *v = major * 1000; return OK; }
 nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *n) { if (!initialized) return E_UNINIT; *n = ndev; return OK; }
 nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int i, void **h) {
+	countCall(__func__);
 	if (!initialized) return E_UNINIT;
 	if (i >= (unsigned)ndev) return E_INVALID;
 	if (ctlFile("lost", i)) return E_GPU_LOST;
@@ -255,9 +327,12 @@ static unsigned int fakeValue(int t, unsigned long long k) {
 nvmlReturn_t nvmlDeviceGetSamples(void *h, int type, unsigned long long last, int *valType, unsigned int *count, nvmlSample_t *samples) {
 	D(h);
 	if (type == 7) return E_NOT_SUPPORTED; /* module power: Grace Hopper only */
+	if (type >= 0 && type < 32 && (bufferNS >> type & 1)) return E_NOT_SUPPORTED;
 	if (type > 1) NS();
 	if (type < 0 || type > 9) return E_INVALID;
 	if (!samples) { /* size query: the buffer's capacity */
+		static const char sizeq[] = "nvmlDeviceGetSamples.size";
+		countCall(sizeq);
 		*count = reported;
 		*valType = type == 6 ? 3 : 1;
 		return OK;
@@ -283,6 +358,7 @@ nvmlReturn_t nvmlDeviceGetSamples(void *h, int type, unsigned long long last, in
 		}
 	}
 	*count = n;
+	if (countNow() && type >= 0 && type < 16) __atomic_add_fetch(&samplesOut[type], (long)n, __ATOMIC_RELAXED);
 	return OK;
 }
 
@@ -371,6 +447,7 @@ nvmlReturn_t nvmlDeviceGetMigMode(void *h, unsigned int *cur, unsigned int *pend
 }
 
 nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, void **h) {
+	countCall(__func__);
 	if (!initialized) return E_UNINIT;
 	for (int i = 0; i < ndev; i++) {
 		char want[64];
@@ -414,6 +491,7 @@ nvmlReturn_t nvmlDeviceRegisterEvents(void *h, unsigned long long types, struct 
 	return OK;
 }
 nvmlReturn_t nvmlEventSetWait_v2(struct fakeset *set, nvmlEventData_t *data, unsigned int timeoutms) {
+	countCall(__func__);
 	if (!initialized) return E_UNINIT;
 	for (unsigned int waited = 0;; waited++) {
 		for (int i = 0; i < ndev; i++) {
@@ -487,6 +565,7 @@ nvmlReturn_t nvmlGpmSampleGet(void *h, struct fakegpm *s) {
 	return OK;
 }
 nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *m) {
+	countCall(__func__);
 	if (!initialized) return E_UNINIT;
 	if (m->version != 1) return 25;
 	if (!m->sample1 || !m->sample2 || !m->sample1->dev || m->sample1->dev != m->sample2->dev) return E_INVALID;
@@ -610,6 +689,7 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(void *h, nvmlProcessUtilizationSamp
 	return OK;
 }
 nvmlReturn_t nvmlSystemGetProcessName(unsigned int pid, char *name, unsigned int n) {
+	countCall(__func__);
 	if (!initialized) return E_UNINIT;
 	if (pid == (unsigned int)getpid()) return E_NOT_FOUND;
 	snprintf(name, n, "fake-%u", pid);
