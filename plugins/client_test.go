@@ -65,12 +65,19 @@ func TestClientDevicesOncePerConnection(t *testing.T) {
 	}
 	waitFor(t, func() bool { s := c.Stats(); return s.PID != 0 && s.PID != pid })
 	write(&sampler.Batch{Seq: 4, Samples: outputtest.Samples(3)})
+	// Another identity under index 0 with the same Generation (a buffer
+	// replayed an earlier process's batches; this process numbers its
+	// devices anew): sent, so that the sink does not keep the old one.
+	d0b := d0
+	d0b.UUID = "GPU-other"
+	write(&sampler.Batch{Seq: 5, Devices: []sampler.Device{d0b}, Samples: outputtest.Samples(3)})
+	write(&sampler.Batch{Seq: 6, Devices: []sampler.Device{d0b}, Samples: outputtest.Samples(3)})
 	got := readRecords(t, rec)
 	want := []struct {
 		seq  uint64
 		devs string
 		ev   int
-	}{{1, "0,1", 0}, {2, "", 1}, {3, "1", 0}, {4, "0,1", 0}}
+	}{{1, "0,1", 0}, {2, "", 1}, {3, "1", 0}, {4, "0,1", 0}, {5, "0", 0}, {6, "", 0}}
 	if len(got) != len(want) {
 		t.Fatalf("records %+v", got)
 	}

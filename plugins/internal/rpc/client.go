@@ -54,8 +54,11 @@ func (e *ConfigError) Error() string {
 //
 // Device identities: the client remembers the newest identity of every
 // device it was handed and sends each one on the connection's first batch
-// and again when its Generation changes — so a restarted plugin (a new
-// Client seeded with Devices of the old one) learns every device again.
+// and again whenever it changes — a new Generation, or another identity
+// under the same index with the same Generation (a buffer replaying an
+// earlier gpusampler process's batches, then this one's) — so a restarted
+// plugin (a new Client seeded with Devices of the old one) learns every
+// device again and a sink never labels one device's data with another's.
 type Client struct {
 	c   proto.OutputClient
 	req proto.WriteRequest
@@ -63,13 +66,13 @@ type Client struct {
 	// pump's Write may be updating them.
 	devMu   sync.Mutex
 	devices map[int]sampler.Device
-	sent    map[int]uint64 // device index → Generation+1 sent on this connection
+	sent    map[int]sampler.Device // device index → identity sent on this connection
 	pending []sampler.Device
 }
 
 // NewClient returns a client over c that knows devices already.
 func NewClient(c proto.OutputClient, devices []sampler.Device) *Client {
-	cl := &Client{c: c, devices: map[int]sampler.Device{}, sent: map[int]uint64{}}
+	cl := &Client{c: c, devices: map[int]sampler.Device{}, sent: map[int]sampler.Device{}}
 	for _, d := range devices {
 		cl.devices[d.Index] = d
 	}
@@ -112,14 +115,14 @@ func (c *Client) Configure(ctx context.Context, in ConfigureInput) error {
 // sampler.ErrUnavailable.
 func (c *Client) Write(ctx context.Context, b *sampler.Batch) error {
 	c.devMu.Lock()
+	// Batches come in order: the last identity of an index is the newest
+	// (Generations of different gpusampler processes do not compare).
 	for _, d := range b.Devices {
-		if old, ok := c.devices[d.Index]; !ok || d.Generation >= old.Generation {
-			c.devices[d.Index] = d
-		}
+		c.devices[d.Index] = d
 	}
 	c.pending = c.pending[:0]
 	for _, i := range slices.Sorted(maps.Keys(c.devices)) {
-		if d := c.devices[i]; c.sent[i] != d.Generation+1 {
+		if d := c.devices[i]; c.sent[i] != d {
 			c.pending = append(c.pending, d)
 		}
 	}
@@ -130,7 +133,7 @@ func (c *Client) Write(ctx context.Context, b *sampler.Batch) error {
 		return fmt.Errorf("write: %w", statusError(err))
 	}
 	for _, d := range c.pending {
-		c.sent[d.Index] = d.Generation + 1
+		c.sent[d.Index] = d
 	}
 	return nil
 }
