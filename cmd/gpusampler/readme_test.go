@@ -2,8 +2,11 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -59,5 +62,144 @@ func TestReadmeBenchExamplesPutFlagsBeforeCommand(t *testing.T) {
 	}
 	if seen < 3 {
 		t.Fatalf("found only %d bench examples: has the README moved?", seen)
+	}
+}
+
+// readmeSkips are README commands that cannot run in a test here, each with
+// the reason (and where the behaviour is tested instead). A README command
+// that is neither run nor skipped fails the test: the docs and the tests
+// move together.
+var readmeSkips = []struct{ pattern, why string }{
+	{`^make `, "make targets: CI runs them itself"},
+	{`…|\[|CMD|PATH\b`, "a synopsis with placeholders"},
+	{`\bsubscribe\b`, "needs a NATS server (subscribe_test.go runs one)"},
+	{`--backend nvml`, "needs an NVIDIA driver (make gpu-check)"},
+	{`python train\.py`, "needs the user's training script (flag order: TestReadmeBenchExamplesPutFlagsBeforeCommand)"},
+	{`bench compare`, "needs two saved results (TestBenchCompareSavedFiles)"},
+	{`^/usr/bin/`, "a path inside a Telegraf config, not a command"},
+}
+
+// readmeCommands returns the gpusampler command lines of README.md: in
+// shell code blocks, and in backticks in the prose.
+func readmeCommands(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cmds []string
+	inBlock, shell := false, false
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "```") {
+			inBlock = !inBlock
+			shell = inBlock && (line == "```sh" || line == "```bash")
+			continue
+		}
+		if inBlock {
+			if shell {
+				l := strings.TrimSpace(strings.SplitN(line, " # ", 2)[0])
+				if strings.HasPrefix(l, "gpusampler ") || strings.HasPrefix(l, "bin/gpusampler ") || strings.Contains(l, " gpusampler ") {
+					cmds = append(cmds, l)
+				}
+			}
+			continue
+		}
+		for _, m := range regexp.MustCompile("`((?:bin/)?gpusampler [^`]+)`").FindAllStringSubmatch(line, -1) {
+			if strings.Contains(m[1], " --") || strings.Count(m[1], " ") >= 2 {
+				cmds = append(cmds, m[1])
+			}
+		}
+	}
+	return cmds
+}
+
+// splitWords splits a command line on blanks, keeping single-quoted words.
+func splitWords(s string) []string {
+	var out []string
+	var cur strings.Builder
+	quoted, have := false, false
+	for _, r := range s {
+		switch {
+		case r == '\'':
+			quoted, have = !quoted, true
+		case (r == ' ' || r == '\t') && !quoted:
+			if have {
+				out = append(out, cur.String())
+				cur.Reset()
+				have = false
+			}
+		default:
+			cur.WriteRune(r)
+			have = true
+		}
+	}
+	if have {
+		out = append(out, cur.String())
+	}
+	return out
+}
+
+// Every README command that can run without a GPU runs, as written, on the
+// simulator: exit 0, and `| grep X` finds X. Not parallel: it changes the
+// working directory (commands name files relative to it).
+func TestReadmeCommandsRun(t *testing.T) {
+	dir := t.TempDir()
+	example, err := os.ReadFile("../../config.example.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.example.toml"), example, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmds := readmeCommands(t)
+	t.Chdir(dir)
+	t.Setenv("GPUSAMPLER_NVML_LIBRARY", "")
+	ran := 0
+next:
+	for _, line := range cmds {
+		// An optional flag ("[--stats]") is run with the flag.
+		line = regexp.MustCompile(`\[(--[a-z-]+)\]`).ReplaceAllString(line, "$1")
+		for _, s := range readmeSkips {
+			if regexp.MustCompile(s.pattern).MatchString(line) {
+				t.Logf("skip %q: %s", line, s.why)
+				continue next
+			}
+		}
+		pipeline := strings.SplitN(line, " | ", 2)
+		words := splitWords(pipeline[0])
+		redirect := ""
+		if i := slices.Index(words, ">"); i >= 0 && i+1 < len(words) {
+			redirect, words = words[i+1], words[:i]
+		}
+		args := words[1:]
+		if args[0] == "run" && !slices.Contains(args, "--duration") {
+			args = append(args, "--duration", "1s") // run runs until stopped
+		}
+		if args[0] == "run" || args[0] == "bench" || args[0] == "doctor" || args[0] == "metrics" {
+			if !slices.Contains(args, "--backend") {
+				args = append(args, "--backend", "sim") // this machine has no driver
+			}
+		}
+		var out, errb bytes.Buffer
+		code := Main(t.Context(), args, strings.NewReader(""), &out, &errb)
+		if code != 0 {
+			t.Errorf("README command %q: exit %d\n%s", line, code, errb.String())
+			continue
+		}
+		if redirect != "" {
+			if err := os.WriteFile(redirect, out.Bytes(), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if len(pipeline) == 2 {
+			grep := strings.TrimPrefix(pipeline[1], "grep ")
+			if !strings.Contains(out.String(), grep) {
+				t.Errorf("README command %q: output has no %q", line, grep)
+			}
+		}
+		ran++
+	}
+	if ran < 6 {
+		t.Fatalf("ran only %d README commands", ran)
 	}
 }
