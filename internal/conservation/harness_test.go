@@ -1,0 +1,638 @@
+package conservation_test
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gpusampler/gpusampler/agent"
+	"github.com/gpusampler/gpusampler/config"
+	"github.com/gpusampler/gpusampler/internal/conservation"
+	"github.com/gpusampler/gpusampler/outputs/aggregate"
+	"github.com/gpusampler/gpusampler/outputs/buffer"
+	"github.com/gpusampler/gpusampler/plugins"
+	"github.com/gpusampler/gpusampler/sampler"
+)
+
+// pluginPath is the record plugin, built once per test binary; pluginSum
+// its sha256 (hex).
+var pluginPath, pluginSum string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "gpusampler-conservation")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	pluginPath = filepath.Join(dir, "recordplugin")
+	if out, err := exec.Command("go", "build", "-o", pluginPath, "./recordplugin").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build recordplugin: %v\n%s", err, out)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	data, err := os.ReadFile(pluginPath)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	sum := sha256.Sum256(data)
+	pluginSum = hex.EncodeToString(sum[:])
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// Matrix dimensions.
+var (
+	hops    = []string{"inproc", "plugin"}
+	buffers = []string{"none", "memory", "disk"}
+	modes   = []string{"raw", "agg"}
+)
+
+// Script shape: phases of one aggregate window each, perPhase samples per
+// buffer per device per phase.
+const (
+	phaseSpan = time.Second
+	perPhase  = 50
+	// settleWait bounds how long a run waits for its cells to take what was
+	// published (a liveness bound, never an assertion on speed: a cell
+	// that has not settled by then is checked as it stands and fails on
+	// its counts, not on the time).
+	settleWait = 45 * time.Second
+)
+
+// cell is one output of the matrix.
+type cell struct {
+	hop, buf, mode string
+}
+
+func (c cell) name() string { return c.hop + "-" + c.buf + "-" + c.mode }
+
+func allCells(keep func(cell) bool) []cell {
+	var out []cell
+	for _, h := range hops {
+		for _, b := range buffers {
+			for _, m := range modes {
+				c := cell{h, b, m}
+				if keep == nil || keep(c) {
+					out = append(out, c)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// env is one scenario's files: record and control files per cell, disk
+// buffer dirs, the config.
+type env struct {
+	t     *testing.T
+	dir   string
+	cells []cell
+	// run numbers record files, so that a restart starts new ones.
+	run int
+	// flush is the cells' flush_interval (a reload changes it).
+	flush string
+}
+
+func newEnv(t *testing.T, cells []cell) *env {
+	return &env{t: t, dir: t.TempDir(), cells: cells, flush: "20ms"}
+}
+
+func (e *env) recordFile(name string, run int) string {
+	return filepath.Join(e.dir, fmt.Sprintf("%s.run%d.jsonl", name, run))
+}
+
+func (e *env) controlFile(name string) string { return filepath.Join(e.dir, name+".ctl") }
+
+// setControl writes the control words of every cell matching keep.
+func (e *env) setControl(keep func(cell) bool, words ...string) {
+	for _, c := range e.cells {
+		if keep == nil || keep(c) {
+			if err := os.WriteFile(e.controlFile(c.name()), []byte(strings.Join(words, "\n")), 0o644); err != nil {
+				e.t.Fatal(err)
+			}
+		}
+	}
+}
+
+// configText returns the config of the current run: the witness and every
+// cell.
+func (e *env) configText() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, `[agent]
+  flush_interval = "20ms"
+  stats_interval = "250ms"
+  self_metrics = true
+
+[sampler]
+  backend = "sim"
+  drain_interval = "20ms"
+  processes = true
+  process_interval = "1s"
+  process_cmdline = true
+
+[[outputs.record]]
+  name = "witness"
+  file = %q
+`, e.recordFile("witness", e.run))
+	for _, c := range e.cells {
+		n := c.name()
+		common := fmt.Sprintf("  name = %q\n  flush_interval = %q\n  write_timeout = \"2s\"\n", n, e.flush)
+		if c.mode == "agg" {
+			common += fmt.Sprintf("  aggregate = %q\n", phaseSpan)
+		}
+		switch c.buf {
+		case "memory":
+			common += "  buffer = \"memory\"\n  retry_initial = \"10ms\"\n  retry_max = \"50ms\"\n  buffer_close_timeout = \"2s\"\n"
+		case "disk":
+			common += fmt.Sprintf("  buffer = \"disk\"\n  buffer_dir = %q\n  buffer_fsync_interval = \"50ms\"\n"+
+				"  retry_initial = \"10ms\"\n  retry_max = \"50ms\"\n  buffer_close_timeout = \"2s\"\n", filepath.Join(e.dir, n+".buf"))
+		}
+		if c.hop == "inproc" {
+			fmt.Fprintf(&b, "\n[[outputs.record]]\n%s  file = %q\n  control = %q\n", common, e.recordFile(n, e.run), e.controlFile(n))
+		} else {
+			fmt.Fprintf(&b, "\n[[outputs.plugin]]\n%s  path = %q\n  sha256 = %q\n  health_interval = \"100ms\"\n  [outputs.plugin.config]\n    file = %q\n    control = %q\n",
+				common, pluginPath, pluginSum, e.recordFile(n, e.run), e.controlFile(n))
+		}
+	}
+	return b.String()
+}
+
+func registry() *config.Registry {
+	return config.NewRegistry(conservation.RecordKind(), plugins.Kind())
+}
+
+func (e *env) parse(text string) (*config.Config, error) {
+	return config.Parse(filepath.Join(e.dir, "gpusampler.toml"), []byte(text), config.Options{Registry: registry()})
+}
+
+// running is one agent run.
+type running struct {
+	e      *env
+	src    *conservation.Script
+	a      *agent.Agent
+	cancel context.CancelFunc
+	done   chan error
+	events int // custom events emitted
+	// stats of outputs replaced by a reload, per cell, summed in counts
+	retired map[string]*counts
+	// problems found while running, per cell
+	problems map[string][]string
+	markers  int
+	stopped  bool
+}
+
+// start builds and runs the agent over src with the env's config.
+func (e *env) start(src *conservation.Script) *running {
+	e.t.Helper()
+	e.run++
+	cfg, err := e.parse(e.configText())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	tw := &testWriter{t: e.t}
+	log := slog.New(slog.NewTextHandler(tw, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	a, err := agent.New(src, cfg, agent.Options{Registry: registry(), Hostname: "matrix", Logger: log})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{e: e, src: src, a: a, cancel: cancel, done: make(chan error, 1), retired: map[string]*counts{}, problems: map[string][]string{}}
+	go func() { r.done <- a.Run(ctx) }()
+	e.t.Cleanup(func() {
+		// A test that failed half-way still stops its agent before its
+		// files go.
+		if !r.stopped {
+			cancel()
+			select {
+			case <-r.done:
+			case <-time.After(settleWait):
+			}
+		}
+		tw.mu.Lock()
+		tw.done = true
+		tw.mu.Unlock()
+	})
+	return r
+}
+
+// testWriter sends log lines to t.Log while the test runs.
+type testWriter struct {
+	mu   sync.Mutex
+	t    *testing.T
+	done bool
+}
+
+func (w *testWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.done {
+		w.t.Log(strings.TrimSpace(string(p)))
+	}
+	return len(p), nil
+}
+
+// waitFor polls cond until it holds or the settle bound passes; it reports
+// whether it held.
+func waitFor(cond func() bool) bool {
+	deadline := time.Now().Add(settleWait)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return true
+}
+
+// phase releases the script's next phase, waits until the engine has
+// published it, and emits one custom event with fields.
+func (r *running) phase() {
+	r.e.t.Helper()
+	n := r.src.Release()
+	want := uint64((n - r.src.First) * perPhase * 2)
+	if !waitFor(func() bool {
+		for _, d := range r.a.Engine().Stats().Devices {
+			if d.Published < want {
+				return false
+			}
+		}
+		return true
+	}) {
+		r.e.t.Fatalf("phase %d: the engine did not publish the released samples", n)
+	}
+	r.events++
+	r.a.Engine().Emit(sampler.Event{Kind: "matrix_phase", Device: n % 2, StartNS: r.src.Start.UnixNano() + int64(n),
+		EndNS: r.src.Start.UnixNano() + int64(n) + 5, Message: fmt.Sprintf("phase %d released", n),
+		Attrs:  []sampler.Attr{{Key: "phase", Value: fmt.Sprint(n)}, {Key: "run", Value: fmt.Sprint(r.e.run)}},
+		Fields: []sampler.Field{{Key: "samples", Value: float64(perPhase * 4), Int: true}, {Key: "ratio", Value: 0.375}}})
+}
+
+// awaitDown waits until every cell's sink has refused n writes as down.
+func (r *running) awaitDown(n int) {
+	r.e.t.Helper()
+	if !waitFor(func() bool {
+		for _, c := range r.e.cells {
+			if lines(r.e.t, r.e.recordFile(c.name(), r.e.run), conservation.StateDown) < n {
+				return false
+			}
+		}
+		return true
+	}) {
+		r.e.t.Errorf("not every sink saw %d writes while down", n)
+	}
+}
+
+// awaitSelf waits until the witness has received self-metrics.
+func (r *running) awaitSelf() {
+	r.e.t.Helper()
+	if !waitFor(func() bool {
+		bs, _, _ := conservation.ReadFile(r.e.recordFile("witness", r.e.run))
+		for _, b := range bs {
+			for _, ev := range b.Events {
+				if ev.Kind == sampler.EventSelf {
+					return true
+				}
+			}
+		}
+		return false
+	}) {
+		r.e.t.Errorf("no self-metrics reached the witness")
+	}
+}
+
+// settle emits a marker event and waits until every cell (and the
+// witness) has received it and holds nothing more in its pump or buffer,
+// except the cells skip names; it returns the names that did not settle.
+// The marker follows every sample published before it: a pump reads the
+// event log before the rings in each flush.
+func (r *running) settle(skip func(cell) bool) []string {
+	r.markers++
+	marker := fmt.Sprintf("settle %d run %d", r.markers, r.e.run)
+	r.a.Engine().Emit(sampler.Event{Kind: "matrix_marker", Device: -1, StartNS: r.src.Start.UnixNano() - int64(r.markers),
+		EndNS: r.src.Start.UnixNano() - int64(r.markers), Message: marker})
+	var names []string
+	for _, c := range r.e.cells {
+		if skip == nil || !skip(c) {
+			names = append(names, c.name())
+		}
+	}
+	names = append(names, "witness")
+	var left []string
+	waitFor(func() bool {
+		left = left[:0]
+		for _, n := range names {
+			if !r.hasMarker(n, marker) || !r.settled(n) {
+				left = append(left, n)
+			}
+		}
+		return len(left) == 0
+	})
+	if len(left) > 0 {
+		r.e.t.Logf("not settled within %v: %v", settleWait, left)
+	}
+	return left
+}
+
+// hasMarker reports whether the named output's sink received the marker.
+func (r *running) hasMarker(name, marker string) bool {
+	bs, _, _ := conservation.ReadFile(r.e.recordFile(name, r.e.run))
+	for _, b := range bs {
+		if b.State != conservation.StateOK {
+			continue
+		}
+		for _, ev := range b.Events {
+			if ev.Kind == "matrix_marker" && ev.Message == marker {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// settled reports whether the named output's pump holds nothing back (no
+// lag, no batch held for retry) and its buffer, if any, is empty.
+func (r *running) settled(name string) bool {
+	for _, o := range r.a.Engine().Stats().Outputs {
+		if o.Name == name && (o.Lag > 0 || o.Pending > 0) {
+			return false
+		}
+	}
+	if b := r.a.Buffers()[name]; b != nil {
+		if s := b.Stats(); s.BufferedRecords > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// counts are what a cell's counters say about records that did not reach
+// its sink.
+type counts struct {
+	RingDropped, PumpFailed, EventsDropped uint64
+	BufferDropped                          buffer.Drops
+	OnDisk                                 int64
+	Late                                   uint64
+}
+
+func (c counts) total() uint64 {
+	return c.RingDropped + c.PumpFailed + c.EventsDropped + c.BufferDropped.Total() + uint64(c.OnDisk) + c.Late
+}
+
+func (c *counts) add(o counts) {
+	c.RingDropped += o.RingDropped
+	c.PumpFailed += o.PumpFailed
+	c.EventsDropped += o.EventsDropped
+	c.BufferDropped.Cap += o.BufferDropped.Cap
+	c.BufferDropped.Malformed += o.BufferDropped.Malformed
+	c.BufferDropped.Corrupt += o.BufferDropped.Corrupt
+	c.BufferDropped.Shutdown += o.BufferDropped.Shutdown
+	c.OnDisk += o.OnDisk
+	c.Late += o.Late
+}
+
+// countsOf reads the named output's counters now.
+func (r *running) countsOf(name string) counts {
+	var c counts
+	for _, o := range r.a.Engine().Stats().Outputs {
+		if o.Name == name {
+			c.RingDropped, c.PumpFailed, c.EventsDropped = o.Dropped, o.Failed, o.EventsDropped
+		}
+	}
+	if b := r.a.Buffers()[name]; b != nil {
+		s := b.Stats()
+		c.BufferDropped = s.DroppedRecords
+		if s.Kind == buffer.KindDisk {
+			c.OnDisk = s.BufferedRecords
+		}
+	}
+	if ag, ok := r.a.Outputs()[name].(*aggregate.Output); ok {
+		c.Late = ag.Stats().Late
+	}
+	return c
+}
+
+// reload applies text as a SIGHUP would (the file is written, then
+// loaded), keeping the replaced outputs' counters.
+func (r *running) reload(text string) error {
+	before := map[string]counts{}
+	outs := r.a.Outputs()
+	for _, c := range r.e.cells {
+		before[c.name()] = r.countsOf(c.name())
+	}
+	path := filepath.Join(r.e.dir, "gpusampler.toml")
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		r.e.t.Fatal(err)
+	}
+	err := r.a.ReloadFile(path, config.Options{Registry: registry()})
+	after := r.a.Outputs()
+	for _, c := range r.e.cells {
+		if n := c.name(); outs[n] != after[n] { // replaced: its counters start again
+			if r.retired[n] == nil {
+				r.retired[n] = &counts{}
+			}
+			r.retired[n].add(before[n])
+		}
+	}
+	return err
+}
+
+// stop ends the run (as SIGTERM does) and returns every cell's final
+// counts. It fails the test if Run does not return within the settle
+// bound.
+func (r *running) stop() map[string]counts {
+	r.e.t.Helper()
+	r.cancel()
+	r.stopped = true
+	select {
+	case err := <-r.done:
+		if err != nil {
+			r.e.t.Logf("run ended with: %v", err)
+		}
+	case <-time.After(settleWait):
+		r.e.t.Fatalf("the agent did not stop within %v of being told to", settleWait)
+	}
+	out := map[string]counts{}
+	for _, c := range r.e.cells {
+		n := c.name()
+		cs := r.countsOf(n)
+		if old := r.retired[n]; old != nil {
+			cs.add(*old)
+		}
+		out[n] = cs
+	}
+	return out
+}
+
+// received is what one sink's record files hold.
+type received struct {
+	ok, down, refused []conservation.Batch
+	torn              int
+	duplicates        int // ok batches identical (seq and content) to an earlier one, dropped from ok
+	// sessions are the ok batches of each record file (one per agent run)
+	sessions [][]conservation.Batch
+}
+
+func readReceived(t *testing.T, files ...string) received {
+	var r received
+	seen := map[string]bool{}
+	for _, f := range files {
+		bs, torn, err := conservation.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.torn += torn
+		var session []conservation.Batch
+		for _, b := range bs {
+			if b.State == conservation.StateOK {
+				session = append(session, b)
+			}
+			switch b.State {
+			case conservation.StateOK:
+				pid := b.PID
+				b.PID = 0
+				key, _ := json.Marshal(b)
+				b.PID = pid
+				if seen[string(key)] {
+					r.duplicates++
+					continue
+				}
+				seen[string(key)] = true
+				r.ok = append(r.ok, b)
+			case conservation.StateDown:
+				r.down = append(r.down, b)
+			case conservation.StateRefused:
+				r.refused = append(r.refused, b)
+			}
+		}
+		r.sessions = append(r.sessions, session)
+	}
+	return r
+}
+
+// record is one record of any kind, as a comparable key: its kind and its
+// whole content.
+type record struct {
+	kind string // device, sample, summary, event
+	key  string
+}
+
+func keyOf(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
+
+// bag is a multiset of records.
+type bag map[record]int
+
+func (b bag) add(kind string, v any) { b[record{kind, keyOf(v)}]++ }
+
+func (b bag) len() int {
+	n := 0
+	for _, c := range b {
+		n += c
+	}
+	return n
+}
+
+// minus returns b − o.
+func (b bag) minus(o bag) bag {
+	out := bag{}
+	for r, n := range b {
+		if d := n - o[r]; d > 0 {
+			out[r] = d
+		}
+	}
+	return out
+}
+
+func (b bag) byKind() map[string]int {
+	out := map[string]int{}
+	for r, n := range b {
+		out[r.kind] += n
+	}
+	return out
+}
+
+// sample returns a few of b's records, for failure messages.
+func (b bag) sample(n int) string {
+	var keys []string
+	for r := range b {
+		keys = append(keys, r.kind+" "+r.key)
+	}
+	slices.Sort(keys)
+	if len(keys) > n {
+		keys = append(keys[:n], fmt.Sprintf("... %d more", len(keys)-n))
+	}
+	return strings.Join(keys, "\n\t")
+}
+
+// contents returns the records of batches: samples, summaries and events
+// as multisets; devices as a set (an identity may be sent again).
+func contents(batches []conservation.Batch) bag {
+	b := bag{}
+	devs := map[string]bool{}
+	for _, x := range batches {
+		for _, d := range x.Devices {
+			if k := keyOf(d); !devs[k] {
+				devs[k] = true
+				b.add("device", d)
+			}
+		}
+		for _, s := range x.Samples {
+			b.add("sample", s)
+		}
+		for _, s := range x.Summaries {
+			b.add("summary", s)
+		}
+		for _, e := range x.Events {
+			b.add("event", e)
+		}
+	}
+	return b
+}
+
+// summarize computes the summaries an aggregating output must emit for
+// samples: per device, metric and window, in timestamp order, the same
+// arithmetic as outputs/aggregate.
+func summarize(samples []sampler.Sample, interval time.Duration) []sampler.Summary {
+	iv := int64(interval)
+	s := slices.Clone(samples)
+	slices.SortStableFunc(s, func(a, b sampler.Sample) int {
+		return cmp.Or(cmp.Compare(a.Device, b.Device), cmp.Compare(a.Metric, b.Metric), cmp.Compare(a.TimeNS, b.TimeNS))
+	})
+	var out []sampler.Summary
+	var sum float64
+	for i, x := range s {
+		start := x.TimeNS / iv * iv
+		cur := len(out) - 1
+		if cur < 0 || out[cur].Device != x.Device || out[cur].Metric != x.Metric || out[cur].StartNS != start {
+			out = append(out, sampler.Summary{StartNS: start, IntervalNS: iv, Min: x.Value, Max: x.Value, Device: x.Device, Metric: x.Metric})
+			cur++
+			sum = 0
+		}
+		w := &out[cur]
+		w.Min, w.Max, w.Last = min(w.Min, x.Value), max(w.Max, x.Value), x.Value
+		sum += x.Value
+		w.Count++
+		w.Mean = sum / float64(w.Count)
+		_ = i
+	}
+	return out
+}

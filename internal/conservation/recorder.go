@@ -1,0 +1,215 @@
+package conservation
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+
+	"github.com/gpusampler/gpusampler/config"
+	"github.com/gpusampler/gpusampler/sampler"
+)
+
+// Batch states in a record file.
+const (
+	// StateOK: the recorder accepted the batch.
+	StateOK = "ok"
+	// StateDown: the recorder was down and refused the batch as
+	// retryable (sampler.ErrUnavailable).
+	StateDown = "down"
+	// StateRefused: the batch holds the poisoned record and was refused
+	// with sampler.Permanent.
+	StateRefused = "refused"
+)
+
+// Control words, one per line of the control file.
+const (
+	// ControlDown makes every Write fail as retryable.
+	ControlDown = "down"
+	// ControlPoison poisons the next batch that holds a sample or a
+	// summary: that batch, and every later one holding the same first
+	// record, is refused with sampler.Permanent (as a database refuses a
+	// batch with a field-type clash, however often it is offered).
+	ControlPoison = "poison"
+)
+
+// Batch is one line of a record file: one Write, whole.
+type Batch struct {
+	// State is StateOK, StateDown or StateRefused.
+	State string `json:"state"`
+	// PID is the recording process (a plugin's changes when it restarts).
+	PID       int               `json:"pid"`
+	Seq       uint64            `json:"seq"`
+	Devices   []sampler.Device  `json:"devices,omitempty"`
+	Samples   []sampler.Sample  `json:"samples,omitempty"`
+	Events    []sampler.Event   `json:"events,omitempty"`
+	Summaries []sampler.Summary `json:"summaries,omitempty"`
+}
+
+// Recorder is a sampler.Output that appends every batch to a record file
+// (one JSON line per Write, written with one write call, so that a killed
+// process leaves at most a torn last line). It follows sampler.Output's
+// rules: one goroutine calls Write and Close; it keeps nothing of a batch.
+// Down and refused batches are recorded too (without their records for
+// down ones), so a test can wait for them.
+type Recorder struct {
+	mu      sync.Mutex
+	f       *os.File
+	control string
+	closed  bool
+	poison  *poisonKey
+	poisons int // how many batches were poisoned (at most one)
+	line    []byte
+}
+
+type poisonKey struct {
+	sample  *sampler.Sample
+	summary *sampler.Summary
+}
+
+func (k *poisonKey) matches(b *sampler.Batch) bool {
+	if k.sample != nil {
+		return len(b.Samples) > 0 && b.Samples[0] == *k.sample
+	}
+	return len(b.Summaries) > 0 && b.Summaries[0] == *k.summary
+}
+
+// NewRecorder opens (appending) the record file at path. control, when not
+// empty, is a file of control words read at every Write; a missing file
+// means none.
+func NewRecorder(path, control string) (*Recorder, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("recorder: %w", err)
+	}
+	return &Recorder{f: f, control: control}, nil
+}
+
+func (r *Recorder) words() map[string]bool {
+	if r.control == "" {
+		return nil
+	}
+	data, err := os.ReadFile(r.control)
+	if err != nil {
+		return nil
+	}
+	w := map[string]bool{}
+	for _, f := range strings.Fields(string(data)) {
+		w[f] = true
+	}
+	return w
+}
+
+// Write records b. It fails with sampler.ErrUnavailable while the control
+// file says down, and with sampler.Permanent for the poisoned batch.
+func (r *Recorder) Write(_ context.Context, b *sampler.Batch) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return sampler.ErrClosed
+	}
+	w := r.words()
+	rec := Batch{State: StateOK, PID: os.Getpid(), Seq: b.Seq}
+	var err error
+	switch {
+	case w[ControlDown]:
+		rec.State = StateDown
+		err = fmt.Errorf("recorder: sink down: %w", sampler.ErrUnavailable)
+	case r.poison != nil && r.poison.matches(b):
+		rec.State = StateRefused
+		err = sampler.Permanent(errors.New("recorder: batch refused (poisoned)"))
+	case w[ControlPoison] && r.poisons == 0 && (len(b.Samples) > 0 || len(b.Summaries) > 0):
+		r.poisons++
+		r.poison = &poisonKey{}
+		if len(b.Samples) > 0 {
+			s := b.Samples[0]
+			r.poison.sample = &s
+		} else {
+			s := b.Summaries[0]
+			r.poison.summary = &s
+		}
+		rec.State = StateRefused
+		err = sampler.Permanent(errors.New("recorder: batch refused (poisoned)"))
+	}
+	if rec.State != StateDown {
+		rec.Devices, rec.Samples, rec.Events, rec.Summaries = b.Devices, b.Samples, b.Events, b.Summaries
+	}
+	line, merr := json.Marshal(rec)
+	if merr != nil {
+		return fmt.Errorf("recorder: encode: %w", merr)
+	}
+	r.line = append(append(r.line[:0], line...), '\n')
+	if _, werr := r.f.Write(r.line); werr != nil {
+		return fmt.Errorf("recorder: %w", werr)
+	}
+	return err
+}
+
+// Close closes the record file. A second Close returns nil.
+func (r *Recorder) Close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil
+	}
+	r.closed = true
+	return r.f.Close()
+}
+
+// ReadFile reads a record file. A torn last line (a process killed while
+// writing it) is skipped and reported in torn.
+func ReadFile(path string) (batches []Batch, torn int, err error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	for i, line := range bytes.Split(data, []byte("\n")) {
+		if len(line) == 0 {
+			continue
+		}
+		var b Batch
+		if err := json.Unmarshal(line, &b); err != nil {
+			torn++
+			if torn > 1 {
+				return nil, torn, fmt.Errorf("%s: line %d: %w", path, i+1, err)
+			}
+			continue
+		}
+		batches = append(batches, b)
+	}
+	return batches, torn, nil
+}
+
+// RecordKind is the "record" output kind: a Recorder, in process, or out
+// of process when served by cmd recordplugin.
+//
+//	[[outputs.record]]
+//	  file = "/tmp/x.jsonl"      # the record file (required)
+//	  control = "/tmp/x.ctl"     # control words, read at every write
+func RecordKind() config.OutputKind {
+	return config.OutputKind{Kind: "record", Parse: parseRecord, Build: buildRecord}
+}
+
+type recordOptions struct{ file, control string }
+
+func parseRecord(t *config.Table) any {
+	var o recordOptions
+	t.String("file", &o.file)
+	t.String("control", &o.control)
+	if o.file == "" {
+		t.Errorf("file", "required (the record file)")
+	}
+	return o
+}
+
+func buildRecord(o *config.Output, _ config.BuildEnv) (sampler.Output, error) {
+	ro, _ := o.Options.(recordOptions)
+	return NewRecorder(ro.file, ro.control)
+}
