@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -248,12 +249,17 @@ func (w *testWriter) Write(p []byte) (int, error) {
 // waitFor polls cond until it holds or the settle bound passes; it reports
 // whether it held.
 func waitFor(cond func() bool) bool {
-	deadline := time.Now().Add(settleWait)
+	began := time.Now()
+	deadline := began.Add(settleWait)
 	for !cond() {
 		if time.Now().After(deadline) {
 			return false
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+	if d := time.Since(began); d > 5*time.Second && testing.Verbose() {
+		_, file, line, _ := runtime.Caller(1)
+		fmt.Printf("waited %v at %s:%d\n", d.Round(time.Millisecond), filepath.Base(file), line)
 	}
 	return true
 }
@@ -457,6 +463,12 @@ func (r *running) stop() map[string]counts {
 	r.e.t.Helper()
 	r.cancel()
 	r.stopped = true
+	began := time.Now()
+	defer func() {
+		if d := time.Since(began); d > 5*time.Second && testing.Verbose() {
+			fmt.Printf("stopping took %v\n", d.Round(time.Millisecond))
+		}
+	}()
 	select {
 	case err := <-r.done:
 		if err != nil {

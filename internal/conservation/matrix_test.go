@@ -19,18 +19,12 @@ import (
 // fails is logged, not failed; a listed cell that passes is logged as
 // fixed, so that its entry can go. The goal is an empty table.
 var knownBroken = map[string]string{
-	"*/*-memory-*": "buffer codec (outputs/buffer/codec.go) drops Event.Fields (process, self and other events with fields), " +
-		"the device's MIG and mode fields, and Batch.Summaries (aggregate cells receive no summaries)",
-	"*/*-disk-*": "buffer codec (outputs/buffer/codec.go) drops Event.Fields (process, self and other events with fields), " +
-		"the device's MIG and mode fields, and Batch.Summaries (aggregate cells receive no summaries)",
 	"refuse/*-none-agg": "aggregate without a buffer: when the sink refuses a summary batch, the pump counts the raw samples " +
-		"of its own batch as failed, not the summaries and events that were lost",
+		"of its own batch as failed, not the summaries and events that were lost (and more summaries than the refused batch's go missing)",
 	"refuse/plugin-memory-*": "sampler.Permanent crosses gRPC as codes.Unknown, which the buffer retries forever: " +
 		"the refused batch blocks the output and later batches never arrive",
 	"refuse/plugin-disk-*": "sampler.Permanent crosses gRPC as codes.Unknown, which the buffer retries forever: " +
 		"the refused batch blocks the output and later batches never arrive",
-	"restart/*": "a replayed disk batch carries no device identity: identities were delivered by the previous process, " +
-		"and the new process sends them after the replay",
 	"sighup/*": "a reload that changes an output with a disk buffer is refused as a whole: the running output holds " +
 		"the buffer dir's lock, so the changed blocks of every output stay unapplied",
 }
