@@ -29,7 +29,8 @@ const (
 	DefaultGPMInterval = time.Second
 	// MinGPMInterval: GPM needs snapshots at least this far apart.
 	MinGPMInterval = 100 * time.Millisecond
-	// MinDrainInterval bounds how far a suspected loss may shorten draining.
+	// MinDrainInterval is the shortest drain interval: a buffer whose half
+	// span is shorter is drained at this interval.
 	MinDrainInterval = 20 * time.Millisecond
 	// DefaultLostRetryInterval is the period of lost-device probes.
 	DefaultLostRetryInterval = 5 * time.Second
@@ -44,9 +45,11 @@ const (
 
 // Config holds the engine's settings. The zero value means the defaults.
 type Config struct {
-	// DrainInterval is how often each sample buffer is drained at most; it
-	// is shortened per buffer to half the buffer's measured span, and after
-	// a suspected loss.
+	// DrainInterval is the freshness limit: the longest time between two
+	// drains of one sample buffer. Each buffer type is drained on its own
+	// schedule, at half its measured span (depth × period, the capacity
+	// the backend reports when it does) but at least MinDrainInterval and
+	// at most this; a suspected loss halves that buffer's limit.
 	DrainInterval time.Duration
 	// FieldInterval is the fast-field period (one batched read per tick).
 	FieldInterval time.Duration

@@ -54,7 +54,12 @@ type bufferState struct {
 	capacity  int           // the backend's reported capacity; 0 unknown
 	periodUS  uint64        // measured sample period
 	interval  time.Duration // this buffer's drain interval
-	next      time.Time
+	// limit bounds interval: the freshness limit (Config.DrainInterval),
+	// halved by each suspected loss down to MinDrainInterval.
+	limit time.Duration
+	// spanned: the interval has been set from the buffer's span once.
+	spanned bool
+	next    time.Time
 }
 
 // deviceLoop samples one device. Everything but the atomics is owned by the
@@ -140,7 +145,7 @@ func newDeviceLoop(e *Engine, src DeviceSource, id Device) *deviceLoop {
 		switch m.Src.Kind {
 		case FromBuffer:
 			l.buffers = append(l.buffers, &bufferState{typ: m.Src.Buffer, metric: m.ID, supported: true,
-				interval: e.cfg.DrainInterval})
+				interval: e.cfg.DrainInterval, limit: e.cfg.DrainInterval})
 		case FromField:
 			if m.Rare {
 				l.rareIDs = append(l.rareIDs, m.ID) // health counters: one batch per RareInterval
@@ -463,14 +468,7 @@ func (l *deviceLoop) checkLoss(b *bufferState, raw []RawSample) {
 		depth = b.capacity
 	}
 	if b.periodUS > 0 && depth >= 4 {
-		// At most half the buffer's span between drains.
-		span := time.Duration(uint64(depth)*b.periodUS) * time.Microsecond
-		if half := span / 2; half >= MinDrainInterval && b.interval > half {
-			b.interval = half
-			l.noteInterval(b)
-			l.e.log.Info("drain interval shortened to half the buffer span", "device", l.index,
-				"buffer", b.typ.String(), "depth", depth, "period", time.Duration(b.periodUS)*time.Microsecond, "interval", b.interval)
-		}
+		l.schedule(b, depth)
 	}
 	if b.cursor == 0 || !full || b.periodUS == 0 {
 		return
@@ -482,27 +480,55 @@ func (l *deviceLoop) checkLoss(b *bufferState, raw []RawSample) {
 	lost := gap/b.periodUS - 1
 	l.suspectedLosses.Add(1)
 	l.lostEstimate.Add(lost)
-	if b.interval/2 >= MinDrainInterval {
-		b.interval /= 2
-	}
+	b.limit = max(b.interval/2, MinDrainInterval)
 	if b.capacity > n {
 		// The buffer held less than the backend said: trust what was seen.
 		b.capacity = 0
-		if half := time.Duration(uint64(b.depth)*b.periodUS) * time.Microsecond / 2; half >= MinDrainInterval && b.interval > half {
-			b.interval = half
-		}
+		depth = b.depth
 	}
-	l.noteInterval(b)
+	l.schedule(b, depth)
 	l.e.log.Warn("sample buffer overran between drains; drain interval shortened", "device", l.index,
 		"buffer", b.typ.String(), "lost_estimate", lost, "interval", b.interval)
 	l.e.Emit(Event{Kind: EventSampleLoss, Device: int(l.index), StartNS: l.tb.ToNS(b.cursor), EndNS: l.tb.ToNS(raw[0].TimeUS),
 		Message: "driver sample buffer overran between drains", Attrs: []Attr{{"buffer", b.typ.String()}}})
 }
 
-func (l *deviceLoop) noteInterval(b *bufferState) {
-	if int64(b.interval) < l.minDrainNS.Load() {
-		l.minDrainNS.Store(int64(b.interval))
+// schedule sets buffer b's drain interval from its span (depth × period):
+// half the span, so that a drain always finds the previous one's newest
+// sample still in the buffer; at least MinDrainInterval; at most b.limit
+// (the freshness limit, or less after a loss). Each buffer type keeps its
+// own interval.
+func (l *deviceLoop) schedule(b *bufferState, depth int) {
+	span := time.Duration(uint64(depth)*b.periodUS) * time.Microsecond
+	want := min(max(span/2, MinDrainInterval), b.limit)
+	if want == b.interval && b.spanned {
+		return
 	}
+	first := !b.spanned
+	b.spanned = true
+	b.interval = want
+	l.noteInterval()
+	log := l.e.log.Debug
+	if first {
+		log = l.e.log.Info
+	}
+	log("drain interval set from the buffer's span", "device", l.index, "buffer", b.typ.String(), "depth", depth,
+		"period", time.Duration(b.periodUS)*time.Microsecond, "span", span, "interval", b.interval)
+	if first && span <= MinDrainInterval {
+		l.e.log.Warn("sample buffer spans no more than the minimum drain interval: samples will be lost", "device", l.index,
+			"buffer", b.typ.String(), "span", span, "min_interval", MinDrainInterval)
+	}
+}
+
+// noteInterval publishes the shortest drain interval in use.
+func (l *deviceLoop) noteInterval() {
+	shortest := l.e.cfg.DrainInterval
+	for _, b := range l.buffers {
+		if b.supported {
+			shortest = min(shortest, b.interval)
+		}
+	}
+	l.minDrainNS.Store(int64(shortest))
 }
 
 // readInto reads ids into out and appends the values as samples. Metrics

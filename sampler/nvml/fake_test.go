@@ -101,6 +101,14 @@ func TestFakeDriverNotSupported(t *testing.T) {
 	runScenario(t, "unsupported", false, "FAKENVML_UNSUPPORTED=186,83", "FAKENVML_IDLE=1")
 }
 
+// TestFakeDriverShortBuffer: a buffer spanning 36 ms (36 samples, 1 ms
+// apart) is drained at 20 ms (half its span, clamped to the minimum
+// interval) from the first drain on: nothing is lost in the first 2 s.
+func TestFakeDriverShortBuffer(t *testing.T) {
+	runScenario(t, "short-buffer", false, "FAKENVML_PERIOD_US=1000", "FAKENVML_DEPTH=36",
+		"FAKENVML_TIME_FILE="+filepath.Join(t.TempDir(), "now"))
+}
+
 // TestFakeDriverPointFallback: without sample buffers, the buffer metrics
 // that have a point getter come from point reads at the field interval,
 // marked as such; the others are not sampled; both are logged once.
@@ -218,6 +226,8 @@ func TestFakeDriverChild(t *testing.T) {
 		childModes(t, src)
 	case "fallback":
 		childFallback(t, src)
+	case "short-buffer":
+		childShortBuffer(t, src, clk)
 	default:
 		t.Fatalf("unknown scenario %q", scenario)
 	}
@@ -722,4 +732,37 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+func childShortBuffer(t *testing.T, src *Source, clk *clocktest.Clock) {
+	var logs syncBuffer
+	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	// One device loop and the watchdog park on the clock.
+	eng, col := runEngineStepped(t, src, sampler.Config{Logger: log}, clk, 2, 2*time.Second)
+	d := eng.Stats().Devices[0]
+	if d.SuspectedLosses != 0 || d.LostEstimate != 0 {
+		t.Errorf("%d suspected losses, %d samples lost in the first 2 s", d.SuspectedLosses, d.LostEstimate)
+	}
+	if d.MinDrainInterval != sampler.MinDrainInterval {
+		t.Errorf("drain interval %v, want %v (half the 36 ms span, clamped)", d.MinDrainInterval, sampler.MinDrainInterval)
+	}
+	byType := map[sampler.BufferType][]uint64{}
+	for _, s := range col.samples {
+		m := sampler.DefaultCatalog.Get(s.Metric)
+		if m.Src.Kind != sampler.FromBuffer || s.Flags&sampler.FlagPointRead != 0 {
+			continue
+		}
+		byType[m.Src.Buffer] = append(byType[m.Src.Buffer], uint64(s.TimeNS/1000))
+	}
+	for _, typ := range []sampler.BufferType{sampler.BufferTotalPower, sampler.BufferGPUUtil, sampler.BufferSMClock, sampler.BufferOFAUtil} {
+		ts := byType[typ]
+		checkContinuous(t, typ.String(), ts, 1000)
+		// From the buffer's history at start to the end of the 2 s.
+		if len(ts) < 2000 {
+			t.Errorf("%s: %d samples, want the 36 of history and 2000 more", typ, len(ts))
+		}
+	}
+	if !strings.Contains(logs.String(), "drain interval set from the buffer's span") {
+		t.Errorf("no log line for the drain schedule:\n%s", logs.String())
+	}
 }
