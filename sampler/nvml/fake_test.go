@@ -226,6 +226,8 @@ func TestFakeDriverChild(t *testing.T) {
 		childModes(t, src)
 	case "fallback":
 		childFallback(t, src)
+	case "processes-none":
+		childNoProcesses(t, src)
 	case "short-buffer":
 		childShortBuffer(t, src, clk)
 	default:

@@ -107,7 +107,10 @@ func (d *device) Processes(q sampler.ProcessQuery, dst []sampler.Process) ([]sam
 	if err := list("G", &ps.graphicsUnsupported, d.dev.GetGraphicsRunningProcesses, "get graphics running processes"); err != nil {
 		return dst[:base], err
 	}
-	if !ps.utilUnsupported {
+	// No process listed: no utilization to attribute, and one call less
+	// per poll (unless the lists are unsupported and this is all there is).
+	idle := len(dst) == base && !(ps.computeUnsupported && ps.graphicsUnsupported)
+	if !ps.utilUnsupported && !idle {
 		start := now()
 		samples, ret := d.dev.GetProcessUtilization(q.Cursor)
 		calls := 2

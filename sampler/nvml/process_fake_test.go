@@ -4,6 +4,7 @@ package nvml
 
 import (
 	"errors"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -25,6 +26,32 @@ func TestFakeDriverProcesses(t *testing.T) {
 
 func TestFakeDriverProcessesOldDriver(t *testing.T) {
 	runScenario(t, "processes", true, "FAKENVML_DEVICES=1", "FAKENVML_VERSION=12.535.183.01")
+}
+
+// TestFakeDriverNoProcesses: with no process on the GPU, a poll lists the
+// compute and graphics processes and does not ask for per-process
+// utilization (one NVML call less per poll).
+func TestFakeDriverNoProcesses(t *testing.T) {
+	runScenario(t, "processes-none", false)
+}
+
+func childNoProcesses(t *testing.T, src *Source) {
+	devs, err := src.Devices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops := map[string]int{}
+	src.opts.CallHook = func(op string, _ time.Duration) { ops[op]++ }
+	for range 3 {
+		procs, err := devs[0].(sampler.ProcessSource).Processes(sampler.ProcessQuery{}, nil)
+		if err != nil || len(procs) != 0 {
+			t.Fatalf("processes %+v, %v; want none", procs, err)
+		}
+	}
+	want := map[string]int{"get compute running processes": 3, "get graphics running processes": 3}
+	if !maps.Equal(ops, want) {
+		t.Errorf("calls %v, want %v", ops, want)
+	}
 }
 
 func TestFakeDriverProcessesNotSupported(t *testing.T) {
