@@ -1,7 +1,8 @@
 // Package outputtest is a conformance suite that every gpusampler output —
 // built in, network or the plugin client — passes: empty batch, large batch,
-// write after close, close twice, and no retention of the batch after Write
-// returns.
+// every record kind in one batch (devices with every identity field, samples,
+// summaries, events with fields, process and self records), write after
+// close, close twice, and no retention of the batch after Write returns.
 //
 // Usage, in an output's tests:
 //
@@ -14,6 +15,7 @@ package outputtest
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/gpusampler/gpusampler/sampler"
@@ -31,6 +33,96 @@ type Harness struct {
 	// Flush, when set, is called before Received to let asynchronous sinks
 	// settle (e.g. close the output first). Most outputs leave it nil.
 	Flush func(t *testing.T, out sampler.Output)
+	// Records, when set, returns every record the sink behind the most
+	// recent output has received, of every kind, decoded whole: the suite
+	// then compares devices, samples, summaries and events field by field
+	// with what it wrote (AllKinds). Outputs whose sink keeps every field
+	// (the plugin protocol, a recording sink) set it; outputs that encode
+	// a lossy wire format leave it nil.
+	Records func(t *testing.T) *sampler.Batch
+}
+
+// MIGDevice is a MIG instance on Device, every identity field filled.
+var MIGDevice = sampler.Device{Index: 1, UUID: "MIG-00000000-1111-2222-3333-555555555555", Name: "Test GPU MIG 1g.10gb",
+	PCIBusID: "00000000:17:00.0", Serial: "1650000000001", Backend: "test", DriverVersion: "1.0", MemoryTotalMiB: 10 << 10,
+	Simulated: true, SlowdownTempC: 87, ShutdownTempC: 92, MaxOperatingTempC: 85, MemoryMaxTempC: 95,
+	MIG: true, Parent: 0, GPUInstanceID: 3, ComputeInstanceID: 1, MIGProfile: "1g.10gb",
+	PersistenceMode: sampler.ModeEnabled, ECCMode: sampler.ModeDisabled, MIGMode: sampler.ModeUnsupported, Generation: 2}
+
+// AllKinds returns a batch holding every record kind: Device and
+// MIGDevice, samples on both, summaries, an XID event with attributes, a
+// process record and a self-metrics record with fields.
+func AllKinds() *sampler.Batch {
+	t0 := int64(1_700_000_000_000_000_000)
+	dev := Device
+	dev.Serial, dev.Simulated = "1650000000000", true
+	dev.SlowdownTempC, dev.ShutdownTempC, dev.MaxOperatingTempC, dev.MemoryMaxTempC = 87, 92, 85, 95
+	dev.PersistenceMode, dev.ECCMode, dev.MIGMode = sampler.ModeEnabled, sampler.ModeEnabled, sampler.ModeEnabled
+	dev.Generation = 1
+	b := &sampler.Batch{Seq: 7, Devices: []sampler.Device{dev, MIGDevice}}
+	for i := range 4 {
+		ts := t0 + int64(i)*100_000_000
+		b.Samples = append(b.Samples,
+			sampler.Sample{TimeNS: ts, Value: 250.5 + float64(i), Device: 0, Metric: sampler.MetricPowerDraw},
+			sampler.Sample{TimeNS: ts, Value: float64(40 + i), Device: 1, Metric: sampler.MetricUtilGPU})
+	}
+	b.Summaries = []sampler.Summary{
+		{StartNS: t0, IntervalNS: 1e9, Mean: 251.25, Min: 250.5, Max: 252.5, Last: 252.5, Count: 3, Device: 0, Metric: sampler.MetricPowerDraw},
+		{StartNS: t0, IntervalNS: 1e9, Mean: 41, Min: 40, Max: 42, Last: 42, Count: 3, Device: 1, Metric: sampler.MetricUtilGPU},
+	}
+	b.Events = []sampler.Event{
+		{Kind: sampler.EventXID, Device: 0, StartNS: t0, EndNS: t0, Message: "xid 79: GPU has fallen off the bus",
+			Attrs: []sampler.Attr{{Key: "xid", Value: "79"}}},
+		{Kind: sampler.EventProcess, Device: 0, StartNS: t0 + 1, EndNS: t0 + 1,
+			Attrs: []sampler.Attr{{Key: sampler.ProcessAttrName, Value: "python3"}, {Key: sampler.ProcessAttrType, Value: "C"},
+				{Key: sampler.ProcessAttrCmdline, Value: "python3 train.py"}},
+			Fields: []sampler.Field{{Key: sampler.ProcessFieldPID, Value: 1234, Int: true},
+				{Key: sampler.ProcessFieldUsedMemory, Value: 70000, Int: true}, {Key: sampler.ProcessFieldSMUtil, Value: 87, Int: true},
+				{Key: sampler.ProcessFieldMemUtil, Value: 41, Int: true}, {Key: sampler.ProcessFieldEncUtil, Value: 0, Int: true},
+				{Key: sampler.ProcessFieldDecUtil, Value: 2, Int: true}}},
+		{Kind: sampler.EventSelf, Device: -1, StartNS: t0 + 2, EndNS: t0 + 2,
+			Attrs:  []sampler.Attr{{Key: "scope", Value: "output"}, {Key: "output", Value: "test"}},
+			Fields: []sampler.Field{{Key: "published", Value: 8, Int: true}, {Key: "write_latency_ratio", Value: 0.25}}},
+	}
+	return b
+}
+
+// cloneBatch deep-copies b.
+func cloneBatch(b *sampler.Batch) *sampler.Batch {
+	c := *b
+	c.Devices = slices.Clone(b.Devices)
+	c.Samples = slices.Clone(b.Samples)
+	c.Summaries = slices.Clone(b.Summaries)
+	c.Events = make([]sampler.Event, len(b.Events))
+	for i, e := range b.Events {
+		c.Events[i] = e.Clone()
+	}
+	return &c
+}
+
+// checkRecords compares got with want, kind by kind, record by record.
+func checkRecords(t *testing.T, got, want *sampler.Batch) {
+	t.Helper()
+	if !slices.Equal(got.Devices, want.Devices) {
+		t.Errorf("devices:\n got %+v\nwant %+v", got.Devices, want.Devices)
+	}
+	if !slices.Equal(got.Samples, want.Samples) {
+		t.Errorf("samples:\n got %+v\nwant %+v", got.Samples, want.Samples)
+	}
+	if !slices.Equal(got.Summaries, want.Summaries) {
+		t.Errorf("summaries:\n got %+v\nwant %+v", got.Summaries, want.Summaries)
+	}
+	if len(got.Events) != len(want.Events) {
+		t.Errorf("events: got %d, want %d:\n got %+v\nwant %+v", len(got.Events), len(want.Events), got.Events, want.Events)
+		return
+	}
+	for i, w := range want.Events {
+		g := got.Events[i]
+		if g.Kind != w.Kind || g.Device != w.Device || g.StartNS != w.StartNS || g.EndNS != w.EndNS || g.Message != w.Message ||
+			!slices.Equal(g.Attrs, w.Attrs) || !slices.Equal(g.Fields, w.Fields) {
+			t.Errorf("event %d:\n got %+v\nwant %+v", i, g, w)
+		}
+	}
 }
 
 // Device is the identity the suite's batches carry.
@@ -110,6 +202,45 @@ func Run(t *testing.T, h Harness) {
 		b.Events[0].Attrs[0].Value = "scribbled"
 		b.Samples = b.Samples[:0]
 		check(t, received(t, out), want)
+		out.Close()
+	})
+	t.Run("EveryRecordKind", func(t *testing.T) {
+		out := h.New(t)
+		want := AllKinds()
+		b := cloneBatch(want)
+		if err := out.Write(ctx, b); err != nil {
+			t.Fatalf("Write(a batch of every record kind) = %v", err)
+		}
+		// the pump reuses its batch: scribble over every kind
+		for i := range b.Samples {
+			b.Samples[i].Value = -1
+		}
+		b.Devices[1].MIGProfile = "scribbled"
+		b.Summaries[0].Mean = -1
+		b.Events[1].Fields[0].Value = -1
+		b.Events[2].Attrs[0].Value = "scribbled"
+		var onDevice0 []sampler.Sample
+		for _, s := range want.Samples {
+			if s.Device == 0 {
+				onDevice0 = append(onDevice0, s)
+			}
+		}
+		if h.Records != nil {
+			if h.Flush != nil {
+				h.Flush(t, out)
+			}
+			checkRecords(t, h.Records(t), want)
+		} else if got := received(t, out); h.Received != nil {
+			// Samples must arrive intact beside the other kinds; a
+			// harness may observe only some devices' samples.
+			var mine []sampler.Sample
+			for _, s := range got {
+				if s.Device == 0 {
+					mine = append(mine, s)
+				}
+			}
+			check(t, mine, onDevice0)
+		}
 		out.Close()
 	})
 	t.Run("WriteAfterClose", func(t *testing.T) {
