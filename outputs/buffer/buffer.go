@@ -94,6 +94,11 @@ type Buffer struct {
 	// idents are the newest identities Write has seen, by device index:
 	// the header of the next disk segment.
 	idents map[int]sampler.Device
+	// capIdents (memory) are the identities Write had seen when the cap
+	// last dropped batches: one of them may have carried an identity the
+	// output was never given. lastCap is the cap drop count then.
+	capIdents map[int]sampler.Device
+	lastCap   uint64
 
 	wake     chan struct{}
 	draining chan struct{}
@@ -170,7 +175,7 @@ func New(out sampler.Output, cfg Config, opts ...Option) (*Buffer, error) {
 	}
 	b := &Buffer{out: out, cfg: cfg, opts: o, log: o.log.With("output", o.name, "buffer", cfg.Kind),
 		wake: make(chan struct{}, 1), draining: make(chan struct{}), done: make(chan struct{}), rnd: o.rand,
-		idents: map[int]sampler.Device{}, sent: map[int]sampler.Device{},
+		idents: map[int]sampler.Device{}, capIdents: map[int]sampler.Device{}, sent: map[int]sampler.Device{},
 		known: [2]map[int]sampler.Device{{}, {}}}
 	switch cfg.Kind {
 	case KindMemory:
@@ -218,6 +223,14 @@ func (b *Buffer) Write(_ context.Context, batch *sampler.Batch) error {
 	}
 	if err := b.q.push(b.enc, batch.Len(), b.opts.now().UnixNano()); err != nil {
 		return err
+	}
+	if b.cfg.Kind == KindMemory && len(b.idents) > 0 {
+		// Disk segments keep the identities in their headers; memory
+		// remembers them when the cap drops batches.
+		if c := b.q.stats().capBatches; c != b.lastCap {
+			b.lastCap = c
+			maps.Copy(b.capIdents, b.idents)
+		}
 	}
 	select {
 	case b.wake <- struct{}{}:
@@ -421,10 +434,10 @@ func (b *Buffer) remapMetrics(batch *sampler.Batch) int {
 
 // addIdentities adds to batch the identity of every device its samples,
 // summaries and events refer to that the output was not given yet (or was
-// given in another form), as far as the batches delivered before it and
-// the headers of their disk segments tell it: a replayed batch, or one
-// behind a dropped batch that carried the identity (disk), still names
-// its devices. origin selects the identities: this process's (0) or an
+// given in another form), as far as the batches delivered before it, the
+// headers of their disk segments and (memory) the identities known when
+// the cap dropped batches tell it: a replayed batch, or one behind a
+// dropped batch that carried the identity, still names its devices. origin selects the identities: this process's (0) or an
 // earlier one's (1, replay).
 func (b *Buffer) addIdentities(batch *sampler.Batch, origin int) {
 	known := b.known[origin]
@@ -461,6 +474,11 @@ func (b *Buffer) addIdentities(batch *sampler.Batch, origin int) {
 	slices.Sort(missing)
 	for _, i := range missing {
 		d, ok := known[i]
+		if !ok && origin == 0 {
+			b.mu.Lock()
+			d, ok = b.capIdents[i]
+			b.mu.Unlock()
+		}
 		if sd, sent := b.sent[i]; ok && (!sent || sd != d) {
 			batch.Devices = append(batch.Devices, d)
 		}

@@ -455,3 +455,51 @@ func TestDiskReplayPermanentRefusal(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 }
+
+// TestMemoryCapKeepsIdentity: the cap drops the batch that carried a
+// device's identity (the pump sends it once); the next batch delivered
+// for that device names it.
+func TestMemoryCapKeepsIdentity(t *testing.T) {
+	dev := sampler.Device{Index: 0, UUID: "GPU-aaaa", Name: "NVIDIA H200", PCIBusID: "00000000:19:00.0", Generation: 1}
+	sample := func(seq uint64) *sampler.Batch {
+		return &sampler.Batch{Seq: seq, Samples: []sampler.Sample{{TimeNS: int64(seq), Value: 1, Metric: sampler.MetricPowerDraw}}}
+	}
+	sink := &fakeSink{gate: make(chan struct{}), entered: make(chan uint64, 10)}
+	b, err := New(sink, Config{Kind: KindMemory, MaxBytes: 1 << 20, MaxRecords: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := b.Write(ctx, &sampler.Batch{Seq: 1, Events: []sampler.Event{{Kind: sampler.EventXID, Device: -1}}}); err != nil {
+		t.Fatal(err)
+	}
+	<-sink.entered // batch 1 in flight
+	first := sample(2)
+	first.Devices = []sampler.Device{dev}
+	for _, bt := range []*sampler.Batch{first, sample(3), sample(4)} {
+		if err := b.Write(ctx, bt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(sink.gate)
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got := sink.Batches(t)
+	want := []*sampler.Batch{
+		{Seq: 1, Events: []sampler.Event{{Kind: sampler.EventXID, Device: -1}}},
+		{Seq: 3, Devices: []sampler.Device{dev}, Samples: sample(3).Samples},
+		{Seq: 4, Samples: sample(4).Samples},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("delivered %d batches, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if w := normalized(want[i]); !reflect.DeepEqual(got[i], w) {
+			t.Fatalf("batch %d:\n got %+v\nwant %+v", i, *got[i], *w)
+		}
+	}
+	if st := b.Stats(); st.DroppedBatches.Cap != 1 || st.DroppedRecords.Cap != 2 {
+		t.Fatalf("cap drops %d batches %d records, want 1 and 2", st.DroppedBatches.Cap, st.DroppedRecords.Cap)
+	}
+}
