@@ -33,6 +33,12 @@ const (
 	DefaultDuplicateWindow = 2 * time.Minute
 	DefaultMaxPending      = 4096
 	DefaultAckTimeout      = 5 * time.Second
+	// DefaultIdentityInterval bounds how long a consumer that subscribes
+	// late waits for the identity (name, UUID, simulated mark) of a device.
+	DefaultIdentityInterval = 10 * time.Second
+	// MinIdentityInterval and MaxIdentityInterval bound identity_interval.
+	MinIdentityInterval = 100 * time.Millisecond
+	MaxIdentityInterval = time.Hour
 )
 
 // Config is one NATS output's settings as plain data (no connection). The
@@ -58,6 +64,11 @@ type Config struct {
 	// RetryOnFailedConnect: retry_on_failed_connect — start even when no
 	// server answers (publishes are buffered) instead of failing.
 	RetryOnFailedConnect bool
+	// IdentityInterval: identity_interval — every subject's messages carry
+	// the identity records of their device at least this often (and again
+	// after a reconnect), so that a consumer that subscribed late learns
+	// them. Default DefaultIdentityInterval.
+	IdentityInterval time.Duration
 
 	// Auth: username/password, token, nkey_seed_file, credentials_file.
 	Username, Password, Token, NKeySeedFile, CredentialsFile string
@@ -95,7 +106,7 @@ func DefaultConfig() Config {
 		EventSubject: DefaultEventSubject, SelfSubject: DefaultSelfSubject, GPU: "uuid",
 		ConnectTimeout: DefaultConnectTimeout, ReconnectWait: DefaultReconnectWait, ReconnectBufferBytes: DefaultReconnectBuffer,
 		Stream: DefaultStream, StreamStorage: "file", StreamReplicas: 1, DuplicateWindow: DefaultDuplicateWindow,
-		MaxPending: DefaultMaxPending, AckTimeout: DefaultAckTimeout}
+		MaxPending: DefaultMaxPending, AckTimeout: DefaultAckTimeout, IdentityInterval: DefaultIdentityInterval}
 }
 
 // problem is one invalid key.
@@ -132,6 +143,9 @@ func (c *Config) check() []problem {
 	}
 	if c.MaxMessageBytes < 0 || (c.MaxMessageBytes > 0 && c.MaxMessageBytes < 1024) {
 		bad("max_message_bytes", "%d: want 0 (the server's max_payload) or at least 1024", c.MaxMessageBytes)
+	}
+	if c.IdentityInterval != 0 && (c.IdentityInterval < MinIdentityInterval || c.IdentityInterval > MaxIdentityInterval) {
+		bad("identity_interval", "%v: want between %v and %v", c.IdentityInterval, MinIdentityInterval, MaxIdentityInterval)
 	}
 	if (c.Username == "") != (c.Password == "") {
 		bad("username", "username and password go together")
@@ -194,6 +208,7 @@ func Parse(t *config.Table) any {
 	t.Duration("reconnect_wait", &c.ReconnectWait)
 	t.Int("reconnect_buffer_bytes", &c.ReconnectBufferBytes, -1, 1<<40)
 	t.Bool("retry_on_failed_connect", &c.RetryOnFailedConnect)
+	t.Duration("identity_interval", &c.IdentityInterval)
 	t.String("username", &c.Username)
 	t.String("password", &c.Password)
 	t.String("token", &c.Token)

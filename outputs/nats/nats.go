@@ -12,7 +12,17 @@
 // Gpusampler-Schema, Gpusampler-Seq (the batch's Seq) and Gpusampler-Part;
 // package stream decodes any of them back into records.
 //
-// Core NATS publishes fire-and-forget. With JetStream, Write publishes
+// Core NATS publishes fire-and-forget. With retry_on_failed_connect, what
+// is written before the first server answers is kept by the output (up to
+// reconnect_buffer_bytes; beyond it Write fails with sampler.ErrUnavailable)
+// and published, in order, by the first Write or Close after the
+// connection is up.
+//
+// Device identities: the pump sends a device's identity once and on
+// change; the output attaches it again to every subject's messages at
+// least every identity_interval and after each reconnect, so that a
+// consumer that subscribes late learns every device within that bound.
+// With JetStream, Write publishes
 // asynchronously (at most max_pending unacknowledged), then waits for every
 // ack of the batch: an error is returned (retryable) unless the stream
 // stored every message, and a retried batch is published with the same
@@ -72,6 +82,7 @@ type options struct {
 	log        *slog.Logger
 	catalog    *sampler.Catalog
 	natsOpts   []natsgo.Option
+	now        func() time.Time
 }
 
 // WithName names the output in errors, logs and the connection name.
@@ -91,6 +102,10 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
 // WithCatalog sets the metric catalog (default sampler.DefaultCatalog).
 func WithCatalog(c *sampler.Catalog) Option { return func(o *options) { o.catalog = c } }
 
+// WithClock sets the clock that times identity re-sends (default
+// time.Now).
+func WithClock(now func() time.Time) Option { return func(o *options) { o.now = now } }
+
 // WithNATSOptions appends nats.go connection options (applied last).
 func WithNATSOptions(opts ...natsgo.Option) Option {
 	return func(o *options) { o.natsOpts = append(o.natsOpts, opts...) }
@@ -106,6 +121,13 @@ type Stats struct {
 	Acked, Duplicates, AckErrors uint64
 	// Disconnects and Reconnects of the connection.
 	Disconnects, Reconnects uint64
+	// Held messages are waiting for the first connection
+	// (retry_on_failed_connect); HeldDropped counts those that never went
+	// out: still held at Close, or refused as permanent once connected.
+	Held, HeldDropped uint64
+	// Identities counts identity records re-sent (identity_interval and
+	// reconnects).
+	Identities uint64
 }
 
 // Output publishes batches to NATS. See the package documentation.
@@ -128,6 +150,24 @@ type Output struct {
 	msgs     []*natsgo.Msg
 	futures  []jetstream.PubAckFuture
 	closed   bool
+
+	// held: messages written before the first connection, in order.
+	held      []*natsgo.Msg
+	heldBytes int
+	// identSent: when each subject last carried its device's identity;
+	// identDue: subjects of the current Write whose identity goes out with
+	// it (committed to identSent when the Write succeeds).
+	identSent map[string]time.Time
+	identDue  []string
+	identNew  uint64 // identity records attached by the current Write
+	// identGen is the reconnect count when every subject last carried its
+	// identity: after a reconnect the next Write re-sends them all (a
+	// consumer may have joined meanwhile). identGenDue: the count the
+	// current Write saw.
+	identGen, identGenDue uint64
+	heldGauge             atomic.Int64
+	heldDropped           atomic.Uint64
+	identities            atomic.Uint64
 
 	messages, bytes, splits, acked, dups, ackErrors, disconnects, reconnects atomic.Uint64
 	// closing is set by Close before it closes the connection, so that the
@@ -163,7 +203,7 @@ func New(cfg Config, opts ...Option) (*Output, error) {
 }
 
 func newOptions(opts []Option) options {
-	o := options{name: "nats", log: slog.New(slog.DiscardHandler), catalog: sampler.DefaultCatalog}
+	o := options{name: "nats", log: slog.New(slog.DiscardHandler), catalog: sampler.DefaultCatalog, now: time.Now}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -172,6 +212,9 @@ func newOptions(opts []Option) options {
 	}
 	if o.log == nil {
 		o.log = slog.New(slog.DiscardHandler)
+	}
+	if o.now == nil {
+		o.now = time.Now
 	}
 	return o
 }
@@ -185,8 +228,11 @@ func newOutput(cfg Config, o options) (*Output, error) {
 	if err := cfg.Validate(); err != nil {
 		return fail("%w", err)
 	}
+	if cfg.IdentityInterval == 0 {
+		cfg.IdentityInterval = DefaultIdentityInterval
+	}
 	out := &Output{cfg: cfg, o: o, instance: nuid.Next(), devs: map[int]sampler.Device{},
-		subjects: map[subjKey]string{}, byKey: map[string]*entry{}}
+		subjects: map[subjKey]string{}, byKey: map[string]*entry{}, identSent: map[string]time.Time{}}
 	out.subj, _ = parseTemplate(cfg.Subject, sampleHolders)
 	out.evSubj, _ = parseTemplate(cfg.EventSubject, eventHolders)
 	out.selfSubj, _ = parseTemplate(cfg.SelfSubject, selfHolders)
@@ -240,7 +286,7 @@ func (out *Output) natsOptions() ([]natsgo.Option, error) {
 			o.log.Warn("nats: disconnected; publishes are buffered until reconnected", "err", err)
 		}),
 		natsgo.ReconnectHandler(func(nc *natsgo.Conn) {
-			out.reconnects.Add(1)
+			out.reconnects.Add(1) // also makes the next Write re-send every identity
 			o.log.Info("nats: reconnected", "server", nc.ConnectedUrlRedacted())
 		}),
 	}
@@ -342,7 +388,8 @@ func cmpOr(v, def int64) int64 {
 func (out *Output) Stats() Stats {
 	return Stats{Messages: out.messages.Load(), Bytes: out.bytes.Load(), Splits: out.splits.Load(),
 		Acked: out.acked.Load(), Duplicates: out.dups.Load(), AckErrors: out.ackErrors.Load(),
-		Disconnects: out.disconnects.Load(), Reconnects: out.reconnects.Load()}
+		Disconnects: out.disconnects.Load(), Reconnects: out.reconnects.Load(),
+		Held: uint64(max(out.heldGauge.Load(), 0)), HeldDropped: out.heldDropped.Load(), Identities: out.identities.Load()}
 }
 
 // ReportStats implements sampler.StatsReporter with the counters of Stats.
@@ -351,7 +398,9 @@ func (out *Output) ReportStats(dst []sampler.Field) []sampler.Field {
 	return append(dst, sampler.IntField("messages", s.Messages), sampler.IntField("bytes", s.Bytes),
 		sampler.IntField("splits", s.Splits), sampler.IntField("acked", s.Acked),
 		sampler.IntField("duplicates", s.Duplicates), sampler.IntField("ack_errors", s.AckErrors),
-		sampler.IntField("disconnects", s.Disconnects), sampler.IntField("reconnects", s.Reconnects))
+		sampler.IntField("disconnects", s.Disconnects), sampler.IntField("reconnects", s.Reconnects),
+		sampler.IntField("held", s.Held), sampler.IntField("held_dropped", s.HeldDropped),
+		sampler.IntField("identities", s.Identities))
 }
 
 // Conn returns the output's connection (for tests and status).
@@ -363,20 +412,110 @@ func (out *Output) Write(ctx context.Context, b *sampler.Batch) error {
 	if out.closed {
 		return sampler.ErrClosed
 	}
+	if err := out.publishHeld(); err != nil {
+		return err
+	}
 	msgs, err := out.messagesFor(b)
 	if err != nil {
 		return err
 	}
 	if out.js == nil {
-		for _, m := range msgs {
-			if err := out.nc.PublishMsg(m); err != nil {
-				return out.classify(fmt.Errorf("publish %s: %w", m.Subject, err))
-			}
-			out.count(m)
+		if out.awaitingFirstConnect() {
+			err = out.hold(msgs)
+		} else {
+			err = out.publish(msgs)
 		}
+	} else if out.awaitingFirstConnect() {
+		err = fmt.Errorf("nats: output %s: no server reached yet: %w", out.o.name, sampler.ErrUnavailable)
+	} else {
+		err = out.publishJetStream(ctx, msgs)
+	}
+	if err == nil {
+		out.commitIdentities()
+	}
+	return err
+}
+
+func (out *Output) publish(msgs []*natsgo.Msg) error {
+	for _, m := range msgs {
+		if err := out.nc.PublishMsg(m); err != nil {
+			return out.classify(fmt.Errorf("publish %s: %w", m.Subject, err))
+		}
+		out.count(m)
+	}
+	return nil
+}
+
+// awaitingFirstConnect reports whether the connection has not reached a
+// server yet (retry_on_failed_connect). Until then nats.go refuses
+// messages with headers (it does not know whether the server takes them).
+func (out *Output) awaitingFirstConnect() bool {
+	return !out.nc.HeadersSupported() && !out.nc.IsConnected() && !out.nc.IsClosed()
+}
+
+// hold keeps msgs until the first connection, up to reconnect_buffer_bytes
+// in all; beyond it the batch is refused (retryable) and nothing of it is
+// kept.
+func (out *Output) hold(msgs []*natsgo.Msg) error {
+	limit := out.cfg.ReconnectBufferBytes
+	if limit == 0 {
+		limit = natsgo.DefaultReconnectBufSize
+	}
+	size := 0
+	for _, m := range msgs {
+		size += msgSize(m)
+	}
+	if limit < 0 || out.heldBytes+size > limit {
+		return fmt.Errorf("nats: output %s: no server reached yet and %d bytes already held (reconnect_buffer_bytes %d): %w",
+			out.o.name, out.heldBytes, out.cfg.ReconnectBufferBytes, sampler.ErrUnavailable)
+	}
+	out.held = append(out.held, msgs...) // messagesFor makes new messages every Write
+	out.heldBytes += size
+	out.heldGauge.Store(int64(len(out.held)))
+	return nil
+}
+
+func msgSize(m *natsgo.Msg) int {
+	n := len(m.Subject) + len(m.Data)
+	for k, vs := range m.Header {
+		for _, v := range vs {
+			n += len(k) + len(v) + 4
+		}
+	}
+	return n
+}
+
+// publishHeld publishes what was held before the first connection, once
+// connected. A message refused as permanent is dropped (counted); any
+// other error keeps the rest, in order, for the next try.
+func (out *Output) publishHeld() error {
+	if len(out.held) == 0 || out.awaitingFirstConnect() {
 		return nil
 	}
-	return out.publishJetStream(ctx, msgs)
+	var err error
+	i := 0
+	for ; i < len(out.held); i++ {
+		m := out.held[i]
+		if perr := out.nc.PublishMsg(m); perr != nil {
+			if perr = out.classify(fmt.Errorf("publish held %s: %w", m.Subject, perr)); sampler.IsPermanent(perr) {
+				out.heldDropped.Add(1)
+				out.o.log.Warn("nats: a message held before the first connection was refused; dropped", "err", perr)
+				continue
+			}
+			err = perr
+			break
+		}
+		out.count(m)
+	}
+	n := copy(out.held, out.held[i:])
+	clear(out.held[n:])
+	out.held = out.held[:n]
+	out.heldBytes = 0
+	for _, m := range out.held {
+		out.heldBytes += msgSize(m)
+	}
+	out.heldGauge.Store(int64(len(out.held)))
+	return err
 }
 
 func (out *Output) count(m *natsgo.Msg) {
@@ -442,6 +581,17 @@ func (out *Output) Close() error {
 	}
 	out.closed = true
 	var err error
+	if herr := out.publishHeld(); herr != nil {
+		err = herr
+	}
+	if n := len(out.held); n > 0 {
+		out.heldDropped.Add(uint64(n))
+		out.heldGauge.Store(0)
+		out.o.log.Warn("nats: closing before any server answered; held messages dropped", "messages", n)
+		err = errors.Join(err, fmt.Errorf("nats: output %s: close: %d messages held for the first connection were never sent", out.o.name, n))
+		clear(out.held)
+		out.held = nil
+	}
 	if out.js != nil && out.js.PublishAsyncPending() > 0 {
 		select {
 		case <-out.js.PublishAsyncComplete():
@@ -450,7 +600,7 @@ func (out *Output) Close() error {
 	}
 	if out.nc.IsConnected() {
 		if ferr := out.nc.FlushTimeout(out.cfg.ConnectTimeout); ferr != nil {
-			err = fmt.Errorf("nats: output %s: close: flush: %w", out.o.name, ferr)
+			err = errors.Join(err, fmt.Errorf("nats: output %s: close: flush: %w", out.o.name, ferr))
 		}
 	}
 	out.closing.Store(true)
@@ -518,6 +668,7 @@ func (out *Output) messagesFor(b *sampler.Batch) ([]*natsgo.Msg, error) {
 			e.b.Devices = append(e.b.Devices, d)
 		}
 	}
+	out.dueIdentities()
 	clear(out.msgs)
 	out.msgs = out.msgs[:0]
 	for _, e := range out.order {
@@ -539,6 +690,47 @@ func (out *Output) messagesFor(b *sampler.Batch) ([]*natsgo.Msg, error) {
 		}
 	}
 	return out.msgs, nil
+}
+
+// dueIdentities attaches a device's identity to every entry of this batch
+// whose subject has not carried it for identity_interval (or since a
+// reconnect), and notes the subjects that carry it for commitIdentities.
+func (out *Output) dueIdentities() {
+	out.identDue, out.identNew = out.identDue[:0], 0
+	now := out.o.now()
+	out.identGenDue = out.reconnects.Load()
+	all := out.identGenDue != out.identGen
+	for _, e := range out.order {
+		if e.dev < 0 {
+			continue
+		}
+		d, known := out.devs[e.dev]
+		if !known {
+			continue
+		}
+		if !slices.ContainsFunc(e.b.Devices, func(x sampler.Device) bool { return x.Index == e.dev }) {
+			last, sent := out.identSent[e.subject]
+			if !all && sent && now.Sub(last) < out.cfg.IdentityInterval {
+				continue
+			}
+			e.b.Devices = append(e.b.Devices, d)
+			out.identNew++
+		}
+		out.identDue = append(out.identDue, e.subject)
+	}
+}
+
+// commitIdentities records that the subjects of a successful Write carried
+// their identities.
+func (out *Output) commitIdentities() {
+	now := out.o.now()
+	for _, s := range out.identDue {
+		out.identSent[s] = now
+	}
+	out.identDue = out.identDue[:0]
+	out.identGen = out.identGenDue
+	out.identities.Add(out.identNew)
+	out.identNew = 0
 }
 
 // split encodes sub (a share of e) into one message, or several when it is
