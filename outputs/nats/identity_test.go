@@ -57,7 +57,7 @@ func TestLateSubscriberLearnsIdentitiesIntegration(t *testing.T) {
 					t.Fatalf("batch %d: %v", seq, err)
 				}
 			}
-			write(1, true) // identities go out once; nobody listens yet
+			write(1, true)                             // identities go out once; nobody listens yet
 			if err := out.Conn().Flush(); err != nil { // the server has batch 1 before anyone subscribes
 				t.Fatal(err)
 			}
