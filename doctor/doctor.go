@@ -57,6 +57,9 @@ type Report struct {
 	// Driver and NVML are the versions the backend reports ("" unknown).
 	Driver string `json:"driver,omitempty"`
 	NVML   string `json:"nvml,omitempty"`
+	// Notices are the backend's remarks on the driver as a whole (one
+	// older than the oldest supported).
+	Notices []string `json:"notices,omitempty"`
 	// Devices holds one entry per device, in enumeration order.
 	Devices []DeviceReport `json:"devices"`
 	// Recommend is the interval advice for the whole host.
@@ -88,6 +91,12 @@ type GroupSupport struct {
 	Total     int           `json:"total"`
 	// Unsupported names the metrics the device cannot give.
 	Unsupported []string `json:"unsupported,omitempty"`
+	// OldDriver names the metrics the installed driver cannot give: their
+	// function or field is absent from it (sampler.ErrOldDriver); a newer
+	// driver has it. OldDriverWhy is the first such error, naming what is
+	// missing and which driver has it.
+	OldDriver    []string `json:"old_driver,omitempty"`
+	OldDriverWhy string   `json:"old_driver_why,omitempty"`
 	// PointReads names buffer metrics whose sample buffer the device lacks
 	// and which come from point reads at the field interval instead
 	// (counted in Supported).
@@ -149,6 +158,10 @@ type versioner interface {
 	Versions() (driver, nvml string)
 }
 
+type noticer interface {
+	Notices() []string
+}
+
 // Run examines every device of src. It does not close src.
 func Run(src sampler.Source, opts Options) (*Report, error) {
 	if opts.Catalog == nil {
@@ -166,6 +179,9 @@ func Run(src sampler.Source, opts Options) (*Report, error) {
 	r := &Report{Backend: src.Name()}
 	if v, ok := src.(versioner); ok {
 		r.Driver, r.NVML = v.Versions()
+	}
+	if n, ok := src.(noticer); ok {
+		r.Notices = n.Notices()
 	}
 	devs, err := src.Devices()
 	if err != nil {
@@ -207,6 +223,11 @@ func examine(ds sampler.DeviceSource, index int, opts *Options) DeviceReport {
 				gs.PointReads = append(gs.PointReads, m.Name)
 			case err == nil:
 				gs.Supported++
+			case errors.Is(err, sampler.ErrOldDriver):
+				gs.OldDriver = append(gs.OldDriver, m.Name)
+				if gs.OldDriverWhy == "" {
+					gs.OldDriverWhy = err.Error()
+				}
 			case errors.Is(err, sampler.ErrNotSupported):
 				gs.Unsupported = append(gs.Unsupported, m.Name)
 			case errors.Is(err, sampler.ErrNoPermission):
@@ -439,18 +460,27 @@ func recommend(devs []DeviceReport, cat *sampler.Catalog) Recommendation {
 		rec.SlowInterval, slow, p99))
 	rec.RareInterval = max(rec.RareInterval, rec.SlowInterval)
 	rec.Why = append(rec.Why, fmt.Sprintf("rare state %v: limits, link settings and health counters seldom change", rec.RareInterval))
-	gpm := false
+	gpm, oldWhy := false, ""
 	for _, d := range devs {
 		for _, g := range d.Groups {
-			gpm = gpm || (g.Group == sampler.GroupProfiling && g.Supported > 0)
+			if g.Group != sampler.GroupProfiling {
+				continue
+			}
+			gpm = gpm || g.Supported > 0
+			if oldWhy == "" {
+				oldWhy = g.OldDriverWhy
+			}
 		}
 	}
-	if gpm {
+	switch {
+	case gpm:
 		rec.GPMInterval = sampler.DefaultGPMInterval
 		rec.Why = append(rec.Why, fmt.Sprintf("profiling (GPM) %v: one snapshot per read, values over the interval; at least %v",
 			rec.GPMInterval, sampler.MinGPMInterval))
-	} else {
-		rec.Why = append(rec.Why, "profiling (GPM): not supported on these devices (needs Hopper or newer, and not under MIG without per-instance reads)")
+	case oldWhy != "":
+		rec.Why = append(rec.Why, "profiling (GPM): this driver lacks it, not the GPU: "+oldWhy+"; update the driver")
+	default:
+		rec.Why = append(rec.Why, "profiling (GPM): not supported by these devices (GPM needs Hopper or newer, and not under MIG without per-instance reads)")
 	}
 	return rec
 }

@@ -184,3 +184,92 @@ func TestDoctorCountsNoPermission(t *testing.T) {
 		t.Errorf("report does not name the refused metric:\n%s", buf.String())
 	}
 }
+
+// oldDriverSource is a simulator whose driver lacks the GPM functions (or,
+// with deviceNS, whose devices decline GPM), and which says so in a notice.
+type oldDriverSource struct {
+	sampler.Source
+	deviceNS bool
+}
+
+type oldDriverDevice struct {
+	sampler.DeviceSource
+	deviceNS bool
+}
+
+type absentErr struct{}
+
+func (absentErr) Error() string {
+	return "gpm: nvmlGpmSampleGet is absent from this driver (needs NVML 12.0, driver R525 or newer)"
+}
+func (absentErr) Unwrap() []error { return []error{sampler.ErrNotSupported, sampler.ErrOldDriver} }
+
+func (s oldDriverSource) Devices() ([]sampler.DeviceSource, error) {
+	devs, err := s.Source.Devices()
+	out := make([]sampler.DeviceSource, len(devs))
+	for i, d := range devs {
+		out[i] = oldDriverDevice{d, s.deviceNS}
+	}
+	return out, err
+}
+
+func (s oldDriverSource) Notices() []string { return []string{"driver 520.61.05 is older than R535"} }
+
+func (d oldDriverDevice) Read(ids []sampler.MetricID, out []sampler.Reading) error {
+	err := d.DeviceSource.Read(ids, out)
+	for i, id := range ids {
+		if sampler.DefaultCatalog.Get(id).Src.Kind == sampler.FromGPM {
+			out[i] = sampler.Reading{Err: absentErr{}}
+			if d.deviceNS {
+				out[i].Err = errors.Join(sampler.ErrNotSupported, errors.New("gpm: device does not support GPM"))
+			}
+		}
+	}
+	return err
+}
+
+// TestCauseOldDriver: GPM absent from the driver is reported as the
+// driver's lack, naming the function and the driver that has it, with the
+// backend's notice; GPM declined by the device as the device's.
+func TestCauseOldDriver(t *testing.T) {
+	for _, deviceNS := range []bool{false, true} {
+		src, err := sim.New(sim.Options{GPUs: 1, Seed: 7})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := doctor.Run(oldDriverSource{src, deviceNS}, doctor.Options{LatencyCalls: 5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var prof doctor.GroupSupport
+		for _, g := range r.Devices[0].Groups {
+			if g.Group == sampler.GroupProfiling {
+				prof = g
+			}
+		}
+		gpmWhy := r.Recommend.Why[len(r.Recommend.Why)-1]
+		var buf bytes.Buffer
+		if err := doctor.WriteText(&buf, r); err != nil {
+			t.Fatal(err)
+		}
+		text := buf.String()
+		if !regexp.MustCompile(`(?m)^notice:\s+driver 520\.61\.05 is older than R535$`).MatchString(text) {
+			t.Errorf("text lacks the notice:\n%s", text)
+		}
+		if deviceNS {
+			if len(prof.OldDriver) != 0 || len(prof.Unsupported) != prof.Total || !strings.Contains(gpmWhy, "not supported by these devices (GPM needs Hopper or newer") {
+				t.Errorf("device declines GPM: group %+v, advice %q", prof, gpmWhy)
+			}
+			continue
+		}
+		if len(prof.Unsupported) != 0 || len(prof.OldDriver) != prof.Total || prof.OldDriverWhy != (absentErr{}).Error() {
+			t.Errorf("driver lacks GPM: group %+v", prof)
+		}
+		if want := "profiling (GPM): this driver lacks it, not the GPU: " + (absentErr{}).Error() + "; update the driver"; gpmWhy != want {
+			t.Errorf("advice %q, want %q", gpmWhy, want)
+		}
+		if !strings.Contains(text, "absent from this driver: graphics_active, sm_active") || strings.Contains(text, "needs Hopper") {
+			t.Errorf("text does not give the driver as the cause:\n%s", text)
+		}
+	}
+}

@@ -19,6 +19,9 @@ func WriteText(w io.Writer, r *Report) error {
 	p("backend:\t%s\n", backend)
 	p("driver:\t%s\n", orUnknown(r.Driver))
 	p("nvml:\t%s\n", orUnknown(r.NVML))
+	for _, n := range r.Notices {
+		p("notice:\t%s\n", n)
+	}
 	p("devices:\t%d\n", len(r.Devices))
 	for _, d := range r.Devices {
 		p("\ngpu %d:\t%s %s %s\n", d.Device.Index, d.Device.Name, d.Device.UUID, d.Device.PCIBusID)
@@ -38,7 +41,10 @@ func WriteText(w io.Writer, r *Report) error {
 				line += "  point reads (no sample buffer): " + strings.Join(g.PointReads, ", ")
 			}
 			if len(g.Unsupported) > 0 {
-				line += "  unsupported: " + strings.Join(g.Unsupported, ", ")
+				line += "  not supported by the device: " + strings.Join(g.Unsupported, ", ")
+			}
+			if len(g.OldDriver) > 0 {
+				line += "  absent from this driver: " + strings.Join(g.OldDriver, ", ") + " (" + g.OldDriverWhy + ")"
 			}
 			if len(g.NoPermission) > 0 {
 				line += "  no permission: " + strings.Join(g.NoPermission, ", ")

@@ -26,6 +26,11 @@ var (
 	ErrDriverNotLoaded = errors.New("sampler: driver not loaded")
 	// ErrTimeout: a call did not return in time.
 	ErrTimeout = errors.New("sampler: timeout")
+	// ErrOldDriver: the installed driver lacks the function (or field)
+	// a metric needs; a newer driver has it. Errors that wrap it wrap
+	// ErrNotSupported too, so the engine treats both alike; doctor tells
+	// them apart.
+	ErrOldDriver = errors.New("sampler: absent from this driver version")
 )
 
 // RawSample is one entry of a driver sample buffer, as the driver gives it.

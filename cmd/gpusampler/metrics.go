@@ -38,13 +38,16 @@ func cmdMetrics(args []string, stdout, stderr io.Writer) error {
 
 // probeMetric asks a device for one metric once (doctor.ProbeSupport) and
 // says "yes", "point reads" (no sample buffer: point reads at the field
-// interval instead), "no" (not supported) or the error.
+// interval instead), "no (driver too old)" (absent from the installed
+// driver), "no" (not supported by the device) or the error.
 func probeMetric(d sampler.DeviceSource, m *sampler.Metric) string {
 	switch point, err := doctor.ProbeSupport(d, m); {
 	case err == nil && point:
 		return "point reads"
 	case err == nil:
 		return "yes"
+	case errors.Is(err, sampler.ErrOldDriver):
+		return "no (driver too old)"
 	case errors.Is(err, sampler.ErrNotSupported):
 		return "no"
 	default:
@@ -114,6 +117,8 @@ func probeProcesses(d sampler.DeviceSource) string {
 	switch {
 	case err == nil:
 		return "yes"
+	case errors.Is(err, sampler.ErrOldDriver):
+		return "no (driver too old)"
 	case errors.Is(err, sampler.ErrNotSupported):
 		return "no"
 	}

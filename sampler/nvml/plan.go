@@ -143,6 +143,44 @@ func notSupported(what string) error {
 	return &callError{op: what, ret: nvml.ERROR_NOT_SUPPORTED, is: sampler.ErrNotSupported}
 }
 
+// absentError is "not supported" because the loaded library is too old:
+// a function it lacks (sym) or a field id its NVML version does not define
+// (api set). It wraps sampler.ErrNotSupported and sampler.ErrOldDriver and
+// says which driver has what is missing.
+type absentError struct {
+	what string
+	sym  string     // the absent function; "" for a field
+	api  APIVersion // the loaded NVML version, for a field
+}
+
+func (e *absentError) Error() string {
+	if e.sym == "" {
+		return fmt.Sprintf("%s: not defined in NVML %s (a newer driver has it)", e.what, e.api)
+	}
+	s := e.what + ": " + e.sym + " is absent from this driver"
+	if v, ok := symbolSince[e.sym]; ok {
+		if b := branchOf(v); b > 0 {
+			s += fmt.Sprintf(" (needs NVML %s, driver R%d or newer)", v, b)
+		} else {
+			s += fmt.Sprintf(" (needs NVML %s or newer)", v)
+		}
+	}
+	return s
+}
+
+func (e *absentError) Unwrap() []error { return []error{sampler.ErrNotSupported, sampler.ErrOldDriver} }
+
+// branchOf returns the driver branch that brought NVML API v (525 for
+// 12.0), or 0 when the table does not say.
+func branchOf(v APIVersion) int {
+	for _, b := range branches {
+		if b.api == v {
+			return b.branch
+		}
+	}
+	return 0
+}
+
 // buildPlans decides, once per driver, how each catalog metric is read.
 func buildPlans(cat *sampler.Catalog, api APIVersion, has map[string]bool) []metricPlan {
 	plans := make([]metricPlan, cat.Len())
@@ -154,9 +192,9 @@ func buildPlans(cat *sampler.Catalog, api APIVersion, has map[string]bool) []met
 			id, scale, ok := FieldID(m.Src.Field, api)
 			switch {
 			case !has["nvmlDeviceGetFieldValues"]:
-				p.kind, p.errNS = planUnsupported, notSupported(p.name+" (no nvmlDeviceGetFieldValues)")
+				p.kind, p.errNS = planUnsupported, &absentError{what: p.name, sym: "nvmlDeviceGetFieldValues"}
 			case !ok && knownField(m.Src.Field):
-				p.kind, p.errNS = planUnsupported, notSupported(fmt.Sprintf("%s (not in NVML %s)", p.name, api))
+				p.kind, p.errNS = planUnsupported, &absentError{what: p.name, api: api}
 			case !ok:
 				p.kind, p.errNS = planUnsupported, notSupported(p.name+" (unknown to the nvml backend)")
 			default:
@@ -187,7 +225,7 @@ func buildPlans(cat *sampler.Catalog, api APIVersion, has map[string]bool) []met
 			case !ok:
 				p.kind, p.errNS = planUnsupported, notSupported(p.name+" (unknown to the nvml backend)")
 			case missing != "":
-				p.kind, p.errNS = planUnsupported, notSupported(p.name+" (no "+missing+" in this driver)")
+				p.kind, p.errNS = planUnsupported, &absentError{what: p.name, sym: missing}
 			default:
 				p.kind, p.gpmID, p.scale, p.errNS = planGPM, def.id, def.scale, notSupported(p.name)
 			}
@@ -200,7 +238,7 @@ func buildPlans(cat *sampler.Catalog, api APIVersion, has map[string]bool) []met
 			p.kind, p.errNS = planUnsupported, notSupported(p.name+" (not implemented by the nvml backend)")
 			continue
 		}
-		p.kind, p.errNS = planUnsupported, notSupported(p.name+" (symbol absent from this driver)")
+		p.kind, p.errNS = planUnsupported, &absentError{what: p.name, sym: querySymbols[p.query][0]}
 		for _, sym := range querySymbols[p.query] {
 			if has[sym] {
 				p.kind, p.errNS = planQuery, notSupported(p.name)

@@ -132,6 +132,24 @@ func (s *Source) Versions() (driver, nvmlVersion string) { return s.driver, s.ve
 // NVMLVersion returns the parsed NVML version that chose the field table.
 func (s *Source) NVMLVersion() NVMLVersion { return s.version }
 
+// Notices returns what doctor should say about the driver as a whole: a
+// driver older than R535 (the oldest supported) is named, with what that
+// means.
+func (s *Source) Notices() []string {
+	if !s.version.API.Less(MinSupported) {
+		return nil
+	}
+	return []string{fmt.Sprintf("driver %s (NVML %s) is older than R%d (NVML %s), the oldest gpusampler supports: metrics whose functions it lacks are listed as absent from this driver; update the driver to R%d or newer",
+		orUnknown(s.driver), orUnknown(s.version.Raw), branchOf(MinSupported), MinSupported, branchOf(MinSupported))}
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
+}
+
 // HasSymbol reports whether the loaded library exports an NVML function the
 // backend may call (see the symbol table); doctor reports the absent ones.
 func (s *Source) HasSymbol(name string) bool { return s.has[name] }
