@@ -206,8 +206,13 @@ type Metric struct {
 	// Config.RareInterval instead of every SlowInterval (or every
 	// FieldInterval for field metrics), saving NVML calls.
 	Rare bool
-	// Telegraf is the nvidia_smi input's naming (measurement nvidia_smi).
+	// Telegraf is the nvidia_smi input's naming (measurement nvidia_smi):
+	// set only for fields Telegraf's parser really emits.
 	Telegraf Naming
+	// Line is the line-protocol field naming of a metric Telegraf lacks,
+	// when it differs from ours (kept stable for dashboards written against
+	// earlier versions); empty means our own naming.
+	Line Naming
 	// DCGM is dcgm-exporter's naming (DCGM_FI_*).
 	DCGM Naming
 }
@@ -218,10 +223,14 @@ func (m *Metric) Ours() Naming {
 }
 
 // Influx returns the field naming used for InfluxDB line protocol: Telegraf's
-// name, unit and type where Telegraf has the field, ours otherwise.
+// name, unit and type where Telegraf has the field, else the metric's Line
+// naming where it has one, else ours.
 func (m *Metric) Influx() Naming {
 	if m.Telegraf.Name != "" {
 		return m.Telegraf
+	}
+	if m.Line.Name != "" {
+		return m.Line
 	}
 	return m.Ours()
 }
@@ -460,26 +469,26 @@ func buildCatalog() []Metric {
 			Telegraf: nm("temperature_gpu", "°C", 1, Int), DCGM: nm("DCGM_FI_DEV_GPU_TEMP", "°C", 1, Int)},
 		MetricTempMemory: {Name: "temperature_memory", Unit: "°C", Group: GroupTemperature, Kind: Gauge, Type: Int,
 			Help: "HBM temperature (field 82).", Src: field("NVML_FI_DEV_MEMORY_TEMP"),
-			Telegraf: nm("temperature_memory", "°C", 1, Int), DCGM: nm("DCGM_FI_DEV_MEMORY_TEMP", "°C", 1, Int)},
+			DCGM: nm("DCGM_FI_DEV_MEMORY_TEMP", "°C", 1, Int)},
 		MetricFanSpeed: {Name: "fan_speed", Unit: "%", Group: GroupTemperature, Kind: Gauge, Type: Int,
 			Help: "Fan speed (absent on passively cooled boards).", Src: query("GetFanSpeed"), Rare: true,
 			Telegraf: nm("fan_speed", "%", 1, Int), DCGM: nm("DCGM_FI_DEV_FAN_SPEED", "%", 1, Int)},
 
 		MetricThrottleSWPowerCap: {Name: "throttle_sw_power_cap", Unit: "ns", Group: GroupThrottle, Kind: Counter, Type: Int,
 			Help: "Time clocks were held down by the software power cap.", Src: field("NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP"),
-			Telegraf: nm("clocks_event_reasons_counters_sw_power_cap", "us", 1e-3, Int)},
+			Line: nm("clocks_event_reasons_counters_sw_power_cap", "us", 1e-3, Int)},
 		MetricThrottleSyncBoost: {Name: "throttle_sync_boost", Unit: "ns", Group: GroupThrottle, Kind: Counter, Type: Int,
 			Help: "Time clocks were held down by sync boost.", Src: field("NVML_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST"),
-			Telegraf: nm("clocks_event_reasons_counters_sync_boost", "us", 1e-3, Int)},
+			Line: nm("clocks_event_reasons_counters_sync_boost", "us", 1e-3, Int)},
 		MetricThrottleSWThermal: {Name: "throttle_sw_thermal", Unit: "ns", Group: GroupThrottle, Kind: Counter, Type: Int,
 			Help: "Time clocks were held down by software thermal slowdown.", Src: field("NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN"),
-			Telegraf: nm("clocks_event_reasons_counters_sw_therm_slowdown", "us", 1e-3, Int)},
+			Line: nm("clocks_event_reasons_counters_sw_therm_slowdown", "us", 1e-3, Int)},
 		MetricThrottleHWThermal: {Name: "throttle_hw_thermal", Unit: "ns", Group: GroupThrottle, Kind: Counter, Type: Int,
 			Help: "Time clocks were held down by hardware thermal slowdown.", Src: field("NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN"),
-			Telegraf: nm("clocks_event_reasons_counters_hw_therm_slowdown", "us", 1e-3, Int)},
+			Line: nm("clocks_event_reasons_counters_hw_therm_slowdown", "us", 1e-3, Int)},
 		MetricThrottleHWPowerBrake: {Name: "throttle_hw_power_brake", Unit: "ns", Group: GroupThrottle, Kind: Counter, Type: Int,
 			Help: "Time clocks were held down by the hardware power brake.", Src: field("NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN"),
-			Telegraf: nm("clocks_event_reasons_counters_hw_power_brake", "us", 1e-3, Int)},
+			Line: nm("clocks_event_reasons_counters_hw_power_brake", "us", 1e-3, Int)},
 		MetricViolationPower: {Name: "violation_power", Unit: "ns", Group: GroupThrottle, Kind: Counter, Type: Int,
 			Help: "Perf-policy time limited by power (field 74).", Src: field("NVML_FI_DEV_PERF_POLICY_POWER"),
 			DCGM: nm("DCGM_FI_DEV_POWER_VIOLATION", "us", 1e-3, Int)},

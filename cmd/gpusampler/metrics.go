@@ -140,12 +140,15 @@ func naming(n sampler.Naming) string {
 }
 
 // printCatalog prints one row per metric: our name, unit, group, kind,
-// source, and the Telegraf and DCGM names with their type, unit and scale.
+// source, and with their type, unit and scale: the field Telegraf's
+// nvidia_smi input emits ("-" where it has none), the field our line
+// protocol writes (Telegraf's where it has one), and dcgm-exporter's name.
 func printCatalog(w io.Writer, c *sampler.Catalog) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "METRIC\tUNIT\tGROUP\tKIND\tSOURCE\tTELEGRAF nvidia_smi\tDCGM")
+	fmt.Fprintln(tw, "METRIC\tUNIT\tGROUP\tKIND\tSOURCE\tTELEGRAF nvidia_smi\tLINE PROTOCOL\tDCGM")
 	for _, m := range c.All() {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.Name, m.Unit, m.Group, m.Kind, m.Src, naming(m.Telegraf), naming(m.DCGM))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.Name, m.Unit, m.Group, m.Kind, m.Src, naming(m.Telegraf),
+			naming(m.Influx()), naming(m.DCGM))
 	}
 	return tw.Flush()
 }
