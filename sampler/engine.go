@@ -400,13 +400,21 @@ func (e *Engine) Run(ctx context.Context) error {
 		go l.run(ctx)
 	}
 	var auxWG sync.WaitGroup
-	for _, l := range e.loops {
-		if w, ok := l.src.(EventWatcher); ok {
-			auxWG.Add(1)
-			go func() {
-				defer auxWG.Done()
-				e.watchEvents(ctx, l, w)
-			}()
+	if sw, ok := e.src.(SourceEventWatcher); ok {
+		auxWG.Add(1)
+		go func() {
+			defer auxWG.Done()
+			e.watchAllEvents(ctx, sw)
+		}()
+	} else {
+		for _, l := range e.loops {
+			if w, ok := l.src.(EventWatcher); ok {
+				auxWG.Add(1)
+				go func() {
+					defer auxWG.Done()
+					e.watchEvents(ctx, l, w)
+				}()
+			}
 		}
 	}
 	// The watchdog outlives ctx: a call that hangs in the final drain is
@@ -533,6 +541,32 @@ func (e *Engine) watchEvents(ctx context.Context, l *deviceLoop, w EventWatcher)
 		e.log.Warn("driver event watch failed; retrying", "device", idx, "err", err, "in", backoff)
 		// On the system clock: event watching is not part of the sampling
 		// schedule that tests step through.
+		if !sleep(SystemClock(), backoff, ctx.Done()) {
+			return
+		}
+		backoff = min(2*backoff, maxLostBackoff*e.cfg.LostRetryInterval)
+	}
+}
+
+// watchAllEvents runs the source's one event watcher for every device until
+// ctx ends, restarting it with backoff when it fails (unsupported: it logs
+// once and stops).
+func (e *Engine) watchAllEvents(ctx context.Context, w SourceEventWatcher) {
+	indexes := make([]int, len(e.loops))
+	for i, l := range e.loops {
+		indexes[i] = int(l.index)
+	}
+	backoff := e.cfg.LostRetryInterval
+	for {
+		err := w.WatchAllEvents(ctx, indexes, e.Emit)
+		if ctx.Err() != nil {
+			return
+		}
+		if errors.Is(err, ErrNotSupported) {
+			e.log.Info("driver events not supported", "err", err)
+			return
+		}
+		e.log.Warn("driver event watch failed; retrying", "err", err, "in", backoff)
 		if !sleep(SystemClock(), backoff, ctx.Done()) {
 			return
 		}

@@ -128,6 +128,19 @@ type EventWatcher interface {
 	WatchEvents(ctx context.Context, emit func(Event)) error
 }
 
+// SourceEventWatcher is implemented by sources that watch the driver events
+// of many devices with one waiter (NVML: one event set for every GPU),
+// which costs less than a waiter per device. The engine prefers it to the
+// devices' EventWatcher and runs it on one goroutine.
+type SourceEventWatcher interface {
+	// WatchAllEvents blocks until ctx ends, calling emit once per driver
+	// event of the devices whose Device.Index is in indexes (the source
+	// sets Event.Device). Like EventWatcher.WatchEvents, it returns early
+	// only when watching is impossible; the engine then retries after the
+	// lost-device retry interval, or stops on ErrNotSupported.
+	WatchAllEvents(ctx context.Context, indexes []int, emit func(Event)) error
+}
+
 // Reopener is implemented by device sources that can re-acquire a lost
 // device by its UUID (NVML: nvmlDeviceGetHandleByUUID) without
 // re-initializing the library, which would disturb every other device. The

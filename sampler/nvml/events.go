@@ -6,7 +6,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
@@ -213,4 +215,132 @@ func (d *device) openByIndex() error {
 // since the start: to the engine it is lost until a probe re-acquires it.
 func (d *device) noHandle() error {
 	return fmt.Errorf("device %d has no handle (it did not answer at start): %w", d.index, sampler.ErrGPULost)
+}
+
+// eventWaitAllMS bounds one wait of the shared event set: long enough that
+// waiting costs about one NVML call per second for the whole host, short
+// enough that the watcher notices its context ending well within the
+// engine's shutdown bound.
+const eventWaitAllMS = 1000
+
+// reregisterEvery is how often the shared watcher retries registering the
+// devices that could not be registered (no handle yet, lost) and
+// re-registers those whose handle changed (recovered by UUID).
+const reregisterEvery = 10 * time.Second
+
+// WatchAllEvents implements sampler.SourceEventWatcher: one event set for
+// the GPUs among indexes (MIG instances are covered by their GPU's events)
+// and one waiter for all of them, instead of a set and a waiting thread per
+// GPU. Each wait lasts up to eventWaitAllMS. Devices that cannot be
+// registered yet are retried every reregisterEvery. It returns
+// sampler.ErrNotSupported when the driver lacks the event functions or no
+// device supports an event of interest.
+func (s *Source) WatchAllEvents(ctx context.Context, indexes []int, emit func(sampler.Event)) error {
+	for _, sym := range []string{"nvmlEventSetCreate", "nvmlEventSetFree", "nvmlDeviceRegisterEvents", "nvmlDeviceGetSupportedEventTypes"} {
+		if !s.has[sym] {
+			return fmt.Errorf("watch events: %w", &absentError{what: "watch events", sym: sym})
+		}
+	}
+	if !s.has["nvmlEventSetWait_v2"] && !s.has["nvmlEventSetWait"] {
+		return fmt.Errorf("watch events: %w", &absentError{what: "watch events", sym: "nvmlEventSetWait_v2"})
+	}
+	devs, err := s.Devices()
+	if err != nil {
+		return fmt.Errorf("watch events: %w", err)
+	}
+	var watch []*device
+	for _, ds := range devs {
+		if d, ok := ds.(*device); ok && !d.mig && slices.Contains(indexes, d.index) {
+			watch = append(watch, d)
+		}
+	}
+	set, ret := s.lib.EventSetCreate()
+	if ret != nvml.SUCCESS {
+		return fmt.Errorf("watch events: %w", newError("create event set", ret))
+	}
+	defer set.Free()
+	// registered[i] is the handle device watch[i] is registered with (nil:
+	// not registered); unsupported[i]: the device has no event of interest.
+	registered := make([]nvml.Device, len(watch))
+	unsupported := make([]bool, len(watch))
+	register := func() {
+		for i, d := range watch {
+			if unsupported[i] {
+				continue
+			}
+			d.mu.Lock()
+			dev := d.dev
+			d.mu.Unlock()
+			if dev == nil || dev == registered[i] {
+				continue
+			}
+			switch err := d.registerEvents(dev, set); {
+			case err == nil:
+				registered[i] = dev
+			case errors.Is(err, sampler.ErrNotSupported):
+				unsupported[i] = true
+				s.log.Info("driver events not supported on this device", "device", d.index, "err", err)
+			default:
+				s.log.Debug("cannot register for driver events yet", "device", d.index, "err", err)
+			}
+		}
+	}
+	register()
+	if !slices.Contains(unsupported, false) {
+		return fmt.Errorf("watch events: %w", notSupported("no device supports an event of interest"))
+	}
+	lastRegister := time.Now()
+	for ctx.Err() == nil {
+		data, ret := set.Wait(eventWaitAllMS)
+		switch ret {
+		case nvml.SUCCESS:
+			for i, d := range watch {
+				if registered[i] != nil && data.Device == registered[i] {
+					if ev, ok := d.toEvent(data); ok {
+						emit(ev)
+					}
+					break
+				}
+			}
+		case nvml.ERROR_TIMEOUT:
+		default:
+			return fmt.Errorf("watch events: %w", newError("wait for events", ret))
+		}
+		if time.Since(lastRegister) >= reregisterEvery {
+			register()
+			lastRegister = time.Now()
+		}
+	}
+	return nil
+}
+
+// registerEvents registers the device (handle dev) in set for the events
+// of interest it supports.
+func (d *device) registerEvents(dev nvml.Device, set nvml.EventSet) error {
+	start := now()
+	supported, ret := dev.GetSupportedEventTypes()
+	d.account("GetSupportedEventTypes", 1, start)
+	if ret != nvml.SUCCESS {
+		err := newError("get supported event types", ret)
+		if errors.Is(err, sampler.ErrNotSupported) {
+			d.events.Store(eventsUnsupported)
+		}
+		return err
+	}
+	mask := supported & eventMask
+	if mask == 0 {
+		d.events.Store(eventsUnsupported)
+		return notSupported("no event type of interest")
+	}
+	start = now()
+	ret = dev.RegisterEvents(mask, set)
+	d.account("RegisterEvents", 1, start)
+	if ret != nvml.SUCCESS {
+		return newError("register events", ret)
+	}
+	if mask&nvml.EventTypeXidCriticalError != 0 {
+		d.events.Store(eventsWatching)
+	}
+	d.src.log.Debug("watching driver events", "device", d.index, "mask", mask)
+	return nil
 }

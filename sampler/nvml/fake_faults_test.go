@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -38,8 +39,13 @@ func TestFakeDriverLostAtStart(t *testing.T) {
 func TestFakeDriverLostAndBack(t *testing.T) {
 	runFaultScenario(t, "lost-and-back", "FAKENVML_DEVICES=2", "FAKENVML_TIME_FILE="+filepath.Join(t.TempDir(), "now"))
 }
-func TestFakeDriverHungCall(t *testing.T)       { runFaultScenario(t, "hang", "FAKENVML_DEVICES=2") }
-func TestFakeDriverXIDExactlyOnce(t *testing.T) { runFaultScenario(t, "xid", "FAKENVML_DEVICES=2") }
+func TestFakeDriverHungCall(t *testing.T) { runFaultScenario(t, "hang", "FAKENVML_DEVICES=2") }
+
+// TestFakeDriverXIDExactlyOnce: an XID on GPU 1 arrives once, as GPU 1's,
+// through one event set and one waiter for both GPUs.
+func TestFakeDriverXIDExactlyOnce(t *testing.T) {
+	runFaultScenario(t, "xid", "FAKENVML_DEVICES=2", "FAKENVML_FUNCS_FILE="+filepath.Join(t.TempDir(), "funcs"))
+}
 func TestFakeDriverAllNotSupported(t *testing.T) {
 	runFaultScenario(t, "allns", "FAKENVML_DEVICES=1")
 }
@@ -185,6 +191,17 @@ func childXID(t *testing.T, src *Source) {
 	devs, _ := src.Devices()
 	if err := devs[1].Read([]sampler.MetricID{sampler.MetricXIDCount}, out); err != nil || out[0].Err != nil || out[0].Value != 1 {
 		t.Errorf("xid count %v, %v, %v", out[0].Value, out[0].Err, err)
+	}
+	// One event set for both GPUs, each registered once (the engine closed
+	// the library: the fake wrote what it was asked).
+	b, err := os.ReadFile(os.Getenv("FAKENVML_FUNCS_FILE"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"call nvmlEventSetCreate 1\n", "call nvmlDeviceRegisterEvents 2\n"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("the fake library saw\n%s\nwant %q", b, want)
+		}
 	}
 }
 

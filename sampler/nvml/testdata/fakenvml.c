@@ -472,6 +472,7 @@ struct fakeset { unsigned long long mask[MAXDEV]; };
 #define EV_POWER_SOURCE 128ull
 
 nvmlReturn_t nvmlEventSetCreate(struct fakeset **set) {
+	countCall(__func__);
 	if (!initialized) return E_UNINIT;
 	*set = calloc(1, sizeof **set);
 	return OK;
