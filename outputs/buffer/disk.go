@@ -265,7 +265,7 @@ func (q *diskQueue) recover() error {
 			continue
 		}
 		if herr != nil {
-			if err := q.dropSegment(path, data, ranges, herr); err != nil {
+			if err := q.dropSegment(path, data, ranges, single, herr); err != nil {
 				return err
 			}
 			continue
@@ -335,18 +335,30 @@ func appendSegmentHeader(dst, header []byte) []byte {
 	return append(dst, header...)
 }
 
-// dropSegment counts what a segment with a corrupt header still held as
-// corrupt and removes it: without its header the records' metric IDs cannot
-// be mapped onto the catalog, and replaying them could relabel samples.
-func (q *diskQueue) dropSegment(path string, data []byte, starts []int64, why error) error {
+// dropSegment counts what a segment with a corrupt header still held (from
+// each start offset; the first only for one record when single) as corrupt
+// and removes it: without its header the records' metric IDs cannot be
+// mapped onto the catalog, and replaying them could relabel samples.
+func (q *diskQueue) dropSegment(path string, data []byte, starts []int64, single bool, why error) error {
 	var batches, records uint64
-	for _, start := range starts {
+	for i, start := range starts {
 		frames, bad := scanSegment(data, start)
+		if single && i == 0 {
+			batches++
+			if len(frames) > 0 && frames[0].off == start {
+				records += uint64(frames[0].records)
+			}
+			continue
+		}
 		for _, fr := range frames {
 			batches++
 			records += uint64(fr.records)
 		}
-		batches += uint64(len(bad))
+		for _, r := range bad {
+			if r.start != int64(len(segMagic)) { // not the header itself
+				batches++
+			}
+		}
 	}
 	batches = max(batches, 1)
 	q.st.corruptBatches += batches

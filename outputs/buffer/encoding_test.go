@@ -503,3 +503,65 @@ func TestMemoryCapKeepsIdentity(t *testing.T) {
 		t.Fatalf("cap drops %d batches %d records, want 1 and 2", st.DroppedBatches.Cap, st.DroppedRecords.Cap)
 	}
 }
+
+// TestDiskCorruptHeaderDropsSegment: a segment whose header fails its
+// checksum cannot be mapped onto the catalog: its batches are dropped,
+// counted with their records and logged at warn level, never delivered
+// under guessed metric IDs.
+func TestDiskCorruptHeaderDropsSegment(t *testing.T) {
+	for _, cursor := range []bool{true, false} {
+		t.Run(fmt.Sprint("cursor=", cursor), func(t *testing.T) { testCorruptHeader(t, cursor) })
+	}
+}
+
+func testCorruptHeader(t *testing.T, cursor bool) {
+	dir := t.TempDir()
+	var in []*sampler.Batch
+	for seq := uint64(1); seq <= 3; seq++ {
+		in = append(in, plainBatch(seq, 5))
+	}
+	writeSegments(t, dir, records.MetricNames(sampler.DefaultCatalog), nil, in...)
+	ids, err := listSegments(dir)
+	if err != nil || len(ids) != 1 {
+		t.Fatalf("segments %v, %v; want one", ids, err)
+	}
+	path := filepath.Join(dir, fmt.Sprintf("%020d%s", ids[0], segExt))
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[segHeaderSize+2] ^= 0x01 // inside the header
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if !cursor { // as after a crash before the first commit
+		if err := os.Remove(filepath.Join(dir, cursorName)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	logs := &levelHandler{}
+	sink := &fakeSink{}
+	b, err := New(sink, Config{Kind: KindDisk, MaxBytes: 1 << 30, Dir: dir}, WithLogger(slog.New(logs)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Write(context.Background(), plainBatch(4, 5)); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := sink.Accepted(t); !slices.Equal(got, []uint64{4}) {
+		t.Fatalf("delivered %v, want only the new batch 4", got)
+	}
+	st := b.Stats()
+	if st.DroppedBatches.Corrupt != 3 || st.DroppedRecords.Corrupt != 15 {
+		t.Fatalf("corrupt drops %d batches %d records, want 3 and 15", st.DroppedBatches.Corrupt, st.DroppedRecords.Corrupt)
+	}
+	if n := logs.Count("WARN buffer segment dropped: its header is corrupt, so its batches cannot be mapped onto the metric catalog"); n != 1 {
+		t.Fatalf("warn lines: %d, want 1 (log: %v)", n, logs.recs)
+	}
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Fatalf("corrupt segment still there: %v", err)
+	}
+}
