@@ -9,7 +9,7 @@ export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 # Nested test modules (heavy test-only peers live in their own go.mod).
 NESTED   := $(patsubst %/go.mod,%,$(wildcard test/*/go.mod))
 
-.PHONY: build run test test-nocgo bench lint generate clean gpu-check gpu-check-build gpu-check-bench
+.PHONY: build run test test-nocgo bench nvml-calls lint generate clean gpu-check gpu-check-build gpu-check-bench
 
 build:
 	CGO_ENABLED=1 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/gpusampler
@@ -34,6 +34,12 @@ bench:
 	@mkdir -p out
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 -timeout 30m ./... | tee out/bench.txt
 	$(GO) run ./bench/cmd/benchsummary < out/bench.txt
+
+## nvml-calls: NVML calls per GPU per second by function and driver samples
+## per call, counted by the fake driver (8 GPUs, default config, 60 s,
+## steady state 10-60 s); GPUS, DURATION, SKIP_MS override.
+nvml-calls:
+	scripts/nvml-calls.sh
 
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)

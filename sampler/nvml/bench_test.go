@@ -6,6 +6,7 @@ import (
 	"context"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -46,10 +47,22 @@ type keepOpen struct{ *Source }
 
 func (keepOpen) Close() error { return nil }
 
-type discard struct{}
+// discard drops what it is given, counting the driver samples: buffer
+// samples, not point reads.
+type discard struct{ driverSamples *atomic.Uint64 }
 
-func (discard) Write(context.Context, *sampler.Batch) error { return nil }
-func (discard) Close() error                                { return nil }
+func (d discard) Write(_ context.Context, b *sampler.Batch) error {
+	n := 0
+	for i := range b.Samples {
+		s := &b.Samples[i]
+		if s.Flags&sampler.FlagPointRead == 0 && sampler.DefaultCatalog.Get(s.Metric).Src.Kind == sampler.FromBuffer {
+			n++
+		}
+	}
+	d.driverSamples.Add(uint64(n))
+	return nil
+}
+func (discard) Close() error { return nil }
 
 func cpuTime() time.Duration {
 	var ru syscall.Rusage
@@ -58,14 +71,21 @@ func cpuTime() time.Duration {
 }
 
 // BenchmarkEngineFakeDriver runs the engine at its default rates on 8 fake
-// GPUs for 5 s per iteration and reports samples delivered per NVML C call
-// (a poller gets 1), NVML calls per GPU per second and the process's CPU per
+// GPUs for 5 s per iteration and reports NVML calls per GPU per second
+// (calls/s/gpu), driver samples per NVML call (driver_samples/call: samples
+// drained from the driver's buffers, point reads and fields not counted),
+// every published record per call (records/call) and the process's CPU per
 // GPU in percent of one core (engine, rings, a discarding output and the
-// fake library included: an upper bound for the backend's own cost).
+// fake library included: an upper bound for the backend's own cost). Event
+// waits are not counted here (scripts/nvml-calls.sh counts every call in the
+// fake library).
 //
 // Sub-benchmarks: one-call drains (the backend's own nvmlDeviceGetSamples
-// call with a kept buffer, the default) and two-call drains (go-nvml's
-// GetSamples: a size query and a fill), measured in the same run.
+// call with a kept buffer, the default), two-call drains (go-nvml's
+// GetSamples: a size query and a fill), and the baseline: a poller that
+// reads the same metrics with point queries at the rates that reach a
+// similar resolution (power 50 Hz, utilization 6 Hz, SM and memory clocks
+// 10 Hz, fields 5 Hz, slow state 1 Hz).
 func BenchmarkEngineFakeDriver(b *testing.B) {
 	src := benchSource(b)
 	devs, err := src.Devices()
@@ -85,12 +105,93 @@ func BenchmarkEngineFakeDriver(b *testing.B) {
 		src.direct = nil
 		benchEngine(b, src, devs)
 	})
+	b.Run("poller", func(b *testing.B) {
+		benchPoller(b, devs)
+	})
+}
+
+// benchPoller is the baseline: point queries at fixed rates on every GPU
+// for 5 s per iteration. Its driver samples are the buffer metrics' point
+// reads (one value each).
+func benchPoller(b *testing.B, devs []sampler.DeviceSource) {
+	const run = 5 * time.Second
+	var fields, slow []sampler.MetricID
+	for _, m := range sampler.DefaultCatalog.All() {
+		switch {
+		case m.Rare:
+		case m.Src.Kind == sampler.FromField:
+			fields = append(fields, m.ID)
+		case m.Src.Kind == sampler.FromQuery:
+			slow = append(slow, m.ID)
+		}
+	}
+	tasks := []struct {
+		ids    []sampler.MetricID
+		every  time.Duration
+		driver bool // buffer metrics: these values count as driver samples
+	}{
+		{[]sampler.MetricID{sampler.MetricPowerDraw}, 20 * time.Millisecond, true},
+		{[]sampler.MetricID{sampler.MetricUtilGPU, sampler.MetricUtilMemory}, 166 * time.Millisecond, true},
+		{[]sampler.MetricID{sampler.MetricClockSM, sampler.MetricClockMemory}, 100 * time.Millisecond, true},
+		{fields, 200 * time.Millisecond, false},
+		{slow, time.Second, false},
+	}
+	var samples, calls uint64
+	var wall time.Duration
+	for i := 0; i < b.N; i++ {
+		calls0 := totalCalls(devs)
+		var wg sync.WaitGroup
+		var got atomic.Uint64
+		t0 := time.Now()
+		for _, d := range devs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				next := make([]time.Time, len(tasks))
+				outs := make([][]sampler.Reading, len(tasks))
+				for k, t := range tasks {
+					next[k], outs[k] = t0, make([]sampler.Reading, len(t.ids))
+				}
+				for {
+					now := time.Now()
+					if now.Sub(t0) >= run {
+						return
+					}
+					soonest := t0.Add(run)
+					for k, t := range tasks {
+						if !now.Before(next[k]) {
+							if err := d.Read(t.ids, outs[k]); err == nil && t.driver {
+								for _, r := range outs[k] {
+									if r.Err == nil {
+										got.Add(1)
+									}
+								}
+							}
+							next[k] = next[k].Add(t.every)
+						}
+						if next[k].Before(soonest) {
+							soonest = next[k]
+						}
+					}
+					time.Sleep(time.Until(soonest))
+				}
+			}()
+		}
+		wg.Wait()
+		wall += time.Since(t0)
+		samples += got.Load()
+		calls += totalCalls(devs) - calls0
+	}
+	n := float64(len(devs))
+	b.ReportMetric(float64(samples)/float64(calls), "driver_samples/call")
+	b.ReportMetric(float64(calls)/n/wall.Seconds(), "calls/s/gpu")
 }
 
 func benchEngine(b *testing.B, src *Source, devs []sampler.DeviceSource) {
 	const run = 5 * time.Second
 	b.ReportAllocs()
 	var published, calls uint64
+	var driverSamples atomic.Uint64
 	var cpu, wall time.Duration
 	for i := 0; i < b.N; i++ {
 		calls0 := totalCalls(devs)
@@ -98,7 +199,7 @@ func benchEngine(b *testing.B, src *Source, devs []sampler.DeviceSource) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := eng.AddOutput("discard", discard{}, sampler.PumpOptions{}); err != nil {
+		if err := eng.AddOutput("discard", discard{&driverSamples}, sampler.PumpOptions{}); err != nil {
 			b.Fatal(err)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), run)
@@ -115,7 +216,8 @@ func benchEngine(b *testing.B, src *Source, devs []sampler.DeviceSource) {
 		calls += totalCalls(devs) - calls0
 	}
 	n := float64(len(devs))
-	b.ReportMetric(float64(published)/float64(calls), "samples/call")
+	b.ReportMetric(float64(driverSamples.Load())/float64(calls), "driver_samples/call")
+	b.ReportMetric(float64(published)/float64(calls), "records/call")
 	b.ReportMetric(float64(calls)/n/wall.Seconds(), "calls/s/gpu")
 	b.ReportMetric(float64(published)/n/wall.Seconds(), "samples/s/gpu")
 	b.ReportMetric(100*cpu.Seconds()/wall.Seconds()/n, "cpu_%/gpu")
