@@ -23,6 +23,7 @@ import (
 	"github.com/gpusampler/gpusampler/internal/conservation"
 	"github.com/gpusampler/gpusampler/outputs/aggregate"
 	"github.com/gpusampler/gpusampler/outputs/buffer"
+	"github.com/gpusampler/gpusampler/outputs/stdout"
 	"github.com/gpusampler/gpusampler/plugins"
 	"github.com/gpusampler/gpusampler/sampler"
 )
@@ -108,12 +109,16 @@ type env struct {
 	cells []cell
 	// run numbers record files, so that a restart starts new ones.
 	run int
-	// flush is the cells' flush_interval (a reload changes it).
-	flush string
+	// flush is the cells' flush_interval and drain the sampler's
+	// drain_interval (a reload changes them).
+	flush, drain string
+	// stdout, when set, is the process's stdout handed to a [[outputs.stdout]]
+	// block named "stdout".
+	stdout *os.File
 }
 
 func newEnv(t *testing.T, cells []cell) *env {
-	return &env{t: t, dir: t.TempDir(), cells: cells, flush: "20ms"}
+	return &env{t: t, dir: t.TempDir(), cells: cells, flush: "20ms", drain: "20ms"}
 }
 
 func (e *env) recordFile(name string, run int) string {
@@ -144,7 +149,7 @@ func (e *env) configText() string {
 
 [sampler]
   backend = "sim"
-  drain_interval = "20ms"
+  drain_interval = %q
   processes = true
   process_interval = "1s"
   process_cmdline = true
@@ -152,7 +157,10 @@ func (e *env) configText() string {
 [[outputs.record]]
   name = "witness"
   file = %q
-`, e.recordFile("witness", e.run))
+`, e.drain, e.recordFile("witness", e.run))
+	if e.stdout != nil {
+		b.WriteString("\n[[outputs.stdout]]\n  name = \"stdout\"\n  write_timeout = \"2s\"\n")
+	}
 	for _, c := range e.cells {
 		n := c.name()
 		common := fmt.Sprintf("  name = %q\n  flush_interval = %q\n  write_timeout = \"2s\"\n", n, e.flush)
@@ -177,7 +185,7 @@ func (e *env) configText() string {
 }
 
 func registry() *config.Registry {
-	return config.NewRegistry(conservation.RecordKind(), plugins.Kind())
+	return config.NewRegistry(conservation.RecordKind(), plugins.Kind(), stdout.Kind())
 }
 
 func (e *env) parse(text string) (*config.Config, error) {
@@ -210,7 +218,11 @@ func (e *env) start(src *conservation.Script) *running {
 	}
 	tw := &testWriter{t: e.t}
 	log := slog.New(slog.NewTextHandler(tw, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	a, err := agent.New(src, cfg, agent.Options{Registry: registry(), Hostname: "matrix", Logger: log})
+	opts := agent.Options{Registry: registry(), Hostname: "matrix", Logger: log}
+	if e.stdout != nil {
+		opts.Stdout = e.stdout
+	}
+	a, err := agent.New(src, cfg, opts)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -454,7 +466,9 @@ func (r *running) reload(text string) error {
 			if r.retired[n] == nil {
 				r.retired[n] = &counts{}
 			}
-			r.retired[n].add(before[n])
+			b := before[n]
+			b.OnDisk = 0 // a backlog the replacement takes over (same dir), not a loss
+			r.retired[n].add(b)
 		}
 	}
 	return err
