@@ -116,7 +116,7 @@ func TestKill9Child(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, dir: dir, cells: allCells(isDisk), flush: "20ms"}
+	e := &env{t: t, dir: dir, cells: allCells(isDisk), flush: "20ms", drain: "20ms"}
 	r := e.start(newScriptAt(time.Unix(0, startNS)))
 	r.phase()
 	r.settle(nil)
