@@ -299,6 +299,8 @@ func kindOf(finding string, e sampler.Event) string {
 		return "memory nearly full"
 	case diagnose.FindingXID:
 		return "XID error"
+	case diagnose.FindingCommBound:
+		return "communication-bound"
 	}
 	return finding
 }

@@ -185,6 +185,13 @@ func benchMetric(m *sampler.Metric) bool {
 		return m.ID == sampler.MetricMemoryUsed || m.ID == sampler.MetricMemoryTotal
 	case sampler.GroupHealth:
 		return m.ID == sampler.MetricXIDCount
+	case sampler.GroupPCIe, sampler.GroupNVLink:
+		// link traffic and capacity, for the communication-bound diagnosis
+		return m.Kind == sampler.Counter || m.ID == sampler.MetricPCIeLinkGen || m.ID == sampler.MetricPCIeLinkWidth
+	}
+	switch m.ID {
+	case sampler.MetricPCIeTxRate, sampler.MetricPCIeRxRate, sampler.MetricNVLinkTxRate, sampler.MetricNVLinkRxRate:
+		return true
 	}
 	return strings.Contains(m.Name, "sm_active") || strings.Contains(m.Name, "tensor")
 }

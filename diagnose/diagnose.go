@@ -2,8 +2,9 @@
 // the field guide's diagnoses, made live: temperature over the device's own
 // slowdown threshold, clocks throttled (with the reason), memory nearly
 // full, high utilization with low power (launch-bound: small kernels),
-// periodic utilization dips (input-pipeline stalls, with the period), and
-// XID errors.
+// periodic utilization dips (input-pipeline stalls, with the period),
+// communication-bound multi-GPU work (NVLink or PCIe busy while the SMs
+// idle), and XID errors.
 //
 // A Detector implements sampler.Observer: set it as sampler.Config.Observer
 // and the engine feeds it every published sample; it reports each finding
@@ -41,6 +42,7 @@ const (
 	FindingLaunchBound  = "launch_bound"
 	FindingPeriodicDips = "periodic_utilization_dips"
 	FindingXID          = "xid"
+	FindingCommBound    = "communication_bound"
 )
 
 // Rules, with their reasons.
@@ -65,7 +67,32 @@ const (
 	// quietNS: a condition that has not held for this long closes its
 	// finding.
 	quietNS = 5e9
+
+	// CommNVLinkBytesPerS: NVLink traffic (both directions, all links) at
+	// which a GPU is busy communicating: more than a quarter of an
+	// H100/H200's 900 GB/s, several times what data-parallel training moves
+	// while its compute keeps the SMs busy.
+	CommNVLinkBytesPerS = 250e9
+	// CommPCIeFrac and CommPCIeBytesPerS: PCIe traffic (both directions) at
+	// half the link's capacity (from its current generation and width), or
+	// 16 GB/s when the link is unknown (half of a Gen4 x16 link, one
+	// direction's worth).
+	CommPCIeFrac      = 0.5
+	CommPCIeBytesPerS = 16e9
+	// CommSMActivePct and CommUtilPct: with the links that busy, SMs active
+	// under 40% of the time (GPM), or the engine busy under 60% of the time
+	// when the GPU has no GPM, mean the GPU mostly waits for its peers'
+	// data.
+	CommSMActivePct = 40
+	CommUtilPct     = 60
+	// commMinSpanNS: link rates over at least this span make a verdict, not
+	// one burst (counters need two readings; GPM reads come once a second).
+	commMinSpanNS = 1e9
 )
+
+// pcieLaneBytesPerS is one PCIe lane's usable bandwidth per direction, by
+// generation (after encoding overhead).
+var pcieLaneBytesPerS = map[int]float64{1: 250e6, 2: 500e6, 3: 985e6, 4: 1969e6, 5: 3938e6, 6: 7563e6}
 
 // Detector finds problems in per-device sample streams. Create it with
 // New.
@@ -109,6 +136,19 @@ type devState struct {
 	lastUtilNS    int64
 	lastReasons   uint64
 	lastReasonsNS int64
+	smWin         []tv // GPM SM activity in the launch window
+	links         map[sampler.MetricID]*linkSeries
+	pcieGen       int
+	pcieWidth     int
+}
+
+// linkSeries is one link metric's recent rates (bytes/s): a GPM rate as
+// read, a byte counter as the difference of successive readings.
+type linkSeries struct {
+	prevT int64
+	prevV float64
+	have  bool
+	win   []tv
 }
 
 type tv struct {
@@ -121,7 +161,7 @@ func (d *Detector) state(idx int) *devState {
 	defer d.mu.Unlock()
 	s := d.devs[idx]
 	if s == nil {
-		s = &devState{findings: map[string]*finding{}}
+		s = &devState{findings: map[string]*finding{}, links: map[sampler.MetricID]*linkSeries{}}
 		d.devs[idx] = s
 	}
 	return s
@@ -187,6 +227,25 @@ func (d *Detector) observe(dev *sampler.Device, s *devState, x *sampler.Sample) 
 		s.utilWin = window(append(s.utilWin, tv{t, v}), t)
 		d.launchBound(dev, s, t)
 		d.dipsFrom(dev, s, t, v)
+	case sampler.MetricSMActive:
+		s.smWin = window(append(s.smWin, tv{t, v}), t)
+	case sampler.MetricPCIeLinkGen:
+		s.pcieGen = int(v)
+	case sampler.MetricPCIeLinkWidth:
+		s.pcieWidth = int(v)
+	case sampler.MetricNVLinkTxRate, sampler.MetricNVLinkRxRate, sampler.MetricPCIeTxRate, sampler.MetricPCIeRxRate:
+		ls := s.link(x.Metric)
+		ls.win = window(append(ls.win, tv{t, v}), t)
+		d.commBound(dev, s, t)
+	case sampler.MetricNVLinkTxBytes, sampler.MetricNVLinkRxBytes, sampler.MetricPCIeTxBytes, sampler.MetricPCIeRxBytes:
+		ls := s.link(x.Metric)
+		if ls.have && t > ls.prevT && v >= ls.prevV {
+			ls.win = window(append(ls.win, tv{t, (v - ls.prevV) / (float64(t-ls.prevT) / 1e9)}), t)
+		} else if ls.have && v < ls.prevV {
+			ls.win = ls.win[:0] // the counter was reset
+		}
+		ls.prevT, ls.prevV, ls.have = t, v, true
+		d.commBound(dev, s, t)
 	case sampler.MetricXIDCount:
 		if s.xidSeen && v > s.lastXID {
 			d.emit(sampler.Event{Kind: sampler.EventFinding, Device: dev.Index, StartNS: t, EndNS: t,
@@ -236,6 +295,77 @@ func (d *Detector) launchBound(dev *sampler.Device, s *devState, t int64) {
 		return []sampler.Attr{{Key: "utilization_pct", Value: ftoa(math.Round(u))}, {Key: "power_w", Value: ftoa(math.Round(p))},
 			{Key: "power_limit_w", Value: ftoa(s.powerLimitW)}, {Key: "power_fraction", Value: ftoa(math.Round(frac*100) / 100)}}
 	}, "busy but drawing little power: the SMs mostly wait (small kernels, launch overhead); larger batches or fused kernels help")
+}
+
+func (s *devState) link(id sampler.MetricID) *linkSeries {
+	ls := s.links[id]
+	if ls == nil {
+		ls = &linkSeries{}
+		s.links[id] = ls
+	}
+	return ls
+}
+
+// linkRate is the mean traffic (bytes/s, both directions) of one link kind
+// over the window: from the GPM rates when the device has them, else from
+// its byte counters; span is the time the rates cover.
+func (s *devState) linkRate(gpmTx, gpmRx, ctrTx, ctrRx sampler.MetricID) (rate float64, span int64, src string) {
+	for _, ids := range [][2]sampler.MetricID{{gpmTx, gpmRx}, {ctrTx, ctrRx}} {
+		tx, rx := s.links[ids[0]], s.links[ids[1]]
+		if tx == nil || rx == nil || len(tx.win) == 0 || len(rx.win) == 0 {
+			continue
+		}
+		span := min(tx.win[len(tx.win)-1].t-tx.win[0].t, rx.win[len(rx.win)-1].t-rx.win[0].t)
+		src := "gpm"
+		if ids[0] == ctrTx {
+			src = "counters"
+		}
+		return mean(tx.win) + mean(rx.win), span, src
+	}
+	return 0, 0, ""
+}
+
+// commBound: NVLink or PCIe busy (CommNVLinkBytesPerS, CommPCIeFrac of
+// the link) while the SMs are mostly idle (CommSMActivePct, or
+// CommUtilPct without GPM): the GPU waits on transfers — in multi-GPU work,
+// on its peers.
+func (d *Detector) commBound(dev *sampler.Device, s *devState, t int64) {
+	nv, nvSpan, nvSrc := s.linkRate(sampler.MetricNVLinkTxRate, sampler.MetricNVLinkRxRate, sampler.MetricNVLinkTxBytes, sampler.MetricNVLinkRxBytes)
+	pc, pcSpan, pcSrc := s.linkRate(sampler.MetricPCIeTxRate, sampler.MetricPCIeRxRate, sampler.MetricPCIeTxBytes, sampler.MetricPCIeRxBytes)
+	pcieLimit := CommPCIeBytesPerS
+	if lane, ok := pcieLaneBytesPerS[s.pcieGen]; ok && s.pcieWidth > 0 {
+		pcieLimit = CommPCIeFrac * 2 * lane * float64(s.pcieWidth)
+	}
+	nvBusy := nvSpan >= int64(commMinSpanNS) && nv >= CommNVLinkBytesPerS
+	pcBusy := pcSpan >= int64(commMinSpanNS) && pc >= pcieLimit
+	var act float64
+	var actKey string
+	var idle bool
+	switch {
+	case len(s.smWin) >= 2:
+		act, actKey = mean(s.smWin), "sm_active_pct"
+		idle = act < CommSMActivePct
+	case len(s.utilWin) >= 2:
+		act, actKey = mean(s.utilWin), "utilization_pct"
+		idle = act < CommUtilPct
+	default:
+		return // activity unknown: no verdict
+	}
+	if nvSpan < int64(commMinSpanNS) && pcSpan < int64(commMinSpanNS) {
+		return // too little link data for a verdict either way
+	}
+	link, src := "nvlink", nvSrc
+	if !nvBusy && pcBusy {
+		link, src = "pcie", pcSrc
+	}
+	d.cond(dev, s, FindingCommBound, (nvBusy || pcBusy) && idle, t, (nv+pc)/1e9, func() []sampler.Attr {
+		return []sampler.Attr{{Key: "link", Value: link}, {Key: "nvlink_gbps", Value: ftoa(math.Round(nv/1e8) / 10)},
+			{Key: "pcie_gbps", Value: ftoa(math.Round(pc/1e8) / 10)}, {Key: "pcie_threshold_gbps", Value: ftoa(math.Round(pcieLimit/1e8) / 10)},
+			{Key: "nvlink_threshold_gbps", Value: ftoa(CommNVLinkBytesPerS / 1e9)}, {Key: "rate_source", Value: src},
+			{Key: actKey, Value: ftoa(math.Round(act))}}
+	}, "moving data over "+link+" while the SMs mostly idle: the GPUs wait on each other (communication-bound); "+
+		"minimize communication: overlap it with compute, all-reduce less often (gradient accumulation, larger per-GPU batches), "+
+		"and time each step between torch.distributed.barrier() and torch.cuda.synchronize() to see the wait")
 }
 
 // dipsFrom tracks dips (utilization falling below DipLowPct after having

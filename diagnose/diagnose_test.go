@@ -1,6 +1,7 @@
 package diagnose_test
 
 import (
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -27,7 +28,10 @@ func replay(t *testing.T, profile string, d time.Duration) ([]string, []sampler.
 	det := diagnose.New(func(e sampler.Event) { events = append(events, e.Clone()) })
 	cursor := map[sampler.BufferType]uint64{}
 	slow := []sampler.MetricID{sampler.MetricPowerLimit, sampler.MetricMemoryTotal, sampler.MetricMemoryUsed, sampler.MetricTempGPU,
-		sampler.MetricTempMemory, sampler.MetricClocksEventReasons, sampler.MetricXIDCount}
+		sampler.MetricTempMemory, sampler.MetricClocksEventReasons, sampler.MetricXIDCount,
+		sampler.MetricSMActive, sampler.MetricNVLinkTxRate, sampler.MetricNVLinkRxRate, sampler.MetricPCIeTxRate, sampler.MetricPCIeRxRate,
+		sampler.MetricNVLinkTxBytes, sampler.MetricNVLinkRxBytes, sampler.MetricPCIeTxBytes, sampler.MetricPCIeRxBytes,
+		sampler.MetricPCIeLinkGen, sampler.MetricPCIeLinkWidth}
 	out := make([]sampler.Reading, len(slow))
 	var raw []sampler.RawSample
 	var batch []sampler.Sample
@@ -98,6 +102,7 @@ func TestDetectorsPerProfile(t *testing.T) {
 		{"launch-bound", []string{diagnose.FindingLaunchBound}},
 		{"thermal", []string{diagnose.FindingThrottle, diagnose.FindingTemperature}},
 		{"memory-pressure", []string{diagnose.FindingMemoryFull}},
+		{"comm-bound", []string{diagnose.FindingCommBound}},
 	} {
 		t.Run(tc.profile, func(t *testing.T) {
 			got, events := replay(t, tc.profile, 90*time.Second)
@@ -113,6 +118,10 @@ func TestDetectorsPerProfile(t *testing.T) {
 				case diagnose.FindingTemperature:
 					if attr(e, "threshold_source") == "field_guide" {
 						t.Errorf("temperature threshold from the field guide although the device reports its own: %+v", e)
+					}
+				case diagnose.FindingCommBound:
+					if attr(e, "link") != "nvlink" || attr(e, "rate_source") != "gpm" || attr(e, "sm_active_pct") == "" {
+						t.Errorf("communication-bound evidence %+v: want nvlink, from GPM, with SM activity", e.Attrs)
 					}
 				case diagnose.FindingThrottle:
 					if r := attr(e, "reason"); r != "sw_thermal+hw_thermal" {
@@ -144,5 +153,85 @@ func TestXIDFinding(t *testing.T) {
 	det.Observe(dev, []sampler.Sample{{TimeNS: 3e9, Value: 1, Metric: sampler.MetricXIDCount}})
 	if len(events) != 1 || attr(events[0], "finding") != diagnose.FindingXID {
 		t.Fatalf("events %+v", events)
+	}
+}
+
+// Every simulator profile has a row in TestDetectorsPerProfile, so each
+// diagnosis is shown not to fire on the others.
+func TestEveryProfileCovered(t *testing.T) {
+	covered := []string{"idle", "training", "data-stall", "launch-bound", "thermal", "memory-pressure", "comm-bound"}
+	for _, p := range sim.Profiles {
+		if !slices.Contains(covered, p) {
+			t.Errorf("profile %q has no row in TestDetectorsPerProfile", p)
+		}
+	}
+}
+
+// commFeed feeds one device a second at a time for secs+1 seconds:
+// utilization (engine), SM activity (unless sm < 0), and byte counters
+// growing by nvlink and pcie bytes/s in each direction. Counter rates need
+// two readings and a verdict 1 s of rates: a finding opens at the third
+// second.
+func commFeed(det *diagnose.Detector, dev *sampler.Device, secs int, util, sm float64, nvlink, pcie float64, gen, width float64) {
+	for i := 0; i <= secs; i++ {
+		ts := int64(i+1) * 1e9
+		b := []sampler.Sample{{TimeNS: ts, Value: util, Metric: sampler.MetricUtilGPU},
+			{TimeNS: ts, Value: nvlink * float64(i), Metric: sampler.MetricNVLinkTxBytes},
+			{TimeNS: ts, Value: nvlink * float64(i), Metric: sampler.MetricNVLinkRxBytes},
+			{TimeNS: ts, Value: pcie * float64(i), Metric: sampler.MetricPCIeTxBytes},
+			{TimeNS: ts, Value: pcie * float64(i), Metric: sampler.MetricPCIeRxBytes}}
+		if gen > 0 {
+			b = append(b, sampler.Sample{TimeNS: ts, Value: gen, Metric: sampler.MetricPCIeLinkGen},
+				sampler.Sample{TimeNS: ts, Value: width, Metric: sampler.MetricPCIeLinkWidth})
+		}
+		if sm >= 0 {
+			b = append(b, sampler.Sample{TimeNS: ts, Value: sm, Metric: sampler.MetricSMActive})
+		}
+		det.Observe(dev, b)
+	}
+	det.Flush()
+}
+
+func TestCommBoundSynthetic(t *testing.T) {
+	for _, tc := range []struct {
+		name                   string
+		util, sm               float64
+		nvlink, pcie, gen, wid float64
+		want                   map[string]string // evidence; nil: no finding
+	}{
+		{name: "nvlink counters, no GPM", util: 45, sm: -1, nvlink: 150e9, pcie: 1e9,
+			want: map[string]string{"link": "nvlink", "nvlink_gbps": "300", "pcie_gbps": "2", "rate_source": "counters", "utilization_pct": "45",
+				"pcie_threshold_gbps": "16", "nvlink_threshold_gbps": "250", "peak": "302"}},
+		{name: "pcie at half a gen4 x16 link", util: 30, sm: 20, nvlink: 0, pcie: 18e9, gen: 4, wid: 16,
+			want: map[string]string{"link": "pcie", "nvlink_gbps": "0", "pcie_gbps": "36", "rate_source": "counters", "sm_active_pct": "20",
+				"pcie_threshold_gbps": "31.5", "nvlink_threshold_gbps": "250", "peak": "36"}},
+		{name: "pcie busy but a gen5 link has room", util: 30, sm: 20, pcie: 18e9, gen: 5, wid: 16},
+		{name: "links busy, SMs busy too", util: 95, sm: 85, nvlink: 150e9},
+		{name: "links busy, engine busy, no GPM", util: 90, sm: -1, nvlink: 150e9},
+		{name: "SMs idle, links quiet", util: 20, sm: 10, nvlink: 10e9, pcie: 1e9},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var events []sampler.Event
+			det := diagnose.New(func(e sampler.Event) { events = append(events, e.Clone()) })
+			commFeed(det, &sampler.Device{Index: 1}, 6, tc.util, tc.sm, tc.nvlink, tc.pcie, tc.gen, tc.wid)
+			if tc.want == nil {
+				if len(events) != 0 {
+					t.Fatalf("findings %+v, want none", events)
+				}
+				return
+			}
+			if len(events) != 2 {
+				t.Fatalf("events %+v, want one finding opened and closed", events)
+			}
+			e := events[1]
+			got := map[string]string{}
+			for _, a := range e.Attrs {
+				got[a.Key] = a.Value
+			}
+			tc.want["finding"], tc.want["state"] = diagnose.FindingCommBound, "closed"
+			if e.Device != 1 || e.StartNS != 3e9 || e.EndNS != 7e9 || !maps.Equal(got, tc.want) {
+				t.Fatalf("finding on GPU %d %d..%d %v,\nwant GPU 1 3e9..7e9 %v", e.Device, e.StartNS, e.EndNS, got, tc.want)
+			}
+		})
 	}
 }

@@ -44,10 +44,16 @@ func TestBenchProfileDiagnoses(t *testing.T) {
 		{"launch-bound", "launch-bound"},
 		{"thermal", "thermal"},
 		{"memory-pressure", "memory nearly full"},
+		// link rates need a second of readings for a verdict
+		{"comm-bound", "communication-bound"},
 	} {
 		t.Run(tc.profile, func(t *testing.T) {
 			t.Parallel()
-			code, out, errs, res := benchCLI(t, "--profile", tc.profile, "--runs", "1", "--", "sleep", "0.3")
+			secs := "0.3"
+			if tc.profile == "comm-bound" {
+				secs = "1.5"
+			}
+			code, out, errs, res := benchCLI(t, "--profile", tc.profile, "--runs", "1", "--", "sleep", secs)
 			if code != 0 || res == nil {
 				t.Fatalf("exit %d\n%s\n%s", code, out, errs)
 			}

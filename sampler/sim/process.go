@@ -36,6 +36,8 @@ var profileProcesses = map[string][]simProcess{
 			memShare: 0.97, smShare: 0.9, memUtil: 52},
 		{name: "nvidia-cuda-mps-server", typ: "C", cmdline: "nvidia-cuda-mps-server", memShare: 0.03},
 	},
+	"comm-bound": {{name: "python3", typ: "C", cmdline: "python3 -m torch.distributed.run --nproc-per-node=8 train.py --model llama-8b --batch-size 2",
+		memShare: 0.995, smShare: 0.5, memUtil: 20}},
 }
 
 // processPeriod is how often the simulated driver records per-process

@@ -57,6 +57,11 @@ func (d *Device) load(at time.Time) (util float64, active bool) {
 		return 96 + 3*d.noise(0, at), true
 	case "memory-pressure":
 		return 88 + 6*d.noise(0, at), true
+	case "comm-bound":
+		// A multi-GPU job whose GPUs spend half their time in collectives,
+		// waiting for each other's data: the engine is busy only part of
+		// the time and few SMs do work.
+		return 55 + 5*d.noise(0, at), true
 	default: // training, launch-bound, thermal
 		return 97 + 2.5*d.noise(0, at), true
 	}
@@ -182,10 +187,7 @@ func (d *Device) value(id sampler.MetricID, at time.Time) (float64, bool) {
 	case sampler.MetricPCIeTxBytes, sampler.MetricPCIeRxBytes, sampler.MetricNVLinkTxBytes, sampler.MetricNVLinkRxBytes:
 		rate := 0.0 // bytes/s
 		if active {
-			rate = 2e9
-			if id == sampler.MetricNVLinkTxBytes || id == sampler.MetricNVLinkRxBytes {
-				rate = 90e9
-			}
+			rate = d.linkRate(id)
 		}
 		return math.Round(rate * d.elapsed(at)), true
 	case sampler.MetricPCIeLinkGen:
@@ -205,6 +207,25 @@ func (d *Device) value(id sampler.MetricID, at time.Time) (float64, bool) {
 		return 1, true
 	}
 	return 0, false
+}
+
+// linkRate is the profile's traffic in bytes/s, one direction, on the link
+// of metric id (a PCIe or NVLink counter or rate) at full load.
+func (d *Device) linkRate(id sampler.MetricID) float64 {
+	nvlink := id == sampler.MetricNVLinkTxBytes || id == sampler.MetricNVLinkRxBytes ||
+		id == sampler.MetricNVLinkTxRate || id == sampler.MetricNVLinkRxRate
+	switch d.src.opts.Profile {
+	case "comm-bound":
+		// all-reduce traffic dominates
+		if nvlink {
+			return 280e9
+		}
+		return 3e9
+	}
+	if nvlink {
+		return 90e9
+	}
+	return 2e9
 }
 
 // power in W for a utilization at an instant.
@@ -258,6 +279,8 @@ var gpmShapes = map[string]gpmShape{
 	"data-stall":      {smActive: 85, occupancy: 55, tensor: 68, hmma: 66, dfma: 0, imma: 1, fp64: 0.2, fp32: 17, fp16: 32, dram: 52},
 	"thermal":         {smActive: 90, occupancy: 60, tensor: 75, hmma: 73, dfma: 0, imma: 1, fp64: 0.2, fp32: 19, fp16: 35, dram: 58},
 	"memory-pressure": {smActive: 70, occupancy: 45, tensor: 40, hmma: 38, dfma: 0, imma: 1, fp64: 0.1, fp32: 25, fp16: 20, dram: 80},
+	// Collectives run on a few SMs while the rest wait for the peers' data.
+	"comm-bound": {smActive: 30, occupancy: 14, tensor: 20, hmma: 19, dfma: 0, imma: 0, fp64: 0, fp32: 8, fp16: 10, dram: 35},
 }
 
 // gpmValue is a GPM metric's simulated value at t: percent for activity,
@@ -297,10 +320,11 @@ func (d *Device) gpmValue(id sampler.MetricID, at time.Time) float64 {
 		return pct(sh.fp16)
 	case sampler.MetricDRAMActive:
 		return pct(sh.dram)
-	case sampler.MetricPCIeTxRate, sampler.MetricPCIeRxRate:
-		return math.Round(2e9 * f * (1 + 0.05*n))
-	case sampler.MetricNVLinkTxRate, sampler.MetricNVLinkRxRate:
-		return math.Round(90e9 * f * (1 + 0.05*n))
+	case sampler.MetricPCIeTxRate, sampler.MetricPCIeRxRate, sampler.MetricNVLinkTxRate, sampler.MetricNVLinkRxRate:
+		if d.src.opts.Profile == "comm-bound" {
+			f = 1 // the links stay busy while the SMs wait
+		}
+		return math.Round(d.linkRate(id) * f * (1 + 0.05*n))
 	}
 	return 0
 }

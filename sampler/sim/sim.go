@@ -22,7 +22,7 @@ import (
 )
 
 // Profiles lists the workload profiles by name.
-var Profiles = []string{"idle", "training", "data-stall", "launch-bound", "thermal", "memory-pressure"}
+var Profiles = []string{"idle", "training", "data-stall", "launch-bound", "thermal", "memory-pressure", "comm-bound"}
 
 // ValidProfile reports whether name is a known profile.
 func ValidProfile(name string) bool { return slices.Contains(Profiles, name) }

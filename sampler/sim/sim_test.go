@@ -259,6 +259,8 @@ func TestGPMProfiles(t *testing.T) {
 		{profile: "training", smMin: 70, smMax: 100, tensorMin: 60, utilMin: 90, nvlinkMin: 50e9, nvlinkMx: 120e9},
 		{profile: "launch-bound", smMin: 0, smMax: 20, tensorMin: 0, utilMin: 90, nvlinkMin: 50e9, nvlinkMx: 120e9},
 		{profile: "idle", smMin: 0, smMax: 0, tensorMin: 0, utilMin: 0, nvlinkMin: 0, nvlinkMx: 0},
+		// Collectives: links busy, few SMs working, the engine half idle.
+		{profile: "comm-bound", smMin: 5, smMax: 30, tensorMin: 0, utilMin: 45, nvlinkMin: 250e9, nvlinkMx: 320e9},
 	} {
 		t.Run(tc.profile, func(t *testing.T) {
 			clk := &fakeClock{t: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
