@@ -307,22 +307,28 @@ func (s *devState) link(id sampler.MetricID) *linkSeries {
 }
 
 // linkRate is the mean traffic (bytes/s, both directions) of one link kind
-// over the window: from the GPM rates when the device has them, else from
-// its byte counters; span is the time the rates cover.
-func (s *devState) linkRate(gpmTx, gpmRx, ctrTx, ctrRx sampler.MetricID) (rate float64, span int64, src string) {
-	for _, ids := range [][2]sampler.MetricID{{gpmTx, gpmRx}, {ctrTx, ctrRx}} {
-		tx, rx := s.links[ids[0]], s.links[ids[1]]
+// over the window: from the GPM rates when they cover commMinSpanNS, else
+// from the byte counters (read more often) when they cover more; span is the
+// time the rates cover and from the first of them.
+func (s *devState) linkRate(gpmTx, gpmRx, ctrTx, ctrRx sampler.MetricID) (rate float64, span, from int64, src string) {
+	for _, c := range []struct {
+		tx, rx sampler.MetricID
+		src    string
+	}{{gpmTx, gpmRx, "gpm"}, {ctrTx, ctrRx, "counters"}} {
+		tx, rx := s.links[c.tx], s.links[c.rx]
 		if tx == nil || rx == nil || len(tx.win) == 0 || len(rx.win) == 0 {
 			continue
 		}
-		span := min(tx.win[len(tx.win)-1].t-tx.win[0].t, rx.win[len(rx.win)-1].t-rx.win[0].t)
-		src := "gpm"
-		if ids[0] == ctrTx {
-			src = "counters"
+		sp := min(tx.win[len(tx.win)-1].t-tx.win[0].t, rx.win[len(rx.win)-1].t-rx.win[0].t)
+		if src != "" && sp <= span {
+			continue
 		}
-		return mean(tx.win) + mean(rx.win), span, src
+		rate, span, from, src = mean(tx.win)+mean(rx.win), sp, max(tx.win[0].t, rx.win[0].t), c.src
+		if span >= int64(commMinSpanNS) {
+			break
+		}
 	}
-	return 0, 0, ""
+	return rate, span, from, src
 }
 
 // commBound: NVLink or PCIe busy (CommNVLinkBytesPerS, CommPCIeFrac of
@@ -330,8 +336,8 @@ func (s *devState) linkRate(gpmTx, gpmRx, ctrTx, ctrRx sampler.MetricID) (rate f
 // CommUtilPct without GPM): the GPU waits on transfers — in multi-GPU work,
 // on its peers.
 func (d *Detector) commBound(dev *sampler.Device, s *devState, t int64) {
-	nv, nvSpan, nvSrc := s.linkRate(sampler.MetricNVLinkTxRate, sampler.MetricNVLinkRxRate, sampler.MetricNVLinkTxBytes, sampler.MetricNVLinkRxBytes)
-	pc, pcSpan, pcSrc := s.linkRate(sampler.MetricPCIeTxRate, sampler.MetricPCIeRxRate, sampler.MetricPCIeTxBytes, sampler.MetricPCIeRxBytes)
+	nv, nvSpan, nvFrom, nvSrc := s.linkRate(sampler.MetricNVLinkTxRate, sampler.MetricNVLinkRxRate, sampler.MetricNVLinkTxBytes, sampler.MetricNVLinkRxBytes)
+	pc, pcSpan, pcFrom, pcSrc := s.linkRate(sampler.MetricPCIeTxRate, sampler.MetricPCIeRxRate, sampler.MetricPCIeTxBytes, sampler.MetricPCIeRxBytes)
 	pcieLimit := CommPCIeBytesPerS
 	if lane, ok := pcieLaneBytesPerS[s.pcieGen]; ok && s.pcieWidth > 0 {
 		pcieLimit = CommPCIeFrac * 2 * lane * float64(s.pcieWidth)
@@ -354,11 +360,13 @@ func (d *Detector) commBound(dev *sampler.Device, s *devState, t int64) {
 	if nvSpan < int64(commMinSpanNS) && pcSpan < int64(commMinSpanNS) {
 		return // too little link data for a verdict either way
 	}
-	link, src := "nvlink", nvSrc
+	link, src, from := "nvlink", nvSrc, nvFrom
 	if !nvBusy && pcBusy {
-		link, src = "pcie", pcSrc
+		link, src, from = "pcie", pcSrc, pcFrom
 	}
-	d.cond(dev, s, FindingCommBound, (nvBusy || pcBusy) && idle, t, (nv+pc)/1e9, func() []sampler.Attr {
+	// The verdict is on means over the window: the condition held from the
+	// first rate in it, which is where the finding starts.
+	d.condSince(dev, s, FindingCommBound, (nvBusy || pcBusy) && idle, min(from, t), t, (nv+pc)/1e9, func() []sampler.Attr {
 		return []sampler.Attr{{Key: "link", Value: link}, {Key: "nvlink_gbps", Value: ftoa(math.Round(nv/1e8) / 10)},
 			{Key: "pcie_gbps", Value: ftoa(math.Round(pc/1e8) / 10)}, {Key: "pcie_threshold_gbps", Value: ftoa(math.Round(pcieLimit/1e8) / 10)},
 			{Key: "nvlink_threshold_gbps", Value: ftoa(CommNVLinkBytesPerS / 1e9)}, {Key: "rate_source", Value: src},
@@ -417,6 +425,12 @@ func (d *Detector) dipsFrom(dev *sampler.Device, s *devState, t int64, v float64
 // cond updates finding name: opened when ok first holds, kept while it
 // holds, closed once it has not held for quietNS.
 func (d *Detector) cond(dev *sampler.Device, s *devState, name string, ok bool, t int64, v float64, attrs func() []sampler.Attr, msg string) *finding {
+	return d.condSince(dev, s, name, ok, t, t, v, attrs, msg)
+}
+
+// condSince is cond for a condition judged at t on evidence that starts at
+// since: a finding it opens starts at since.
+func (d *Detector) condSince(dev *sampler.Device, s *devState, name string, ok bool, since, t int64, v float64, attrs func() []sampler.Attr, msg string) *finding {
 	f := s.findings[name]
 	if f == nil {
 		f = &finding{name: name}
@@ -426,7 +440,8 @@ func (d *Detector) cond(dev *sampler.Device, s *devState, name string, ok bool, 
 		return f
 	}
 	if !f.open {
-		f.open, f.startNS, f.peak = true, t, v
+		since = max(since, f.lastNS) // never before an earlier span ended
+		f.open, f.startNS, f.peak = true, since, v
 		f.attrs, f.evidence = attrs(), msg
 		d.emit(f.event(dev.Index, 0))
 	}

@@ -171,7 +171,7 @@ func TestEveryProfileCovered(t *testing.T) {
 // utilization (engine), SM activity (unless sm < 0), and byte counters
 // growing by nvlink and pcie bytes/s in each direction. Counter rates need
 // two readings and a verdict 1 s of rates: a finding opens at the third
-// second.
+// second, starting at the first rate (the second second).
 func commFeed(det *diagnose.Detector, dev *sampler.Device, secs int, util, sm float64, nvlink, pcie float64, gen, width float64) {
 	for i := 0; i <= secs; i++ {
 		ts := int64(i+1) * 1e9
@@ -229,8 +229,8 @@ func TestCommBoundSynthetic(t *testing.T) {
 				got[a.Key] = a.Value
 			}
 			tc.want["finding"], tc.want["state"] = diagnose.FindingCommBound, "closed"
-			if e.Device != 1 || e.StartNS != 3e9 || e.EndNS != 7e9 || !maps.Equal(got, tc.want) {
-				t.Fatalf("finding on GPU %d %d..%d %v,\nwant GPU 1 3e9..7e9 %v", e.Device, e.StartNS, e.EndNS, got, tc.want)
+			if e.Device != 1 || e.StartNS != 2e9 || e.EndNS != 7e9 || !maps.Equal(got, tc.want) {
+				t.Fatalf("finding on GPU %d %d..%d %v,\nwant GPU 1 2e9..7e9 %v", e.Device, e.StartNS, e.EndNS, got, tc.want)
 			}
 		})
 	}
