@@ -460,7 +460,9 @@ func benchInterrupts(ctx context.Context, stderr io.Writer) (run context.Context
 			fmt.Fprintln(stderr, "\ngpusampler bench: stopping after the current run (Ctrl-C again to stop now)")
 		})
 	}
+	exited := make(chan struct{})
 	go func() {
+		defer close(exited)
 		parent := ctx.Done()
 		n := 0
 		for {
@@ -481,9 +483,12 @@ func benchInterrupts(ctx context.Context, stderr io.Writer) (run context.Context
 			}
 		}
 	}()
+	// done waits for the goroutine: nothing it prints can race with what
+	// the caller writes to stderr afterwards.
 	return runCtx, stopCh, func() {
 		signal.Stop(sigs)
 		close(quit)
+		<-exited
 		cancel()
 	}
 }
