@@ -13,9 +13,20 @@
 //     output kind (RecordKind) builds it in process; served out of process
 //     by cmd recordplugin it is the same code behind the real plugin client.
 //
-// The matrix runs the real agent (config, wrappers, pumps, buffers, plugin
-// supervision) over {in-process, plugin} × {no buffer, memory, disk} ×
-// {raw, aggregate}, under faults, and compares what each sink received,
-// record by record and field by field, with what the engine published and
-// what the counters say was dropped.
+// The matrix (TestMatrix) runs the real agent (config, wrappers, pumps,
+// buffers, plugin supervision) over {in-process, plugin} × {no buffer,
+// memory, disk} × {raw, aggregate}, beside a witness (an unbuffered
+// in-process recorder), under these scenarios: clean; down (sinks refuse
+// as retryable, then recover); refuse (one batch refused permanently,
+// however often offered); pluginkill (SIGKILL of every plugin); sighup
+// (unchanged, changed outputs, changed [sampler], broken config); restart
+// (disk buffers replayed by a new agent); lapped (small rings, sinks down:
+// ring drops); kill9 (gpusampler SIGKILLed with data queued on disk, then
+// started again); stdoutstall (a stdout reader that stops reading). For
+// each cell it compares what the sink received with what the witness
+// received, record by record and field by field (aggregate cells: with
+// the summaries of the witness's samples), and the records missing with
+// the pump, buffer and aggregation drop counters. Cells known to fail are
+// listed with their reason in the test's knownBroken table. go test -run
+// Matrix -v prints published, delivered and dropped per cell.
 package conservation

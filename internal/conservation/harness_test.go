@@ -112,6 +112,8 @@ type env struct {
 	// flush is the cells' flush_interval and drain the sampler's
 	// drain_interval (a reload changes them).
 	flush, drain string
+	// ring is the sampler's ring_size (0: the default).
+	ring int
 	// stdout, when set, is the process's stdout handed to a [[outputs.stdout]]
 	// block named "stdout".
 	stdout *os.File
@@ -158,6 +160,12 @@ func (e *env) configText() string {
   name = "witness"
   file = %q
 `, e.drain, e.recordFile("witness", e.run))
+	if e.ring > 0 {
+		// [sampler] is above the outputs: ring_size goes there.
+		text := b.String()
+		b.Reset()
+		b.WriteString(strings.Replace(text, "[sampler]\n", fmt.Sprintf("[sampler]\n  ring_size = %d\n", e.ring), 1))
+	}
 	if e.stdout != nil {
 		b.WriteString("\n[[outputs.stdout]]\n  name = \"stdout\"\n  write_timeout = \"2s\"\n")
 	}

@@ -1,0 +1,37 @@
+package conservation_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/gpusampler/gpusampler/internal/conservation"
+)
+
+// lapped: small rings (256 samples per device) and unbuffered raw cells
+// whose sinks are down for five phases (500 samples per device): the
+// rings drop what the stalled pumps cannot hold, and every sample missing
+// at a sink must be one the pump counted as dropped. The witness keeps up.
+var lapped = scenario{name: "lapped", about: "ring_size 256, unbuffered raw sinks down for five phases: the ring drops, counted",
+	cells: func(c cell) bool { return c.buf == "none" && c.mode == "raw" },
+	run: func(t *testing.T, e *env) result {
+		e.ring = 256
+		r := e.start(newScript())
+		r.phase()
+		r.settle(nil)
+		e.setControl(nil, conservation.ControlDown)
+		for range 5 { // the held batch takes one phase; the lanes (256) cannot hold the next four (400)
+			r.phase()
+		}
+		r.awaitDown(2)
+		e.setControl(nil)
+		r.phase()
+		r.settle(nil)
+		return finish(t, e, r)
+	},
+	check: func(c cell, got received) func(*outcome) {
+		return func(o *outcome) {
+			if o.dropped.RingDropped == 0 {
+				o.problems = append(o.problems, fmt.Sprintf("the ring dropped nothing (%+v): the scenario did not lap it", o.dropped))
+			}
+		}
+	}}
