@@ -79,16 +79,34 @@ func SelfEvents(st sampler.Stats, now time.Time, elapsed time.Duration, prevCall
 		if d.NewestNS > 0 {
 			age = ns - d.NewestNS
 		}
+		fields := []sampler.Field{intField("published", d.Published), intField("drains", d.Drains),
+			intField("nothing_new", d.NothingNew), intField("suspected_losses", d.SuspectedLosses),
+			intField("lost_estimate", d.LostEstimate), intField("read_errors", d.ReadErrors),
+			intField("nvml_calls", d.Calls), {Key: "nvml_calls_per_s", Value: callsPerS},
+			{Key: "samples_per_call", Value: d.SamplesPerCall}, {Key: "newest_sample_age_ns", Value: float64(age), Int: true},
+			intField("min_drain_interval_ns", uint64(d.MinDrainInterval))}
+		// Calls per driver function, cumulative (a sink's rate() gives
+		// calls/s per function): nvml_calls_GetSamples, ...
+		for _, fn := range slices.Sorted(maps.Keys(d.CallsByFunction)) {
+			fields = append(fields, intField("nvml_calls_"+fieldName(fn), d.CallsByFunction[fn]))
+		}
 		evs = append(evs, sampler.Event{Kind: sampler.EventSelf, Device: d.Index, StartNS: ns, EndNS: ns,
-			Attrs: []sampler.Attr{{Key: "scope", Value: "device"}, {Key: "gpu", Value: strconv.Itoa(d.Index)}, {Key: "uuid", Value: d.UUID}},
-			Fields: []sampler.Field{intField("published", d.Published), intField("drains", d.Drains),
-				intField("nothing_new", d.NothingNew), intField("suspected_losses", d.SuspectedLosses),
-				intField("lost_estimate", d.LostEstimate), intField("read_errors", d.ReadErrors),
-				intField("nvml_calls", d.Calls), {Key: "nvml_calls_per_s", Value: callsPerS},
-				{Key: "samples_per_call", Value: d.SamplesPerCall}, {Key: "newest_sample_age_ns", Value: float64(age), Int: true},
-				intField("min_drain_interval_ns", uint64(d.MinDrainInterval))}})
+			Attrs:  []sampler.Attr{{Key: "scope", Value: "device"}, {Key: "gpu", Value: strconv.Itoa(d.Index)}, {Key: "uuid", Value: d.UUID}},
+			Fields: fields})
 	}
 	return evs
+}
+
+// fieldName makes a driver function's name a field key: letters, digits
+// and underscores ("GetSamples(size)" → "GetSamples_size").
+func fieldName(fn string) string {
+	b := []byte(fn)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+			b[i] = '_'
+		}
+	}
+	return strings.TrimRight(string(b), "_")
 }
 
 // FormatStats renders a short human summary of st (gpusampler run --stats):

@@ -1,6 +1,7 @@
 package agent_test
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +16,8 @@ func TestSelfEvents(t *testing.T) {
 	now := time.Unix(100, 0)
 	st := sampler.Stats{
 		Outputs: []sampler.OutputStats{{Name: "stdout", Published: 10, Read: 8, Dropped: 2, Delivered: 8, Lag: 3}},
-		Devices: []sampler.DeviceStats{{Index: 0, UUID: "GPU-a", Calls: 30, NewestNS: now.UnixNano() - 5e8, SamplesPerCall: 4}},
+		Devices: []sampler.DeviceStats{{Index: 0, UUID: "GPU-a", Calls: 30, NewestNS: now.UnixNano() - 5e8, SamplesPerCall: 4,
+			CallsByFunction: map[string]uint64{"GetSamples": 20, "GetSamples(size)": 1, "GetFieldValues": 9}}},
 	}
 	prev := map[int]uint64{0: 10}
 	evs := agent.SelfEvents(st, now, 2*time.Second, prev)
@@ -36,6 +38,12 @@ func TestSelfEvents(t *testing.T) {
 	}
 	if field(evs[1], "nvml_calls_per_s") != 10 || field(evs[1], "newest_sample_age_ns") != 5e8 || prev[0] != 30 {
 		t.Errorf("device event %+v", evs[1])
+	}
+	// Calls per function, as int counters, after the fixed fields.
+	n := len(evs[1].Fields)
+	if got, want := evs[1].Fields[n-3:], []sampler.Field{{Key: "nvml_calls_GetFieldValues", Value: 9, Int: true},
+		{Key: "nvml_calls_GetSamples", Value: 20, Int: true}, {Key: "nvml_calls_GetSamples_size", Value: 1, Int: true}}; !reflect.DeepEqual(got, want) {
+		t.Errorf("per-function fields %+v, want %+v", got, want)
 	}
 }
 

@@ -773,6 +773,9 @@ type DeviceStats struct {
 	// them (CallCounter).
 	Calls       uint64
 	CallLatency time.Duration
+	// CallsByFunction splits Calls by driver function, when the backend
+	// counts them so (CallBreakdown); nil otherwise.
+	CallsByFunction map[string]uint64
 	// SamplesPerCall is Published / Calls (0 when calls are not counted).
 	SamplesPerCall float64
 	// State is the device's state now.
@@ -800,6 +803,9 @@ func (l *deviceLoop) stats() DeviceStats {
 	if cc, ok := l.src.(CallCounter); ok {
 		cs := cc.CallStats()
 		s.Calls, s.CallLatency = cs.Calls, cs.Latency
+		if cb, ok := l.src.(CallBreakdown); ok {
+			s.CallsByFunction = cb.CallsByFunction()
+		}
 		if s.Calls > 0 {
 			s.SamplesPerCall = float64(s.Published) / float64(s.Calls)
 		}

@@ -104,6 +104,13 @@ type CallCounter interface {
 	CallStats() CallStats
 }
 
+// CallBreakdown is implemented by device sources that count their driver
+// calls per function: CallStats' calls split by the function called. Safe
+// from any goroutine.
+type CallBreakdown interface {
+	CallsByFunction() map[string]uint64
+}
+
 // BufferCapacitor is implemented by device sources that can tell how many
 // samples a driver buffer holds (NVML's size query). The engine then sizes
 // the drain interval from depth × period from the first drain, instead of

@@ -5,6 +5,7 @@ package nvml
 import (
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"math"
 	"strings"
 	"sync"
@@ -31,7 +32,11 @@ type device struct {
 	// (see direct); nil when that path is unavailable.
 	raw unsafe.Pointer
 
-	calls     atomic.Uint64
+	calls atomic.Uint64
+	// byOp counts calls per NVML function (CallsByFunction), guarded by
+	// opMu: the loop and the event watcher both call.
+	opMu      sync.Mutex
+	byOp      map[string]uint64
 	latencyNS atomic.Int64
 	xids      atomic.Uint64 // XID events seen by WatchEvents
 	events    atomic.Int32  // eventsUnknown, eventsWatching, eventsUnsupported
@@ -65,8 +70,9 @@ type device struct {
 }
 
 var (
-	_ sampler.DeviceSource = (*device)(nil)
-	_ sampler.CallCounter  = (*device)(nil)
+	_ sampler.DeviceSource  = (*device)(nil)
+	_ sampler.CallCounter   = (*device)(nil)
+	_ sampler.CallBreakdown = (*device)(nil)
 )
 
 func newDevice(s *Source, index int) *device {
@@ -90,9 +96,25 @@ func (d *device) account(op string, calls int, start time.Time) {
 	dur := now().Sub(start)
 	d.calls.Add(uint64(calls))
 	d.latencyNS.Add(int64(dur))
+	d.opMu.Lock()
+	if d.byOp == nil {
+		d.byOp = make(map[string]uint64)
+	}
+	d.byOp[op] += uint64(calls)
+	d.opMu.Unlock()
 	if h := d.src.opts.CallHook; h != nil {
 		h(op, dur)
 	}
+}
+
+// CallsByFunction returns the NVML C calls this device made per function
+// ("GetSamples", "GetFieldValues", "GetClockInfo"...; "GetSamples(size)"
+// for the size queries of the one-call drain path). It implements
+// sampler.CallBreakdown; the counts add up to CallStats().Calls.
+func (d *device) CallsByFunction() map[string]uint64 {
+	d.opMu.Lock()
+	defer d.opMu.Unlock()
+	return maps.Clone(d.byOp)
 }
 
 // Identity reads the device's identity and temperature thresholds.

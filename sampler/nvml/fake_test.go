@@ -438,6 +438,14 @@ func childExactlyOnce(t *testing.T, src *Source, clk *clocktest.Clock, callsFile
 			t.Errorf("gpu%d: clock %v, want realtime", d.Index, d.Clock)
 		}
 		ours += d.Calls
+		// The calls per function add up to the calls.
+		var sum uint64
+		for _, n := range d.CallsByFunction {
+			sum += n
+		}
+		if sum != d.Calls || d.CallsByFunction["GetSamples"] == 0 || d.CallsByFunction["GetFieldValues"] == 0 {
+			t.Errorf("gpu%d: calls by function %v (sum %d), calls %d", d.Index, d.CallsByFunction, sum, d.Calls)
+		}
 		t.Logf("gpu%d: published %d, calls %d, samples/call %.1f, drain interval %v", d.Index, d.Published, d.Calls, d.SamplesPerCall, d.MinDrainInterval)
 	}
 	// Engine.Run closed the source: the fake wrote the calls it received.
