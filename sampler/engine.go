@@ -303,6 +303,7 @@ func (e *Engine) ReplaceOutput(name string, out Output, opts PumpOptions) error 
 		e.startPump(np)
 	}
 	e.mu.Unlock()
+	defer np.settle()
 	if running {
 		old.stop()
 		<-old.done
@@ -342,6 +343,7 @@ func (e *Engine) ReplaceOutputWith(name string, opts PumpOptions, build func() (
 	} else {
 		closeErr = old.out.Close()
 	}
+	np.settle()
 	if closeErr != nil {
 		e.log.Warn("closing the replaced output failed", "output", name, "err", closeErr)
 	}

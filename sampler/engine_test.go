@@ -674,6 +674,12 @@ func TestEngineReplaceOutputNoGap(t *testing.T) {
 			t.Fatalf("sample %+v delivered %d times", s, n)
 		}
 	}
+	// The output's counters add up across the replacements.
+	st := e.Stats().Outputs
+	if len(st) != 1 || st[0].Published != published || st[0].Read != got || st[0].Delivered != got ||
+		st[0].Dropped != 0 || st[0].Failed != 0 || st[0].Lag != 0 || st[0].Writes == 0 {
+		t.Errorf("stats after 5 replacements: %+v, want %d published, read and delivered", st, published)
+	}
 	if e.AddOutput("late", &collector{}, sampler.PumpOptions{}) == nil {
 		t.Fatal("AddOutput after Run ended was accepted")
 	}

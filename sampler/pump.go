@@ -33,7 +33,9 @@ type PumpOptions struct {
 
 // OutputStats are one output's self-metrics. For every output, at any
 // moment after a flush: Published = Read + Dropped, and Read = Delivered +
-// Failed + Filtered + Pending.
+// Failed + Filtered + Pending. The counters add up across replacements of
+// the output (Engine.ReplaceOutput, ReplaceOutputWith: a config reload):
+// they count since the output's name was first attached.
 type OutputStats struct {
 	Name string
 	// Published samples into the rings since the output was attached, up to
@@ -91,6 +93,13 @@ type pump struct {
 	pending, retries                                      atomic.Uint64
 	evDelivered, evDropped, writes, writeErrors, lag      atomic.Uint64
 	lastLatency, maxLatency                               atomic.Int64
+
+	// The counters of the pumps this one replaced: inhPrev while the
+	// replaced pump may still flush, then inhBase, its final counters
+	// (settle). Guarded by inhMu.
+	inhMu   sync.Mutex
+	inhPrev *pump
+	inhBase OutputStats
 }
 
 func newPump(e *Engine, name string, out Output, opts PumpOptions) *pump {
@@ -119,7 +128,28 @@ func newPumpReplacing(e *Engine, name string, out Output, opts PumpOptions, old 
 		}
 	}
 	p.batch.Samples = make([]Sample, 0, opts.MaxBatch)
+	p.inhPrev = old
 	return p
+}
+
+// settle freezes the counters inherited from the replaced pump once it has
+// stopped.
+func (p *pump) settle() {
+	p.inhMu.Lock()
+	defer p.inhMu.Unlock()
+	if p.inhPrev != nil {
+		p.inhBase, p.inhPrev = p.inhPrev.snapshot(), nil
+	}
+}
+
+// inherited returns the counters of the pumps p replaced.
+func (p *pump) inherited() OutputStats {
+	p.inhMu.Lock()
+	defer p.inhMu.Unlock()
+	if p.inhPrev != nil {
+		return p.inhPrev.snapshot()
+	}
+	return p.inhBase
 }
 
 // detach removes the pump's lanes from the rings.
@@ -312,9 +342,12 @@ func (p *pump) write(ctx context.Context) bool {
 }
 
 func (p *pump) snapshot() OutputStats {
-	return OutputStats{Name: p.name, Published: p.published.Load(), Read: p.read.Load(), Dropped: p.dropped.Load(),
-		Filtered: p.filtered.Load(), Delivered: p.delivered.Load(), Failed: p.failed.Load(), Pending: p.pending.Load(), Retries: p.retries.Load(),
-		EventsDelivered: p.evDelivered.Load(), EventsDropped: p.evDropped.Load(), Writes: p.writes.Load(),
-		WriteErrors: p.writeErrors.Load(), LastWriteLatency: time.Duration(p.lastLatency.Load()),
-		MaxWriteLatency: time.Duration(p.maxLatency.Load()), Lag: p.lag.Load()}
+	b := p.inherited()
+	return OutputStats{Name: p.name, Published: b.Published + p.published.Load(), Read: b.Read + p.read.Load(),
+		Dropped: b.Dropped + p.dropped.Load(), Filtered: b.Filtered + p.filtered.Load(),
+		Delivered: b.Delivered + p.delivered.Load(), Failed: b.Failed + p.failed.Load(), Pending: p.pending.Load(),
+		Retries: b.Retries + p.retries.Load(), EventsDelivered: b.EventsDelivered + p.evDelivered.Load(),
+		EventsDropped: b.EventsDropped + p.evDropped.Load(), Writes: b.Writes + p.writes.Load(),
+		WriteErrors: b.WriteErrors + p.writeErrors.Load(), LastWriteLatency: time.Duration(p.lastLatency.Load()),
+		MaxWriteLatency: max(b.MaxWriteLatency, time.Duration(p.maxLatency.Load())), Lag: p.lag.Load()}
 }
