@@ -456,13 +456,14 @@ func (r *running) reload(text string) error {
 	err := r.a.ReloadFile(path, config.Options{Registry: registry()})
 	after := r.a.Outputs()
 	for _, c := range r.e.cells {
-		if n := c.name(); outs[n] != after[n] { // replaced: its counters start again
+		if n := c.name(); outs[n] != after[n] {
+			// Replaced: the engine's counters carry over to the new pump
+			// and a disk queue to the new buffer; the buffer's and the
+			// aggregate's own counters start again.
 			if r.retired[n] == nil {
 				r.retired[n] = &counts{}
 			}
-			b := before[n]
-			b.OnDisk = 0 // a backlog the replacement takes over (same dir), not a loss
-			r.retired[n].add(b)
+			r.retired[n].add(counts{BufferDropped: before[n].BufferDropped, Late: before[n].Late})
 		}
 	}
 	return err
