@@ -79,6 +79,7 @@ func New(src sampler.Source, cfg *config.Config, opts Options) (*Agent, error) {
 	if !s.Processes {
 		scfg.ProcessInterval = -1
 	}
+	scfg.Cursors = openCursors(src, cfg.Agent, opts.Logger)
 	var eng *sampler.Engine
 	if opts.Diagnose {
 		// The engine emits the findings; it exists before the first sample.
@@ -415,4 +416,32 @@ func (a *Agent) statsSettings() (time.Duration, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.cfg.Agent.StatsInterval, a.cfg.Agent.SelfMetrics
+}
+
+// openCursors opens the drain-cursor file in the state directory, so that
+// a restart delivers no driver sample twice. Simulated GPUs keep none (their
+// history is made up). A state directory that cannot be used costs only
+// that: it is logged, and sampling runs without.
+func openCursors(src sampler.Source, a config.Agent, log *slog.Logger) sampler.CursorStore {
+	if src.Name() == "sim" {
+		return nil
+	}
+	dir := a.StateDir
+	if dir == "" {
+		d, err := config.DefaultStateDir()
+		if err != nil {
+			log.Warn("no state directory: a restart will deliver the driver buffers' history again", "err", err)
+			return nil
+		}
+		dir = d
+	}
+	f, ignored, err := sampler.OpenCursorFile(dir)
+	if err != nil {
+		log.Warn("drain cursors not kept: a restart will deliver the driver buffers' history again", "state_dir", dir, "err", err)
+		return nil
+	}
+	if ignored {
+		log.Info("drain cursors from before the last boot ignored", "file", f.Path())
+	}
+	return f
 }

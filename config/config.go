@@ -6,6 +6,7 @@ import (
 	"maps"
 	"os"
 	"path"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strconv"
@@ -44,6 +45,30 @@ type Agent struct {
 	StatsInterval time.Duration
 	// SelfMetrics sends self-metrics through every output.
 	SelfMetrics bool
+	// StateDir holds what a restart needs (the drain cursors, so that a
+	// restart delivers no sample twice); empty means DefaultStateDir.
+	StateDir string
+}
+
+// DefaultStateDir is the state directory when [agent] state_dir is not
+// set: $STATE_DIRECTORY (set by systemd's StateDirectory=; the first of
+// its list), else /var/lib/gpusampler when running as root, else
+// $XDG_STATE_HOME/gpusampler, else ~/.local/state/gpusampler.
+func DefaultStateDir() (string, error) {
+	if d, _, _ := strings.Cut(os.Getenv("STATE_DIRECTORY"), ":"); d != "" {
+		return d, nil
+	}
+	if os.Geteuid() == 0 {
+		return "/var/lib/gpusampler", nil
+	}
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "gpusampler"), nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("state dir: %w (set [agent] state_dir)", err)
+	}
+	return filepath.Join(home, ".local", "state", "gpusampler"), nil
 }
 
 // Sampler is the [sampler] section: what is sampled, how often, from which
@@ -293,6 +318,7 @@ func parseAgent(t *Table) Agent {
 	t.Duration("flush_interval", &a.FlushInterval)
 	t.Duration("stats_interval", &a.StatsInterval)
 	t.Bool("self_metrics", &a.SelfMetrics)
+	t.String("state_dir", &a.StateDir)
 	t.Finish()
 	return a
 }

@@ -2,6 +2,7 @@ package config_test
 
 import (
 	"errors"
+	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -169,7 +170,7 @@ func TestParseErrors(t *testing.T) {
 		{"duplicate key", "[agent]\nhostname = \"a\"\nhostname = \"b\"\n", "test.toml:3: "},
 		{"unknown top-level key", "\n\nfoo = 1\n", "test.toml:3: foo: unknown key (known: agent, global_tags, sampler, outputs)"},
 		{"unknown agent key", "[agent]\n  hostnme = \"x\"\n",
-			"test.toml:2: agent.hostnme: unknown key (known: hostname, flush_interval, stats_interval, self_metrics)"},
+			"test.toml:2: agent.hostnme: unknown key (known: hostname, flush_interval, stats_interval, self_metrics, state_dir)"},
 		{"unknown sampler key", "[sampler]\ngpus = 2\ndrain = \"1s\"\n", "test.toml:3: sampler.drain: unknown key"},
 		{"unknown output key", "[[outputs.fake]]\nurl = \"x\"\n[[outputs.fake]]\nurll = \"y\"\n",
 			"test.toml:4: outputs.fake[1].urll: unknown key (known: name, include, exclude, aggregate, flush_interval, max_batch, write_timeout, buffer, buffer_max_bytes, buffer_max_records, buffer_dir, buffer_fsync_interval, retry_initial, retry_max, buffer_close_timeout, url, token)"},
@@ -308,5 +309,21 @@ func TestProcessSettings(t *testing.T) {
 				t.Fatalf("got %v %v %v %v, want %+v", s.Processes, s.ProcessInterval, s.ProcessCmdline, s.ProcessCmdlineMax, tc.want)
 			}
 		})
+	}
+}
+
+func TestDefaultStateDir(t *testing.T) {
+	t.Setenv("STATE_DIRECTORY", "/run/state/gpusampler:/other")
+	if d, err := config.DefaultStateDir(); err != nil || d != "/run/state/gpusampler" {
+		t.Errorf("with STATE_DIRECTORY: %q, %v", d, err)
+	}
+	t.Setenv("STATE_DIRECTORY", "")
+	t.Setenv("XDG_STATE_HOME", "/home/u/.state")
+	want := "/home/u/.state/gpusampler"
+	if os.Geteuid() == 0 {
+		want = "/var/lib/gpusampler"
+	}
+	if d, err := config.DefaultStateDir(); err != nil || d != want {
+		t.Errorf("without STATE_DIRECTORY: %q, %v; want %q", d, err, want)
 	}
 }

@@ -91,6 +91,11 @@ type Config struct {
 	Logger *slog.Logger
 	// Catalog defaults to DefaultCatalog.
 	Catalog *Catalog
+	// Cursors, when set, keeps the drain cursors across runs (see
+	// CursorStore): each GPU's buffers are drained from where the last run
+	// stopped, and the cursors are saved every CursorSaveInterval and at
+	// the end of Run.
+	Cursors CursorStore
 	// Clock schedules the device loops, the watchdog and lost-device
 	// probes, and is the wall time driver timestamps are classified
 	// against; nil means SystemClock. Output pumps flush on the system
@@ -174,6 +179,8 @@ type Engine struct {
 	loops   []*deviceLoop
 	events  *eventLog
 	started atomic.Bool
+
+	cursorSaveErrors atomic.Uint64
 
 	mu      sync.Mutex
 	pumps   []*pump
@@ -430,10 +437,22 @@ func (e *Engine) Run(ctx context.Context) error {
 			e.watchdog(watchCtx)
 		}()
 	}
+	if e.cfg.Cursors != nil {
+		auxWG.Add(1)
+		go func() {
+			defer auxWG.Done()
+			for sleep(e.cfg.Clock, CursorSaveInterval, ctx.Done()) {
+				e.saveCursors()
+			}
+		}()
+	}
 	<-ctx.Done() // the device loops end only with ctx
 	abandoned := e.waitLoops()
 	stopWatch()
 	auxWG.Wait()
+	if e.cfg.Cursors != nil {
+		e.saveCursors() // after the final drains
+	}
 	if f, ok := e.cfg.Observer.(interface{ Flush() }); ok {
 		f.Flush() // close open findings while the pumps still run
 	}
@@ -460,6 +479,31 @@ func (e *Engine) Run(ctx context.Context) error {
 		errs = append(errs, fmt.Errorf("close %s: %w", e.src.Name(), err))
 	}
 	return errors.Join(errs...)
+}
+
+// saveCursors saves every device's published cursors. A failure is logged
+// (the first, then every tenth): sampling goes on, a restart then delivers
+// some history again.
+func (e *Engine) saveCursors() {
+	all := make(map[string]map[BufferType]uint64, len(e.loops))
+	for _, l := range e.loops {
+		uuid := l.identity.Load().UUID
+		if uuid == "" {
+			continue
+		}
+		byType := map[BufferType]uint64{}
+		for _, b := range l.buffers {
+			if c := b.published.Load(); c > 0 {
+				byType[b.typ] = c
+			}
+		}
+		all[uuid] = byType
+	}
+	if err := e.cfg.Cursors.Save(all); err != nil {
+		if n := e.cursorSaveErrors.Add(1); n%10 == 1 {
+			e.log.Warn("cannot save the drain cursors; a restart will deliver some history again", "err", err, "failures", n)
+		}
+	}
 }
 
 // LoopStopGrace is how long Run waits, once its context has ended, for the

@@ -60,6 +60,9 @@ type bufferState struct {
 	// spanned: the interval has been set from the buffer's span once.
 	spanned bool
 	next    time.Time
+	// published is the cursor of the newest sample published into the
+	// ring (read by the engine to save the cursors).
+	published atomic.Uint64
 }
 
 // deviceLoop samples one device. Everything but the atomics is owned by the
@@ -109,6 +112,7 @@ type deviceLoop struct {
 	lostAt    time.Time
 	nextProbe time.Time
 	startErr  error
+	restored  bool // the cursor store was asked
 
 	// Watchdog: callStart is when the current driver call began (Unix ns, 0
 	// when none is in flight) and callOp what it is; hung is set by the
@@ -193,6 +197,7 @@ func (l *deviceLoop) run(ctx context.Context) {
 	}
 	if !l.lost {
 		l.askCapacity()
+		l.restoreCursors()
 	}
 	nextField, nextSlow, nextRare, nextGPM, nextProc := now, now, now, now, now
 	fieldEvery, slowEvery, rareEvery, gpmEvery := l.e.cfg.FieldInterval, l.e.cfg.SlowInterval, l.e.cfg.RareInterval, l.e.cfg.GPMInterval
@@ -225,12 +230,22 @@ func (l *deviceLoop) run(ctx context.Context) {
 			// buffers still hold what they took while the device was lost,
 			// as far back as their span reaches.
 			l.askCapacity()
+			l.restoreCursors()
 			for _, b := range l.buffers {
 				b.next = now
 			}
 			nextField, nextSlow = now, now
 		}
-		l.drainDue(now, false)
+		// Slow state first: it holds what outputs make tags of (pstate),
+		// so the history a drain returns is tagged like what follows it,
+		// from the first drain on.
+		if len(l.slowIDs) > 0 && !now.Before(nextSlow) {
+			l.readInto(l.slowIDs, l.slowOut, now, 0, &l.slowIDs, &l.slowOut)
+			nextSlow = advance(nextSlow, slowEvery, now)
+		}
+		if !l.lost {
+			l.drainDue(now, false)
+		}
 		if l.lost { // found lost just now: nothing but probes from here
 			l.flush()
 			timer.Reset(l.nextProbe.Sub(now))
@@ -246,10 +261,6 @@ func (l *deviceLoop) run(ctx context.Context) {
 				l.pointReads.Add(1)
 			}
 			nextField = advance(nextField, fieldEvery, now)
-		}
-		if len(l.slowIDs) > 0 && !now.Before(nextSlow) {
-			l.readInto(l.slowIDs, l.slowOut, now, 0, &l.slowIDs, &l.slowOut)
-			nextSlow = advance(nextSlow, slowEvery, now)
 		}
 		if len(l.rareIDs) > 0 && !now.Before(nextRare) {
 			l.readInto(l.rareIDs, l.rareOut, now, 0, &l.rareIDs, &l.rareOut)
@@ -290,6 +301,29 @@ func (l *deviceLoop) run(ctx context.Context) {
 	}
 }
 
+// restoreCursors sets the cursors of buffers not drained yet to what the
+// cursor store saved for this GPU, once its UUID is known.
+func (l *deviceLoop) restoreCursors() {
+	st := l.e.cfg.Cursors
+	uuid := l.identity.Load().UUID
+	if st == nil || uuid == "" || l.restored {
+		return
+	}
+	l.restored = true
+	saved := st.Load(uuid)
+	n := 0
+	for _, b := range l.buffers {
+		if c, ok := saved[b.typ]; ok && b.cursor == 0 {
+			b.cursor = c
+			b.published.Store(c)
+			n++
+		}
+	}
+	if n > 0 {
+		l.e.log.Info("drain cursors restored from the last run", "device", l.index, "uuid", uuid, "buffers", n)
+	}
+}
+
 // askCapacity asks the backend for each buffer's capacity it does not know
 // yet.
 func (l *deviceLoop) askCapacity() {
@@ -321,6 +355,9 @@ func (l *deviceLoop) flush() {
 	}
 	l.ring.Publish(l.pub...)
 	l.published.Add(uint64(len(l.pub)))
+	for _, b := range l.buffers {
+		b.published.Store(b.cursor)
+	}
 	if o := l.e.cfg.Observer; o != nil {
 		o.Observe(l.identity.Load(), l.pub)
 	}

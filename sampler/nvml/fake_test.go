@@ -87,6 +87,12 @@ func TestFakeDriverExactlyOnce(t *testing.T) {
 		"FAKENVML_TIME_FILE="+filepath.Join(t.TempDir(), "now"))
 }
 
+// Back-to-back runs with the drain cursors kept in a state directory.
+func TestFakeDriverRestartExactlyOnce(t *testing.T) {
+	runScenario(t, "restart", false, "FAKENVML_PERIOD_US=5000", "FAKENVML_DEPTH=100", "FAKENVML_DEVICES=2",
+		"FAKENVML_TIME_FILE="+filepath.Join(t.TempDir(), "now"))
+}
+
 func TestFakeDriverLossCounted(t *testing.T) {
 	// The size query says 1000 samples but the buffer keeps 50: the engine
 	// drains at 1 s, finds the overrun, and falls back to what it saw.
@@ -204,6 +210,8 @@ func TestFakeDriverChild(t *testing.T) {
 		childHangClock(t, src, clk)
 	case "lost-at-start":
 		childLostAtStart(t, src, clk)
+	case "restart":
+		childRestart(t, src, clk, lib)
 	case "lost-and-back":
 		childLostAndBack(t, src, clk)
 	case "hang":
@@ -775,4 +783,91 @@ func childShortBuffer(t *testing.T, src *Source, clk *clocktest.Clock) {
 	if !strings.Contains(logs.String(), "drain interval set from the buffer's span") {
 		t.Errorf("no log line for the drain schedule:\n%s", logs.String())
 	}
+}
+
+// childRestart runs the engine four times on the fake driver, one after
+// the other, as restarts of the program would: runs 1-3 keep their drain
+// cursors in one state directory, run 4 keeps none (as before cursors were
+// kept). Run 2 starts 200 ms after run 1 ended (within the buffers' 500 ms
+// span): it delivers exactly what run 1 did not. Run 3 starts 2 s after run
+// 2: the samples the driver no longer holds are missing, and exactly those
+// are counted as lost. Run 4 re-delivers the buffers' history.
+func childRestart(t *testing.T, src *Source, clk *clocktest.Clock, lib string) {
+	dir := t.TempDir()
+	store := func() sampler.CursorStore {
+		f, ignored, err := sampler.OpenCursorFile(dir)
+		if err != nil || ignored {
+			t.Fatalf("open cursors: %v (ignored %v)", err, ignored)
+		}
+		return f
+	}
+	reopen := func() sampler.Source {
+		s, err := Open(Options{LibraryPath: lib, Now: clk.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	// Two device loops, the watchdog, and the cursor saver park on the clock.
+	e1, c1 := runEngineStepped(t, src, sampler.Config{Cursors: store()}, clk, 4, time.Second)
+	clk.Advance(200 * time.Millisecond)
+	e2, c2 := runEngineStepped(t, reopen(), sampler.Config{Cursors: store()}, clk, 4, time.Second)
+	clk.Advance(2 * time.Second)
+	start3 := clk.Now()
+	e3, c3 := runEngineStepped(t, reopen(), sampler.Config{Cursors: store()}, clk, 4, time.Second)
+	clk.Advance(200 * time.Millisecond)
+	_, c4 := runEngineStepped(t, reopen(), sampler.Config{}, clk, 3, time.Second)
+
+	var dups4 int
+	for dev := range 2 {
+		b1, b2, b3, b4 := bufferTimes(c1, dev), bufferTimes(c2, dev), bufferTimes(c3, dev), bufferTimes(c4, dev)
+		if len(b1) < 4 {
+			t.Fatalf("gpu%d: %d buffer types sampled", dev, len(b1))
+		}
+		var missing uint64
+		for typ, ts1 := range b1 {
+			ts2, ts3 := b2[typ], b3[typ]
+			checkContinuous(t, fmt.Sprintf("gpu%d %s runs 1+2", dev, typ), append(slices.Clone(ts1), ts2...), fakePeriodUS)
+			checkContinuous(t, fmt.Sprintf("gpu%d %s run 3", dev, typ), ts3, fakePeriodUS)
+			if len(ts2) == 0 || len(ts3) == 0 {
+				t.Fatalf("gpu%d %s: runs 2 and 3 delivered %d and %d samples", dev, typ, len(ts2), len(ts3))
+			}
+			last2, first3 := ts2[len(ts2)-1], ts3[0]
+			if want := uint64(start3.UnixMicro())/fakePeriodUS*fakePeriodUS - 99*fakePeriodUS; first3 != want {
+				t.Errorf("gpu%d %s: run 3 starts at %d, want %d: the oldest sample the driver still holds", dev, typ, first3, want)
+			}
+			missing += (first3-last2)/fakePeriodUS - 1
+			for _, us := range b4[typ] {
+				if us <= ts3[len(ts3)-1] {
+					dups4++
+				}
+			}
+		}
+		st2, st3 := e2.Stats().Devices[dev], e3.Stats().Devices[dev]
+		if st2.LostEstimate != 0 || st2.SuspectedLosses != 0 {
+			t.Errorf("gpu%d run 2: lost estimate %d (%d suspected losses) after a restart within the span", dev, st2.LostEstimate, st2.SuspectedLosses)
+		}
+		if st3.LostEstimate != missing {
+			t.Errorf("gpu%d run 3: lost estimate %d, want the %d samples the driver no longer held", dev, st3.LostEstimate, missing)
+		}
+		// The history a first drain returns follows the slow state that
+		// outputs make tags of (pstate).
+		for run, c := range []*collector{c1, c2, c3} {
+			c.mu.Lock()
+			firstP := slices.IndexFunc(c.samples, func(s sampler.Sample) bool { return int(s.Device) == dev && s.Metric == sampler.MetricPState })
+			firstB := slices.IndexFunc(c.samples, func(s sampler.Sample) bool {
+				return int(s.Device) == dev && sampler.DefaultCatalog.Get(s.Metric).Src.Kind == sampler.FromBuffer
+			})
+			c.mu.Unlock()
+			if firstP < 0 || firstP > firstB {
+				t.Errorf("run %d gpu%d: first pstate sample at %d, first buffer sample at %d: history published untagged", run+1, dev, firstP, firstB)
+			}
+		}
+		t.Logf("gpu%d: run 2 lost 0, run 3 lost %d (counted %d)", dev, missing, st3.LostEstimate)
+	}
+	if dups4 == 0 {
+		t.Errorf("run 4 without cursors delivered no history again")
+	}
+	_ = e1
+	t.Logf("duplicates: 0 across runs 1-3 with cursors; %d in run 4 without them", dups4)
 }
