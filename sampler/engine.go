@@ -507,40 +507,53 @@ func (e *Engine) saveCursors() {
 }
 
 // LoopStopGrace is how long Run waits, once its context has ended, for the
-// device loops to make their final drain and stop. A loop still inside a
-// driver call after that (a hung GPU) is abandoned: counted in its
-// DeviceStats and logged, so that one GPU cannot hold up the shutdown; the
-// backend is then not closed under the call.
+// device loops to make their final drain and stop. A loop then inside a
+// driver call that has lasted LoopStopGrace or more (a hung GPU) is
+// abandoned: counted in its DeviceStats and logged, so that one GPU cannot
+// hold up the shutdown by more than twice this; the backend is then not
+// closed under the call. A loop that is merely slow (a loaded machine) is
+// waited for.
 const LoopStopGrace = time.Second
 
-// waitLoops waits for every device loop to end, at most LoopStopGrace on
-// the engine's clock; the loops still running then are abandoned.
+// waitLoops waits for every device loop to end; after LoopStopGrace on the
+// engine's clock, it abandons the loops stuck in a long driver call.
 func (e *Engine) waitLoops() (abandoned int) {
-	t := e.cfg.Clock.NewTimer(LoopStopGrace)
+	clk := e.cfg.Clock
+	t := clk.NewTimer(LoopStopGrace)
 	defer t.Stop()
 	expired := false
 	for _, l := range e.loops {
-		if !expired {
+		for {
+			if !expired {
+				select {
+				case <-l.done:
+				case <-t.C():
+					expired = true
+					t.Reset(0) // check this loop at once
+					continue
+				}
+				break
+			}
 			select {
 			case <-l.done:
-				continue
-			case <-t.C():
-				expired = true
+			case now := <-t.C():
+				start := l.callStart.Load()
+				if start == 0 || now.UnixNano()-start < int64(LoopStopGrace) {
+					t.Reset(10 * time.Millisecond) // not stuck: wait on
+					continue
+				}
+				l.abandoned.Store(true)
+				op := "call"
+				if p := l.callOp.Load(); p != nil {
+					op = *p
+				}
+				e.log.Error("abandoning a device loop stuck in a driver call at shutdown", "device", l.index,
+					"uuid", l.identity.Load().UUID, "op", op, "for", now.Sub(time.Unix(0, start)))
+				abandoned++
+				t.Reset(0)
 			}
+			break
 		}
-		select {
-		case <-l.done:
-			continue
-		default:
-		}
-		l.abandoned.Store(true)
-		op := "call"
-		if p := l.callOp.Load(); p != nil && l.callStart.Load() != 0 {
-			op = *p
-		}
-		e.log.Error("abandoning a device loop stuck in a driver call at shutdown", "device", l.index,
-			"uuid", l.identity.Load().UUID, "op", op, "waited", LoopStopGrace)
-		abandoned++
 	}
 	return abandoned
 }
