@@ -113,7 +113,7 @@ func assemble(col *Collector, devs []sampler.Device, opts Options, created time.
 		}
 		summarize(&b)
 		res.Warnings = append(res.Warnings, coarseEnergyWarnings(&b)...)
-		b.Diagnoses = diagnoses(col.Events(), &b)
+		b.Diagnoses = append(diagnoses(col.Events(), &b), fragmentation(execs, ci, devs, windows)...)
 		for _, dg := range b.Diagnoses {
 			for _, n := range dg.Runs {
 				r := &b.Runs[n-1]

@@ -147,6 +147,18 @@ func (e *CommandError) Error() string {
 
 func (e *CommandError) Unwrap() error { return e.Err }
 
+// lockedWriter serializes writes to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
 // tailBuffer keeps the last n bytes written.
 type tailBuffer struct {
 	mu  sync.Mutex
@@ -208,6 +220,9 @@ type execution struct {
 	runtimeWarning string
 	// tail is the end of the command's stderr (when hidden).
 	tail string
+	// oom is the first out-of-memory message on the command's stderr, nil
+	// when none.
+	oom *oomEvent
 	// interrupted: the user stopped the benchmark during this execution; it
 	// is incomplete and not recorded.
 	interrupted bool
@@ -421,10 +436,13 @@ func (rl *runLoop) runOne(ctx context.Context, ci int, c Command, warm bool, i i
 	cmd := c.cmd(ctx)
 	cmd.Env = rl.env
 	tail := &tailBuffer{n: 4096}
+	oom := &oomWatch{}
 	if opts.ShowOutput {
-		cmd.Stdout, cmd.Stderr = opts.Output, opts.Output
+		// stdout and stderr are copied by two goroutines once they differ
+		out := &lockedWriter{w: opts.Output}
+		cmd.Stdout, cmd.Stderr = out, io.MultiWriter(out, oom)
 	} else {
-		cmd.Stderr = tail
+		cmd.Stderr = io.MultiWriter(tail, oom)
 	}
 	if rl.marks != nil {
 		rl.marks.Begin()
@@ -442,6 +460,7 @@ func (rl *runLoop) runOne(ctx context.Context, ci int, c Command, warm bool, i i
 		ex.marks, ex.badMarks = rl.marks.End(time.Second)
 	}
 	ex.tail = tail.String()
+	ex.oom = oom.first()
 	if ctx.Err() != nil {
 		// Stopped by the user: the run is incomplete, not failed.
 		ex.interrupted = true

@@ -33,6 +33,42 @@ func benchCLI(t *testing.T, args ...string) (int, string, string, *bench.Result)
 	return code, out, errs, res
 }
 
+// An allocation that fails while memory is not full is fragmentation: a
+// command that prints PyTorch's out-of-memory error on the training
+// profile (68% of memory in use), but not on memory-pressure (full).
+func TestBenchFragmentation(t *testing.T) {
+	const oom = `echo "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 140.40 GiB" >&2; exit 1`
+	for _, tc := range []struct {
+		profile string
+		want    bool
+	}{{"training", true}, {"memory-pressure", false}} {
+		t.Run(tc.profile, func(t *testing.T) {
+			t.Parallel()
+			code, out, errs, res := benchCLI(t, "--profile", tc.profile, "--runs", "2", "--ignore-failure", "--", oom)
+			if code != 0 || res == nil {
+				t.Fatalf("exit %d\n%s\n%s", code, out, errs)
+			}
+			var got []bench.Diagnosis
+			for _, d := range res.Benchmarks[0].Diagnoses {
+				if d.Finding == bench.FindingFragmentation {
+					got = append(got, d)
+				}
+			}
+			if !tc.want {
+				if len(got) != 0 {
+					t.Fatalf("fragmentation with memory full: %+v", got)
+				}
+				return
+			}
+			if len(got) != 1 || !slices.Equal(got[0].Runs, []int{1, 2}) || got[0].Device != 0 ||
+				got[0].Evidence["requested_mib"] != "2048" || got[0].Evidence["memory_total_mib"] != "143771" ||
+				!strings.Contains(got[0].Evidence["stderr"], "CUDA out of memory") || !strings.Contains(out, "memory fragmentation on GPU 0 (runs [1 2])") {
+				t.Fatalf("fragmentation diagnoses %+v\n%s", got, out)
+			}
+		})
+	}
+}
+
 func TestBenchProfileDiagnoses(t *testing.T) {
 	for _, tc := range []struct {
 		profile string
@@ -65,6 +101,13 @@ func TestBenchProfileDiagnoses(t *testing.T) {
 				kinds = append(kinds, d.Kind)
 				if len(d.Evidence) == 0 || d.Message == "" {
 					t.Errorf("diagnosis without evidence: %+v", d)
+				}
+			}
+			// The seed's later diagnoses each have one demonstration: no
+			// other profile raises them.
+			for _, k := range []string{"communication-bound", "memory fragmentation"} {
+				if k != tc.want && slices.Contains(kinds, k) {
+					t.Errorf("%s raised on profile %s", k, tc.profile)
 				}
 			}
 			if tc.want == "" {
