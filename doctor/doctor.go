@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/gpusampler/gpusampler/sampler"
@@ -150,8 +151,22 @@ type Recommendation struct {
 	RareInterval  time.Duration `json:"rare_interval_ns"`
 	// GPMInterval is 0 when no device supports GPM profiling.
 	GPMInterval time.Duration `json:"gpm_interval_ns,omitempty"`
-	// Why has one line per recommendation, in the order above.
+	// Why has one line per recommendation, in the order above, then one
+	// on the cost.
 	Why []string `json:"why"`
+	// Cost is the NVML calls per second per GPU these intervals cost, by
+	// kind of read, as the engine schedules them (each buffer type at half
+	// its measured span within the drain interval), for the costliest
+	// device; driver event waits (about one per second for the host) are
+	// not included.
+	Cost []CallCost `json:"calls_per_gpu_per_s,omitempty"`
+}
+
+// CallCost is one kind of read's NVML calls per second on one GPU.
+type CallCost struct {
+	// Kind names the reads and the NVML function: "buffers (GetSamples)".
+	Kind      string  `json:"kind"`
+	PerSecond float64 `json:"per_second"`
 }
 
 type versioner interface {
@@ -482,7 +497,95 @@ func recommend(devs []DeviceReport, cat *sampler.Catalog) Recommendation {
 	default:
 		rec.Why = append(rec.Why, "profiling (GPM): not supported by these devices (GPM needs Hopper or newer, and not under MIG without per-instance reads)")
 	}
+	if rec.Cost = estimateCost(devs, cat, &rec); rec.Cost != nil {
+		rec.Why = append(rec.Why, costLine(rec.Cost))
+	}
 	return rec
+}
+
+// estimateCost returns the calls per second per GPU of the costliest
+// device at rec's intervals.
+func estimateCost(devs []DeviceReport, cat *sampler.Catalog, rec *Recommendation) []CallCost {
+	per := func(d time.Duration) float64 { return float64(time.Second) / float64(d) }
+	var worst []CallCost
+	worstTotal := -1.0
+	for _, d := range devs {
+		if d.Err != "" {
+			continue
+		}
+		missing := map[string]bool{}
+		point, gpm := 0, false
+		for _, g := range d.Groups {
+			for _, l := range [][]string{g.Unsupported, g.OldDriver, g.NoPermission} {
+				for _, n := range l {
+					missing[n] = true
+				}
+			}
+			for _, f := range g.Failed {
+				missing[strings.SplitN(f, ":", 2)[0]] = true
+			}
+			point += len(g.PointReads)
+			gpm = gpm || (g.Group == sampler.GroupProfiling && g.Supported > 0)
+		}
+		var buffers float64
+		for _, b := range d.Buffers {
+			if !b.Supported {
+				continue
+			}
+			every := sampler.DefaultDrainInterval // the freshness limit
+			if b.Depth >= 4 && b.Period > 0 {
+				every = min(max(time.Duration(b.Depth)*b.Period/2, sampler.MinDrainInterval), every)
+			}
+			buffers += per(every)
+		}
+		fields, slowQ, rareQ := false, map[string]bool{}, map[string]bool{}
+		for _, m := range cat.All() {
+			if missing[m.Name] {
+				continue
+			}
+			switch {
+			case m.Src.Kind == sampler.FromField && !m.Rare:
+				fields = true
+			case m.Src.Kind == sampler.FromQuery && m.Rare:
+				rareQ[m.Src.Query] = true
+			case m.Src.Kind == sampler.FromQuery:
+				slowQ[m.Src.Query] = true
+			}
+		}
+		cost := []CallCost{{"buffers (GetSamples)", buffers}}
+		if point > 0 {
+			cost = append(cost, CallCost{"point reads for missing buffers", float64(point) * per(rec.FieldInterval)})
+		}
+		if fields {
+			cost = append(cost, CallCost{"fields (GetFieldValues)", per(rec.FieldInterval)})
+		}
+		cost = append(cost, CallCost{"slow state (point queries)", float64(len(slowQ)) * per(rec.SlowInterval)},
+			CallCost{"rare state (GetFieldValues and point queries)", float64(1+len(rareQ)) * per(rec.RareInterval)})
+		if gpm && rec.GPMInterval > 0 {
+			cost = append(cost, CallCost{"profiling (GPM sample and metrics get)", 2 * per(rec.GPMInterval)})
+		}
+		cost = append(cost, CallCost{"processes (lists; one more while processes run)", 2 * per(sampler.DefaultProcessInterval)})
+		total := 0.0
+		for _, c := range cost {
+			total += c.PerSecond
+		}
+		if total > worstTotal {
+			worst, worstTotal = cost, total
+		}
+	}
+	return worst
+}
+
+// costLine renders a cost estimate.
+func costLine(cost []CallCost) string {
+	total := 0.0
+	parts := make([]string, len(cost))
+	for i, c := range cost {
+		total += c.PerSecond
+		parts[i] = fmt.Sprintf("%s %.3g", c.Kind, c.PerSecond)
+	}
+	return fmt.Sprintf("cost: about %.3g NVML calls per GPU per second at these intervals: %s; plus about one driver event wait per second for the host",
+		total, strings.Join(parts, ", "))
 }
 
 // roundUp rounds d up to a tidy interval (10 ms steps below 1 s, 1 s

@@ -101,6 +101,11 @@ func childDoctor(t *testing.T, src *Source) {
 			}
 		}
 	}
+	// Each of the 9 supported buffer types spans 500 ms: drained every
+	// 250 ms, 4 calls a second.
+	if c := r.Recommend.Cost; len(c) == 0 || c[0] != (doctor.CallCost{Kind: "buffers (GetSamples)", PerSecond: 36}) {
+		t.Errorf("cost %+v, want buffers at 36 calls/s first", c)
+	}
 	// 100 × 5 ms = 500 ms span → drain every 250 ms.
 	if r.Recommend.DrainInterval != 250*time.Millisecond {
 		t.Errorf("drain interval %v, want 250ms: %v", r.Recommend.DrainInterval, r.Recommend.Why)
