@@ -297,25 +297,26 @@ func TestEngineBootClock(t *testing.T) {
 // A drain interval longer than the buffer's span loses samples: the loss is
 // counted and the interval shortened, not hidden.
 func TestEngineSuspectedLoss(t *testing.T) {
-	dev := newFakeDevice(0)
-	// 5 × 5 ms = 25 ms span, drained every 250 ms: too short a span to
-	// shorten the interval to half of it in advance (MinDrainInterval).
+	clk := clocktest.New(clockStart)
+	dev := newFakeDevice(0).onClock(clk)
+	// 5 × 3 ms = 15 ms span: shorter than MinDrainInterval, so even the
+	// shortest drain interval overruns it.
 	dev.depth = 5
-	dev.period[sampler.BufferTotalPower] = 5 * time.Millisecond
+	dev.period[sampler.BufferTotalPower] = 3 * time.Millisecond
 	e, err := sampler.New(&fakeSource{devs: []*fakeDevice{dev}}, sampler.Config{
-		DrainInterval: 250 * time.Millisecond, Select: onlyPowerBuffer})
+		DrainInterval: 250 * time.Millisecond, Select: onlyPowerBuffer, Clock: clk, CallTimeout: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	out := &collector{}
 	e.AddOutput("c", out, sampler.PumpOptions{FlushInterval: 5 * time.Millisecond})
-	var events []sampler.Event
-	runUntil(t, e, func() bool {
-		out.mu.Lock()
-		events = append(events[:0], out.events...)
-		out.mu.Unlock()
-		return e.Stats().Devices[0].SuspectedLosses >= 1 && len(events) > 0
-	})
+	runStepped(t, e, clk, 1, 1000, func() bool { return e.Stats().Devices[0].SuspectedLosses >= 1 })
+	out.mu.Lock()
+	events := append([]sampler.Event(nil), out.events...)
+	out.mu.Unlock()
+	if len(events) == 0 {
+		t.Fatal("no event")
+	}
 	st := e.Stats().Devices[0]
 	if st.LostEstimate == 0 {
 		t.Fatal("suspected loss with no lost estimate")
