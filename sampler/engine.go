@@ -181,6 +181,7 @@ type Engine struct {
 	started atomic.Bool
 
 	cursorSaveErrors atomic.Uint64
+	host             *hostOffset // realtime − boottime, shared by the loops
 
 	mu      sync.Mutex
 	pumps   []*pump
@@ -200,7 +201,7 @@ func New(src Source, cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open %s devices: %w", src.Name(), err)
 	}
-	e := &Engine{cfg: c, src: src, log: c.Logger, events: newEventLog(4096)}
+	e := &Engine{cfg: c, src: src, log: c.Logger, events: newEventLog(4096), host: newHostOffset()}
 	if c.FieldInterval > 0 && time.Second/c.FieldInterval > costlyFieldRate {
 		rate := float64(time.Second) / float64(c.FieldInterval)
 		e.log.Warn("high field rate: each tick is one batched NVML call per GPU holding the driver lock; NVIDIA measured ~2% workload slowdown from 10 Hz sampling",

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -137,7 +138,7 @@ type deviceLoop struct {
 }
 
 func newDeviceLoop(e *Engine, src DeviceSource, id Device) *deviceLoop {
-	l := &deviceLoop{e: e, src: src, index: uint16(id.Index), ring: NewRing(e.cfg.RingSize), tb: newTimebase(e.cfg.Clock),
+	l := &deviceLoop{e: e, src: src, index: uint16(id.Index), ring: NewRing(e.cfg.RingSize), tb: newTimebase(e.cfg.Clock, e.host),
 		done: make(chan struct{})}
 	l.identity.Store(&id)
 	cat := e.cfg.Catalog
@@ -426,6 +427,13 @@ func (l *deviceLoop) drain(b *bufferState, now time.Time) bool {
 	l.checkLoss(b, raw)
 	if l.tb.Observe(raw[len(raw)-1].TimeUS) {
 		l.clockKind.Store(uint32(l.tb.Kind))
+	}
+	if step := l.tb.Stepped; step != 0 {
+		l.e.log.Warn("realtime clock stepped: boot-time driver timestamps re-anchored", "step", time.Duration(step))
+		nowNS := now.UnixNano()
+		l.e.Emit(Event{Kind: EventClockStep, Device: int(l.index), StartNS: nowNS, EndNS: nowNS,
+			Message: "realtime clock stepped against the boot-time clock; driver timestamps re-anchored",
+			Attrs:   []Attr{{"step_ns", strconv.FormatInt(step, 10)}, {"scope", "host"}}})
 	}
 	prev := uint64(0)
 	for _, r := range raw {

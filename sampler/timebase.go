@@ -43,29 +43,45 @@ const clockTolerance = 120 * time.Second
 const recheckEvery = time.Minute
 
 // Timebase converts raw driver timestamps (µs) to Unix ns for one device.
-// Not safe for concurrent use; each device loop owns one.
+// Not safe for concurrent use; each device loop owns one. Boot-time
+// timestamps are converted with the host's one realtime − boottime offset,
+// which the engine's timebases share (and processes on the same boot,
+// through an anchor file): a boot-time timestamp maps to the same
+// nanosecond on every device and in every process. That offset changes
+// only when the realtime clock is stepped by more than ClockStepThreshold.
 type Timebase struct {
-	Kind     ClockKind
+	Kind ClockKind
+	// Stepped is the clock step (ns) that this timebase's last Observe
+	// re-anchored the host offset for, 0 when none: the caller reports it
+	// (EventClockStep), once per host.
+	Stepped  int64
 	offsetNS int64
 	checked  time.Time
 	// clocks, replaceable in tests.
 	realtime func() time.Time
-	boottime func() (time.Duration, bool)
+	host     *hostOffset
 }
 
 // NewTimebase returns an unclassified timebase on the system clocks.
-func NewTimebase() *Timebase { return newTimebase(SystemClock()) }
+func NewTimebase() *Timebase { return newTimebase(SystemClock(), newHostOffset()) }
 
 // newTimebase returns an unclassified timebase that reads wall time from
-// clk.
-func newTimebase(clk Clock) *Timebase {
-	return &Timebase{realtime: clk.Now, boottime: bootTime}
+// clk and converts boot-time timestamps with host.
+func newTimebase(clk Clock, host *hostOffset) *Timebase {
+	return &Timebase{realtime: clk.Now, host: host}
 }
 
 // Observe classifies (or re-checks) the clock from the newest raw timestamp
-// of a drain. It returns true when the classification changed.
+// of a drain, and takes up the host's boot offset as it is now. It returns
+// true when the classification changed.
 func (tb *Timebase) Observe(newestUS uint64) bool {
 	now := tb.realtime()
+	tb.Stepped = 0
+	if tb.Kind == ClockBoottime {
+		if off, ok, step := tb.host.offset(now); ok {
+			tb.offsetNS, tb.Stepped = off, step
+		}
+	}
 	if tb.Kind != ClockUnknown && tb.Kind != ClockAnchored && now.Sub(tb.checked) < recheckEvery {
 		return false
 	}
@@ -76,8 +92,9 @@ func (tb *Timebase) Observe(newestUS uint64) bool {
 	case absDur(nowRT-raw) < clockTolerance:
 		tb.Kind, tb.offsetNS = ClockRealtime, 0
 	default:
-		if bt, ok := tb.boottime(); ok && absDur(bt-raw) < clockTolerance {
-			tb.Kind, tb.offsetNS = ClockBoottime, int64(nowRT-bt)
+		if off, ok, step := tb.host.offset(now); ok && absDur(nowRT-raw-time.Duration(off)) < clockTolerance {
+			tb.Kind, tb.offsetNS = ClockBoottime, off
+			tb.Stepped += step
 		} else {
 			tb.Kind = ClockAnchored
 			tb.offsetNS = int64(nowRT - raw)

@@ -1,0 +1,88 @@
+package sampler
+
+import (
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+type fixedClock struct{ t *time.Time }
+
+func (c fixedClock) Now() time.Time               { return *c.t }
+func (c fixedClock) NewTimer(time.Duration) Timer { panic("not used") }
+
+// Two processes (here: two host offsets, each measuring its own value, as
+// two processes would a few hundred ns apart) share one anchor: the same
+// boot-time driver timestamp maps to the same nanosecond in both, on every
+// device. A step beyond ClockStepThreshold re-anchors once and is
+// reported; drift below it is not.
+func TestHostOffsetOnePerHost(t *testing.T) {
+	anchor := filepath.Join(t.TempDir(), "offset")
+	const off = int64(1_764_000_000_123_456_789) // realtime − boottime, ns
+	measured := map[string]int64{"a": off, "b": off + 777}
+	hosts := map[string]*hostOffset{}
+	for name := range measured {
+		hosts[name] = &hostOffset{measure: func() (int64, bool) { return measured[name], true }, anchor: anchor}
+	}
+	now := time.Unix(0, off+int64(3600*time.Second)) // an hour after boot
+	clk := fixedClock{&now}
+	rawUS := uint64(3600*time.Second/time.Microsecond) - 20_000 // a sample 20 ms old
+	tbs := []*Timebase{newTimebase(clk, hosts["a"]), newTimebase(clk, hosts["a"]), newTimebase(clk, hosts["b"])}
+	for i, tb := range tbs {
+		tb.Observe(rawUS)
+		if tb.Kind != ClockBoottime {
+			t.Fatalf("timebase %d: clock %v, want boottime", i, tb.Kind)
+		}
+	}
+	want := int64(rawUS)*1000 + off
+	for i, tb := range tbs {
+		if got := tb.ToNS(rawUS); got != want {
+			t.Errorf("timebase %d maps %d µs to %d ns, want %d (one offset per host)", i, rawUS, got, want)
+		}
+	}
+	// A minute on: drift below the threshold keeps the offset.
+	now = now.Add(recheckEvery)
+	measured["a"] = off + int64(ClockStepThreshold) - 1
+	tbs[0].Observe(rawUS + 60e6)
+	if tbs[0].Stepped != 0 || tbs[0].ToNS(rawUS) != want {
+		t.Errorf("drift of %v re-anchored: step %d, %d µs → %d ns", ClockStepThreshold-1, tbs[0].Stepped, rawUS, tbs[0].ToNS(rawUS))
+	}
+	// Another minute: the realtime clock was stepped 5 ms forward.
+	now = now.Add(recheckEvery + 5*time.Millisecond)
+	measured["a"] = off + int64(5*time.Millisecond)
+	tbs[0].Observe(rawUS + 120e6)
+	tbs[1].Observe(rawUS + 120e6)
+	if tbs[0].Stepped != int64(5*time.Millisecond) || tbs[1].Stepped != 0 {
+		t.Errorf("steps seen %d and %d, want one 5 ms step reported once", tbs[0].Stepped, tbs[1].Stepped)
+	}
+	for i, tb := range tbs[:2] {
+		if got := tb.ToNS(rawUS); got != want+int64(5*time.Millisecond) {
+			t.Errorf("timebase %d after the step: %d ns, want %d", i, got, want+int64(5*time.Millisecond))
+		}
+	}
+	// A process starting after the step takes the re-anchored offset.
+	late := &hostOffset{measure: func() (int64, bool) { return off + int64(5*time.Millisecond) + 300, true }, anchor: anchor}
+	if got, _, _ := late.offset(now); got != off+int64(5*time.Millisecond) {
+		t.Errorf("late process offset %d, want the anchor's %d", got, off+int64(5*time.Millisecond))
+	}
+}
+
+// The real measurement: two host offsets on the system clocks, one anchor.
+func TestHostOffsetSystemClocks(t *testing.T) {
+	if _, ok := bootTime(); !ok {
+		t.Skip("no boot-time clock on this platform")
+	}
+	anchor := filepath.Join(t.TempDir(), "offset")
+	a := &hostOffset{measure: measureBootOffset, anchor: anchor}
+	b := &hostOffset{measure: measureBootOffset, anchor: anchor}
+	now := time.Now()
+	oa, ok1, _ := a.offset(now)
+	ob, ok2, _ := b.offset(now)
+	if !ok1 || !ok2 || oa != ob {
+		t.Fatalf("offsets %d (%v) and %d (%v), want one", oa, ok1, ob, ok2)
+	}
+	m, _ := measureBootOffset()
+	if d := time.Duration(m - oa); d > ClockStepThreshold || d < -ClockStepThreshold {
+		t.Fatalf("anchored offset %d is %v from a fresh measurement", oa, d)
+	}
+}
