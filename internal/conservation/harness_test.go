@@ -112,8 +112,9 @@ type env struct {
 	// flush is the cells' flush_interval and drain the sampler's
 	// drain_interval (a reload changes them).
 	flush, drain string
-	// ring is the sampler's ring_size (0: the default).
-	ring int
+	// ring is the sampler's ring_size (0: the default); maxRecords the
+	// memory buffers' buffer_max_records (0: the default).
+	ring, maxRecords int
 	// stdout, when set, is the process's stdout handed to a [[outputs.stdout]]
 	// block named "stdout".
 	stdout *os.File
@@ -177,6 +178,9 @@ func (e *env) configText() string {
 		}
 		switch c.buf {
 		case "memory":
+			if e.maxRecords > 0 {
+				common += fmt.Sprintf("  buffer_max_records = %d\n", e.maxRecords)
+			}
 			common += "  buffer = \"memory\"\n  retry_initial = \"10ms\"\n  retry_max = \"50ms\"\n  buffer_close_timeout = \"2s\"\n"
 		case "disk":
 			common += fmt.Sprintf("  buffer = \"disk\"\n  buffer_dir = %q\n  buffer_fsync_interval = \"50ms\"\n"+

@@ -35,3 +35,31 @@ var lapped = scenario{name: "lapped", about: "ring_size 256, unbuffered raw sink
 			}
 		}
 	}}
+
+// capped: memory buffers capped at 300 records, sinks down for four phases
+// (800 samples): the buffers drop their oldest batches at the cap, and
+// every record missing at a sink must be one the buffer counted.
+var capped = scenario{name: "capped", about: "buffer_max_records 300, memory-buffered sinks down for four phases: the buffer drops at its cap, counted",
+	cells: func(c cell) bool { return c.buf == "memory" },
+	run: func(t *testing.T, e *env) result {
+		e.maxRecords = 300
+		r := e.start(newScript())
+		r.phase()
+		r.settle(nil)
+		e.setControl(nil, conservation.ControlDown)
+		for range 4 {
+			r.phase()
+		}
+		r.awaitDown(2)
+		e.setControl(nil)
+		r.phase()
+		r.settle(func(c cell) bool { return brokenReason("capped", c) != "" })
+		return finish(t, e, r)
+	},
+	check: func(c cell, got received) func(*outcome) {
+		return func(o *outcome) {
+			if o.dropped.BufferDropped.Cap == 0 && c.mode == "raw" {
+				o.problems = append(o.problems, fmt.Sprintf("the buffer dropped nothing at its cap (%+v)", o.dropped))
+			}
+		}
+	}}
