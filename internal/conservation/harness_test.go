@@ -149,6 +149,7 @@ func (e *env) configText() string {
   flush_interval = "20ms"
   stats_interval = "250ms"
   self_metrics = true
+  state_dir = %q
 
 [sampler]
   backend = "sim"
@@ -160,7 +161,7 @@ func (e *env) configText() string {
 [[outputs.record]]
   name = "witness"
   file = %q
-`, e.drain, e.recordFile("witness", e.run))
+`, filepath.Join(e.dir, "state"), e.drain, e.recordFile("witness", e.run))
 	if e.ring > 0 {
 		// [sampler] is above the outputs: ring_size goes there.
 		text := b.String()

@@ -58,8 +58,11 @@ var capped = scenario{name: "capped", about: "buffer_max_records 300, memory-buf
 	},
 	check: func(c cell, got received) func(*outcome) {
 		return func(o *outcome) {
-			if o.dropped.BufferDropped.Cap == 0 && c.mode == "raw" {
-				o.problems = append(o.problems, fmt.Sprintf("the buffer dropped nothing at its cap (%+v)", o.dropped))
+			// At the cap the buffer drops its oldest batches; a batch
+			// larger than the cap alone (two phases in one flush) is
+			// refused and counted by the pump as failed.
+			if o.dropped.total() == 0 && c.mode == "raw" {
+				o.problems = append(o.problems, fmt.Sprintf("nothing dropped at the buffer's cap (%+v)", o.dropped))
 			}
 		}
 	}}
