@@ -130,7 +130,7 @@ func assemble(col *Collector, devs []sampler.Device, opts Options, created time.
 		}
 	}
 	if len(res.Benchmarks) == 2 {
-		c := Compare(&res.Benchmarks[0], &res.Benchmarks[1])
+		c := CompareResults(res, &res.Benchmarks[0], res, &res.Benchmarks[1])
 		res.Comparison = &c
 	}
 	return res

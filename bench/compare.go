@@ -2,8 +2,10 @@ package bench
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -38,6 +40,9 @@ type Comparison struct {
 	Runs int `json:"runs"`
 	// Summary says it in words.
 	Summary string `json:"summary"`
+	// Diagnoses are findings about the difference itself (a slower side
+	// that ran with memory near full); Runs name the slower side's runs.
+	Diagnoses []Diagnosis `json:"diagnoses,omitempty"`
 }
 
 func wallTimes(b *Benchmark) []float64 {
@@ -178,4 +183,98 @@ func (c Comparison) words() string {
 // wall time (negative when B is faster).
 func (c Comparison) SlowerBy() float64 {
 	return (1/float64(c.Speedup) - 1) * 100
+}
+
+// FindingMemorySwap names the comparison finding of the field guide's
+// ResNet-50 story: the bigger batch ran slower because it filled the GPU's
+// memory and triggered swapping.
+const FindingMemorySwap = "memory_swap"
+
+// SwapMemoryPct: a side whose peak memory use reached this share of the
+// GPU's memory ran with memory near full.
+const SwapMemoryPct = 95
+
+// CompareResults compares benchmark b (of result rb) against a (of ra), as
+// Compare does, and adds the findings that need both sides: the slower
+// side ran with memory near full (≥ SwapMemoryPct on a GPU) where the
+// faster one did not — the field guide's bigger batch that got slower
+// because memory swapped. ra and rb may be the same result (an A/B run).
+func CompareResults(ra *Result, a *Benchmark, rb *Result, b *Benchmark) Comparison {
+	c := Compare(a, b)
+	c.Diagnoses = memorySwap(&c, ra, a, rb, b)
+	return c
+}
+
+// peakMemoryPct is each device's highest memory use over a benchmark's
+// runs, in percent of its total (devices whose total is unknown are left
+// out).
+func peakMemoryPct(r *Result, b *Benchmark) map[int]float64 {
+	total := map[int]float64{}
+	for _, d := range r.Devices {
+		total[d.Index] = d.MemoryTotalMiB
+	}
+	out := map[int]float64{}
+	for _, run := range b.Runs {
+		for _, d := range run.Devices {
+			if t := total[d.Index]; t > 0 && d.MemoryPeakMiB.Known() {
+				out[d.Index] = math.Max(out[d.Index], 100*float64(d.MemoryPeakMiB)/t)
+			}
+		}
+	}
+	return out
+}
+
+func memorySwap(c *Comparison, ra *Result, a *Benchmark, rb *Result, b *Benchmark) []Diagnosis {
+	sp := float64(c.Speedup)
+	if math.IsNaN(sp) || sp == 1 || (!c.Significant && c.RangesOverlap) {
+		return nil // no difference shown: nothing to explain
+	}
+	slowR, slow, fastR, fast := ra, a, rb, b
+	if sp < 1 {
+		slowR, slow, fastR, fast = rb, b, ra, a
+	}
+	slowPct, fastPct := peakMemoryPct(slowR, slow), peakMemoryPct(fastR, fast)
+	var out []Diagnosis
+	for _, dev := range slices.Sorted(maps.Keys(slowPct)) {
+		sPct := slowPct[dev]
+		fPct, ok := fastPct[dev]
+		if sPct < SwapMemoryPct || !ok || fPct >= SwapMemoryPct {
+			continue
+		}
+		var runs []int
+		var start, end int64
+		for _, run := range slow.Runs {
+			for _, d := range run.Devices {
+				if d.Index == dev && 100*float64(d.MemoryPeakMiB) >= SwapMemoryPct*peakTotal(slowR, dev) {
+					runs = append(runs, run.Index)
+					if start == 0 {
+						start = run.StartNS
+					}
+					end = run.EndNS
+				}
+			}
+		}
+		slower := math.Max(sp, 1/sp)
+		out = append(out, Diagnosis{Finding: FindingMemorySwap, Kind: "memory swap", Device: dev, StartNS: start, EndNS: end,
+			Message: fmt.Sprintf("%s is %.2f× slower than %s and ran with memory near full (%.1f%% against %.1f%%): "+
+				"a bigger batch that no longer fits swaps memory and loses throughput (the field guide's ResNet-50 "+
+				"batch 256 → 512). Keep the batch that fits and emulate the bigger one with gradient accumulation",
+				slow.Name, slower, fast.Name, sPct, fPct),
+			Evidence: map[string]string{"slower": slow.Name, "faster": fast.Name, "slowdown": strconv.FormatFloat(math.Round(slower*100)/100, 'f', -1, 64),
+				"slower_memory_peak_pct": strconv.FormatFloat(math.Round(sPct*10)/10, 'f', -1, 64),
+				"faster_memory_peak_pct": strconv.FormatFloat(math.Round(fPct*10)/10, 'f', -1, 64),
+				"threshold_pct":          strconv.Itoa(SwapMemoryPct)},
+			Runs: runs})
+	}
+	return out
+}
+
+// peakTotal is device dev's total memory in r (MiB), NaN when unknown.
+func peakTotal(r *Result, dev int) float64 {
+	for _, d := range r.Devices {
+		if d.Index == dev {
+			return d.MemoryTotalMiB
+		}
+	}
+	return math.NaN()
 }

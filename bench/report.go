@@ -139,6 +139,7 @@ func WriteTable(w io.Writer, r *Result) error {
 	}
 	if r.Comparison != nil {
 		fmt.Fprintf(bw, "\n%s\n", r.Comparison.Summary)
+		WriteComparisonDiagnoses(bw, r.Comparison)
 	}
 	if len(r.Warnings) > 0 {
 		fmt.Fprintln(bw)
@@ -147,6 +148,13 @@ func WriteTable(w io.Writer, r *Result) error {
 		}
 	}
 	return bw.err
+}
+
+// WriteComparisonDiagnoses writes a comparison's findings, one per line.
+func WriteComparisonDiagnoses(w io.Writer, c *Comparison) {
+	for _, d := range c.Diagnoses {
+		fmt.Fprintf(w, "  %s on GPU %d (runs %v of %s): %s [%s]\n", d.Kind, d.Device, d.Runs, d.Evidence["slower"], d.Message, evidenceString(d.Evidence))
+	}
 }
 
 func commandString(b *Benchmark) string {
@@ -218,6 +226,12 @@ func WriteMarkdown(w io.Writer, r *Result) error {
 	}
 	if r.Comparison != nil {
 		fmt.Fprintf(bw, "\n**%s**\n", r.Comparison.Summary)
+		if len(r.Comparison.Diagnoses) > 0 {
+			fmt.Fprintln(bw)
+			for _, d := range r.Comparison.Diagnoses {
+				fmt.Fprintf(bw, "- **%s** on GPU %d (runs %v of %s): %s\n", d.Kind, d.Device, d.Runs, d.Evidence["slower"], d.Message)
+			}
+		}
 	}
 	for i := range r.Benchmarks {
 		b := &r.Benchmarks[i]

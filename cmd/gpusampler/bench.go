@@ -418,7 +418,7 @@ func cmdBenchCompare(args []string, stdout, stderr io.Writer) error {
 		b.Name = fs.Arg(i)
 		bs[i] = &b
 	}
-	c := bench.Compare(bs[0], bs[1])
+	c := bench.CompareResults(rs[0], bs[0], rs[1], bs[1])
 	for i, r := range rs {
 		if r.Simulated {
 			fmt.Fprintf(stdout, "note: %s was measured on SIMULATED GPUs\n", fs.Arg(i))
@@ -430,6 +430,7 @@ func cmdBenchCompare(args []string, stdout, stderr io.Writer) error {
 			float64(s.WallS.SD), float64(s.EnergyJ.Mean))
 	}
 	fmt.Fprintln(stdout, c.Summary)
+	bench.WriteComparisonDiagnoses(stdout, &c)
 	if set {
 		return checkSlower(&c, *pct)
 	}

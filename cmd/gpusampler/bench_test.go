@@ -224,6 +224,32 @@ func TestBenchCompareSavedFiles(t *testing.T) {
 	}
 }
 
+// The field guide's ResNet-50 story on the simulator: the slower side of
+// an A/B ran with memory near full (memory-pressure) where the faster one
+// did not (training): a memory-swap finding with the advice. Two training
+// runs of different speed raise nothing.
+func TestBenchCompareMemorySwap(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	save := func(name, profile, sleep string) string {
+		p := filepath.Join(dir, name)
+		code, out, errs := runCLI(t, "bench", "--backend", "sim", "--gpus", "1", "--profile", profile, "--baseline", "0s", "--runs", "3",
+			"--no-progress", "--export-json", p, "--", "sleep", sleep)
+		if code != 0 {
+			t.Fatalf("exit %d\n%s\n%s", code, out, errs)
+		}
+		return p
+	}
+	small, big, slow := save("b256.json", "training", "0.1"), save("b512.json", "memory-pressure", "0.5"), save("slow.json", "training", "0.5")
+	code, out, errs := runCLI(t, "bench", "compare", small, big)
+	if code != 0 || !regexp.MustCompile(`memory swap on GPU 0 \(runs \[1 2 3\] of .*b512\.json\): .*b512\.json is [0-9.]+× slower than .*b256\.json and ran with memory near full \(9[5-9]\.\d% against 69\.1%\).*gradient accumulation`).MatchString(out) {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errs)
+	}
+	if code, out, errs := runCLI(t, "bench", "compare", small, slow); code != 0 || strings.Contains(out, "memory swap") || !strings.Contains(out, "slower") {
+		t.Fatalf("training against slower training: exit %d\n%s\n%s", code, out, errs)
+	}
+}
+
 func TestBenchReportExports(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
