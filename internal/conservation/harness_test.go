@@ -649,7 +649,7 @@ func summarize(samples []sampler.Sample, interval time.Duration) []sampler.Summa
 	})
 	var out []sampler.Summary
 	var sum float64
-	for i, x := range s {
+	for _, x := range s {
 		start := x.TimeNS / iv * iv
 		cur := len(out) - 1
 		if cur < 0 || out[cur].Device != x.Device || out[cur].Metric != x.Metric || out[cur].StartNS != start {
@@ -662,7 +662,6 @@ func summarize(samples []sampler.Sample, interval time.Duration) []sampler.Summa
 		sum += x.Value
 		w.Count++
 		w.Mean = sum / float64(w.Count)
-		_ = i
 	}
 	return out
 }
