@@ -1,7 +1,12 @@
 package sampler
 
 import (
+	"fmt"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -84,5 +89,47 @@ func TestHostOffsetSystemClocks(t *testing.T) {
 	m, _ := measureBootOffset()
 	if d := time.Duration(m - oa); d > ClockStepThreshold || d < -ClockStepThreshold {
 		t.Fatalf("anchored offset %d is %v from a fresh measurement", oa, d)
+	}
+}
+
+// Two processes map the same boot-time driver timestamp to the same
+// nanosecond: each child measures the offset itself (on the system clocks)
+// and converts one timestamp; the second adopts the first's anchor.
+func TestBootTimestampSameInTwoProcesses(t *testing.T) {
+	if raw := os.Getenv("GPUSAMPLER_BOOT_RAW_US"); raw != "" {
+		us, err := strconv.ParseUint(raw, 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tb := NewTimebase()
+		tb.Observe(us)
+		if tb.Kind != ClockBoottime {
+			t.Fatalf("clock %v, want boottime", tb.Kind)
+		}
+		fmt.Printf("BOOT_NS %d\n", tb.ToNS(us))
+		return
+	}
+	bt, ok := bootTime()
+	if !ok || bootID() == "" {
+		t.Skip("no boot-time clock or boot id on this platform")
+	}
+	raw := strconv.FormatInt(int64(bt/time.Microsecond)-20_000, 10) // a sample 20 ms old
+	tmp := t.TempDir()                                                // the anchor's directory, shared by the children
+	var got []string
+	for range 2 {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestBootTimestampSameInTwoProcesses$", "-test.count=1")
+		cmd.Env = append(os.Environ(), "GPUSAMPLER_BOOT_RAW_US="+raw, "TMPDIR="+tmp)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("child: %v\n%s", err, out)
+		}
+		_, after, found := strings.Cut(string(out), "BOOT_NS ")
+		if !found {
+			t.Fatalf("child said:\n%s", out)
+		}
+		got = append(got, strings.Fields(after)[0])
+	}
+	if got[0] != got[1] {
+		t.Fatalf("boot timestamp %s µs → %s ns in one process, %s ns in the other", raw, got[0], got[1])
 	}
 }
