@@ -114,7 +114,7 @@ func TestBootTimestampSameInTwoProcesses(t *testing.T) {
 		t.Skip("no boot-time clock or boot id on this platform")
 	}
 	raw := strconv.FormatInt(int64(bt/time.Microsecond)-20_000, 10) // a sample 20 ms old
-	tmp := t.TempDir()                                                // the anchor's directory, shared by the children
+	tmp := t.TempDir()                                              // the anchor's directory, shared by the children
 	var got []string
 	for range 2 {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestBootTimestampSameInTwoProcesses$", "-test.count=1")
