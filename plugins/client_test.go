@@ -142,6 +142,25 @@ func TestClientPluginWriteError(t *testing.T) {
 	}
 }
 
+// A plugin's error reaches the host with its kind: a permanent refusal is
+// permanent on the host (a buffer drops it instead of retrying it for
+// ever), an unavailable one unavailable, a plain one retryable.
+func TestClientPluginWriteErrorKinds(t *testing.T) {
+	for _, want := range []sampler.ErrorKind{sampler.KindPermanent, sampler.KindUnavailable, sampler.KindRetryable} {
+		t.Run(want.String(), func(t *testing.T) {
+			c, err := plugins.Start(fastOptions(t, "failing", map[string]any{"fail_kind": want.String()}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			err = c.Write(context.Background(), &sampler.Batch{Seq: 1, Samples: outputtest.Samples(2)})
+			if got := sampler.Classify(err); got != want || !strings.Contains(err.Error(), "told to fail") {
+				t.Fatalf("host sees %v (%v), want %v", got, err, want)
+			}
+		})
+	}
+}
+
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)

@@ -9,7 +9,9 @@
 // period), wedged plugins (alive, not answering) killed by pid, and a
 // parent-death signal so that a killed host leaves no orphan. While a
 // plugin is down, Write returns an error wrapping sampler.ErrUnavailable
-// at once and the pump keeps its batch and cursor.
+// at once and the pump keeps its batch and cursor. A Write error from the
+// plugin's output keeps its kind (sampler.Classify) across the protocol: a
+// status code plus an errdetails.ErrorInfo naming the kind.
 //
 // Two ways to get a Client from a config:
 //   - Kind, the [[outputs.plugin]] kind: a custom plugin binary by path,

@@ -14,10 +14,13 @@ var ErrClosed = errors.New("sampler: output closed")
 
 // ErrUnavailable is wrapped by an Output's Write error when the output is
 // temporarily unable to take batches (a plugin restarting, a sink down) and
-// the same batch should be offered again. The pump then keeps the batch —
-// same Seq — and retries it on its next flush, reading nothing more from
-// the rings until it goes through; what the rings overwrite meanwhile is
-// counted as dropped. Any other error fails the batch (counted as failed).
+// the same batch should be offered again (KindUnavailable; Unavailable marks
+// an error with it). The pump then keeps the batch — same Seq — and retries
+// it on its next flush, reading nothing more from the rings until it goes
+// through; meanwhile each ring lane that fills up refuses the newest samples
+// (the ones published after it filled), counted as dropped. Permanent
+// errors fail the batch at once, other errors after RetryableOffers
+// attempts (counted as failed); see ErrorKind.
 var ErrUnavailable = errors.New("sampler: output unavailable")
 
 // Output receives batches of records from its pump. Built-in in-process
@@ -28,8 +31,9 @@ var ErrUnavailable = errors.New("sampler: output unavailable")
 // goroutine, never concurrently. The Batch and every slice in it belong to
 // the pump and are reused after Write returns: an output must not retain any
 // of it (copy what it needs). Write should honour ctx's deadline. After Close,
-// Write returns ErrClosed; a second Close returns nil. A Write error that
-// wraps ErrUnavailable asks the pump to offer the same batch again later.
+// Write returns ErrClosed; a second Close returns nil. A Write error says by
+// its kind (Classify) what the pump does with the batch: offer it again
+// later (unavailable, retryable) or give it up (permanent).
 type Output interface {
 	Write(ctx context.Context, b *Batch) error
 	Close() error

@@ -2,7 +2,6 @@ package sampler
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,6 +15,12 @@ const (
 	// dropLogEvery bounds how often a pump logs that it is dropping.
 	dropLogEvery = time.Minute
 )
+
+// RetryableOffers is how many times in all a pump offers a batch whose
+// Writes fail with a retryable error (KindRetryable) before it counts the
+// batch as failed. A batch refused as unavailable is offered until it goes
+// through; one refused as permanent is never offered again.
+const RetryableOffers = 3
 
 // PumpOptions configure one output's pump. The zero value means defaults.
 type PumpOptions struct {
@@ -52,11 +57,11 @@ type OutputStats struct {
 	// Failed samples in batches the output rejected with an error.
 	Failed uint64
 	// Pending samples are in a batch held for retry because the output
-	// said it is unavailable (sampler.ErrUnavailable); 0 after the pump
-	// stops (what is still held then counts as failed).
+	// refused it as unavailable or retryable (see ErrorKind); 0 after the
+	// pump stops (what is still held then counts as failed).
 	Pending uint64
-	// Retries counts Writes that returned ErrUnavailable (the batch was
-	// kept and offered again).
+	// Retries counts Writes refused as unavailable or retryable after
+	// which the batch was kept and offered again.
 	Retries uint64
 	// EventsDelivered and EventsDropped count events.
 	EventsDelivered, EventsDropped uint64
@@ -80,7 +85,8 @@ type pump struct {
 	sentGen []uint64 // per loop: Generation+1 of the identity last delivered
 	batch   Batch
 	seq     uint64
-	held    bool // batch was refused with ErrUnavailable: offer it again before reading more
+	held    bool // batch was refused (unavailable or retryable): offer it again before reading more
+	offers  int  // Writes of the held batch that failed as retryable
 
 	stopCh   chan struct{}
 	stopOnce sync.Once
@@ -268,7 +274,7 @@ func (p *pump) abandon() {
 		return
 	}
 	b := &p.batch
-	p.held = false
+	p.held, p.offers = false, 0
 	p.pending.Store(0)
 	n := uint64(len(b.Samples))
 	p.evDropped.Add(uint64(len(b.Events)))
@@ -285,8 +291,10 @@ func (p *pump) abandon() {
 }
 
 // write hands the batch to the output if it holds anything, then resets it.
-// It returns false when the output refused the batch with ErrUnavailable:
-// the batch is then held (not reset) for the next flush.
+// It returns false when the output refused the batch as unavailable, or as
+// retryable fewer than RetryableOffers times: the batch is then held (not
+// reset) for the next flush. A permanent refusal, or the last retryable
+// one, fails the batch.
 func (p *pump) write(ctx context.Context) bool {
 	b := &p.batch
 	if b.Len() == 0 {
@@ -303,15 +311,21 @@ func (p *pump) write(ctx context.Context) bool {
 	if int64(lat) > p.maxLatency.Load() {
 		p.maxLatency.Store(int64(lat))
 	}
-	if err != nil && errors.Is(err, ErrUnavailable) {
+	kind := Classify(err)
+	if kind == KindRetryable {
+		p.offers++
+	}
+	if kind == KindUnavailable || (kind == KindRetryable && p.offers < RetryableOffers) {
 		p.retries.Add(1)
 		if !p.held {
 			p.held = true
 			p.pending.Store(uint64(len(b.Samples)))
-			p.e.log.Debug("output unavailable; batch held for retry", "output", p.name, "samples", len(b.Samples), "err", err)
+			p.e.log.Debug("output refused a batch; held for retry", "output", p.name, "samples", len(b.Samples),
+				"kind", kind, "err", err)
 		}
 		return false
 	}
+	p.offers = 0
 	if p.held {
 		p.held = false
 		p.pending.Store(0)
@@ -323,7 +337,7 @@ func (p *pump) write(ctx context.Context) bool {
 		if errs := p.writeErrors.Load(); errs == 1 || time.Since(p.lastDropLog) >= dropLogEvery {
 			p.lastDropLog = time.Now()
 			p.e.log.Warn("output write failed; batch dropped", "output", p.name, "samples", len(b.Samples),
-				"write_errors_total", errs, "err", err)
+				"kind", kind, "write_errors_total", errs, "err", err)
 		}
 	} else {
 		p.seq++

@@ -12,12 +12,18 @@
 // it is counted (Stats) and not emitted, never merged into another window.
 //
 // Device identities and events pass through unchanged, in the same Write.
+//
+// The inner output's errors keep their kind (sampler.Classify) and are
+// returned to the pump. The summaries of a refused Write are kept for the
+// next one while the refusal is unavailable, or retryable fewer than
+// sampler.RetryableOffers times in a row: the samples behind them will not
+// come again. A permanent refusal, or the last retryable one, drops them,
+// counted (Stats.Dropped, aggregate_dropped).
 package aggregate
 
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync/atomic"
@@ -71,8 +77,10 @@ type Output struct {
 	free     []*window
 	done     bool
 	lastSeq  uint64 // Seq of the last batch whose samples were added
+	// tries counts consecutive retryable refusals of the kept summaries.
+	tries int
 
-	late, summarized, emitted atomic.Uint64
+	late, summarized, emitted, dropped atomic.Uint64
 }
 
 // New wraps inner.
@@ -96,20 +104,25 @@ type Stats struct {
 	Summarized, Late uint64
 	// Emitted summaries.
 	Emitted uint64
+	// Dropped summaries: the inner output refused them as permanent, or
+	// as retryable sampler.RetryableOffers times in a row.
+	Dropped uint64
 }
 
 // Stats returns the counters (safe from any goroutine).
 func (o *Output) Stats() Stats {
-	return Stats{Summarized: o.summarized.Load(), Late: o.late.Load(), Emitted: o.emitted.Load()}
+	return Stats{Summarized: o.summarized.Load(), Late: o.late.Load(), Emitted: o.emitted.Load(),
+		Dropped: o.dropped.Load()}
 }
 
 // ReportStats implements sampler.StatsReporter: the wrapper's counters
-// (aggregate_summarized, aggregate_late, aggregate_emitted) followed by the
-// wrapped output's own.
+// (aggregate_summarized, aggregate_late, aggregate_emitted,
+// aggregate_dropped) followed by the wrapped output's own.
 func (o *Output) ReportStats(dst []sampler.Field) []sampler.Field {
 	s := o.Stats()
 	dst = append(dst, sampler.IntField("aggregate_summarized", s.Summarized),
-		sampler.IntField("aggregate_late", s.Late), sampler.IntField("aggregate_emitted", s.Emitted))
+		sampler.IntField("aggregate_late", s.Late), sampler.IntField("aggregate_emitted", s.Emitted),
+		sampler.IntField("aggregate_dropped", s.Dropped))
 	return sampler.ReportStats(o.inner, dst)
 }
 
@@ -242,13 +255,22 @@ func (o *Output) emit(ctx context.Context, devs []sampler.Device, evs []sampler.
 	ob.Seq++
 	seq := ob.Seq
 	err := o.inner.Write(ctx, ob)
+	kind := sampler.Classify(err)
+	if kind == sampler.KindRetryable {
+		o.tries++
+	} else {
+		o.tries = 0
+	}
 	switch {
-	case err == nil:
+	case kind == sampler.KindNone:
 		o.emitted.Add(uint64(len(ob.Summaries)))
-	case errors.Is(err, sampler.ErrUnavailable):
+	case kind == sampler.KindUnavailable || (kind == sampler.KindRetryable && o.tries < sampler.RetryableOffers):
 		// Keep the summaries for the next attempt: the samples behind
 		// them will not come again.
 		o.closed = append(o.closed, ob.Summaries...)
+	default:
+		o.tries = 0
+		o.dropped.Add(uint64(len(ob.Summaries)))
 	}
 	clear(ob.Events)
 	ob.Reset()

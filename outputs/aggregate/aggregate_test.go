@@ -285,3 +285,83 @@ func TestRetriedBatchNotDoubleCounted(t *testing.T) {
 		t.Fatalf("second window %+v, want the 1.5 s sample once", s)
 	}
 }
+
+// refuser refuses its next writes with errs (one per write, in order),
+// then records.
+type refuser struct {
+	errs []error
+	sums []sampler.Summary
+}
+
+func (r *refuser) Write(_ context.Context, b *sampler.Batch) error {
+	if len(r.errs) > 0 {
+		err := r.errs[0]
+		r.errs = r.errs[1:]
+		return err
+	}
+	r.sums = append(r.sums, b.Summaries...)
+	return nil
+}
+func (r *refuser) Close() error { return nil }
+
+// The wrapper honours the inner output's error kind: summaries refused as
+// permanent are dropped and counted at once, retryable ones are kept for
+// RetryableOffers attempts and then dropped and counted; the kind reaches
+// the pump unchanged, and later windows still arrive.
+func TestErrorKindsHonoured(t *testing.T) {
+	refused := errors.New("400: field type conflict")
+	for _, tc := range []struct {
+		name    string
+		errs    []error
+		dropped bool
+	}{
+		{"permanent", []error{sampler.Permanent(refused)}, true},
+		{"retryable then accepted", []error{refused}, false},
+		{"retryable every offer", slices.Repeat([]error{refused}, sampler.RetryableOffers), true},
+		{"unavailable", slices.Repeat([]error{sampler.Unavailable(refused)}, sampler.RetryableOffers+2), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			inner := &refuser{errs: slices.Clone(tc.errs)}
+			o, err := aggregate.New(inner, aggregate.Options{Interval: time.Second, Now: func() time.Time { return time.Unix(100, 0) }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			sample := func(ts int64) sampler.Sample {
+				return sampler.Sample{TimeNS: ts, Value: float64(ts), Metric: sampler.MetricPowerDraw}
+			}
+			// the clock is far past both windows: the first write closes
+			// them; the pump offers the batch again (same Seq) while it is
+			// refused
+			first := &sampler.Batch{Seq: 1, Samples: []sampler.Sample{sample(100e6), sample(1500e6)}}
+			for i, want := range tc.errs {
+				err := o.Write(ctx, first)
+				if sampler.Classify(err) != sampler.Classify(want) || !errors.Is(err, refused) {
+					t.Fatalf("offer %d: %v, want %v", i+1, err, want)
+				}
+				if sampler.Classify(want) == sampler.KindPermanent {
+					break
+				}
+			}
+			// the next batch's window goes through
+			if err := o.Write(ctx, &sampler.Batch{Seq: 2, Samples: []sampler.Sample{sample(2500e6)}}); err != nil {
+				t.Fatalf("next batch: %v", err)
+			}
+			want := []sampler.Summary{
+				{StartNS: 0, IntervalNS: 1e9, Mean: 100e6, Min: 100e6, Max: 100e6, Last: 100e6, Count: 1, Metric: sampler.MetricPowerDraw},
+				{StartNS: 1e9, IntervalNS: 1e9, Mean: 1500e6, Min: 1500e6, Max: 1500e6, Last: 1500e6, Count: 1, Metric: sampler.MetricPowerDraw},
+				{StartNS: 2e9, IntervalNS: 1e9, Mean: 2500e6, Min: 2500e6, Max: 2500e6, Last: 2500e6, Count: 1, Metric: sampler.MetricPowerDraw},
+			}
+			var wantDropped uint64
+			if tc.dropped {
+				want, wantDropped = want[2:], 2
+			}
+			if !slices.Equal(inner.sums, want) {
+				t.Fatalf("delivered %+v\nwant      %+v", inner.sums, want)
+			}
+			if st := o.Stats(); st.Dropped != wantDropped || st.Emitted != uint64(len(want)) {
+				t.Fatalf("stats %+v, want dropped %d emitted %d", st, wantDropped, len(want))
+			}
+		})
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -110,9 +111,9 @@ func (c *Client) Configure(ctx context.Context, in ConfigureInput) error {
 	return nil
 }
 
-// Write sends b. Errors that mean "try again later" (the plugin's sink is
-// unavailable, the connection broke, the call timed out) wrap
-// sampler.ErrUnavailable.
+// Write sends b. Its error has the kind the plugin's output returned
+// (sampler.Classify); a broken connection or a call that timed out is
+// unavailable.
 func (c *Client) Write(ctx context.Context, b *sampler.Batch) error {
 	c.devMu.Lock()
 	// Batches come in order: the last identity of an index is the newest
@@ -173,39 +174,68 @@ func (c *Client) Close(ctx context.Context) error {
 	return nil
 }
 
-// statusError turns a gRPC status into an error the pump understands:
-// retryable codes wrap sampler.ErrUnavailable; the plugin's message is kept.
+// statusError turns a gRPC status into an error of the kind the plugin's
+// output returned (sampler.Classify sees it; the plugin's message is
+// kept). The kind comes from the status's errdetails.ErrorInfo (domain
+// ErrorDomain). A status without one — the call never reached the
+// plugin's output, or an older plugin — is classified by its code:
+// Unavailable, DeadlineExceeded, Canceled, Aborted and ResourceExhausted
+// are unavailable, InvalidArgument is permanent, the rest retryable.
 func statusError(err error) error {
 	st, ok := status.FromError(err)
 	if !ok {
 		return err
 	}
-	switch st.Code() {
-	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.Aborted, codes.ResourceExhausted:
-		return &retryable{msg: st.Message(), code: st.Code()}
+	re := &remoteError{msg: st.Message(), code: st.Code()}
+	kind, found := detailKind(st)
+	if !found {
+		switch st.Code() {
+		case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.Aborted, codes.ResourceExhausted:
+			kind = sampler.KindUnavailable
+			re.transport = st.Code() != codes.ResourceExhausted
+		case codes.InvalidArgument:
+			kind = sampler.KindPermanent
+		default:
+			kind = sampler.KindRetryable
+		}
 	}
-	return &remoteError{msg: st.Message(), code: st.Code()}
+	if kind == sampler.KindNone { // a detail that contradicts the error itself
+		kind = sampler.KindRetryable
+	}
+	return sampler.WithKind(re, kind)
+}
+
+// detailKind returns the kind an ErrorInfo detail of st names.
+func detailKind(st *status.Status) (sampler.ErrorKind, bool) {
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == ErrorDomain {
+			if k, ok := sampler.ParseErrorKind(info.GetReason()); ok {
+				return k, true
+			}
+		}
+	}
+	return 0, false
 }
 
 // IsTransport reports whether err says the call may not have reached a
 // working plugin (connection broken, timeout): the supervisor then checks
 // the plugin at once.
 func IsTransport(err error) bool {
-	var r *retryable
-	return errors.As(err, &r) && r.code != codes.ResourceExhausted
+	var r *remoteError
+	return errors.As(err, &r) && r.transport
 }
 
-type retryable struct {
-	msg  string
-	code codes.Code
-}
-
-func (e *retryable) Error() string { return fmt.Sprintf("%s (%s)", e.msg, e.code) }
-func (e *retryable) Unwrap() error { return sampler.ErrUnavailable }
-
+// remoteError is an error status from the plugin, or from the transport
+// (transport: no answer from the plugin's output).
 type remoteError struct {
-	msg  string
-	code codes.Code
+	msg       string
+	code      codes.Code
+	transport bool
 }
 
-func (e *remoteError) Error() string { return e.msg }
+func (e *remoteError) Error() string {
+	if e.transport {
+		return fmt.Sprintf("%s (%s)", e.msg, e.code)
+	}
+	return e.msg
+}

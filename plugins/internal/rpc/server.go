@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -123,27 +124,46 @@ func (s *Server) Write(ctx context.Context, req *proto.WriteRequest) (*proto.Wri
 		return nil, status.Error(codes.FailedPrecondition, "write: not configured")
 	}
 	if err := decodeBatch(req, &s.batch); err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "write: %v", err)
+		// The same bytes will not decode next time either.
+		return nil, WriteStatus(sampler.Permanent(fmt.Errorf("write: %w", err))).Err()
 	}
 	err := s.out.Write(ctx, &s.batch)
 	s.batch.Reset()
 	if err != nil {
-		return nil, status.Error(errorCode(err), err.Error())
+		return nil, WriteStatus(err).Err()
 	}
 	return &proto.WriteResponse{}, nil
 }
 
-// errorCode maps an output's error to the protocol's codes.
-func errorCode(err error) codes.Code {
+// ErrorDomain is the Domain of the errdetails.ErrorInfo that a plugin's
+// Write error carries; its Reason is the error's sampler.ErrorKind
+// ("RETRYABLE", "UNAVAILABLE" or "PERMANENT").
+const ErrorDomain = "gpusampler.plugin"
+
+// WriteStatus maps an output's Write error (non-nil) to the protocol's
+// status: a code by kind — PERMANENT is InvalidArgument, UNAVAILABLE is
+// Unavailable, RETRYABLE is DeadlineExceeded for a deadline, Unknown
+// otherwise — plus an errdetails.ErrorInfo that names the kind, so the
+// host restores the kind exactly (see the client's statusError). The
+// message is err's.
+func WriteStatus(err error) *status.Status {
+	kind := sampler.Classify(err)
+	code := codes.Unknown
 	switch {
-	case errors.Is(err, sampler.ErrUnavailable):
-		return codes.Unavailable
+	case kind == sampler.KindPermanent:
+		code = codes.InvalidArgument
+	case kind == sampler.KindUnavailable:
+		code = codes.Unavailable
 	case errors.Is(err, sampler.ErrClosed):
-		return codes.FailedPrecondition
+		code = codes.FailedPrecondition
 	case errors.Is(err, context.DeadlineExceeded):
-		return codes.DeadlineExceeded
+		code = codes.DeadlineExceeded
 	}
-	return codes.Unknown
+	st := status.New(code, err.Error())
+	if d, derr := st.WithDetails(&errdetails.ErrorInfo{Reason: kind.String(), Domain: ErrorDomain}); derr == nil {
+		st = d
+	}
+	return st
 }
 
 // Health implements proto.OutputServer. It does not wait for a Write in

@@ -3,7 +3,9 @@
 //
 //	record = "FILE"        append one JSON line per batch (seq, samples, devices, events)
 //	panic_configure = true panic in Configure
-//	fail_writes = true     refuse every batch (a plain error: counted as failed)
+//	fail_writes = true     refuse every batch (a plain error: retryable)
+//	fail_kind = "KIND"     refuse every batch with an error of that kind
+//	                       (PERMANENT, UNAVAILABLE or RETRYABLE)
 //	latency = "FILE"       on Close, write each sample's receive time − its time (ns, JSON array)
 //	dump = "FILE"          append one JSON line per sample (t, v, d, m)
 //	min_value = N          must be 0 to 1000 (a key error otherwise)
@@ -41,6 +43,7 @@ type output struct {
 	mu     sync.Mutex
 	f      *os.File
 	fail   bool
+	kind   sampler.ErrorKind
 	closed bool
 	buf    []byte
 	dump   *os.File
@@ -72,6 +75,15 @@ func (o *output) Configure(t *config.Table, env sdk.Env) error {
 		panic("testplugin: told to panic in configure")
 	}
 	t.Bool("fail_writes", &o.fail)
+	var kind string
+	t.String("fail_kind", &kind)
+	if kind != "" {
+		k, ok := sampler.ParseErrorKind(kind)
+		if !ok || k == sampler.KindNone {
+			t.Errorf("fail_kind", "%q is not PERMANENT, UNAVAILABLE or RETRYABLE", kind)
+		}
+		o.fail, o.kind = true, k
+	}
 	var minValue int
 	t.Int("min_value", &minValue, 0, 1000)
 	var record string
@@ -109,7 +121,11 @@ func (o *output) Write(ctx context.Context, b *sampler.Batch) error {
 	}
 	o.writes.Add(1)
 	if o.fail {
-		return errors.New("testplugin: told to fail")
+		err := errors.New("testplugin: told to fail")
+		if o.kind == sampler.KindNone { // fail_writes alone: a plain error
+			return err
+		}
+		return sampler.WithKind(err, o.kind)
 	}
 	if o.latencyFile != "" {
 		now := time.Now().UnixNano()
