@@ -13,8 +13,10 @@
 // Telegraf's influxdb_listener and influxdb_v2_listener). It splits large
 // bodies at line boundaries, gzips on request, retries network errors, 5xx
 // and 429 (honouring Retry-After) within the Write's context deadline and
-// then returns a retryable error (a configured buffer keeps retrying);
-// other 4xx are returned as sampler.Permanent, never retried — 400 is
+// then returns the error as unavailable (no server, 429, 502–504: the pump
+// holds the batch) or retryable (other 5xx, a timeout); a configured buffer
+// keeps retrying either. Other 4xx are returned as sampler.Permanent, never
+// retried (the pump fails the batch, a buffer drops it as malformed) — 400 is
 // InfluxDB's partial write: the valid lines were stored, the rejected ones
 // are counted (Stats) and logged. Errors name the output, the status and
 // the server's message, with a hint for 401, 403 and 404.

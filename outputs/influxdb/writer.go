@@ -223,9 +223,13 @@ func (w *Writer) CloseIdle() { w.client.CloseIdleConnections() }
 // line boundaries into requests of at most MaxPayloadBytes. Network errors,
 // 5xx and 429 are retried with backoff (429/503 after Retry-After when the
 // server sends it) for as long as ctx's deadline allows; then Write returns
-// the last error, retryable. A 4xx other than 429 is returned at once,
-// marked sampler.Permanent: resending the same lines cannot succeed (400 is
-// a partial write — the server stored the valid lines). Parts already
+// the last error, by its sampler.ErrorKind: unavailable when no server
+// answered (connection refused, DNS) or it answered 429, 502, 503 or 504 —
+// the sink is down or overloaded, the same batch should wait for it;
+// retryable for any other 5xx and for a request that timed out. A 4xx other
+// than 429 is returned at once, marked sampler.Permanent: resending the same
+// lines cannot succeed (400 is a partial write — the server stored the valid
+// lines). Parts already
 // accepted are not resent within this Write; a caller that retries the
 // whole body resends them, which InfluxDB treats as an idempotent
 // overwrite (same series and timestamp).
@@ -274,6 +278,11 @@ func (w *Writer) post(ctx context.Context, body []byte) error {
 		if err == nil || sampler.IsPermanent(err) {
 			return err
 		}
+		if cv := (*tls.CertificateVerificationError)(nil); errors.As(err, &cv) {
+			// The same handshake fails the same way until the server's
+			// certificate or our CA changes: hand it back at once.
+			return err
+		}
 		if ctx.Err() != nil {
 			return err
 		}
@@ -310,7 +319,11 @@ func (w *Writer) attempt(ctx context.Context, payload []byte) (time.Duration, er
 	w.bytesSent.Add(uint64(len(payload)))
 	resp, err := w.client.Do(req)
 	if err != nil {
-		return 0, w.errorf("POST %s: %w", w.redacted(), unwrapURLError(err))
+		err = w.errorf("POST %s: %w", w.redacted(), unwrapURLError(err))
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+			return 0, err // no answer in time: this attempt failed (retryable)
+		}
+		return 0, sampler.Unavailable(err) // no server to talk to: the sink is down
 	}
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20)) // let the connection be reused
@@ -321,8 +334,13 @@ func (w *Writer) attempt(ctx context.Context, payload []byte) (time.Duration, er
 	werr := &WriteError{Kind: w.opts.Kind, Name: w.opts.Name, API: w.opts.API, URL: w.redacted(),
 		StatusCode: resp.StatusCode, Message: serverMessage(resp, msg)}
 	werr.Hint = w.hint(werr)
+	switch resp.StatusCode {
+	case http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		// Overloaded, or a proxy in front of a server that is down.
+		return retryAfter(resp.Header.Get("Retry-After")), sampler.Unavailable(werr)
+	}
 	switch {
-	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
+	case resp.StatusCode >= 500:
 		return retryAfter(resp.Header.Get("Retry-After")), werr
 	case resp.StatusCode == http.StatusBadRequest:
 		w.partial.Add(1)

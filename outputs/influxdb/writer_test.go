@@ -185,8 +185,8 @@ func TestRetries(t *testing.T) {
 		dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
 		err := w.Write(dctx, []byte(twoLines))
-		if err == nil || sampler.IsPermanent(err) || len(*slept) != 0 {
-			t.Fatalf("err %v (permanent %v), slept %v; want a retryable error at once", err, sampler.IsPermanent(err), *slept)
+		if sampler.Classify(err) != sampler.KindUnavailable || len(*slept) != 0 {
+			t.Fatalf("err %v (%v), slept %v; want an unavailable error at once", err, sampler.Classify(err), *slept)
 		}
 		if !strings.Contains(err.Error(), `influxdb "db1"`) || !strings.Contains(err.Error(), "503") || !strings.Contains(err.Error(), "overloaded") {
 			t.Fatalf("error %q does not name the output, status and message", err)
@@ -200,7 +200,7 @@ func TestRetries(t *testing.T) {
 		dctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 		defer cancel()
 		err = w.Write(dctx, []byte(twoLines))
-		if err == nil || sampler.IsPermanent(err) || !strings.Contains(err.Error(), `influxdb "down"`) ||
+		if sampler.Classify(err) != sampler.KindUnavailable || !strings.Contains(err.Error(), `influxdb "down"`) ||
 			!strings.Contains(err.Error(), "connection refused") {
 			t.Fatalf("err %v", err)
 		}
@@ -208,6 +208,30 @@ func TestRetries(t *testing.T) {
 			t.Fatal("no retry")
 		}
 	})
+}
+
+// The error a Write gives up with has the kind its last answer calls for:
+// no server, 429 and 502–504 are unavailable (the sink is down or
+// overloaded), other 5xx retryable, 4xx permanent.
+func TestWriteErrorKinds(t *testing.T) {
+	for _, tc := range []struct {
+		status int
+		want   sampler.ErrorKind
+	}{
+		{429, sampler.KindUnavailable}, {502, sampler.KindUnavailable}, {503, sampler.KindUnavailable},
+		{504, sampler.KindUnavailable}, {500, sampler.KindRetryable}, {507, sampler.KindRetryable},
+		{400, sampler.KindPermanent}, {404, sampler.KindPermanent}, {413, sampler.KindPermanent},
+	} {
+		rec := &recorder{replies: []reply{{status: tc.status, body: `{"error":"x"}`}}}
+		w, _ := newTestWriter(t, rec, WriterOptions{Database: "gpu", RetryInitial: time.Hour, RetryMax: time.Hour})
+		// a deadline shorter than the backoff: one attempt, then give up
+		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		err := w.Write(dctx, []byte(twoLines))
+		cancel()
+		if got := sampler.Classify(err); got != tc.want {
+			t.Errorf("%d: %v (%v), want %v", tc.status, got, err, tc.want)
+		}
+	}
 }
 
 func TestClientErrorsNotRetried(t *testing.T) {
