@@ -2,6 +2,7 @@ package config
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gpusampler/gpusampler/outputs/buffer"
 	"github.com/gpusampler/gpusampler/sampler"
@@ -302,7 +304,7 @@ func Parse(file string, data []byte, opts Options) (*Config, error) {
 	root := newTable(doc, "", tree)
 	c := &Config{File: file}
 	c.Agent = parseAgent(root.Sub("agent"))
-	c.GlobalTags = root.Sub("global_tags").StringMap()
+	c.GlobalTags = parseGlobalTags(root.Sub("global_tags"))
 	c.Sampler = parseSampler(root.Sub("sampler"), opts.Catalog)
 	c.Outputs = parseOutputs(root.Sub("outputs"), c.Agent, opts)
 	root.Finish()
@@ -312,9 +314,55 @@ func Parse(file string, data []byte, opts Options) (*Config, error) {
 	return c, nil
 }
 
+// parseGlobalTags takes [global_tags]: every key and value goes into
+// every record's tags (line protocol, NATS subjects, Prometheus labels), so
+// each must be writable as a line-protocol tag (CheckTagText).
+func parseGlobalTags(t *Table) map[string]string {
+	tags := t.StringMap()
+	for _, k := range slices.Sorted(maps.Keys(tags)) {
+		if t.HasErr(k) {
+			continue // not a string, or an undefined variable: said already
+		}
+		if err := CheckTagText(k); err != nil {
+			t.Errorf(k, "tag key %q: %v", k, err)
+		} else if err := CheckTagText(tags[k]); err != nil {
+			t.Errorf(k, "tag value %q: %v", tags[k], err)
+		}
+	}
+	return tags
+}
+
+// CheckTagText reports why s cannot be written as a line-protocol tag key
+// or value — the host tag, the [global_tags] — and nil when it can. Line
+// protocol (InfluxDB, Telegraf, stdout's influx format) has no empty tag
+// values and no escape for control characters (a newline ends the line)
+// or for a trailing backslash; an encoder would have to skip every line
+// carrying such a tag.
+func CheckTagText(s string) error {
+	switch {
+	case s == "":
+		return errors.New("empty (line protocol has no empty tags: remove the key or give it a value)")
+	case !utf8.ValidString(s):
+		return errors.New("not valid UTF-8")
+	case strings.HasSuffix(s, `\`):
+		return errors.New("ends in a backslash, which line protocol cannot carry")
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c == 0x7f {
+			return fmt.Errorf("control character %q at byte %d (newlines, tabs and other control characters cannot be written in line protocol)", rune(c), i)
+		}
+	}
+	return nil
+}
+
 func parseAgent(t *Table) Agent {
 	a := Agent{FlushInterval: sampler.DefaultFlushInterval, StatsInterval: DefaultStatsInterval, SelfMetrics: true}
 	t.String("hostname", &a.Hostname)
+	if a.Hostname != "" { // "" means the machine's host name
+		if err := CheckTagText(a.Hostname); err != nil {
+			t.Errorf("hostname", "%q: %v", a.Hostname, err)
+		}
+	}
 	t.Duration("flush_interval", &a.FlushInterval)
 	t.Duration("stats_interval", &a.StatsInterval)
 	t.Bool("self_metrics", &a.SelfMetrics)

@@ -37,7 +37,7 @@ func env(vars map[string]string) func(string) (string, bool) {
 func parse(t *testing.T, doc string) (*config.Config, error) {
 	t.Helper()
 	return config.Parse("test.toml", []byte(doc), config.Options{Registry: testRegistry(),
-		LookupEnv: env(map[string]string{"TOKEN": "s3cret", "HOST": "node7"})})
+		LookupEnv: env(map[string]string{"TOKEN": "s3cret", "HOST": "node7", "EMPTY": ""})})
 }
 
 const fullDoc = `
@@ -200,6 +200,15 @@ func TestParseErrors(t *testing.T) {
 		{"undefined env in tags", "[global_tags]\nrack = \"r-${RACK}\"\n", "test.toml:2: global_tags.rack: environment variable RACK is not defined"},
 		{"duplicate name", "[[outputs.fake]]\nname = \"x\"\n[[outputs.other]]\nname = \"x\"\n", `test.toml:4: outputs.other[0].name: output name "x" already used by outputs.fake[0]`},
 		{"global tag not string", "[global_tags]\nrack = 12\n", "test.toml:2: global_tags.rack: want a string, got an integer"},
+		{"empty global tag", "[global_tags]\ncluster = \"a\"\nrack = \"\"\n",
+			`test.toml:3: global_tags.rack: tag value "": empty (line protocol has no empty tags: remove the key or give it a value)`},
+		{"newline in global tag", "[global_tags]\nrack = \"r1\\nr2\"\n",
+			`test.toml:2: global_tags.rack: tag value "r1\nr2": control character '\n' at byte 2 (newlines, tabs and other control characters cannot be written in line protocol)`},
+		{"tab in global tag", "[global_tags]\nrack = \"r\\t1\"\n", `test.toml:2: global_tags.rack: tag value "r\t1": control character '\t' at byte 1`},
+		{"env expands to empty tag", "[global_tags]\nrack = \"${EMPTY}\"\n", `test.toml:2: global_tags.rack: tag value "": empty`},
+		{"trailing backslash in tag", "[global_tags]\nrack = 'r1\\'\n", `test.toml:2: global_tags.rack: tag value "r1\\": ends in a backslash, which line protocol cannot carry`},
+		{"control char in tag key", "[global_tags]\n\"ra\\u0001ck\" = \"x\"\n", `test.toml:2: global_tags."ra\x01ck": tag key "ra\x01ck": control character '\x01' at byte 2`},
+		{"newline in hostname", "[agent]\nhostname = \"node\\n1\"\n", `test.toml:2: agent.hostname: "node\n1": control character '\n' at byte 4`},
 		{"inline table key", "agent = { hostname = 1 }\n", "test.toml:1: agent.hostname: want a string, got an integer"},
 		{"dotted key", "[sampler]\nfoo.bar = 1\n", "test.toml:2: sampler.foo: unknown key"},
 		{"unknown buffer kind", "[[outputs.fake]]\nbuffer = \"tape\"\n", `test.toml:2: outputs.fake[0].buffer: unknown value "tape" (want one of: none, memory, disk)`},

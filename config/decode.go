@@ -341,6 +341,13 @@ func (t *Table) Line(key string) int { return t.doc.line(t.Key(key)) }
 // Has reports whether key is present.
 func (t *Table) Has(key string) bool { _, ok := t.m[key]; return ok }
 
+// HasErr reports whether a problem with key was recorded already (so a
+// check of its value can stay quiet about a value that was never read).
+func (t *Table) HasErr(key string) bool {
+	k := t.Key(key)
+	return slices.ContainsFunc(t.doc.errs, func(e *Error) bool { return e.Key == k })
+}
+
 // Errorf records a problem with key.
 func (t *Table) Errorf(key, format string, args ...any) {
 	k := t.path

@@ -309,6 +309,9 @@ func (f *runFlags) apply(cfg *config.Config) error {
 		s.FieldInterval = f.field.d
 	}
 	if f.host != "" {
+		if err := config.CheckTagText(f.host); err != nil {
+			return fmt.Errorf("--host %q: %w", f.host, err)
+		}
 		cfg.Agent.Hostname = f.host
 	}
 	if f.set["execd"] {

@@ -147,6 +147,14 @@ func (o *Output) Write(_ context.Context, b *sampler.Batch) error {
 		o.enc.Encode(b)
 	} else {
 		o.enc.Encode(&sampler.Batch{Devices: b.Devices, Events: b.Events, Summaries: b.Summaries})
+	}
+	if err := o.enc.Err(); err != nil {
+		// A line was skipped: writing the rest would count the skipped
+		// records as delivered. Refuse them all, so all are counted.
+		o.enc.Reset()
+		return sampler.Permanent(fmt.Errorf("execd: batch of %d records not written: a line cannot be encoded: %w", b.Len(), err))
+	}
+	if o.opts.Signal != SignalNone {
 		for _, s := range b.Samples {
 			k := seriesKey{s.Device, s.Metric}
 			a := o.window[k]

@@ -36,6 +36,11 @@ type Stats struct {
 	WriterStats
 	// Batches and Lines count what Write was handed and encoded.
 	Batches, Lines uint64
+	// EncodeRefused counts batches refused because a record in them cannot
+	// be written as line protocol (an invalid tag value): not sent, and
+	// returned as sampler.Permanent, so the pump or buffer counts every
+	// record in them as dropped.
+	EncodeRefused uint64
 }
 
 // Output encodes batches as line protocol (Telegraf nvidia_smi names and
@@ -50,7 +55,7 @@ type Output struct {
 
 	closed bool
 
-	batches, lines atomic.Uint64
+	batches, lines, encodeRefused atomic.Uint64
 }
 
 // New returns an output. It does no network I/O: an unreachable server
@@ -79,11 +84,15 @@ func (o *Output) Write(ctx context.Context, b *sampler.Batch) error {
 	}
 	o.enc.Reset()
 	o.enc.Encode(b)
+	o.batches.Add(1)
 	if err := o.enc.Err(); err != nil {
-		o.w.log.Warn("line skipped by the encoder", "err", err)
+		// The encoder skipped a line: sending the rest would count the
+		// skipped records as delivered. Refuse the whole batch instead,
+		// so every record in it is counted as dropped.
+		o.encodeRefused.Add(1)
+		return sampler.Permanent(o.w.errorf("batch of %d records not sent: a line cannot be encoded: %w", b.Len(), err))
 	}
 	body := o.enc.Bytes()
-	o.batches.Add(1)
 	if len(body) == 0 {
 		return nil
 	}
@@ -103,18 +112,19 @@ func (o *Output) Close() error {
 
 // Stats returns the counters (any goroutine).
 func (o *Output) Stats() Stats {
-	return Stats{WriterStats: o.w.Stats(), Batches: o.batches.Load(), Lines: o.lines.Load()}
+	return Stats{WriterStats: o.w.Stats(), Batches: o.batches.Load(), Lines: o.lines.Load(),
+		EncodeRefused: o.encodeRefused.Load()}
 }
 
 // ReportStats implements sampler.StatsReporter: requests, retries, bytes
 // sent (after compression), partial writes and rejected points, batches
-// and lines encoded.
+// and lines encoded, batches refused by the encoder.
 func (o *Output) ReportStats(dst []sampler.Field) []sampler.Field {
 	s := o.Stats()
 	return append(dst, sampler.IntField("http_requests", s.Requests), sampler.IntField("http_retries", s.Retries),
 		sampler.IntField("bytes_sent", s.BytesSent), sampler.IntField("partial_writes", s.PartialWrites),
 		sampler.IntField("rejected_points", s.RejectedPoints), sampler.IntField("batches", s.Batches),
-		sampler.IntField("lines", s.Lines))
+		sampler.IntField("lines", s.Lines), sampler.IntField("encode_refused_batches", s.EncodeRefused))
 }
 
 // countLines counts the body's lines (bytes.Count is vectorised: a byte

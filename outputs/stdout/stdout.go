@@ -89,6 +89,11 @@ func (o *Output) Write(_ context.Context, b *sampler.Batch) error {
 	}
 	o.enc.Reset()
 	o.enc.Encode(b)
+	if e, ok := o.enc.(interface{ Err() error }); ok && e.Err() != nil {
+		// A line was skipped: writing the rest would count the skipped
+		// records as delivered. Refuse the batch, so all are counted.
+		return sampler.Permanent(fmt.Errorf("stdout: batch of %d records not written: a line cannot be encoded: %w", b.Len(), e.Err()))
+	}
 	if _, err := o.w.Write(o.enc.Bytes()); err != nil {
 		return fmt.Errorf("stdout: %w", err)
 	}

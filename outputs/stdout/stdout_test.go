@@ -3,10 +3,12 @@ package stdout
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"flag"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/gpusampler/gpusampler/internal/influxtest"
@@ -134,5 +136,34 @@ func TestGolden(t *testing.T) {
 func TestUnknownFormat(t *testing.T) {
 	if _, err := New(&bytes.Buffer{}, Options{Format: "xml"}); err == nil {
 		t.Fatal("unknown format accepted")
+	}
+}
+
+// A batch with a line the encoder must skip (a tag value line protocol
+// cannot carry) is refused whole, as permanent, and nothing is written: the
+// pump counts every record in it as failed instead of as delivered.
+func TestUnencodableBatchRefused(t *testing.T) {
+	var buf bytes.Buffer
+	out, err := New(&buf, Options{Format: "influx", Host: "node1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := &sampler.Batch{Seq: 1, Devices: []sampler.Device{{Index: 0, UUID: "GPU-1", Name: "H200\nx"}},
+		Samples: []sampler.Sample{{TimeNS: 1, Value: 100, Metric: sampler.MetricPowerDraw}}}
+	err = out.Write(context.Background(), bad)
+	if sampler.Classify(err) != sampler.KindPermanent || !strings.Contains(err.Error(), "batch of 2 records not written") {
+		t.Fatalf("err %v (%v), want a permanent refusal of 2 records", err, sampler.Classify(err))
+	}
+	if buf.Len() != 0 {
+		t.Fatalf("wrote %q", buf.String())
+	}
+	// the identity is fixed by the next batch: lines flow again
+	good := &sampler.Batch{Seq: 2, Devices: []sampler.Device{{Index: 0, UUID: "GPU-1", Name: "H200"}},
+		Samples: []sampler.Sample{{TimeNS: 2, Value: 100, Metric: sampler.MetricPowerDraw}}}
+	if err := out.Write(context.Background(), good); err != nil {
+		t.Fatal(err)
+	}
+	if want := "nvidia_smi,host=node1,index=0,name=H200,uuid=GPU-1 power_draw=100 2\n"; buf.String() != want {
+		t.Fatalf("wrote %q, want %q", buf.String(), want)
 	}
 }
