@@ -74,7 +74,7 @@ func New(src sampler.Source, cfg *config.Config, opts Options) (*Agent, error) {
 	s := cfg.Sampler
 	scfg := sampler.Config{DrainInterval: s.DrainInterval, FieldInterval: s.FieldInterval,
 		SlowInterval: s.SlowInterval, RareInterval: s.RareInterval, GPMInterval: s.GPMInterval, RingSize: s.RingSize, Select: config.Selector(s.Include, s.Exclude),
-		Devices: s.DeviceFilter(), Logger: opts.Logger,
+		Devices: s.DeviceFilter(), Logger: opts.Logger, ShutdownTimeout: cfg.Agent.ShutdownTimeout,
 		ProcessInterval: s.ProcessInterval, ProcessCmdline: s.ProcessCmdline, ProcessCmdlineMax: s.ProcessCmdlineMax}
 	if !s.Processes {
 		scfg.ProcessInterval = -1

@@ -50,6 +50,9 @@ type Agent struct {
 	// StateDir holds what a restart needs (the drain cursors, so that a
 	// restart delivers no sample twice); empty means DefaultStateDir.
 	StateDir string
+	// ShutdownTimeout bounds the outputs' final flush at exit (see
+	// sampler.Config.ShutdownTimeout).
+	ShutdownTimeout time.Duration
 }
 
 // DefaultStateDir is the state directory when [agent] state_dir is not
@@ -356,7 +359,8 @@ func CheckTagText(s string) error {
 }
 
 func parseAgent(t *Table) Agent {
-	a := Agent{FlushInterval: sampler.DefaultFlushInterval, StatsInterval: DefaultStatsInterval, SelfMetrics: true}
+	a := Agent{FlushInterval: sampler.DefaultFlushInterval, StatsInterval: DefaultStatsInterval, SelfMetrics: true,
+		ShutdownTimeout: sampler.DefaultShutdownTimeout}
 	t.String("hostname", &a.Hostname)
 	if a.Hostname != "" { // "" means the machine's host name
 		if err := CheckTagText(a.Hostname); err != nil {
@@ -367,6 +371,7 @@ func parseAgent(t *Table) Agent {
 	t.Duration("stats_interval", &a.StatsInterval)
 	t.Bool("self_metrics", &a.SelfMetrics)
 	t.String("state_dir", &a.StateDir)
+	t.Duration("shutdown_timeout", &a.ShutdownTimeout)
 	t.Finish()
 	return a
 }

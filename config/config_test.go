@@ -88,7 +88,8 @@ func TestParseFull(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantAgent := config.Agent{Hostname: "node7", FlushInterval: 50 * time.Millisecond, StatsInterval: 5 * time.Second}
+	wantAgent := config.Agent{Hostname: "node7", FlushInterval: 50 * time.Millisecond, StatsInterval: 5 * time.Second,
+		ShutdownTimeout: sampler.DefaultShutdownTimeout}
 	if c.Agent != wantAgent {
 		t.Errorf("agent = %+v, want %+v", c.Agent, wantAgent)
 	}
@@ -159,6 +160,16 @@ func TestParseDefaults(t *testing.T) {
 	}
 }
 
+func TestShutdownTimeout(t *testing.T) {
+	c, err := parse(t, "[agent]\nshutdown_timeout = \"3s\"\n")
+	if err != nil || c.Agent.ShutdownTimeout != 3*time.Second {
+		t.Fatalf("shutdown_timeout: %v, %v; want 3s", c, err)
+	}
+	if _, err := parse(t, "[agent]\nshutdown_timeout = \"0s\"\n"); err == nil || !strings.Contains(err.Error(), "test.toml:2: agent.shutdown_timeout:") {
+		t.Fatalf("zero shutdown_timeout: %v", err)
+	}
+}
+
 func TestParseErrors(t *testing.T) {
 	tests := []struct {
 		name string
@@ -170,7 +181,7 @@ func TestParseErrors(t *testing.T) {
 		{"duplicate key", "[agent]\nhostname = \"a\"\nhostname = \"b\"\n", "test.toml:3: "},
 		{"unknown top-level key", "\n\nfoo = 1\n", "test.toml:3: foo: unknown key (known: agent, global_tags, sampler, outputs)"},
 		{"unknown agent key", "[agent]\n  hostnme = \"x\"\n",
-			"test.toml:2: agent.hostnme: unknown key (known: hostname, flush_interval, stats_interval, self_metrics, state_dir)"},
+			"test.toml:2: agent.hostnme: unknown key (known: hostname, flush_interval, stats_interval, self_metrics, state_dir, shutdown_timeout)"},
 		{"unknown sampler key", "[sampler]\ngpus = 2\ndrain = \"1s\"\n", "test.toml:3: sampler.drain: unknown key"},
 		{"unknown output key", "[[outputs.fake]]\nurl = \"x\"\n[[outputs.fake]]\nurll = \"y\"\n",
 			"test.toml:4: outputs.fake[1].urll: unknown key (known: name, include, exclude, aggregate, flush_interval, max_batch, write_timeout, buffer, buffer_max_bytes, buffer_max_records, buffer_dir, buffer_fsync_interval, retry_initial, retry_max, buffer_close_timeout, url, token)"},

@@ -38,6 +38,10 @@ const (
 	// watchdog marks its device hung (NVML calls can hang for tens of
 	// seconds when firmware stops answering).
 	DefaultCallTimeout = 10 * time.Second
+	// DefaultShutdownTimeout bounds the outputs' final flush and Close
+	// once Run's context ends (above a buffer's default close timeout,
+	// 5 s, so a buffer can hand over what it holds).
+	DefaultShutdownTimeout = 10 * time.Second
 	// costlyFieldRate is the field rate above which the engine says once
 	// what it costs.
 	costlyFieldRate = 50
@@ -96,6 +100,13 @@ type Config struct {
 	// stopped, and the cursors are saved every CursorSaveInterval and at
 	// the end of Run.
 	Cursors CursorStore
+	// ShutdownTimeout bounds how long Run waits, once its context ends,
+	// for the outputs' final flush and Close (default
+	// DefaultShutdownTimeout). An output still busy then — blocked in a
+	// Write or Close by a sink or reader that stopped taking data — is
+	// given up: what it had not delivered is counted as failed
+	// (OutputStats.Unflushed) and Run returns an error naming it.
+	ShutdownTimeout time.Duration
 	// Clock schedules the device loops, the watchdog and lost-device
 	// probes, and is the wall time driver timestamps are classified
 	// against; nil means SystemClock. Output pumps flush on the system
@@ -143,6 +154,9 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if out.Clock == nil {
 		out.Clock = SystemClock()
+	}
+	if out.ShutdownTimeout <= 0 {
+		out.ShutdownTimeout = DefaultShutdownTimeout
 	}
 	switch {
 	case out.DrainInterval < 0:
@@ -465,13 +479,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	for _, p := range pumps {
 		p.stop()
 	}
-	e.pumpsWG.Wait()
-	var errs []error
-	for _, p := range pumps {
-		if p.closeErr != nil {
-			errs = append(errs, fmt.Errorf("close output %s: %w", p.name, p.closeErr))
-		}
-	}
+	errs := e.waitPumps(pumps)
 	if abandoned > 0 {
 		// A call is still inside the driver: closing the library under it
 		// could crash the process. The process is exiting anyway.
@@ -505,6 +513,44 @@ func (e *Engine) saveCursors() {
 			e.log.Warn("cannot save the drain cursors; a restart will deliver some history again", "err", err, "failures", n)
 		}
 	}
+}
+
+// waitPumps waits for every stopped pump to finish its final flush and
+// Close, at most ShutdownTimeout in all. A pump still busy then is given up
+// (pump.giveUp: its undelivered samples counted as failed), logged and
+// left behind; the process is exiting. It returns the outputs' close errors
+// and one error per output given up.
+func (e *Engine) waitPumps(pumps []*pump) []error {
+	t := e.cfg.Clock.NewTimer(e.cfg.ShutdownTimeout)
+	defer t.Stop()
+	var errs []error
+	expired := false
+	for _, p := range pumps {
+		if !expired {
+			select {
+			case <-p.done:
+			case <-t.C():
+				expired = true
+			}
+		}
+		select {
+		case <-p.done:
+			if p.closeErr != nil {
+				errs = append(errs, fmt.Errorf("close output %s: %w", p.name, p.closeErr))
+			}
+			continue
+		default:
+		}
+		lost := p.giveUp()
+		e.log.Error("output did not finish within the shutdown timeout; what it had not delivered is counted as failed",
+			"output", p.name, "shutdown_timeout", e.cfg.ShutdownTimeout, "unflushed_samples", lost)
+		errs = append(errs, fmt.Errorf("output %s: not flushed within the %v shutdown timeout (its sink or reader stopped taking data): %d samples not delivered",
+			p.name, e.cfg.ShutdownTimeout, lost))
+	}
+	if !expired {
+		e.pumpsWG.Wait()
+	}
+	return errs
 }
 
 // LoopStopGrace is how long Run waits, once its context has ended, for the

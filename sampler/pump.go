@@ -71,6 +71,10 @@ type OutputStats struct {
 	LastWriteLatency, MaxWriteLatency time.Duration
 	// Lag is how many published samples the output has not read yet.
 	Lag uint64
+	// Unflushed samples (part of Failed) were not delivered because the
+	// output did not finish its final flush and Close within the engine's
+	// shutdown timeout (a sink or reader that stopped taking data).
+	Unflushed uint64
 }
 
 // pump moves records from every ring to one output. The cursors, batch and
@@ -87,6 +91,8 @@ type pump struct {
 	seq     uint64
 	held    bool // batch was refused (unavailable or retryable): offer it again before reading more
 	offers  int  // Writes of the held batch that failed as retryable
+	// heldKind is the kind of the last refusal of the held batch.
+	heldKind ErrorKind
 
 	stopCh   chan struct{}
 	stopOnce sync.Once
@@ -95,10 +101,17 @@ type pump struct {
 
 	lastDropLog time.Time
 
+	// acctMu is held by the pump's goroutine while it accounts a Write's
+	// result, and by giveUp, so that an output given up at shutdown is
+	// counted once: by giveUp, never again by a Write that returns late.
+	acctMu sync.Mutex
+	gaveUp atomic.Bool
+
 	published, read, dropped, filtered, delivered, failed atomic.Uint64
 	pending, retries                                      atomic.Uint64
 	evDelivered, evDropped, writes, writeErrors, lag      atomic.Uint64
 	lastLatency, maxLatency                               atomic.Int64
+	unflushed                                             atomic.Uint64
 
 	// The counters of the pumps this one replaced: inhPrev while the
 	// replaced pump may still flush, then inhBase, its final counters
@@ -175,9 +188,12 @@ func (p *pump) run(ctx context.Context) {
 		select {
 		case <-p.stopCh:
 			p.flushAll(ctx)
-			// An unavailable output gets up to WriteTimeout to come back
-			// before what it has not taken is given up.
-			for deadline := time.Now().Add(p.opts.WriteTimeout); p.held && time.Now().Before(deadline); {
+			// An unavailable output gets up to WriteTimeout (at most half
+			// the engine's shutdown timeout) to come back before what it
+			// has not taken is given up. A batch refused as retryable is
+			// not offered again: the process is stopping.
+			wait := min(p.opts.WriteTimeout, p.e.cfg.ShutdownTimeout/2)
+			for deadline := time.Now().Add(wait); p.held && p.heldKind == KindUnavailable && !p.gaveUp.Load() && time.Now().Before(deadline); {
 				time.Sleep(min(p.opts.FlushInterval, 50*time.Millisecond))
 				p.flushAll(ctx)
 			}
@@ -196,6 +212,9 @@ func (p *pump) run(ctx context.Context) {
 // A batch the output refused with ErrUnavailable is held: the next flush
 // offers it again first and reads nothing more until it goes through.
 func (p *pump) flushAll(ctx context.Context) {
+	if p.gaveUp.Load() {
+		return
+	}
 	b := &p.batch
 	if p.held && !p.write(ctx) {
 		p.account(0, 0)
@@ -248,6 +267,15 @@ func (p *pump) flushAll(ctx context.Context) {
 // account publishes the cursors' accounting to the stats atomics. read and
 // filtered are the samples read and filtered since the last call.
 func (p *pump) account(read, filtered uint64) {
+	p.acctMu.Lock()
+	defer p.acctMu.Unlock()
+	if !p.gaveUp.Load() {
+		p.accountLocked(read, filtered)
+	}
+}
+
+// accountLocked is account with acctMu held.
+func (p *pump) accountLocked(read, filtered uint64) {
 	var pub, drop, lag uint64
 	for _, c := range p.cursors {
 		pub += c.Published()
@@ -270,7 +298,9 @@ func (p *pump) account(read, filtered uint64) {
 // whatever the rings still hold for this output are counted as read and
 // failed, so the accounting stays exact.
 func (p *pump) abandon() {
-	if !p.held {
+	p.acctMu.Lock()
+	defer p.acctMu.Unlock()
+	if !p.held || p.gaveUp.Load() {
 		return
 	}
 	b := &p.batch
@@ -286,8 +316,41 @@ func (p *pump) abandon() {
 		}
 	}
 	p.failed.Add(n + read)
-	p.account(read, 0)
+	p.accountLocked(read, 0)
 	p.e.log.Warn("output unavailable at stop; held samples dropped", "output", p.name, "samples", n+read)
+}
+
+// giveUp is called by the engine, from its own goroutine, when the pump has
+// not finished its final flush and Close within the shutdown timeout (its
+// output is blocked in Write or Close). Everything published for this
+// output that it has not delivered, failed or filtered yet — the batch in
+// the blocked Write, a held batch, what the rings still hold — is counted
+// as failed (and as Unflushed), so Published = Delivered + Failed +
+// Filtered + Dropped holds at exit; whatever the blocked call does later is
+// not counted again. It returns the samples so counted.
+func (p *pump) giveUp() uint64 {
+	p.acctMu.Lock()
+	defer p.acctMu.Unlock()
+	if p.gaveUp.Swap(true) {
+		return 0
+	}
+	var pub, drop uint64
+	for _, c := range p.cursors {
+		pub += c.Published()
+		drop += c.Dropped()
+	}
+	var lost uint64
+	if done := drop + p.delivered.Load() + p.failed.Load() + p.filtered.Load(); pub > done {
+		lost = pub - done
+	}
+	p.failed.Add(lost)
+	p.unflushed.Store(lost)
+	p.published.Store(pub)
+	p.dropped.Store(drop)
+	p.read.Store(pub - drop)
+	p.lag.Store(0)
+	p.pending.Store(0)
+	return lost
 }
 
 // write hands the batch to the output if it holds anything, then resets it.
@@ -306,6 +369,11 @@ func (p *pump) write(ctx context.Context) bool {
 	err := p.out.Write(wctx, b)
 	lat := time.Since(start)
 	cancel()
+	p.acctMu.Lock()
+	defer p.acctMu.Unlock()
+	if p.gaveUp.Load() {
+		return false // counted by giveUp; read nothing more
+	}
 	p.writes.Add(1)
 	p.lastLatency.Store(int64(lat))
 	if int64(lat) > p.maxLatency.Load() {
@@ -317,6 +385,7 @@ func (p *pump) write(ctx context.Context) bool {
 	}
 	if kind == KindUnavailable || (kind == KindRetryable && p.offers < RetryableOffers) {
 		p.retries.Add(1)
+		p.heldKind = kind
 		if !p.held {
 			p.held = true
 			p.pending.Store(uint64(len(b.Samples)))
@@ -363,5 +432,6 @@ func (p *pump) snapshot() OutputStats {
 		Retries: b.Retries + p.retries.Load(), EventsDelivered: b.EventsDelivered + p.evDelivered.Load(),
 		EventsDropped: b.EventsDropped + p.evDropped.Load(), Writes: b.Writes + p.writes.Load(),
 		WriteErrors: b.WriteErrors + p.writeErrors.Load(), LastWriteLatency: time.Duration(p.lastLatency.Load()),
-		MaxWriteLatency: max(b.MaxWriteLatency, time.Duration(p.maxLatency.Load())), Lag: p.lag.Load()}
+		MaxWriteLatency: max(b.MaxWriteLatency, time.Duration(p.maxLatency.Load())), Lag: p.lag.Load(),
+		Unflushed: b.Unflushed + p.unflushed.Load()}
 }

@@ -1,0 +1,88 @@
+package sampler_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gpusampler/gpusampler/sampler"
+)
+
+// stuckOut accepts its first writes, then blocks in Write until release is
+// closed, like a stdout nobody reads.
+type stuckOut struct {
+	accept    int
+	blocked   chan struct{} // closed when a Write starts blocking
+	release   chan struct{}
+	closed    chan struct{}
+	once      sync.Once
+	closeOnce sync.Once
+}
+
+func (s *stuckOut) Write(ctx context.Context, b *sampler.Batch) error {
+	if s.accept > 0 {
+		s.accept--
+		return nil
+	}
+	s.once.Do(func() { close(s.blocked) })
+	<-s.release // ignores ctx, as a write(2) into a full pipe does
+	return nil
+}
+
+func (s *stuckOut) Close() error {
+	s.closeOnce.Do(func() { close(s.closed) })
+	return nil
+}
+
+// An output blocked in Write does not hold up shutdown: after the shutdown
+// timeout Run returns an error naming it, what it had not delivered is
+// counted (failed, unflushed) so published = delivered + failed + dropped
+// + filtered, and a Write that returns later is not counted again.
+func TestShutdownGivesUpStuckOutput(t *testing.T) {
+	dev := newFakeDevice(0)
+	e, err := sampler.New(&fakeSource{devs: []*fakeDevice{dev}}, sampler.Config{
+		DrainInterval: 20 * time.Millisecond, Select: onlyPowerBuffer, RingSize: 1 << 16,
+		ShutdownTimeout: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := &stuckOut{accept: 3, blocked: make(chan struct{}), release: make(chan struct{}), closed: make(chan struct{})}
+	defer close(out.release)
+	if err := e.AddOutput("stuck", out, sampler.PumpOptions{FlushInterval: 5 * time.Millisecond, MaxBatch: 16}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	select {
+	case <-out.blocked:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the output never blocked")
+	}
+	cancel()
+	select {
+	case err = <-done:
+	case <-time.After(60 * time.Second): // a failure guard, not a timing check
+		t.Fatal("Run did not return: shutdown waits on a blocked output")
+	}
+	if err == nil || !strings.Contains(err.Error(), "output stuck: not flushed within the 100ms shutdown timeout") {
+		t.Fatalf("Run = %v, want the stuck output named", err)
+	}
+	st := e.Stats().Outputs[0]
+	if st.Unflushed == 0 || st.Failed != st.Unflushed || st.Delivered == 0 || st.Pending != 0 || st.Lag != 0 ||
+		st.Published != st.Delivered+st.Failed+st.Filtered+st.Dropped || st.Read != st.Published-st.Dropped {
+		t.Fatalf("stats %+v: want the unflushed samples counted as failed, published = delivered + failed + filtered + dropped", st)
+	}
+	if !strings.Contains(err.Error(), ": "+strconv.FormatUint(st.Unflushed, 10)+" samples not delivered") {
+		t.Fatalf("Run = %v, want %d samples named", err, st.Unflushed)
+	}
+	// the blocked Write returns late: nothing is counted twice
+	out.release <- struct{}{}
+	<-out.closed
+	if after := e.Stats().Outputs[0]; after != st {
+		t.Fatalf("stats changed after the late Write:\n%+v\n%+v", st, after)
+	}
+}
