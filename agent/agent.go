@@ -187,7 +187,7 @@ func (a *Agent) build(cfg *config.Config, blocks []*config.Output) ([]builtOutpu
 			out = buf
 		}
 		if o.Aggregate > 0 {
-			if out, err = aggregate.New(out, aggregate.Options{Interval: o.Aggregate}); err != nil {
+			if out, err = aggregate.New(out, aggregate.Options{Interval: o.Aggregate, Logger: a.log.With("output", o.Name)}); err != nil {
 				out.Close()
 				return fail(err)
 			}

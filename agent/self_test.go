@@ -81,7 +81,7 @@ func TestDetailEvents(t *testing.T) {
 	for _, f := range ev.Fields {
 		keys = append(keys, f.Key)
 	}
-	if want := "aggregate_summarized aggregate_late aggregate_emitted aggregate_dropped http_requests http_retries"; strings.Join(keys, " ") != want {
+	if want := "aggregate_summarized aggregate_late aggregate_emitted aggregate_dropped aggregate_events_dropped http_requests http_retries"; strings.Join(keys, " ") != want {
 		t.Errorf("fields %v, want %s", keys, want)
 	}
 	st := sampler.Stats{Outputs: []sampler.OutputStats{{Name: "influx"}, {Name: "plain"}}}

@@ -399,6 +399,10 @@ func (p *pump) write(ctx context.Context) bool {
 		p.held = false
 		p.pending.Store(0)
 	}
+	// The batch is done with, delivered or failed: the next one is a new
+	// batch and gets a new Seq (an output that sees the same Seq again
+	// takes it for this batch offered again).
+	p.seq++
 	if err != nil {
 		p.writeErrors.Add(1)
 		p.failed.Add(uint64(len(b.Samples)))
@@ -409,7 +413,6 @@ func (p *pump) write(ctx context.Context) bool {
 				"kind", kind, "write_errors_total", errs, "err", err)
 		}
 	} else {
-		p.seq++
 		p.delivered.Add(uint64(len(b.Samples)))
 		p.evDelivered.Add(uint64(len(b.Events)))
 		for _, d := range b.Devices {

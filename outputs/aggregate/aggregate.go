@@ -13,18 +13,24 @@
 //
 // Device identities and events pass through unchanged, in the same Write.
 //
-// The inner output's errors keep their kind (sampler.Classify) and are
-// returned to the pump. The summaries of a refused Write are kept for the
-// next one while the refusal is unavailable, or retryable fewer than
-// sampler.RetryableOffers times in a row: the samples behind them will not
-// come again. A permanent refusal, or the last retryable one, drops them,
-// counted (Stats.Dropped, aggregate_dropped).
+// The inner output's errors keep their kind (sampler.Classify). While the
+// refusal is unavailable, or retryable fewer than sampler.RetryableOffers
+// times in a row, the summaries of the refused Write are kept for the next
+// one (the samples behind them will not come again) and the error goes to
+// the pump, which offers its batch again (same Seq: its samples are not
+// added twice). A permanent refusal, or the last retryable one, drops the
+// summaries and the events of the refused Write, counted here
+// (Stats.Dropped and EventsDropped: aggregate_dropped,
+// aggregate_events_dropped), and Write returns nil: the pump's samples
+// were taken (into those summaries), so the pump does not count them as
+// failed as well.
 package aggregate
 
 import (
 	"cmp"
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -43,6 +49,9 @@ type Options struct {
 	MaxDelay time.Duration
 	// Now is the wall clock (default time.Now); tests inject one.
 	Now func() time.Time
+	// Logger receives a warning when summaries are dropped (the first
+	// time, then at most once a minute); nil discards.
+	Logger *slog.Logger
 }
 
 type seriesKey struct {
@@ -79,8 +88,10 @@ type Output struct {
 	lastSeq  uint64 // Seq of the last batch whose samples were added
 	// tries counts consecutive retryable refusals of the kept summaries.
 	tries int
+	// lastDropLog rate-limits the drop warning.
+	lastDropLog time.Time
 
-	late, summarized, emitted, dropped atomic.Uint64
+	late, summarized, emitted, dropped, evDropped atomic.Uint64
 }
 
 // New wraps inner.
@@ -93,6 +104,9 @@ func New(inner sampler.Output, opts Options) (*Output, error) {
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Output{inner: inner, opts: opts, interval: int64(opts.Interval), series: make(map[seriesKey]*series)}, nil
 }
@@ -107,22 +121,25 @@ type Stats struct {
 	// Dropped summaries: the inner output refused them as permanent, or
 	// as retryable sampler.RetryableOffers times in a row.
 	Dropped uint64
+	// EventsDropped passed through in a Write so refused.
+	EventsDropped uint64
 }
 
 // Stats returns the counters (safe from any goroutine).
 func (o *Output) Stats() Stats {
 	return Stats{Summarized: o.summarized.Load(), Late: o.late.Load(), Emitted: o.emitted.Load(),
-		Dropped: o.dropped.Load()}
+		Dropped: o.dropped.Load(), EventsDropped: o.evDropped.Load()}
 }
 
 // ReportStats implements sampler.StatsReporter: the wrapper's counters
 // (aggregate_summarized, aggregate_late, aggregate_emitted,
-// aggregate_dropped) followed by the wrapped output's own.
+// aggregate_dropped, aggregate_events_dropped) followed by the wrapped
+// output's own.
 func (o *Output) ReportStats(dst []sampler.Field) []sampler.Field {
 	s := o.Stats()
 	dst = append(dst, sampler.IntField("aggregate_summarized", s.Summarized),
 		sampler.IntField("aggregate_late", s.Late), sampler.IntField("aggregate_emitted", s.Emitted),
-		sampler.IntField("aggregate_dropped", s.Dropped))
+		sampler.IntField("aggregate_dropped", s.Dropped), sampler.IntField("aggregate_events_dropped", s.EventsDropped))
 	return sampler.ReportStats(o.inner, dst)
 }
 
@@ -271,6 +288,15 @@ func (o *Output) emit(ctx context.Context, devs []sampler.Device, evs []sampler.
 	default:
 		o.tries = 0
 		o.dropped.Add(uint64(len(ob.Summaries)))
+		o.evDropped.Add(uint64(len(ob.Events)))
+		if now := o.opts.Now(); o.lastDropLog.IsZero() || now.Sub(o.lastDropLog) >= time.Minute {
+			o.lastDropLog = now
+			o.opts.Logger.Warn("output refused summaries; dropped", "summaries", len(ob.Summaries), "events", len(ob.Events),
+				"kind", kind, "dropped_total", o.dropped.Load(), "err", err)
+		}
+		if !o.done {
+			err = nil // counted here, not again by the pump
+		}
 	}
 	clear(ob.Events)
 	ob.Reset()
