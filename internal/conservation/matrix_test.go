@@ -21,8 +21,6 @@ import (
 var knownBroken = map[string]string{
 	"refuse/*-none-agg": "aggregate without a buffer: the refused summaries and events are counted by the aggregate " +
 		"wrapper (aggregate.Stats Dropped and EventsDropped: aggregate_dropped, aggregate_events_dropped), which the matrix does not read yet",
-	"stdoutstall/stdout": "a stdout write blocked on a reader that never reads holds up shutdown: the agent stops only " +
-		"when the pipe breaks (the final flush has no deadline)",
 	"kill9/*-disk-agg": "kill -9 loses the aggregate's open windows: their samples are in memory, not yet summarized into " +
 		"the disk buffer, and nothing counts them",
 }
