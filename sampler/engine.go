@@ -253,6 +253,20 @@ func (e *Engine) Devices() []Device {
 	return out
 }
 
+// SetAttribution sets whose work device index runs (see Attribution). A
+// change takes effect from the next batch each output receives: the device's
+// identity is re-sent with a new Generation, so outputs retire the old
+// label set. It reports whether anything changed; an unknown index changes
+// nothing.
+func (e *Engine) SetAttribution(index int, a Attribution) bool {
+	for _, l := range e.loops {
+		if int(l.index) == index {
+			return l.setAttribution(a)
+		}
+	}
+	return false
+}
+
 // Catalog returns the engine's catalog.
 func (e *Engine) Catalog() *Catalog { return e.cfg.Catalog }
 

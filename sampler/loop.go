@@ -74,7 +74,10 @@ type deviceLoop struct {
 	index    uint16
 	ring     *Ring
 	identity atomic.Pointer[Device]
-	tb       *Timebase
+	// idMu serializes identity replacements (recovery, attribution); reads
+	// stay lock-free through identity.
+	idMu sync.Mutex
+	tb   *Timebase
 
 	buffers  []*bufferState
 	fastIDs  []MetricID
@@ -779,11 +782,31 @@ func (l *deviceLoop) retryLost(now time.Time) {
 	l.lost = false
 	l.state.Store(uint32(DeviceOK))
 	l.recoveries.Add(1)
-	id.Generation = old.Generation + 1
+	l.idMu.Lock()
+	cur := l.identity.Load()
+	id.Attribution = cur.Attribution
+	id.Generation = cur.Generation + 1
 	l.identity.Store(&id)
+	l.idMu.Unlock()
 	l.e.log.Warn("gpu recovered", "device", l.index, "uuid", id.UUID, "down_for", now.Sub(l.lostAt))
 	l.e.Emit(Event{Kind: EventDeviceRecovery, Device: int(l.index), StartNS: l.lostAt.UnixNano(), EndNS: now.UnixNano(),
 		Message: "device answers again", Attrs: []Attr{{"uuid", id.UUID}, {"from", "lost"}}})
+}
+
+// setAttribution replaces the device's attribution; a change bumps the
+// identity's Generation so that every output sees it with the next batch.
+func (l *deviceLoop) setAttribution(a Attribution) bool {
+	l.idMu.Lock()
+	defer l.idMu.Unlock()
+	cur := l.identity.Load()
+	if cur.Attribution == a {
+		return false
+	}
+	id := *cur
+	id.Attribution = a
+	id.Generation++
+	l.identity.Store(&id)
+	return true
 }
 
 // DeviceStats are one device's self-metrics.

@@ -88,8 +88,52 @@ type Device struct {
 	PersistenceMode string `json:"persistence_mode,omitempty"`
 	ECCMode         string `json:"ecc_mode,omitempty"`
 	MIGMode         string `json:"mig_mode,omitempty"`
+	// Attribution names whose work the device runs (Kubernetes pod, Slurm
+	// job); empty when unattributed. A change is an identity change.
+	Attribution
 	// Generation increases each time the identity changes.
 	Generation uint64 `json:"generation"`
+}
+
+// Attribution says whose work runs on a device: the Kubernetes pod,
+// namespace and container it is allocated to, or the HPC (Slurm) job. The
+// names follow dcgm-exporter's labels. Every field is empty when unknown.
+type Attribution struct {
+	Pod       string `json:"pod,omitempty"`
+	Namespace string `json:"namespace,omitempty"`
+	Container string `json:"container,omitempty"`
+	HPCJob    string `json:"hpc_job,omitempty"`
+}
+
+// Attribution keys, as labels, tags and record fields.
+const (
+	AttrPod       = "pod"
+	AttrNamespace = "namespace"
+	AttrContainer = "container"
+	AttrHPCJob    = "hpc_job"
+)
+
+// AttributionKeys lists the attribution keys in the order Attrs returns them.
+var AttributionKeys = []string{AttrPod, AttrNamespace, AttrContainer, AttrHPCJob}
+
+// IsZero reports whether a attributes nothing.
+func (a Attribution) IsZero() bool { return a == Attribution{} }
+
+// Values returns the four values in AttributionKeys order.
+func (a Attribution) Values() [4]string {
+	return [4]string{a.Pod, a.Namespace, a.Container, a.HPCJob}
+}
+
+// Attrs returns the non-empty attribution values as key/value pairs in
+// AttributionKeys order.
+func (a Attribution) Attrs() []Attr {
+	var out []Attr
+	for i, v := range a.Values() {
+		if v != "" {
+			out = append(out, Attr{AttributionKeys[i], v})
+		}
+	}
+	return out
 }
 
 // EventKind names what happened.

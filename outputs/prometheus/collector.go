@@ -41,7 +41,7 @@ func deviceLabels(naming, hostLabel string) []string {
 }
 
 // descSet holds one device's descriptors: they carry its label names, which
-// differ between devices only by the MIG and simulated labels.
+// differ between devices only by the MIG, simulated and attribution labels.
 type descSet struct {
 	// pairs are the label pairs of every series of the device, sorted by
 	// name; seriesPairs those of series with a constant label (nil: pairs).
@@ -83,6 +83,16 @@ func (o *Output) setLabels(d *deviceState) {
 	if id.Simulated {
 		names = append(names, "simulated")
 		values = append(values, "true")
+	}
+	// Attribution labels (dcgm-exporter's pod, namespace, container,
+	// hpc_job), each present only when set. A change arrives as a new
+	// identity: the old label set is gone from the next scrape on.
+	for _, a := range id.Attribution.Attrs() {
+		if slices.Contains(names, a.Key) {
+			continue // a global tag of that name wins
+		}
+		names = append(names, a.Key)
+		values = append(values, a.Value)
 	}
 	d.labels = values
 	ds := &descSet{metric: make([]*prometheus.Desc, len(o.series)), win: make([][3]*prometheus.Desc, len(o.series)),

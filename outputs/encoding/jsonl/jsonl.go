@@ -46,7 +46,9 @@ type EventRecord struct {
 	Message   string            `json:"message,omitempty"`
 	Attrs     map[string]string `json:"attrs,omitempty"`
 	Simulated bool              `json:"simulated,omitempty"`
-	Tags      map[string]string `json:"tags,omitempty"`
+	// The device's attribution (pod, namespace, container, hpc_job).
+	sampler.Attribution
+	Tags map[string]string `json:"tags,omitempty"`
 }
 
 // Encoder appends JSON lines to a buffer.
@@ -96,7 +98,7 @@ func (e *Encoder) Encode(b *sampler.Batch) {
 		}
 		d := e.devs[ev.Device]
 		r := EventRecord{Type: "event", Host: e.opts.Host, Kind: string(ev.Kind), GPU: ev.Device, UUID: d.UUID,
-			StartNS: ev.StartNS, EndNS: ev.EndNS, Message: ev.Message, Simulated: d.Simulated, Tags: e.opts.GlobalTags}
+			StartNS: ev.StartNS, EndNS: ev.EndNS, Message: ev.Message, Simulated: d.Simulated, Attribution: d.Attribution, Tags: e.opts.GlobalTags}
 		if len(ev.Attrs) > 0 {
 			r.Attrs = make(map[string]string, len(ev.Attrs))
 			for _, a := range ev.Attrs {
@@ -107,6 +109,20 @@ func (e *Encoder) Encode(b *sampler.Batch) {
 			e.buf = append(append(e.buf, line...), '\n')
 		}
 	}
+}
+
+// appendAttribution appends the device's non-empty attribution fields
+// (pod, namespace, container, hpc_job).
+func appendAttribution(b []byte, a sampler.Attribution) []byte {
+	for i, v := range a.Values() {
+		if v != "" {
+			b = append(b, ',')
+			b = appendString(b, sampler.AttributionKeys[i])
+			b = append(b, ':')
+			b = appendString(b, v)
+		}
+	}
+	return b
 }
 
 // appendHead appends the start every per-device record shares: the opening
@@ -126,6 +142,7 @@ func (e *Encoder) appendHead(b []byte, open string, timeNS int64, dev int) ([]by
 		b = append(b, `,"uuid":`...)
 		b = appendString(b, d.UUID)
 	}
+	b = appendAttribution(b, d.Attribution)
 	return b, d, known
 }
 
@@ -208,6 +225,7 @@ func (e *Encoder) appendSummary(s sampler.Summary) {
 		b = append(b, `,"uuid":`...)
 		b = appendString(b, d.UUID)
 	}
+	b = appendAttribution(b, d.Attribution)
 	b = append(b, `,"metric":`...)
 	b = appendString(b, m.Name)
 	for _, f := range [...]struct {

@@ -108,6 +108,15 @@ func (e *Encoder) device(index int) *deviceTags {
 	return dt
 }
 
+// attributionTags returns d's non-empty attribution as tags.
+func attributionTags(d sampler.Device) []Tag {
+	var tags []Tag
+	for _, a := range d.Attribution.Attrs() {
+		tags = append(tags, Tag(a))
+	}
+	return tags
+}
+
 func (e *Encoder) rebuildTags(dt *deviceTags) {
 	d := dt.dev
 	tags := append(dt.tags[:0], Tag{"index", strconv.Itoa(d.Index)})
@@ -127,6 +136,9 @@ func (e *Encoder) rebuildTags(dt *deviceTags) {
 	}
 	if d.Simulated {
 		add("simulated", "true")
+	}
+	for i, v := range d.Attribution.Values() {
+		add(sampler.AttributionKeys[i], v)
 	}
 	for _, t := range e.opts.GlobalTags {
 		if !slices.ContainsFunc(tags, func(x Tag) bool { return x.Key == t.Key }) {
@@ -389,6 +401,7 @@ func (e *Encoder) encodeEvent(ev sampler.Event) {
 	if dt.dev.Simulated {
 		tags = append(tags, Tag{"simulated", "true"})
 	}
+	tags = append(tags, attributionTags(dt.dev)...)
 	for _, t := range e.opts.GlobalTags {
 		if !slices.ContainsFunc(tags, func(x Tag) bool { return x.Key == t.Key }) {
 			tags = append(tags, t)

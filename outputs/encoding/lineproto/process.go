@@ -41,6 +41,7 @@ func (e *Encoder) encodeProcess(ev sampler.Event) {
 	if dt.dev.Simulated {
 		tags = append(tags, Tag{"simulated", "true"})
 	}
+	tags = append(tags, attributionTags(dt.dev)...)
 	var cmdline string
 	for _, a := range ev.Attrs {
 		switch a.Key {

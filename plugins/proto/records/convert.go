@@ -22,6 +22,7 @@ func FromDevice(d *sampler.Device) *Device {
 		SlowdownTempC: d.SlowdownTempC, ShutdownTempC: d.ShutdownTempC, MaxOperatingTempC: d.MaxOperatingTempC,
 		MemoryMaxTempC: d.MemoryMaxTempC, Generation: d.Generation, Mig: d.MIG, Parent: uint32(d.Parent),
 		GpuInstanceId: uint32(d.GPUInstanceID), ComputeInstanceId: uint32(d.ComputeInstanceID), MigProfile: d.MIGProfile,
+		Pod: d.Pod, Namespace: d.Namespace, Container: d.Container, HpcJob: d.HPCJob,
 		PersistenceMode: d.PersistenceMode, EccMode: d.ECCMode, MigMode: d.MIGMode}
 }
 
@@ -33,6 +34,7 @@ func (d *Device) ToSampler() sampler.Device {
 		ShutdownTempC: d.GetShutdownTempC(), MaxOperatingTempC: d.GetMaxOperatingTempC(),
 		MemoryMaxTempC: d.GetMemoryMaxTempC(), Generation: d.GetGeneration(), MIG: d.GetMig(), Parent: int(d.GetParent()),
 		GPUInstanceID: int(d.GetGpuInstanceId()), ComputeInstanceID: int(d.GetComputeInstanceId()), MIGProfile: d.GetMigProfile(),
+		Attribution:     sampler.Attribution{Pod: d.GetPod(), Namespace: d.GetNamespace(), Container: d.GetContainer(), HPCJob: d.GetHpcJob()},
 		PersistenceMode: d.GetPersistenceMode(), ECCMode: d.GetEccMode(), MIGMode: d.GetMigMode()}
 }
 

@@ -393,8 +393,15 @@ type Device struct {
 	PersistenceMode string `protobuf:"bytes,20,opt,name=persistence_mode,json=persistenceMode,proto3" json:"persistence_mode,omitempty"`
 	EccMode         string `protobuf:"bytes,21,opt,name=ecc_mode,json=eccMode,proto3" json:"ecc_mode,omitempty"`
 	MigMode         string `protobuf:"bytes,22,opt,name=mig_mode,json=migMode,proto3" json:"mig_mode,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// pod, namespace and container name the Kubernetes pod the device is
+	// allocated to, hpc_job the HPC (Slurm) job running on it; "" when
+	// unknown (dcgm-exporter's label names).
+	Pod           string `protobuf:"bytes,23,opt,name=pod,proto3" json:"pod,omitempty"`
+	Namespace     string `protobuf:"bytes,24,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Container     string `protobuf:"bytes,25,opt,name=container,proto3" json:"container,omitempty"`
+	HpcJob        string `protobuf:"bytes,26,opt,name=hpc_job,json=hpcJob,proto3" json:"hpc_job,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Device) Reset() {
@@ -577,6 +584,34 @@ func (x *Device) GetEccMode() string {
 func (x *Device) GetMigMode() string {
 	if x != nil {
 		return x.MigMode
+	}
+	return ""
+}
+
+func (x *Device) GetPod() string {
+	if x != nil {
+		return x.Pod
+	}
+	return ""
+}
+
+func (x *Device) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *Device) GetContainer() string {
+	if x != nil {
+		return x.Container
+	}
+	return ""
+}
+
+func (x *Device) GetHpcJob() string {
+	if x != nil {
+		return x.HpcJob
 	}
 	return ""
 }
@@ -898,7 +933,7 @@ const file_records_records_proto_rawDesc = "" +
 	"\x04last\x18\x06 \x03(\x01R\x04last\x12\x14\n" +
 	"\x05count\x18\a \x03(\rR\x05count\x12\x16\n" +
 	"\x06device\x18\b \x03(\rR\x06device\x12\x16\n" +
-	"\x06metric\x18\t \x03(\rR\x06metric\"\xd5\x05\n" +
+	"\x06metric\x18\t \x03(\rR\x06metric\"\xbc\x06\n" +
 	"\x06Device\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x12\n" +
 	"\x04uuid\x18\x02 \x01(\tR\x04uuid\x12\x12\n" +
@@ -926,7 +961,11 @@ const file_records_records_proto_rawDesc = "" +
 	"migProfile\x12)\n" +
 	"\x10persistence_mode\x18\x14 \x01(\tR\x0fpersistenceMode\x12\x19\n" +
 	"\becc_mode\x18\x15 \x01(\tR\aeccMode\x12\x19\n" +
-	"\bmig_mode\x18\x16 \x01(\tR\amigMode\"\xe6\x01\n" +
+	"\bmig_mode\x18\x16 \x01(\tR\amigMode\x12\x10\n" +
+	"\x03pod\x18\x17 \x01(\tR\x03pod\x12\x1c\n" +
+	"\tnamespace\x18\x18 \x01(\tR\tnamespace\x12\x1c\n" +
+	"\tcontainer\x18\x19 \x01(\tR\tcontainer\x12\x17\n" +
+	"\ahpc_job\x18\x1a \x01(\tR\x06hpcJob\"\xe6\x01\n" +
 	"\x05Event\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x16\n" +
 	"\x06device\x18\x02 \x01(\x05R\x06device\x12\x19\n" +

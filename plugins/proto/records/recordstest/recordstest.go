@@ -27,7 +27,8 @@ func FullBatch() *sampler.Batch {
 				SlowdownTempC: 90, ShutdownTempC: 95, MaxOperatingTempC: 87, MemoryMaxTempC: 105,
 				MIG: true, Parent: 2, GPUInstanceID: 7, ComputeInstanceID: 3, MIGProfile: "1g.18gb",
 				PersistenceMode: sampler.ModeEnabled, ECCMode: sampler.ModeDisabled, MIGMode: sampler.ModeUnsupported,
-				Generation: 3},
+				Attribution: sampler.Attribution{Pod: "train-7", Namespace: "ml", Container: "trainer", HPCJob: "4711"},
+				Generation:  3},
 		},
 		Samples: []sampler.Sample{
 			{TimeNS: 1_700_000_000_123_456_789, Value: 312.5, Device: 1, Metric: sampler.MetricPowerDraw, Flags: sampler.FlagPointRead},
