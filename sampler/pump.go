@@ -48,7 +48,8 @@ type OutputStats struct {
 	Published uint64
 	// Read samples taken from the rings.
 	Read uint64
-	// Dropped samples: overwritten in a ring before this output read them.
+	// Dropped samples: published while this output's ring lane was full
+	// (the lane keeps the oldest unread samples and refuses the newest).
 	Dropped uint64
 	// Filtered samples not selected for this output.
 	Filtered uint64
@@ -289,7 +290,7 @@ func (p *pump) accountLocked(read, filtered uint64) {
 	p.lag.Store(lag)
 	if drop > prevDrop && time.Since(p.lastDropLog) >= dropLogEvery {
 		p.lastDropLog = time.Now()
-		p.e.log.Warn("output lagging: ring overwrote samples before it read them", "output", p.name,
+		p.e.log.Warn("output lagging: its ring lane was full, the newest samples were dropped", "output", p.name,
 			"dropped_total", drop, "lag", lag)
 	}
 }
