@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/gpusampler/gpusampler/doctor"
@@ -62,11 +63,25 @@ func printSupport(w io.Writer, src sampler.Source, c *sampler.Catalog) error {
 	if err != nil {
 		return fmt.Errorf("open %s devices: %w", src.Name(), err)
 	}
-	ids := make([]sampler.Device, len(devs))
+	// A GPU that does not answer (lost) is named and left out of the table.
+	var ids []sampler.Device
+	var silent []string
+	answering := devs[:0:0]
 	for i, d := range devs {
-		if ids[i], err = d.Identity(); err != nil {
-			return fmt.Errorf("open %s device %d: %w", src.Name(), i, err)
+		id, err := d.Identity()
+		if err != nil {
+			silent = append(silent, fmt.Sprintf("gpu %d: does not answer: %v\n", i, err))
+			continue
 		}
+		ids = append(ids, id)
+		answering = append(answering, d)
+	}
+	if len(ids) == 0 && len(silent) > 0 {
+		return fmt.Errorf("open %s devices: none answers: %s", src.Name(), strings.TrimSpace(strings.Join(silent, "; ")))
+	}
+	devs = answering
+	for _, line := range silent {
+		fmt.Fprint(w, line)
 	}
 	for _, id := range ids {
 		sim := ""
