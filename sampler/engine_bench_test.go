@@ -2,6 +2,7 @@ package sampler_test
 
 import (
 	"context"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -10,10 +11,14 @@ import (
 	"github.com/gpusampler/gpusampler/sampler/sim"
 )
 
-type discard struct{ n int }
+// discard counts samples; the pump writes n while the benchmark reads it.
+type discard struct{ n atomic.Int64 }
 
-func (d *discard) Write(_ context.Context, b *sampler.Batch) error { d.n += len(b.Samples); return nil }
-func (d *discard) Close() error                                    { return nil }
+func (d *discard) Write(_ context.Context, b *sampler.Batch) error {
+	d.n.Add(int64(len(b.Samples)))
+	return nil
+}
+func (d *discard) Close() error { return nil }
 
 func cpuTime() time.Duration {
 	var ru syscall.Rusage
@@ -41,14 +46,15 @@ func BenchmarkEngineCPU(b *testing.B) {
 		e.AddOutput("discard", out, sampler.PumpOptions{})
 		ctx, cancel := context.WithTimeout(context.Background(), wall)
 		// skip the first drain's history burst: measure the steady state
-		go e.Run(ctx)
+		done := make(chan struct{})
+		go func() { e.Run(ctx); close(done) }()
 		time.Sleep(500 * time.Millisecond)
-		c0, t0, n0 := cpuTime(), time.Now(), out.n
+		c0, t0, n0 := cpuTime(), time.Now(), out.n.Load()
 		<-ctx.Done()
-		c1, t1 := cpuTime(), time.Now()
+		c1, t1, n1 := cpuTime(), time.Now(), out.n.Load()
 		cancel()
-		time.Sleep(100 * time.Millisecond)
+		<-done // the engine has stopped before the next iteration starts
 		b.ReportMetric(float64(c1-c0)/float64(t1.Sub(t0))/gpus*100, "cpu_%/gpu")
-		b.ReportMetric(float64(out.n-n0)/t1.Sub(t0).Seconds()/gpus, "samples/s/gpu")
+		b.ReportMetric(float64(n1-n0)/t1.Sub(t0).Seconds()/gpus, "samples/s/gpu")
 	}
 }
