@@ -164,6 +164,16 @@ func (o *Output) ErrorAt(key, msg string) *Error {
 	return &Error{File: o.doc.file, Line: line, Key: full, Msg: msg}
 }
 
+// EnvRefs returns NAME=value for every ${NAME} the block references,
+// sorted by name: what a plugin running the block is handed as its
+// environment (beside a minimal base), and nothing else of the host's.
+func (o *Output) EnvRefs() []string {
+	if o.doc == nil {
+		return nil
+	}
+	return o.doc.envRefsUnder(o.path)
+}
+
 // CommonKeys are the keys the config package takes from every output block
 // (the rest belongs to the kind).
 func CommonKeys() []string { return slices.Clone(commonOutputKeys) }

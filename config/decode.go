@@ -51,6 +51,26 @@ type document struct {
 	file  string
 	lines map[string]int // key path → line
 	errs  Errors
+	// envRefs are the ${NAME} references, by the key path of the value
+	// that holds them, with the values they expanded to.
+	envRefs map[string]map[string]string
+}
+
+// envRefsUnder returns the NAME=value of every ${NAME} referenced by a
+// value at or below key path prefix, sorted by name.
+func (d *document) envRefsUnder(prefix string) []string {
+	seen := map[string]string{}
+	for key, refs := range d.envRefs {
+		if key == prefix || strings.HasPrefix(key, prefix+".") || strings.HasPrefix(key, prefix+"[") {
+			maps.Copy(seen, refs)
+		}
+	}
+	out := make([]string, 0, len(seen))
+	for name, val := range seen {
+		out = append(out, name+"="+val)
+	}
+	slices.Sort(out)
+	return out
 }
 
 func (d *document) errorf(key string, line int, format string, args ...any) {
@@ -287,6 +307,14 @@ func (d *document) expandString(key, s string, lookup func(string) (string, bool
 			d.errorf(key, d.line(key), "empty variable name in ${}")
 		case !ok:
 			d.errorf(key, d.line(key), "environment variable %s is not defined", name)
+		default:
+			if d.envRefs == nil {
+				d.envRefs = map[string]map[string]string{}
+			}
+			if d.envRefs[key] == nil {
+				d.envRefs[key] = map[string]string{}
+			}
+			d.envRefs[key][name] = val
 		}
 		b.WriteString(val)
 		s = s[i+j+1:]

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -48,7 +49,22 @@ type Options struct {
 	// Command returns a new, unstarted command for the plugin process; it
 	// is called for every start. Its Stdout, Stderr and Stdin are set by
 	// the client (stdout carries the handshake, stderr the plugin's logs).
+	// Variables in its Env are handed to the plugin as well.
 	Command func() *exec.Cmd
+	// SHA256, when set, pins the executable the command names to this
+	// checksum (hex). Every start, the first and each restart, opens the
+	// file, hashes the open file and executes that same open file (on
+	// Linux, /proc/self/fd/N), so the bytes verified are the bytes run: a
+	// binary replaced on disk is refused (ErrChecksum) and never executed.
+	SHA256 string
+	// Env are NAME=value variables handed to the plugin. Its environment is
+	// otherwise minimal: go-plugin's handshake variables, PATH, TZ and the
+	// locale (LANG, LANGUAGE, LC_*). Nothing else of the host's
+	// environment reaches a plugin unless InheritEnv is set.
+	Env []string
+	// InheritEnv hands the plugin the host's whole environment (for
+	// `gpusampler plugin test`, a developer's tool).
+	InheritEnv bool
 	// Config is the block handed to Configure.
 	Config map[string]any
 	// Host and GlobalTags are handed to Configure.
@@ -74,6 +90,9 @@ type Options struct {
 	// doubles after each restart and returns to BackoffMin once a plugin
 	// has run for ResetAfter.
 	BackoffMin, BackoffMax, ResetAfter time.Duration
+
+	// afterPin, set by tests, runs between the checksum check and the exec.
+	afterPin func()
 }
 
 func (o *Options) withDefaults() {
@@ -180,11 +199,43 @@ func KeyErrors(err error) []rpc.KeyError {
 	return nil
 }
 
+// baseEnv returns the variables every plugin gets from the host's
+// environment: PATH, TZ and the locale.
+func baseEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if name == "PATH" || name == "TZ" || name == "LANG" || name == "LANGUAGE" || strings.HasPrefix(name, "LC_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
 func (c *Client) start() (*conn, error) {
 	cmd := c.opts.Command()
-	cmd.Env = append(cmd.Env, rpc.ParentPIDEnv+"="+strconv.Itoa(os.Getpid()))
+	path := cmd.Path
+	var pin *pinned
+	if c.opts.SHA256 != "" {
+		var err error
+		if pin, err = pinExecutable(cmd, c.opts.SHA256); err != nil {
+			return nil, fmt.Errorf("start plugin %s: %w", path, err)
+		}
+		defer pin.close()
+		if c.opts.afterPin != nil {
+			c.opts.afterPin()
+		}
+	}
+	env := cmd.Env
+	if !c.opts.InheritEnv {
+		env = append(baseEnv(), env...)
+	} else {
+		env = append(os.Environ(), env...)
+	}
+	cmd.Env = append(append(env, c.opts.Env...), rpc.ParentPIDEnv+"="+strconv.Itoa(os.Getpid()))
 	setParentDeathSignal(cmd)
 	pc := plugin.NewClient(&plugin.ClientConfig{
+		SkipHostEnv:      true,
 		HandshakeConfig:  rpc.Handshake,
 		Plugins:          plugin.PluginSet{rpc.PluginName: &rpc.GRPCPlugin{}},
 		Cmd:              cmd,
@@ -203,15 +254,20 @@ func (c *Client) start() (*conn, error) {
 	}
 	cp, err := pc.Client()
 	if err != nil {
-		return fail(fmt.Errorf("start plugin %s: %w", cmd.Path, err))
+		return fail(fmt.Errorf("start plugin %s: %w", path, err))
+	}
+	if pin != nil {
+		if err := pin.unchanged(path); err != nil {
+			return fail(fmt.Errorf("start plugin %s: %w", path, err))
+		}
 	}
 	raw, err := cp.Dispense(rpc.PluginName)
 	if err != nil {
-		return fail(fmt.Errorf("start plugin %s: %w", cmd.Path, err))
+		return fail(fmt.Errorf("start plugin %s: %w", path, err))
 	}
 	oc, ok := raw.(proto.OutputClient)
 	if !ok {
-		return fail(fmt.Errorf("start plugin %s: unexpected client %T", cmd.Path, raw))
+		return fail(fmt.Errorf("start plugin %s: unexpected client %T", path, raw))
 	}
 	c.mu.Lock()
 	devs := c.devices

@@ -239,6 +239,7 @@ func TestPluginKeyErrorsAtLines(t *testing.T) {
 	cfgText := `[[outputs.plugin]]
   name = "my-sink"
   path = "` + testPluginPath + `"
+  allow_unverified = true
   [outputs.plugin.config]
     min_value = 5000
     colour = "red"
@@ -253,8 +254,8 @@ func TestPluginKeyErrorsAtLines(t *testing.T) {
 	if err != nil {
 		msg = err.Error()
 	}
-	for _, want := range []string{"test.toml:5: outputs.plugin[0].config.min_value: 5000 is out of range",
-		"test.toml:6: outputs.plugin[0].config.colour: unknown key"} {
+	for _, want := range []string{"test.toml:6: outputs.plugin[0].config.min_value: 5000 is out of range",
+		"test.toml:7: outputs.plugin[0].config.colour: unknown key"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("error %q lacks %q", msg, want)
 		}
@@ -267,6 +268,7 @@ func TestConfigurePanicNamesOutput(t *testing.T) {
 	cfgText := `[[outputs.plugin]]
   name = "panicky-sink"
   path = "` + testPluginPath + `"
+  allow_unverified = true
   [outputs.plugin.config]
     panic_configure = true
 `

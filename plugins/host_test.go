@@ -59,11 +59,11 @@ func TestHelperServe(t *testing.T) {
 // that re-executes the binary; the plugin side builds it with the kind's
 // own Build. Key errors from that side land at the config's lines.
 func TestHostRegistryOutOfProcess(t *testing.T) {
-	t.Setenv("GPUSAMPLER_HELPER_SERVE", "1")
-	t.Setenv("GPUSAMPLER_HELPER_PLUGIN", testPluginPath)
 	exe, _ := os.Executable()
+	// the plugin's environment is minimal: the helper's variables go in HostOptions.Env
 	reg := plugins.HostRegistry(config.NewRegistry(fileKind()), plugins.HostOptions{Executable: exe,
-		Args: func(string) []string { return []string{"-test.run=^TestHelperServe$"} }})
+		Args: func(string) []string { return []string{"-test.run=^TestHelperServe$"} },
+		Env:  []string{"GPUSAMPLER_HELPER_SERVE=1", "GPUSAMPLER_HELPER_PLUGIN=" + testPluginPath}})
 	path := filepath.Join(t.TempDir(), "out.txt")
 	cfg, err := config.Parse("t.toml", []byte("[[outputs.countfile]]\n  name = \"far\"\n  flush_interval = \"1s\"\n  path = \""+path+"\"\n"),
 		config.Options{Registry: reg})

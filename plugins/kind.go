@@ -1,6 +1,7 @@
 package plugins
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -27,9 +28,12 @@ var sampleConf string
 type KindOptions struct {
 	// Path is the plugin executable (absolute).
 	Path string
-	// SHA256 is the executable's expected checksum (hex); empty skips the
-	// check.
+	// SHA256 is the executable's expected checksum (hex), checked at every
+	// start and restart against the very file that is executed.
 	SHA256 string
+	// AllowUnverified runs a plugin that has no SHA256 (it is refused
+	// otherwise).
+	AllowUnverified bool
 	// Config is the [outputs.plugin.config] table, handed to Configure.
 	Config map[string]any
 	// CallTimeout, HealthInterval and HealthTimeout tune supervision.
@@ -58,6 +62,10 @@ func parseKind(t *config.Table) any {
 		t.Errorf("path", "%q: want an absolute path", o.Path)
 	}
 	t.String("sha256", &o.SHA256)
+	t.Bool("allow_unverified", &o.AllowUnverified)
+	if !t.Has("sha256") && !o.AllowUnverified {
+		t.Errorf("", "sha256 is required (sha256sum PATH): the plugin binary is verified at every start; set allow_unverified = true to run it unverified")
+	}
 	if o.SHA256 != "" {
 		if b, err := hex.DecodeString(o.SHA256); err != nil || len(b) != sha256.Size {
 			t.Errorf("sha256", "%q: want 64 hex digits (sha256sum PATH)", o.SHA256)
@@ -88,24 +96,25 @@ func VerifyChecksum(path, want string) error {
 		return fmt.Errorf("read plugin: %w", err)
 	}
 	if got := hex.EncodeToString(h.Sum(nil)); got != strings.ToLower(want) {
-		return fmt.Errorf("%w: %s has sha256 %s, config says %s; refusing to run it (update sha256 if the binary was replaced on purpose)",
-			ErrChecksum, path, got, want)
+		return checksumError(path, got, want)
 	}
 	return nil
 }
 
+func checksumError(path, got, want string) error {
+	return fmt.Errorf("%w: %s has sha256 %s, config says %s; refusing to run it (update sha256 if the binary was replaced on purpose)",
+		ErrChecksum, path, got, strings.ToLower(want))
+}
+
 func buildKind(o *config.Output, env config.BuildEnv) (sampler.Output, error) {
 	ko, _ := o.Options.(KindOptions)
-	if ko.SHA256 != "" {
-		if err := VerifyChecksum(ko.Path, ko.SHA256); err != nil {
-			return nil, err
-		}
-	} else if env.Logger != nil {
-		env.Logger.Warn("plugin has no sha256 in the config; its binary is not verified", "path", ko.Path)
+	if ko.SHA256 == "" && env.Logger != nil {
+		env.Logger.Warn("plugin runs unverified (allow_unverified = true): its binary is not checked", "path", ko.Path)
 	}
 	path := ko.Path
 	c, err := Start(Options{Name: o.Name, Kind: o.Kind, Config: ko.Config, Host: env.Host, GlobalTags: env.GlobalTags,
 		Catalog: env.Catalog, Logger: env.Logger, Command: func() *exec.Cmd { return exec.Command(path) },
+		SHA256: ko.SHA256, Env: o.EnvRefs(),
 		CallTimeout: ko.CallTimeout, HealthInterval: ko.HealthInterval, HealthTimeout: ko.HealthTimeout})
 	if err != nil {
 		return nil, placeKeyErrors(o, "config.", err)
@@ -135,12 +144,17 @@ func placeKeyErrors(o *config.Output, prefix string, err error) error {
 
 // HostOptions configure HostRegistry.
 type HostOptions struct {
-	// Executable is the gpusampler binary to re-execute (os.Executable()
-	// when empty).
+	// Executable is the gpusampler binary to re-execute. When empty: on
+	// Linux /proc/self/exe, the very binary the host runs even if the file
+	// was replaced since (a package upgrade); elsewhere os.Executable().
 	Executable string
 	// Args returns the arguments that make Executable serve kind
 	// (default: plugin serve KIND).
 	Args func(kind string) []string
+	// Env are NAME=value variables handed to every re-executed process,
+	// beside the minimal environment and its block's ${VAR}s (see
+	// Options.Env).
+	Env []string
 }
 
 // HostRegistry returns a copy of r in which every kind marked OutOfProcess
@@ -165,12 +179,13 @@ func HostRegistry(r *config.Registry, h HostOptions) *config.Registry {
 
 func hostBuild(kind string, h HostOptions) func(o *config.Output, env config.BuildEnv) (sampler.Output, error) {
 	return func(o *config.Output, env config.BuildEnv) (sampler.Output, error) {
-		exe := h.Executable
+		exe, argv0 := h.Executable, h.Executable
 		if exe == "" {
 			var err error
-			if exe, err = os.Executable(); err != nil {
+			if argv0, err = os.Executable(); err != nil {
 				return nil, fmt.Errorf("find gpusampler executable: %w", err)
 			}
+			exe = cmp.Or(selfExe, argv0)
 		}
 		block := maps.Clone(o.Raw)
 		for _, k := range config.CommonKeys() {
@@ -178,7 +193,11 @@ func hostBuild(kind string, h HostOptions) func(o *config.Output, env config.Bui
 		}
 		args := h.Args(kind)
 		c, err := Start(Options{Name: o.Name, Kind: kind, Config: block, Host: env.Host, GlobalTags: env.GlobalTags,
-			Catalog: env.Catalog, Logger: env.Logger, Command: func() *exec.Cmd { return exec.Command(exe, args...) }})
+			Catalog: env.Catalog, Logger: env.Logger, Env: append(slices.Clone(h.Env), o.EnvRefs()...), Command: func() *exec.Cmd {
+				cmd := exec.Command(exe, args...)
+				cmd.Args[0] = argv0
+				return cmd
+			}})
 		if err != nil {
 			return nil, placeKeyErrors(o, "", err)
 		}

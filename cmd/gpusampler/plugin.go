@@ -95,7 +95,10 @@ func cmdPluginTest(ctx context.Context, args []string, stdout, stderr io.Writer)
 	start := time.Now()
 	c, err := plugins.Start(plugins.Options{Name: "plugin-test", Kind: "plugin", Config: cfg, Logger: log,
 		Command: func() *exec.Cmd { return exec.Command(path) }, CallTimeout: *timeout, StartTimeout: *timeout,
-		HealthInterval: time.Hour})
+		HealthInterval: time.Hour, SHA256: *sum,
+		// a developer's tool: the plugin sees the shell's environment
+		// (`run` hands a plugin only PATH, TZ, the locale and its ${VAR}s)
+		InheritEnv: true})
 	if err != nil {
 		if kerrs := plugins.KeyErrors(err); kerrs != nil {
 			p("  handshake  ok")
