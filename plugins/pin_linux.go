@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // pinned is a plugin executable opened, hashed and handed to a command as
@@ -20,9 +21,16 @@ import (
 // the kernel refuses writes to a running executable): the process is
 // killed before it is configured. The plugin process keeps the
 // descriptor: a read-only handle on its own executable.
+//
+// A script ("#!") is executed by its path instead: its interpreter opens
+// the script by name and finds its own files beside it. Once the process
+// runs, the path must still name the file that was hashed, else the start
+// fails. (The interpreter and whatever the script imports are not
+// verified: pin a compiled binary for the full guarantee.)
 type pinned struct {
-	f    *os.File
-	want string
+	f      *os.File
+	want   string
+	script bool
 }
 
 // pinExecutable opens cmd.Path, checks that it has the sha256 want (hex)
@@ -36,6 +44,11 @@ func pinExecutable(cmd *exec.Cmd, want string) (*pinned, error) {
 	if err := p.verify(cmd.Path); err != nil {
 		f.Close()
 		return nil, err
+	}
+	var magic [2]byte
+	if _, err := f.ReadAt(magic[:], 0); err == nil && string(magic[:]) == "#!" {
+		p.script = true
+		return p, nil
 	}
 	// The child gets the file as fd 3+len(ExtraFiles), a fixed number
 	// whatever the parent's descriptor is.
@@ -62,7 +75,21 @@ func (p *pinned) verify(path string) error {
 
 // unchanged checks, once the process runs, that the file executed still
 // has the checksum.
-func (p *pinned) unchanged(path string) error { return p.verify(path) }
+func (p *pinned) unchanged(path string) error {
+	if p.script {
+		var byPath, byFD syscall.Stat_t
+		if err := syscall.Stat(path, &byPath); err != nil {
+			return fmt.Errorf("stat plugin: %w", err)
+		}
+		if err := syscall.Fstat(int(p.f.Fd()), &byFD); err != nil {
+			return fmt.Errorf("stat plugin: %w", err)
+		}
+		if byPath.Dev != byFD.Dev || byPath.Ino != byFD.Ino {
+			return fmt.Errorf("%w: %s was replaced while it was being started; refusing to run it", ErrChecksum, path)
+		}
+	}
+	return p.verify(path)
+}
 
 func (p *pinned) close() { p.f.Close() }
 

@@ -304,3 +304,29 @@ func TestPluginEnvironmentIsMinimal(t *testing.T) {
 		t.Errorf("second block's EnvRefs = %q", got)
 	}
 }
+
+// A script plugin runs by its path (its interpreter opens it by name): a
+// script replaced between the check and the exec fails the start.
+func TestScriptSwappedBetweenCheckAndExec(t *testing.T) {
+	k := newSwapKit(t)
+	script := fmt.Sprintf("#!/bin/sh\nexec %s\n", testPluginPath)
+	if err := os.WriteFile(k.path, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	k.sum = fileSHA256(t, k.path)
+	opts, _ := k.options(t, "script")
+	c, err := plugins.Start(opts)
+	if err != nil {
+		t.Fatalf("a verified script plugin: %v", err)
+	}
+	c.Close()
+	opts = plugins.WithAfterPin(opts, func() { k.swap(t) })
+	c, err = plugins.Start(opts)
+	if err == nil {
+		c.Close()
+		t.Fatal("a script replaced before the exec started")
+	}
+	if !errors.Is(err, plugins.ErrChecksum) || !strings.Contains(err.Error(), "replaced while it was being started") {
+		t.Fatalf("err = %v", err)
+	}
+}
