@@ -167,7 +167,14 @@ type conn struct {
 	rc      *rpc.Client
 	pid     int
 	started time.Time
+	// hung is closed when a Write ran past CallTimeout: the process is
+	// treated as wedged (killed by pid and restarted) even if it still
+	// answers health probes.
+	hung     chan struct{}
+	hungOnce sync.Once
 }
+
+func (cn *conn) markHung() { cn.hungOnce.Do(func() { close(cn.hung) }) }
 
 // Start starts the plugin, performs the handshake and configures it. The
 // error is a *rpc.ConfigError (see ConfigErrors) when the plugin refused
@@ -284,7 +291,7 @@ func (c *Client) start() (*conn, error) {
 		return fail(err)
 	}
 	c.starts.Add(1)
-	return &conn{pc: pc, rc: rc, pid: cmd.Process.Pid, started: time.Now()}, nil
+	return &conn{pc: pc, rc: rc, pid: cmd.Process.Pid, started: time.Now(), hung: make(chan struct{})}, nil
 }
 
 // killProcess ends a plugin process: SIGKILL by pid first (go-plugin's own
@@ -321,6 +328,19 @@ func (c *Client) Write(ctx context.Context, b *sampler.Batch) error {
 	defer cancel()
 	err := cn.rc.Write(wctx, b)
 	if err != nil {
+		if errors.Is(wctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
+			// Past CallTimeout: a plugin whose Write blocks can still pass
+			// health probes, so the Write itself marks it wedged. The
+			// batch is kept (ErrUnavailable) for the restarted plugin.
+			cn.markHung()
+			c.mu.Lock()
+			if c.cur == cn {
+				c.cur = nil // no more Writes to it while the supervisor replaces it
+			}
+			c.mu.Unlock()
+			return fmt.Errorf("plugin %s: write ran past call_timeout %v: restarting the plugin: %w",
+				c.opts.Name, c.opts.CallTimeout, sampler.ErrUnavailable)
+		}
 		if rpc.IsTransport(err) {
 			c.check()
 		}
@@ -436,6 +456,11 @@ func (c *Client) supervise(cn *conn) {
 			backoff = c.opts.BackoffMin
 		}
 		reason := "wedged (alive, not answering): killed"
+		select {
+		case <-cn.hung:
+			reason = "wedged (a write ran past call_timeout): killed"
+		default:
+		}
 		if crashed {
 			reason = "exited"
 		}
@@ -479,6 +504,8 @@ func (c *Client) watch(cn *conn) bool {
 		select {
 		case <-c.stop:
 			return false
+		case <-cn.hung:
+			return true
 		case <-t.C:
 		case <-c.kick:
 		}

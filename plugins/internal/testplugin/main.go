@@ -9,6 +9,9 @@
 //	latency = "FILE"       on Close, write each sample's receive time − its time (ns, JSON array)
 //	dump = "FILE"          append one JSON line per sample (t, v, d, m)
 //	min_value = N          must be 0 to 1000 (a key error otherwise)
+//	block_once = "FILE"    if FILE does not exist: create it, and block the
+//	                       first Write forever (the process stays alive and
+//	                       answers health probes); else write normally
 //
 // With GPUSAMPLER_TESTPLUGIN_BROKEN=stdout in its environment it prints to
 // stdout before serving, breaking the handshake.
@@ -52,6 +55,8 @@ type output struct {
 	latencies   []int64
 	// writes counts Write calls (reported as test_writes, see ReportStats)
 	writes atomic.Uint64
+	// blockOnce: see block_once
+	blockOnce string
 }
 
 // ReportStats implements sampler.StatsReporter: the host receives it with
@@ -91,6 +96,7 @@ func (o *output) Configure(t *config.Table, env sdk.Env) error {
 	t.String("latency", &o.latencyFile)
 	var dump string
 	t.String("dump", &dump)
+	t.String("block_once", &o.blockOnce)
 	if t.Err() != nil {
 		return nil
 	}
@@ -114,6 +120,13 @@ func (o *output) Configure(t *config.Table, env sdk.Env) error {
 }
 
 func (o *output) Write(ctx context.Context, b *sampler.Batch) error {
+	if o.blockOnce != "" {
+		if f, err := os.OpenFile(o.blockOnce, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644); err == nil {
+			fmt.Fprintf(f, "%d\n", os.Getpid())
+			f.Close()
+			select {} // wedged: never returns, ignores ctx
+		}
+	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.closed {
