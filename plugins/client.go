@@ -32,8 +32,10 @@ const (
 	DefaultHealthInterval = time.Second
 	DefaultHealthTimeout  = time.Second
 	DefaultBackoffMin     = 100 * time.Millisecond
-	DefaultBackoffMax     = 30 * time.Second
+	DefaultBackoffMax     = 5 * time.Second
 	DefaultResetAfter     = 30 * time.Second
+	DefaultStormRestarts  = 5
+	DefaultStormWindow    = time.Minute
 	// healthFailures in a row mark a plugin that is alive but not
 	// answering as wedged.
 	healthFailures = 2
@@ -88,8 +90,16 @@ type Options struct {
 	HealthInterval, HealthTimeout time.Duration
 	// BackoffMin and BackoffMax bound the delay before a restart; it
 	// doubles after each restart and returns to BackoffMin once a plugin
-	// has run for ResetAfter.
+	// has run for ResetAfter. BackoffMax caps it (default 5 s): a plugin
+	// in a crash storm is retried at that pace, not ever more slowly.
 	BackoffMin, BackoffMax, ResetAfter time.Duration
+	// StormRestarts restarts (crashes and wedges) within StormWindow mark
+	// the plugin failing (Stats.Failing, plugin_failing in self-metrics)
+	// until the window holds fewer again. Defaults: 5 within 1 minute.
+	StormRestarts int
+	StormWindow   time.Duration
+	// Now is the clock of the crash-storm window (time.Now when nil).
+	Now func() time.Time
 
 	// afterPin, set by tests, runs between the checksum check and the exec.
 	afterPin func()
@@ -108,6 +118,13 @@ func (o *Options) withDefaults() {
 	def(&o.BackoffMin, DefaultBackoffMin)
 	def(&o.BackoffMax, DefaultBackoffMax)
 	def(&o.ResetAfter, DefaultResetAfter)
+	def(&o.StormWindow, DefaultStormWindow)
+	if o.StormRestarts <= 0 {
+		o.StormRestarts = DefaultStormRestarts
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -129,6 +146,12 @@ type Stats struct {
 	// LastRestart is how long the most recent restart took, from
 	// detection to a configured plugin.
 	LastRestart time.Duration
+	// StartFailures counts restarts that failed (refused checksum, failed
+	// handshake or Configure); each is retried after the backoff.
+	StartFailures uint64
+	// Failing is set while the plugin is in a crash storm: at least
+	// StormRestarts restarts within StormWindow.
+	Failing bool
 }
 
 // Client is an output that runs in a plugin process. It implements
@@ -151,6 +174,7 @@ type Client struct {
 	closed  bool
 	devices []sampler.Device // identities known to the last connection
 	remote  []sampler.Field  // the plugin output's counters, from its newest Health answer
+	storm   crashWindow      // restarts within the storm window
 
 	kick    chan struct{}
 	stop    chan struct{}
@@ -159,6 +183,7 @@ type Client struct {
 	crashes atomic.Uint64
 	wedges  atomic.Uint64
 	lastRst atomic.Int64
+	failed  atomic.Uint64 // restarts that failed
 }
 
 // conn is one running plugin process.
@@ -186,7 +211,7 @@ func Start(opts Options) (*Client, error) {
 		return nil, errors.New("plugins: no command")
 	}
 	c := &Client{opts: opts, log: opts.Logger, kick: make(chan struct{}, 1), stop: make(chan struct{}),
-		done: make(chan struct{})}
+		done: make(chan struct{}), storm: crashWindow{window: opts.StormWindow, limit: opts.StormRestarts}}
 	cn, err := c.start()
 	if err != nil {
 		return nil, err
@@ -249,7 +274,7 @@ func (c *Client) start() (*conn, error) {
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
 		AutoMTLS:         true,
 		StartTimeout:     c.opts.StartTimeout,
-		Logger:           newHCLog(c.log),
+		Logger:           newHCLog(c.log, path),
 		GRPCDialOptions:  rpc.DialOptions(),
 		Stderr:           io.Discard,
 		SyncStdout:       io.Discard,
@@ -401,28 +426,38 @@ func (c *Client) Close() error {
 // Stats returns the supervision counters.
 func (c *Client) Stats() Stats {
 	s := Stats{Starts: c.starts.Load(), Crashes: c.crashes.Load(), Wedges: c.wedges.Load(),
-		LastRestart: time.Duration(c.lastRst.Load())}
+		LastRestart: time.Duration(c.lastRst.Load()), StartFailures: c.failed.Load()}
 	c.mu.Lock()
 	if c.cur != nil {
 		s.PID = c.cur.pid
 	}
+	s.Failing = c.storm.failing(c.opts.Now())
 	c.mu.Unlock()
 	return s
 }
 
 // ReportStats implements sampler.StatsReporter: the supervision counters
 // (plugin_starts, plugin_restarts, plugin_crashes, plugin_wedges,
-// plugin_last_restart_ns) followed by the counters the plugin's output
+// plugin_last_restart_ns, plugin_start_failures, and plugin_failing: 1
+// during a crash storm) followed by the counters the plugin's output
 // reported with its newest Health answer (at most one health interval
 // old; they count from the start of the current plugin process).
 func (c *Client) ReportStats(dst []sampler.Field) []sampler.Field {
 	s := c.Stats()
 	dst = append(dst, sampler.IntField("plugin_starts", s.Starts), sampler.IntField("plugin_restarts", s.Crashes+s.Wedges),
 		sampler.IntField("plugin_crashes", s.Crashes), sampler.IntField("plugin_wedges", s.Wedges),
-		sampler.IntField("plugin_last_restart_ns", uint64(s.LastRestart)))
+		sampler.IntField("plugin_last_restart_ns", uint64(s.LastRestart)),
+		sampler.IntField("plugin_start_failures", s.StartFailures), sampler.IntField("plugin_failing", b2u(s.Failing)))
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return append(dst, c.remote...)
+}
+
+func b2u(b bool) uint64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // supervise probes the current plugin and restarts it when it dies or
@@ -450,6 +485,13 @@ func (c *Client) supervise(cn *conn) {
 		} else {
 			c.wedges.Add(1)
 		}
+		c.mu.Lock()
+		storm := c.storm.add(c.opts.Now())
+		c.mu.Unlock()
+		if storm {
+			c.log.Error("plugin crash storm: marked failing; restarts continue every restart_delay_max at most",
+				"restarts", c.opts.StormRestarts, "within", c.opts.StormWindow, "restart_delay_max", c.opts.BackoffMax)
+		}
 		_ = syscall.Kill(cn.pid, syscall.SIGKILL)
 		go cn.pc.Kill()
 		if time.Since(cn.started) >= c.opts.ResetAfter {
@@ -465,6 +507,7 @@ func (c *Client) supervise(cn *conn) {
 			reason = "exited"
 		}
 		c.log.Warn("plugin "+reason+"; restarting", "pid", cn.pid, "backoff", backoff)
+		lastErr := ""
 		for {
 			select {
 			case <-c.stop:
@@ -477,7 +520,14 @@ func (c *Client) supervise(cn *conn) {
 				cn = next
 				break
 			}
-			c.log.Error("plugin restart failed", "err", err, "backoff", backoff)
+			// The same failure again (a refused binary stays refused) is
+			// logged once; Stats.StartFailures counts every one.
+			if c.failed.Add(1); err.Error() != lastErr {
+				c.log.Warn("plugin restart failed; retrying", "err", err, "backoff", backoff)
+				lastErr = err.Error()
+			} else {
+				c.log.Debug("plugin restart failed; retrying", "err", err, "backoff", backoff)
+			}
 		}
 		c.lastRst.Store(int64(time.Since(detected)))
 		c.mu.Lock()

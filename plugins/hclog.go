@@ -5,6 +5,8 @@ import (
 	"io"
 	"log"
 	"log/slog"
+	"strings"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 )
@@ -14,17 +16,27 @@ import (
 // with the SDK writes JSON lines that go-plugin decodes into level, message
 // and attributes, so they arrive here as structured records under the
 // output's name.
+//
+// Records are tidied on the way: the "timestamp" go-plugin adds to a
+// plugin's line becomes the record's time (the zero time an SDK plugin
+// sends is dropped: the record keeps the time it arrived); an "output"
+// attribute from the plugin is dropped (the host's logger carries it);
+// the executable shows as its real path, not the /proc/self/fd/N it is
+// started through; and go-plugin's "plugin process exited" is logged at
+// debug level (the supervisor logs unexpected exits itself, and
+// replacements, refusals and shutdowns are expected).
 type slogHCLog struct {
 	l     *slog.Logger
+	path  string // the plugin executable, shown for /proc/self/fd/N
 	name  string
 	level *slog.LevelVar
 	args  []any
 }
 
-func newHCLog(l *slog.Logger) hclog.Logger {
+func newHCLog(l *slog.Logger, path string) hclog.Logger {
 	lv := new(slog.LevelVar)
 	lv.Set(slog.LevelDebug)
-	return &slogHCLog{l: l, level: lv}
+	return &slogHCLog{l: l, path: path, level: lv}
 }
 
 func toSlog(level hclog.Level) slog.Level {
@@ -46,12 +58,38 @@ func (h *slogHCLog) Log(level hclog.Level, msg string, args ...interface{}) {
 	if level == hclog.Off || lv < h.level.Level() {
 		return
 	}
+	if h.name == "" && msg == "plugin process exited" {
+		lv = slog.LevelDebug
+	}
+	if !h.l.Enabled(context.Background(), lv) {
+		return
+	}
+	r := slog.NewRecord(time.Now(), lv, msg, 0)
 	// hclog args are key/value pairs like slog's.
 	all := append(append([]any(nil), h.args...), args...)
-	if h.name != "" {
-		all = append(all, "plugin_logger", h.name)
+	for i := 0; i+1 < len(all); i += 2 {
+		key, _ := all[i].(string)
+		v := all[i+1]
+		switch key {
+		case "timestamp":
+			if s, ok := v.(string); ok {
+				if t, err := time.Parse(hclog.TimeFormat, s); err == nil && t.Year() > 1 {
+					r.Time = t
+				}
+			}
+			continue
+		case "output":
+			continue
+		}
+		if s, ok := v.(string); ok && strings.HasPrefix(s, "/proc/self/fd/") && h.path != "" {
+			v = h.path
+		}
+		r.Add(all[i], v)
 	}
-	h.l.Log(context.Background(), lv, msg, all...)
+	if len(all)%2 == 1 {
+		r.Add(all[len(all)-1])
+	}
+	_ = h.l.Handler().Handle(context.Background(), r)
 }
 
 func (h *slogHCLog) Trace(msg string, args ...interface{}) { h.Log(hclog.Trace, msg, args...) }

@@ -36,8 +36,9 @@ type KindOptions struct {
 	AllowUnverified bool
 	// Config is the [outputs.plugin.config] table, handed to Configure.
 	Config map[string]any
-	// CallTimeout, HealthInterval and HealthTimeout tune supervision.
-	CallTimeout, HealthInterval, HealthTimeout time.Duration
+	// CallTimeout, HealthInterval and HealthTimeout tune supervision;
+	// RestartDelayMax caps the delay between restarts (default 5 s).
+	CallTimeout, HealthInterval, HealthTimeout, RestartDelayMax time.Duration
 }
 
 // Kind returns the "plugin" output kind: a custom plugin by path.
@@ -75,6 +76,7 @@ func parseKind(t *config.Table) any {
 	t.Duration("call_timeout", &o.CallTimeout)
 	t.Duration("health_interval", &o.HealthInterval)
 	t.Duration("health_timeout", &o.HealthTimeout)
+	t.Duration("restart_delay_max", &o.RestartDelayMax)
 	// The config table belongs to the plugin: it validates it in Configure.
 	o.Config = t.Sub("config").Raw()
 	return o
@@ -115,7 +117,8 @@ func buildKind(o *config.Output, env config.BuildEnv) (sampler.Output, error) {
 	c, err := Start(Options{Name: o.Name, Kind: o.Kind, Config: ko.Config, Host: env.Host, GlobalTags: env.GlobalTags,
 		Catalog: env.Catalog, Logger: env.Logger, Command: func() *exec.Cmd { return exec.Command(path) },
 		SHA256: ko.SHA256, Env: o.EnvRefs(),
-		CallTimeout: ko.CallTimeout, HealthInterval: ko.HealthInterval, HealthTimeout: ko.HealthTimeout})
+		CallTimeout: ko.CallTimeout, HealthInterval: ko.HealthInterval, HealthTimeout: ko.HealthTimeout,
+		BackoffMax: ko.RestartDelayMax})
 	if err != nil {
 		return nil, placeKeyErrors(o, "config.", err)
 	}

@@ -54,7 +54,8 @@ var kill9Scenario = scenario{name: "kill9", about: "disk buffers: gpusampler SIG
 			return err == nil
 		}) {
 			cmd.Process.Kill()
-			t.Fatalf("the child never got ready")
+			log, _ := os.ReadFile(logf.Name())
+			t.Fatalf("the child never got ready:\n%s", log)
 		}
 		if _, err := os.Stat(ready); err != nil {
 			log, _ := os.ReadFile(logf.Name())

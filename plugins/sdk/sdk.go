@@ -133,7 +133,8 @@ func Logger() *slog.Logger {
 			}
 			switch a.Key {
 			case slog.TimeKey:
-				return slog.Attr{} // the host stamps the record
+				// the form go-plugin's host decodes: the record keeps its time
+				return slog.String("@timestamp", a.Value.Time().UTC().Format("2006-01-02T15:04:05.000000Z07:00"))
 			case slog.LevelKey:
 				lv, _ := a.Value.Any().(slog.Level)
 				name := "info"
