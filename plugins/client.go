@@ -353,7 +353,7 @@ func (c *Client) Write(ctx context.Context, b *sampler.Batch) error {
 	defer cancel()
 	err := cn.rc.Write(wctx, b)
 	if err != nil {
-		if errors.Is(wctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
+		if c.pastCallTimeout(ctx, wctx) {
 			// Past CallTimeout: a plugin whose Write blocks can still pass
 			// health probes, so the Write itself marks it wedged. The
 			// batch is kept (ErrUnavailable) for the restarted plugin.
@@ -372,6 +372,17 @@ func (c *Client) Write(ctx context.Context, b *sampler.Batch) error {
 		return fmt.Errorf("plugin %s: %w", c.opts.Name, err)
 	}
 	return nil
+}
+
+// pastCallTimeout reports whether a Write ended because wctx's own
+// deadline (CallTimeout) passed, not the caller's. (gRPC's deadline timer
+// can answer before wctx.Err is set: the clock decides.)
+func (c *Client) pastCallTimeout(ctx, wctx context.Context) bool {
+	dl, _ := wctx.Deadline()
+	if pdl, ok := ctx.Deadline(); ok && !pdl.After(dl) {
+		return false // the caller's deadline came first
+	}
+	return ctx.Err() == nil && !time.Now().Before(dl)
 }
 
 // check asks the supervisor to probe the plugin now.
