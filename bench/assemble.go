@@ -24,6 +24,8 @@ const edgeMargin = int64(3 * time.Second)
 type procInfo struct {
 	polled map[int]bool
 	ours   func(pid int) bool
+	// gpuCPUs are each device's close CPUs (CPU affinity), where known.
+	gpuCPUs map[int][]int
 }
 
 func assemble(col *Collector, devs []sampler.Device, opts Options, created time.Time, baseFrom, baseTo int64, execs []execution, pi procInfo) *Result {
@@ -114,6 +116,7 @@ func assemble(col *Collector, devs []sampler.Device, opts Options, created time.
 		summarize(&b)
 		res.Warnings = append(res.Warnings, coarseEnergyWarnings(&b)...)
 		b.Diagnoses = append(diagnoses(col.Events(), &b), fragmentation(execs, ci, devs, windows)...)
+		b.Diagnoses = append(b.Diagnoses, numaPlacement(execs, ci, devs, pi.gpuCPUs)...)
 		for _, dg := range b.Diagnoses {
 			for _, n := range dg.Runs {
 				r := &b.Runs[n-1]

@@ -223,6 +223,9 @@ type execution struct {
 	// oom is the first out-of-memory message on the command's stderr, nil
 	// when none.
 	oom *oomEvent
+	// cpus are the CPUs the command's process could run on (last reading
+	// while it ran), nil when unknown.
+	cpus []int
 	// interrupted: the user stopped the benchmark during this execution; it
 	// is incomplete and not recorded.
 	interrupted bool
@@ -352,7 +355,13 @@ func Execute(ctx context.Context, src sampler.Source, opts Options) (*Result, er
 	if col.owner != nil {
 		ours = owner.Ours
 	}
-	res := assemble(col, devs, opts, created, baseFrom, baseTo, execs, procInfo{polled: polled, ours: ours})
+	gpuCPUs := map[int][]int{}
+	for _, d := range devs {
+		if cpus, err := eng.CPUAffinity(d.Index); err == nil {
+			gpuCPUs[d.Index] = cpus
+		}
+	}
+	res := assemble(col, devs, opts, created, baseFrom, baseTo, execs, procInfo{polled: polled, ours: ours, gpuCPUs: gpuCPUs})
 	if partial != "" {
 		res.Partial = true
 		res.Warnings = append(res.Warnings, partial)
@@ -452,7 +461,9 @@ func (rl *runLoop) runOne(ctx context.Context, ci int, c Command, warm bool, i i
 	if err == nil {
 		rl.owner.Started(cmd.Process.Pid)
 		stopLive := rl.live(c.Name, warm, i, ex.start)
+		cpus := watchAffinity(cmd.Process.Pid)
 		err = cmd.Wait()
+		ex.cpus = cpus()
 		stopLive()
 	}
 	ex.end = time.Now()

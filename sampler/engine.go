@@ -267,6 +267,22 @@ func (e *Engine) SetAttribution(index int, a Attribution) bool {
 	return false
 }
 
+// CPUAffinity returns the CPUs close to the device with the given index
+// (see CPUAffinityReporter), ascending; an error wrapping ErrNotSupported
+// when the backend cannot tell. It may be called from any goroutine.
+func (e *Engine) CPUAffinity(index int) ([]int, error) {
+	for _, l := range e.loops {
+		if int(l.index) != index {
+			continue
+		}
+		if r, ok := l.src.(CPUAffinityReporter); ok {
+			return r.CPUAffinity()
+		}
+		return nil, fmt.Errorf("cpu affinity of device %d: %w", index, ErrNotSupported)
+	}
+	return nil, fmt.Errorf("cpu affinity of device %d: no such device", index)
+}
+
 // Catalog returns the engine's catalog.
 func (e *Engine) Catalog() *Catalog { return e.cfg.Catalog }
 

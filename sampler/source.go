@@ -148,6 +148,17 @@ type SourceEventWatcher interface {
 	WatchAllEvents(ctx context.Context, indexes []int, emit func(Event)) error
 }
 
+// CPUAffinityReporter is implemented by device sources that know which
+// CPUs are close to the GPU (on its NUMA node; NVML:
+// nvmlDeviceGetCpuAffinity). A process that feeds the GPU from other CPUs
+// pays for every transfer and launch across the socket interconnect.
+// CPUAffinity may be called from any goroutine, concurrently with the
+// DeviceSource's other methods.
+type CPUAffinityReporter interface {
+	// CPUAffinity returns the ideal CPUs' numbers, ascending.
+	CPUAffinity() ([]int, error)
+}
+
 // Reopener is implemented by device sources that can re-acquire a lost
 // device by its UUID (NVML: nvmlDeviceGetHandleByUUID) without
 // re-initializing the library, which would disturb every other device. The

@@ -5,9 +5,12 @@ import (
 	"io"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -69,6 +72,40 @@ func TestBenchFragmentation(t *testing.T) {
 	}
 }
 
+// A workload pinned (taskset) to CPUs outside its GPU's affinity is a
+// NUMA-placement finding; the simulator puts GPU 0 on the first half of
+// the CPUs, so the last CPU is outside. Unpinned, nothing is raised.
+func TestBenchNUMAPlacement(t *testing.T) {
+	if runtime.GOOS != "linux" || runtime.NumCPU() < 2 {
+		t.Skip("needs Linux (sched_getaffinity) and two CPUs")
+	}
+	taskset, err := exec.LookPath("taskset")
+	if err != nil {
+		t.Skip("taskset not installed")
+	}
+	t.Parallel()
+	last := strconv.Itoa(runtime.NumCPU() - 1)
+	gpuCPUs := "0"
+	if n := runtime.NumCPU() / 2; n > 1 {
+		gpuCPUs = "0-" + strconv.Itoa(n-1)
+	}
+	code, out, errs, res := benchCLI(t, "--runs", "2", "--", taskset, "-c", last, "sleep", "0.3")
+	if code != 0 || res == nil {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errs)
+	}
+	var got []bench.Diagnosis
+	for _, d := range res.Benchmarks[0].Diagnoses {
+		if d.Finding == bench.FindingNUMA {
+			got = append(got, d)
+		}
+	}
+	if len(got) != 1 || got[0].Device != 0 || !slices.Equal(got[0].Runs, []int{1, 2}) ||
+		got[0].Evidence["process_cpus"] != last || got[0].Evidence["gpu_cpus"] != gpuCPUs ||
+		!strings.Contains(out, "NUMA placement on GPU 0 (runs [1 2])") || !strings.Contains(out, "numactl -C "+gpuCPUs) {
+		t.Fatalf("NUMA diagnoses %+v\n%s", got, out)
+	}
+}
+
 func TestBenchProfileDiagnoses(t *testing.T) {
 	for _, tc := range []struct {
 		profile string
@@ -105,7 +142,7 @@ func TestBenchProfileDiagnoses(t *testing.T) {
 			}
 			// The seed's later diagnoses each have one demonstration: no
 			// other profile raises them.
-			for _, k := range []string{"communication-bound", "memory fragmentation"} {
+			for _, k := range []string{"communication-bound", "memory fragmentation", "NUMA placement"} {
 				if k != tc.want && slices.Contains(kinds, k) {
 					t.Errorf("%s raised on profile %s", k, tc.profile)
 				}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"math/bits"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -70,9 +71,10 @@ type device struct {
 }
 
 var (
-	_ sampler.DeviceSource  = (*device)(nil)
-	_ sampler.CallCounter   = (*device)(nil)
-	_ sampler.CallBreakdown = (*device)(nil)
+	_ sampler.CPUAffinityReporter = (*device)(nil)
+	_ sampler.DeviceSource        = (*device)(nil)
+	_ sampler.CallCounter         = (*device)(nil)
+	_ sampler.CallBreakdown       = (*device)(nil)
 )
 
 func newDevice(s *Source, index int) *device {
@@ -105,6 +107,42 @@ func (d *device) account(op string, calls int, start time.Time) {
 	if h := d.src.opts.CallHook; h != nil {
 		h(op, dur)
 	}
+}
+
+// affinityCPUs is how many CPUs the affinity query covers (go-nvml sizes
+// the mask from it).
+const affinityCPUs = 4096
+
+// CPUAffinity returns the CPUs close to the GPU (nvmlDeviceGetCpuAffinity:
+// the GPU's NUMA node), ascending. It may be called from any goroutine.
+func (d *device) CPUAffinity() ([]int, error) {
+	d.mu.Lock()
+	dev := d.dev
+	d.mu.Unlock()
+	if dev == nil {
+		return nil, d.noHandle()
+	}
+	start := now()
+	mask, r := dev.GetCpuAffinity(affinityCPUs)
+	d.account("GetCpuAffinity", 1, start)
+	if r != nvml.SUCCESS {
+		return nil, newError("get cpu affinity", r)
+	}
+	return cpusOfMask(mask), nil
+}
+
+// cpusOfMask lists the CPUs set in an NVML CPU mask: bit j of word i is
+// CPU i × (bits per word) + j.
+func cpusOfMask(mask []uint) []int {
+	var out []int
+	for i, w := range mask {
+		for j := 0; j < bits.UintSize; j++ {
+			if w&(1<<j) != 0 {
+				out = append(out, i*bits.UintSize+j)
+			}
+		}
+	}
+	return out
 }
 
 // CallsByFunction returns the NVML C calls this device made per function

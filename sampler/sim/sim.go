@@ -13,6 +13,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -263,6 +264,26 @@ func (d *Device) Identity() (sampler.Device, error) {
 		ECCMode:         sampler.ModeEnabled,
 		MIGMode:         sampler.ModeDisabled,
 	}, nil
+}
+
+// CPUAffinity places the simulated GPUs on two NUMA nodes: even GPUs are
+// close to the first half of runtime.NumCPU()'s CPUs (numbered from 0),
+// odd GPUs to the second half; with one CPU, every GPU to it.
+func (d *Device) CPUAffinity() ([]int, error) {
+	n := runtime.NumCPU()
+	lo, hi := 0, n
+	if n >= 2 {
+		if d.index%2 == 0 {
+			hi = n / 2
+		} else {
+			lo = n / 2
+		}
+	}
+	out := make([]int, 0, hi-lo)
+	for c := lo; c < hi; c++ {
+		out = append(out, c)
+	}
+	return out, nil
 }
 
 // CallStats counts the simulated driver calls (Drain counts 1, like the

@@ -2,6 +2,8 @@ package sim
 
 import (
 	"errors"
+	"runtime"
+	"slices"
 	"testing"
 	"time"
 
@@ -285,5 +287,30 @@ func TestGPMProfiles(t *testing.T) {
 				t.Errorf("sm_active %v, tensor %v, util %v, nvlink tx %v B/s", sm, tensor, util, nvl)
 			}
 		})
+	}
+}
+
+// The simulated GPUs sit on two NUMA nodes: even GPUs on the first half of
+// the CPUs, odd ones on the second.
+func TestCPUAffinity(t *testing.T) {
+	clk := &fakeClock{time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	s := newSim(t, "training", clk)
+	n := runtime.NumCPU()
+	var want [2][]int
+	for c := range n {
+		switch {
+		case n < 2:
+			want[0], want[1] = append(want[0], c), append(want[1], c)
+		case c < n/2:
+			want[0] = append(want[0], c)
+		default:
+			want[1] = append(want[1], c)
+		}
+	}
+	for i := range 2 {
+		got, err := device(t, s, i).CPUAffinity()
+		if err != nil || !slices.Equal(got, want[i]) {
+			t.Errorf("GPU %d: CPUAffinity = %v, %v; want %v", i, got, err, want[i])
+		}
 	}
 }

@@ -1,0 +1,59 @@
+package bench
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpusampler/gpusampler/sampler"
+)
+
+func TestCPUList(t *testing.T) {
+	for _, tc := range []struct {
+		cpus []int
+		want string
+	}{{nil, ""}, {[]int{3}, "3"}, {[]int{0, 1, 2, 3, 8, 10, 11}, "0-3,8,10-11"}} {
+		if got := cpuList(tc.cpus); got != tc.want {
+			t.Errorf("cpuList(%v) = %q, want %q", tc.cpus, got, tc.want)
+		}
+	}
+}
+
+func TestNUMAPlacement(t *testing.T) {
+	t0 := time.Date(2026, 1, 2, 3, 4, 0, 0, time.UTC)
+	devs := []sampler.Device{{Index: 0}, {Index: 1}, {Index: 2}}
+	// GPU 0 on CPUs 0-7, GPU 1 on 8-15, GPU 2's affinity unknown.
+	gpuCPUs := map[int][]int{0: {0, 1, 2, 3, 4, 5, 6, 7}, 1: {8, 9, 10, 11, 12, 13, 14, 15}}
+	ex := func(run int, cpus ...int) execution {
+		return execution{cmd: 0, run: run, cpus: cpus, start: t0.Add(time.Duration(run) * time.Second),
+			end: t0.Add(time.Duration(run)*time.Second + 500*time.Millisecond)}
+	}
+	for _, tc := range []struct {
+		name  string
+		execs []execution
+		want  []Diagnosis
+	}{
+		{name: "pinned to GPU 1's node", execs: []execution{ex(0, 8, 9), ex(1, 8, 9)},
+			want: []Diagnosis{{Finding: FindingNUMA, Kind: "NUMA placement", Device: 0, StartNS: t0.UnixNano(),
+				EndNS: t0.Add(1500 * time.Millisecond).UnixNano(), Evidence: map[string]string{"process_cpus": "8-9", "gpu_cpus": "0-7"},
+				Runs: []int{1, 2}}}},
+		{name: "unbound: may run anywhere", execs: []execution{ex(0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)}},
+		{name: "one CPU of each node", execs: []execution{ex(0, 7, 8)}},
+		{name: "affinity not read", execs: []execution{ex(0)}},
+		{name: "another command's run", execs: []execution{{cmd: 1, run: 0, cpus: []int{9}}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := numaPlacement(tc.execs, 0, devs, gpuCPUs)
+			for i := range got {
+				if m := got[i].Message; !strings.Contains(m, "numactl -C 0-7") || !strings.Contains(m, "CUDA_VISIBLE_DEVICES=0") {
+					t.Errorf("message without the field guide's advice: %s", m)
+				}
+				got[i].Message = ""
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("diagnoses %+v\nwant %+v", got, tc.want)
+			}
+		})
+	}
+}
