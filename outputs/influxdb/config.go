@@ -16,7 +16,10 @@ import (
 // Config is a decoded [[outputs.influxdb]] block: plain data, validated
 // without I/O (the TLS files are read when the output is built).
 type Config struct {
-	URL, API                  string
+	// URLs are the servers, tried in turn (Telegraf's urls); url is the
+	// one-server spelling of the same key.
+	URLs                      []string
+	API                       string
 	Database, RetentionPolicy string
 	Username, Password        string
 	Organization, Bucket      string
@@ -73,8 +76,20 @@ func Kind() config.OutputKind {
 
 // Parse decodes and checks an [[outputs.influxdb]] block's own keys.
 func Parse(t *config.Table) Config {
-	c := Config{URL: "http://127.0.0.1:8086", API: APIv1}
-	t.String("url", &c.URL)
+	c := Config{API: APIv1}
+	var one string
+	t.String("url", &one)
+	t.Strings("urls", &c.URLs)
+	switch {
+	case t.Has("url") && t.Has("urls"):
+		t.Errorf("urls", "set url or urls, not both (urls = [...] lists every server, url one)")
+	case t.Has("url"):
+		c.URLs = []string{one}
+	case !t.Has("urls"):
+		c.URLs = []string{DefaultURL}
+	case len(c.URLs) == 0:
+		t.Errorf("urls", "empty: list at least one server")
+	}
 	t.OneOf("api", &c.API, APIs...)
 	t.String("database", &c.Database)
 	t.String("retention_policy", &c.RetentionPolicy)
@@ -84,7 +99,13 @@ func Parse(t *config.Table) Config {
 	t.String("bucket", &c.Bucket)
 	t.String("token", &c.Token)
 	c.HTTP = ParseHTTP(t)
-	CheckURL(t, c.URL, c.HTTP)
+	for i, u := range c.URLs {
+		key := "url"
+		if t.Has("urls") {
+			key = fmt.Sprintf("urls[%d]", i)
+		}
+		CheckURLAt(t, key, u, c.HTTP)
+	}
 	only := func(api string, keys ...string) {
 		for _, k := range keys {
 			if t.Has(k) && c.API != api {
@@ -143,21 +164,27 @@ func ParseHTTP(t *config.Table) HTTPConfig {
 	return h
 }
 
+// DefaultURL is the server an influxdb block without url or urls writes to.
+const DefaultURL = "http://127.0.0.1:8086"
+
 // CheckURL reports a URL that cannot work, at the url key.
-func CheckURL(t *config.Table, raw string, h HTTPConfig) {
+func CheckURL(t *config.Table, raw string, h HTTPConfig) { CheckURLAt(t, "url", raw, h) }
+
+// CheckURLAt reports a URL that cannot work, at key (url, urls[i]).
+func CheckURLAt(t *config.Table, key, raw string, h HTTPConfig) {
 	u, err := url.Parse(raw)
 	switch {
 	case err != nil:
-		t.Errorf("url", "%q is not a URL: %v", raw, errors.Unwrap(err))
+		t.Errorf(key, "%q is not a URL: %v", raw, errors.Unwrap(err))
 		return
 	case u.Scheme != "http" && u.Scheme != "https" || u.Host == "":
-		t.Errorf("url", "%q: want http://HOST:PORT or https://HOST:PORT", raw)
+		t.Errorf(key, "%q: want http://HOST:PORT or https://HOST:PORT", raw)
 		return
 	case u.User != nil:
-		t.Errorf("url", "credentials in the URL: use username/password or token (with ${ENV})")
+		t.Errorf(key, "credentials in the URL: use username/password or token (with ${ENV})")
 	}
 	if u.Scheme == "http" && (h.TLS != TLSConfig{}) {
-		t.Errorf("url", "tls_* keys are set but the URL is http://: use https://")
+		t.Errorf(key, "tls_* keys are set but the URL is http://: use https://")
 	}
 }
 
@@ -168,7 +195,7 @@ func (c Config) Options(kind, name string) (Options, error) {
 	if err != nil {
 		return Options{}, fmt.Errorf("%s %q: %w", kind, name, err)
 	}
-	return Options{WriterOptions: WriterOptions{Kind: kind, Name: name, URL: c.URL, API: c.API,
+	return Options{URLs: c.URLs, WriterOptions: WriterOptions{Kind: kind, Name: name, URL: c.URLs[0], API: c.API,
 		Database: c.Database, RetentionPolicy: c.RetentionPolicy, Username: c.Username, Password: c.Password,
 		Organization: c.Organization, Bucket: c.Bucket, Token: c.Token, Gzip: c.HTTP.ContentEncoding == "gzip",
 		Timeout: c.HTTP.Timeout, MaxPayloadBytes: c.HTTP.MaxPayloadBytes, TLS: tlsConf}}, nil

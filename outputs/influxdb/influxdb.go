@@ -5,10 +5,13 @@ import (
 	"context"
 	_ "embed"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/gpusampler/gpusampler/outputs/encoding/lineproto"
 	"github.com/gpusampler/gpusampler/sampler"
@@ -23,6 +26,11 @@ var SampleConfig string
 // every line.
 type Options struct {
 	WriterOptions
+	// URLs, when it lists more than one server, are written to in turn
+	// with failover (WriterOptions.URL is ignored then): each batch goes to
+	// the server that took the last one; on a retryable failure the next
+	// server gets the batch, within the same write deadline.
+	URLs []string
 	// Host is the host tag's value.
 	Host string
 	// GlobalTags are added to every line.
@@ -41,6 +49,8 @@ type Stats struct {
 	// returned as sampler.Permanent, so the pump or buffer counts every
 	// record in them as dropped.
 	EncodeRefused uint64
+	// Failovers counts switches to another of the block's urls.
+	Failovers uint64
 }
 
 // Output encodes batches as line protocol (Telegraf nvidia_smi names and
@@ -50,27 +60,40 @@ type Stats struct {
 // concurrently); Stats may be called from any goroutine. The batch is
 // encoded before Write returns and not retained.
 type Output struct {
-	w   *Writer
+	w   *Writer   // the writer of the server in use (ws[cur])
+	ws  []*Writer // one per URL
+	cur int
 	enc *lineproto.Encoder
 
 	closed bool
 
-	batches, lines, encodeRefused atomic.Uint64
+	batches, lines, encodeRefused, failovers atomic.Uint64
 }
 
 // New returns an output. It does no network I/O: an unreachable server
 // shows up as Write errors.
 func New(opts Options) (*Output, error) {
-	w, err := NewWriter(opts.WriterOptions)
-	if err != nil {
-		return nil, err
+	urls := opts.URLs
+	if len(urls) == 0 {
+		urls = []string{opts.URL}
 	}
+	var ws []*Writer
+	for _, u := range urls {
+		wo := opts.WriterOptions
+		wo.URL = u
+		w, err := NewWriter(wo)
+		if err != nil {
+			return nil, err
+		}
+		ws = append(ws, w)
+	}
+	w := ws[0]
 	var tags []lineproto.Tag
 	for _, k := range slices.Sorted(maps.Keys(opts.GlobalTags)) {
 		tags = append(tags, lineproto.Tag{Key: k, Value: opts.GlobalTags[k]})
 	}
 	enc := lineproto.New(lineproto.Options{Host: opts.Host, GlobalTags: tags, Catalog: opts.Catalog})
-	return &Output{w: w, enc: enc}, nil
+	return &Output{w: w, ws: ws, enc: enc}, nil
 }
 
 // Writer returns the output's writer.
@@ -97,7 +120,41 @@ func (o *Output) Write(ctx context.Context, b *sampler.Batch) error {
 		return nil
 	}
 	o.lines.Add(uint64(countLines(body)))
-	return o.w.Write(ctx, body)
+	return o.post(ctx, body)
+}
+
+// post writes body to the server in use; on a retryable failure it fails
+// over to the next server, each getting an equal share of what is left of
+// ctx's deadline, and stays with the first that takes the batch. A
+// permanent refusal is returned at once: another server would refuse the
+// same lines.
+func (o *Output) post(ctx context.Context, body []byte) error {
+	if len(o.ws) == 1 {
+		return o.w.Write(ctx, body)
+	}
+	var errs []error
+	for i := range o.ws {
+		k := (o.cur + i) % len(o.ws)
+		wctx, cancel := ctx, context.CancelFunc(func() {})
+		if dl, ok := ctx.Deadline(); ok && i < len(o.ws)-1 {
+			wctx, cancel = context.WithTimeout(ctx, time.Until(dl)/time.Duration(len(o.ws)-i))
+		}
+		err := o.ws[k].Write(wctx, body)
+		cancel()
+		if err == nil {
+			if k != o.cur {
+				o.failovers.Add(1)
+				o.w.log.Warn("influxdb: failed over", "from", o.ws[o.cur].Endpoint(), "to", o.ws[k].Endpoint())
+				o.cur, o.w = k, o.ws[k]
+			}
+			return nil
+		}
+		if sampler.IsPermanent(err) || ctx.Err() != nil {
+			return err
+		}
+		errs = append(errs, err)
+	}
+	return fmt.Errorf("every server failed: %w", errors.Join(errs...))
 }
 
 // Close releases idle connections; a second Close does nothing.
@@ -106,14 +163,25 @@ func (o *Output) Close() error {
 		return nil
 	}
 	o.closed = true
-	o.w.CloseIdle()
+	for _, w := range o.ws {
+		w.CloseIdle()
+	}
 	return nil
 }
 
 // Stats returns the counters (any goroutine).
 func (o *Output) Stats() Stats {
-	return Stats{WriterStats: o.w.Stats(), Batches: o.batches.Load(), Lines: o.lines.Load(),
-		EncodeRefused: o.encodeRefused.Load()}
+	var ws WriterStats // summed over the urls (ws is fixed at New)
+	for _, w := range o.ws {
+		s := w.Stats()
+		ws.Requests += s.Requests
+		ws.Retries += s.Retries
+		ws.BytesSent += s.BytesSent
+		ws.PartialWrites += s.PartialWrites
+		ws.RejectedPoints += s.RejectedPoints
+	}
+	return Stats{WriterStats: ws, Batches: o.batches.Load(), Lines: o.lines.Load(),
+		EncodeRefused: o.encodeRefused.Load(), Failovers: o.failovers.Load()}
 }
 
 // ReportStats implements sampler.StatsReporter: requests, retries, bytes
@@ -124,7 +192,8 @@ func (o *Output) ReportStats(dst []sampler.Field) []sampler.Field {
 	return append(dst, sampler.IntField("http_requests", s.Requests), sampler.IntField("http_retries", s.Retries),
 		sampler.IntField("bytes_sent", s.BytesSent), sampler.IntField("partial_writes", s.PartialWrites),
 		sampler.IntField("rejected_points", s.RejectedPoints), sampler.IntField("batches", s.Batches),
-		sampler.IntField("lines", s.Lines), sampler.IntField("encode_refused_batches", s.EncodeRefused))
+		sampler.IntField("lines", s.Lines), sampler.IntField("encode_refused_batches", s.EncodeRefused),
+		sampler.IntField("failovers", s.Failovers))
 }
 
 // countLines counts the body's lines (bytes.Count is vectorised: a byte
@@ -137,5 +206,9 @@ func basicAuth(user, password string) string {
 
 // String names the output and its endpoint.
 func (o *Output) String() string {
-	return fmt.Sprintf("%s %q → %s", o.w.opts.Kind, o.w.opts.Name, o.w.endpoint)
+	eps := make([]string, len(o.ws))
+	for i, w := range o.ws {
+		eps[i] = w.endpoint
+	}
+	return fmt.Sprintf("%s %q → %s", o.ws[0].opts.Kind, o.ws[0].opts.Name, strings.Join(eps, ", "))
 }

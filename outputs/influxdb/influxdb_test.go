@@ -151,7 +151,7 @@ func TestTLS(t *testing.T) {
 		{"unknown-ca", influxdb.TLSConfig{}, "certificate"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := influxdb.Config{URL: srv.URL, API: "v1", Database: "d", HTTP: influxdb.HTTPConfig{TLS: tc.tls}}
+			c := influxdb.Config{URLs: []string{srv.URL}, API: "v1", Database: "d", HTTP: influxdb.HTTPConfig{TLS: tc.tls}}
 			opts, err := c.Options("influxdb", tc.name)
 			if err != nil {
 				t.Fatal(err)

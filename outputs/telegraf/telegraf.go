@@ -94,7 +94,7 @@ func Parse(t *config.Table) Config {
 // Options turns the config into the InfluxDB output's options for output
 // name, reading the TLS files.
 func (c Config) Options(name string) (influxdb.Options, error) {
-	ic := influxdb.Config{URL: c.URL, API: influxdb.APIv1, Database: c.Database, Username: c.Username,
+	ic := influxdb.Config{URLs: []string{c.URL}, API: influxdb.APIv1, Database: c.Database, Username: c.Username,
 		Password: c.Password, HTTP: c.HTTP}
 	if c.Listener == ListenerV2 {
 		ic.API, ic.Bucket, ic.Token = influxdb.APIv2, c.Bucket, c.Token
