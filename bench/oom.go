@@ -24,6 +24,12 @@ const FindingFragmentation = "memory_fragmentation"
 // allocation fails"). Above it, the GPU is simply full.
 const FragmentationMaxUsedPct = 80
 
+// fragmentationMinUsedMiB: a GPU with less memory in use than this holds
+// none of the workload's buffers (a CUDA context alone takes a few hundred
+// MiB): its out-of-memory error came from another GPU, or from the very
+// first allocation, neither of which says anything about fragmentation.
+const fragmentationMinUsedMiB = 1024
+
 // oomPattern matches the CUDA runtime's and PyTorch's out-of-memory
 // messages: "CUDA out of memory", "CUDA error: out of memory",
 // "torch.OutOfMemoryError".
@@ -133,7 +139,8 @@ func parseOOM(line string) oomEvent {
 
 // fragmentation returns one diagnosis per device for the runs of command
 // ci whose stderr reported an out-of-memory error while the device's memory
-// was below FragmentationMaxUsedPct of its total (and, when the message
+// was below FragmentationMaxUsedPct of its total yet held some of the
+// workload's (fragmentationMinUsedMiB) (and, when the message
 // states the request's size, while the request would have fit in the free
 // memory). Memory use is the highest reading from a second before the
 // message to half a second after it (slow state is read once a second).
@@ -160,8 +167,8 @@ func fragmentation(execs []execution, ci int, devs []sampler.Device, windows map
 			if math.IsNaN(total) || total <= 0 {
 				total = float64(d.MemoryTotalMiB)
 			}
-			if math.IsNaN(used) || total <= 0 {
-				continue // nothing to judge by
+			if math.IsNaN(used) || total <= 0 || used < fragmentationMinUsedMiB {
+				continue // nothing to judge by, or none of the workload's memory
 			}
 			pct, free := 100*used/total, total-used
 			if pct >= FragmentationMaxUsedPct || (!math.IsNaN(ev.requestMiB) && ev.requestMiB > free) {

@@ -95,6 +95,7 @@ func TestFragmentationRule(t *testing.T) {
 			want: want(40960, []int{1, 3}, nil)},
 		{name: "memory really full", used: 79000, execs: []execution{ex(0, plain)}},
 		{name: "no out-of-memory message", used: 40960, execs: []execution{ex(0, "")}},
+		{name: "a GPU holding none of the workload", used: 600, execs: []execution{ex(0, plain)}},
 		{name: "request larger than the free memory", used: 50000, execs: []execution{ex(0, "CUDA out of memory. Tried to allocate 40.00 GiB")}},
 		{name: "message names the full GPU", used: 40960, execs: []execution{ex(0, "CUDA out of memory. GPU 1 has a total capacity of 80 GiB")}},
 	} {
