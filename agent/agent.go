@@ -55,6 +55,13 @@ type Agent struct {
 	log  *slog.Logger
 	eng  *sampler.Engine
 
+	// selfMu serializes rounds of self-metrics (the stats loop, the final
+	// round); it guards selfPrev and selfLast.
+	selfMu   sync.Mutex
+	selfPrev map[int]uint64 // device index → NVML calls at the last round
+	selfLast time.Time
+	started  time.Time
+
 	mu      sync.Mutex // serializes Reload; guards cfg, running, buffers and outputs
 	cfg     *config.Config
 	running map[string]*config.Output // by name
@@ -81,6 +88,10 @@ func New(src sampler.Source, cfg *config.Config, opts Options) (*Agent, error) {
 	}
 	scfg.Cursors = openCursors(src, cfg.Agent, opts.Logger)
 	var eng *sampler.Engine
+	var a *Agent
+	// The final self-metrics go out after the last samples are published
+	// and before the outputs' final flush, so they reach every output.
+	scfg.BeforeFinalFlush = func() { a.selfTick(time.Now(), true) }
 	if opts.Diagnose {
 		// The engine emits the findings; it exists before the first sample.
 		scfg.Observer = diagnose.New(func(ev sampler.Event) { eng.Emit(ev) })
@@ -89,7 +100,7 @@ func New(src sampler.Source, cfg *config.Config, opts Options) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{opts: opts, log: opts.Logger, eng: eng, cfg: cfg, running: map[string]*config.Output{},
+	a = &Agent{opts: opts, log: opts.Logger, eng: eng, cfg: cfg, running: map[string]*config.Output{},
 		buffers: map[string]*buffer.Buffer{}, outputs: map[string]sampler.Output{}}
 	built, err := a.build(cfg, cfg.Outputs)
 	if err != nil {
@@ -207,9 +218,13 @@ func (a *Agent) Run(ctx context.Context) error {
 		defer wg.Done()
 		a.selfMetricsLoop(sctx)
 	}()
+	a.selfMu.Lock()
+	a.started = time.Now()
+	a.selfMu.Unlock()
 	err := a.eng.Run(ctx)
 	stop()
 	wg.Wait()
+	a.finalStats()
 	return err
 }
 

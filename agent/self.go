@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"strconv"
@@ -17,32 +18,67 @@ import (
 // output (as sampler.EventSelf events) and, with a StatsWriter, prints a
 // summary there.
 func (a *Agent) selfMetricsLoop(ctx context.Context) {
-	prev := map[int]uint64{} // device index → calls at the last tick
-	last := time.Now()
 	for {
-		every, send := a.statsSettings()
+		every, _ := a.statsSettings()
 		t := time.NewTimer(every)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return
 		case now := <-t.C:
-			st := a.eng.Stats()
-			evs := SelfEvents(st, now, now.Sub(last), prev)
-			bufs := BufferEvents(a.Buffers(), now)
-			evs = append(evs, bufs...)
-			detail := DetailEvents(a.Outputs(), now)
-			evs = append(evs, detail...)
-			last = now
-			if send {
-				for _, ev := range evs {
-					a.eng.Emit(ev)
-				}
-			}
-			if w := a.opts.StatsWriter; w != nil {
-				fmt.Fprint(w, FormatStats(st, append(detail, bufs...)))
-			}
+			a.selfTick(now, false)
 		}
+	}
+}
+
+// selfTick sends one round of self-metrics through the outputs (when
+// self_metrics is on) and, except for the final round, prints the summary
+// to the StatsWriter. It is called by the stats loop and, once, by the
+// engine before the outputs' final flush (final).
+func (a *Agent) selfTick(now time.Time, final bool) {
+	a.selfMu.Lock()
+	defer a.selfMu.Unlock()
+	if a.selfPrev == nil {
+		a.selfPrev, a.selfLast = map[int]uint64{}, a.started
+	}
+	_, send := a.statsSettings()
+	st := a.eng.Stats()
+	evs := SelfEvents(st, now, now.Sub(a.selfLast), a.selfPrev)
+	bufs := BufferEvents(a.Buffers(), now)
+	evs = append(evs, bufs...)
+	detail := DetailEvents(a.Outputs(), now)
+	evs = append(evs, detail...)
+	a.selfLast = now
+	if send {
+		for _, ev := range evs {
+			a.eng.Emit(ev)
+		}
+	}
+	if w := a.opts.StatsWriter; w != nil && !final {
+		fmt.Fprint(w, FormatStats(st, append(detail, bufs...)))
+	}
+}
+
+// finalStats reports the outputs' counters once Run has ended, every
+// output's final flush included: the summary on the StatsWriter under
+// "gpusampler final stats:", a log line per output (a warning when it lost
+// anything). For each output, published = delivered + dropped + failed +
+// filtered.
+func (a *Agent) finalStats() {
+	st := a.eng.Stats()
+	for _, o := range st.Outputs {
+		level := slog.LevelInfo
+		if o.Dropped+o.Failed > 0 {
+			level = slog.LevelWarn
+		}
+		a.log.Log(context.Background(), level, "final output stats", "output", o.Name, "published", o.Published,
+			"delivered", o.Delivered, "dropped", o.Dropped, "failed", o.Failed, "filtered", o.Filtered,
+			"unflushed", o.Unflushed, "events_delivered", o.EventsDelivered, "events_dropped", o.EventsDropped)
+	}
+	if w := a.opts.StatsWriter; w != nil {
+		now := time.Now()
+		detail := append(DetailEvents(a.Outputs(), now), BufferEvents(a.Buffers(), now)...)
+		fmt.Fprint(w, strings.Replace(FormatStats(st, detail), "gpusampler stats:", "gpusampler final stats:", 1))
 	}
 }
 

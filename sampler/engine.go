@@ -85,6 +85,11 @@ type Config struct {
 	// Observer, when set, sees every sample a device loop publishes (live
 	// diagnoses); see Observer.
 	Observer Observer
+	// BeforeFinalFlush, when set, is called once by Run after the device
+	// loops have stopped (nothing is published after it) and before the
+	// outputs' final flush: events it emits (Engine.Emit) reach every
+	// output. The agent sends its final self-metrics from it.
+	BeforeFinalFlush func()
 	// RingSize is the per-device ring capacity in samples.
 	RingSize int
 	// Select, when set, limits sampling to the metrics it returns true for.
@@ -500,6 +505,9 @@ func (e *Engine) Run(ctx context.Context) error {
 	}
 	if f, ok := e.cfg.Observer.(interface{ Flush() }); ok {
 		f.Flush() // close open findings while the pumps still run
+	}
+	if e.cfg.BeforeFinalFlush != nil {
+		e.cfg.BeforeFinalFlush()
 	}
 
 	e.mu.Lock()

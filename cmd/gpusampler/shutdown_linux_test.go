@@ -38,7 +38,7 @@ func TestShutdownWithStalledReader(t *testing.T) {
 			}
 			var stderr bytes.Buffer
 			cmd := exec.Command(os.Args[0], "-test.run=^$")
-			cmd.Env = append(os.Environ(), "GPUSAMPLER_TEST_MAIN=1", "GPUSAMPLER_TEST_ARGS=run --config "+cfg)
+			cmd.Env = append(os.Environ(), "GPUSAMPLER_TEST_MAIN=1", "GPUSAMPLER_TEST_ARGS=run --stats --config "+cfg)
 			cmd.Stdout, cmd.Stderr = w, &stderr
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
@@ -77,10 +77,25 @@ func TestShutdownWithStalledReader(t *testing.T) {
 			if m == nil {
 				t.Fatalf("stderr does not report the unflushed output:\n%s", stderr.String())
 			}
-			if n, _ := strconv.Atoi(m[1]); n == 0 {
+			n, _ := strconv.Atoi(m[1])
+			if n == 0 {
 				t.Fatalf("0 samples reported unflushed:\n%s", stderr.String())
 			}
-			t.Logf("%v: exit 1; %s samples counted unflushed", sig, m[1])
+			// the final stats line counts them: published = delivered +
+			// dropped + filtered + failed
+			f := regexp.MustCompile(`gpusampler final stats:\n  output stdout +published (\d+) delivered (\d+) dropped (\d+) filtered (\d+) failed (\d+) `).FindStringSubmatch(stderr.String())
+			if f == nil {
+				t.Fatalf("no final stats line:\n%s", stderr.String())
+			}
+			var c [5]int
+			for i := range c {
+				c[i], _ = strconv.Atoi(f[i+1])
+			}
+			if c[0] != c[1]+c[2]+c[3]+c[4] || c[4] < n {
+				t.Fatalf("final stats %v do not reconcile or miss the %d unflushed:\n%s", c, n, stderr.String())
+			}
+			t.Logf("%v: exit 1; %d samples counted unflushed; final stats published %d delivered %d dropped %d filtered %d failed %d",
+				sig, n, c[0], c[1], c[2], c[3], c[4])
 		})
 	}
 }
