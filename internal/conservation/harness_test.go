@@ -407,10 +407,13 @@ type counts struct {
 	BufferDropped                          buffer.Drops
 	OnDisk                                 int64
 	Late                                   uint64
+	// AggDropped are summaries and events the aggregate wrapper dropped
+	// because its output refused them.
+	AggDropped uint64
 }
 
 func (c counts) total() uint64 {
-	return c.RingDropped + c.PumpFailed + c.EventsDropped + c.BufferDropped.Total() + uint64(c.OnDisk) + c.Late
+	return c.RingDropped + c.PumpFailed + c.EventsDropped + c.BufferDropped.Total() + uint64(c.OnDisk) + c.Late + c.AggDropped
 }
 
 func (c *counts) add(o counts) {
@@ -423,6 +426,7 @@ func (c *counts) add(o counts) {
 	c.BufferDropped.Shutdown += o.BufferDropped.Shutdown
 	c.OnDisk += o.OnDisk
 	c.Late += o.Late
+	c.AggDropped += o.AggDropped
 }
 
 // countsOf reads the named output's counters now.
@@ -441,7 +445,8 @@ func (r *running) countsOf(name string) counts {
 		}
 	}
 	if ag, ok := r.a.Outputs()[name].(*aggregate.Output); ok {
-		c.Late = ag.Stats().Late
+		st := ag.Stats()
+		c.Late, c.AggDropped = st.Late, st.Dropped+st.EventsDropped
 	}
 	return c
 }
@@ -468,7 +473,7 @@ func (r *running) reload(text string) error {
 			if r.retired[n] == nil {
 				r.retired[n] = &counts{}
 			}
-			r.retired[n].add(counts{BufferDropped: before[n].BufferDropped, Late: before[n].Late})
+			r.retired[n].add(counts{BufferDropped: before[n].BufferDropped, Late: before[n].Late, AggDropped: before[n].AggDropped})
 		}
 	}
 	return err

@@ -19,8 +19,6 @@ import (
 // fails is logged, not failed; a listed cell that passes is logged as
 // fixed, so that its entry can go. The goal is an empty table.
 var knownBroken = map[string]string{
-	"refuse/*-none-agg": "aggregate without a buffer: the refused summaries and events are counted by the aggregate " +
-		"wrapper (aggregate.Stats Dropped and EventsDropped: aggregate_dropped, aggregate_events_dropped), which the matrix does not read yet",
 	"kill9/*-disk-agg": "kill -9 loses the aggregate's open windows: their samples are in memory, not yet summarized into " +
 		"the disk buffer, and nothing counts them",
 }
