@@ -507,6 +507,11 @@ func (e *Engine) Run(ctx context.Context) error {
 		f.Flush() // close open findings while the pumps still run
 	}
 	if e.cfg.BeforeFinalFlush != nil {
+		e.mu.Lock()
+		for _, p := range e.pumps {
+			p.refresh() // Stats show every sample published: none comes after
+		}
+		e.mu.Unlock()
 		e.cfg.BeforeFinalFlush()
 	}
 

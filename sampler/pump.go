@@ -275,6 +275,26 @@ func (p *pump) account(read, filtered uint64) {
 	}
 }
 
+// refresh brings Published, Dropped and Lag up to the cursors' positions
+// now, from any goroutine (Stats between flushes show them as of the last
+// flush otherwise).
+func (p *pump) refresh() {
+	p.acctMu.Lock()
+	defer p.acctMu.Unlock()
+	if p.gaveUp.Load() {
+		return
+	}
+	var pub, drop, lag uint64
+	for _, c := range p.cursors {
+		pub += c.Published()
+		drop += c.Dropped()
+		lag += c.Lag()
+	}
+	p.published.Store(pub)
+	p.dropped.Store(drop)
+	p.lag.Store(lag)
+}
+
 // accountLocked is account with acctMu held.
 func (p *pump) accountLocked(read, filtered uint64) {
 	var pub, drop, lag uint64
