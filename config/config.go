@@ -161,7 +161,7 @@ func (o *Output) ErrorAt(key, msg string) *Error {
 	if line <= 1 && o.Line > 0 {
 		line = o.Line
 	}
-	return &Error{File: o.doc.file, Line: line, Key: full, Msg: msg}
+	return &Error{File: o.doc.file, Line: line, Key: full, Msg: o.doc.redact(msg)}
 }
 
 // EnvRefs returns NAME=value for every ${NAME} the block references,

@@ -347,3 +347,18 @@ func TestDefaultStateDir(t *testing.T) {
 		t.Errorf("without STATE_DIRECTORY: %q, %v; want %q", d, err, want)
 	}
 }
+
+// A problem with a value that came from ${VAR} names the variable, never
+// its value: a secret in the environment is not printed.
+func TestErrorsNeverPrintExpandedValues(t *testing.T) {
+	doc := "[agent]\n  flush_interval = \"${TOKEN}\"\n[[outputs.fake]]\n  url = \"x\"\n  flush_interval = \"x${TOKEN}y\"\n"
+	_, err := parse(t, doc)
+	want := "test.toml:2: agent.flush_interval: \"${TOKEN}\" is not a duration (want e.g. \"500us\", \"10ms\", \"1s\")\n" +
+		"test.toml:5: outputs.fake[0].flush_interval: \"x${TOKEN}y\" is not a duration (want e.g. \"500us\", \"10ms\", \"1s\")"
+	if err == nil || err.Error() != want {
+		t.Fatalf("err:\n%v\nwant:\n%s", err, want)
+	}
+	if strings.Contains(err.Error(), "s3cret") {
+		t.Fatal("the secret value is printed")
+	}
+}

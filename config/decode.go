@@ -56,6 +56,30 @@ type document struct {
 	envRefs map[string]map[string]string
 }
 
+// redact replaces in msg every value that a ${NAME} of the file expanded
+// to with the reference itself, so that a problem names the variable and
+// never prints its value (a secret, often). Values shorter than 3 bytes
+// are left alone: they reveal little and would match too much.
+func (d *document) redact(msg string) string {
+	if len(d.envRefs) == 0 {
+		return msg
+	}
+	seen := map[string]string{} // value → reference
+	for _, refs := range d.envRefs {
+		for name, val := range refs {
+			if len(val) >= 3 {
+				seen[val] = "${" + name + "}"
+			}
+		}
+	}
+	vals := slices.Collect(maps.Keys(seen))
+	slices.SortFunc(vals, func(a, b string) int { return len(b) - len(a) }) // longest first
+	for _, v := range vals {
+		msg = strings.ReplaceAll(msg, v, seen[v])
+	}
+	return msg
+}
+
 // envRefsUnder returns the NAME=value of every ${NAME} referenced by a
 // value at or below key path prefix, sorted by name.
 func (d *document) envRefsUnder(prefix string) []string {
@@ -74,7 +98,7 @@ func (d *document) envRefsUnder(prefix string) []string {
 }
 
 func (d *document) errorf(key string, line int, format string, args ...any) {
-	d.errs = append(d.errs, &Error{File: d.file, Line: line, Key: key, Msg: fmt.Sprintf(format, args...)})
+	d.errs = append(d.errs, &Error{File: d.file, Line: line, Key: key, Msg: d.redact(fmt.Sprintf(format, args...))})
 }
 
 // line returns the line of key, or of its nearest ancestor that has one.

@@ -139,3 +139,17 @@ func TestCloseQuietIntegration(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// Credentials inside a server URL are refused, and the error does not
+// print them.
+func TestServerURLCredentialsRefused(t *testing.T) {
+	for _, servers := range []string{`"nats://u:s3cret@127.0.0.1:4222"`, `"u:s3cret@127.0.0.1"`,
+		`"nats://127.0.0.1:4222, nats://tok3n-s3cret@127.0.0.2:4222"`} {
+		text := "[[outputs.nats]]\nservers = [" + servers + "]\n"
+		_, err := config.Parse("cfg.toml", []byte(text), config.Options{Registry: all.Registry()})
+		want := "cfg.toml:2: outputs.nats[0].servers: credentials in a server URL: use username/password, token, nkey_seed_file or credentials_file (with ${ENV})"
+		if err == nil || err.Error() != want {
+			t.Errorf("servers = [%s]:\n got %v\nwant %s", servers, err, want)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package nats
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"time"
 
@@ -112,6 +113,25 @@ func DefaultConfig() Config {
 // problem is one invalid key.
 type problem struct{ key, msg string }
 
+// hasCredentials reports whether the server URL (or any URL of a
+// comma-separated list) carries user information.
+func hasCredentials(servers string) bool {
+	for _, s := range strings.Split(servers, ",") {
+		s = strings.TrimSpace(s)
+		if !strings.Contains(s, "://") {
+			s = "nats://" + s
+		}
+		if u, err := url.Parse(s); err == nil && u.User != nil {
+			return true
+		}
+		// an unparsable URL with an @ before its host still holds one
+		if _, rest, ok := strings.Cut(s, "://"); ok && strings.Contains(strings.SplitN(rest, "/", 2)[0], "@") {
+			return true
+		}
+	}
+	return false
+}
+
 // check returns every problem of c, each naming its TOML key. It does no
 // I/O (files are read when the output is built).
 func (c *Config) check() []problem {
@@ -123,6 +143,10 @@ func (c *Config) check() []problem {
 	for _, s := range c.Servers {
 		if strings.TrimSpace(s) == "" {
 			bad("servers", "empty server URL")
+		} else if hasCredentials(s) {
+			// a URL is printed by connection errors and logs; a secret
+			// in it would be too
+			bad("servers", "credentials in a server URL: use username/password, token, nkey_seed_file or credentials_file (with ${ENV})")
 		}
 	}
 	switch c.Encoding {

@@ -87,7 +87,7 @@ func (o *Output) Configure(t *config.Table, env sdk.Env) error {
 	if !t.Has("url") {
 		t.Errorf("", "url is required (the webhook URL)")
 	} else if u, err := url.Parse(o.url); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		t.Errorf("url", "%q: want an http or https URL", o.url)
+		t.Errorf("url", "%q: want an http or https URL", redactURL(o.url))
 	}
 	o.format = "slack"
 	t.OneOf("format", &o.format, "slack", "teams", "json")
@@ -309,6 +309,12 @@ func (e *permanentError) Error() string { return fmt.Sprintf("webhook answered %
 func (o *Output) postOnce(body []byte) error {
 	resp, err := o.client.Post(o.url, "application/json", bytes.NewReader(body))
 	if err != nil {
+		// The URL's path usually is the secret (a Slack or Teams token):
+		// errors name the scheme and host only.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			ue.URL = redactURL(ue.URL)
+		}
 		return err
 	}
 	resp.Body.Close()
@@ -319,4 +325,19 @@ func (o *Output) postOnce(body []byte) error {
 		return fmt.Errorf("webhook answered %d", resp.StatusCode)
 	}
 	return &permanentError{resp.StatusCode}
+}
+
+// redactURL returns raw with everything after the host (path, query,
+// fragment) and any user:password replaced by "…": what a log line or an
+// error may show of a webhook URL, whose token is in its path.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return "…"
+	}
+	r := u.Scheme + "://" + u.Host
+	if u.Path != "" && u.Path != "/" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		r += "/…"
+	}
+	return r
 }
