@@ -197,7 +197,7 @@ func TestReportStats(t *testing.T) {
 		got[f.Key] = f.Value
 		keys = append(keys, f.Key)
 	}
-	if want := "http_requests http_retries bytes_sent partial_writes rejected_points batches lines encode_refused_batches"; strings.Join(keys, " ") != want {
+	if want := "http_requests http_retries bytes_sent partial_writes rejected_points batches lines encode_refused_batches failovers"; strings.Join(keys, " ") != want {
 		t.Errorf("keys %v, want %s", keys, want)
 	}
 	if got["http_requests"] != 1 || got["batches"] != 1 || got["lines"] == 0 || got["bytes_sent"] == 0 {
