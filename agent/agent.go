@@ -24,6 +24,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpusampler/gpusampler/attribution"
 	"github.com/gpusampler/gpusampler/config"
 	"github.com/gpusampler/gpusampler/diagnose"
 	"github.com/gpusampler/gpusampler/outputs/aggregate"
@@ -221,6 +222,18 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.selfMu.Lock()
 	a.started = time.Now()
 	a.selfMu.Unlock()
+	if r, err := a.attribution(); err != nil {
+		stop()
+		wg.Wait()
+		return err
+	} else if r != nil {
+		defer r.Close()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.Run(sctx, a.eng)
+		}()
+	}
 	err := a.eng.Run(ctx)
 	stop()
 	wg.Wait()
@@ -244,7 +257,11 @@ func (a *Agent) Reload(cfg *config.Config) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	old := a.cfg
-	if keys := samplerChanges(old.Sampler, cfg.Sampler); len(keys) > 0 {
+	keys := samplerChanges(old.Sampler, cfg.Sampler)
+	if old.Attribution != cfg.Attribution {
+		keys = append(keys, "[attribution]")
+	}
+	if len(keys) > 0 {
 		err := fmt.Errorf("reload: [sampler] %s changed: a running engine cannot apply that, restart gpusampler to apply it",
 			strings.Join(keys, ", "))
 		a.log.Error("config reload refused; the running config stays", "file", cfg.File, "err", err)
@@ -345,6 +362,23 @@ var samplerKeys = map[string]string{"Backend": "backend", "Profile": "profile", 
 	"RingSize": "ring_size", "Processes": "processes", "ProcessInterval": "process_interval",
 	"ProcessCmdline": "process_cmdline", "ProcessCmdlineMax": "process_cmdline_max",
 	"Include": "include", "Exclude": "exclude"}
+
+// attribution returns the resolver the [attribution] section asks for, nil
+// when it asks for none.
+func (a *Agent) attribution() (*attribution.Resolver, error) {
+	a.mu.Lock()
+	c := a.cfg.Attribution
+	a.mu.Unlock()
+	cfg := attribution.Config{HPCJobMappingDir: c.HPCJobMappingDir, SlurmCgroups: c.SlurmCgroups,
+		ProcRoot: c.ProcRoot, Refresh: c.RefreshInterval, Log: a.log.With("component", "attribution")}
+	if c.Kubernetes {
+		cfg.PodResourcesSocket = c.PodResourcesSocket
+	}
+	if !cfg.Enabled() {
+		return nil, nil
+	}
+	return attribution.New(cfg)
+}
 
 // samplerChanges returns the keys of the [sampler] section whose values
 // differ between a and b.

@@ -33,9 +33,34 @@ type Config struct {
 	Agent      Agent
 	GlobalTags map[string]string
 	Sampler    Sampler
+	// Attribution is the [attribution] section.
+	Attribution Attribution
 	// Outputs in file order.
 	Outputs []*Output
 }
+
+// Attribution is the [attribution] section: where to find whose work runs
+// on each GPU (Kubernetes pod, HPC job). Every source is off by default.
+type Attribution struct {
+	// Kubernetes reads the kubelet's pod-resources API at PodResourcesSocket.
+	Kubernetes         bool
+	PodResourcesSocket string
+	// HPCJobMappingDir is dcgm-exporter's job-mapping directory ("" off).
+	HPCJobMappingDir string
+	// SlurmCgroups detects the job from the GPU processes' Slurm cgroups.
+	SlurmCgroups bool
+	// RefreshInterval is how often the sources are read again.
+	RefreshInterval time.Duration
+	// ProcRoot is the host's /proc (a container mounts it elsewhere).
+	ProcRoot string
+}
+
+// Attribution defaults and limits.
+const (
+	DefaultPodResourcesSocket = "/var/lib/kubelet/pod-resources/kubelet.sock"
+	DefaultAttributionRefresh = 10 * time.Second
+	MinAttributionRefresh     = time.Second
+)
 
 // Agent is the [agent] section.
 type Agent struct {
@@ -319,6 +344,7 @@ func Parse(file string, data []byte, opts Options) (*Config, error) {
 	c.Agent = parseAgent(root.Sub("agent"))
 	c.GlobalTags = parseGlobalTags(root.Sub("global_tags"))
 	c.Sampler = parseSampler(root.Sub("sampler"), opts.Catalog)
+	c.Attribution = parseAttribution(root.Sub("attribution"))
 	c.Outputs = parseOutputs(root.Sub("outputs"), c.Agent, opts)
 	root.Finish()
 	if err := doc.err(); err != nil {
@@ -382,6 +408,27 @@ func parseAgent(t *Table) Agent {
 	t.Bool("self_metrics", &a.SelfMetrics)
 	t.String("state_dir", &a.StateDir)
 	t.Duration("shutdown_timeout", &a.ShutdownTimeout)
+	t.Finish()
+	return a
+}
+
+func parseAttribution(t *Table) Attribution {
+	a := Attribution{PodResourcesSocket: DefaultPodResourcesSocket, RefreshInterval: DefaultAttributionRefresh, ProcRoot: "/proc"}
+	t.Bool("kubernetes", &a.Kubernetes)
+	t.String("pod_resources_socket", &a.PodResourcesSocket)
+	if a.Kubernetes && a.PodResourcesSocket == "" {
+		t.Errorf("pod_resources_socket", "empty: kubernetes = true needs the kubelet's pod-resources socket")
+	}
+	t.String("hpc_job_mapping_dir", &a.HPCJobMappingDir)
+	t.Bool("slurm_cgroups", &a.SlurmCgroups)
+	t.Duration("refresh_interval", &a.RefreshInterval)
+	if a.RefreshInterval < MinAttributionRefresh {
+		t.Errorf("refresh_interval", "%v: must be at least %v", a.RefreshInterval, MinAttributionRefresh)
+	}
+	t.String("proc_root", &a.ProcRoot)
+	if a.ProcRoot == "" {
+		t.Errorf("proc_root", "empty: must name the host's /proc")
+	}
 	t.Finish()
 	return a
 }

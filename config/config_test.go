@@ -179,7 +179,7 @@ func TestParseErrors(t *testing.T) {
 		{"malformed", "[agent]\nhostname = \n", "test.toml:2: "},
 		{"unterminated table", "[agent\n", "test.toml:1: "},
 		{"duplicate key", "[agent]\nhostname = \"a\"\nhostname = \"b\"\n", "test.toml:3: "},
-		{"unknown top-level key", "\n\nfoo = 1\n", "test.toml:3: foo: unknown key (known: agent, global_tags, sampler, outputs)"},
+		{"unknown top-level key", "\n\nfoo = 1\n", "test.toml:3: foo: unknown key (known: agent, global_tags, sampler, attribution, outputs)"},
 		{"unknown agent key", "[agent]\n  hostnme = \"x\"\n",
 			"test.toml:2: agent.hostnme: unknown key (known: hostname, flush_interval, stats_interval, self_metrics, state_dir, shutdown_timeout)"},
 		{"unknown sampler key", "[sampler]\ngpus = 2\ndrain = \"1s\"\n", "test.toml:3: sampler.drain: unknown key"},
@@ -360,5 +360,37 @@ func TestErrorsNeverPrintExpandedValues(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), "s3cret") {
 		t.Fatal("the secret value is printed")
+	}
+}
+
+func TestAttributionSettings(t *testing.T) {
+	def := config.Attribution{PodResourcesSocket: config.DefaultPodResourcesSocket, RefreshInterval: config.DefaultAttributionRefresh, ProcRoot: "/proc"}
+	for _, tc := range []struct {
+		name, toml string
+		want       config.Attribution
+		err        string
+	}{
+		{"defaults", "", def, ""},
+		{"all", "[attribution]\nkubernetes = true\npod_resources_socket = \"/k.sock\"\nhpc_job_mapping_dir = \"/run/jobs\"\nslurm_cgroups = true\nrefresh_interval = \"2s\"\nproc_root = \"/host/proc\"\n",
+			config.Attribution{Kubernetes: true, PodResourcesSocket: "/k.sock", HPCJobMappingDir: "/run/jobs", SlurmCgroups: true, RefreshInterval: 2 * time.Second, ProcRoot: "/host/proc"}, ""},
+		{"too fast", "[attribution]\nrefresh_interval = \"10ms\"\n", config.Attribution{}, "attribution.refresh_interval: 10ms: must be at least 1s"},
+		{"no socket", "[attribution]\nkubernetes = true\npod_resources_socket = \"\"\n", config.Attribution{}, "attribution.pod_resources_socket: empty"},
+		{"unknown key", "[attribution]\nhpc_job_dir = \"/x\"\n", config.Attribution{}, "hpc_job_dir"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := parse(t, tc.toml)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err %v, want %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.Attribution != tc.want {
+				t.Fatalf("got %+v, want %+v", cfg.Attribution, tc.want)
+			}
+		})
 	}
 }

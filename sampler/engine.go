@@ -288,6 +288,20 @@ func (e *Engine) CPUAffinity(index int) ([]int, error) {
 	return nil, fmt.Errorf("cpu affinity of device %d: no such device", index)
 }
 
+// ProcessPIDs returns the host PIDs the newest process poll of device index
+// found (nil before the first poll, with process sampling off, or for an
+// unknown index). The slice is the caller's.
+func (e *Engine) ProcessPIDs(index int) []uint32 {
+	for _, l := range e.loops {
+		if int(l.index) == index {
+			if p := l.pids.Load(); p != nil {
+				return append([]uint32(nil), (*p)...)
+			}
+		}
+	}
+	return nil
+}
+
 // Catalog returns the engine's catalog.
 func (e *Engine) Catalog() *Catalog { return e.cfg.Catalog }
 

@@ -77,6 +77,8 @@ type deviceLoop struct {
 	// idMu serializes identity replacements (recovery, attribution); reads
 	// stay lock-free through identity.
 	idMu sync.Mutex
+	// pids are the host PIDs of the newest process poll (attribution).
+	pids atomic.Pointer[[]uint32]
 	tb   *Timebase
 
 	buffers  []*bufferState
@@ -653,6 +655,11 @@ func (l *deviceLoop) pollProcesses(now time.Time) {
 		l.procFields, l.procAttrs = ev.Fields, ev.Attrs
 		l.e.Emit(ev)
 	}
+	pids := make([]uint32, len(procs))
+	for i := range procs {
+		pids[i] = procs[i].PID
+	}
+	l.pids.Store(&pids)
 	l.processPolls.Add(1)
 	l.processesSeen.Store(uint64(len(procs)))
 }
