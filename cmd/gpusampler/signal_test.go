@@ -16,7 +16,18 @@ func TestMain(m *testing.M) {
 		main()
 		return
 	}
-	os.Exit(m.Run())
+	// Drain cursors of non-simulated backends (the fake driver) persist in
+	// the state directory, by default the machine's (/var/lib/gpusampler as
+	// root): tests keep theirs in a directory of their own, which the
+	// binaries they start inherit.
+	dir, err := os.MkdirTemp("", "gpusampler-test-state-")
+	if err != nil {
+		panic(err)
+	}
+	os.Setenv("STATE_DIRECTORY", dir)
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
 }
 
 // SIGINT and SIGTERM flush what was sampled and exit 0.
