@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/gpusampler/gpusampler/attribution/podresources"
 	"github.com/gpusampler/gpusampler/outputs/encoding/lineproto"
@@ -315,5 +316,26 @@ func TestMatchDevice(t *testing.T) {
 		if idx != c.index || sh != c.shared || ok != c.ok {
 			t.Errorf("%s %s: (%d, %v, %v), want (%d, %v, %v)", c.resource, c.id, idx, sh, ok, c.index, c.shared, c.ok)
 		}
+	}
+}
+
+// The client's Get (kubelets from 1.27) asks for one pod over the same
+// socket; an unknown pod is NotFound.
+func TestPodResourcesGet(t *testing.T) {
+	k := &kubelet{}
+	want := pod("train-7", "ml", "trainer", "nvidia.com/gpu", "GPU-bbbb")
+	k.set(want)
+	socket, _ := startKubelet(t, k)
+	r, _ := newResolver(t, Config{PodResourcesSocket: socket})
+	got, err := r.kube.Get(context.Background(), &podresources.GetPodResourcesRequest{PodName: "train-7", PodNamespace: "ml"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !proto.Equal(got.GetPodResources(), want) {
+		t.Fatalf("Get: %v, want %v", got.GetPodResources(), want)
+	}
+	_, err = r.kube.Get(context.Background(), &podresources.GetPodResourcesRequest{PodName: "gone", PodNamespace: "ml"})
+	if status.Code(err) != codes.NotFound {
+		t.Fatalf("Get of an unknown pod: %v", err)
 	}
 }
