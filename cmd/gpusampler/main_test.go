@@ -158,3 +158,23 @@ func TestVersionSaysWhatWasBuilt(t *testing.T) {
 		}
 	}
 }
+
+// run --devices samples only the GPUs listed; a bad entry is a usage error.
+func TestRunDevices(t *testing.T) {
+	code, out, errs := runCLI(t, "run", "--backend", "sim", "--gpus", "3", "--devices", "0,2", "--format", "json", "--duration", "1s")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	seen := map[string]bool{}
+	for _, l := range strings.Split(out, "\n") {
+		if i := strings.Index(l, `"gpu":`); i >= 0 && strings.Contains(l, `"type":"sample"`) {
+			seen[l[i+6:i+7]] = true
+		}
+	}
+	if !seen["0"] || !seen["2"] || seen["1"] {
+		t.Fatalf("GPUs sampled %v, want 0 and 2", seen)
+	}
+	if code, _, errs := runCLI(t, "run", "--backend", "sim", "--devices", "zero", "--duration", "1s"); code != 2 || !strings.Contains(errs, `"zero" is neither an index nor a UUID`) {
+		t.Fatalf("bad --devices: exit %d %s", code, errs)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -176,6 +177,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, out, stderr io.
 	fs.Var(&field, "field-interval", "fast-field read interval (default 200ms = 5 Hz)")
 	format := fs.String("format", "influx", "stdout format without --config: "+strings.Join(stdout.Formats, ", ")+" (default: table on a terminal, influx when piped)")
 	host := fs.String("host", "", "host name in records (default: [agent] hostname, else the machine's hostname)")
+	devices := fs.String("devices", "", "GPUs to sample: indexes or UUIDs, comma-separated (default: [sampler] devices, else all)")
 	logLevel := fs.String("log-level", "warn", "log level: debug, info, warn, error")
 	cfgPath := fs.String("config", "", "config file (see gpusampler config); SIGHUP reloads it")
 	stats := fs.Bool("stats", false, "print a self-metrics summary to stderr every stats interval")
@@ -199,7 +201,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, out, stderr io.
 	var cancelRun context.CancelFunc
 	ctx, cancelRun = context.WithCancel(ctx)
 	defer cancelRun()
-	rf := &runFlags{set: set, backend: bf, host: *host, execd: *execdMode, drain: drain, field: field,
+	rf := &runFlags{set: set, backend: bf, host: *host, devices: *devices, execd: *execdMode, drain: drain, field: field,
 		fromFile: *cfgPath != "", wiring: newExecdWiring(ctx, stdin, cancelRun)}
 	var cfg *config.Config
 	if *cfgPath != "" {
@@ -279,6 +281,7 @@ type runFlags struct {
 	set          map[string]bool // the flags given explicitly
 	backend      backendFlags
 	host         string
+	devices      string
 	execd        string
 	drain, field positiveDuration
 	fromFile     bool // the config came from --config
@@ -301,6 +304,13 @@ func (f *runFlags) apply(cfg *config.Config) error {
 	}
 	if !f.fromFile || f.set["seed"] {
 		s.Seed = b.seed
+	}
+	if f.set["devices"] {
+		list, err := parseDeviceList(f.devices)
+		if err != nil {
+			return usagef("--devices %q: %v", f.devices, err)
+		}
+		s.Devices = list
 	}
 	if f.drain.set {
 		s.DrainInterval = f.drain.d
@@ -338,4 +348,27 @@ func reloadFile(a *agent.Agent, path string, copts config.Options, f *runFlags, 
 		return err
 	}
 	return a.Reload(cfg)
+}
+
+// parseDeviceList parses --devices: NVML indexes (PCI bus order) or UUIDs
+// (GPU-..., MIG-...), comma-separated.
+func parseDeviceList(v string) ([]string, error) {
+	var out []string
+	for _, e := range strings.Split(v, ",") {
+		e = strings.TrimSpace(e)
+		switch {
+		case e == "":
+			continue
+		case strings.HasPrefix(e, "GPU-") || strings.HasPrefix(e, "MIG-"):
+		default:
+			if n, err := strconv.Atoi(e); err != nil || n < 0 {
+				return nil, fmt.Errorf("%q is neither an index nor a UUID (GPU-..., MIG-...)", e)
+			}
+		}
+		out = append(out, e)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no devices listed")
+	}
+	return out, nil
 }
