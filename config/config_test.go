@@ -394,3 +394,35 @@ func TestAttributionSettings(t *testing.T) {
 		})
 	}
 }
+
+// A UTF-8 byte-order mark is skipped; a duration too large for Go says
+// "out of range", one that does not parse says "not a duration".
+func TestBOMAndDurationRange(t *testing.T) {
+	c, err := config.Parse("test.toml", []byte("\xEF\xBB\xBF[agent]\n  hostname = \"n1\"\n"), config.Options{Registry: testRegistry()})
+	if err != nil || c.Agent.Hostname != "n1" {
+		t.Fatalf("with a BOM: %v, hostname %q", err, c.Agent.Hostname)
+	}
+	for v, want := range map[string]string{
+		"99999999999h": `test.toml:2: agent.flush_interval: "99999999999h" is out of range (at most 2562047h47m16.854775807s)`,
+		"10 parsecs":   `test.toml:2: agent.flush_interval: "10 parsecs" is not a duration (want e.g. "500us", "10ms", "1s")`,
+	} {
+		_, err := parse(t, "[agent]\n  flush_interval = \""+v+"\"\n")
+		if err == nil || err.Error() != want {
+			t.Errorf("%s: got %v\nwant %s", v, err, want)
+		}
+	}
+}
+
+// A document that does not parse still names its section and key: a
+// repeated key, an integer too large.
+func TestDecodeErrorsNameSectionAndKey(t *testing.T) {
+	for doc, want := range map[string]string{
+		"[agent]\n  flush_interval = \"1s\"\n  flush_interval = \"2s\"\n":                                           "test.toml:3: agent.flush_interval: key flush_interval is already defined",
+		"[[outputs.fake]]\n  url = \"x\"\n[[outputs.fake]]\n  url = \"y\"\n  max_batch = 99999999999999999999999\n": "test.toml:5: outputs.fake[1].max_batch: decimal number is too large to fit in a 64-bit signed integer",
+	} {
+		_, err := parse(t, doc)
+		if err == nil || err.Error() != want {
+			t.Errorf("%q:\n got %v\nwant %s", doc, err, want)
+		}
+	}
+}

@@ -1,11 +1,15 @@
 package config
 
 import (
+	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"os"
 	"path"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -127,12 +131,15 @@ func (d *document) err() error {
 // parseDocument decodes data and indexes the line of every key. A syntax
 // error is returned as a single *Error.
 func parseDocument(file string, data []byte) (*document, map[string]any, error) {
+	// A UTF-8 byte-order mark (some Windows editors write one) is not TOML
+	// but says nothing either: skip it.
+	data = bytes.TrimPrefix(data, []byte("\xEF\xBB\xBF"))
 	var tree map[string]any
 	if err := toml.Unmarshal(data, &tree); err != nil {
 		var de *toml.DecodeError
 		if errors.As(err, &de) {
 			row, _ := de.Position()
-			return nil, nil, &Error{File: file, Line: row, Key: strings.Join(de.Key(), "."),
+			return nil, nil, &Error{File: file, Line: row, Key: cmp.Or(locate(data, row), strings.Join(de.Key(), ".")),
 				Msg: strings.TrimPrefix(de.Error(), "toml: ")}
 		}
 		return nil, nil, &Error{File: file, Line: 1, Msg: err.Error()}
@@ -143,6 +150,43 @@ func parseDocument(file string, data []byte) (*document, map[string]any, error) 
 	d := &document{file: file, lines: make(map[string]int)}
 	d.indexLines(data)
 	return d, tree, nil
+}
+
+// locate names the key defined at line row (1-based) of a document that
+// does not parse: the table header above it (array tables with their
+// index) joined with the key on the line, or "" when the line holds no
+// key. A decode error then names its section and key.
+func locate(data []byte, row int) string {
+	lines := strings.Split(string(data), "\n")
+	if row < 1 || row > len(lines) {
+		return ""
+	}
+	section := ""
+	counts := map[string]int{}
+	for _, l := range lines[:row-1] {
+		l = strings.TrimSpace(l)
+		switch {
+		case strings.HasPrefix(l, "[["):
+			if name, _, ok := strings.Cut(l[2:], "]]"); ok {
+				name = strings.TrimSpace(name)
+				section = name + "[" + strconv.Itoa(counts[name]) + "]"
+				counts[name]++
+			}
+		case strings.HasPrefix(l, "["):
+			if name, _, ok := strings.Cut(l[1:], "]"); ok {
+				section = strings.TrimSpace(name)
+			}
+		}
+	}
+	key, _, ok := strings.Cut(lines[row-1], "=")
+	key = strings.TrimSpace(key)
+	if !ok || key == "" || strings.HasPrefix(key, "[") || strings.HasPrefix(key, "#") {
+		return ""
+	}
+	if section == "" {
+		return key
+	}
+	return section + "." + key
 }
 
 // indexLines walks the document's expressions and records the line of each
@@ -535,6 +579,10 @@ func (t *Table) Duration(key string, dst *time.Duration) {
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil {
+		if durationSyntax.MatchString(s) {
+			t.Errorf(key, "%q is out of range (at most %v)", s, time.Duration(math.MaxInt64))
+			return
+		}
 		t.Errorf(key, "%q is not a duration (want e.g. \"500us\", \"10ms\", \"1s\")", s)
 		return
 	}
@@ -544,6 +592,10 @@ func (t *Table) Duration(key string, dst *time.Duration) {
 	}
 	*dst = d
 }
+
+// durationSyntax matches what time.ParseDuration reads, whatever the
+// magnitude: a string it matches but ParseDuration refuses is out of range.
+var durationSyntax = regexp.MustCompile(`^[-+]?(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+$`)
 
 // Strings sets *dst to key's array of strings when present.
 func (t *Table) Strings(key string, dst *[]string) {
