@@ -296,193 +296,280 @@ func (r *Records) decodeLineProtocol(data []byte) error {
 
 type lpTag struct{ k, v string }
 
+type lpField struct {
+	k string
+	v lineprotocol.Value
+}
+
+// lpRecord is one parsed line-protocol line, before it is interpreted.
+type lpRecord struct {
+	measurement string
+	tags        []lpTag
+	fields      []lpField
+	ns          int64
+}
+
+// lpLine interprets one line: its tags (device, host, globals,
+// attribution), then its fields by measurement.
 func (r *Records) lpLine(dec *lineprotocol.Decoder) error {
-	meas, err := dec.Measurement()
+	rec, err := lpParse(dec)
 	if err != nil {
 		return err
 	}
-	measurement := string(meas)
-	var tags []lpTag
+	t, err := r.lpTags(rec)
+	if err != nil {
+		return err
+	}
+	switch rec.measurement {
+	case lineproto.Measurement:
+		if t.dev < 0 {
+			return fmt.Errorf("%s line without an index tag", rec.measurement)
+		}
+		r.lpSamples(rec, uint16(t.dev))
+	case lineproto.EventMeasurement:
+		r.Batch.Events = append(r.Batch.Events, lpEvent(rec, t.dev))
+	case lineproto.SelfMeasurement:
+		r.Batch.Events = append(r.Batch.Events, lpSelf(rec, t.selfAttrs))
+	case lineproto.ProcessMeasurement:
+		if t.dev < 0 {
+			return fmt.Errorf("%s line without an index tag", rec.measurement)
+		}
+		r.Batch.Events = append(r.Batch.Events, lpProcess(rec, t.dev, t.procAttrs))
+	}
+	return nil
+}
+
+// lpParse reads one line's measurement, tags, fields and timestamp.
+func lpParse(dec *lineprotocol.Decoder) (lpRecord, error) {
+	var rec lpRecord
+	meas, err := dec.Measurement()
+	if err != nil {
+		return rec, err
+	}
+	rec.measurement = string(meas)
 	for {
 		k, v, err := dec.NextTag()
 		if err != nil {
-			return err
+			return rec, err
 		}
 		if k == nil {
 			break
 		}
-		tags = append(tags, lpTag{string(k), string(v)})
+		rec.tags = append(rec.tags, lpTag{string(k), string(v)})
 	}
-	type field struct {
-		k string
-		v lineprotocol.Value
-	}
-	var fields []field
 	for {
 		k, v, err := dec.NextField()
 		if err != nil {
-			return err
+			return rec, err
 		}
 		if k == nil {
 			break
 		}
-		fields = append(fields, field{string(k), v})
+		rec.fields = append(rec.fields, lpField{string(k), v})
 	}
 	ts, err := dec.Time(lineprotocol.Nanosecond, epoch)
 	if err != nil {
-		return err
+		return rec, err
 	}
-	ns := ts.UnixNano()
-	num := func(v lineprotocol.Value) float64 {
-		switch v.Kind() {
-		case lineprotocol.Float:
-			return v.FloatV()
-		case lineprotocol.Int:
-			return float64(v.IntV())
-		case lineprotocol.Uint:
-			return float64(v.UintV())
-		}
-		return math.NaN()
-	}
-	dev, uuid := -1, ""
+	rec.ns = ts.UnixNano()
+	return rec, nil
+}
+
+// lpTagInfo is what a line's tags say.
+type lpTagInfo struct {
+	dev       int // -1: no index tag
+	selfAttrs []sampler.Attr
+	procAttrs []sampler.Attr
+}
+
+// lpTags sorts a line's tags: the device index and UUID, the host, the
+// device's attribution (pod, namespace, container, hpc_job), a process's
+// name and type, a self-metric's scope attributes, and the sender's global
+// tags (everything else).
+func (r *Records) lpTags(rec lpRecord) (lpTagInfo, error) {
+	t := lpTagInfo{dev: -1}
+	uuid := ""
 	var globals map[string]string
-	attrs := []sampler.Attr{}
-	var procAttrs []sampler.Attr
-	for _, t := range tags {
-		if measurement == lineproto.ProcessMeasurement && (t.k == sampler.ProcessAttrName || t.k == sampler.ProcessAttrType) {
-			procAttrs = append(procAttrs, sampler.Attr{Key: t.k, Value: t.v})
+	var attribution sampler.Attribution
+	for _, tag := range rec.tags {
+		if rec.measurement == lineproto.ProcessMeasurement && (tag.k == sampler.ProcessAttrName || tag.k == sampler.ProcessAttrType) {
+			t.procAttrs = append(t.procAttrs, sampler.Attr{Key: tag.k, Value: tag.v})
 			continue
 		}
-		switch t.k {
+		if setAttribution(&attribution, tag.k, tag.v) {
+			continue
+		}
+		switch tag.k {
 		case "index":
-			n, err := strconv.Atoi(t.v)
+			n, err := strconv.Atoi(tag.v)
 			if err != nil || n < 0 || n > math.MaxUint16 {
-				return fmt.Errorf("tag index=%q: not a device index", t.v)
+				return t, fmt.Errorf("tag index=%q: not a device index", tag.v)
 			}
-			dev = n
+			t.dev = n
 		case "host":
-			r.Host = t.v
+			r.Host = tag.v
 		case "uuid":
-			uuid = t.v
+			uuid = tag.v
 		case "name", "pci_bus_id", "pstate", "simulated", "kind":
 		default:
-			if measurement == lineproto.SelfMeasurement {
-				attrs = append(attrs, sampler.Attr{Key: t.k, Value: t.v})
+			if rec.measurement == lineproto.SelfMeasurement {
+				t.selfAttrs = append(t.selfAttrs, sampler.Attr{Key: tag.k, Value: tag.v})
 				continue
 			}
 			if globals == nil {
 				globals = map[string]string{}
 			}
-			globals[t.k] = t.v
+			globals[tag.k] = tag.v
 		}
 	}
 	if globals != nil {
 		r.Tags = globals
 	}
-	if dev >= 0 {
-		r.noteUUID(dev, uuid)
+	if t.dev >= 0 {
+		r.noteUUID(t.dev, uuid)
+		if !attribution.IsZero() {
+			if r.Attribution == nil {
+				r.Attribution = map[int]sampler.Attribution{}
+			}
+			r.Attribution[t.dev] = attribution
+		}
 	}
-	switch measurement {
-	case lineproto.Measurement:
-		if dev < 0 {
-			return fmt.Errorf("%s line without an index tag", measurement)
-		}
-		var flags sampler.Flags
-		for _, f := range fields {
-			if f.k == "point_read" && f.v.Kind() == lineprotocol.Bool && f.v.BoolV() {
-				flags |= sampler.FlagPointRead
-			}
-		}
-		sums := map[sampler.MetricID]*sampler.Summary{}
-		var order []sampler.MetricID
-		for _, f := range fields {
-			if m := influxNames[f.k]; m != nil {
-				n := m.Influx()
-				v := num(f.v) / n.Scale
-				if m.Type == sampler.Int {
-					v = math.Round(v)
-				}
-				r.Batch.Samples = append(r.Batch.Samples, sampler.Sample{TimeNS: ns, Value: v, Device: uint16(dev), Metric: m.ID, Flags: flags})
-				continue
-			}
-			i := strings.LastIndexByte(f.k, '_')
-			if i < 0 {
-				continue
-			}
-			m := influxNames[f.k[:i]]
-			if m == nil {
-				continue
-			}
-			s := sums[m.ID]
-			if s == nil {
-				s = &sampler.Summary{StartNS: ns, Device: uint16(dev), Metric: m.ID}
-				sums[m.ID] = s
-				order = append(order, m.ID)
-			}
-			v := num(f.v) / m.Influx().Scale
-			switch f.k[i:] {
-			case "_mean":
-				s.Mean = v
-			case "_min":
-				s.Min = v
-			case "_max":
-				s.Max = v
-			case "_last":
-				s.Last = v
-			case "_count":
-				s.Count = uint32(num(f.v))
-			}
-		}
-		for _, id := range order {
-			r.Batch.Summaries = append(r.Batch.Summaries, *sums[id])
-		}
-	case lineproto.EventMeasurement:
-		ev := sampler.Event{Device: dev, StartNS: ns}
-		for _, t := range tags {
-			if t.k == "kind" {
-				ev.Kind = sampler.EventKind(t.v)
-			}
-		}
-		for _, f := range fields {
-			switch {
-			case f.k == "message" && f.v.Kind() == lineprotocol.String:
-				if ev.Message = f.v.StringV(); ev.Message == string(ev.Kind) {
-					ev.Message = "" // written in place of an empty message
-				}
-			case f.k == "end_ns" && f.v.Kind() == lineprotocol.Int:
-				ev.EndNS = f.v.IntV()
-			case strings.HasPrefix(f.k, "attr_") && f.v.Kind() == lineprotocol.String:
-				ev.Attrs = append(ev.Attrs, sampler.Attr{Key: f.k[len("attr_"):], Value: f.v.StringV()})
-			}
-		}
-		r.Batch.Events = append(r.Batch.Events, ev)
-	case lineproto.SelfMeasurement:
-		ev := sampler.Event{Kind: sampler.EventSelf, Device: -1, StartNS: ns, EndNS: ns}
-		if len(attrs) > 0 {
-			ev.Attrs = attrs
-		}
-		for _, f := range fields {
-			ev.Fields = append(ev.Fields, sampler.Field{Key: f.k, Value: num(f.v), Int: f.v.Kind() == lineprotocol.Int})
-		}
-		r.Batch.Events = append(r.Batch.Events, ev)
-	case lineproto.ProcessMeasurement:
-		if dev < 0 {
-			return fmt.Errorf("%s line without an index tag", measurement)
-		}
-		ev := sampler.Event{Kind: sampler.EventProcess, Device: dev, StartNS: ns, EndNS: ns, Attrs: procAttrs}
-		for _, f := range fields {
-			switch {
-			case f.k == sampler.ProcessAttrCmdline && f.v.Kind() == lineprotocol.String:
-				ev.Attrs = append(ev.Attrs, sampler.Attr{Key: sampler.ProcessAttrCmdline, Value: f.v.StringV()})
-			case f.v.Kind() == lineprotocol.Float || f.v.Kind() == lineprotocol.Int || f.v.Kind() == lineprotocol.Uint:
-				key := f.k
-				if key == "used_memory" {
-					key = sampler.ProcessFieldUsedMemory
-				}
-				ev.Fields = append(ev.Fields, sampler.Field{Key: key, Value: num(f.v), Int: f.v.Kind() != lineprotocol.Float})
-			}
-		}
-		r.Batch.Events = append(r.Batch.Events, ev)
+	return t, nil
+}
+
+// setAttribution sets a's field for attribution key k and reports whether k
+// is one.
+func setAttribution(a *sampler.Attribution, k, v string) bool {
+	switch k {
+	case sampler.AttrPod:
+		a.Pod = v
+	case sampler.AttrNamespace:
+		a.Namespace = v
+	case sampler.AttrContainer:
+		a.Container = v
+	case sampler.AttrHPCJob:
+		a.HPCJob = v
+	default:
+		return false
 	}
-	return nil
+	return true
+}
+
+func lpNum(v lineprotocol.Value) float64 {
+	switch v.Kind() {
+	case lineprotocol.Float:
+		return v.FloatV()
+	case lineprotocol.Int:
+		return float64(v.IntV())
+	case lineprotocol.Uint:
+		return float64(v.UintV())
+	}
+	return math.NaN()
+}
+
+// lpSamples turns an nvidia_smi line's fields into samples (Telegraf's
+// names, scaled back to base units) or, for name_mean/_min/_max/_last/
+// _count fields, window summaries.
+func (r *Records) lpSamples(rec lpRecord, dev uint16) {
+	var flags sampler.Flags
+	for _, f := range rec.fields {
+		if f.k == "point_read" && f.v.Kind() == lineprotocol.Bool && f.v.BoolV() {
+			flags |= sampler.FlagPointRead
+		}
+	}
+	sums := map[sampler.MetricID]*sampler.Summary{}
+	var order []sampler.MetricID
+	for _, f := range rec.fields {
+		if m := influxNames[f.k]; m != nil {
+			v := lpNum(f.v) / m.Influx().Scale
+			if m.Type == sampler.Int {
+				v = math.Round(v)
+			}
+			r.Batch.Samples = append(r.Batch.Samples, sampler.Sample{TimeNS: rec.ns, Value: v, Device: dev, Metric: m.ID, Flags: flags})
+			continue
+		}
+		i := strings.LastIndexByte(f.k, '_')
+		if i < 0 {
+			continue
+		}
+		m := influxNames[f.k[:i]]
+		if m == nil {
+			continue
+		}
+		s := sums[m.ID]
+		if s == nil {
+			s = &sampler.Summary{StartNS: rec.ns, Device: dev, Metric: m.ID}
+			sums[m.ID] = s
+			order = append(order, m.ID)
+		}
+		v := lpNum(f.v) / m.Influx().Scale
+		switch f.k[i:] {
+		case "_mean":
+			s.Mean = v
+		case "_min":
+			s.Min = v
+		case "_max":
+			s.Max = v
+		case "_last":
+			s.Last = v
+		case "_count":
+			s.Count = uint32(lpNum(f.v))
+		}
+	}
+	for _, id := range order {
+		r.Batch.Summaries = append(r.Batch.Summaries, *sums[id])
+	}
+}
+
+// lpEvent decodes a gpusampler_event line.
+func lpEvent(rec lpRecord, dev int) sampler.Event {
+	ev := sampler.Event{Device: dev, StartNS: rec.ns}
+	for _, t := range rec.tags {
+		if t.k == "kind" {
+			ev.Kind = sampler.EventKind(t.v)
+		}
+	}
+	for _, f := range rec.fields {
+		switch {
+		case f.k == "message" && f.v.Kind() == lineprotocol.String:
+			if ev.Message = f.v.StringV(); ev.Message == string(ev.Kind) {
+				ev.Message = "" // written in place of an empty message
+			}
+		case f.k == "end_ns" && f.v.Kind() == lineprotocol.Int:
+			ev.EndNS = f.v.IntV()
+		case strings.HasPrefix(f.k, "attr_") && f.v.Kind() == lineprotocol.String:
+			ev.Attrs = append(ev.Attrs, sampler.Attr{Key: f.k[len("attr_"):], Value: f.v.StringV()})
+		}
+	}
+	return ev
+}
+
+// lpSelf decodes a gpusampler_self line: its scope tags and counters.
+func lpSelf(rec lpRecord, attrs []sampler.Attr) sampler.Event {
+	ev := sampler.Event{Kind: sampler.EventSelf, Device: -1, StartNS: rec.ns, EndNS: rec.ns}
+	if len(attrs) > 0 {
+		ev.Attrs = attrs
+	}
+	for _, f := range rec.fields {
+		ev.Fields = append(ev.Fields, sampler.Field{Key: f.k, Value: lpNum(f.v), Int: f.v.Kind() == lineprotocol.Int})
+	}
+	return ev
+}
+
+// lpProcess decodes an nvidia_smi_process line.
+func lpProcess(rec lpRecord, dev int, attrs []sampler.Attr) sampler.Event {
+	ev := sampler.Event{Kind: sampler.EventProcess, Device: dev, StartNS: rec.ns, EndNS: rec.ns, Attrs: attrs}
+	for _, f := range rec.fields {
+		switch {
+		case f.k == sampler.ProcessAttrCmdline && f.v.Kind() == lineprotocol.String:
+			ev.Attrs = append(ev.Attrs, sampler.Attr{Key: sampler.ProcessAttrCmdline, Value: f.v.StringV()})
+		case f.v.Kind() == lineprotocol.Float || f.v.Kind() == lineprotocol.Int || f.v.Kind() == lineprotocol.Uint:
+			key := f.k
+			if key == "used_memory" {
+				key = sampler.ProcessFieldUsedMemory
+			}
+			ev.Fields = append(ev.Fields, sampler.Field{Key: key, Value: lpNum(f.v), Int: f.v.Kind() != lineprotocol.Float})
+		}
+	}
+	return ev
 }

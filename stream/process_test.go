@@ -64,3 +64,43 @@ func TestDecodeProcessRecords(t *testing.T) {
 		})
 	}
 }
+
+// A device's attribution comes back as its attribution, not as the sender's
+// global tags: from line-protocol tags and from JSON's device record.
+func TestDecodeAttribution(t *testing.T) {
+	att := sampler.Attribution{Pod: "train-7", Namespace: "ml", Container: "trainer", HPCJob: "4711"}
+	dev := sampler.Device{Index: 1, UUID: "GPU-0001", Name: "Simulated H100", Attribution: att}
+	sample := sampler.Sample{TimeNS: 1_700_000_000_500_000_000, Value: 250.5, Device: 1, Metric: sampler.MetricPowerDraw}
+	batch := &sampler.Batch{Seq: 3, Devices: []sampler.Device{dev}, Samples: []sampler.Sample{sample}}
+	lp := lineproto.New(lineproto.Options{Host: "node1", GlobalTags: []lineproto.Tag{{Key: "cluster", Value: "c1"}}})
+	lp.Encode(batch)
+	js := jsonl.New(jsonl.Options{Host: "node1", GlobalTags: map[string]string{"cluster": "c1"}})
+	js.Encode(batch)
+	for _, tc := range []struct {
+		ct   string
+		data []byte
+	}{{stream.ContentTypeLineProtocol, lp.Bytes()}, {stream.ContentTypeJSON, js.Bytes()}} {
+		t.Run(tc.ct, func(t *testing.T) {
+			m := nats.NewMsg("gpusampler.node1.1.power")
+			m.Header.Set(stream.HeaderContentType, tc.ct)
+			m.Header.Set(stream.HeaderSchema, strconv.Itoa(stream.SchemaVersion))
+			m.Data = tc.data
+			recs, err := stream.DecodeMsg(m)
+			if err != nil {
+				t.Fatalf("decode %s: %v", tc.data, err)
+			}
+			if !reflect.DeepEqual(recs.Tags, map[string]string{"cluster": "c1"}) {
+				t.Errorf("global tags %v, want only cluster (from %s)", recs.Tags, tc.data)
+			}
+			got := recs.Attribution[1]
+			for _, d := range recs.Batch.Devices {
+				if d.Index == 1 && !d.Attribution.IsZero() {
+					got = d.Attribution
+				}
+			}
+			if got != att {
+				t.Errorf("attribution %+v, want %+v (from %s)", got, att, tc.data)
+			}
+		})
+	}
+}

@@ -93,6 +93,10 @@ type Records struct {
 	// UUIDs maps every device index the message refers to onto its UUID,
 	// where the message says it.
 	UUIDs map[int]string
+	// Attribution maps a device index onto its pod, namespace, container
+	// and HPC job where a line-protocol message carries them as tags (JSON
+	// and protobuf carry them in the device records).
+	Attribution map[int]sampler.Attribution
 	// Batch holds the records. Batch.Seq is Seq.
 	Batch sampler.Batch
 }
