@@ -173,7 +173,7 @@ func TestPythonStubsMatchProto(t *testing.T) {
 		{"output_pb2", protodesc.ToFileDescriptorProto(pluginproto.File_output_proto)},
 		{"records.records_pb2", protodesc.ToFileDescriptorProto(records.File_records_records_proto)},
 	} {
-		cmd := exec.Command("/usr/bin/python3", "-c", "import sys; sys.path.insert(0, 'gen'); import "+tc.module+" as m; sys.stdout.write(m.DESCRIPTOR.serialized_pb.hex())")
+		cmd := exec.Command("/usr/bin/python3", "-B", "-c", "import sys; sys.path.insert(0, 'gen'); import "+tc.module+" as m; sys.stdout.write(m.DESCRIPTOR.serialized_pb.hex())")
 		cmd.Dir = "../../plugins/examples/python"
 		out, err := cmd.Output()
 		if err != nil {
