@@ -14,14 +14,16 @@ import (
 // addExecd adds the execd output for `run --execd MODE` and checks that
 // nothing else writes to stdout.
 func addExecd(cfg *config.Config, mode string, fromFile bool) error {
-	signal := ""
+	signal, shape := "", execd.ShapeSummary
 	switch mode {
 	case "stream":
 		signal = execd.SignalNone
 	case "gather":
 		signal = execd.SignalStdin
+	case "nvidia_smi":
+		signal, shape = execd.SignalStdin, execd.ShapeNvidiaSMI
 	default:
-		return usagef("--execd %q: want stream (Telegraf signal = \"none\") or gather (signal = \"STDIN\")", mode)
+		return usagef("--execd %q: want stream (Telegraf signal = \"none\"), gather or nvidia_smi (signal = \"STDIN\")", mode)
 	}
 	if fromFile {
 		for _, o := range cfg.Outputs {
@@ -34,7 +36,7 @@ func addExecd(cfg *config.Config, mode string, fromFile bool) error {
 	}
 	cfg.Outputs = append(cfg.Outputs, &config.Output{Kind: "execd", Name: "execd", FlushInterval: cfg.Agent.FlushInterval,
 		MaxBatch: sampler.DefaultMaxBatch, WriteTimeout: sampler.DefaultWriteTimeout,
-		Options: execd.Options{Signal: signal}, Raw: map[string]any{"signal": signal}})
+		Options: execd.Options{Signal: signal, Shape: shape}, Raw: map[string]any{"signal": signal, "shape": shape}})
 	return nil
 }
 

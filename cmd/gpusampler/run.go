@@ -181,7 +181,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, out, stderr io.
 	logLevel := fs.String("log-level", "warn", "log level: debug, info, warn, error")
 	cfgPath := fs.String("config", "", "config file (see gpusampler config); SIGHUP reloads it")
 	stats := fs.Bool("stats", false, "print a self-metrics summary to stderr every stats interval")
-	execdMode := fs.String("execd", "", `run as a Telegraf inputs.execd program: "stream" (signal = "none") or "gather" (signal = "STDIN"); exits when stdin closes`)
+	execdMode := fs.String("execd", "", `run as a Telegraf inputs.execd program: "stream" (signal = "none"), "gather" (signal = "STDIN", window summaries) or "nvidia_smi" (signal = "STDIN", a drop-in for Telegraf's nvidia_smi input); exits when stdin closes`)
 	diag := fs.Bool("diagnose", false, "live diagnoses: emit finding events (overheating, throttling, memory nearly full, launch-bound, periodic stalls, communication-bound, XID)")
 	if err := parseFlags(fs, args, out); err != nil {
 		return err

@@ -8,7 +8,9 @@
 //   - Signal "STDIN" (signal = "STDIN", gather mode): samples are summarized
 //     per device and metric (NAME_mean, _min, _max, _last, _count) and the
 //     window since the previous gather is written, stamped with the
-//     window's start, each time Telegraf writes a newline to stdin.
+//     window's start, each time Telegraf writes a newline to stdin. With
+//     Shape ShapeNvidiaSMI a gather writes nvidia_smi's own shape instead
+//     (a drop-in for Telegraf's nvidia_smi input).
 //
 // The output does not read stdin itself: the command owns it (gpusampler
 // run --execd) and hands each newline to Options.Trigger; it also ends the
@@ -58,7 +60,21 @@ type Options struct {
 	Catalog    *sampler.Catalog
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// Shape is what a gather writes: ShapeSummary (default: NAME_mean,
+	// _min, _max, _last, _count per metric) or ShapeNvidiaSMI (a drop-in
+	// for Telegraf's nvidia_smi input: one line per GPU per gather, every
+	// field on the gather's timestamp under nvidia_smi's own names, the
+	// window's mean for power, utilization and clocks and the last value
+	// for state, state metrics repeated on every line, and no host tag, so
+	// that Telegraf's agent adds its own).
+	Shape string
 }
+
+// Gather shapes.
+const (
+	ShapeSummary   = "summary"
+	ShapeNvidiaSMI = "nvidia_smi"
+)
 
 type seriesKey struct {
 	dev    uint16
@@ -85,7 +101,12 @@ type Output struct {
 	window      map[seriesKey]*acc
 	windowStart int64
 	sums        []sampler.Summary
-	closed      bool
+	// held is each series' newest value, repeated on every nvidia_smi-shape
+	// line (state read rarely, like memory_total, would otherwise be on one
+	// gather in many, and memory_used/memory_total would have no rows).
+	held     map[seriesKey]float64
+	shapeEnc *lineproto.Encoder
+	closed   bool
 	gathers     uint64
 }
 
@@ -104,13 +125,24 @@ func New(w io.Writer, opts Options) (*Output, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	switch opts.Shape {
+	case "":
+		opts.Shape = ShapeSummary
+	case ShapeSummary, ShapeNvidiaSMI:
+	default:
+		return nil, fmt.Errorf("execd: unknown shape %q (want %q or %q)", opts.Shape, ShapeSummary, ShapeNvidiaSMI)
+	}
 	var tags []lineproto.Tag
 	for _, k := range slices.Sorted(maps.Keys(opts.GlobalTags)) {
 		tags = append(tags, lineproto.Tag{Key: k, Value: opts.GlobalTags[k]})
 	}
 	o := &Output{opts: opts, w: bufio.NewWriterSize(w, 64<<10), stop: make(chan struct{}), done: make(chan struct{}),
 		enc:    lineproto.New(lineproto.Options{Host: opts.Host, GlobalTags: tags, Catalog: opts.Catalog}),
-		window: map[seriesKey]*acc{}, windowStart: opts.Now().UnixNano()}
+		window: map[seriesKey]*acc{}, windowStart: opts.Now().UnixNano(), held: map[seriesKey]float64{}}
+	if opts.Shape == ShapeNvidiaSMI {
+		// No host tag: under Telegraf, its agent adds its own.
+		o.shapeEnc = lineproto.New(lineproto.Options{GlobalTags: tags, Catalog: opts.Catalog})
+	}
 	if opts.Signal == SignalStdin {
 		go o.gatherLoop()
 	} else {
@@ -154,6 +186,11 @@ func (o *Output) Write(_ context.Context, b *sampler.Batch) error {
 		o.enc.Reset()
 		return sampler.Permanent(fmt.Errorf("execd: batch of %d records not written: a line cannot be encoded: %w", b.Len(), err))
 	}
+	if o.shapeEnc != nil && len(b.Devices) > 0 {
+		// The shape's encoder needs the identities for its tags.
+		o.shapeEnc.Encode(&sampler.Batch{Devices: b.Devices})
+		o.shapeEnc.Reset()
+	}
 	if o.opts.Signal != SignalNone {
 		for _, s := range b.Samples {
 			k := seriesKey{s.Device, s.Metric}
@@ -186,6 +223,9 @@ func (o *Output) Gather() error {
 	start := o.windowStart
 	o.windowStart = now
 	o.gathers++
+	if o.opts.Shape == ShapeNvidiaSMI {
+		return o.gatherNvidiaSMI(now)
+	}
 	o.sums = o.sums[:0]
 	for k, a := range o.window {
 		o.sums = append(o.sums, sampler.Summary{StartNS: start, IntervalNS: now - start, Mean: a.sum / float64(a.count),
@@ -198,6 +238,41 @@ func (o *Output) Gather() error {
 	o.enc.Reset()
 	o.enc.Encode(&sampler.Batch{Summaries: o.sums})
 	return o.flushLocked()
+}
+
+// gatherNvidiaSMI writes one nvidia_smi line per GPU stamped now: each
+// metric's window mean (power, utilization, clocks) or newest value (state),
+// and the newest value of series the window did not see.
+func (o *Output) gatherNvidiaSMI(now int64) error {
+	cat := o.opts.Catalog
+	if cat == nil {
+		cat = sampler.DefaultCatalog
+	}
+	for k, a := range o.window {
+		v := a.last
+		if m := cat.Get(k.metric); m != nil && m.Kind == sampler.Gauge &&
+			(m.Group == sampler.GroupPower || m.Group == sampler.GroupUtilization || m.Group == sampler.GroupClocks) {
+			v = a.sum / float64(a.count)
+		}
+		o.held[k] = v
+	}
+	clear(o.window)
+	keys := slices.SortedFunc(maps.Keys(o.held), func(a, b seriesKey) int {
+		return cmp.Or(cmp.Compare(a.dev, b.dev), cmp.Compare(a.metric, b.metric))
+	})
+	samples := make([]sampler.Sample, 0, len(keys))
+	for _, k := range keys {
+		samples = append(samples, sampler.Sample{TimeNS: now, Value: o.held[k], Device: k.dev, Metric: k.metric})
+	}
+	o.shapeEnc.Reset()
+	o.shapeEnc.Encode(&sampler.Batch{Samples: samples})
+	if _, err := o.w.Write(o.shapeEnc.Bytes()); err != nil {
+		return fmt.Errorf("execd: stdout: %w", err)
+	}
+	if err := o.w.Flush(); err != nil {
+		return fmt.Errorf("execd: stdout: %w", err)
+	}
+	return nil
 }
 
 func (o *Output) flushLocked() error {
@@ -238,8 +313,12 @@ func Kind() config.OutputKind {
 		Kind:         "execd",
 		SampleConfig: SampleConfig,
 		Parse: func(t *config.Table) any {
-			o := Options{Signal: SignalNone}
+			o := Options{Signal: SignalNone, Shape: ShapeSummary}
 			t.OneOf("signal", &o.Signal, SignalNone, SignalStdin)
+			t.OneOf("shape", &o.Shape, ShapeSummary, ShapeNvidiaSMI)
+			if t.Has("shape") && o.Signal != SignalStdin {
+				t.Errorf("shape", "applies to signal = %q (gather) only", SignalStdin)
+			}
 			return o
 		},
 		Build: func(c *config.Output, env config.BuildEnv) (sampler.Output, error) {

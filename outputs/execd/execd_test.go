@@ -3,6 +3,7 @@ package execd_test
 import (
 	"bytes"
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -89,4 +90,75 @@ func TestSignalErrors(t *testing.T) {
 	if _, err := execd.New(&syncBuf{}, execd.Options{Signal: "USR1"}); err == nil {
 		t.Fatal("unknown signal accepted")
 	}
+}
+
+// shape = "nvidia_smi": one line per GPU per gather, every field on the
+// gather's timestamp under nvidia_smi's names (means for power, utilization
+// and clocks; the newest value for state), state seen once repeated on every
+// later line (memory_used/memory_total has rows), and no host tag.
+func TestGatherNvidiaSMIShape(t *testing.T) {
+	buf := &syncBuf{}
+	trig := make(chan struct{})
+	now := time.Unix(100, 0)
+	out, err := execd.New(buf, execd.Options{Signal: execd.SignalStdin, Trigger: trig, Host: "h", Shape: execd.ShapeNvidiaSMI,
+		Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	t0 := time.Unix(101, 0).UnixNano()
+	var samples []sampler.Sample
+	for i := range 4 {
+		ts := t0 + int64(i)*int64(time.Millisecond)
+		samples = append(samples, sampler.Sample{TimeNS: ts, Value: 100 + 10*float64(i), Metric: sampler.MetricPowerDraw},
+			sampler.Sample{TimeNS: ts, Value: 50 + float64(i), Metric: sampler.MetricUtilGPU},
+			sampler.Sample{TimeNS: ts, Value: 1000 + 100*float64(i), Metric: sampler.MetricMemoryUsed})
+	}
+	samples = append(samples, sampler.Sample{TimeNS: t0, Value: 81559, Metric: sampler.MetricMemoryTotal})
+	if err := out.Write(context.Background(), &sampler.Batch{Seq: 1, Devices: []sampler.Device{outputtest.Device}, Samples: samples}); err != nil {
+		t.Fatal(err)
+	}
+	now = time.Unix(110, 0)
+	trig <- struct{}{}
+	// The next window has power only: memory_total and memory_used are held.
+	if err := out.Write(context.Background(), &sampler.Batch{Seq: 2, Samples: []sampler.Sample{
+		{TimeNS: t0 + int64(10*time.Second), Value: 200, Metric: sampler.MetricPowerDraw}}}); err != nil {
+		t.Fatal(err)
+	}
+	now = time.Unix(120, 0)
+	trig <- struct{}{}
+	trig <- struct{}{} // waits for the second gather
+	tags := `nvidia_smi,index=0,name=Test\ GPU,pci_bus_id=00000000:17:00.0,uuid=GPU-00000000-1111-2222-3333-444444444444 `
+	got := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
+	if len(got) < 2 {
+		t.Fatalf("gathers wrote %q", buf.String())
+	}
+	for i, want := range []string{
+		tags + "power_draw=115,utilization_gpu=52i,memory_used=1300i,memory_total=81559i 110000000000",
+		tags + "power_draw=200,utilization_gpu=52i,memory_used=1300i,memory_total=81559i 120000000000",
+	} {
+		if !sameFields(got[i], want) {
+			t.Errorf("gather %d wrote\n%s\nwant (fields in any order)\n%s", i+1, got[i], want)
+		}
+	}
+	if strings.Contains(buf.String(), "host=") || strings.Contains(buf.String(), "_mean") {
+		t.Fatalf("host tag or summary fields in the drop-in shape:\n%s", buf.String())
+	}
+}
+
+// sameFields compares two lines of line protocol: measurement and tags
+// exactly, fields as a set, timestamp exactly.
+func sameFields(got, want string) bool {
+	split := func(l string) (string, []string, string) {
+		p := strings.Split(l, " ")
+		if len(p) != 3 {
+			return l, nil, ""
+		}
+		f := strings.Split(p[1], ",")
+		slices.Sort(f)
+		return p[0], f, p[2]
+	}
+	gh, gf, gt := split(got)
+	wh, wf, wt := split(want)
+	return gh == wh && slices.Equal(gf, wf) && gt == wt
 }

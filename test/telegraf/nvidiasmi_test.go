@@ -94,3 +94,84 @@ func TestCatalogTelegrafNamesAreNvidiaSMIFields(t *testing.T) {
 	}
 	t.Logf("%d fields in Telegraf's parsers, %d seen on its %d fixtures", len(fields), len(seen), len(fixtures))
 }
+
+// Telegraf's inputs.execd runs `gpusampler run --execd nvidia_smi`: each
+// gather is one nvidia_smi point per GPU with Telegraf's own field names and
+// types (checked against its parser), every field on one timestamp, no host
+// tag (Telegraf's agent adds its own), and memory_used beside memory_total,
+// so a dashboard's memory_used/memory_total has rows.
+func TestExecdNvidiaSMIDropIn(t *testing.T) {
+	_, fields := nvidiaSMIFields(t)
+	bin := buildBinary(t)
+	e, acc := startExecd(t, bin, "nvidia_smi", "STDIN")
+	time.Sleep(2500 * time.Millisecond)
+	for range 2 {
+		if err := e.Gather(acc); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	waitFor(t, 10*time.Second, "2 gathers × 2 GPUs", func() bool {
+		ms, _ := acc.snapshot()
+		n := 0
+		for _, m := range ms {
+			if m.Name() == "nvidia_smi" {
+				n++
+			}
+		}
+		return n >= 4
+	})
+	stopWithin(t, e)
+	ms, errs := acc.snapshot()
+	if errs = withoutShutdownRace(errs); len(errs) > 0 {
+		t.Fatalf("accumulator errors: %v", errs)
+	}
+	byTime := map[time.Time]int{}
+	n := 0
+	for _, m := range ms {
+		if m.Name() != "nvidia_smi" {
+			continue
+		}
+		n++
+		byTime[m.Time()]++
+		if _, ok := m.GetTag("host"); ok {
+			t.Fatalf("host tag in the drop-in shape: %v", m.Tags())
+		}
+		for _, k := range []string{"index", "name", "uuid", "pci_bus_id", "pstate"} {
+			if _, ok := m.GetTag(k); !ok {
+				t.Fatalf("tag %s missing: %v", k, m.Tags())
+			}
+		}
+		own := 0
+		for _, f := range m.FieldList() {
+			if want, ok := fields[f.Key]; ok {
+				own++
+				if got := fmt.Sprintf("%T", f.Value); got != want {
+					t.Errorf("%s is %s, Telegraf's nvidia_smi writes %s", f.Key, got, want)
+				}
+			}
+			if strings.HasSuffix(f.Key, "_mean") || strings.HasSuffix(f.Key, "_count") {
+				t.Fatalf("summary field %s in the drop-in shape", f.Key)
+			}
+		}
+		used, ok1 := m.GetField("memory_used")
+		total, ok2 := m.GetField("memory_total")
+		if !ok1 || !ok2 || total.(int64) <= 0 {
+			t.Fatalf("memory_used/memory_total not both on the line: %v", m.Fields())
+		}
+		if r := float64(used.(int64)) / float64(total.(int64)) * 100; r <= 0 || r > 100 {
+			t.Fatalf("memory_used/memory_total*100 = %v", r)
+		}
+		if own < 10 {
+			t.Fatalf("only %d of nvidia_smi's fields: %v", own, m.Fields())
+		}
+	}
+	if n < 4 {
+		t.Fatalf("%d nvidia_smi points", n)
+	}
+	for ts, k := range byTime {
+		if k != 2 {
+			t.Fatalf("%d points at %v, want one per GPU per gather (2)", k, ts)
+		}
+	}
+}
