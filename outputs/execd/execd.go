@@ -107,7 +107,7 @@ type Output struct {
 	held     map[seriesKey]float64
 	shapeEnc *lineproto.Encoder
 	closed   bool
-	gathers     uint64
+	gathers  uint64
 }
 
 // New returns an output writing to w.
