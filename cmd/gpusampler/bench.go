@@ -12,7 +12,6 @@ import (
 	"os/signal"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -269,28 +268,9 @@ func deviceSelection(flagVal string, flagSet bool, stderr io.Writer) (func(sampl
 			return nil, "", usagef("CUDA_VISIBLE_DEVICES=%q hides every GPU: nothing to sample (unset it or pass --devices)", v)
 		}
 	}
-	var idx []int
-	var uuids []string
-	for _, e := range strings.Split(list, ",") {
-		e = strings.TrimSpace(e)
-		if e == "" {
-			continue
-		}
-		if n, err := strconv.Atoi(e); err == nil {
-			if n < 0 {
-				return nil, "", usagef("%s: negative index %d", origin, n)
-			}
-			idx = append(idx, n)
-			continue
-		}
-		if strings.HasPrefix(e, "GPU-") || strings.HasPrefix(e, "MIG-") {
-			uuids = append(uuids, e)
-			continue
-		}
-		return nil, "", usagef("%s: %q is neither an index nor a UUID (GPU-...)", origin, e)
-	}
-	if len(idx) == 0 && len(uuids) == 0 {
-		return nil, "", usagef("%s: no devices listed", origin)
+	idx, uuids, _, err := parseDeviceList(list)
+	if err != nil {
+		return nil, "", usagef("%s: %v", origin, err)
 	}
 	if len(idx) > 0 && !flagSet && os.Getenv("CUDA_DEVICE_ORDER") != "PCI_BUS_ID" {
 		fmt.Fprintln(stderr, "gpusampler bench: note: CUDA_VISIBLE_DEVICES indexes are taken in NVML (PCI bus) order; set CUDA_DEVICE_ORDER=PCI_BUS_ID so CUDA agrees")

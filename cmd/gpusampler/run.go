@@ -306,7 +306,7 @@ func (f *runFlags) apply(cfg *config.Config) error {
 		s.Seed = b.seed
 	}
 	if f.set["devices"] {
-		list, err := parseDeviceList(f.devices)
+		_, _, list, err := parseDeviceList(f.devices)
 		if err != nil {
 			return usagef("--devices %q: %v", f.devices, err)
 		}
@@ -350,25 +350,30 @@ func reloadFile(a *agent.Agent, path string, copts config.Options, f *runFlags, 
 	return a.Reload(cfg)
 }
 
-// parseDeviceList parses --devices: NVML indexes (PCI bus order) or UUIDs
-// (GPU-..., MIG-...), comma-separated.
-func parseDeviceList(v string) ([]string, error) {
-	var out []string
+// parseDeviceList parses a device list (run's and bench's --devices,
+// CUDA_VISIBLE_DEVICES): NVML indexes (PCI bus order) or UUIDs (GPU-...,
+// MIG-...), comma-separated. It returns the indexes and the UUIDs apart
+// and, in the order given, every entry as written.
+func parseDeviceList(v string) (idx []int, uuids, all []string, err error) {
 	for _, e := range strings.Split(v, ",") {
 		e = strings.TrimSpace(e)
-		switch {
-		case e == "":
+		if e == "" {
 			continue
-		case strings.HasPrefix(e, "GPU-") || strings.HasPrefix(e, "MIG-"):
-		default:
-			if n, err := strconv.Atoi(e); err != nil || n < 0 {
-				return nil, fmt.Errorf("%q is neither an index nor a UUID (GPU-..., MIG-...)", e)
-			}
 		}
-		out = append(out, e)
+		if n, err := strconv.Atoi(e); err == nil {
+			if n < 0 {
+				return nil, nil, nil, fmt.Errorf("negative index %d", n)
+			}
+			idx = append(idx, n)
+		} else if strings.HasPrefix(e, "GPU-") || strings.HasPrefix(e, "MIG-") {
+			uuids = append(uuids, e)
+		} else {
+			return nil, nil, nil, fmt.Errorf("%q is neither an index nor a UUID (GPU-..., MIG-...)", e)
+		}
+		all = append(all, e)
 	}
-	if len(out) == 0 {
-		return nil, errors.New("no devices listed")
+	if len(all) == 0 {
+		return nil, nil, nil, errors.New("no devices listed")
 	}
-	return out, nil
+	return idx, uuids, all, nil
 }
