@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"time"
+	"unsafe"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
@@ -171,18 +172,11 @@ func (d *device) Reopen(uuid string) error {
 	if ret != nvml.SUCCESS {
 		return fmt.Errorf("reopen %s: %w", uuid, newError("get handle by uuid", ret))
 	}
-	var raw = d.raw
+	var direct func() (unsafe.Pointer, nvml.Return)
 	if d.src.direct != nil && !d.mig {
-		start = now()
-		r, ret := d.src.direct.handleByUUID(uuid)
-		d.account("DeviceGetHandleByUUID", 1, start)
-		if ret == nvml.SUCCESS {
-			raw = r
-		}
+		direct = func() (unsafe.Pointer, nvml.Return) { return d.src.direct.handleByUUID(uuid) }
 	}
-	d.mu.Lock()
-	d.dev, d.raw = h, raw
-	d.mu.Unlock()
+	d.adopt(h, "DeviceGetHandleByUUID", direct)
 	return nil
 }
 
@@ -196,11 +190,23 @@ func (d *device) openByIndex() error {
 	if ret != nvml.SUCCESS {
 		return newError(fmt.Sprintf("open device %d", d.index), ret)
 	}
-	raw := d.raw
+	var direct func() (unsafe.Pointer, nvml.Return)
 	if s.direct != nil {
+		direct = func() (unsafe.Pointer, nvml.Return) { return s.direct.deviceHandle(d.index) }
+	}
+	d.adopt(h, "DeviceGetHandleByIndex", direct)
+	return nil
+}
+
+// adopt installs h as the device's handle and, when direct is set, the raw
+// handle it returns for the one-call drain path (counted as fn); a raw
+// lookup that fails keeps the previous raw handle.
+func (d *device) adopt(h nvml.Device, fn string, direct func() (unsafe.Pointer, nvml.Return)) {
+	raw := d.raw
+	if direct != nil {
 		start := now()
-		r, ret := s.direct.deviceHandle(d.index)
-		d.account("DeviceGetHandleByIndex", 1, start)
+		r, ret := direct()
+		d.account(fn, 1, start)
 		if ret == nvml.SUCCESS {
 			raw = r
 		}
@@ -208,7 +214,6 @@ func (d *device) openByIndex() error {
 	d.mu.Lock()
 	d.dev, d.raw = h, raw
 	d.mu.Unlock()
-	return nil
 }
 
 // noHandle is the error of every call on a device that has had no handle
