@@ -284,25 +284,26 @@ func (p *pump) refresh() {
 	if p.gaveUp.Load() {
 		return
 	}
-	var pub, drop, lag uint64
-	for _, c := range p.cursors {
-		pub += c.Published()
-		drop += c.Dropped()
-		lag += c.Lag()
-	}
+	pub, drop, lag := p.cursorTotals()
 	p.published.Store(pub)
 	p.dropped.Store(drop)
 	p.lag.Store(lag)
 }
 
-// accountLocked is account with acctMu held.
-func (p *pump) accountLocked(read, filtered uint64) {
-	var pub, drop, lag uint64
+// cursorTotals sums what the output's cursors saw published, dropped and
+// still have to read.
+func (p *pump) cursorTotals() (pub, drop, lag uint64) {
 	for _, c := range p.cursors {
 		pub += c.Published()
 		drop += c.Dropped()
 		lag += c.Lag()
 	}
+	return pub, drop, lag
+}
+
+// accountLocked is account with acctMu held.
+func (p *pump) accountLocked(read, filtered uint64) {
+	pub, drop, lag := p.cursorTotals()
 	p.read.Add(read)
 	p.filtered.Add(filtered)
 	prevDrop := p.dropped.Swap(drop)
