@@ -162,10 +162,9 @@ func runOf(ex execution, devs []sampler.Device, windows map[int]*deviceWindow, i
 		above += float64(rd.EnergyAboveIdleJ)
 		power += float64(rd.PowerMeanW)
 		utils = append(utils, float64(rd.Util.Mean))
-		if rd.Energy.Coarse {
-			// Said once per GPU for the whole benchmark (coarseEnergyWarnings),
-			// not once per run and GPU.
-		} else if rd.Energy.Discrepancy.Known() && rd.Energy.Discrepancy > 0.1 {
+		// A coarse counter is said once per GPU for the whole benchmark
+		// (coarseEnergyWarnings), not once per run and GPU.
+		if !rd.Energy.Coarse && rd.Energy.Discrepancy.Known() && rd.Energy.Discrepancy > 0.1 {
 			r.Warnings = append(r.Warnings, fmt.Sprintf("GPU %d: energy counter and integrated power differ by %.0f%%",
 				d.Index, 100*float64(rd.Energy.Discrepancy)))
 		}
