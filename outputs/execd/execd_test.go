@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpusampler/gpusampler/config"
 	"github.com/gpusampler/gpusampler/internal/influxtest"
 	"github.com/gpusampler/gpusampler/outputs/execd"
 	"github.com/gpusampler/gpusampler/outputs/outputtest"
@@ -161,4 +162,34 @@ func sameFields(got, want string) bool {
 	gh, gf, gt := split(got)
 	wh, wf, wt := split(want)
 	return gh == wh && slices.Equal(gf, wf) && gt == wt
+}
+
+// The shape key, as sample.conf documents it: "summary" or "nvidia_smi",
+// for signal = "STDIN" only.
+func TestShapeConfig(t *testing.T) {
+	reg := config.NewRegistry(execd.Kind())
+	parse := func(block string) (execd.Options, error) {
+		c, err := config.Parse("t.toml", []byte("[[outputs.execd]]\n"+block+"\n"), config.Options{Registry: reg})
+		if err != nil {
+			return execd.Options{}, err
+		}
+		return c.Outputs[0].Options.(execd.Options), nil
+	}
+	if o, err := parse("signal = \"STDIN\"\nshape = \"nvidia_smi\""); err != nil || o.Shape != execd.ShapeNvidiaSMI {
+		t.Fatalf("nvidia_smi: %+v %v", o, err)
+	}
+	if o, err := parse("signal = \"STDIN\""); err != nil || o.Shape != execd.ShapeSummary {
+		t.Fatalf("default: %+v %v", o, err)
+	}
+	for block, want := range map[string]string{
+		"shape = \"nvidia_smi\"":                   `outputs.execd[0].shape: applies to signal = "STDIN"`,
+		"signal = \"STDIN\"\nshape = \"telegraf\"": `outputs.execd[0].shape`,
+	} {
+		if _, err := parse(block); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: err %v, want %q", block, err, want)
+		}
+	}
+	if _, err := execd.New(&syncBuf{}, execd.Options{Shape: "x"}); err == nil || !strings.Contains(err.Error(), `unknown shape "x"`) {
+		t.Fatalf("New with an unknown shape: %v", err)
+	}
 }

@@ -2,6 +2,7 @@ package influxdb_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -123,14 +124,50 @@ func TestFailoverTwoInfluxdIntegration(t *testing.T) {
 			t.Fatalf("batch %d: %v", seq, err)
 		}
 	}
-	got2 := s2.Count("gpu", "nvidia_smi", "power_draw")
+	// Every written value, whole (timestamp, field, value), is on exactly
+	// one of the servers.
+	type point struct {
+		ts    int64
+		field string
+		value float64
+	}
+	rows := func(s *influxtest.Server) map[point]int {
+		r := s.MustQuery("gpu", `SELECT "power_draw", "utilization_gpu", "temperature_gpu", "clocks_current_sm" FROM "nvidia_smi"`)
+		out := map[point]int{}
+		if len(r.Series) == 0 {
+			return out
+		}
+		cols := r.Series[0].Columns
+		for _, row := range r.Series[0].Values {
+			ts, err := row[0].(json.Number).Int64()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for j := 1; j < len(row); j++ {
+				if row[j] != nil {
+					v, _ := row[j].(json.Number).Float64()
+					out[point{ts, cols[j], v}]++
+				}
+			}
+		}
+		return out
+	}
+	got2 := rows(s2)
 	s1.Restart()
-	got1 := s1.Count("gpu", "nvidia_smi", "power_draw")
-	if got1+got2 != n/4 || got1 == 0 || got2 == 0 {
-		t.Fatalf("power_draw values: %d on the first server + %d on the second, want %d in all", got1, got2, n/4)
+	got1 := rows(s1)
+	names := map[sampler.MetricID]string{sampler.MetricPowerDraw: "power_draw", sampler.MetricUtilGPU: "utilization_gpu",
+		sampler.MetricTempGPU: "temperature_gpu", sampler.MetricClockSM: "clocks_current_sm"}
+	for _, smp := range samples {
+		p := point{smp.TimeNS, names[smp.Metric], smp.Value}
+		if got1[p]+got2[p] != 1 {
+			t.Fatalf("%+v: %d on the first server, %d on the second; want exactly one", p, got1[p], got2[p])
+		}
+	}
+	if len(got1)+len(got2) != n || len(got1) == 0 || len(got2) == 0 {
+		t.Fatalf("values: %d on the first server + %d on the second, want %d in all, on both", len(got1), len(got2), n)
 	}
 	if s := out.Stats(); s.Failovers != 1 {
 		t.Fatalf("failovers %d", s.Failovers)
 	}
-	t.Logf("%d values before the stop on the first server, %d after it on the second, none lost", got1, got2)
+	t.Logf("%d values before the stop on the first server, %d after it on the second, none lost or doubled", len(got1), len(got2))
 }
