@@ -43,5 +43,9 @@ func Parse(t *config.Table) any {
 	t.Duration("window", &o.Window)
 	t.Duration("stale", &o.Stale)
 	t.String("web_config", &o.WebConfig)
+	t.Bool("health_unauthenticated", &o.HealthUnauthenticated)
+	if o.HealthUnauthenticated && o.WebConfig == "" {
+		t.Errorf("health_unauthenticated", "applies only with web_config (without one, nothing is authenticated)")
+	}
 	return o
 }

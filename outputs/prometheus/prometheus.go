@@ -57,6 +57,10 @@ type Options struct {
 	// WebConfig is an exporter-toolkit web config file (TLS, basic auth);
 	// empty serves plain HTTP.
 	WebConfig string
+	// HealthUnauthenticated answers /healthz without the web config's basic
+	// auth (liveness probes carry no credentials); TLS still applies, and
+	// the metrics path stays behind the auth.
+	HealthUnauthenticated bool
 	// Host is the host label's value; GlobalTags become labels too (names
 	// sanitized to [a-zA-Z_][a-zA-Z0-9_]*).
 	Host       string
@@ -122,6 +126,9 @@ func New(opts Options) (*Output, error) {
 	mux.HandleFunc("/healthz", o.serveHealth)
 	o.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog: slog.NewLogLogger(o.log.Handler(), slog.LevelDebug)}
+	if o.opts.HealthUnauthenticated && o.opts.WebConfig != "" {
+		o.srv.BaseContext = o.healthBypass
+	}
 	o.served = make(chan struct{})
 	webConfig := o.opts.WebConfig
 	go func() {
@@ -132,6 +139,23 @@ func New(opts Options) (*Output, error) {
 		}
 	}()
 	return o, nil
+}
+
+// healthBypass routes /healthz around the web config's basic auth. It runs
+// as the server's BaseContext: web.Serve has then wrapped the handler in its
+// authenticating one, on this goroutine, and no request has been accepted
+// yet, so the wrapper can be put in front of it without a race.
+func (o *Output) healthBypass(net.Listener) context.Context {
+	authed := o.srv.Handler
+	health := http.HandlerFunc(o.serveHealth)
+	o.srv.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" {
+			health.ServeHTTP(w, r)
+			return
+		}
+		authed.ServeHTTP(w, r)
+	})
+	return context.Background()
 }
 
 // newOutput builds an Output without a listener (tests and New).

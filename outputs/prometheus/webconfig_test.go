@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"io"
 	"math/big"
 	"net"
 	"net/http"
@@ -18,6 +19,8 @@ import (
 	"time"
 
 	"golang.org/x/crypto/bcrypt"
+
+	"github.com/gpusampler/gpusampler/config"
 )
 
 // TestWebConfigTLSAndBasicAuth: an exporter-toolkit web config turns on
@@ -79,4 +82,71 @@ func must[T any](v T, err error) T {
 		panic(err)
 	}
 	return v
+}
+
+// TestHealthUnauthenticated: with health_unauthenticated a probe without
+// credentials reaches /healthz (its real answer, 200 with a fresh device),
+// while /metrics still asks for them; without it both do.
+func TestHealthUnauthenticated(t *testing.T) {
+	dir := t.TempDir()
+	hash, _ := bcrypt.GenerateFromPassword([]byte("s3cret"), bcrypt.MinCost)
+	webConfig := filepath.Join(dir, "web.yml")
+	if err := os.WriteFile(webConfig, []byte("basic_auth_users:\n  prom: "+string(hash)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	status := func(url, user string) (int, string) {
+		req, _ := http.NewRequest("GET", url, nil)
+		if user != "" {
+			req.SetBasicAuth(user, "s3cret")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for _, c := range []struct {
+		unauth            bool
+		healthNoAuth      int
+		metricsNoAuth     int
+		healthWithAuth    int
+		metricsWithAuthOK bool
+	}{
+		{unauth: true, healthNoAuth: http.StatusOK, metricsNoAuth: http.StatusUnauthorized, healthWithAuth: http.StatusOK},
+		{unauth: false, healthNoAuth: http.StatusUnauthorized, metricsNoAuth: http.StatusUnauthorized, healthWithAuth: http.StatusOK},
+	} {
+		o, clk := newTest(t, Options{WebConfig: webConfig, HealthUnauthenticated: c.unauth})
+		o.Write(context.Background(), fullBatch(devices(1), clk.Now().UnixNano()))
+		base := "http://" + o.Addr().String()
+		if got, body := status(base+"/healthz", ""); got != c.healthNoAuth {
+			t.Errorf("health_unauthenticated=%v: /healthz without credentials: %d %q, want %d", c.unauth, got, body, c.healthNoAuth)
+		} else if got == http.StatusOK && body != "ok: 1 devices sampled within 10s\n" {
+			t.Errorf("health_unauthenticated=%v: /healthz body %q", c.unauth, body)
+		}
+		if got, _ := status(base+"/metrics", ""); got != c.metricsNoAuth {
+			t.Errorf("health_unauthenticated=%v: /metrics without credentials: %d, want %d", c.unauth, got, c.metricsNoAuth)
+		}
+		if got, _ := status(base+"/healthz", "prom"); got != c.healthWithAuth {
+			t.Errorf("health_unauthenticated=%v: /healthz with credentials: %d, want %d", c.unauth, got, c.healthWithAuth)
+		}
+		if got, _ := status(base+"/metrics", "prom"); got != http.StatusOK {
+			t.Errorf("health_unauthenticated=%v: /metrics with credentials: %d, want 200", c.unauth, got)
+		}
+		o.Close()
+	}
+
+	reg := config.NewRegistry(Kind())
+	_, err := config.Parse("g.toml", []byte("[[outputs.prometheus]]\n listen = \"127.0.0.1:0\"\n health_unauthenticated = true\n"), config.Options{Registry: reg})
+	if err == nil || err.Error() != "g.toml:3: outputs.prometheus[0].health_unauthenticated: applies only with web_config (without one, nothing is authenticated)" {
+		t.Errorf("health_unauthenticated without web_config: %v", err)
+	}
+	c, err := config.Parse("g.toml", []byte("[[outputs.prometheus]]\n web_config = \"/etc/w.yml\"\n health_unauthenticated = true\n"), config.Options{Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Outputs[0].Options.(Options); !got.HealthUnauthenticated || got.WebConfig != "/etc/w.yml" {
+		t.Errorf("parsed %+v", got)
+	}
 }
