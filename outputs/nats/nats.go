@@ -145,11 +145,17 @@ type Output struct {
 	devs     map[int]sampler.Device
 	subjects map[subjKey]string
 	byKey    map[string]*entry // subject → entry, reset per Write
-	order    []*entry
-	pool     []*entry
-	msgs     []*natsgo.Msg
-	futures  []jetstream.PubAckFuture
-	closed   bool
+	// slots caches, per Write, the entry of each (device, metric) of the
+	// samples: index device*catalog length+metric, valid while its gen is
+	// the Write's. One slice index per sample instead of two map lookups
+	// (a struct key with a string, then the subject).
+	slots   []slot
+	gen     uint32
+	order   []*entry
+	pool    []*entry
+	msgs    []*natsgo.Msg
+	futures []jetstream.PubAckFuture
+	closed  bool
 
 	// held: messages written before the first connection, in order.
 	held      []*natsgo.Msg
@@ -180,6 +186,15 @@ type subjKey struct {
 	dev   int
 	group sampler.Group
 }
+
+type slot struct {
+	gen uint32
+	e   *entry
+}
+
+// maxSlotDevice bounds the slot cache: samples of higher device indexes
+// take the map lookups.
+const maxSlotDevice = 256
 
 // entry is one subject's share of a batch.
 type entry struct {
@@ -637,11 +652,11 @@ func (out *Output) messagesFor(b *sampler.Batch) ([]*natsgo.Msg, error) {
 	}
 	out.resetEntries()
 	for _, s := range b.Samples {
-		e := out.entryFor(subjKey{'s', int(s.Device), out.group(s.Metric)})
+		e := out.sampleEntry(s.Device, s.Metric)
 		e.b.Samples = append(e.b.Samples, s)
 	}
 	for _, s := range b.Summaries {
-		e := out.entryFor(subjKey{'s', int(s.Device), out.group(s.Metric)})
+		e := out.sampleEntry(s.Device, s.Metric)
 		e.b.Summaries = append(e.b.Summaries, s)
 	}
 	for _, ev := range b.Events {
@@ -787,7 +802,31 @@ func (out *Output) group(id sampler.MetricID) sampler.Group {
 	return "unknown"
 }
 
+// sampleEntry returns the entry of a sample or summary of metric id on
+// device dev, through the slot cache.
+func (out *Output) sampleEntry(dev uint16, id sampler.MetricID) *entry {
+	n := out.o.catalog.Len()
+	if int(dev) >= maxSlotDevice || int(id) >= n {
+		return out.entryFor(subjKey{'s', int(dev), out.group(id)})
+	}
+	i := int(dev)*n + int(id)
+	if i >= len(out.slots) {
+		out.slots = slices.Grow(out.slots, (int(dev)+1)*n-len(out.slots))[:(int(dev)+1)*n]
+	}
+	if sl := &out.slots[i]; sl.gen == out.gen && sl.e != nil {
+		return sl.e
+	}
+	e := out.entryFor(subjKey{'s', int(dev), out.group(id)})
+	out.slots[i] = slot{out.gen, e}
+	return e
+}
+
 func (out *Output) resetEntries() {
+	out.gen++
+	if out.gen == 0 { // wrapped: no slot may look current
+		clear(out.slots)
+		out.gen = 1
+	}
 	for _, e := range out.order {
 		e.b.Reset()
 		out.pool = append(out.pool, e)
