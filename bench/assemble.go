@@ -75,8 +75,8 @@ func assemble(col *Collector, devs []sampler.Device, opts Options, created time.
 		p := float64(e.J) / (float64(baseTo-baseFrom) / 1e9)
 		idle[d.Index] = p
 		bd := BaselineDevice{Index: d.Index, PowerW: Num(p),
-			UtilPct:      dist(w.utilOver(baseFrom, baseTo).values()).Mean,
-			SMClockMHz:   dist(pick(w.samples, sampler.MetricClockSM).within(baseFrom, baseTo).values()).P50,
+			UtilPct:      dist(w.utilOver(baseFrom, baseTo)).Mean,
+			SMClockMHz:   dist(pick(w.samples, sampler.MetricClockSM).within(baseFrom, baseTo)).P50,
 			TempC:        Num(pick(w.samples, sampler.MetricTempGPU).withPrior(baseFrom, baseTo).max()),
 			MemoryUsedMB: Num(pick(w.samples, sampler.MetricMemoryUsed).withPrior(baseFrom, baseTo).max())}
 		res.Baseline.Devices = append(res.Baseline.Devices, bd)

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gpusampler/gpusampler/internal/accum"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
@@ -66,15 +67,22 @@ func (s series) values() []float64 {
 	return out
 }
 
+// window accumulates the series' points.
+func (s series) window() accum.Window {
+	var w accum.Window
+	for _, p := range s {
+		w.Add(p.t, p.v)
+	}
+	return w
+}
+
+// max is the largest value (NaN when the series is empty).
 func (s series) max() float64 {
-	if len(s) == 0 {
+	w := s.window()
+	if w.Count == 0 {
 		return math.NaN()
 	}
-	m := s[0].v
-	for _, p := range s {
-		m = math.Max(m, p.v)
-	}
-	return m
+	return w.Max
 }
 
 // at interpolates linearly at t; NaN when t lies outside the series.
@@ -158,14 +166,17 @@ func Percentile(xs []float64, p float64) float64 {
 	return s[lo] + (s[hi]-s[lo])*(r-float64(lo))
 }
 
-func dist(xs []float64) Dist {
-	if len(xs) == 0 {
+// dist is the distribution of the series' values: mean, extremes and
+// percentiles (NaN when the series is empty).
+func dist(s series) Dist {
+	w := s.window()
+	if w.Count == 0 {
 		nan := Num(math.NaN())
 		return Dist{Mean: nan, Min: nan, P5: nan, P50: nan, P95: nan, Max: nan}
 	}
-	m, _ := MeanStd(xs)
-	return Dist{N: len(xs), Mean: Num(m), Min: Num(slices.Min(xs)), P5: Num(Percentile(xs, 5)),
-		P50: Num(Percentile(xs, 50)), P95: Num(Percentile(xs, 95)), Max: Num(slices.Max(xs))}
+	xs := s.values()
+	return Dist{N: int(w.Count), Mean: Num(w.Mean()), Min: Num(w.Min), P5: Num(Percentile(xs, 5)),
+		P50: Num(Percentile(xs, 50)), P95: Num(Percentile(xs, 95)), Max: Num(w.Max)}
 }
 
 // coarseFraction: a counter that updates less often than a fifth of the
@@ -250,9 +261,9 @@ func (w *deviceWindow) compute(idx int, from, to int64, idleW float64) RunDevice
 	peak := math.Max(pick(w.samples, sampler.MetricPowerInstant).within(from, to).max(),
 		pick(w.samples, sampler.MetricPowerDraw).within(from, to).max())
 	d.PowerPeakW = Num(peak)
-	d.Util = dist(w.utilOver(from, to).values())
-	d.MemUtil = dist(pick(w.samples, sampler.MetricUtilMemory).within(from, to).values())
-	d.SMClock = dist(pick(w.samples, sampler.MetricClockSM).within(from, to).values())
+	d.Util = dist(w.utilOver(from, to))
+	d.MemUtil = dist(pick(w.samples, sampler.MetricUtilMemory).within(from, to))
+	d.SMClock = dist(pick(w.samples, sampler.MetricClockSM).within(from, to))
 	d.MemoryPeakMiB = Num(pick(w.samples, sampler.MetricMemoryUsed).withPrior(from, to).max())
 	d.TempPeakC = Num(pick(w.samples, sampler.MetricTempGPU).withPrior(from, to).max())
 	d.MemTempPeakC = Num(pick(w.samples, sampler.MetricTempMemory).withPrior(from, to).max())
@@ -295,7 +306,7 @@ func gpmDist(w *deviceWindow, from, to int64, key string) *Dist {
 		if len(s) == 0 {
 			continue
 		}
-		d := dist(s.values())
+		d := dist(s)
 		return &d
 	}
 	return nil

@@ -35,6 +35,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gpusampler/gpusampler/internal/accum"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
@@ -60,10 +61,8 @@ type seriesKey struct {
 }
 
 type window struct {
-	start               int64
-	sum, min, max, last float64
-	lastT               int64
-	count               uint32
+	start int64
+	acc   accum.Window
 }
 
 type series struct {
@@ -203,18 +202,7 @@ func (o *Output) add(s sampler.Sample) {
 		w := o.newWindow(start)
 		sr.open = slices.Insert(sr.open, i, w)
 	}
-	w := sr.open[i]
-	v := s.Value
-	if w.count == 0 {
-		w.min, w.max, w.last, w.lastT = v, v, v, s.TimeNS
-	} else {
-		w.min, w.max = min(w.min, v), max(w.max, v)
-		if s.TimeNS >= w.lastT {
-			w.last, w.lastT = v, s.TimeNS
-		}
-	}
-	w.sum += v
-	w.count++
+	sr.open[i].acc.Add(s.TimeNS, s.Value)
 	o.summarized.Add(1)
 }
 
@@ -233,13 +221,18 @@ func (o *Output) newWindow(start int64) *window {
 // closeWindows moves the series' first n windows to the closed list.
 func (o *Output) closeWindows(k seriesKey, sr *series, n int) {
 	for _, w := range sr.open[:n] {
-		o.closed = append(o.closed, sampler.Summary{StartNS: w.start, IntervalNS: o.interval,
-			Mean: w.sum / float64(w.count), Min: w.min, Max: w.max, Last: w.last, Count: w.count,
-			Device: k.dev, Metric: k.metric})
+		o.closed = append(o.closed, summaryOf(&w.acc, w.start, o.interval, k))
 		sr.emittedEnd = w.start + o.interval
 		o.free = append(o.free, w)
 	}
 	sr.open = slices.Delete(sr.open, 0, n)
+}
+
+// summaryOf is the summary of the window at start, interval long, of
+// series k.
+func summaryOf(a *accum.Window, start, interval int64, k seriesKey) sampler.Summary {
+	return sampler.Summary{StartNS: start, IntervalNS: interval, Mean: a.Mean(), Min: a.Min, Max: a.Max,
+		Last: a.Last, Count: uint32(a.Count), Device: k.dev, Metric: k.metric}
 }
 
 // closeQuiet closes every window whose end lies MaxDelay or more before now.

@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/gpusampler/gpusampler/config"
+	"github.com/gpusampler/gpusampler/internal/accum"
 	"github.com/gpusampler/gpusampler/outputs/encoding/lineproto"
 	"github.com/gpusampler/gpusampler/sampler"
 )
@@ -81,12 +82,6 @@ type seriesKey struct {
 	metric sampler.MetricID
 }
 
-type acc struct {
-	sum, min, max, last float64
-	lastT               int64
-	count               uint32
-}
-
 // Output writes line protocol to w. Write and Close follow sampler.Output
 // (one goroutine); gathers run on the output's own goroutine, serialized
 // with Write by a mutex. The batch is not retained.
@@ -98,7 +93,7 @@ type Output struct {
 	mu          sync.Mutex // guards everything below
 	w           *bufio.Writer
 	enc         *lineproto.Encoder
-	window      map[seriesKey]*acc
+	window      map[seriesKey]*accum.Window
 	windowStart int64
 	sums        []sampler.Summary
 	// held is each series' newest value, repeated on every nvidia_smi-shape
@@ -138,7 +133,7 @@ func New(w io.Writer, opts Options) (*Output, error) {
 	}
 	o := &Output{opts: opts, w: bufio.NewWriterSize(w, 64<<10), stop: make(chan struct{}), done: make(chan struct{}),
 		enc:    lineproto.New(lineproto.Options{Host: opts.Host, GlobalTags: tags, Catalog: opts.Catalog}),
-		window: map[seriesKey]*acc{}, windowStart: opts.Now().UnixNano(), held: map[seriesKey]float64{}}
+		window: map[seriesKey]*accum.Window{}, windowStart: opts.Now().UnixNano(), held: map[seriesKey]float64{}}
 	if opts.Shape == ShapeNvidiaSMI {
 		// No host tag: under Telegraf, its agent adds its own.
 		o.shapeEnc = lineproto.New(lineproto.Options{GlobalTags: tags, Catalog: opts.Catalog})
@@ -196,15 +191,10 @@ func (o *Output) Write(_ context.Context, b *sampler.Batch) error {
 			k := seriesKey{s.Device, s.Metric}
 			a := o.window[k]
 			if a == nil {
-				a = &acc{min: s.Value, max: s.Value}
+				a = new(accum.Window)
 				o.window[k] = a
 			}
-			a.sum += s.Value
-			a.min, a.max = min(a.min, s.Value), max(a.max, s.Value)
-			if s.TimeNS >= a.lastT {
-				a.last, a.lastT = s.Value, s.TimeNS
-			}
-			a.count++
+			a.Add(s.TimeNS, s.Value)
 		}
 	}
 	return o.flushLocked()
@@ -228,8 +218,8 @@ func (o *Output) Gather() error {
 	}
 	o.sums = o.sums[:0]
 	for k, a := range o.window {
-		o.sums = append(o.sums, sampler.Summary{StartNS: start, IntervalNS: now - start, Mean: a.sum / float64(a.count),
-			Min: a.min, Max: a.max, Last: a.last, Count: a.count, Device: k.dev, Metric: k.metric})
+		o.sums = append(o.sums, sampler.Summary{StartNS: start, IntervalNS: now - start, Mean: a.Mean(),
+			Min: a.Min, Max: a.Max, Last: a.Last, Count: uint32(a.Count), Device: k.dev, Metric: k.metric})
 	}
 	clear(o.window)
 	slices.SortFunc(o.sums, func(a, b sampler.Summary) int {
@@ -249,10 +239,10 @@ func (o *Output) gatherNvidiaSMI(now int64) error {
 		cat = sampler.DefaultCatalog
 	}
 	for k, a := range o.window {
-		v := a.last
+		v := a.Last
 		if m := cat.Get(k.metric); m != nil && m.Kind == sampler.Gauge &&
 			(m.Group == sampler.GroupPower || m.Group == sampler.GroupUtilization || m.Group == sampler.GroupClocks) {
-			v = a.sum / float64(a.count)
+			v = a.Mean()
 		}
 		o.held[k] = v
 	}

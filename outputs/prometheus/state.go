@@ -1,8 +1,7 @@
 package prometheus
 
 import (
-	"math"
-
+	"github.com/gpusampler/gpusampler/internal/accum"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
@@ -59,23 +58,19 @@ func (w *window) grow() {
 // and whether there were any. Every held entry is checked: a late,
 // out-of-order one may sit anywhere in the ring.
 func (w *window) stats(span int64) (lo, hi, mean float64, ok bool) {
-	lo, hi = math.Inf(1), math.Inf(-1)
-	var sum float64
-	var n uint64
+	var acc accum.Window
 	from := w.newest - span
 	for i := w.n - 1; i >= 0; i-- {
 		e := &w.buf[(w.head+i)%len(w.buf)]
 		if e.t <= from {
 			continue
 		}
-		lo, hi = min(lo, e.min), max(hi, e.max)
-		sum += e.sum
-		n += uint64(e.n)
+		acc.Merge(accum.Window{Count: uint64(e.n), Sum: e.sum, Min: e.min, Max: e.max})
 	}
-	if n == 0 {
+	if acc.Count == 0 {
 		return 0, 0, 0, false
 	}
-	return lo, hi, sum / float64(n), true
+	return acc.Min, acc.Max, acc.Mean(), true
 }
 
 // metricState is what one device last reported for one metric.
