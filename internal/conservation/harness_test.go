@@ -115,13 +115,15 @@ type env struct {
 	// ring is the sampler's ring_size (0: the default); maxRecords the
 	// memory buffers' buffer_max_records (0: the default).
 	ring, maxRecords int
+	// fsync is the disk buffers' buffer_fsync_interval.
+	fsync string
 	// stdout, when set, is the process's stdout handed to a [[outputs.stdout]]
 	// block named "stdout".
 	stdout *os.File
 }
 
 func newEnv(t *testing.T, cells []cell) *env {
-	return &env{t: t, dir: t.TempDir(), cells: cells, flush: "20ms", drain: "20ms"}
+	return &env{t: t, dir: t.TempDir(), cells: cells, flush: "20ms", drain: "20ms", fsync: "50ms"}
 }
 
 func (e *env) recordFile(name string, run int) string {
@@ -184,8 +186,8 @@ func (e *env) configText() string {
 			}
 			common += "  buffer = \"memory\"\n  retry_initial = \"10ms\"\n  retry_max = \"50ms\"\n  buffer_close_timeout = \"2s\"\n"
 		case "disk":
-			common += fmt.Sprintf("  buffer = \"disk\"\n  buffer_dir = %q\n  buffer_fsync_interval = \"50ms\"\n"+
-				"  retry_initial = \"10ms\"\n  retry_max = \"50ms\"\n  buffer_close_timeout = \"2s\"\n", filepath.Join(e.dir, n+".buf"))
+			common += fmt.Sprintf("  buffer = \"disk\"\n  buffer_dir = %q\n  buffer_fsync_interval = %q\n"+
+				"  retry_initial = \"10ms\"\n  retry_max = \"50ms\"\n  buffer_close_timeout = \"2s\"\n", filepath.Join(e.dir, n+".buf"), e.fsync)
 		}
 		if c.hop == "inproc" {
 			fmt.Fprintf(&b, "\n[[outputs.record]]\n%s  file = %q\n  control = %q\n", common, e.recordFile(n, e.run), e.controlFile(n))

@@ -126,7 +126,10 @@ type cursor struct {
 //     one write; it is durable after the next sync (fsync of the segment,
 //     and of the directory after a segment was created).
 //   - commit: write the cursor to cursor.tmp, fsync, rename over cursor,
-//     fsync the directory. Only after sync, ack or a drop.
+//     fsync the directory: after each sync, and before segments are
+//     deleted. After each ack the cursor is also written and renamed
+//     without the fsyncs, so that a process crash never replays a record
+//     the output took; the next sync makes it durable.
 //   - delete: a segment is removed only after a cursor that no longer
 //     needs it was committed.
 //
@@ -161,6 +164,7 @@ type diskQueue struct {
 	commitMu  sync.Mutex // serializes commits; taken before mu
 	committed cursor
 	hasCommit bool
+	durable   bool // committed was fsynced
 }
 
 // openDiskQueue opens (creating) the queue in dir, recovers what an earlier
@@ -286,6 +290,8 @@ func (q *diskQueue) recover() error {
 	}
 	if haveCursor {
 		q.nextID = max(q.nextID, cur.head.seg+1)
+		// Possibly written without fsync by the last process: the next
+		// sync makes it durable.
 		q.committed, q.hasCommit = cur, true
 	}
 	return nil
@@ -711,8 +717,16 @@ func (q *diskQueue) cursorLocked() cursor {
 	return c
 }
 
-// commit persists the current cursor: tmp file, fsync, rename, fsync dir.
-func (q *diskQueue) commit() error {
+// commit persists the current cursor durably: tmp file, fsync, rename,
+// fsync dir.
+func (q *diskQueue) commit() error { return q.commitCursor(true) }
+
+// commitCursor writes the current cursor to cursor.tmp and renames it over
+// cursor; durable adds the fsyncs (of the file before the rename and of the
+// directory after it). A rename is atomic for the processes on the machine,
+// so a cursor written without them already holds across a process crash
+// (kill -9, OOM kill): only a machine crash can bring back the previous one.
+func (q *diskQueue) commitCursor(durable bool) error {
 	q.commitMu.Lock()
 	defer q.commitMu.Unlock()
 	q.mu.Lock()
@@ -722,7 +736,7 @@ func (q *diskQueue) commit() error {
 	}
 	c := q.cursorLocked()
 	q.mu.Unlock()
-	if q.hasCommit && c == q.committed {
+	if q.hasCommit && c == q.committed && (q.durable || !durable) {
 		return nil
 	}
 	buf := make([]byte, 0, cursorSize)
@@ -739,7 +753,7 @@ func (q *diskQueue) commit() error {
 	buf = binary.LittleEndian.AppendUint64(buf, uint64(c.head.off))
 	buf = binary.LittleEndian.AppendUint32(buf, crc32.Checksum(buf, castagnoli))
 	tmp := filepath.Join(q.dir, cursorTmpName)
-	if err := writeFileSync(tmp, buf); err != nil {
+	if err := writeFile(tmp, buf, durable); err != nil {
 		return err
 	}
 	q.opt.hooks.at("cursor.tmp")
@@ -747,23 +761,26 @@ func (q *diskQueue) commit() error {
 		return fmt.Errorf("commit cursor: %w", err)
 	}
 	q.opt.hooks.at("cursor.renamed")
-	if err := syncDir(q.dir); err != nil {
-		return err
+	if durable {
+		if err := syncDir(q.dir); err != nil {
+			return err
+		}
 	}
-	q.committed, q.hasCommit = c, true
+	q.committed, q.hasCommit, q.durable = c, true, durable
 	if q.opt.hooks.committed != nil {
 		q.opt.hooks.committed()
 	}
 	return nil
 }
 
-func writeFileSync(path string, data []byte) error {
+// writeFile writes data to a new file at path, fsynced when sync is set.
+func writeFile(path string, data []byte, sync bool) error {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return fmt.Errorf("write cursor: %w", err)
 	}
 	_, err = f.Write(data)
-	if err == nil {
+	if err == nil && sync {
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {
@@ -885,6 +902,11 @@ func (q *diskQueue) ack() {
 	q.mu.Unlock()
 	if err := q.release(dels); err != nil {
 		q.opt.log.Error("buffer segment cleanup failed", "err", err)
+	}
+	// The output took the record: a process crash from now on must not
+	// bring it back. The fsyncs wait for the next sync.
+	if err := q.commitCursor(false); err != nil {
+		q.opt.log.Error("buffer cursor commit failed", "err", err)
 	}
 }
 
