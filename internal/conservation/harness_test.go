@@ -76,7 +76,7 @@ const (
 	// published (a liveness bound, never an assertion on speed: a cell
 	// that has not settled by then is checked as it stands and fails on
 	// its counts, not on the time).
-	settleWait = 45 * time.Second
+	settleWait = 2 * time.Minute
 )
 
 // cell is one output of the matrix.

@@ -46,6 +46,7 @@ type options struct {
 	sleep       func(ctx context.Context, d time.Duration) error
 	rand        func() float64
 	disk        diskHooks
+	idle        func() // called each time the delivery goroutine finds the queue empty
 }
 
 // WithLogger sets the logger; the default discards. The buffer logs
@@ -276,6 +277,7 @@ func (b *Buffer) run() {
 	defer close(b.done)
 	var batch sampler.Batch
 	ioErrs := 0
+	draining := false
 	for b.ctx.Err() == nil {
 		e, ok, err := b.q.next()
 		if err != nil {
@@ -291,14 +293,18 @@ func (b *Buffer) run() {
 		}
 		ioErrs = 0
 		if !ok {
-			select {
-			case <-b.draining:
-				return
-			default:
+			if b.opts.idle != nil {
+				b.opts.idle()
+			}
+			if draining {
+				return // looked again after Close: nothing left
 			}
 			select {
 			case <-b.wake:
 			case <-b.draining:
+				// Close refuses writes before it closes draining, so one
+				// more look finds a batch queued since the last one.
+				draining = true
 			case <-b.ctx.Done():
 				return
 			}

@@ -66,6 +66,7 @@ func TestScenarios(t *testing.T) {
 			t.Run("MalformedDroppedOnce", func(t *testing.T) { scenarioMalformed(t, env) })
 			t.Run("CloseTimeout", func(t *testing.T) { scenarioCloseTimeout(t, env) })
 			t.Run("OutputContract", func(t *testing.T) { scenarioContract(t, env) })
+			t.Run("WriteThenCloseWhileIdle", func(t *testing.T) { scenarioWriteThenCloseWhileIdle(t, env) })
 			t.Run("OldestAge", func(t *testing.T) { scenarioOldestAge(t, env) })
 		})
 	}
@@ -313,6 +314,42 @@ func scenarioContract(t *testing.T, env kindEnv) {
 	}
 	if sink.closed != 1 {
 		t.Fatalf("wrapped output closed %d times", sink.closed)
+	}
+}
+
+// scenarioWriteThenCloseWhileIdle: the delivery goroutine has just found
+// the queue empty when a batch is written and Close is called. Close must
+// still deliver that batch (it once returned at the sight of Close,
+// dropping it as "shutdown" while the sink was healthy).
+func scenarioWriteThenCloseWhileIdle(t *testing.T, env kindEnv) {
+	sink := &fakeSink{}
+	idle, release := make(chan struct{}, 1), make(chan struct{})
+	first := true
+	b := env.newBuffer(t, sink, Config{}, withIdle(func() {
+		if first {
+			first = false
+			idle <- struct{}{}
+			<-release
+		}
+	}))
+	<-idle // the goroutine looked, found nothing, and waits here
+	tb := testBatch(1, 4)
+	want := encode(tb)
+	if err := b.Write(context.Background(), tb); err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- b.Close() }()
+	<-b.draining // Close has refused further writes
+	close(release)
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	if len(sink.got) != 1 || string(sink.got[0]) != string(want) {
+		t.Fatalf("sink got %d batches; the one written before Close must arrive unchanged", len(sink.got))
+	}
+	if st := b.Stats(); st.DroppedRecords.Shutdown != 0 {
+		t.Fatalf("%d records counted as dropped at shutdown, want 0: %+v", st.DroppedRecords.Shutdown, st)
 	}
 }
 
