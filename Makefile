@@ -9,7 +9,7 @@ export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 # Nested test modules (heavy test-only peers live in their own go.mod).
 NESTED   := $(patsubst %/go.mod,%,$(wildcard test/*/go.mod))
 
-.PHONY: build run test test-nocgo bench nvml-calls lint generate clean gpu-check gpu-check-build gpu-check-bench
+.PHONY: build run test test-nocgo bench nvml-calls tree-rss lint generate clean gpu-check gpu-check-build gpu-check-bench
 
 build:
 	CGO_ENABLED=1 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/gpusampler
@@ -40,6 +40,12 @@ bench:
 ## steady state 10-60 s); GPUS, DURATION, SKIP_MS override.
 nvml-calls:
 	scripts/nvml-calls.sh
+
+## tree-rss: memory of `run`'s process tree (the program and its output
+## processes: RSS and PSS) on 8 simulated GPUs with four network outputs
+## against real sinks (influxd, nats-server); GPUS, WARMUP, READINGS override.
+tree-rss: build
+	scripts/tree-rss.sh
 
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)

@@ -118,7 +118,7 @@ func runSubscribeFor(t *testing.T, url, format string) string {
 
 func TestSubscribeFleetTableIntegration(t *testing.T) {
 	if testing.Short() {
-		t.Skip("embedded nats-server")
+		t.Skip("starts a nats-server")
 	}
 	srv := natstest.Start(t)
 	got := runSubscribeFor(t, srv.ClientURL(), "table")
@@ -127,7 +127,7 @@ func TestSubscribeFleetTableIntegration(t *testing.T) {
 
 func TestSubscribeReEmitsJSONIntegration(t *testing.T) {
 	if testing.Short() {
-		t.Skip("embedded nats-server")
+		t.Skip("starts a nats-server")
 	}
 	srv := natstest.Start(t)
 	got := runSubscribeFor(t, srv.ClientURL(), "json")
@@ -174,7 +174,7 @@ func golden(t *testing.T, path, got string) {
 // environment instead of the command line.
 func TestSubscribeAuthIntegration(t *testing.T) {
 	if testing.Short() {
-		t.Skip("embedded nats-server")
+		t.Skip("starts a nats-server")
 	}
 	srv := natstest.Start(t, natstest.WithAuth("gs", "right"))
 	url := srv.ClientURL()

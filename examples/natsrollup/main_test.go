@@ -16,7 +16,7 @@ import (
 // per host and per cluster.
 func TestRollupIntegration(t *testing.T) {
 	if testing.Short() {
-		t.Skip("embedded nats-server")
+		t.Skip("starts a nats-server")
 	}
 	s := natstest.Start(t)
 	nc := natstest.Connect(t, s)

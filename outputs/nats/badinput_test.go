@@ -26,7 +26,7 @@ func TestUnreachableServer(t *testing.T) {
 
 func TestBadCredentialsIntegration(t *testing.T) {
 	if testing.Short() {
-		t.Skip("embedded nats-server")
+		t.Skip("starts a nats-server")
 	}
 	s := natstest.Start(t, natstest.WithAuth("gpusampler", "right"))
 	cfg := natsout.DefaultConfig()
@@ -102,7 +102,7 @@ func TestBuildErrorUnprefixed(t *testing.T) {
 // Close is not an outage: nothing is logged as a disconnect or counted.
 func TestCloseQuietIntegration(t *testing.T) {
 	if testing.Short() {
-		t.Skip("embedded nats-server")
+		t.Skip("starts a nats-server")
 	}
 	s := natstest.Start(t)
 	var logs strings.Builder

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	natsgo "github.com/nats-io/nats.go"
 
 	"github.com/gpusampler/gpusampler/internal/natstest"
@@ -27,7 +26,7 @@ type collector struct {
 	recs     []*stream.Records
 }
 
-func collect(t testing.TB, s *server.Server, pattern string) *collector {
+func collect(t testing.TB, s *natstest.Server, pattern string) *collector {
 	t.Helper()
 	c := &collector{t: t, nc: natstest.Connect(t, s)}
 	sub, err := c.nc.SubscribeSync(pattern)
@@ -81,7 +80,7 @@ func (c *collector) samples(out *natsout.Output) []sampler.Sample {
 	return all
 }
 
-func newOutput(t testing.TB, s *server.Server, cfg natsout.Config, opts ...natsout.Option) *natsout.Output {
+func newOutput(t testing.TB, s *natstest.Server, cfg natsout.Config, opts ...natsout.Option) *natsout.Output {
 	t.Helper()
 	cfg.Servers = []string{s.ClientURL()}
 	out, err := natsout.New(cfg, opts...)

@@ -39,7 +39,7 @@ func identityBatch(seq int, withDevices bool) *sampler.Batch {
 // the output's clock, one tick per batch), and at once after a reconnect.
 func TestLateSubscriberLearnsIdentitiesIntegration(t *testing.T) {
 	if testing.Short() {
-		t.Skip("embedded nats-server")
+		t.Skip("starts a nats-server")
 	}
 	const tick, interval = 100 * time.Millisecond, time.Second
 	for _, enc := range []string{natsout.EncodingJSON, natsout.EncodingProtobuf} {
@@ -148,7 +148,7 @@ func freePort(t *testing.T) int {
 // Close is counted as dropped.
 func TestPublishBeforeFirstConnectIntegration(t *testing.T) {
 	if testing.Short() {
-		t.Skip("embedded nats-server")
+		t.Skip("starts a nats-server")
 	}
 	port := freePort(t)
 	cfg := natsout.DefaultConfig()

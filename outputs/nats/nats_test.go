@@ -25,7 +25,7 @@ func transports() map[string]func(c *natsout.Config) {
 
 func TestConformanceIntegration(t *testing.T) {
 	if testing.Short() {
-		t.Skip("embedded nats-server")
+		t.Skip("starts a nats-server")
 	}
 	for tname, setup := range transports() {
 		for _, enc := range natsout.Encodings {
@@ -120,7 +120,7 @@ func canonical(b *sampler.Batch) {
 
 func TestRoundTripIntegration(t *testing.T) {
 	if testing.Short() {
-		t.Skip("embedded nats-server")
+		t.Skip("starts a nats-server")
 	}
 	for tname, setup := range transports() {
 		for _, enc := range natsout.Encodings {

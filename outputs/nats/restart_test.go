@@ -23,7 +23,7 @@ import (
 // cannot see) are counted.
 func TestServerRestartJetStreamIntegration(t *testing.T) {
 	if testing.Short() {
-		t.Skip("embedded nats-server")
+		t.Skip("starts a nats-server")
 	}
 	dir := t.TempDir()
 	s := natstest.Start(t, natstest.WithStoreDir(dir))

@@ -29,7 +29,7 @@ func (c *counting) Close() error { return nil }
 // the subscriber falls far behind.
 func TestSlowSubscriberIntegration(t *testing.T) {
 	if testing.Short() {
-		t.Skip("embedded nats-server")
+		t.Skip("starts a nats-server")
 	}
 	s := natstest.Start(t)
 	for _, js := range []bool{false, true} {

@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# tree-rss: memory of the process tree of `gpusampler run` on GPUS simulated
+# GPUs (default 8) with four network outputs (influxdb, nats, telegraf,
+# prometheus), each of which runs as a child process. The sinks are real:
+# Debian's influxd (the influxdb output and the telegraf output, whose
+# influxdb_listener speaks the same /write API) and Debian's nats-server,
+# both on free loopback ports in a temp dir; prometheus is scraped once per
+# reading.
+#
+#   scripts/tree-rss.sh                   # bin/gpusampler, 8 GPUs
+#   BIN=/tmp/other/gpusampler WARMUP=30 READINGS=10 scripts/tree-rss.sh
+#
+# After WARMUP seconds (default 20) it takes READINGS readings (default 5)
+# one INTERVAL (default 2 s) apart. Figures, per reading: RSS = sum of
+# VmRSS (/proc/PID/status) over gpusampler and all its descendants; PSS =
+# sum of Pss (/proc/PID/smaps_rollup), which splits pages the processes
+# share (the same executable's text) between them. Printed: each process
+# at the last reading, then the tree's RSS and PSS at the last reading and
+# the largest over the readings, in MiB (1 MiB = 1024 KiB).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN="${BIN:-bin/gpusampler}"
+GPUS="${GPUS:-8}"
+WARMUP="${WARMUP:-20}"
+READINGS="${READINGS:-5}"
+INTERVAL="${INTERVAL:-2}"
+for b in influxd nats-server python3; do
+	command -v "$b" >/dev/null || {
+		echo "tree-rss: $b not found (Debian packages influxdb, nats-server, python3; .ci/run installs them)" >&2
+		exit 1
+	}
+done
+[ -x "$BIN" ] || {
+	echo "tree-rss: $BIN not built (make build)" >&2
+	exit 1
+}
+tmp="$(mktemp -d)"
+pids=()
+cleanup() {
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+waitfor() { # waitfor WHAT CMD...: retry CMD for up to 30 s
+	local what="$1"
+	shift
+	for _ in $(seq 300); do
+		if "$@" >/dev/null 2>&1; then return 0; fi
+		sleep 0.1
+	done
+	echo "tree-rss: $what did not come up" >&2
+	exit 1
+}
+http() { python3 -c 'import sys, urllib.request as u; u.urlopen(u.Request(sys.argv[1], data=(sys.argv[2].encode() if len(sys.argv) > 2 else None)), timeout=5).read()' "$@"; }
+
+influx_http="$(freeport)"
+influx_rpc="$(freeport)"
+cat >"$tmp/influxdb.conf" <<EOF
+reporting-disabled = true
+bind-address = "127.0.0.1:$influx_rpc"
+[meta]
+  dir = "$tmp/influx/meta"
+  logging-enabled = false
+[data]
+  dir = "$tmp/influx/data"
+  wal-dir = "$tmp/influx/wal"
+  query-log-enabled = false
+[http]
+  bind-address = "127.0.0.1:$influx_http"
+  log-enabled = false
+[monitor]
+  store-enabled = false
+[logging]
+  level = "warn"
+EOF
+influxd -config "$tmp/influxdb.conf" >"$tmp/influxd.log" 2>&1 &
+pids+=($!)
+nats_port="$(freeport)"
+nats-server -a 127.0.0.1 -p "$nats_port" >"$tmp/nats.log" 2>&1 &
+pids+=($!)
+waitfor influxd http "http://127.0.0.1:$influx_http/ping"
+for db in gpusampler telegraf; do
+	http "http://127.0.0.1:$influx_http/query" "q=CREATE DATABASE $db"
+done
+waitfor nats-server python3 -c 'import socket, sys; socket.create_connection(("127.0.0.1", int(sys.argv[1])), 1)' "$nats_port"
+
+prom_port="$(freeport)"
+cat >"$tmp/gpusampler.toml" <<EOF
+[sampler]
+  backend = "sim"
+  gpus = $GPUS
+
+[[outputs.influxdb]]
+  url = "http://127.0.0.1:$influx_http"
+  database = "gpusampler"
+
+[[outputs.nats]]
+  servers = ["nats://127.0.0.1:$nats_port"]
+
+[[outputs.telegraf]]
+  url = "http://127.0.0.1:$influx_http"
+  database = "telegraf"
+
+[[outputs.prometheus]]
+  listen = "127.0.0.1:$prom_port"
+EOF
+"$BIN" run --config "$tmp/gpusampler.toml" --log-level warn >"$tmp/run.out" 2>"$tmp/run.err" &
+root=$!
+pids=("$root" "${pids[@]}")
+sleep "$WARMUP" # time for every output to start and reach its steady state
+
+descendants() { # descendants PID: PID and every process below it
+	echo "$1"
+	local c
+	for c in $(cat /proc/"$1"/task/*/children 2>/dev/null); do descendants "$c"; done
+}
+mib() { awk -v k="$1" 'BEGIN { printf "%.1f", k / 1024 }'; }
+kib() { # kib FILE FIELD: the field's value in kB, 0 once the process is gone
+	awk -v f="$2:" '$1 == f { print $2; found = 1 } END { if (!found) print 0 }' "$1" 2>/dev/null || echo 0
+}
+max_rss=0 max_pss=0
+for i in $(seq "$READINGS"); do
+	kill -0 "$root" 2>/dev/null || {
+		echo "tree-rss: gpusampler exited:" >&2
+		cat "$tmp/run.err" >&2
+		exit 1
+	}
+	http "http://127.0.0.1:$prom_port/metrics"
+	rss=0 pss=0 table=""
+	for p in $(descendants "$root"); do
+		r="$(kib /proc/"$p"/status VmRSS)"
+		s="$(kib /proc/"$p"/smaps_rollup Pss)"
+		rss=$((rss + r)) pss=$((pss + s))
+		table+="$(printf '  pid %-8s %-48s RSS %6s MiB  PSS %6s MiB' "$p" \
+			"$(tr '\0' ' ' </proc/"$p"/cmdline 2>/dev/null | cut -c1-48)" \
+			"$(mib "$r")" "$(mib "$s")")"$'\n'
+	done
+	[ "$rss" -gt "$max_rss" ] && max_rss=$rss
+	[ "$pss" -gt "$max_pss" ] && max_pss=$pss
+	[ "$i" -lt "$READINGS" ] && sleep "$INTERVAL"
+done
+echo "gpusampler run, $GPUS simulated GPUs, outputs influxdb nats telegraf prometheus ($BIN, $(stat -c %s "$BIN") bytes)"
+printf '%s' "$table"
+printf 'tree RSS %s MiB (max of %d readings %s MiB)\n' "$(mib "$rss")" "$READINGS" "$(mib "$max_rss")"
+printf 'tree PSS %s MiB (max of %d readings %s MiB)\n' "$(mib "$pss")" "$READINGS" "$(mib "$max_pss")"
