@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	plugin "github.com/hashicorp/go-plugin"
 
+	"github.com/gpusampler/gpusampler/internal/backoff"
 	"github.com/gpusampler/gpusampler/plugins/internal/rpc"
 	"github.com/gpusampler/gpusampler/plugins/proto"
 	"github.com/gpusampler/gpusampler/sampler"
@@ -475,7 +476,7 @@ func b2u(b bool) uint64 {
 // wedges, until Close.
 func (c *Client) supervise(cn *conn) {
 	defer close(c.done)
-	backoff := c.opts.BackoffMin
+	bo := backoff.Backoff{Initial: c.opts.BackoffMin, Max: c.opts.BackoffMax}
 	for {
 		if !c.watch(cn) {
 			return // closing: Close ends the process
@@ -506,7 +507,7 @@ func (c *Client) supervise(cn *conn) {
 		_ = syscall.Kill(cn.pid, syscall.SIGKILL)
 		go cn.pc.Kill()
 		if time.Since(cn.started) >= c.opts.ResetAfter {
-			backoff = c.opts.BackoffMin
+			bo.Reset()
 		}
 		reason := "wedged (alive, not answering): killed"
 		select {
@@ -517,15 +518,15 @@ func (c *Client) supervise(cn *conn) {
 		if crashed {
 			reason = "exited"
 		}
-		c.log.Warn("plugin "+reason+"; restarting", "pid", cn.pid, "backoff", backoff)
+		c.log.Warn("plugin "+reason+"; restarting", "pid", cn.pid, "backoff", bo.Delay())
 		lastErr := ""
 		for {
 			select {
 			case <-c.stop:
 				return
-			case <-time.After(backoff):
+			case <-time.After(bo.Delay()):
 			}
-			backoff = min(backoff*2, c.opts.BackoffMax)
+			bo.Next()
 			next, err := c.start()
 			if err == nil {
 				cn = next
@@ -534,10 +535,10 @@ func (c *Client) supervise(cn *conn) {
 			// The same failure again (a refused binary stays refused) is
 			// logged once; Stats.StartFailures counts every one.
 			if c.failed.Add(1); err.Error() != lastErr {
-				c.log.Warn("plugin restart failed; retrying", "err", err, "backoff", backoff)
+				c.log.Warn("plugin restart failed; retrying", "err", err, "backoff", bo.Delay())
 				lastErr = err.Error()
 			} else {
-				c.log.Debug("plugin restart failed; retrying", "err", err, "backoff", backoff)
+				c.log.Debug("plugin restart failed; retrying", "err", err, "backoff", bo.Delay())
 			}
 		}
 		c.lastRst.Store(int64(time.Since(detected)))

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/gpusampler/gpusampler/internal/backoff"
 )
 
 // Default rates. The driver buffers give the resolution; the fast fields and
@@ -691,7 +693,7 @@ func (e *Engine) watchEvents(ctx context.Context, l *deviceLoop, w EventWatcher)
 		ev.Device = idx
 		e.Emit(ev)
 	}
-	backoff := e.cfg.LostRetryInterval
+	bo := e.eventBackoff()
 	for {
 		err := w.WatchEvents(ctx, emit)
 		if ctx.Err() != nil {
@@ -701,14 +703,20 @@ func (e *Engine) watchEvents(ctx context.Context, l *deviceLoop, w EventWatcher)
 			e.log.Info("driver events not supported on this device", "device", idx, "err", err)
 			return
 		}
-		e.log.Warn("driver event watch failed; retrying", "device", idx, "err", err, "in", backoff)
+		e.log.Warn("driver event watch failed; retrying", "device", idx, "err", err, "in", bo.Delay())
 		// On the system clock: event watching is not part of the sampling
 		// schedule that tests step through.
-		if !sleep(SystemClock(), backoff, ctx.Done()) {
+		if !sleep(SystemClock(), bo.Delay(), ctx.Done()) {
 			return
 		}
-		backoff = min(2*backoff, maxLostBackoff*e.cfg.LostRetryInterval)
+		bo.Next()
 	}
+}
+
+// eventBackoff is the wait between restarts of a failed driver event
+// watch: LostRetryInterval, doubling up to maxLostBackoff times it.
+func (e *Engine) eventBackoff() backoff.Backoff {
+	return backoff.Backoff{Initial: e.cfg.LostRetryInterval, Max: maxLostBackoff * e.cfg.LostRetryInterval}
 }
 
 // watchAllEvents runs the source's one event watcher for every device until
@@ -719,7 +727,7 @@ func (e *Engine) watchAllEvents(ctx context.Context, w SourceEventWatcher) {
 	for i, l := range e.loops {
 		indexes[i] = int(l.index)
 	}
-	backoff := e.cfg.LostRetryInterval
+	bo := e.eventBackoff()
 	for {
 		err := w.WatchAllEvents(ctx, indexes, e.Emit)
 		if ctx.Err() != nil {
@@ -729,11 +737,11 @@ func (e *Engine) watchAllEvents(ctx context.Context, w SourceEventWatcher) {
 			e.log.Info("driver events not supported", "err", err)
 			return
 		}
-		e.log.Warn("driver event watch failed; retrying", "err", err, "in", backoff)
-		if !sleep(SystemClock(), backoff, ctx.Done()) {
+		e.log.Warn("driver event watch failed; retrying", "err", err, "in", bo.Delay())
+		if !sleep(SystemClock(), bo.Delay(), ctx.Done()) {
 			return
 		}
-		backoff = min(2*backoff, maxLostBackoff*e.cfg.LostRetryInterval)
+		bo.Next()
 	}
 }
 

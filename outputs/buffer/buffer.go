@@ -14,6 +14,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/gpusampler/gpusampler/internal/backoff"
 	"github.com/gpusampler/gpusampler/plugins/proto/records"
 	"github.com/gpusampler/gpusampler/sampler"
 )
@@ -505,17 +506,7 @@ func (b *Buffer) logDrop(reason string, records int, err error) {
 // per attempt, capped at RetryMax, with "equal jitter" (uniform in [d/2,
 // d]) so that many outputs recovering together spread out.
 func (b *Buffer) backoff(attempt int) time.Duration {
-	return backoffDelay(b.cfg.RetryInitial, b.cfg.RetryMax, attempt, b.rnd())
-}
-
-func backoffDelay(initial, maxDelay time.Duration, attempt int, r float64) time.Duration {
-	d := maxDelay
-	if attempt < 62 {
-		if x := initial << attempt; x > 0 && x < maxDelay {
-			d = x
-		}
-	}
-	return d/2 + time.Duration(r*float64(d-d/2))
+	return backoff.Jitter(backoff.Delay(b.cfg.RetryInitial, b.cfg.RetryMax, attempt), b.rnd())
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {

@@ -194,19 +194,6 @@ func scenarioRetry(t *testing.T, env kindEnv) {
 	}
 }
 
-func TestBackoffJitter(t *testing.T) {
-	for attempt, want := range []time.Duration{100, 200, 400, 800, 1000, 1000} {
-		lo := backoffDelay(100, 1000, attempt, 0)
-		hi := backoffDelay(100, 1000, attempt, 1)
-		if lo != want/2 || hi != want {
-			t.Errorf("attempt %d: jitter range [%v, %v], want [%v, %v]", attempt, lo, hi, want/2, want)
-		}
-	}
-	if d := backoffDelay(time.Second, time.Minute, 200, 1); d != time.Minute {
-		t.Errorf("attempt 200: %v, want the cap", d)
-	}
-}
-
 func scenarioMalformed(t *testing.T, env kindEnv) {
 	sink := &fakeSink{script: func(_ int, b *sampler.Batch) error {
 		if b.Seq == 3 || b.Seq == 4 {

@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gpusampler/gpusampler/internal/backoff"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
@@ -287,7 +288,7 @@ func (w *Writer) post(ctx context.Context, body []byte) error {
 			return err
 		}
 		if wait <= 0 {
-			wait = backoffDelay(w.opts.RetryInitial, w.opts.RetryMax, attempt)
+			wait = backoff.Delay(w.opts.RetryInitial, w.opts.RetryMax, attempt)
 		}
 		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
 			// Not worth starting: hand the retry to the caller (a buffer
@@ -490,17 +491,6 @@ func unwrapURLError(err error) error {
 		return ue.Err
 	}
 	return err
-}
-
-// backoffDelay returns initial doubled per attempt, capped at max.
-func backoffDelay(initial, max time.Duration, attempt int) time.Duration {
-	d := max
-	if attempt < 62 {
-		if x := initial << attempt; x > 0 && x < max {
-			d = x
-		}
-	}
-	return d
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {

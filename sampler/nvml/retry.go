@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/gpusampler/gpusampler/internal/backoff"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
@@ -47,7 +48,7 @@ func OpenRetry(ctx context.Context, opts Options, p RetryPolicy) (sampler.Source
 	if p.Sleep == nil {
 		p.Sleep = sleepCtx
 	}
-	wait := p.Initial
+	bo := backoff.Backoff{Initial: p.Initial, Max: p.Max}
 	for attempt := 1; ; attempt++ {
 		src, err := Open(opts)
 		if err == nil {
@@ -62,10 +63,10 @@ func OpenRetry(ctx context.Context, opts Options, p RetryPolicy) (sampler.Source
 		if p.OnRetry != nil {
 			p.OnRetry(attempt, err)
 		}
-		if err := p.Sleep(ctx, wait); err != nil {
+		if err := p.Sleep(ctx, bo.Delay()); err != nil {
 			return nil, fmt.Errorf("nvml: waiting for the driver: %w", err)
 		}
-		wait = min(2*wait, p.Max)
+		bo.Next()
 	}
 }
 
