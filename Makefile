@@ -9,7 +9,7 @@ export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 # Nested test modules (heavy test-only peers live in their own go.mod).
 NESTED   := $(patsubst %/go.mod,%,$(wildcard test/*/go.mod))
 
-.PHONY: build run test test-nocgo bench nvml-calls tree-rss lint generate clean gpu-check gpu-check-build gpu-check-bench
+.PHONY: build run test test-nocgo bench nvml-calls tree-rss fleet-sim lint generate clean gpu-check gpu-check-build gpu-check-bench
 
 build:
 	CGO_ENABLED=1 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/gpusampler
@@ -46,6 +46,17 @@ nvml-calls:
 ## against real sinks (influxd, nats-server); GPUS, WARMUP, READINGS override.
 tree-rss: build
 	scripts/tree-rss.sh
+
+## fleet-sim: FLEET_NODES (default 100) simulated nodes × FLEET_GPUS (8)
+## publish through the NATS output with JetStream into a 3-server cluster
+## (replicas 3) for FLEET_DURATION (30s) in FLEET_ENCODING (protobuf); a
+## durable pull consumer reads it all back. FLEET_FAULTS=1 kills and restarts
+## the stream leader and the consumer and partitions one node. Prints the
+## figures and one summary line; fails on any loss or duplicate
+## (test/fleet; `make test` runs the same code with 3 nodes).
+FLEET_NODES ?= 100
+fleet-sim:
+	cd test/fleet && FLEET_NODES=$(FLEET_NODES) $(GO) run ./cmd/fleetsim
 
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
