@@ -88,7 +88,7 @@ gpu-check-bench:
 ## outputs' sample.conf fragments.
 generate:
 	PATH="$$PATH:$$($(GO) env GOPATH)/bin" $(GO) generate ./plugins/proto
-	$(GO) generate ./outputs/all
+	$(GO) generate ./internal/registry
 
 clean:
 	rm -rf bin out

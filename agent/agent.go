@@ -1,5 +1,5 @@
 // Package agent builds gpusampler's runtime — engine, outputs, aggregation
-// wrappers, self-metrics — from a parsed config.Config, and applies a
+// wrappers, self-metrics — from a parsed appconfig.Config, and applies a
 // reloaded config to the running engine: outputs whose block did not
 // change keep running (same pump, cursors, connection); changed, added and
 // removed ones are replaced, added or removed through the engine. A reload
@@ -25,8 +25,9 @@ import (
 	"time"
 
 	"github.com/gpusampler/gpusampler/attribution"
-	"github.com/gpusampler/gpusampler/config"
 	"github.com/gpusampler/gpusampler/diagnose"
+	"github.com/gpusampler/gpusampler/internal/appconfig"
+	"github.com/gpusampler/gpusampler/outputs"
 	"github.com/gpusampler/gpusampler/outputs/aggregate"
 	"github.com/gpusampler/gpusampler/outputs/buffer"
 	"github.com/gpusampler/gpusampler/sampler"
@@ -35,7 +36,7 @@ import (
 // Options configure an Agent.
 type Options struct {
 	// Registry knows the output kinds.
-	Registry *config.Registry
+	Registry *outputs.Registry
 	// Stdout is handed to in-process outputs.
 	Stdout io.Writer
 	// Hostname is used when the config sets none.
@@ -64,15 +65,15 @@ type Agent struct {
 	started  time.Time
 
 	mu      sync.Mutex // serializes Reload; guards cfg, running, buffers and outputs
-	cfg     *config.Config
-	running map[string]*config.Output // by name
-	buffers map[string]*buffer.Buffer // by output name, for self-metrics
-	outputs map[string]sampler.Output // by name: what the pump writes to, for self-metrics
+	cfg     *appconfig.Config
+	running map[string]*appconfig.Output // by name
+	buffers map[string]*buffer.Buffer    // by output name, for self-metrics
+	outputs map[string]sampler.Output    // by name: what the pump writes to, for self-metrics
 }
 
 // New builds the engine over src and every output of cfg. The caller opened
 // src from cfg.Sampler (backend selection stays with the command line).
-func New(src sampler.Source, cfg *config.Config, opts Options) (*Agent, error) {
+func New(src sampler.Source, cfg *appconfig.Config, opts Options) (*Agent, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -81,7 +82,7 @@ func New(src sampler.Source, cfg *config.Config, opts Options) (*Agent, error) {
 	}
 	s := cfg.Sampler
 	scfg := sampler.Config{DrainInterval: s.DrainInterval, FieldInterval: s.FieldInterval,
-		SlowInterval: s.SlowInterval, RareInterval: s.RareInterval, GPMInterval: s.GPMInterval, RingSize: s.RingSize, Select: config.Selector(s.Include, s.Exclude),
+		SlowInterval: s.SlowInterval, RareInterval: s.RareInterval, GPMInterval: s.GPMInterval, RingSize: s.RingSize, Select: appconfig.Selector(s.Include, s.Exclude),
 		Devices: s.DeviceFilter(), Logger: opts.Logger, ShutdownTimeout: cfg.Agent.ShutdownTimeout,
 		ProcessInterval: s.ProcessInterval, ProcessCmdline: s.ProcessCmdline, ProcessCmdlineMax: s.ProcessCmdlineMax}
 	if !s.Processes {
@@ -101,7 +102,7 @@ func New(src sampler.Source, cfg *config.Config, opts Options) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a = &Agent{opts: opts, log: opts.Logger, eng: eng, cfg: cfg, running: map[string]*config.Output{},
+	a = &Agent{opts: opts, log: opts.Logger, eng: eng, cfg: cfg, running: map[string]*appconfig.Output{},
 		buffers: map[string]*buffer.Buffer{}, outputs: map[string]sampler.Output{}}
 	built, err := a.build(cfg, cfg.Outputs)
 	if err != nil {
@@ -122,7 +123,7 @@ func New(src sampler.Source, cfg *config.Config, opts Options) (*Agent, error) {
 func (a *Agent) Engine() *sampler.Engine { return a.eng }
 
 type builtOutput struct {
-	block *config.Output
+	block *appconfig.Output
 	out   sampler.Output
 	buf   *buffer.Buffer // nil without a buffer
 }
@@ -159,18 +160,18 @@ func (a *Agent) Buffers() map[string]*buffer.Buffer {
 	return maps.Clone(a.buffers)
 }
 
-func (a *Agent) env(cfg *config.Config, o *config.Output) config.BuildEnv {
+func (a *Agent) env(cfg *appconfig.Config, o *appconfig.Output) outputs.BuildEnv {
 	host := cfg.Agent.Hostname
 	if host == "" {
 		host = a.opts.Hostname
 	}
-	return config.BuildEnv{Stdout: a.opts.Stdout, Host: host, GlobalTags: cfg.GlobalTags,
+	return outputs.BuildEnv{Stdout: a.opts.Stdout, Host: host, GlobalTags: cfg.GlobalTags,
 		Logger: a.log.With("output", o.Name), Catalog: a.eng.Catalog()}
 }
 
 // build makes the runtime outputs of blocks; on error it closes what it
 // built.
-func (a *Agent) build(cfg *config.Config, blocks []*config.Output) ([]builtOutput, error) {
+func (a *Agent) build(cfg *appconfig.Config, blocks []*appconfig.Output) ([]builtOutput, error) {
 	var built []builtOutput
 	fail := func(err error) ([]builtOutput, error) {
 		for _, b := range built {
@@ -183,7 +184,7 @@ func (a *Agent) build(cfg *config.Config, blocks []*config.Output) ([]builtOutpu
 		if !ok || k.Build == nil {
 			return fail(fmt.Errorf("%s:%d: outputs.%s: output kind cannot be built", cfg.File, o.Line, o.Kind))
 		}
-		out, err := k.Build(o, a.env(cfg, o))
+		out, err := k.Build(&o.Block, a.env(cfg, o))
 		if err != nil {
 			return fail(fmt.Errorf("%s:%d: output %s: %w", cfg.File, o.Line, o.Name, err))
 		}
@@ -253,7 +254,7 @@ func (a *Agent) Run(ctx context.Context) error {
 // kinds), or the directory of a disk buffer — are closed first and then
 // built again; what is published meanwhile waits in the ring, and a disk
 // buffer's queue stays on disk for the replacement to deliver.
-func (a *Agent) Reload(cfg *config.Config) error {
+func (a *Agent) Reload(cfg *appconfig.Config) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	old := a.cfg
@@ -268,7 +269,7 @@ func (a *Agent) Reload(cfg *config.Config) error {
 		return err
 	}
 	envChanged := old.Agent.Hostname != cfg.Agent.Hostname || !maps.Equal(old.GlobalTags, cfg.GlobalTags)
-	var changed, closeFirst []*config.Output
+	var changed, closeFirst []*appconfig.Output
 	keep := map[string]bool{}
 	for _, o := range cfg.Outputs {
 		r, ok := a.running[o.Name]
@@ -291,7 +292,7 @@ func (a *Agent) Reload(cfg *config.Config) error {
 	// Close-first outputs go before anything else changes: if one of them
 	// cannot be built, those replaced before it are put back and nothing
 	// else has been touched.
-	prev := map[string]*config.Output{}
+	prev := map[string]*appconfig.Output{}
 	for i, o := range closeFirst {
 		prev[o.Name] = a.running[o.Name]
 		restored, err := a.replaceExclusive(old, cfg, o)
@@ -382,7 +383,7 @@ func (a *Agent) attribution() (*attribution.Resolver, error) {
 
 // samplerChanges returns the keys of the [sampler] section whose values
 // differ between a and b.
-func samplerChanges(a, b config.Sampler) []string {
+func samplerChanges(a, b appconfig.Sampler) []string {
 	va, vb := reflect.ValueOf(a), reflect.ValueOf(b)
 	var keys []string
 	for i := range va.NumField() {
@@ -398,7 +399,7 @@ func samplerChanges(a, b config.Sampler) []string {
 // closeFirst reports whether the running block r must be closed before its
 // replacement o is built: o is of an exclusive kind, or both buffer on the
 // same disk directory (a buffer locks its directory).
-func (a *Agent) closeFirst(r, o *config.Output) bool {
+func (a *Agent) closeFirst(r, o *appconfig.Output) bool {
 	if a.exclusive(o.Kind) {
 		return true
 	}
@@ -417,18 +418,18 @@ func (a *Agent) exclusive(kind string) bool {
 // meanwhile; if o cannot be built, the old block is built again (restored
 // true) and o's error is returned. When neither can be built the output is
 // removed (restored false). a.mu held.
-func (a *Agent) replaceExclusive(oldCfg, cfg *config.Config, o *config.Output) (restored bool, err error) {
+func (a *Agent) replaceExclusive(oldCfg, cfg *appconfig.Config, o *appconfig.Output) (restored bool, err error) {
 	prev := a.running[o.Name]
 	var used builtOutput
 	var buildErr error
 	err = a.eng.ReplaceOutputWith(o.Name, o.PumpOptions(), func() (sampler.Output, error) {
-		b, err := a.build(cfg, []*config.Output{o})
+		b, err := a.build(cfg, []*appconfig.Output{o})
 		if err == nil {
 			used = b[0]
 			return used.out, nil
 		}
 		buildErr = err
-		b, rerr := a.build(oldCfg, []*config.Output{prev})
+		b, rerr := a.build(oldCfg, []*appconfig.Output{prev})
 		if rerr != nil {
 			return nil, errors.Join(err, rerr)
 		}
@@ -450,8 +451,8 @@ func (a *Agent) replaceExclusive(oldCfg, cfg *config.Config, o *config.Output) (
 
 // ReloadFile loads path and applies it; a config that does not parse is
 // refused (logged with its file:line errors) and the running one stays.
-func (a *Agent) ReloadFile(path string, opts config.Options) error {
-	cfg, err := config.Load(path, opts)
+func (a *Agent) ReloadFile(path string, opts appconfig.Options) error {
+	cfg, err := appconfig.Load(path, opts)
 	if err != nil {
 		a.log.Error("config reload refused; the running config stays", "err", err)
 		return err
@@ -471,13 +472,13 @@ func (a *Agent) statsSettings() (time.Duration, bool) {
 // a restart delivers no driver sample twice. Simulated GPUs keep none (their
 // history is made up). A state directory that cannot be used costs only
 // that: it is logged, and sampling runs without.
-func openCursors(src sampler.Source, a config.Agent, log *slog.Logger) sampler.CursorStore {
+func openCursors(src sampler.Source, a appconfig.Agent, log *slog.Logger) sampler.CursorStore {
 	if src.Name() == "sim" {
 		return nil
 	}
 	dir := a.StateDir
 	if dir == "" {
-		d, err := config.DefaultStateDir()
+		d, err := appconfig.DefaultStateDir()
 		if err != nil {
 			log.Warn("no state directory: a restart will deliver the driver buffers' history again", "err", err)
 			return nil

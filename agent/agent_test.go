@@ -11,6 +11,8 @@ import (
 
 	"github.com/gpusampler/gpusampler/agent"
 	"github.com/gpusampler/gpusampler/config"
+	"github.com/gpusampler/gpusampler/internal/appconfig"
+	"github.com/gpusampler/gpusampler/outputs"
 	"github.com/gpusampler/gpusampler/sampler"
 	"github.com/gpusampler/gpusampler/sampler/sim"
 )
@@ -46,15 +48,15 @@ func (b *builds) get(name string) []*memOut {
 	return append([]*memOut(nil), b.outs[name]...)
 }
 
-func (b *builds) registry() *config.Registry {
-	return config.NewRegistry(config.OutputKind{
+func (b *builds) registry() *outputs.Registry {
+	return outputs.NewRegistry(outputs.Kind{
 		Kind: "mem",
 		Parse: func(t *config.Table) any {
 			var label string
 			t.String("label", &label)
 			return label
 		},
-		Build: func(o *config.Output, _ config.BuildEnv) (sampler.Output, error) {
+		Build: func(o *outputs.Block, _ outputs.BuildEnv) (sampler.Output, error) {
 			label := o.Options.(string)
 			if label == "unbuildable" {
 				return nil, errors.New("cannot connect")
@@ -68,9 +70,9 @@ func (b *builds) registry() *config.Registry {
 	})
 }
 
-func mustParse(t *testing.T, reg *config.Registry, doc string) *config.Config {
+func mustParse(t *testing.T, reg *outputs.Registry, doc string) *appconfig.Config {
 	t.Helper()
-	c, err := config.Parse("test.toml", []byte(doc), config.Options{Registry: reg})
+	c, err := appconfig.Parse("test.toml", []byte(doc), appconfig.Options{Registry: reg})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,8 @@ import (
 
 	"github.com/gpusampler/gpusampler/agent"
 	"github.com/gpusampler/gpusampler/config"
+	"github.com/gpusampler/gpusampler/internal/appconfig"
+	"github.com/gpusampler/gpusampler/outputs"
 	"github.com/gpusampler/gpusampler/sampler"
 	"github.com/gpusampler/gpusampler/sampler/sim"
 )
@@ -27,7 +29,7 @@ func (l *listener) Close() error                                { l.addrs.Delete
 // replacement is built on reload; a refused reload restores it.
 func TestReloadExclusiveOutput(t *testing.T) {
 	var addrs sync.Map
-	reg := config.NewRegistry(config.OutputKind{
+	reg := outputs.NewRegistry(outputs.Kind{
 		Kind:      "listen",
 		Exclusive: true,
 		Parse: func(t *config.Table) any {
@@ -36,7 +38,7 @@ func TestReloadExclusiveOutput(t *testing.T) {
 			t.String("fail", &fail)
 			return [2]string{addr, fail}
 		},
-		Build: func(o *config.Output, _ config.BuildEnv) (sampler.Output, error) {
+		Build: func(o *outputs.Block, _ outputs.BuildEnv) (sampler.Output, error) {
 			opts := o.Options.([2]string)
 			if opts[1] != "" {
 				return nil, errors.New(opts[1])
@@ -47,7 +49,7 @@ func TestReloadExclusiveOutput(t *testing.T) {
 			return &listener{addrs: &addrs, addr: opts[0]}, nil
 		},
 	})
-	doc := func(extra string) *config.Config {
+	doc := func(extra string) *appconfig.Config {
 		return mustParse(t, reg, "[sampler]\nbackend = \"sim\"\n[[outputs.listen]]\naddr = \":9400\"\n"+extra)
 	}
 	src, _ := sim.New(sim.Options{GPUs: 1})

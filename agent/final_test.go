@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpusampler/gpusampler/agent"
 	"github.com/gpusampler/gpusampler/config"
+	"github.com/gpusampler/gpusampler/outputs"
 	"github.com/gpusampler/gpusampler/sampler"
 	"github.com/gpusampler/gpusampler/sampler/sim"
 )
@@ -50,9 +51,9 @@ func (s *selfOut) Close() error { return nil }
 // + failed + filtered.
 func TestFinalSelfMetricsAndStats(t *testing.T) {
 	out := &selfOut{}
-	reg := config.NewRegistry(config.OutputKind{Kind: "self",
+	reg := outputs.NewRegistry(outputs.Kind{Kind: "self",
 		Parse: func(t *config.Table) any { return nil },
-		Build: func(*config.Output, config.BuildEnv) (sampler.Output, error) { return out, nil }})
+		Build: func(*outputs.Block, outputs.BuildEnv) (sampler.Output, error) { return out, nil }})
 	// stats_interval 1h: the only round of self-metrics is the final one
 	cfg := mustParse(t, reg, "[agent]\nstats_interval = \"1h\"\n[sampler]\ndrain_interval = \"20ms\"\nfield_interval = \"20ms\"\n"+
 		"[[outputs.self]]\nname = \"out\"\nflush_interval = \"10ms\"\n")

@@ -13,6 +13,8 @@ import (
 
 	"github.com/gpusampler/gpusampler/agent"
 	"github.com/gpusampler/gpusampler/config"
+	"github.com/gpusampler/gpusampler/internal/appconfig"
+	"github.com/gpusampler/gpusampler/outputs"
 	"github.com/gpusampler/gpusampler/outputs/buffer"
 	"github.com/gpusampler/gpusampler/sampler"
 	"github.com/gpusampler/gpusampler/sampler/sim"
@@ -85,16 +87,16 @@ func (rs *recorders) built(name string) int {
 	return rs.builds[name]
 }
 
-func (rs *recorders) registry() *config.Registry {
+func (rs *recorders) registry() *outputs.Registry {
 	var addrs sync.Map
-	return config.NewRegistry(config.OutputKind{
+	return outputs.NewRegistry(outputs.Kind{
 		Kind: "rec",
 		Parse: func(t *config.Table) any {
 			var label string
 			t.String("label", &label)
 			return label
 		},
-		Build: func(o *config.Output, _ config.BuildEnv) (sampler.Output, error) {
+		Build: func(o *outputs.Block, _ outputs.BuildEnv) (sampler.Output, error) {
 			if o.Options.(string) == "unbuildable" {
 				return nil, errors.New("cannot connect")
 			}
@@ -103,7 +105,7 @@ func (rs *recorders) registry() *config.Registry {
 			rs.mu.Unlock()
 			return recOut{rs.get(o.Name)}, nil
 		},
-	}, config.OutputKind{
+	}, outputs.Kind{
 		Kind:      "listen",
 		Exclusive: true,
 		Parse: func(t *config.Table) any {
@@ -112,7 +114,7 @@ func (rs *recorders) registry() *config.Registry {
 			t.String("fail", &fail)
 			return [2]string{addr, fail}
 		},
-		Build: func(o *config.Output, _ config.BuildEnv) (sampler.Output, error) {
+		Build: func(o *outputs.Block, _ outputs.BuildEnv) (sampler.Output, error) {
 			opts := o.Options.([2]string)
 			if opts[1] != "" {
 				return nil, errors.New(opts[1])
@@ -146,7 +148,7 @@ func TestReloadDiskBufferedOutput(t *testing.T) {
 	rs := &recorders{byName: map[string]*recorder{}, builds: map[string]int{}}
 	reg := rs.registry()
 	dir := t.TempDir()
-	doc := func(label string) *config.Config {
+	doc := func(label string) *appconfig.Config {
 		return mustParse(t, reg, fmt.Sprintf(`
 [agent]
 stats_interval = "1h"
@@ -252,7 +254,7 @@ retry_max = "20ms"
 func TestReloadRefusesSamplerChange(t *testing.T) {
 	rs := &recorders{byName: map[string]*recorder{}, builds: map[string]int{}}
 	reg := rs.registry()
-	doc := func(sampler, label string) *config.Config {
+	doc := func(sampler, label string) *appconfig.Config {
 		return mustParse(t, reg, "[sampler]\nbackend = \"sim\"\n"+sampler+"[[outputs.rec]]\nlabel = \""+label+"\"\n")
 	}
 	src, _ := sim.New(sim.Options{GPUs: 1})

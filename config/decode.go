@@ -8,7 +8,6 @@ import (
 	"maps"
 	"math"
 	"os"
-	"path"
 	"regexp"
 	"slices"
 	"strconv"
@@ -453,6 +452,33 @@ func (t *Table) Errorf(key, format string, args ...any) {
 	t.doc.errorf(k, t.doc.line(k), format, args...)
 }
 
+// Take returns key's value as decoded and marks the key as taken (known
+// to Finish) — for decoders that switch on the value's type themselves.
+func (t *Table) Take(key string) (any, bool) { return t.take(key) }
+
+// Elem returns a table over m, the value found at key (which may carry an
+// index: "stdout[1]" for the second [[outputs.stdout]] block), in the same
+// file as t. Its keys are reported under t.Key(key).
+func (t *Table) Elem(key string, m map[string]any) *Table {
+	return newTable(t.doc, t.Key(key), m)
+}
+
+// ErrorAt returns (without recording it) a problem with key, a dotted path
+// relative to the table written as is ("config.url"), placed at the key's
+// line (else the nearest enclosing key's). Values that came from ${NAME}
+// are replaced by the reference in msg.
+func (t *Table) ErrorAt(key, msg string) *Error {
+	full := t.path
+	if key != "" {
+		full += "." + key
+	}
+	return &Error{File: t.doc.file, Line: t.doc.line(full), Key: full, Msg: t.doc.redact(msg)}
+}
+
+// EnvRefs returns NAME=value for every ${NAME} referenced by a value of
+// the table (at any depth), sorted by name.
+func (t *Table) EnvRefs() []string { return t.doc.envRefsUnder(t.path) }
+
 func (t *Table) take(key string) (any, bool) {
 	if !slices.Contains(t.asked, key) {
 		t.asked = append(t.asked, key)
@@ -464,7 +490,9 @@ func (t *Table) take(key string) (any, bool) {
 	return v, ok
 }
 
-func typeName(v any) string {
+// TypeName names the TOML type of a decoded value for messages: "a
+// string", "an integer", "a table"...
+func TypeName(v any) string {
 	switch v.(type) {
 	case string:
 		return "a string"
@@ -485,7 +513,7 @@ func typeName(v any) string {
 }
 
 func (t *Table) wrongType(key string, v any, want string) {
-	t.Errorf(key, "want %s, got %s", want, typeName(v))
+	t.Errorf(key, "want %s, got %s", want, TypeName(v))
 }
 
 // String sets *dst to key's string value when present.
@@ -613,7 +641,7 @@ func (t *Table) Strings(key string, dst *[]string) {
 		s, ok := e.(string)
 		if !ok {
 			k := key + "[" + strconv.Itoa(i) + "]"
-			t.Errorf(k, "want a string, got %s", typeName(e))
+			t.Errorf(k, "want a string, got %s", TypeName(e))
 			return
 		}
 		out = append(out, s)
@@ -666,17 +694,20 @@ func (t *Table) Finish() {
 	}
 }
 
-// matchAny reports whether any of patterns matches name (path.Match globs).
-func matchAny(patterns []string, names ...string) bool {
-	for _, p := range patterns {
-		for _, n := range names {
-			if ok, _ := path.Match(p, n); ok {
-				return true
-			}
-		}
+// Decode parses a TOML document: a UTF-8 byte-order mark is skipped and
+// ${NAME} in every string is replaced by lookupEnv(NAME) (nil means
+// os.LookupEnv). It returns the document's root table; file names the
+// document in errors. A syntax error is returned as one *Error; problems
+// found while expanding (an undefined variable) are recorded in the
+// table (see Table.Err).
+func Decode(file string, data []byte, lookupEnv func(string) (string, bool)) (*Table, error) {
+	if lookupEnv == nil {
+		lookupEnv = os.LookupEnv
 	}
-	return false
+	doc, tree, err := parseDocument(file, data)
+	if err != nil {
+		return nil, err
+	}
+	doc.expandEnv("", tree, lookupEnv)
+	return newTable(doc, "", tree), nil
 }
-
-// defaultLookupEnv is os.LookupEnv; Options.LookupEnv overrides it.
-func defaultLookupEnv(name string) (string, bool) { return os.LookupEnv(name) }

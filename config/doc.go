@@ -1,16 +1,14 @@
-// Package config reads gpusampler's TOML configuration into plain data.
+// Package config is the leaf that reads TOML config tables: Decode parses
+// a document (a UTF-8 byte-order mark skipped, ${NAME} expanded from the
+// environment, "$${" for a literal "${") into a Table, whose typed getters
+// (String, OneOf, Bool, Int, Uint64, Duration, Strings, StringMap, Sub)
+// take keys and collect every problem as an Error that names the file,
+// line and dotted key: "file:line: key: message". Finish reports the keys
+// nobody took as unknown. Messages never print a value that came from the
+// environment: they name the ${NAME} instead.
 //
-// Config is data first: Parse decodes a document into plain structs
-// (Config, Agent, Sampler, Output) and validates them — unknown keys, wrong
-// types, non-positive intervals, unknown output kinds, include/exclude
-// patterns that match no metric or group, undefined ${ENV} references —
-// without opening devices or connections. Every problem is reported as one
-// line "file:line: key: message", and all problems of a file are reported
-// at once. The caller builds runtime objects (engine, outputs) from the
-// result; see the agent package.
-//
-// Output kinds are described by a Registry value (no package-level state):
-// each kind contributes its sample.conf fragment, a Parse function for its
-// own keys and a Build function. Example assembles the whole example
-// config from the fragments.
+// The package imports nothing else of gpusampler: outputs and plugins
+// (plugins/sdk) decode their own blocks with it without linking the
+// application. The application's config model ([agent], [sampler],
+// [[outputs.KIND]] and their validation) is built on it elsewhere.
 package config

@@ -16,7 +16,7 @@
 // Two ways to get a Client from a config:
 //   - Kind, the [[outputs.plugin]] kind: a custom plugin binary by path,
 //     checked against its sha256.
-//   - HostRegistry: built-in kinds marked config.OutputKind.OutOfProcess
+//   - HostRegistry: built-in kinds marked outputs.Kind.OutOfProcess
 //     are served by the gpusampler binary itself (`gpusampler plugin serve
 //     KIND`, re-executed by the host), so one binary ships.
 //

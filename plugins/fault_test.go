@@ -11,7 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpusampler/gpusampler/config"
+	"github.com/gpusampler/gpusampler/internal/appconfig"
+	"github.com/gpusampler/gpusampler/outputs"
 	"github.com/gpusampler/gpusampler/plugins"
 	"github.com/gpusampler/gpusampler/sampler"
 	"github.com/gpusampler/gpusampler/sampler/sim"
@@ -214,19 +215,19 @@ func TestSIGSTOPPluginIntegration(t *testing.T) {
 
 // A binary whose checksum does not match is refused before it runs.
 func TestChecksumMismatch(t *testing.T) {
-	reg := config.NewRegistry(plugins.Kind())
+	reg := outputs.NewRegistry(plugins.Kind())
 	cfgText := `
 [[outputs.plugin]]
   name = "my-sink"
   path = "` + testPluginPath + `"
   sha256 = "` + strings.Repeat("ab", 32) + `"
 `
-	cfg, err := config.Parse("test.toml", []byte(cfgText), config.Options{Registry: reg})
+	cfg, err := appconfig.Parse("test.toml", []byte(cfgText), appconfig.Options{Registry: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
 	k, _ := reg.Lookup("plugin")
-	_, err = k.Build(cfg.Outputs[0], config.BuildEnv{})
+	_, err = k.Build(&cfg.Outputs[0].Block, outputs.BuildEnv{})
 	if err == nil || !strings.Contains(err.Error(), "checksum mismatch") || !strings.Contains(err.Error(), testPluginPath) {
 		t.Fatalf("err = %v", err)
 	}
@@ -235,7 +236,7 @@ func TestChecksumMismatch(t *testing.T) {
 
 // Key errors from the plugin come back at the config file's lines.
 func TestPluginKeyErrorsAtLines(t *testing.T) {
-	reg := config.NewRegistry(plugins.Kind())
+	reg := outputs.NewRegistry(plugins.Kind())
 	cfgText := `[[outputs.plugin]]
   name = "my-sink"
   path = "` + testPluginPath + `"
@@ -244,12 +245,12 @@ func TestPluginKeyErrorsAtLines(t *testing.T) {
     min_value = 5000
     colour = "red"
 `
-	cfg, err := config.Parse("test.toml", []byte(cfgText), config.Options{Registry: reg})
+	cfg, err := appconfig.Parse("test.toml", []byte(cfgText), appconfig.Options{Registry: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
 	k, _ := reg.Lookup("plugin")
-	_, err = k.Build(cfg.Outputs[0], config.BuildEnv{})
+	_, err = k.Build(&cfg.Outputs[0].Block, outputs.BuildEnv{})
 	msg := ""
 	if err != nil {
 		msg = err.Error()
@@ -264,7 +265,7 @@ func TestPluginKeyErrorsAtLines(t *testing.T) {
 
 // A plugin that panics in configure: the startup error names the output.
 func TestConfigurePanicNamesOutput(t *testing.T) {
-	reg := config.NewRegistry(plugins.Kind())
+	reg := outputs.NewRegistry(plugins.Kind())
 	cfgText := `[[outputs.plugin]]
   name = "panicky-sink"
   path = "` + testPluginPath + `"
@@ -275,7 +276,7 @@ func TestConfigurePanicNamesOutput(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "gpusampler.toml")
 	os.WriteFile(path, []byte(cfgText), 0o644)
-	cfg, err := config.Load(path, config.Options{Registry: reg})
+	cfg, err := appconfig.Load(path, appconfig.Options{Registry: reg})
 	if err != nil {
 		t.Fatal(err)
 	}

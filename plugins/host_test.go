@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/gpusampler/gpusampler/config"
+	"github.com/gpusampler/gpusampler/internal/appconfig"
+	"github.com/gpusampler/gpusampler/outputs"
 	"github.com/gpusampler/gpusampler/outputs/outputtest"
 	"github.com/gpusampler/gpusampler/plugins"
 	"github.com/gpusampler/gpusampler/plugins/sdk"
@@ -16,8 +18,8 @@ import (
 
 // fileKind is a built-in-style kind marked OutOfProcess: it appends the
 // sample count of each batch and the build environment to a file.
-func fileKind() config.OutputKind {
-	return config.OutputKind{Kind: "countfile", SampleConfig: "[[outputs.countfile]]\n  path = \"/tmp/x\"\n",
+func fileKind() outputs.Kind {
+	return outputs.Kind{Kind: "countfile", SampleConfig: "[[outputs.countfile]]\n  path = \"/tmp/x\"\n",
 		OutOfProcess: true,
 		Parse: func(t *config.Table) any {
 			var p string
@@ -27,7 +29,7 @@ func fileKind() config.OutputKind {
 			}
 			return p
 		},
-		Build: func(o *config.Output, env config.BuildEnv) (sampler.Output, error) {
+		Build: func(o *outputs.Block, env outputs.BuildEnv) (sampler.Output, error) {
 			f, err := os.OpenFile(o.Options.(string), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 			if err != nil {
 				return nil, err
@@ -61,17 +63,17 @@ func TestHelperServe(t *testing.T) {
 func TestHostRegistryOutOfProcess(t *testing.T) {
 	exe, _ := os.Executable()
 	// the plugin's environment is minimal: the helper's variables go in HostOptions.Env
-	reg := plugins.HostRegistry(config.NewRegistry(fileKind()), plugins.HostOptions{Executable: exe,
+	reg := plugins.HostRegistry(outputs.NewRegistry(fileKind()), plugins.HostOptions{Executable: exe,
 		Args: func(string) []string { return []string{"-test.run=^TestHelperServe$"} },
 		Env:  []string{"GPUSAMPLER_HELPER_SERVE=1", "GPUSAMPLER_HELPER_PLUGIN=" + testPluginPath}})
 	path := filepath.Join(t.TempDir(), "out.txt")
-	cfg, err := config.Parse("t.toml", []byte("[[outputs.countfile]]\n  name = \"far\"\n  flush_interval = \"1s\"\n  path = \""+path+"\"\n"),
-		config.Options{Registry: reg})
+	cfg, err := appconfig.Parse("t.toml", []byte("[[outputs.countfile]]\n  name = \"far\"\n  flush_interval = \"1s\"\n  path = \""+path+"\"\n"),
+		appconfig.Options{Registry: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
 	k, _ := reg.Lookup("countfile")
-	out, err := k.Build(cfg.Outputs[0], config.BuildEnv{Host: "node7"})
+	out, err := k.Build(&cfg.Outputs[0].Block, outputs.BuildEnv{Host: "node7"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	_ "embed"
 
 	"github.com/gpusampler/gpusampler/config"
+	"github.com/gpusampler/gpusampler/outputs"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
@@ -49,8 +50,8 @@ type KindOptions struct {
 //	  sha256 = "…"
 //	  [outputs.plugin.config]
 //	    url = "…"
-func Kind() config.OutputKind {
-	return config.OutputKind{Kind: "plugin", SampleConfig: sampleConf, Parse: parseKind, Build: buildKind}
+func Kind() outputs.Kind {
+	return outputs.Kind{Kind: "plugin", SampleConfig: sampleConf, Parse: parseKind, Build: buildKind}
 }
 
 func parseKind(t *config.Table) any {
@@ -108,7 +109,7 @@ func checksumError(path, got, want string) error {
 		ErrChecksum, path, got, strings.ToLower(want))
 }
 
-func buildKind(o *config.Output, env config.BuildEnv) (sampler.Output, error) {
+func buildKind(o *outputs.Block, env outputs.BuildEnv) (sampler.Output, error) {
 	ko, _ := o.Options.(KindOptions)
 	if ko.SHA256 == "" && env.Logger != nil {
 		env.Logger.Warn("plugin runs unverified (allow_unverified = true): its binary is not checked", "path", ko.Path)
@@ -128,7 +129,7 @@ func buildKind(o *config.Output, env config.BuildEnv) (sampler.Output, error) {
 // placeKeyErrors turns a plugin's key errors into config errors at the
 // keys' lines (prefix locates the block handed to the plugin inside the
 // output's block); other errors pass through.
-func placeKeyErrors(o *config.Output, prefix string, err error) error {
+func placeKeyErrors(o *outputs.Block, prefix string, err error) error {
 	kerrs := KeyErrors(err)
 	if kerrs == nil {
 		return err
@@ -165,11 +166,11 @@ type HostOptions struct {
 // `gpusampler plugin serve KIND`; that process builds the real output with
 // r's own Build (see sdk.ServeKind). The other kinds are unchanged. The
 // fan-out cannot tell the difference: both are sampler.Outputs.
-func HostRegistry(r *config.Registry, h HostOptions) *config.Registry {
+func HostRegistry(r *outputs.Registry, h HostOptions) *outputs.Registry {
 	if h.Args == nil {
 		h.Args = func(kind string) []string { return []string{"plugin", "serve", kind} }
 	}
-	var kinds []config.OutputKind
+	var kinds []outputs.Kind
 	for _, name := range r.Kinds() {
 		k, _ := r.Lookup(name)
 		if k.OutOfProcess {
@@ -177,11 +178,11 @@ func HostRegistry(r *config.Registry, h HostOptions) *config.Registry {
 		}
 		kinds = append(kinds, k)
 	}
-	return config.NewRegistry(kinds...)
+	return outputs.NewRegistry(kinds...)
 }
 
-func hostBuild(kind string, h HostOptions) func(o *config.Output, env config.BuildEnv) (sampler.Output, error) {
-	return func(o *config.Output, env config.BuildEnv) (sampler.Output, error) {
+func hostBuild(kind string, h HostOptions) func(o *outputs.Block, env outputs.BuildEnv) (sampler.Output, error) {
+	return func(o *outputs.Block, env outputs.BuildEnv) (sampler.Output, error) {
 		exe, argv0 := h.Executable, h.Executable
 		if exe == "" {
 			var err error
@@ -191,7 +192,7 @@ func hostBuild(kind string, h HostOptions) func(o *config.Output, env config.Bui
 			exe = cmp.Or(selfExe, argv0)
 		}
 		block := maps.Clone(o.Raw)
-		for _, k := range config.CommonKeys() {
+		for _, k := range outputs.CommonKeys() {
 			delete(block, k)
 		}
 		args := h.Args(kind)

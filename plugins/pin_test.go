@@ -17,7 +17,8 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/gpusampler/gpusampler/config"
+	"github.com/gpusampler/gpusampler/internal/appconfig"
+	"github.com/gpusampler/gpusampler/outputs"
 	"github.com/gpusampler/gpusampler/outputs/outputtest"
 	"github.com/gpusampler/gpusampler/plugins"
 	"github.com/gpusampler/gpusampler/sampler"
@@ -207,14 +208,14 @@ func TestModifiedBetweenCheckAndExec(t *testing.T) {
 
 // Without sha256 a plugin block is refused unless allow_unverified is set.
 func TestUnverifiedPluginNeedsOptIn(t *testing.T) {
-	reg := config.NewRegistry(plugins.Kind())
+	reg := outputs.NewRegistry(plugins.Kind())
 	block := "[[outputs.plugin]]\n  name = \"my-sink\"\n  path = \"/usr/local/lib/gpusampler/my-sink\"\n"
-	_, err := config.Parse("test.toml", []byte(block), config.Options{Registry: reg})
+	_, err := appconfig.Parse("test.toml", []byte(block), appconfig.Options{Registry: reg})
 	want := "test.toml:1: outputs.plugin[0]: sha256 is required (sha256sum PATH): the plugin binary is verified at every start; set allow_unverified = true to run it unverified"
 	if err == nil || err.Error() != want {
 		t.Fatalf("err = %v\nwant %s", err, want)
 	}
-	cfg, err := config.Parse("test.toml", []byte(block+"  allow_unverified = true\n"), config.Options{Registry: reg})
+	cfg, err := appconfig.Parse("test.toml", []byte(block+"  allow_unverified = true\n"), appconfig.Options{Registry: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,13 +267,13 @@ func TestPluginEnvironmentIsMinimal(t *testing.T) {
   [outputs.plugin.config]
     dump = "` + dir + `/${OTHER_BLOCK_SECRET}"
 `
-	reg := config.NewRegistry(plugins.Kind())
-	cfg, err := config.Parse("test.toml", []byte(cfgText), config.Options{Registry: reg})
+	reg := outputs.NewRegistry(plugins.Kind())
+	cfg, err := appconfig.Parse("test.toml", []byte(cfgText), appconfig.Options{Registry: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
 	k, _ := reg.Lookup("plugin")
-	out, err := k.Build(cfg.Outputs[0], config.BuildEnv{})
+	out, err := k.Build(&cfg.Outputs[0].Block, outputs.BuildEnv{})
 	if err != nil {
 		t.Fatal(err)
 	}

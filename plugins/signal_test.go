@@ -6,7 +6,8 @@ import (
 	"syscall"
 
 	"github.com/gpusampler/gpusampler/agent"
-	"github.com/gpusampler/gpusampler/config"
+	"github.com/gpusampler/gpusampler/internal/appconfig"
+	"github.com/gpusampler/gpusampler/outputs"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
@@ -16,6 +17,6 @@ func itoa(n int) string { return strconv.Itoa(n) }
 
 func fmtSscan(s string, n *int) (int, error) { return fmt.Sscan(s, n) }
 
-func newAgent(src sampler.Source, cfg *config.Config, reg *config.Registry) (*agent.Agent, error) {
+func newAgent(src sampler.Source, cfg *appconfig.Config, reg *outputs.Registry) (*agent.Agent, error) {
 	return agent.New(src, cfg, agent.Options{Registry: reg})
 }

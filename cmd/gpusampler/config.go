@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/gpusampler/gpusampler/config"
-	"github.com/gpusampler/gpusampler/outputs/all"
+	"github.com/gpusampler/gpusampler/internal/appconfig"
+	"github.com/gpusampler/gpusampler/internal/registry"
 )
 
 // cmdConfig prints the whole commented example config, assembled from the
@@ -18,12 +18,12 @@ func cmdConfig(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if *check != "" {
-		if _, err := config.Load(*check, config.Options{Registry: all.Registry()}); err != nil {
+		if _, err := appconfig.Load(*check, appconfig.Options{Registry: registry.Builtin()}); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "%s: ok\n", *check)
 		return nil
 	}
-	_, err := io.WriteString(stdout, config.Example(all.Registry()))
+	_, err := io.WriteString(stdout, appconfig.Example(registry.Builtin()))
 	return err
 }

@@ -6,14 +6,15 @@ import (
 	"io"
 	"sync"
 
-	"github.com/gpusampler/gpusampler/config"
+	"github.com/gpusampler/gpusampler/internal/appconfig"
+	"github.com/gpusampler/gpusampler/outputs"
 	"github.com/gpusampler/gpusampler/outputs/execd"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
 // addExecd adds the execd output for `run --execd MODE` and checks that
 // nothing else writes to stdout.
-func addExecd(cfg *config.Config, mode string, fromFile bool) error {
+func addExecd(cfg *appconfig.Config, mode string, fromFile bool) error {
 	signal, shape := "", execd.ShapeSummary
 	switch mode {
 	case "stream":
@@ -34,13 +35,14 @@ func addExecd(cfg *config.Config, mode string, fromFile bool) error {
 	} else {
 		cfg.Outputs = nil // the default stdout output
 	}
-	cfg.Outputs = append(cfg.Outputs, &config.Output{Kind: "execd", Name: "execd", FlushInterval: cfg.Agent.FlushInterval,
-		MaxBatch: sampler.DefaultMaxBatch, WriteTimeout: sampler.DefaultWriteTimeout,
-		Options: execd.Options{Signal: signal, Shape: shape}, Raw: map[string]any{"signal": signal, "shape": shape}})
+	cfg.Outputs = append(cfg.Outputs, &appconfig.Output{
+		Block: outputs.Block{Kind: "execd", Name: "execd",
+			Options: execd.Options{Signal: signal, Shape: shape}, Raw: map[string]any{"signal": signal, "shape": shape}},
+		FlushInterval: cfg.Agent.FlushInterval, MaxBatch: sampler.DefaultMaxBatch, WriteTimeout: sampler.DefaultWriteTimeout})
 	return nil
 }
 
-func hasExecd(cfg *config.Config) bool {
+func hasExecd(cfg *appconfig.Config) bool {
 	for _, o := range cfg.Outputs {
 		if o.Kind == "execd" {
 			return true
@@ -68,7 +70,7 @@ func newExecdWiring(ctx context.Context, stdin io.Reader, stop context.CancelFun
 
 // wire sets the trigger in cfg's execd outputs and starts the stdin reader
 // once.
-func (w *execdWiring) wire(cfg *config.Config) {
+func (w *execdWiring) wire(cfg *appconfig.Config) {
 	for _, o := range cfg.Outputs {
 		if opts, ok := o.Options.(execd.Options); ok && o.Kind == "execd" {
 			opts.Trigger = w.trigger

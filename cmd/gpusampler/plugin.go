@@ -13,7 +13,7 @@ import (
 
 	toml "github.com/pelletier/go-toml/v2"
 
-	"github.com/gpusampler/gpusampler/outputs/all"
+	"github.com/gpusampler/gpusampler/internal/registry"
 	"github.com/gpusampler/gpusampler/plugins"
 	"github.com/gpusampler/gpusampler/plugins/sdk"
 	"github.com/gpusampler/gpusampler/sampler"
@@ -31,7 +31,7 @@ func cmdPlugin(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if len(args) != 2 {
 			return usagef("serve: want one output kind")
 		}
-		k, ok := all.Registry().Lookup(args[1])
+		k, ok := registry.Builtin().Lookup(args[1])
 		if !ok || k.Kind == "plugin" {
 			return usagef("serve: unknown output kind %q", args[1])
 		}

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpusampler/gpusampler/config"
-	"github.com/gpusampler/gpusampler/outputs/all"
+	"github.com/gpusampler/gpusampler/internal/appconfig"
+	"github.com/gpusampler/gpusampler/internal/registry"
 	"github.com/gpusampler/gpusampler/outputs/execd"
 )
 
@@ -35,9 +35,9 @@ func TestRunFlagsApplyAtStartAndReload(t *testing.T) {
 		fromFile: true,
 		wiring:   newExecdWiring(ctx, stdin, cancel),
 	}
-	copts := config.Options{Registry: all.Registry()}
-	load := func() *config.Config {
-		cfg, err := config.Load(path, copts)
+	copts := appconfig.Options{Registry: registry.Builtin()}
+	load := func() *appconfig.Config {
+		cfg, err := appconfig.Load(path, copts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -49,7 +49,7 @@ func TestRunFlagsApplyAtStartAndReload(t *testing.T) {
 	start, reload := load(), load()
 	want := start.Sampler
 	want.Backend, want.GPUs, want.DrainInterval, want.FieldInterval = "sim", 5, 300*time.Millisecond, 50*time.Millisecond
-	for i, cfg := range []*config.Config{start, reload} {
+	for i, cfg := range []*appconfig.Config{start, reload} {
 		if !reflect.DeepEqual(cfg.Sampler, want) {
 			t.Errorf("config %d: sampler %+v, want %+v", i, cfg.Sampler, want)
 		}

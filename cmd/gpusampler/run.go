@@ -16,8 +16,9 @@ import (
 	"time"
 
 	"github.com/gpusampler/gpusampler/agent"
-	"github.com/gpusampler/gpusampler/config"
-	"github.com/gpusampler/gpusampler/outputs/all"
+	"github.com/gpusampler/gpusampler/internal/appconfig"
+	"github.com/gpusampler/gpusampler/internal/registry"
+	"github.com/gpusampler/gpusampler/outputs"
 	"github.com/gpusampler/gpusampler/outputs/stdout"
 	"github.com/gpusampler/gpusampler/plugins"
 	"github.com/gpusampler/gpusampler/sampler"
@@ -194,8 +195,8 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, out, stderr io.
 	}
 	// Network outputs marked out of process run as `gpusampler plugin
 	// serve KIND` children of this binary.
-	reg := plugins.HostRegistry(all.Registry(), plugins.HostOptions{})
-	copts := config.Options{Registry: reg}
+	reg := plugins.HostRegistry(registry.Builtin(), plugins.HostOptions{})
+	copts := appconfig.Options{Registry: reg}
 	// An execd output (from --execd or the config) makes stdin Telegraf's:
 	// a newline is a gather, EOF ends the run.
 	var cancelRun context.CancelFunc
@@ -203,12 +204,12 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, out, stderr io.
 	defer cancelRun()
 	rf := &runFlags{set: set, backend: bf, host: *host, devices: *devices, execd: *execdMode, drain: drain, field: field,
 		fromFile: *cfgPath != "", wiring: newExecdWiring(ctx, stdin, cancelRun)}
-	var cfg *config.Config
+	var cfg *appconfig.Config
 	if *cfgPath != "" {
 		if set["format"] {
 			return usagef("--format applies only without --config (set format in [[outputs.stdout]])")
 		}
-		if cfg, err = config.Load(*cfgPath, copts); err != nil {
+		if cfg, err = appconfig.Load(*cfgPath, copts); err != nil {
 			return err
 		}
 	} else {
@@ -219,12 +220,12 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, out, stderr io.
 		if !slices.Contains(stdout.Formats, *format) {
 			return usagef("unknown format %q (want one of: %s)", *format, strings.Join(stdout.Formats, ", "))
 		}
-		if cfg, err = config.Parse("(flags)", nil, copts); err != nil {
+		if cfg, err = appconfig.Parse("(flags)", nil, copts); err != nil {
 			return err
 		}
-		cfg.Outputs = []*config.Output{{Kind: "stdout", Name: "stdout", FlushInterval: cfg.Agent.FlushInterval,
-			MaxBatch: sampler.DefaultMaxBatch, WriteTimeout: sampler.DefaultWriteTimeout,
-			Options: stdout.Options{Format: *format}, Raw: map[string]any{"format": *format}}}
+		cfg.Outputs = []*appconfig.Output{{
+			Block:         outputs.Block{Kind: "stdout", Name: "stdout", Options: stdout.Options{Format: *format}, Raw: map[string]any{"format": *format}},
+			FlushInterval: cfg.Agent.FlushInterval, MaxBatch: sampler.DefaultMaxBatch, WriteTimeout: sampler.DefaultWriteTimeout}}
 	}
 	if set["execd"] && set["format"] {
 		return usagef("--format does not apply with --execd (line protocol is what Telegraf reads)")
@@ -290,7 +291,7 @@ type runFlags struct {
 
 // apply overrides cfg with the flags given explicitly (without --config,
 // the backend flags' defaults too) and wires execd outputs to stdin.
-func (f *runFlags) apply(cfg *config.Config) error {
+func (f *runFlags) apply(cfg *appconfig.Config) error {
 	s := &cfg.Sampler
 	b := f.backend
 	if !f.fromFile || f.set["backend"] {
@@ -319,7 +320,7 @@ func (f *runFlags) apply(cfg *config.Config) error {
 		s.FieldInterval = f.field.d
 	}
 	if f.host != "" {
-		if err := config.CheckTagText(f.host); err != nil {
+		if err := appconfig.CheckTagText(f.host); err != nil {
 			return fmt.Errorf("--host %q: %w", f.host, err)
 		}
 		cfg.Agent.Hostname = f.host
@@ -338,8 +339,8 @@ func (f *runFlags) apply(cfg *config.Config) error {
 // reloadFile reads path, applies the command-line flags and hands the
 // result to the agent. A config that does not load is refused (logged with
 // its file:line errors) and the running one stays.
-func reloadFile(a *agent.Agent, path string, copts config.Options, f *runFlags, log *slog.Logger) error {
-	cfg, err := config.Load(path, copts)
+func reloadFile(a *agent.Agent, path string, copts appconfig.Options, f *runFlags, log *slog.Logger) error {
+	cfg, err := appconfig.Load(path, copts)
 	if err == nil {
 		err = f.apply(cfg)
 	}

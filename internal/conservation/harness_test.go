@@ -19,8 +19,9 @@ import (
 	"time"
 
 	"github.com/gpusampler/gpusampler/agent"
-	"github.com/gpusampler/gpusampler/config"
+	"github.com/gpusampler/gpusampler/internal/appconfig"
 	"github.com/gpusampler/gpusampler/internal/conservation"
+	"github.com/gpusampler/gpusampler/outputs"
 	"github.com/gpusampler/gpusampler/outputs/aggregate"
 	"github.com/gpusampler/gpusampler/outputs/buffer"
 	"github.com/gpusampler/gpusampler/outputs/stdout"
@@ -199,12 +200,12 @@ func (e *env) configText() string {
 	return b.String()
 }
 
-func registry() *config.Registry {
-	return config.NewRegistry(conservation.RecordKind(), plugins.Kind(), stdout.Kind())
+func registry() *outputs.Registry {
+	return outputs.NewRegistry(conservation.RecordKind(), plugins.Kind(), stdout.Kind())
 }
 
-func (e *env) parse(text string) (*config.Config, error) {
-	return config.Parse(filepath.Join(e.dir, "gpusampler.toml"), []byte(text), config.Options{Registry: registry()})
+func (e *env) parse(text string) (*appconfig.Config, error) {
+	return appconfig.Parse(filepath.Join(e.dir, "gpusampler.toml"), []byte(text), appconfig.Options{Registry: registry()})
 }
 
 // running is one agent run.
@@ -465,7 +466,7 @@ func (r *running) reload(text string) error {
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		r.e.t.Fatal(err)
 	}
-	err := r.a.ReloadFile(path, config.Options{Registry: registry()})
+	err := r.a.ReloadFile(path, appconfig.Options{Registry: registry()})
 	after := r.a.Outputs()
 	for _, c := range r.e.cells {
 		if n := c.name(); outs[n] != after[n] {

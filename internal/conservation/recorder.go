@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/gpusampler/gpusampler/config"
+	"github.com/gpusampler/gpusampler/outputs"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
@@ -193,8 +194,8 @@ func ReadFile(path string) (batches []Batch, torn int, err error) {
 //	[[outputs.record]]
 //	  file = "/tmp/x.jsonl"      # the record file (required)
 //	  control = "/tmp/x.ctl"     # control words, read at every write
-func RecordKind() config.OutputKind {
-	return config.OutputKind{Kind: "record", Parse: parseRecord, Build: buildRecord}
+func RecordKind() outputs.Kind {
+	return outputs.Kind{Kind: "record", Parse: parseRecord, Build: buildRecord}
 }
 
 type recordOptions struct{ file, control string }
@@ -209,7 +210,7 @@ func parseRecord(t *config.Table) any {
 	return o
 }
 
-func buildRecord(o *config.Output, _ config.BuildEnv) (sampler.Output, error) {
+func buildRecord(o *outputs.Block, _ outputs.BuildEnv) (sampler.Output, error) {
 	ro, _ := o.Options.(recordOptions)
 	return NewRecorder(ro.file, ro.control)
 }

@@ -33,6 +33,7 @@ import (
 
 	"github.com/gpusampler/gpusampler/config"
 	"github.com/gpusampler/gpusampler/internal/accum"
+	"github.com/gpusampler/gpusampler/outputs"
 	"github.com/gpusampler/gpusampler/outputs/encoding/lineproto"
 	"github.com/gpusampler/gpusampler/sampler"
 )
@@ -298,8 +299,8 @@ func (o *Output) Close() error {
 // Kind describes the execd output to the config registry. The command
 // (gpusampler run) gives a STDIN block its Trigger; a block built without
 // one is an error.
-func Kind() config.OutputKind {
-	return config.OutputKind{
+func Kind() outputs.Kind {
+	return outputs.Kind{
 		Kind:         "execd",
 		SampleConfig: SampleConfig,
 		Parse: func(t *config.Table) any {
@@ -311,7 +312,7 @@ func Kind() config.OutputKind {
 			}
 			return o
 		},
-		Build: func(c *config.Output, env config.BuildEnv) (sampler.Output, error) {
+		Build: func(c *outputs.Block, env outputs.BuildEnv) (sampler.Output, error) {
 			opts, _ := c.Options.(Options)
 			opts.Host, opts.GlobalTags, opts.Catalog = env.Host, env.GlobalTags, env.Catalog
 			return New(env.Stdout, opts)

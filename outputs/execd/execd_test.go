@@ -9,8 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpusampler/gpusampler/config"
+	"github.com/gpusampler/gpusampler/internal/appconfig"
 	"github.com/gpusampler/gpusampler/internal/influxtest"
+	"github.com/gpusampler/gpusampler/outputs"
 	"github.com/gpusampler/gpusampler/outputs/execd"
 	"github.com/gpusampler/gpusampler/outputs/outputtest"
 	"github.com/gpusampler/gpusampler/sampler"
@@ -167,9 +168,9 @@ func sameFields(got, want string) bool {
 // The shape key, as sample.conf documents it: "summary" or "nvidia_smi",
 // for signal = "STDIN" only.
 func TestShapeConfig(t *testing.T) {
-	reg := config.NewRegistry(execd.Kind())
+	reg := outputs.NewRegistry(execd.Kind())
 	parse := func(block string) (execd.Options, error) {
-		c, err := config.Parse("t.toml", []byte("[[outputs.execd]]\n"+block+"\n"), config.Options{Registry: reg})
+		c, err := appconfig.Parse("t.toml", []byte("[[outputs.execd]]\n"+block+"\n"), appconfig.Options{Registry: reg})
 		if err != nil {
 			return execd.Options{}, err
 		}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpusampler/gpusampler/config"
+	"github.com/gpusampler/gpusampler/outputs"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
@@ -53,13 +54,13 @@ type TLSConfig struct {
 }
 
 // Kind describes the influxdb output to the config registry.
-func Kind() config.OutputKind {
-	return config.OutputKind{
+func Kind() outputs.Kind {
+	return outputs.Kind{
 		Kind:         "influxdb",
 		OutOfProcess: true, // a network output: its own process (plugins.HostRegistry)
 		SampleConfig: SampleConfig,
 		Parse:        func(t *config.Table) any { return Parse(t) },
-		Build: func(o *config.Output, env config.BuildEnv) (sampler.Output, error) {
+		Build: func(o *outputs.Block, env outputs.BuildEnv) (sampler.Output, error) {
 			c, ok := o.Options.(Config)
 			if !ok {
 				return nil, fmt.Errorf("influxdb %q: no parsed options", o.Name)

@@ -10,8 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpusampler/gpusampler/config"
+	"github.com/gpusampler/gpusampler/internal/appconfig"
 	"github.com/gpusampler/gpusampler/internal/influxtest"
+	"github.com/gpusampler/gpusampler/outputs"
 	"github.com/gpusampler/gpusampler/outputs/influxdb"
 	"github.com/gpusampler/gpusampler/outputs/outputtest"
 	"github.com/gpusampler/gpusampler/sampler"
@@ -20,9 +21,9 @@ import (
 // urls = [...] as Telegraf's outputs.influxdb takes it; url still works;
 // both at once, none listed, or a bad entry are errors naming the key.
 func TestURLsConfig(t *testing.T) {
-	reg := config.NewRegistry(influxdb.Kind())
+	reg := outputs.NewRegistry(influxdb.Kind())
 	parse := func(block string) (influxdb.Config, error) {
-		c, err := config.Parse("t.toml", []byte("[[outputs.influxdb]]\ndatabase = \"d\"\n"+block+"\n"), config.Options{Registry: reg})
+		c, err := appconfig.Parse("t.toml", []byte("[[outputs.influxdb]]\ndatabase = \"d\"\n"+block+"\n"), appconfig.Options{Registry: reg})
 		if err != nil {
 			return influxdb.Config{}, err
 		}

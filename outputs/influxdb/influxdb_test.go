@@ -11,8 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpusampler/gpusampler/config"
+	"github.com/gpusampler/gpusampler/internal/appconfig"
 	"github.com/gpusampler/gpusampler/internal/influxtest"
+	"github.com/gpusampler/gpusampler/outputs"
 	"github.com/gpusampler/gpusampler/outputs/influxdb"
 	"github.com/gpusampler/gpusampler/outputs/outputtest"
 	"github.com/gpusampler/gpusampler/sampler"
@@ -74,10 +75,10 @@ func TestConformance(t *testing.T) {
 	}
 }
 
-func parse(t *testing.T, doc string) (*config.Config, error) {
+func parse(t *testing.T, doc string) (*appconfig.Config, error) {
 	t.Helper()
-	reg := config.NewRegistry(influxdb.Kind())
-	return config.Parse("test.toml", []byte(doc), config.Options{Registry: reg,
+	reg := outputs.NewRegistry(influxdb.Kind())
+	return appconfig.Parse("test.toml", []byte(doc), appconfig.Options{Registry: reg,
 		LookupEnv: func(k string) (string, bool) { return map[string]string{"TOKEN": "s3cret"}[k], k == "TOKEN" }})
 }
 
@@ -127,7 +128,7 @@ func TestBuildTLSError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = influxdb.Kind().Build(cfg.Outputs[0], config.BuildEnv{})
+	_, err = influxdb.Kind().Build(&cfg.Outputs[0].Block, outputs.BuildEnv{})
 	if err == nil || !strings.Contains(err.Error(), `influxdb "secure": tls_ca:`) {
 		t.Fatalf("Build = %v", err)
 	}

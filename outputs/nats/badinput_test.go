@@ -7,9 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpusampler/gpusampler/config"
+	"github.com/gpusampler/gpusampler/internal/appconfig"
 	"github.com/gpusampler/gpusampler/internal/natstest"
-	"github.com/gpusampler/gpusampler/outputs/all"
+	"github.com/gpusampler/gpusampler/internal/registry"
+	"github.com/gpusampler/gpusampler/outputs"
 	natsout "github.com/gpusampler/gpusampler/outputs/nats"
 )
 
@@ -58,7 +59,7 @@ func TestConfigErrors(t *testing.T) {
 		{"bogus = 1", `cfg.toml:3: outputs.nats[0].bogus: unknown key`},
 	} {
 		text := "[[outputs.nats]]\nservers = [\"nats://127.0.0.1:4222\"]\n" + tc.block + "\n"
-		_, err := config.Parse("cfg.toml", []byte(text), config.Options{Registry: all.Registry()})
+		_, err := appconfig.Parse("cfg.toml", []byte(text), appconfig.Options{Registry: registry.Builtin()})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s:\n got %v\nwant %s", tc.block, err, tc.want)
 		}
@@ -87,13 +88,13 @@ func TestSanitize(t *testing.T) {
 // output NAME: "), errors carry neither the package nor the output name.
 func TestBuildErrorUnprefixed(t *testing.T) {
 	text := "[[outputs.nats]]\nservers = [\"nats://127.0.0.1:1\"]\nconnect_timeout = \"300ms\"\n"
-	reg := all.Registry()
-	cfg, err := config.Parse("cfg.toml", []byte(text), config.Options{Registry: reg})
+	reg := registry.Builtin()
+	cfg, err := appconfig.Parse("cfg.toml", []byte(text), appconfig.Options{Registry: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
 	k, _ := reg.Lookup("nats")
-	_, err = k.Build(cfg.Outputs[0], config.BuildEnv{Host: "h"})
+	_, err = k.Build(&cfg.Outputs[0].Block, outputs.BuildEnv{Host: "h"})
 	if err == nil || !strings.HasPrefix(err.Error(), "connect to nats://127.0.0.1:1: ") {
 		t.Fatalf("err = %v, want it to start with \"connect to\"", err)
 	}
@@ -146,7 +147,7 @@ func TestServerURLCredentialsRefused(t *testing.T) {
 	for _, servers := range []string{`"nats://u:s3cret@127.0.0.1:4222"`, `"u:s3cret@127.0.0.1"`,
 		`"nats://127.0.0.1:4222, nats://tok3n-s3cret@127.0.0.2:4222"`} {
 		text := "[[outputs.nats]]\nservers = [" + servers + "]\n"
-		_, err := config.Parse("cfg.toml", []byte(text), config.Options{Registry: all.Registry()})
+		_, err := appconfig.Parse("cfg.toml", []byte(text), appconfig.Options{Registry: registry.Builtin()})
 		want := "cfg.toml:2: outputs.nats[0].servers: credentials in a server URL: use username/password, token, nkey_seed_file or credentials_file (with ${ENV})"
 		if err == nil || err.Error() != want {
 			t.Errorf("servers = [%s]:\n got %v\nwant %s", servers, err, want)

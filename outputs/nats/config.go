@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpusampler/gpusampler/config"
+	"github.com/gpusampler/gpusampler/outputs"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
@@ -216,7 +217,7 @@ func (c Config) Validate() error {
 var jetStreamKeys = []string{"stream", "create_stream", "stream_subjects", "stream_storage", "stream_max_age",
 	"stream_max_bytes", "stream_replicas", "duplicate_window", "max_pending", "ack_timeout"}
 
-// Parse decodes a [[outputs.nats]] block (config.OutputKind.Parse).
+// Parse decodes a [[outputs.nats]] block (outputs.Kind.Parse).
 func Parse(t *config.Table) any {
 	c := DefaultConfig()
 	if t.Has("servers") {
@@ -274,13 +275,13 @@ func Parse(t *config.Table) any {
 }
 
 // Kind describes the NATS output to the config registry.
-func Kind() config.OutputKind {
-	return config.OutputKind{
+func Kind() outputs.Kind {
+	return outputs.Kind{
 		Kind:         "nats",
 		OutOfProcess: true, // a network output: its own process (plugins.HostRegistry)
 		SampleConfig: SampleConfig,
 		Parse:        Parse,
-		Build: func(o *config.Output, env config.BuildEnv) (sampler.Output, error) {
+		Build: func(o *outputs.Block, env outputs.BuildEnv) (sampler.Output, error) {
 			c, _ := o.Options.(Config)
 			// The agent names the file, line and output: no prefix of our own.
 			out, err := newOutput(c, newOptions([]Option{WithName(o.Name), WithHost(env.Host),

@@ -4,6 +4,7 @@ import (
 	_ "embed"
 
 	"github.com/gpusampler/gpusampler/config"
+	"github.com/gpusampler/gpusampler/outputs"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
@@ -13,14 +14,14 @@ import (
 var SampleConfig string
 
 // Kind describes the prometheus output to the config registry.
-func Kind() config.OutputKind {
-	return config.OutputKind{
+func Kind() outputs.Kind {
+	return outputs.Kind{
 		Kind:         "prometheus",
 		Exclusive:    true, // binds its listen address
 		OutOfProcess: true, // a network output: its own process (plugins.HostRegistry)
 		SampleConfig: SampleConfig,
 		Parse:        Parse,
-		Build: func(o *config.Output, env config.BuildEnv) (sampler.Output, error) {
+		Build: func(o *outputs.Block, env outputs.BuildEnv) (sampler.Output, error) {
 			opts, _ := o.Options.(Options)
 			opts.Host, opts.GlobalTags, opts.Logger, opts.Catalog = env.Host, env.GlobalTags, env.Logger, env.Catalog
 			return New(opts)

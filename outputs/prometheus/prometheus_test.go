@@ -20,7 +20,8 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/gpusampler/gpusampler/config"
+	"github.com/gpusampler/gpusampler/internal/appconfig"
+	"github.com/gpusampler/gpusampler/outputs"
 	"github.com/gpusampler/gpusampler/outputs/outputtest"
 	"github.com/gpusampler/gpusampler/sampler"
 )
@@ -549,8 +550,8 @@ func TestUnknownNaming(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `unknown naming scheme "influx"`) {
 		t.Errorf("New(naming influx) = %v", err)
 	}
-	reg := config.NewRegistry(Kind())
-	_, err = config.Parse("gpusampler.toml", []byte("[[outputs.prometheus]]\n  naming = \"influx\"\n  bogus = 1\n"), config.Options{Registry: reg})
+	reg := outputs.NewRegistry(Kind())
+	_, err = appconfig.Parse("gpusampler.toml", []byte("[[outputs.prometheus]]\n  naming = \"influx\"\n  bogus = 1\n"), appconfig.Options{Registry: reg})
 	if err == nil || !strings.Contains(err.Error(), `gpusampler.toml:2: outputs.prometheus[0].naming: unknown value "influx"`) ||
 		!strings.Contains(err.Error(), "gpusampler.toml:3: outputs.prometheus[0].bogus: unknown key") {
 		t.Errorf("config error = %v", err)
@@ -558,8 +559,8 @@ func TestUnknownNaming(t *testing.T) {
 }
 
 func TestConfigParse(t *testing.T) {
-	reg := config.NewRegistry(Kind())
-	c, err := config.Parse("g.toml", []byte("[[outputs.prometheus]]\n listen = \"127.0.0.1:0\"\n naming = \"prometheus\"\n host_label = \"hostname\"\n window = \"30s\"\n stale = \"5s\"\n"), config.Options{Registry: reg})
+	reg := outputs.NewRegistry(Kind())
+	c, err := appconfig.Parse("g.toml", []byte("[[outputs.prometheus]]\n listen = \"127.0.0.1:0\"\n naming = \"prometheus\"\n host_label = \"hostname\"\n window = \"30s\"\n stale = \"5s\"\n"), appconfig.Options{Registry: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -568,7 +569,7 @@ func TestConfigParse(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("options %+v, want %+v", got, want)
 	}
-	out, err := Kind().Build(c.Outputs[0], config.BuildEnv{Host: "h", Catalog: sampler.DefaultCatalog})
+	out, err := Kind().Build(&c.Outputs[0].Block, outputs.BuildEnv{Host: "h", Catalog: sampler.DefaultCatalog})
 	if err != nil {
 		t.Fatal(err)
 	}

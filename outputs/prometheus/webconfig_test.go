@@ -20,7 +20,8 @@ import (
 
 	"golang.org/x/crypto/bcrypt"
 
-	"github.com/gpusampler/gpusampler/config"
+	"github.com/gpusampler/gpusampler/internal/appconfig"
+	"github.com/gpusampler/gpusampler/outputs"
 )
 
 // TestWebConfigTLSAndBasicAuth: an exporter-toolkit web config turns on
@@ -137,12 +138,12 @@ func TestHealthUnauthenticated(t *testing.T) {
 		o.Close()
 	}
 
-	reg := config.NewRegistry(Kind())
-	_, err := config.Parse("g.toml", []byte("[[outputs.prometheus]]\n listen = \"127.0.0.1:0\"\n health_unauthenticated = true\n"), config.Options{Registry: reg})
+	reg := outputs.NewRegistry(Kind())
+	_, err := appconfig.Parse("g.toml", []byte("[[outputs.prometheus]]\n listen = \"127.0.0.1:0\"\n health_unauthenticated = true\n"), appconfig.Options{Registry: reg})
 	if err == nil || err.Error() != "g.toml:3: outputs.prometheus[0].health_unauthenticated: applies only with web_config (without one, nothing is authenticated)" {
 		t.Errorf("health_unauthenticated without web_config: %v", err)
 	}
-	c, err := config.Parse("g.toml", []byte("[[outputs.prometheus]]\n web_config = \"/etc/w.yml\"\n health_unauthenticated = true\n"), config.Options{Registry: reg})
+	c, err := appconfig.Parse("g.toml", []byte("[[outputs.prometheus]]\n web_config = \"/etc/w.yml\"\n health_unauthenticated = true\n"), appconfig.Options{Registry: reg})
 	if err != nil {
 		t.Fatal(err)
 	}

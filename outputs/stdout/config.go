@@ -5,13 +5,14 @@ import (
 	"os"
 
 	"github.com/gpusampler/gpusampler/config"
+	"github.com/gpusampler/gpusampler/outputs"
 	"github.com/gpusampler/gpusampler/outputs/aggregate"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
 // Kind describes the stdout output to the config registry.
-func Kind() config.OutputKind {
-	return config.OutputKind{
+func Kind() outputs.Kind {
+	return outputs.Kind{
 		Kind:          "stdout",
 		SampleConfig:  SampleConfig,
 		ExampleActive: true, // the example config runs as is, printing to stdout
@@ -20,7 +21,7 @@ func Kind() config.OutputKind {
 			t.OneOf("format", &o.Format, Formats...)
 			return o
 		},
-		Build: func(o *config.Output, env config.BuildEnv) (sampler.Output, error) {
+		Build: func(o *outputs.Block, env outputs.BuildEnv) (sampler.Output, error) {
 			opts, _ := o.Options.(Options)
 			opts.Host, opts.GlobalTags = env.Host, env.GlobalTags
 			opts.Color = opts.Format == "table" && isTerminal(env.Stdout)

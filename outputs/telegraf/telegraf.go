@@ -14,6 +14,7 @@ import (
 	"fmt"
 
 	"github.com/gpusampler/gpusampler/config"
+	"github.com/gpusampler/gpusampler/outputs"
 	"github.com/gpusampler/gpusampler/outputs/influxdb"
 	"github.com/gpusampler/gpusampler/sampler"
 )
@@ -46,13 +47,13 @@ type Config struct {
 }
 
 // Kind describes the telegraf output to the config registry.
-func Kind() config.OutputKind {
-	return config.OutputKind{
+func Kind() outputs.Kind {
+	return outputs.Kind{
 		Kind:         "telegraf",
 		OutOfProcess: true, // a network output: its own process (plugins.HostRegistry)
 		SampleConfig: SampleConfig,
 		Parse:        func(t *config.Table) any { return Parse(t) },
-		Build: func(o *config.Output, env config.BuildEnv) (sampler.Output, error) {
+		Build: func(o *outputs.Block, env outputs.BuildEnv) (sampler.Output, error) {
 			c, ok := o.Options.(Config)
 			if !ok {
 				return nil, fmt.Errorf("telegraf %q: no parsed options", o.Name)

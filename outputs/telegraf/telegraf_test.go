@@ -8,16 +8,17 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/gpusampler/gpusampler/config"
+	"github.com/gpusampler/gpusampler/internal/appconfig"
 	"github.com/gpusampler/gpusampler/internal/influxtest"
+	"github.com/gpusampler/gpusampler/outputs"
 	"github.com/gpusampler/gpusampler/outputs/outputtest"
 	"github.com/gpusampler/gpusampler/outputs/telegraf"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
-func parse(t *testing.T, doc string) (*config.Config, error) {
+func parse(t *testing.T, doc string) (*appconfig.Config, error) {
 	t.Helper()
-	return config.Parse("test.toml", []byte(doc), config.Options{Registry: config.NewRegistry(telegraf.Kind())})
+	return appconfig.Parse("test.toml", []byte(doc), appconfig.Options{Registry: outputs.NewRegistry(telegraf.Kind())})
 }
 
 // Conformance against a stand-in listener; Telegraf's real listeners run
@@ -46,7 +47,7 @@ func TestConformance(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					out, err := telegraf.Kind().Build(cfg.Outputs[0], config.BuildEnv{Host: "node1"})
+					out, err := telegraf.Kind().Build(&cfg.Outputs[0].Block, outputs.BuildEnv{Host: "node1"})
 					if err != nil {
 						t.Fatal(err)
 					}

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/gpusampler/gpusampler/config"
+	"github.com/gpusampler/gpusampler/outputs"
 	"github.com/gpusampler/gpusampler/plugins/internal/rpc"
 	"github.com/gpusampler/gpusampler/sampler"
 )
@@ -76,14 +77,14 @@ func OutputFactory(out sampler.Output) Factory {
 // ServeKind serves a built-in config kind out of process: the block is
 // decoded with the kind's Parse and the output made with its Build, as
 // in process. gpusampler's hidden `plugin serve KIND` command calls it.
-func ServeKind(k config.OutputKind) {
+func ServeKind(k outputs.Kind) {
 	ServeFactory(KindFactory(k))
 }
 
 // KindFactory is the Factory ServeKind uses for k.
-func KindFactory(k config.OutputKind) Factory {
+func KindFactory(k outputs.Kind) Factory {
 	return func(t *config.Table, env Env) (sampler.Output, error) {
-		o := &config.Output{Kind: k.Kind, Name: env.Name, Raw: t.Raw()}
+		o := &outputs.Block{Kind: k.Kind, Name: env.Name, Raw: t.Raw()}
 		if k.Parse != nil {
 			o.Options = k.Parse(t)
 		}
@@ -94,7 +95,7 @@ func KindFactory(k config.OutputKind) Factory {
 		if k.Build == nil {
 			return nil, fmt.Errorf("output kind %s cannot be built", k.Kind)
 		}
-		return k.Build(o, config.BuildEnv{Host: env.Host, GlobalTags: env.GlobalTags, Logger: env.Logger,
+		return k.Build(o, outputs.BuildEnv{Host: env.Host, GlobalTags: env.GlobalTags, Logger: env.Logger,
 			Catalog: env.Catalog})
 	}
 }

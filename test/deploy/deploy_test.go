@@ -15,8 +15,9 @@ import (
 	sigsjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
-	"github.com/gpusampler/gpusampler/config"
-	"github.com/gpusampler/gpusampler/outputs/all"
+
+	"github.com/gpusampler/gpusampler/internal/appconfig"
+	"github.com/gpusampler/gpusampler/internal/registry"
 )
 
 const root = "../.."
@@ -133,7 +134,7 @@ func checkConfig(t *testing.T, where, text string) {
 	if text == "" {
 		t.Fatalf("%s: no gpusampler.toml", where)
 	}
-	if _, err := config.Parse(where, []byte(text), config.Options{Registry: all.Registry()}); err != nil {
+	if _, err := appconfig.Parse(where, []byte(text), appconfig.Options{Registry: registry.Builtin()}); err != nil {
 		t.Fatalf("%s: gpusampler.toml: %v", where, err)
 	}
 }

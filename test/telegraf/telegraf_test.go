@@ -20,7 +20,8 @@ import (
 	"github.com/influxdata/telegraf/plugins/inputs/influxdb_v2_listener"
 	"github.com/influxdata/telegraf/plugins/parsers/influx"
 
-	gsconfig "github.com/gpusampler/gpusampler/config"
+	"github.com/gpusampler/gpusampler/internal/appconfig"
+	"github.com/gpusampler/gpusampler/outputs"
 	gstelegraf "github.com/gpusampler/gpusampler/outputs/telegraf"
 	"github.com/gpusampler/gpusampler/sampler"
 )
@@ -254,11 +255,11 @@ func TestListeners(t *testing.T) {
 			defer stop()
 			build := func(creds string) sampler.Output {
 				doc := "[[outputs.telegraf]]\nurl = \"http://" + addr + "\"\nlistener = \"" + tc.listener + "\"\ncontent_encoding = \"gzip\"\n" + creds + "\n"
-				cfg, err := gsconfig.Parse("test.toml", []byte(doc), gsconfig.Options{Registry: gsconfig.NewRegistry(gstelegraf.Kind())})
+				cfg, err := appconfig.Parse("test.toml", []byte(doc), appconfig.Options{Registry: outputs.NewRegistry(gstelegraf.Kind())})
 				if err != nil {
 					t.Fatal(err)
 				}
-				out, err := gstelegraf.Kind().Build(cfg.Outputs[0], gsconfig.BuildEnv{Host: "node1"})
+				out, err := gstelegraf.Kind().Build(&cfg.Outputs[0].Block, outputs.BuildEnv{Host: "node1"})
 				if err != nil {
 					t.Fatal(err)
 				}

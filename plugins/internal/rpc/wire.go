@@ -62,7 +62,7 @@ func catalogToProto(cat *sampler.Catalog) []*proto.MetricInfo {
 	return out
 }
 
-// EncodeTable converts a decoded TOML table (as config.Output.Raw holds it)
+// EncodeTable converts a decoded TOML table (as outputs.Block.Raw holds it)
 // to the protocol's Table.
 func EncodeTable(m map[string]any) (*proto.Table, error) {
 	t := &proto.Table{Fields: make(map[string]*proto.Value, len(m))}

@@ -1,4 +1,4 @@
-package config
+package appconfig
 
 import (
 	"cmp"
@@ -15,6 +15,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/gpusampler/gpusampler/config"
+	"github.com/gpusampler/gpusampler/outputs"
 	"github.com/gpusampler/gpusampler/outputs/buffer"
 	"github.com/gpusampler/gpusampler/sampler"
 	"github.com/gpusampler/gpusampler/sampler/sim"
@@ -135,20 +137,12 @@ type Sampler struct {
 	Include, Exclude []string
 }
 
-// Output is one [[outputs.KIND]] block.
+// Output is one [[outputs.KIND]] block: what the kind's Build sees
+// (outputs.Block) and the settings the agent applies around the output.
 type Output struct {
-	// Kind is the output's kind ("stdout").
-	Kind string
-	// Name identifies the output in the engine, logs and self-metrics: the
-	// block's name key, else the kind for the first block of a kind and
-	// "kind.N" for the N-th.
-	Name string
-	// Line is the line of the block's header.
-	Line int
+	outputs.Block
 	// Include and Exclude select metrics by name or group (globs).
 	Include, Exclude []string
-	// Aggregate is the summary window; 0 means raw samples.
-	Aggregate time.Duration
 	// FlushInterval, MaxBatch and WriteTimeout configure the pump.
 	FlushInterval time.Duration
 	MaxBatch      int
@@ -156,57 +150,7 @@ type Output struct {
 	// Buffer configures the optional per-output buffer between the pump and
 	// the output (Kind "" or "none": none).
 	Buffer buffer.Config
-	// Options is what the kind's Parse returned: its own typed, validated
-	// settings.
-	Options any
-	// Raw is the block as written, ${ENV} expanded, for plugins and for
-	// telling changed blocks from unchanged ones. Do not modify it.
-	Raw map[string]any
-
-	doc  *document // the file the block came from (nil when built in code)
-	path string    // the block's key path ("outputs.plugin[0]")
 }
-
-// ErrorAt returns a problem with key, a dotted path relative to the block
-// ("config.url"), placed at the key's line in the config file (else the
-// nearest enclosing key's, else the block's header). Plugins' configure
-// errors reach the user through it.
-func (o *Output) ErrorAt(key, msg string) *Error {
-	full := o.path
-	if full == "" {
-		full = "outputs." + o.Kind
-	}
-	if key != "" {
-		full += "." + key
-	}
-	if o.doc == nil {
-		return &Error{File: "(config)", Line: o.Line, Key: full, Msg: msg}
-	}
-	line := o.doc.line(full)
-	if line <= 1 && o.Line > 0 {
-		line = o.Line
-	}
-	return &Error{File: o.doc.file, Line: line, Key: full, Msg: o.doc.redact(msg)}
-}
-
-// EnvRefs returns NAME=value for every ${NAME} the block references,
-// sorted by name: what a plugin running the block is handed as its
-// environment (beside a minimal base), and nothing else of the host's.
-func (o *Output) EnvRefs() []string {
-	if o.doc == nil {
-		return nil
-	}
-	return o.doc.envRefsUnder(o.path)
-}
-
-// CommonKeys are the keys the config package takes from every output block
-// (the rest belongs to the kind).
-func CommonKeys() []string { return slices.Clone(commonOutputKeys) }
-
-// commonOutputKeys are taken by the config package from every output block.
-var commonOutputKeys = []string{"name", "include", "exclude", "aggregate", "flush_interval", "max_batch", "write_timeout",
-	"buffer", "buffer_max_bytes", "buffer_max_records", "buffer_dir", "buffer_fsync_interval", "retry_initial", "retry_max",
-	"buffer_close_timeout"}
 
 // Buffer defaults.
 const (
@@ -216,7 +160,7 @@ const (
 )
 
 // parseBuffer reads an output block's buffer keys.
-func parseBuffer(bt *Table) buffer.Config {
+func parseBuffer(bt *config.Table) buffer.Config {
 	var c buffer.Config
 	bt.OneOf("buffer", &c.Kind, "none", "memory", "disk")
 	switch c.Kind {
@@ -303,7 +247,7 @@ func (s *Sampler) DeviceFilter() func(sampler.Device) bool {
 // Options configure parsing.
 type Options struct {
 	// Registry knows the output kinds; blocks of other kinds are errors.
-	Registry *Registry
+	Registry *outputs.Registry
 	// LookupEnv resolves ${NAME}; nil means os.LookupEnv.
 	LookupEnv func(string) (string, bool)
 	// Catalog checks include/exclude patterns; nil means
@@ -325,21 +269,16 @@ func Load(name string, opts Options) (*Config, error) {
 // line "file:line: key: message". Parse does no I/O beyond reading the
 // environment.
 func Parse(file string, data []byte, opts Options) (*Config, error) {
-	if opts.LookupEnv == nil {
-		opts.LookupEnv = defaultLookupEnv
-	}
 	if opts.Catalog == nil {
 		opts.Catalog = sampler.DefaultCatalog
 	}
 	if opts.Registry == nil {
-		opts.Registry = NewRegistry()
+		opts.Registry = outputs.NewRegistry()
 	}
-	doc, tree, err := parseDocument(file, data)
+	root, err := config.Decode(file, data, opts.LookupEnv)
 	if err != nil {
 		return nil, err
 	}
-	doc.expandEnv("", tree, opts.LookupEnv)
-	root := newTable(doc, "", tree)
 	c := &Config{File: file}
 	c.Agent = parseAgent(root.Sub("agent"))
 	c.GlobalTags = parseGlobalTags(root.Sub("global_tags"))
@@ -347,7 +286,7 @@ func Parse(file string, data []byte, opts Options) (*Config, error) {
 	c.Attribution = parseAttribution(root.Sub("attribution"))
 	c.Outputs = parseOutputs(root.Sub("outputs"), c.Agent, opts)
 	root.Finish()
-	if err := doc.err(); err != nil {
+	if err := root.Err(); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -356,7 +295,7 @@ func Parse(file string, data []byte, opts Options) (*Config, error) {
 // parseGlobalTags takes [global_tags]: every key and value goes into
 // every record's tags (line protocol, NATS subjects, Prometheus labels), so
 // each must be writable as a line-protocol tag (CheckTagText).
-func parseGlobalTags(t *Table) map[string]string {
+func parseGlobalTags(t *config.Table) map[string]string {
 	tags := t.StringMap()
 	for _, k := range slices.Sorted(maps.Keys(tags)) {
 		if t.HasErr(k) {
@@ -394,7 +333,7 @@ func CheckTagText(s string) error {
 	return nil
 }
 
-func parseAgent(t *Table) Agent {
+func parseAgent(t *config.Table) Agent {
 	a := Agent{FlushInterval: sampler.DefaultFlushInterval, StatsInterval: DefaultStatsInterval, SelfMetrics: true,
 		ShutdownTimeout: sampler.DefaultShutdownTimeout}
 	t.String("hostname", &a.Hostname)
@@ -412,7 +351,7 @@ func parseAgent(t *Table) Agent {
 	return a
 }
 
-func parseAttribution(t *Table) Attribution {
+func parseAttribution(t *config.Table) Attribution {
 	a := Attribution{PodResourcesSocket: DefaultPodResourcesSocket, RefreshInterval: DefaultAttributionRefresh, ProcRoot: "/proc"}
 	t.Bool("kubernetes", &a.Kubernetes)
 	t.String("pod_resources_socket", &a.PodResourcesSocket)
@@ -433,7 +372,7 @@ func parseAttribution(t *Table) Attribution {
 	return a
 }
 
-func parseSampler(t *Table, cat *sampler.Catalog) Sampler {
+func parseSampler(t *config.Table, cat *sampler.Catalog) Sampler {
 	s := Sampler{Backend: "auto", Profile: "training", GPUs: 2, Seed: 1,
 		DrainInterval: sampler.DefaultDrainInterval, FieldInterval: sampler.DefaultFieldInterval,
 		SlowInterval: sampler.DefaultSlowInterval, RareInterval: sampler.DefaultRareInterval,
@@ -478,7 +417,7 @@ func parseSampler(t *Table, cat *sampler.Catalog) Sampler {
 
 // patterns reads include/exclude and checks that every pattern is a valid
 // glob matching at least one metric or group of the catalog.
-func patterns(t *Table, cat *sampler.Catalog) (include, exclude []string) {
+func patterns(t *config.Table, cat *sampler.Catalog) (include, exclude []string) {
 	t.Strings("include", &include)
 	t.Strings("exclude", &exclude)
 	check := func(key string, ps []string) {
@@ -512,11 +451,11 @@ func matchesCatalog(p string, cat *sampler.Catalog) bool {
 	return false
 }
 
-func parseOutputs(t *Table, agent Agent, opts Options) []*Output {
+func parseOutputs(t *config.Table, agent Agent, opts Options) []*Output {
 	var outs []*Output
 	names := map[string]string{} // name → key of the block that took it
 	for _, kind := range slices.Sorted(maps.Keys(t.Raw())) {
-		v, _ := t.take(kind)
+		v, _ := t.Take(kind)
 		k, known := opts.Registry.Lookup(kind)
 		if !known {
 			t.Errorf(kind, "unknown output kind %q (known: %s)", kind, strings.Join(opts.Registry.Kinds(), ", "))
@@ -524,19 +463,19 @@ func parseOutputs(t *Table, agent Agent, opts Options) []*Output {
 		}
 		blocks, ok := v.([]any)
 		if !ok {
-			t.Errorf(kind, "want one or more [[outputs.%s]] blocks, got %s", kind, typeName(v))
+			t.Errorf(kind, "want one or more [[outputs.%s]] blocks, got %s", kind, config.TypeName(v))
 			continue
 		}
 		for i, b := range blocks {
 			key := kind + "[" + strconv.Itoa(i) + "]"
 			m, ok := b.(map[string]any)
 			if !ok {
-				t.Errorf(key, "want a table, got %s", typeName(b))
+				t.Errorf(key, "want a table, got %s", config.TypeName(b))
 				continue
 			}
-			bt := newTable(t.doc, t.Key(key), m)
-			o := &Output{Kind: kind, Line: bt.Line(""), Raw: m, FlushInterval: agent.FlushInterval,
-				MaxBatch: sampler.DefaultMaxBatch, WriteTimeout: sampler.DefaultWriteTimeout, doc: t.doc, path: bt.Path()}
+			bt := t.Elem(key, m)
+			o := &Output{Block: outputs.Block{Kind: kind, Line: bt.Line(""), Raw: m, Table: bt},
+				FlushInterval: agent.FlushInterval, MaxBatch: sampler.DefaultMaxBatch, WriteTimeout: sampler.DefaultWriteTimeout}
 			o.Name = kind
 			if i > 0 {
 				o.Name = kind + "." + strconv.Itoa(i+1)
@@ -573,4 +512,16 @@ func parseOutputs(t *Table, agent Agent, opts Options) []*Output {
 	}
 	slices.SortStableFunc(outs, func(a, b *Output) int { return a.Line - b.Line })
 	return outs
+}
+
+// matchAny reports whether any of patterns matches name (path.Match globs).
+func matchAny(patterns []string, names ...string) bool {
+	for _, p := range patterns {
+		for _, n := range names {
+			if ok, _ := path.Match(p, n); ok {
+				return true
+			}
+		}
+	}
+	return false
 }

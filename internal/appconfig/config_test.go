@@ -1,4 +1,4 @@
-package config_test
+package appconfig_test
 
 import (
 	"errors"
@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/gpusampler/gpusampler/config"
+	"github.com/gpusampler/gpusampler/internal/appconfig"
+	"github.com/gpusampler/gpusampler/outputs"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
@@ -18,8 +20,8 @@ type testOpts struct {
 	Token string
 }
 
-func testRegistry() *config.Registry {
-	return config.NewRegistry(config.OutputKind{
+func testRegistry() *outputs.Registry {
+	return outputs.NewRegistry(outputs.Kind{
 		Kind: "fake",
 		Parse: func(t *config.Table) any {
 			o := testOpts{URL: "http://localhost"}
@@ -27,16 +29,16 @@ func testRegistry() *config.Registry {
 			t.String("token", &o.Token)
 			return o
 		},
-	}, config.OutputKind{Kind: "other"})
+	}, outputs.Kind{Kind: "other"})
 }
 
 func env(vars map[string]string) func(string) (string, bool) {
 	return func(k string) (string, bool) { v, ok := vars[k]; return v, ok }
 }
 
-func parse(t *testing.T, doc string) (*config.Config, error) {
+func parse(t *testing.T, doc string) (*appconfig.Config, error) {
 	t.Helper()
-	return config.Parse("test.toml", []byte(doc), config.Options{Registry: testRegistry(),
+	return appconfig.Parse("test.toml", []byte(doc), appconfig.Options{Registry: testRegistry(),
 		LookupEnv: env(map[string]string{"TOKEN": "s3cret", "HOST": "node7", "EMPTY": ""})})
 }
 
@@ -88,7 +90,7 @@ func TestParseFull(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantAgent := config.Agent{Hostname: "node7", FlushInterval: 50 * time.Millisecond, StatsInterval: 5 * time.Second,
+	wantAgent := appconfig.Agent{Hostname: "node7", FlushInterval: 50 * time.Millisecond, StatsInterval: 5 * time.Second,
 		ShutdownTimeout: sampler.DefaultShutdownTimeout}
 	if c.Agent != wantAgent {
 		t.Errorf("agent = %+v, want %+v", c.Agent, wantAgent)
@@ -96,7 +98,7 @@ func TestParseFull(t *testing.T) {
 	if want := map[string]string{"cluster": "train-a", "rack": "r12"}; !reflect.DeepEqual(c.GlobalTags, want) {
 		t.Errorf("global tags = %v", c.GlobalTags)
 	}
-	wantSampler := config.Sampler{Backend: "sim", Profile: "thermal", GPUs: 4, Seed: 7, Devices: []string{"0", "GPU-abc"},
+	wantSampler := appconfig.Sampler{Backend: "sim", Profile: "thermal", GPUs: 4, Seed: 7, Devices: []string{"0", "GPU-abc"},
 		DrainInterval: 500 * time.Millisecond, FieldInterval: 100 * time.Millisecond, SlowInterval: 2 * time.Second,
 		RareInterval: time.Minute, GPMInterval: 500 * time.Millisecond,
 		RingSize: 1024, Processes: true, ProcessInterval: time.Second, ProcessCmdlineMax: 128,
@@ -148,7 +150,7 @@ func TestParseDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Agent.StatsInterval != config.DefaultStatsInterval || !c.Agent.SelfMetrics ||
+	if c.Agent.StatsInterval != appconfig.DefaultStatsInterval || !c.Agent.SelfMetrics ||
 		c.Agent.FlushInterval != sampler.DefaultFlushInterval {
 		t.Errorf("agent defaults = %+v", c.Agent)
 	}
@@ -275,7 +277,7 @@ func TestEnvEscape(t *testing.T) {
 
 func TestSelector(t *testing.T) {
 	cat := sampler.DefaultCatalog
-	sel := config.Selector([]string{"power", "clocks_current_*"}, []string{"power_limit"})
+	sel := appconfig.Selector([]string{"power", "clocks_current_*"}, []string{"power_limit"})
 	var got []string
 	for _, m := range cat.All() {
 		if sel(&m) {
@@ -290,7 +292,7 @@ func TestSelector(t *testing.T) {
 }
 
 func TestDeviceFilter(t *testing.T) {
-	s := config.Sampler{Devices: []string{"1", "GPU-x"}}
+	s := appconfig.Sampler{Devices: []string{"1", "GPU-x"}}
 	f := s.DeviceFilter()
 	for _, tc := range []struct {
 		d    sampler.Device
@@ -305,13 +307,13 @@ func TestDeviceFilter(t *testing.T) {
 func TestProcessSettings(t *testing.T) {
 	for _, tc := range []struct {
 		name, toml string
-		want       config.Sampler
+		want       appconfig.Sampler
 		err        string
 	}{
-		{"defaults", "", config.Sampler{Processes: true, ProcessInterval: sampler.DefaultProcessInterval, ProcessCmdlineMax: sampler.DefaultCmdlineMax}, ""},
-		{"off", "[sampler]\nprocesses = false\n", config.Sampler{Processes: false, ProcessInterval: sampler.DefaultProcessInterval, ProcessCmdlineMax: sampler.DefaultCmdlineMax}, ""},
-		{"cmdline", "[sampler]\nprocess_interval = \"5s\"\nprocess_cmdline = true\nprocess_cmdline_max = 64\n", config.Sampler{Processes: true, ProcessInterval: 5 * time.Second, ProcessCmdline: true, ProcessCmdlineMax: 64}, ""},
-		{"too fast", "[sampler]\nprocess_interval = \"100ms\"\n", config.Sampler{}, "sampler.process_interval: 100ms: must be at least 1s"},
+		{"defaults", "", appconfig.Sampler{Processes: true, ProcessInterval: sampler.DefaultProcessInterval, ProcessCmdlineMax: sampler.DefaultCmdlineMax}, ""},
+		{"off", "[sampler]\nprocesses = false\n", appconfig.Sampler{Processes: false, ProcessInterval: sampler.DefaultProcessInterval, ProcessCmdlineMax: sampler.DefaultCmdlineMax}, ""},
+		{"cmdline", "[sampler]\nprocess_interval = \"5s\"\nprocess_cmdline = true\nprocess_cmdline_max = 64\n", appconfig.Sampler{Processes: true, ProcessInterval: 5 * time.Second, ProcessCmdline: true, ProcessCmdlineMax: 64}, ""},
+		{"too fast", "[sampler]\nprocess_interval = \"100ms\"\n", appconfig.Sampler{}, "sampler.process_interval: 100ms: must be at least 1s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg, err := parse(t, tc.toml)
@@ -334,7 +336,7 @@ func TestProcessSettings(t *testing.T) {
 
 func TestDefaultStateDir(t *testing.T) {
 	t.Setenv("STATE_DIRECTORY", "/run/state/gpusampler:/other")
-	if d, err := config.DefaultStateDir(); err != nil || d != "/run/state/gpusampler" {
+	if d, err := appconfig.DefaultStateDir(); err != nil || d != "/run/state/gpusampler" {
 		t.Errorf("with STATE_DIRECTORY: %q, %v", d, err)
 	}
 	t.Setenv("STATE_DIRECTORY", "")
@@ -343,7 +345,7 @@ func TestDefaultStateDir(t *testing.T) {
 	if os.Geteuid() == 0 {
 		want = "/var/lib/gpusampler"
 	}
-	if d, err := config.DefaultStateDir(); err != nil || d != want {
+	if d, err := appconfig.DefaultStateDir(); err != nil || d != want {
 		t.Errorf("without STATE_DIRECTORY: %q, %v; want %q", d, err, want)
 	}
 }
@@ -364,18 +366,18 @@ func TestErrorsNeverPrintExpandedValues(t *testing.T) {
 }
 
 func TestAttributionSettings(t *testing.T) {
-	def := config.Attribution{PodResourcesSocket: config.DefaultPodResourcesSocket, RefreshInterval: config.DefaultAttributionRefresh, ProcRoot: "/proc"}
+	def := appconfig.Attribution{PodResourcesSocket: appconfig.DefaultPodResourcesSocket, RefreshInterval: appconfig.DefaultAttributionRefresh, ProcRoot: "/proc"}
 	for _, tc := range []struct {
 		name, toml string
-		want       config.Attribution
+		want       appconfig.Attribution
 		err        string
 	}{
 		{"defaults", "", def, ""},
 		{"all", "[attribution]\nkubernetes = true\npod_resources_socket = \"/k.sock\"\nhpc_job_mapping_dir = \"/run/jobs\"\nslurm_cgroups = true\nrefresh_interval = \"2s\"\nproc_root = \"/host/proc\"\n",
-			config.Attribution{Kubernetes: true, PodResourcesSocket: "/k.sock", HPCJobMappingDir: "/run/jobs", SlurmCgroups: true, RefreshInterval: 2 * time.Second, ProcRoot: "/host/proc"}, ""},
-		{"too fast", "[attribution]\nrefresh_interval = \"10ms\"\n", config.Attribution{}, "attribution.refresh_interval: 10ms: must be at least 1s"},
-		{"no socket", "[attribution]\nkubernetes = true\npod_resources_socket = \"\"\n", config.Attribution{}, "attribution.pod_resources_socket: empty"},
-		{"unknown key", "[attribution]\nhpc_job_dir = \"/x\"\n", config.Attribution{}, "hpc_job_dir"},
+			appconfig.Attribution{Kubernetes: true, PodResourcesSocket: "/k.sock", HPCJobMappingDir: "/run/jobs", SlurmCgroups: true, RefreshInterval: 2 * time.Second, ProcRoot: "/host/proc"}, ""},
+		{"too fast", "[attribution]\nrefresh_interval = \"10ms\"\n", appconfig.Attribution{}, "attribution.refresh_interval: 10ms: must be at least 1s"},
+		{"no socket", "[attribution]\nkubernetes = true\npod_resources_socket = \"\"\n", appconfig.Attribution{}, "attribution.pod_resources_socket: empty"},
+		{"unknown key", "[attribution]\nhpc_job_dir = \"/x\"\n", appconfig.Attribution{}, "hpc_job_dir"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg, err := parse(t, tc.toml)
@@ -398,7 +400,7 @@ func TestAttributionSettings(t *testing.T) {
 // A UTF-8 byte-order mark is skipped; a duration too large for Go says
 // "out of range", one that does not parse says "not a duration".
 func TestBOMAndDurationRange(t *testing.T) {
-	c, err := config.Parse("test.toml", []byte("\xEF\xBB\xBF[agent]\n  hostname = \"n1\"\n"), config.Options{Registry: testRegistry()})
+	c, err := appconfig.Parse("test.toml", []byte("\xEF\xBB\xBF[agent]\n  hostname = \"n1\"\n"), appconfig.Options{Registry: testRegistry()})
 	if err != nil || c.Agent.Hostname != "n1" {
 		t.Fatalf("with a BOM: %v, hostname %q", err, c.Agent.Hostname)
 	}
@@ -424,5 +426,16 @@ func TestDecodeErrorsNameSectionAndKey(t *testing.T) {
 		if err == nil || err.Error() != want {
 			t.Errorf("%q:\n got %v\nwant %s", doc, err, want)
 		}
+	}
+}
+
+// TestCommonKeysAreTheBlockKeys: outputs.CommonKeys (what the plugin host
+// strips from a block before handing it to an out-of-process kind) are
+// exactly the keys Parse takes from every block, in order.
+func TestCommonKeysAreTheBlockKeys(t *testing.T) {
+	_, err := appconfig.Parse("t.toml", []byte("[[outputs.other]]\nbogus = 1\n"), appconfig.Options{Registry: testRegistry()})
+	want := "t.toml:2: outputs.other[0].bogus: unknown key (known: " + strings.Join(outputs.CommonKeys(), ", ") + ")"
+	if err == nil || err.Error() != want {
+		t.Errorf("Parse: %v\nwant %s", err, want)
 	}
 }

@@ -1,4 +1,4 @@
-package all_test
+package registry_test
 
 import (
 	"flag"
@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpusampler/gpusampler/config"
-	"github.com/gpusampler/gpusampler/outputs/all"
+	"github.com/gpusampler/gpusampler/internal/appconfig"
+	"github.com/gpusampler/gpusampler/internal/registry"
 )
 
 var update = flag.Bool("update", false, "rewrite config.example.toml from the sample.conf fragments")
@@ -16,9 +16,9 @@ const exampleFile = "../../config.example.toml"
 
 // TestExampleUpToDate fails when the checked-in config.example.toml is not
 // what `gpusampler config` prints (a sample.conf changed without
-// regenerating: go generate ./outputs/all, or go test ./outputs/all -update).
+// regenerating: go generate ./internal/registry, or go test ./internal/registry -update).
 func TestExampleUpToDate(t *testing.T) {
-	want := config.Example(all.Registry())
+	want := appconfig.Example(registry.Builtin())
 	if *update {
 		if err := os.WriteFile(exampleFile, []byte(want), 0o644); err != nil {
 			t.Fatal(err)
@@ -29,7 +29,7 @@ func TestExampleUpToDate(t *testing.T) {
 		t.Fatal(err)
 	}
 	if string(got) != want {
-		t.Errorf("config.example.toml is stale: run go generate ./outputs/all (or go test ./outputs/all -update)")
+		t.Errorf("config.example.toml is stale: run go generate ./internal/registry (or go test ./internal/registry -update)")
 	}
 }
 
@@ -38,9 +38,9 @@ func TestExampleUpToDate(t *testing.T) {
 // other kind's block is there commented out, and every fragment parses on
 // its own.
 func TestExampleParses(t *testing.T) {
-	reg := all.Registry()
-	example := config.Example(reg)
-	c, err := config.Parse("config.example.toml", []byte(example), config.Options{Registry: reg})
+	reg := registry.Builtin()
+	example := appconfig.Example(reg)
+	c, err := appconfig.Parse("config.example.toml", []byte(example), appconfig.Options{Registry: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +64,7 @@ func TestExampleParses(t *testing.T) {
 		frag := strings.TrimRight(kind.SampleConfig, "\n")
 		var un []string
 		on := false
-		for _, l := range strings.Split(config.CommentOutFragment(frag), "\n") {
+		for _, l := range strings.Split(appconfig.CommentOutFragment(frag), "\n") {
 			on = on || strings.HasPrefix(l, "# [")
 			if on {
 				if l == "#" {
@@ -83,7 +83,7 @@ func TestExampleParses(t *testing.T) {
 		if kind.SampleConfig == "" || kind.Build == nil {
 			t.Errorf("kind %s: missing sample config or build", k)
 		}
-		if _, err := config.Parse(k+"/sample.conf", []byte(kind.SampleConfig), config.Options{Registry: reg}); err != nil {
+		if _, err := appconfig.Parse(k+"/sample.conf", []byte(kind.SampleConfig), appconfig.Options{Registry: reg}); err != nil {
 			t.Errorf("kind %s: %v", k, err)
 		}
 	}

@@ -1,11 +1,11 @@
-// Package all lists every built-in output kind. A new output adds one line
-// to Registry. Kinds marked OutOfProcess are built in process from this
-// registry; the gpusampler command wraps it with plugins.HostRegistry so
-// that they run as plugins.
-package all
+// Package registry lists every built-in output kind of the gpusampler
+// command. A new output adds one line to Builtin. Kinds marked
+// OutOfProcess are built in process from this registry; the gpusampler
+// command wraps it with plugins.HostRegistry so that they run as plugins.
+package registry
 
 import (
-	"github.com/gpusampler/gpusampler/config"
+	"github.com/gpusampler/gpusampler/outputs"
 	"github.com/gpusampler/gpusampler/outputs/execd"
 	"github.com/gpusampler/gpusampler/outputs/influxdb"
 	"github.com/gpusampler/gpusampler/outputs/nats"
@@ -15,10 +15,10 @@ import (
 	"github.com/gpusampler/gpusampler/plugins"
 )
 
-// Registry returns a registry of every built-in output kind. Each call
+// Builtin returns a registry of every built-in output kind. Each call
 // returns a new value; nothing is shared.
-func Registry() *config.Registry {
-	return config.NewRegistry(
+func Builtin() *outputs.Registry {
+	return outputs.NewRegistry(
 		execd.Kind(),
 		influxdb.Kind(),
 		nats.Kind(),

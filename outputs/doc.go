@@ -1,0 +1,15 @@
+// Package outputs is the contract between gpusampler and its outputs: an
+// output kind (Kind) contributes its sample.conf fragment, a Parse function
+// for its own keys of an [[outputs.KIND]] block and a Build function that
+// makes a sampler.Output from the parsed Block. A Registry maps kind names
+// to kinds; it is a value, not package state, so two programs (or two
+// blocks of one kind) never share anything.
+//
+// The package depends only on the config leaf (TOML tables and their
+// errors) and the engine's Output interface, so that a sink — built in or
+// a third-party plugin built on plugins/sdk — links neither the
+// application's config model nor the simulator nor the buffers.
+//
+// Each sink lives in its own sub-directory, outputs/NAME, with its code,
+// README.md and sample.conf.
+package outputs

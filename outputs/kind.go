@@ -1,0 +1,147 @@
+package outputs
+
+import (
+	"io"
+	"log/slog"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/gpusampler/gpusampler/config"
+	"github.com/gpusampler/gpusampler/sampler"
+)
+
+// Kind describes one kind of output: its sample fragment, how to decode its
+// own keys, and how to build it.
+type Kind struct {
+	// Kind is the name in [[outputs.KIND]].
+	Kind string
+	// SampleConfig is the kind's commented fragment of the example config
+	// (its sample.conf).
+	SampleConfig string
+	// Parse decodes the kind's own keys from a block (the common keys are
+	// already taken) into its typed options, reporting problems with
+	// t.Errorf. It must do no I/O. Nil means the kind has no keys of its
+	// own.
+	Parse func(t *config.Table) any
+	// Build makes the runtime output from a parsed block.
+	Build func(b *Block, env BuildEnv) (sampler.Output, error)
+	// Exclusive kinds hold a resource their replacement needs too (a
+	// listening address): on reload the running output is closed before the
+	// new one is built, instead of after.
+	Exclusive bool
+	// OutOfProcess marks a network output that the host runs in its own
+	// process: plugins.HostRegistry replaces Build with a plugin client
+	// that re-executes this binary as `gpusampler plugin serve KIND`,
+	// whose side calls the original Build. Outputs that write the
+	// process's own stdout must stay in process.
+	OutOfProcess bool
+	// ExampleActive keeps the kind's block active in the example config
+	// (config.example.toml). The other kinds' blocks are commented out
+	// there, so that the example runs as is — their placeholders (a
+	// server, a plugin path) need editing first.
+	ExampleActive bool
+}
+
+// Block is one parsed [[outputs.KIND]] block, as a kind's Build sees it.
+// The application's config model holds it together with the settings it
+// applies around the output (pump, filter, buffer).
+type Block struct {
+	// Kind is the output's kind ("stdout").
+	Kind string
+	// Name identifies the output in the engine, logs and self-metrics: the
+	// block's name key, else the kind for the first block of a kind and
+	// "kind.N" for the N-th.
+	Name string
+	// Line is the line of the block's header.
+	Line int
+	// Aggregate is the summary window; 0 means raw samples.
+	Aggregate time.Duration
+	// Options is what the kind's Parse returned: its own typed, validated
+	// settings.
+	Options any
+	// Raw is the block as written, ${ENV} expanded, for plugins and for
+	// telling changed blocks from unchanged ones. Do not modify it.
+	Raw map[string]any
+	// Table is the block's table in its config file, which places errors
+	// at their lines; nil for a block built in code.
+	Table *config.Table
+}
+
+// ErrorAt returns a problem with key, a dotted path relative to the block
+// ("config.url"), placed at the key's line in the config file (else the
+// nearest enclosing key's, else the block's header). Plugins' configure
+// errors reach the user through it.
+func (b *Block) ErrorAt(key, msg string) *config.Error {
+	if b.Table == nil {
+		full := "outputs." + b.Kind
+		if key != "" {
+			full += "." + key
+		}
+		return &config.Error{File: "(config)", Line: b.Line, Key: full, Msg: msg}
+	}
+	e := b.Table.ErrorAt(key, msg)
+	if e.Line <= 1 && b.Line > 0 {
+		e.Line = b.Line
+	}
+	return e
+}
+
+// EnvRefs returns NAME=value for every ${NAME} the block references,
+// sorted by name: what a plugin running the block is handed as its
+// environment (beside a minimal base), and nothing else of the host's.
+func (b *Block) EnvRefs() []string {
+	if b.Table == nil {
+		return nil
+	}
+	return b.Table.EnvRefs()
+}
+
+// CommonKeys are the keys the application takes from every output block
+// (pump, filter, aggregation and buffer settings); the rest belongs to the
+// kind, whose Parse never sees these.
+func CommonKeys() []string { return slices.Clone(commonKeys) }
+
+var commonKeys = []string{"name", "include", "exclude", "aggregate", "flush_interval", "max_batch", "write_timeout",
+	"buffer", "buffer_max_bytes", "buffer_max_records", "buffer_dir", "buffer_fsync_interval", "retry_initial", "retry_max",
+	"buffer_close_timeout"}
+
+// BuildEnv is what outputs may use when they are built.
+type BuildEnv struct {
+	// Stdout is the process's standard output (in-process outputs only).
+	Stdout io.Writer
+	// Host is the host name for records ([agent] hostname or the machine's).
+	Host string
+	// GlobalTags are added to every record.
+	GlobalTags map[string]string
+	// Logger is the output's logger (output name attached).
+	Logger *slog.Logger
+	// Catalog is the metric catalog.
+	Catalog *sampler.Catalog
+}
+
+// Registry maps output kinds to their descriptions. Build one per program
+// (the gpusampler command's registry of built-in kinds); it is read-only
+// once built and holds no global state, so two configs — or two blocks of
+// one kind — never share anything.
+type Registry struct {
+	kinds map[string]Kind
+}
+
+// NewRegistry returns a registry of kinds.
+func NewRegistry(kinds ...Kind) *Registry {
+	r := &Registry{kinds: make(map[string]Kind, len(kinds))}
+	for _, k := range kinds {
+		r.kinds[k.Kind] = k
+	}
+	return r
+}
+
+// Lookup returns the kind named kind.
+func (r *Registry) Lookup(kind string) (Kind, bool) {
+	k, ok := r.kinds[kind]
+	return k, ok
+}
+
+// Kinds returns every kind's name, sorted.
+func (r *Registry) Kinds() []string { return slices.Sorted(maps.Keys(r.kinds)) }
