@@ -200,7 +200,12 @@ func (a *Agent) build(cfg *appconfig.Config, blocks []*appconfig.Output) ([]buil
 			out = buf
 		}
 		if o.Aggregate > 0 {
-			if out, err = aggregate.New(out, aggregate.Options{Interval: o.Aggregate, Logger: a.log.With("output", o.Name)}); err != nil {
+			opts := aggregate.Options{Interval: o.Aggregate, Logger: a.log.With("output", o.Name), Catalog: a.eng.Catalog()}
+			if buf != nil && o.Buffer.Kind == "disk" {
+				// The open windows survive a crash with the queue they feed.
+				opts.Journal, opts.LastAppended = filepath.Join(o.Buffer.Dir, aggregateJournal), buf.LastAppended
+			}
+			if out, err = aggregate.New(out, opts); err != nil {
 				out.Close()
 				return fail(err)
 			}
@@ -209,6 +214,11 @@ func (a *Agent) build(cfg *appconfig.Config, blocks []*appconfig.Output) ([]buil
 	}
 	return built, nil
 }
+
+// aggregateJournal is the aggregate wrapper's journal file in the
+// directory of the disk buffer it feeds (the buffer locks the directory,
+// so the journal is one wrapper's alone).
+const aggregateJournal = "aggregate.journal"
 
 // Run samples until ctx ends (see sampler.Engine.Run), sending
 // self-metrics every stats interval.

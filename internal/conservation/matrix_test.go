@@ -18,10 +18,7 @@ import (
 // patterns) that fail today, each with the reason. A listed cell that
 // fails is logged, not failed; a listed cell that passes is logged as
 // fixed, so that its entry can go. The goal is an empty table.
-var knownBroken = map[string]string{
-	"kill9/*-disk-agg": "kill -9 loses the aggregate's open windows: their samples are in memory, not yet summarized into " +
-		"the disk buffer, and nothing counts them",
-}
+var knownBroken = map[string]string{}
 
 // brokenReason returns why scenario/cell is known to fail (every matching
 // entry's reason), or "".

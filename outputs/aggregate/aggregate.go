@@ -24,13 +24,23 @@
 // aggregate_events_dropped), and Write returns nil: the pump's samples
 // were taken (into those summaries), so the pump does not count them as
 // failed as well.
+//
+// In front of an output that keeps what it took across restarts (a disk
+// buffer), Options.Journal keeps the open windows across a process crash
+// too: their samples were taken from the pump and will not come again. A
+// wrapper built after the crash on the same journal takes the windows up
+// and hands on the summaries the crash interrupted, unless the output
+// already took them (Options.LastAppended), so that a kill -9 loses and
+// doubles no summary.
 package aggregate
 
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -53,6 +63,22 @@ type Options struct {
 	// Logger receives a warning when summaries are dropped (the first
 	// time, then at most once a minute); nil discards.
 	Logger *slog.Logger
+	// Journal, when set, is a file that keeps the open windows and the
+	// summaries being handed on across a process crash (kill -9, an OOM
+	// kill): it is rewritten before every write to the wrapped output, and
+	// a wrapper built later on the same file takes up what it holds (see
+	// journal.go for the format). Use it in front of an output that keeps
+	// what it took across restarts (a disk buffer); the file must be this
+	// wrapper's alone.
+	Journal string
+	// LastAppended, with Journal, returns the Seq of the newest batch the
+	// wrapped output took from an earlier process (buffer.Buffer's
+	// LastAppended): whether the summaries being handed on at a crash
+	// reached it. Without it they are handed on again after the crash.
+	LastAppended func() (seq uint64, ok bool)
+	// Catalog names the journal's metric IDs (default
+	// sampler.DefaultCatalog).
+	Catalog *sampler.Catalog
 }
 
 type seriesKey struct {
@@ -85,12 +111,19 @@ type Output struct {
 	free     []*window
 	done     bool
 	lastSeq  uint64 // Seq of the last batch whose samples were added
+	seq      uint64 // Seq of the last batch written to inner
 	// tries counts consecutive retryable refusals of the kept summaries.
 	tries int
 	// lastDropLog rate-limits the drop warning.
 	lastDropLog time.Time
+	// Journal: jDirty when the windows changed since it was last written,
+	// jPending when that one held pending summaries; jBuf its encoding.
+	jDirty, jPending bool
+	jBuf             []byte
+	lastJournalLog   time.Time
 
 	late, summarized, emitted, dropped, evDropped atomic.Uint64
+	recovered, journalErrors                      atomic.Uint64
 }
 
 // New wraps inner.
@@ -107,7 +140,16 @@ func New(inner sampler.Output, opts Options) (*Output, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Output{inner: inner, opts: opts, interval: int64(opts.Interval), series: make(map[seriesKey]*series)}, nil
+	if opts.Catalog == nil {
+		opts.Catalog = sampler.DefaultCatalog
+	}
+	o := &Output{inner: inner, opts: opts, interval: int64(opts.Interval), series: make(map[seriesKey]*series)}
+	if opts.Journal != "" {
+		if err := o.loadJournal(); err != nil {
+			return nil, err
+		}
+	}
+	return o, nil
 }
 
 // Stats are the wrapper's counters.
@@ -122,23 +164,33 @@ type Stats struct {
 	Dropped uint64
 	// EventsDropped passed through in a Write so refused.
 	EventsDropped uint64
+	// Recovered are the windows and summaries taken up from the journal
+	// of a process that crashed; JournalErrors the journal writes that
+	// failed.
+	Recovered, JournalErrors uint64
 }
 
 // Stats returns the counters (safe from any goroutine).
 func (o *Output) Stats() Stats {
 	return Stats{Summarized: o.summarized.Load(), Late: o.late.Load(), Emitted: o.emitted.Load(),
-		Dropped: o.dropped.Load(), EventsDropped: o.evDropped.Load()}
+		Dropped: o.dropped.Load(), EventsDropped: o.evDropped.Load(), Recovered: o.recovered.Load(),
+		JournalErrors: o.journalErrors.Load()}
 }
 
 // ReportStats implements sampler.StatsReporter: the wrapper's counters
 // (aggregate_summarized, aggregate_late, aggregate_emitted,
-// aggregate_dropped, aggregate_events_dropped) followed by the wrapped
+// aggregate_dropped, aggregate_events_dropped, and with a journal
+// aggregate_recovered and aggregate_journal_errors) followed by the wrapped
 // output's own.
 func (o *Output) ReportStats(dst []sampler.Field) []sampler.Field {
 	s := o.Stats()
 	dst = append(dst, sampler.IntField("aggregate_summarized", s.Summarized),
 		sampler.IntField("aggregate_late", s.Late), sampler.IntField("aggregate_emitted", s.Emitted),
 		sampler.IntField("aggregate_dropped", s.Dropped), sampler.IntField("aggregate_events_dropped", s.EventsDropped))
+	if o.opts.Journal != "" {
+		dst = append(dst, sampler.IntField("aggregate_recovered", s.Recovered),
+			sampler.IntField("aggregate_journal_errors", s.JournalErrors))
+	}
 	return sampler.ReportStats(o.inner, dst)
 }
 
@@ -204,6 +256,7 @@ func (o *Output) add(s sampler.Sample) {
 	}
 	sr.open[i].acc.Add(s.TimeNS, s.Value)
 	o.summarized.Add(1)
+	o.jDirty = true
 }
 
 func (o *Output) newWindow(start int64) *window {
@@ -226,6 +279,7 @@ func (o *Output) closeWindows(k seriesKey, sr *series, n int) {
 		o.free = append(o.free, w)
 	}
 	sr.open = slices.Delete(sr.open, 0, n)
+	o.jDirty = true
 }
 
 // summaryOf is the summary of the window at start, interval long, of
@@ -260,10 +314,12 @@ func (o *Output) emit(ctx context.Context, devs []sampler.Device, evs []sampler.
 	ob.Summaries = append(ob.Summaries, o.closed...)
 	o.closed = o.closed[:0]
 	if ob.Len() == 0 {
+		o.saveJournal(o.seq, nil)
 		return nil
 	}
-	ob.Seq++
-	seq := ob.Seq
+	o.seq++
+	ob.Seq = o.seq
+	o.saveJournal(o.seq, ob.Summaries)
 	err := o.inner.Write(ctx, ob)
 	kind := sampler.Classify(err)
 	if kind == sampler.KindRetryable {
@@ -290,10 +346,11 @@ func (o *Output) emit(ctx context.Context, devs []sampler.Device, evs []sampler.
 		if !o.done {
 			err = nil // counted here, not again by the pump
 		}
+		// Counted: a crash must not hand them on again.
+		o.saveJournal(o.seq, nil)
 	}
 	clear(ob.Events)
 	ob.Reset()
-	ob.Seq = seq
 	return err
 }
 
@@ -310,6 +367,12 @@ func (o *Output) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 	werr := o.emit(ctx, nil, nil)
 	cancel()
+	if o.opts.Journal != "" && len(o.closed) == 0 {
+		// Every window was handed on (or counted dropped).
+		if err := os.Remove(o.opts.Journal); err != nil && !errors.Is(err, os.ErrNotExist) {
+			o.opts.Logger.Warn("aggregate journal not removed", "file", o.opts.Journal, "err", err)
+		}
+	}
 	cerr := o.inner.Close()
 	if werr != nil {
 		return fmt.Errorf("aggregate: final write: %w", werr)

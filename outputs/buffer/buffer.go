@@ -202,6 +202,24 @@ func New(out sampler.Output, cfg Config, opts ...Option) (*Buffer, error) {
 	return b, nil
 }
 
+// LastAppended returns the Seq of the newest batch that an earlier process
+// appended to the disk queue, as found when the buffer was opened — whether
+// it was delivered since or not — and false when the queue held none (or is
+// a memory queue). A writer that numbers its batches across restarts learns
+// from it whether its last batch before a crash reached the buffer.
+func (b *Buffer) LastAppended() (seq uint64, ok bool) {
+	dq, isDisk := b.q.(*diskQueue)
+	if !isDisk || dq.lastPayload == nil {
+		return 0, false
+	}
+	var msg records.Batch
+	var batch sampler.Batch
+	if err := records.DecodeBatch(dq.lastPayload, &msg, &batch); err != nil {
+		return 0, false
+	}
+	return batch.Seq, true
+}
+
 // Write queues a copy of batch and returns; it never waits for the wrapped
 // output and does not retain batch. An empty batch is ignored. At the cap
 // the oldest queued batches are dropped (counted in Stats). It returns

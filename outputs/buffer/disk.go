@@ -161,6 +161,10 @@ type diskQueue struct {
 	st          queueStats
 	closed      bool
 
+	// lastPayload is the newest record an earlier process appended, as
+	// found at open (delivered since or not); nil when none was found.
+	lastPayload []byte
+
 	commitMu  sync.Mutex // serializes commits; taken before mu
 	committed cursor
 	hasCommit bool
@@ -225,6 +229,21 @@ func (q *diskQueue) recover() error {
 	ids, err := listSegments(q.dir)
 	if err != nil {
 		return err
+	}
+	// The newest record of all, resolved or not, before resolved segments
+	// go.
+	for _, id := range slices.Backward(ids) {
+		data, err := os.ReadFile(q.segPath(id))
+		if err != nil {
+			return fmt.Errorf("read segment: %w", err)
+		}
+		if _, start, herr := parseSegmentHeader(data); herr == nil {
+			if frames, _ := scanSegment(data, start); len(frames) > 0 {
+				fr := frames[len(frames)-1]
+				q.lastPayload = slices.Clone(data[fr.off+frameHeaderSize : fr.off+fr.total()])
+				break
+			}
+		}
 	}
 	for _, id := range ids {
 		q.nextID = max(q.nextID, id+1)

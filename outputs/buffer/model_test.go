@@ -2,6 +2,7 @@ package buffer
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -326,5 +327,49 @@ func TestDiskAckSurvivesProcessCrash(t *testing.T) {
 	}
 	if !slices.EqualFunc(payloads, want, bytes.Equal) {
 		t.Fatalf("after the crash the queue holds %d records, want exactly the 2 not taken (3 and 4), whole", len(payloads))
+	}
+}
+
+// TestLastAppended: a reopened disk buffer names the Seq of the newest
+// batch the earlier process appended, delivered since or not; a memory
+// buffer, or an empty directory, names none.
+func TestLastAppended(t *testing.T) {
+	dir := t.TempDir()
+	cfg := Config{Kind: KindDisk, MaxBytes: 1 << 20, Dir: dir}
+	open := func(out *fakeSink) *Buffer {
+		b, err := New(out, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	sink := &fakeSink{}
+	b := open(sink)
+	if seq, ok := b.LastAppended(); ok {
+		t.Errorf("a new buffer names Seq %d", seq)
+	}
+	for _, seq := range []uint64{40, 41, 42} {
+		if err := b.Write(context.Background(), testBatch(seq, 3)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := sink.Accepted(t); !slices.Equal(got, []uint64{40, 41, 42}) {
+		t.Fatalf("accepted %v", got)
+	}
+	b = open(&fakeSink{}) // everything was delivered; the newest is still named
+	if seq, ok := b.LastAppended(); !ok || seq != 42 {
+		t.Errorf("LastAppended = %d, %v; want 42, true", seq, ok)
+	}
+	b.Close()
+	m, err := New(&fakeSink{}, Config{Kind: KindMemory, MaxBytes: 1 << 20, MaxRecords: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if seq, ok := m.LastAppended(); ok {
+		t.Errorf("a memory buffer names Seq %d", seq)
 	}
 }
