@@ -21,8 +21,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/gpusampler/gpusampler/agent"
-	gsconfig "github.com/gpusampler/gpusampler/config"
-	"github.com/gpusampler/gpusampler/outputs/all"
+	"github.com/gpusampler/gpusampler/internal/appconfig"
+	"github.com/gpusampler/gpusampler/internal/registry"
 	"github.com/gpusampler/gpusampler/sampler/sim"
 )
 
@@ -112,8 +112,8 @@ encoding = "influx"
 [[outputs.stdout]]
 format = "influx"
 `, s.ClientURL())
-	reg := all.Registry()
-	cfg, err := gsconfig.Parse("node1.toml", []byte(cfgText), gsconfig.Options{Registry: reg})
+	reg := registry.Builtin()
+	cfg, err := appconfig.Parse("node1.toml", []byte(cfgText), appconfig.Options{Registry: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
