@@ -177,8 +177,8 @@ type noticer interface {
 	Notices() []string
 }
 
-// Run examines every device of src. It does not close src.
-func Run(src sampler.Source, opts Options) (*Report, error) {
+// defaults fills in the defaults of the zero fields.
+func (opts *Options) defaults() {
 	if opts.Catalog == nil {
 		opts.Catalog = sampler.DefaultCatalog
 	}
@@ -191,6 +191,11 @@ func Run(src sampler.Source, opts Options) (*Report, error) {
 	if opts.Boottime == nil {
 		opts.Boottime = sampler.BootTime
 	}
+}
+
+// Run examines every device of src. It does not close src.
+func Run(src sampler.Source, opts Options) (*Report, error) {
+	opts.defaults()
 	r := &Report{Backend: src.Name()}
 	if v, ok := src.(versioner); ok {
 		r.Driver, r.NVML = v.Versions()
@@ -312,6 +317,22 @@ func ProbeSupport(d sampler.DeviceSource, m *sampler.Metric) (pointReads bool, e
 		return false, nil
 	}
 	return false, err
+}
+
+// ProbeBuffers drains every sample buffer type of ds once from cursor 0
+// and measures it: the one buffer probe of the program, for doctor and for
+// gpu-check. Each buffer's clock is classified on opts' clocks (Now and
+// Boottime; the system's when nil); the other options do not apply.
+// PointReads is left empty (Run fills it in). It calls ds from the calling
+// goroutine only.
+func ProbeBuffers(ds sampler.DeviceSource, opts Options) []BufferProbe {
+	opts.defaults()
+	out := make([]BufferProbe, 0, sampler.NumBufferTypes)
+	for t := sampler.BufferType(0); t < sampler.NumBufferTypes; t++ {
+		p, _ := probeBuffer(ds, t, &opts)
+		out = append(out, p)
+	}
+	return out
 }
 
 // probeBuffer drains buffer t from cursor 0 and measures it. It returns the

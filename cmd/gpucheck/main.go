@@ -24,6 +24,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpusampler/gpusampler/doctor"
 	"github.com/gpusampler/gpusampler/sampler"
 	"github.com/gpusampler/gpusampler/sampler/nvml"
 )
@@ -190,7 +191,7 @@ func run(r *report, log *slog.Logger, lib, loadCmd string, pairs int, window, lo
 	}
 	var ids []sampler.MetricID
 	for _, m := range sampler.DefaultCatalog.All() {
-		if m.Src.Kind != sampler.FromBuffer { // buffers are probed by ProbeBuffers
+		if m.Src.Kind != sampler.FromBuffer { // buffers are probed by doctor.ProbeBuffers
 			ids = append(ids, m.ID)
 		}
 	}
@@ -201,13 +202,17 @@ func run(r *report, log *slog.Logger, lib, loadCmd string, pairs int, window, lo
 			continue
 		}
 		r.Devices = append(r.Devices, id)
-		for _, p := range nvml.ProbeBuffers(d) {
-			r.Probes[id.Index] = append(r.Probes[id.Index], probe{Buffer: p.Type.String(), Clock: p.Clock.String(), Supported: p.Supported,
+		for _, p := range doctor.ProbeBuffers(d, doctor.Options{}) {
+			clock := p.Clock
+			if clock == "" { // not classified: no samples
+				clock = sampler.ClockUnknown.String()
+			}
+			r.Probes[id.Index] = append(r.Probes[id.Index], probe{Buffer: p.Type, Clock: clock, Supported: p.Supported,
 				Empty: p.Empty, Depth: p.Depth, Duplicates: p.Duplicates, Period: p.Period, Span: p.Span})
 			if p.Duplicates > 0 {
 				r.Failures = append(r.Failures, fmt.Sprintf("gpu%d buffer %s: %d duplicate timestamps in one drain", id.Index, p.Type, p.Duplicates))
 			}
-			if p.Err != nil {
+			if p.Err != "" {
 				r.Failures = append(r.Failures, fmt.Sprintf("gpu%d probe %s: %v", id.Index, p.Type, p.Err))
 			}
 		}

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpusampler/gpusampler/doctor"
 	"github.com/gpusampler/gpusampler/internal/clocktest"
 	"github.com/gpusampler/gpusampler/sampler"
 )
@@ -498,13 +499,13 @@ func childBootTime(t *testing.T, src *Source) {
 		t.Fatal(err)
 	}
 	time.Sleep(600 * time.Millisecond) // fill the 500 ms buffers
-	for _, p := range ProbeBuffers(devs[0]) {
+	for _, p := range doctor.ProbeBuffers(devs[0], doctor.Options{}) {
 		switch {
-		case p.Type == sampler.BufferModulePower:
+		case p.Type == sampler.BufferModulePower.String():
 			if p.Supported {
 				t.Errorf("module power: supported, want not")
 			}
-		case p.Depth != 100 || p.Period != fakePeriodUS*time.Microsecond || p.Clock != sampler.ClockBoottime || p.Duplicates != 0:
+		case p.Depth != 100 || p.Period != fakePeriodUS*time.Microsecond || p.Clock != sampler.ClockBoottime.String() || p.Duplicates != 0:
 			t.Errorf("probe %s = %+v, want depth 100, period 5ms, boottime", p.Type, p)
 		}
 	}
