@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"os"
+	"path"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -26,6 +29,11 @@ type subscribeOptions struct {
 	// the same names.
 	user, password, token string
 	interval              time.Duration
+	// top: rows shown (0: all); hosts: host name patterns (path.Match
+	// globs, any may match; none: every host); sortKey: a fleetSortKeys key.
+	top     int
+	hosts   []string
+	sortKey string
 	// now is the clock for ages (tests inject one).
 	now func() time.Time
 	// handled, when set, is called after each message (tests).
@@ -45,8 +53,26 @@ func cmdSubscribe(ctx context.Context, args []string, out, stderr io.Writer) err
 	fs.StringVar(&o.password, "password", "", "NATS password (prefer $NATS_PASSWORD: a flag shows in ps)")
 	fs.StringVar(&o.token, "token", "", "NATS token (prefer $NATS_TOKEN: a flag shows in ps)")
 	fs.DurationVar(&o.interval, "interval", time.Second, "table refresh interval")
+	fs.IntVar(&o.top, "top", 40, "table: show the first N rows in sort order (0: all)")
+	hosts := fs.String("host", "", "table: only hosts matching these glob patterns, comma separated (node1*,gpu-?)")
+	fs.StringVar(&o.sortKey, "sort", "host", "table: sort rows by "+strings.Join(fleetSortKeys, ", ")+
+		" (numbers highest first, age oldest first)")
 	if err := parseFlags(fs, args, out); err != nil {
 		return err
+	}
+	if o.top < 0 {
+		return usagef("-top: must be 0 (all) or positive")
+	}
+	if !slices.Contains(fleetSortKeys, o.sortKey) {
+		return usagef("-sort %q: want one of %s", o.sortKey, strings.Join(fleetSortKeys, ", "))
+	}
+	if *hosts != "" {
+		for _, h := range strings.Split(*hosts, ",") {
+			if _, err := path.Match(h, ""); err != nil {
+				return usagef("-host %q: %v", h, err)
+			}
+			o.hosts = append(o.hosts, h)
+		}
 	}
 	if !slices.Contains(stdout.Formats, o.format) {
 		return usagef("unknown format %q (want table, influx or json)", o.format)
@@ -95,6 +121,11 @@ func runSubscribe(ctx context.Context, o subscribeOptions, out, stderr io.Writer
 		return fmt.Errorf("subscribe %s: %w", o.subject, err)
 	}
 	table := newFleetTable()
+	table.top, table.hosts, table.sortKey = o.top, o.hosts, o.sortKey
+	table.dropped = func() int {
+		n, _ := sub.Dropped()
+		return n
+	}
 	emit := newReEmitter(o.format, out)
 	tick := time.NewTicker(o.interval)
 	defer tick.Stop()
@@ -135,7 +166,19 @@ func runSubscribe(ctx context.Context, o subscribeOptions, out, stderr io.Writer
 // fleetTable keeps the newest value of a few metrics per host and GPU.
 type fleetTable struct {
 	rows map[fleetKey]*fleetRow
+	// top, hosts, sortKey: see subscribeOptions.
+	top     int
+	hosts   []string
+	sortKey string
+	// skip caches hosts that match no pattern of hosts.
+	skip map[string]bool
+	// dropped returns the messages the subscription dropped (the table
+	// fell behind); nil: none.
+	dropped func() int
 }
+
+// fleetSortKeys are the table's sort keys.
+var fleetSortKeys = []string{"host", "power", "util", "temp", "mem", "age"}
 
 type fleetKey struct {
 	host string
@@ -150,7 +193,22 @@ type fleetRow struct {
 	newest   int64
 }
 
-func newFleetTable() *fleetTable { return &fleetTable{rows: map[fleetKey]*fleetRow{}} }
+func newFleetTable() *fleetTable {
+	return &fleetTable{rows: map[fleetKey]*fleetRow{}, skip: map[string]bool{}, sortKey: "host"}
+}
+
+// wanted reports whether host passes the host patterns.
+func (f *fleetTable) wanted(host string) bool {
+	if len(f.hosts) == 0 {
+		return true
+	}
+	skip, seen := f.skip[host]
+	if !seen {
+		skip = !slices.ContainsFunc(f.hosts, func(p string) bool { ok, _ := path.Match(p, host); return ok })
+		f.skip[host] = skip
+	}
+	return !skip
+}
 
 func (f *fleetTable) row(host string, gpu int) *fleetRow {
 	k := fleetKey{host, gpu}
@@ -163,6 +221,9 @@ func (f *fleetTable) row(host string, gpu int) *fleetRow {
 }
 
 func (f *fleetTable) add(recs *stream.Records) {
+	if !f.wanted(recs.Host) {
+		return
+	}
 	for _, d := range recs.Batch.Devices {
 		r := f.row(recs.Host, d.Index)
 		r.uuid = d.UUID
@@ -190,13 +251,53 @@ func (f *fleetTable) add(recs *stream.Records) {
 
 const fleetFormat = "%-14s %3s %-16s %7s %5s %5s %5s %15s %7s\n"
 
-// render prints the table: one row per host and GPU, sorted.
+// sortValue returns r's value for a numeric sort key, higher first (age:
+// the older, the higher); -Inf where r has none, so that it sorts last.
+func (r *fleetRow) sortValue(key string) float64 {
+	v := func(ids ...sampler.MetricID) float64 {
+		for _, id := range ids {
+			if x, ok := r.vals[id]; ok {
+				return x
+			}
+		}
+		return math.Inf(-1)
+	}
+	switch key {
+	case "power":
+		return v(sampler.MetricPowerDraw, sampler.MetricPowerInstant)
+	case "util":
+		return v(sampler.MetricUtilGPU)
+	case "temp":
+		return v(sampler.MetricTempGPU)
+	case "mem":
+		return v(sampler.MetricMemoryUsed)
+	case "age":
+		if r.newest == 0 {
+			return math.Inf(-1)
+		}
+		return -float64(r.newest)
+	}
+	return 0
+}
+
+// render prints the table: one row per host and GPU, sorted, the first top
+// of them, and a line on what it left out.
 func (f *fleetTable) render(w io.Writer, now time.Time) {
 	fmt.Fprintf(w, fleetFormat, "HOST", "GPU", "UUID", "POWER_W", "UTIL%", "GPU_C", "MEM_C", "MEM_USED/TOT_MiB", "AGE")
-	keys := slices.SortedFunc(maps.Keys(f.rows), func(a, b fleetKey) int {
-		return cmp.Or(cmp.Compare(a.host, b.host), cmp.Compare(a.gpu, b.gpu))
-	})
-	for _, k := range keys {
+	byHost := func(a, b fleetKey) int { return cmp.Or(cmp.Compare(a.host, b.host), cmp.Compare(a.gpu, b.gpu)) }
+	keys := slices.Collect(maps.Keys(f.rows))
+	if f.sortKey == "" || f.sortKey == "host" {
+		slices.SortFunc(keys, byHost)
+	} else {
+		slices.SortFunc(keys, func(a, b fleetKey) int {
+			return cmp.Or(cmp.Compare(f.rows[b].sortValue(f.sortKey), f.rows[a].sortValue(f.sortKey)), byHost(a, b))
+		})
+	}
+	shown := keys
+	if f.top > 0 && len(keys) > f.top {
+		shown = keys[:f.top]
+	}
+	for _, k := range shown {
 		r := f.rows[k]
 		val := func(id sampler.MetricID, format string) string {
 			v, ok := r.vals[id]
@@ -227,6 +328,21 @@ func (f *fleetTable) render(w io.Writer, now time.Time) {
 		}
 		fmt.Fprintf(w, fleetFormat, trunc(k.host, 14), strconv.Itoa(k.gpu), uuid, power, val(sampler.MetricUtilGPU, "%.0f"),
 			val(sampler.MetricTempGPU, "%.0f"), val(sampler.MetricTempMemory, "%.0f"), mem, age)
+	}
+	dropped := 0
+	if f.dropped != nil {
+		dropped = f.dropped()
+	}
+	if len(shown) < len(keys) || dropped > 0 {
+		hosts := map[string]bool{}
+		for _, k := range keys {
+			hosts[k.host] = true
+		}
+		fmt.Fprintf(w, "(%d of %d GPUs on %d hosts, by %s; -top 0 shows all", len(shown), len(keys), len(hosts), cmp.Or(f.sortKey, "host"))
+		if dropped > 0 {
+			fmt.Fprintf(w, "; %d messages dropped: the table fell behind, narrow -subject", dropped)
+		}
+		fmt.Fprintln(w, ")")
 	}
 }
 
