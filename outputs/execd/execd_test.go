@@ -37,7 +37,7 @@ func TestConformanceStream(t *testing.T) {
 			return out
 		},
 		Received: func(t *testing.T) []sampler.Sample {
-			s, err := influxtest.DecodeSamples([]byte(buf.String()), nil)
+			s, err := influxtest.DecodeSamples([]byte(buf.String()))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -45,7 +45,7 @@ func (s *sink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (s *sink) samples(t *testing.T) []sampler.Sample {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	got, err := influxtest.DecodeSamples(s.body, nil)
+	got, err := influxtest.DecodeSamples(s.body)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -90,11 +90,11 @@ func TestBadRequestFailsOneBatch(t *testing.T) {
 	st := eng.Stats().Outputs[0]
 	sink.mu.Lock()
 	defer sink.mu.Unlock()
-	accepted, err := influxtest.DecodeSamples(sink.accepted, nil)
+	accepted, err := influxtest.DecodeSamples(sink.accepted)
 	if err != nil {
 		t.Fatal(err)
 	}
-	refused, err := influxtest.DecodeSamples(sink.refused, nil)
+	refused, err := influxtest.DecodeSamples(sink.refused)
 	if err != nil {
 		t.Fatal(err)
 	}

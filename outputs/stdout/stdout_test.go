@@ -22,7 +22,7 @@ var update = flag.Bool("update", false, "rewrite golden files")
 // catalog metrics, scaled back to base units).
 func decodeInflux(t *testing.T, data []byte) []sampler.Sample {
 	t.Helper()
-	out, err := influxtest.DecodeSamples(data, nil)
+	out, err := influxtest.DecodeSamples(data)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -65,7 +65,7 @@ func TestConformance(t *testing.T) {
 							t.Fatalf("posted to %s, want %s", p, want)
 						}
 					}
-					s, err := influxtest.DecodeSamples(body, nil)
+					s, err := influxtest.DecodeSamples(body)
 					if err != nil {
 						t.Fatal(err)
 					}
