@@ -14,7 +14,8 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 
 	"github.com/gpusampler/gpusampler/agent"
-	"github.com/gpusampler/gpusampler/config"
+	"github.com/gpusampler/gpusampler/internal/appconfig"
+	"github.com/gpusampler/gpusampler/outputs"
 	natsout "github.com/gpusampler/gpusampler/outputs/nats"
 	"github.com/gpusampler/gpusampler/sampler"
 	"github.com/gpusampler/gpusampler/sampler/sim"
@@ -65,7 +66,7 @@ retry_max = "1s"
 func newNode(host string, o Options, urls []string) (*node, error) {
 	n := &node{host: host, dialer: &partitionDialer{}, count: newCounter(host, o.Keep), done: make(chan struct{})}
 	nk := natsout.Kind()
-	nk.Build = func(o *config.Output, env config.BuildEnv) (sampler.Output, error) {
+	nk.Build = func(o *outputs.Block, env outputs.BuildEnv) (sampler.Output, error) {
 		c, _ := o.Options.(natsout.Config)
 		out, err := natsout.New(c, natsout.WithName(o.Name), natsout.WithHost(env.Host), natsout.WithLogger(env.Logger),
 			natsout.WithCatalog(env.Catalog), natsout.WithNATSOptions(natsgo.SetCustomDialer(n.dialer)))
@@ -77,11 +78,11 @@ func newNode(host string, o Options, urls []string) (*node, error) {
 		n.mu.Unlock()
 		return out, nil
 	}
-	ck := config.OutputKind{Kind: "fleetcount", Build: func(*config.Output, config.BuildEnv) (sampler.Output, error) {
+	ck := outputs.Kind{Kind: "fleetcount", Build: func(*outputs.Block, outputs.BuildEnv) (sampler.Output, error) {
 		return n.count, nil
 	}}
-	reg := config.NewRegistry(nk, ck)
-	cfg, err := config.Parse(host+".toml", []byte(nodeConfig(host, urls, o.Encoding, o.FlushInterval)), config.Options{Registry: reg})
+	reg := outputs.NewRegistry(nk, ck)
+	cfg, err := appconfig.Parse(host+".toml", []byte(nodeConfig(host, urls, o.Encoding, o.FlushInterval)), appconfig.Options{Registry: reg})
 	if err != nil {
 		return nil, err
 	}
