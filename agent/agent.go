@@ -49,6 +49,15 @@ type Options struct {
 	// Diagnose turns on live diagnoses (package diagnose): findings travel
 	// to every output as events of kind "finding".
 	Diagnose bool
+	// Strict makes New fail when any output cannot be built (gpusampler run
+	// --strict). Otherwise such an output is logged once, reported failing
+	// (self-metrics scope "output_health", --stats, the Prometheus
+	// /healthz) and retried with backoff while the other outputs run.
+	Strict bool
+	// StartRetryMin and StartRetryMax bound the delay between start
+	// attempts of an output that could not start; it doubles per attempt
+	// (DefaultStartRetryMin, DefaultStartRetryMax when zero).
+	StartRetryMin, StartRetryMax time.Duration
 }
 
 // Agent is a running configuration.
@@ -64,11 +73,14 @@ type Agent struct {
 	selfLast time.Time
 	started  time.Time
 
-	mu      sync.Mutex // serializes Reload; guards cfg, running, buffers and outputs
+	mu      sync.Mutex // serializes Reload; guards cfg, running, pending, buffers and outputs
 	cfg     *appconfig.Config
 	running map[string]*appconfig.Output // by name
+	pending map[string]*pendingOutput    // by name: configured, not started (retried)
 	buffers map[string]*buffer.Buffer    // by output name, for self-metrics
 	outputs map[string]sampler.Output    // by name: what the pump writes to, for self-metrics
+
+	retryKick chan struct{} // wakes the retry loop of outputs that could not start
 }
 
 // New builds the engine over src and every output of cfg. The caller opened
@@ -103,11 +115,25 @@ func New(src sampler.Source, cfg *appconfig.Config, opts Options) (*Agent, error
 		return nil, err
 	}
 	a = &Agent{opts: opts, log: opts.Logger, eng: eng, cfg: cfg, running: map[string]*appconfig.Output{},
-		buffers: map[string]*buffer.Buffer{}, outputs: map[string]sampler.Output{}}
-	built, err := a.build(cfg, cfg.Outputs)
-	if err != nil {
-		src.Close()
-		return nil, err
+		pending: map[string]*pendingOutput{}, buffers: map[string]*buffer.Buffer{}, outputs: map[string]sampler.Output{},
+		retryKick: make(chan struct{}, 1)}
+	var built []builtOutput
+	if opts.Strict {
+		if built, err = a.build(cfg, cfg.Outputs); err != nil {
+			src.Close()
+			return nil, err
+		}
+	} else {
+		// One output that cannot start does not keep the others from
+		// running: it is retried with backoff (retryLoop).
+		for _, o := range cfg.Outputs {
+			b, err := a.build(cfg, []*appconfig.Output{o})
+			if err != nil {
+				a.deferStart(cfg, o, err)
+				continue
+			}
+			built = append(built, b...)
+		}
 	}
 	for _, b := range built {
 		if err := eng.AddOutput(b.block.Name, b.out, b.block.PumpOptions()); err != nil {
@@ -225,14 +251,19 @@ const aggregateJournal = "aggregate.journal"
 func (a *Agent) Run(ctx context.Context) error {
 	sctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	wg.Add(1)
+	wg.Add(2)
 	go func() {
 		defer wg.Done()
 		a.selfMetricsLoop(sctx)
 	}()
+	go func() {
+		defer wg.Done()
+		a.retryLoop(ctx)
+	}()
 	a.selfMu.Lock()
 	a.started = time.Now()
 	a.selfMu.Unlock()
+	a.startHealth()
 	if r, err := a.attribution(); err != nil {
 		stop()
 		wg.Wait()
@@ -281,7 +312,13 @@ func (a *Agent) Reload(cfg *appconfig.Config) error {
 	envChanged := old.Agent.Hostname != cfg.Agent.Hostname || !maps.Equal(old.GlobalTags, cfg.GlobalTags)
 	var changed, closeFirst []*appconfig.Output
 	keep := map[string]bool{}
+	// Outputs that have not started stay with the retry loop, with their
+	// new block if it changed: the reload neither builds nor waits for them.
+	pending, notStarted := a.reloadPending(cfg, envChanged)
 	for _, o := range cfg.Outputs {
+		if notStarted[o.Name] {
+			continue
+		}
 		r, ok := a.running[o.Name]
 		if ok && !envChanged && r.Same(o) {
 			keep[o.Name] = true
@@ -361,6 +398,8 @@ func (a *Agent) Reload(cfg *appconfig.Config) error {
 		a.setBuffer(b)
 	}
 	a.cfg = cfg
+	a.pending = pending
+	a.kickRetry()
 	a.log.Info("config reloaded", "file", cfg.File, "kept", len(keep)-len(closeFirst),
 		"replaced_or_added", len(built)+len(closeFirst))
 	return errors.Join(errs...)

@@ -48,6 +48,10 @@ func (a *Agent) selfTick(now time.Time, final bool) {
 	evs = append(evs, bufs...)
 	detail := DetailEvents(a.Outputs(), now)
 	evs = append(evs, detail...)
+	a.mu.Lock()
+	health := a.healthEvents(now, detail)
+	a.mu.Unlock()
+	evs = append(evs, health...)
 	a.selfLast = now
 	if send {
 		for _, ev := range evs {
@@ -55,7 +59,7 @@ func (a *Agent) selfTick(now time.Time, final bool) {
 		}
 	}
 	if w := a.opts.StatsWriter; w != nil && !final {
-		fmt.Fprint(w, FormatStats(st, append(detail, bufs...)))
+		fmt.Fprint(w, FormatStats(st, append(append(detail, bufs...), health...)))
 	}
 }
 
@@ -75,9 +79,15 @@ func (a *Agent) finalStats() {
 			"delivered", o.Delivered, "dropped", o.Dropped, "failed", o.Failed, "filtered", o.Filtered,
 			"unflushed", o.Unflushed, "events_delivered", o.EventsDelivered, "events_dropped", o.EventsDropped)
 	}
+	for name, err := range a.NotStarted() {
+		a.log.Warn("final output stats: output never started; nothing was delivered to it", "output", name, "err", err)
+	}
 	if w := a.opts.StatsWriter; w != nil {
 		now := time.Now()
 		detail := append(DetailEvents(a.Outputs(), now), BufferEvents(a.Buffers(), now)...)
+		a.mu.Lock()
+		detail = append(detail, a.healthEvents(now, detail)...)
+		a.mu.Unlock()
 		fmt.Fprint(w, strings.Replace(FormatStats(st, detail), "gpusampler stats:", "gpusampler final stats:", 1))
 	}
 }
@@ -149,10 +159,17 @@ func fieldName(fn string) string {
 // a line per output, followed by the output's own non-zero counters from
 // detail (DetailEvents) when it has any and its buffer's backlog (from a
 // BufferEvents event in detail: records, bytes and the oldest record's
-// age, which the output line's ring lag does not show), and a line per
-// device.
+// age, which the output line's ring lag does not show), a line per output
+// that has not started (from an "output_health" event in detail), and a
+// line per device.
 func FormatStats(st sampler.Stats, detail []sampler.Event) string {
 	s := "gpusampler stats:\n"
+	for _, ev := range detail {
+		if attr(ev, "scope") == "output_health" && field(ev, "started") == 0 {
+			s += fmt.Sprintf("  output %-12s NOT STARTED: %d failed start attempts; retrying with backoff (the log says why)\n",
+				attr(ev, "output"), int64(field(ev, "start_failures")))
+		}
+	}
 	for _, o := range st.Outputs {
 		s += fmt.Sprintf("  output %-12s published %d delivered %d dropped %d filtered %d failed %d buffered %d write %v (max %v)\n",
 			o.Name, o.Published, o.Delivered, o.Dropped, o.Filtered, o.Failed, o.Lag,
@@ -162,7 +179,7 @@ func FormatStats(st sampler.Stats, detail []sampler.Event) string {
 				s += strings.Repeat(" ", 22) + formatBuffer(ev) + "\n"
 				continue
 			}
-			if attr(ev, "output") == o.Name {
+			if attr(ev, "output") == o.Name && attr(ev, "scope") != "output_health" {
 				if line := formatFields(ev.Fields); line != "" {
 					s += strings.Repeat(" ", 22) + line + "\n"
 				}
@@ -246,6 +263,16 @@ func formatBuffer(ev sampler.Event) string {
 		s += " " + line
 	}
 	return s
+}
+
+// field returns the value of ev's field key (0 when absent).
+func field(ev sampler.Event, key string) float64 {
+	for _, f := range ev.Fields {
+		if f.Key == key {
+			return f.Value
+		}
+	}
+	return 0
 }
 
 func attr(ev sampler.Event, key string) string {

@@ -281,11 +281,21 @@ func TestConfigurePanicNamesOutput(t *testing.T) {
 		t.Fatal(err)
 	}
 	src, _ := sim.New(sim.Options{GPUs: 1})
-	_, err = newAgent(src, cfg, reg)
+	_, err = newAgent(src, cfg, reg, true)
 	if err == nil || !strings.Contains(err.Error(), "output panicky-sink") || !strings.Contains(err.Error(), "panic") {
-		t.Fatalf("err = %v", err)
+		t.Fatalf("strict: err = %v", err)
 	}
 	t.Log(err)
+	// Without --strict the agent runs and keeps retrying it, with the
+	// same error.
+	src, _ = sim.New(sim.Options{GPUs: 1})
+	a, err := newAgent(src, cfg, reg, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := a.NotStarted()["panicky-sink"]; got == nil || !strings.Contains(got.Error(), "output panicky-sink") || !strings.Contains(got.Error(), "panic") {
+		t.Errorf("not started: %v", got)
+	}
 }
 
 // The host killed with SIGKILL leaves no plugin process behind.

@@ -17,6 +17,6 @@ func itoa(n int) string { return strconv.Itoa(n) }
 
 func fmtSscan(s string, n *int) (int, error) { return fmt.Sscan(s, n) }
 
-func newAgent(src sampler.Source, cfg *appconfig.Config, reg *outputs.Registry) (*agent.Agent, error) {
-	return agent.New(src, cfg, agent.Options{Registry: reg})
+func newAgent(src sampler.Source, cfg *appconfig.Config, reg *outputs.Registry, strict bool) (*agent.Agent, error) {
+	return agent.New(src, cfg, agent.Options{Registry: reg, Strict: strict})
 }

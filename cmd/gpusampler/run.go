@@ -183,6 +183,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, out, stderr io.
 	cfgPath := fs.String("config", "", "config file (see gpusampler config); SIGHUP reloads it")
 	stats := fs.Bool("stats", false, "print a self-metrics summary to stderr every stats interval")
 	execdMode := fs.String("execd", "", `run as a Telegraf inputs.execd program: "stream" (signal = "none"), "gather" (signal = "STDIN", window summaries) or "nvidia_smi" (signal = "STDIN", a drop-in for Telegraf's nvidia_smi input); exits when stdin closes`)
+	strict := fs.Bool("strict", false, "exit at start when an output cannot start (default: run the others, report it failing in self-metrics, --stats and /healthz, and retry it with backoff)")
 	diag := fs.Bool("diagnose", false, "live diagnoses: emit finding events (overheating, throttling, memory nearly full, launch-bound, periodic stalls, communication-bound, XID)")
 	if err := parseFlags(fs, args, out); err != nil {
 		return err
@@ -244,7 +245,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, out, stderr io.
 	if err != nil {
 		return err
 	}
-	aopts := agent.Options{Registry: reg, Stdout: out, Hostname: machine, Logger: log, Diagnose: *diag}
+	aopts := agent.Options{Registry: reg, Stdout: out, Hostname: machine, Logger: log, Diagnose: *diag, Strict: *strict}
 	if *stats {
 		aopts.StatsWriter = stderr
 	}

@@ -45,6 +45,7 @@ func Parse(t *config.Table) any {
 	t.Duration("stale", &o.Stale)
 	t.String("web_config", &o.WebConfig)
 	t.Bool("health_unauthenticated", &o.HealthUnauthenticated)
+	t.Bool("health_fail_on_outputs", &o.HealthFailOnOutputs)
 	if o.HealthUnauthenticated && o.WebConfig == "" {
 		t.Errorf("health_unauthenticated", "applies only with web_config (without one, nothing is authenticated)")
 	}

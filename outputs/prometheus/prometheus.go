@@ -61,6 +61,11 @@ type Options struct {
 	// auth (liveness probes carry no credentials); TLS still applies, and
 	// the metrics path stays behind the auth.
 	HealthUnauthenticated bool
+	// HealthFailOnOutputs makes /healthz answer 503 while the agent's
+	// self-metrics report an output failing (not started, or a plugin in a
+	// crash storm); otherwise it answers as the devices say and lists the
+	// failing outputs in its body.
+	HealthFailOnOutputs bool
 	// Host is the host label's value; GlobalTags become labels too (names
 	// sanitized to [a-zA-Z_][a-zA-Z0-9_]*).
 	Host       string
@@ -408,7 +413,9 @@ func (o *Output) fresh(d *deviceState, now int64) bool {
 }
 
 // serveHealth answers 200 when every device produced a sample recently,
-// 503 naming the devices that did not otherwise.
+// 503 naming the devices that did not otherwise; the outputs that the
+// agent's self-metrics report failing are listed after that, and make it
+// 503 with HealthFailOnOutputs.
 func (o *Output) serveHealth(w http.ResponseWriter, _ *http.Request) {
 	now := o.now().UnixNano()
 	var stale []string
@@ -430,6 +437,7 @@ func (o *Output) serveHealth(w http.ResponseWriter, _ *http.Request) {
 			stale = append(stale, fmt.Sprintf("gpu %d (%s): %s", d.id.Index, d.id.UUID, why))
 		}
 	}
+	failing := o.failingOutputs(now)
 	o.mu.RUnlock()
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	switch {
@@ -439,8 +447,14 @@ func (o *Output) serveHealth(w http.ResponseWriter, _ *http.Request) {
 	case len(stale) > 0:
 		w.WriteHeader(http.StatusServiceUnavailable)
 		fmt.Fprintf(w, "%d of %d devices without a sample within %v:\n%s\n", len(stale), n, o.opts.Stale, strings.Join(stale, "\n"))
+	case len(failing) > 0 && o.opts.HealthFailOnOutputs:
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintf(w, "%d devices sampled within %v, but outputs are failing:\n", n, o.opts.Stale)
 	default:
 		fmt.Fprintf(w, "ok: %d devices sampled within %v\n", n, o.opts.Stale)
+	}
+	if len(failing) > 0 {
+		fmt.Fprintf(w, "%s\n", strings.Join(failing, "\n"))
 	}
 }
 

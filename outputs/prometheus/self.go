@@ -1,6 +1,8 @@
 package prometheus
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -13,6 +15,8 @@ import (
 // output, one device): every field becomes a gauge
 // gpusampler_self_<scope>_<field>.
 type selfEntry struct {
+	scope  string
+	output string // the "output" attribute, if any
 	values []string
 	pairs  []*dto.LabelPair
 	fields []sampler.Field
@@ -28,12 +32,15 @@ const defaultSelfPeriod = int64(20e9)
 
 // selfEvent stores a self-metrics event.
 func (o *Output) selfEvent(e *sampler.Event, now int64) {
-	scope := "agent"
+	scope, output := "agent", ""
 	var names, values []string
 	for _, a := range e.Attrs {
 		if a.Key == "scope" {
 			scope = a.Value
 			continue
+		}
+		if a.Key == "output" {
+			output = a.Value
 		}
 		n := sanitizeLabel(a.Key)
 		if n == "uuid" && o.opts.Naming == NamingDCGM {
@@ -55,6 +62,7 @@ func (o *Output) selfEvent(e *sampler.Event, now int64) {
 		ent.period = now - ent.arrive
 	}
 	ent.arrive, ent.values, ent.pairs = now, values, labelPairs(names, values)
+	ent.scope, ent.output = scope, output
 	ent.fields = append(ent.fields[:0], e.Fields...)
 	ent.descs = ent.descs[:0]
 	prefix := "gpusampler_self_" + sanitizeLabel(scope) + "_"
@@ -83,4 +91,37 @@ func (e *selfEntry) expired(now int64) bool {
 		period = defaultSelfPeriod
 	}
 	return now-e.arrive > 3*period
+}
+
+// failingOutputs describes the outputs that the newest self-metrics report
+// failing (scope "output_health", failing 1), in name order: "NAME (not
+// started, N failed attempts)" or "NAME (failing)". Read lock held.
+func (o *Output) failingOutputs(now int64) []string {
+	var out []string
+	for _, ent := range o.self {
+		if ent.scope != "output_health" || ent.expired(now) {
+			continue
+		}
+		var failing, started, failures float64
+		for _, f := range ent.fields {
+			switch f.Key {
+			case "failing":
+				failing = f.Value
+			case "started":
+				started = f.Value
+			case "start_failures":
+				failures = f.Value
+			}
+		}
+		if failing == 0 {
+			continue
+		}
+		why := "failing (plugin crash storm)"
+		if started == 0 {
+			why = fmt.Sprintf("not started, %d failed attempts", int64(failures))
+		}
+		out = append(out, fmt.Sprintf("output %s: %s", ent.output, why))
+	}
+	slices.Sort(out)
+	return out
 }

@@ -1,0 +1,244 @@
+package agent
+
+import (
+	"cmp"
+	"context"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/gpusampler/gpusampler/internal/appconfig"
+	"github.com/gpusampler/gpusampler/internal/backoff"
+	"github.com/gpusampler/gpusampler/sampler"
+)
+
+// Delays between start attempts of an output that could not start
+// (Options.StartRetryMin and StartRetryMax when set).
+const (
+	DefaultStartRetryMin = time.Second
+	DefaultStartRetryMax = time.Minute
+)
+
+// pendingOutput is an output whose block could not be built: it is retried
+// with backoff while the other outputs run. Guarded by Agent.mu; a retry
+// builds outside the lock and installs the result only if the entry is
+// still the same pointer (a reload that changes or removes the block
+// replaces or deletes the entry).
+type pendingOutput struct {
+	block    *appconfig.Output
+	cfg      *appconfig.Config // the config the block came from (file, host, global tags)
+	err      error          // the last attempt's error
+	failures uint64         // failed attempts since the block was configured
+	delay    time.Duration  // before the next attempt
+	next     time.Time      // when the next attempt is due
+}
+
+// defer records that o could not be built from cfg at start (err) and logs
+// it once; the retry loop tries again after the backoff. a.mu held or not
+// yet shared.
+func (a *Agent) deferStart(cfg *appconfig.Config, o *appconfig.Output, err error) {
+	p := &pendingOutput{block: o, cfg: cfg, err: err, failures: 1, delay: a.retryMin()}
+	p.next = time.Now().Add(p.delay)
+	a.pending[o.Name] = p
+	a.log.Error("output could not start; the other outputs run and it is retried with backoff (run --strict exits instead)",
+		"output", o.Name, "err", err)
+}
+
+func (a *Agent) retryMin() time.Duration {
+	if a.opts.StartRetryMin > 0 {
+		return a.opts.StartRetryMin
+	}
+	return DefaultStartRetryMin
+}
+
+func (a *Agent) retryMax() time.Duration {
+	return max(cmp.Or(a.opts.StartRetryMax, DefaultStartRetryMax), a.retryMin())
+}
+
+// NotStarted returns the configured outputs that have not started (their
+// block could not be built, at start or by a reload's retry), with the last
+// attempt's error.
+func (a *Agent) NotStarted() map[string]error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	m := make(map[string]error, len(a.pending))
+	for name, p := range a.pending {
+		m[name] = p.err
+	}
+	return m
+}
+
+// retryLoop retries the outputs that could not start, each when its
+// backoff is due, until ctx ends.
+func (a *Agent) retryLoop(ctx context.Context) {
+	for {
+		a.mu.Lock()
+		var due *pendingOutput
+		var wait time.Duration
+		now := time.Now()
+		for _, name := range slices.Sorted(maps.Keys(a.pending)) {
+			p := a.pending[name]
+			d := p.next.Sub(now)
+			if d <= 0 {
+				due = p
+				break
+			}
+			if wait == 0 || d < wait {
+				wait = d
+			}
+		}
+		a.mu.Unlock()
+		if due != nil {
+			a.retry(ctx, due)
+			continue
+		}
+		var tick <-chan time.Time
+		var t *time.Timer
+		if wait > 0 {
+			t = time.NewTimer(wait)
+			tick = t.C
+		}
+		select {
+		case <-ctx.Done():
+		case <-a.retryKick:
+		case <-tick:
+		}
+		if t != nil {
+			t.Stop()
+		}
+		if ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// retry makes one start attempt of p. The build runs without the lock (a
+// plugin's start may take seconds); its result is installed only if p is
+// still the pending entry of its output.
+func (a *Agent) retry(ctx context.Context, p *pendingOutput) {
+	name := p.block.Name
+	built, err := a.build(p.cfg, []*appconfig.Output{p.block})
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.pending[name] != p || ctx.Err() != nil {
+		if err == nil {
+			built[0].out.Close()
+		}
+		return
+	}
+	if err == nil {
+		b := built[0]
+		if err = a.eng.AddOutput(name, b.out, b.block.PumpOptions()); err == nil {
+			delete(a.pending, name)
+			a.running[name] = b.block
+			a.setBuffer(b)
+			a.log.Info("output started", "output", name, "failed_attempts", p.failures)
+			return
+		}
+		b.out.Close()
+	}
+	same := p.err != nil && p.err.Error() == err.Error()
+	p.err, p.failures = err, p.failures+1
+	p.delay = backoff.Delay(a.retryMin(), a.retryMax(), int(p.failures-1))
+	p.next = time.Now().Add(p.delay)
+	if same {
+		a.log.Debug("output still cannot start; retrying", "output", name, "failed_attempts", p.failures, "next_in", p.delay, "err", err)
+	} else {
+		a.log.Error("output still cannot start, for another reason; retrying", "output", name, "failed_attempts", p.failures, "next_in", p.delay, "err", err)
+	}
+}
+
+// kickRetry wakes the retry loop (a reload changed the pending outputs).
+func (a *Agent) kickRetry() {
+	select {
+	case a.retryKick <- struct{}{}:
+	default:
+	}
+}
+
+// reloadPending decides, for a reload to cfg, what becomes of the outputs
+// that have not started: a block that is still configured and unchanged
+// keeps its place and backoff; a changed one is tried again at once with
+// its new block; a removed one is forgotten. It returns the new pending set
+// and the blocks it covers (the reload builds none of them itself). a.mu
+// held; nothing is changed until the caller commits the result.
+func (a *Agent) reloadPending(cfg *appconfig.Config, envChanged bool) (map[string]*pendingOutput, map[string]bool) {
+	next := map[string]*pendingOutput{}
+	covered := map[string]bool{}
+	for _, o := range cfg.Outputs {
+		p, ok := a.pending[o.Name]
+		if !ok {
+			continue
+		}
+		covered[o.Name] = true
+		if !envChanged && p.block.Same(o) {
+			next[o.Name] = p
+			continue
+		}
+		next[o.Name] = &pendingOutput{block: o, cfg: cfg, err: p.err, failures: p.failures,
+			delay: a.retryMin(), next: time.Now()}
+	}
+	return next, covered
+}
+
+// healthEvents returns one self-metrics event (scope "output_health") per
+// configured output, in name order: failing is 1 while the output has not
+// started or its plugin is in a crash storm (plugin_failing in detail),
+// started whether it runs, start_failures the failed start attempts of a
+// block that has not started. a.mu held.
+func (a *Agent) healthEvents(now time.Time, detail []sampler.Event) []sampler.Event {
+	ns := now.UnixNano()
+	stormy := map[string]bool{}
+	for _, ev := range detail {
+		for _, f := range ev.Fields {
+			if f.Key == "plugin_failing" && f.Value != 0 {
+				stormy[attr(ev, "output")] = true
+			}
+		}
+	}
+	names := slices.Sorted(maps.Keys(a.running))
+	for name := range a.pending {
+		if _, ok := a.running[name]; !ok {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	var evs []sampler.Event
+	for _, name := range names {
+		p := a.pending[name]
+		var failures uint64
+		if p != nil {
+			failures = p.failures
+		}
+		evs = append(evs, sampler.Event{Kind: sampler.EventSelf, Device: -1, StartNS: ns, EndNS: ns,
+			Attrs: []sampler.Attr{{Key: "scope", Value: "output_health"}, {Key: "output", Value: name}},
+			Fields: []sampler.Field{intField("failing", b2u(p != nil || stormy[name])), intField("started", b2u(p == nil)),
+				intField("start_failures", failures)}})
+	}
+	return evs
+}
+
+func b2u(b bool) uint64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// startHealth sends the outputs' health once at the start of a run when one
+// of them could not start (and self-metrics are on), so that a health
+// check sees it before the first stats interval ends.
+func (a *Agent) startHealth() {
+	if _, send := a.statsSettings(); !send {
+		return
+	}
+	a.mu.Lock()
+	var evs []sampler.Event
+	if len(a.pending) > 0 {
+		evs = a.healthEvents(time.Now(), nil)
+	}
+	a.mu.Unlock()
+	for _, ev := range evs {
+		a.eng.Emit(ev)
+	}
+}
