@@ -27,10 +27,10 @@ const (
 type pendingOutput struct {
 	block    *appconfig.Output
 	cfg      *appconfig.Config // the config the block came from (file, host, global tags)
-	err      error          // the last attempt's error
-	failures uint64         // failed attempts since the block was configured
-	delay    time.Duration  // before the next attempt
-	next     time.Time      // when the next attempt is due
+	err      error             // the last attempt's error
+	failures uint64            // failed attempts since the block was configured
+	delay    time.Duration     // before the next attempt
+	next     time.Time         // when the next attempt is due
 }
 
 // defer records that o could not be built from cfg at start (err) and logs

@@ -1,6 +1,7 @@
 package outputs
 
 import (
+	"fmt"
 	"io"
 	"log/slog"
 	"maps"
@@ -26,6 +27,14 @@ type Kind struct {
 	Parse func(t *config.Table) any
 	// Build makes the runtime output from a parsed block.
 	Build func(b *Block, env BuildEnv) (sampler.Output, error)
+	// Check, when set, checks what a parsed block needs from this machine
+	// without touching its sink (gpusampler config --check): that the
+	// files it names exist and are usable, that a plugin binary matches
+	// its sha256. It may read files; it must not open a network
+	// connection. Problems are what run would fail on, warnings what run
+	// accepts but probably is not meant (a default silently assumed); both
+	// are located at keys with b.ErrorAt.
+	Check func(b *Block) (problems, warnings config.Errors)
 	// Exclusive kinds hold a resource their replacement needs too (a
 	// listening address): on reload the running output is closed before the
 	// new one is built, instead of after.
@@ -145,3 +154,15 @@ func (r *Registry) Lookup(kind string) (Kind, bool) {
 
 // Kinds returns every kind's name, sorted.
 func (r *Registry) Kinds() []string { return slices.Sorted(maps.Keys(r.kinds)) }
+
+// DefaultWarning returns the warning for a block that sets none of keys
+// and so runs with value, the kind's default (nil when one is set):
+// config --check names defaults that a missing key silently assumes.
+func DefaultWarning(b *Block, value string, keys ...string) config.Errors {
+	for _, k := range keys {
+		if _, ok := b.Raw[k]; ok {
+			return nil
+		}
+	}
+	return config.Errors{b.ErrorAt("", fmt.Sprintf("no %s: uses the default %s; set %s to say so", keys[0], value, keys[0]))}
+}

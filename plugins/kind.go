@@ -51,7 +51,50 @@ type KindOptions struct {
 //	  [outputs.plugin.config]
 //	    url = "…"
 func Kind() outputs.Kind {
-	return outputs.Kind{Kind: "plugin", SampleConfig: sampleConf, Parse: parseKind, Build: buildKind}
+	return outputs.Kind{Kind: "plugin", SampleConfig: sampleConf, Parse: parseKind, Build: buildKind, Check: checkKind}
+}
+
+// checkKind checks, for config --check, what starting the plugin would:
+// the path is an executable file and, with sha256, its checksum matches.
+func checkKind(o *outputs.Block) (problems, _ config.Errors) {
+	ko, _ := o.Options.(KindOptions)
+	if ko.Path == "" {
+		return nil, nil
+	}
+	fi, err := os.Stat(ko.Path)
+	switch {
+	case err != nil:
+		return config.Errors{o.ErrorAt("path", fmt.Sprintf("%q: %v", ko.Path, errors.Unwrap(err)))}, nil
+	case !fi.Mode().IsRegular():
+		return config.Errors{o.ErrorAt("path", fmt.Sprintf("%q: not a regular file", ko.Path))}, nil
+	case fi.Mode().Perm()&0o111 == 0:
+		return config.Errors{o.ErrorAt("path", fmt.Sprintf("%q: not executable (mode %v)", ko.Path, fi.Mode().Perm()))}, nil
+	}
+	if ko.SHA256 == "" {
+		return nil, nil
+	}
+	if err := VerifyChecksum(ko.Path, ko.SHA256); err != nil {
+		key := "path"
+		if errors.Is(err, ErrChecksum) {
+			key = "sha256"
+		}
+		return config.Errors{o.ErrorAt(key, err.Error())}, nil
+	}
+	return nil, nil
+}
+
+// fileSHA256 returns the hex sha256 of the file at path.
+func fileSHA256(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("open plugin: %w", err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("read plugin: %w", err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 func parseKind(t *config.Table) any {
@@ -89,16 +132,11 @@ var ErrChecksum = errors.New("plugins: checksum mismatch")
 
 // VerifyChecksum checks that the file at path has the sha256 want (hex).
 func VerifyChecksum(path, want string) error {
-	f, err := os.Open(path)
+	got, err := fileSHA256(path)
 	if err != nil {
-		return fmt.Errorf("open plugin: %w", err)
+		return err
 	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return fmt.Errorf("read plugin: %w", err)
-	}
-	if got := hex.EncodeToString(h.Sum(nil)); got != strings.ToLower(want) {
+	if got != strings.ToLower(want) {
 		return checksumError(path, got, want)
 	}
 	return nil

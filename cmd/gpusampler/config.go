@@ -18,8 +18,23 @@ func cmdConfig(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if *check != "" {
-		if _, err := appconfig.Load(*check, appconfig.Options{Registry: registry.Builtin()}); err != nil {
+		reg := registry.Builtin()
+		cfg, err := appconfig.Load(*check, appconfig.Options{Registry: reg})
+		if err != nil {
 			return err
+		}
+		// What run would find out only when it starts the outputs: files,
+		// plugin binaries, defaults assumed. No sink is contacted.
+		warnings, err := appconfig.Check(cfg, reg)
+		for _, w := range warnings {
+			fmt.Fprintf(stdout, "warning: %v\n", w)
+		}
+		if err != nil {
+			return err
+		}
+		if len(warnings) > 0 {
+			fmt.Fprintf(stdout, "%s: ok, %d warnings\n", *check, len(warnings))
+			return nil
 		}
 		fmt.Fprintf(stdout, "%s: ok\n", *check)
 		return nil

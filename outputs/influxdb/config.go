@@ -72,6 +72,9 @@ func Kind() outputs.Kind {
 			opts.Host, opts.GlobalTags, opts.Catalog, opts.Logger = env.Host, env.GlobalTags, env.Catalog, env.Logger
 			return New(opts)
 		},
+		Check: func(o *outputs.Block) (_, warnings config.Errors) {
+			return nil, outputs.DefaultWarning(o, DefaultURL, "url", "urls")
+		},
 	}
 }
 

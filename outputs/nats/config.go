@@ -291,5 +291,8 @@ func Kind() outputs.Kind {
 			}
 			return out, nil
 		},
+		Check: func(o *outputs.Block) (_, warnings config.Errors) {
+			return nil, outputs.DefaultWarning(o, DefaultServer, "servers")
+		},
 	}
 }

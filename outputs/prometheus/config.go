@@ -2,6 +2,13 @@ package prometheus
 
 import (
 	_ "embed"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+
+	"github.com/prometheus/exporter-toolkit/web"
 
 	"github.com/gpusampler/gpusampler/config"
 	"github.com/gpusampler/gpusampler/outputs"
@@ -21,6 +28,7 @@ func Kind() outputs.Kind {
 		OutOfProcess: true, // a network output: its own process (plugins.HostRegistry)
 		SampleConfig: SampleConfig,
 		Parse:        Parse,
+		Check:        Check,
 		Build: func(o *outputs.Block, env outputs.BuildEnv) (sampler.Output, error) {
 			opts, _ := o.Options.(Options)
 			opts.Host, opts.GlobalTags, opts.Logger, opts.Catalog = env.Host, env.GlobalTags, env.Logger, env.Catalog
@@ -35,6 +43,9 @@ func Parse(t *config.Table) any {
 	o := Options{Listen: DefaultListen, Path: DefaultPath, Naming: NamingDCGM,
 		Window: DefaultWindow, Stale: DefaultStale}
 	t.String("listen", &o.Listen)
+	if err := checkListen(o.Listen); err != nil {
+		t.Errorf("listen", "%q: %v", o.Listen, err)
+	}
 	t.String("path", &o.Path)
 	if t.Has("path") && (len(o.Path) == 0 || o.Path[0] != '/' || o.Path == "/healthz") {
 		t.Errorf("path", "%q: want an absolute path other than /healthz", o.Path)
@@ -50,4 +61,34 @@ func Parse(t *config.Table) any {
 		t.Errorf("health_unauthenticated", "applies only with web_config (without one, nothing is authenticated)")
 	}
 	return o
+}
+
+// checkListen checks a listen address as net.Listen would take it, without
+// binding it: host:port, the host empty, an IP address or a name that is
+// not a malformed address, the port a number 0-65535.
+func checkListen(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return errors.New("want host:port (\":9400\", \"127.0.0.1:9400\", \"[::1]:9400\")")
+	}
+	if host != "" && net.ParseIP(host) == nil && strings.Trim(host, "0123456789.") == "" {
+		return fmt.Errorf("%s is not an IP address", host)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("port %q: want a number 0-65535", port)
+	}
+	return nil
+}
+
+// Check checks, for config --check, the web config file: that it exists
+// and is valid (TLS files, bcrypt hashes), as New will.
+func Check(o *outputs.Block) (problems, _ config.Errors) {
+	opts, _ := o.Options.(Options)
+	if opts.WebConfig == "" {
+		return nil, nil
+	}
+	if err := web.Validate(opts.WebConfig); err != nil {
+		return config.Errors{o.ErrorAt("web_config", fmt.Sprintf("%s: %v", opts.WebConfig, err))}, nil
+	}
+	return nil, nil
 }

@@ -65,12 +65,19 @@ func Kind() outputs.Kind {
 			opts.Host, opts.GlobalTags, opts.Catalog, opts.Logger = env.Host, env.GlobalTags, env.Catalog, env.Logger
 			return influxdb.New(opts)
 		},
+		Check: func(o *outputs.Block) (_, warnings config.Errors) {
+			return nil, outputs.DefaultWarning(o, DefaultURL, "url")
+		},
 	}
 }
 
+// DefaultURL is where a telegraf block without url pushes (Telegraf's
+// influxdb_listener on its usual port).
+const DefaultURL = "http://127.0.0.1:8186"
+
 // Parse decodes and checks an [[outputs.telegraf]] block's own keys.
 func Parse(t *config.Table) Config {
-	c := Config{URL: "http://127.0.0.1:8186", Listener: ListenerV1}
+	c := Config{URL: DefaultURL, Listener: ListenerV1}
 	t.String("url", &c.URL)
 	t.OneOf("listener", &c.Listener, ListenerV1, ListenerV2)
 	t.String("database", &c.Database)
