@@ -29,4 +29,10 @@
 // the pump, buffer and aggregation drop counters. Cells known to fail are
 // listed with their reason in the test's knownBroken table. go test -run
 // Matrix -v prints published, delivered and dropped per cell.
+//
+// Beside the matrix, TestAggregateDiskInfluxIntegration runs a real influxd
+// and a stdout twin, both aggregating behind disk buffers, through a 20 s
+// outage (scripted time) and a kill -9 of gpusampler during it: influxd
+// must hold exactly the summaries the twin printed, one per device and
+// scripted window.
 package conservation
