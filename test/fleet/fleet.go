@@ -65,6 +65,12 @@ type Result struct {
 	// back from the stream. Lost = In − Out (negative would be extra).
 	SamplesIn, SamplesOut int64
 	Lost                  int64
+	// Where the lost went, as the nodes counted them (gpusampler's own
+	// drop counters, summed over the NATS outputs): ring lanes full
+	// (RingDropped), batches the pump gave up (PumpFailed), memory buffer
+	// over its cap (BufferCap) or still queued when Close gave up at the
+	// end (BufferShutdown).
+	RingDropped, PumpFailed, BufferCap, BufferShutdown int64
 	// FingerprintsMatch: the multiset of samples out equals the multiset
 	// in, value by value (not just the counts).
 	FingerprintsMatch bool
@@ -239,6 +245,17 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		res.SamplesIn += int64(c)
 		fpIn += fp
 		res.In = append(res.In, kept...)
+		for _, o := range n.agent.Engine().Stats().Outputs {
+			if o.Name == "nats" {
+				res.RingDropped += int64(o.Dropped)
+				res.PumpFailed += int64(o.Failed)
+			}
+		}
+		if b := n.agent.Buffers()["nats"]; b != nil {
+			d := b.Stats().DroppedRecords
+			res.BufferCap += int64(d.Cap)
+			res.BufferShutdown += int64(d.Shutdown)
+		}
 		s := n.stats()
 		res.MessagesIn += int64(s.Acked - s.Duplicates)
 		res.CaughtDups += int64(s.Duplicates)
@@ -493,6 +510,10 @@ func (r *Result) Table() string {
 	row("CPU s/1M samples: 3-server cluster", "%.2f", r.ClusterCPUPerM)
 	row("lost, duplicated (samples)", "%d, %d", r.Lost, r.DupSamples)
 	row("dups caught by window, redelivered", "%d, %d", r.CaughtDups, r.Redelivered)
+	if r.Lost != 0 || r.RingDropped+r.PumpFailed+r.BufferCap+r.BufferShutdown != 0 {
+		row("counted by the nodes", "%d ring drops, %d failed in the pump, %d over the buffer cap, %d left in the buffer at shutdown",
+			r.RingDropped, r.PumpFailed, r.BufferCap, r.BufferShutdown)
+	}
 	if r.Options.Faults {
 		row("partitioned node in, out", "%d, %d", r.PartitionedIn, r.PartitionedOut)
 		for _, f := range r.Faults {

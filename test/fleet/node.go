@@ -65,6 +65,12 @@ retry_max = "1s"
 // newNode builds a node; o.Keep asks its counter to keep every sample.
 func newNode(host string, o Options, urls []string) (*node, error) {
 	n := &node{host: host, dialer: &partitionDialer{}, count: newCounter(host, o.Keep), done: make(chan struct{})}
+	if o.Encoding == "influx" {
+		// Line protocol carries the performance state as a tag, not as a
+		// sample (Telegraf's schema; see package stream): what goes in is
+		// what that encoding can bring out.
+		n.count.skip = sampler.MetricPState
+	}
 	nk := natsout.Kind()
 	nk.Build = func(o *outputs.Block, env outputs.BuildEnv) (sampler.Output, error) {
 		c, _ := o.Options.(natsout.Config)
@@ -117,14 +123,14 @@ func (n *node) stats() natsout.Stats {
 // counter is an output that counts (and fingerprints) every sample the
 // engine hands it: what went in. It never fails.
 type counter struct {
-	host  string
-	hh    uint64
-	keep  bool
-	mu    sync.Mutex
-	n     uint64
-	fp    uint64
-	kept  []Record
-	first int64
+	host string
+	hh   uint64
+	keep bool
+	skip sampler.MetricID // a metric not counted (0: none)
+	mu   sync.Mutex
+	n    uint64
+	fp   uint64
+	kept []Record
 }
 
 func newCounter(host string, keep bool) *counter {
@@ -136,6 +142,9 @@ func (c *counter) Write(_ context.Context, b *sampler.Batch) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, s := range b.Samples {
+		if c.skip != 0 && s.Metric == c.skip {
+			continue
+		}
 		c.n++
 		c.fp += fingerprint(c.hh, s)
 		if c.keep {
