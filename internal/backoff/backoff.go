@@ -5,7 +5,10 @@
 // watchers and the NVML open retry all wait with it.
 package backoff
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // maxShift bounds the doubling: past it any positive initial delay has
 // reached the cap (or overflowed).
@@ -53,3 +56,17 @@ func (b *Backoff) Next() {
 
 // Reset returns the wait to Initial.
 func (b *Backoff) Reset() { b.attempt = 0 }
+
+// Sleep waits d, or until ctx ends: then it returns ctx's error. It is the
+// default wait between retries of the buffer, the InfluxDB writer and the
+// NVML open retry (their tests inject their own).
+func Sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,6 +1,8 @@
 package backoff
 
 import (
+	"context"
+	"errors"
 	"math"
 	"slices"
 	"testing"
@@ -85,5 +87,17 @@ func TestBackoff(t *testing.T) {
 	}
 	if d := b.Delay(); d != 60*s {
 		t.Errorf("after 1000 retries: %v, want the cap", d)
+	}
+}
+
+func TestSleep(t *testing.T) {
+	if err := Sleep(context.Background(), time.Nanosecond); err != nil {
+		t.Errorf("Sleep(1ns) = %v, want nil", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	// An hour's wait ends at once when the context has ended.
+	if err := Sleep(ctx, time.Hour); !errors.Is(err, context.Canceled) {
+		t.Errorf("Sleep on an ended context = %v, want context.Canceled", err)
 	}
 }

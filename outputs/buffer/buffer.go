@@ -159,7 +159,7 @@ func New(out sampler.Output, cfg Config, opts ...Option) (*Buffer, error) {
 		return nil, fmt.Errorf("buffer.kind: %q has no buffer (use Wrap)", KindNone)
 	}
 	cfg = cfg.withDefaults()
-	o := options{writeTimeout: sampler.DefaultWriteTimeout, now: time.Now, sleep: sleepCtx}
+	o := options{writeTimeout: sampler.DefaultWriteTimeout, now: time.Now, sleep: backoff.Sleep}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -525,17 +525,6 @@ func (b *Buffer) logDrop(reason string, records int, err error) {
 // d]) so that many outputs recovering together spread out.
 func (b *Buffer) backoff(attempt int) time.Duration {
 	return backoff.Jitter(backoff.Delay(b.cfg.RetryInitial, b.cfg.RetryMax, attempt), b.rnd())
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // syncLoop fsyncs the disk queue every FsyncInterval until Close.

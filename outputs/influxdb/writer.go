@@ -141,7 +141,7 @@ func NewWriter(opts WriterOptions) (*Writer, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	w := &Writer{opts: opts, log: opts.Logger, sleep: sleepCtx}
+	w := &Writer{opts: opts, log: opts.Logger, sleep: backoff.Sleep}
 	endpoint, auth, err := writeEndpoint(opts)
 	if err != nil {
 		return nil, w.errorf("%w", err)
@@ -491,15 +491,4 @@ func unwrapURLError(err error) error {
 		return ue.Err
 	}
 	return err
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

@@ -46,7 +46,7 @@ func OpenRetry(ctx context.Context, opts Options, p RetryPolicy) (sampler.Source
 		p.Max = 30 * time.Second
 	}
 	if p.Sleep == nil {
-		p.Sleep = sleepCtx
+		p.Sleep = backoff.Sleep
 	}
 	bo := backoff.Backoff{Initial: p.Initial, Max: p.Max}
 	for attempt := 1; ; attempt++ {
@@ -67,16 +67,5 @@ func OpenRetry(ctx context.Context, opts Options, p RetryPolicy) (sampler.Source
 			return nil, fmt.Errorf("nvml: waiting for the driver: %w", err)
 		}
 		bo.Next()
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
 	}
 }
