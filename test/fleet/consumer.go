@@ -187,7 +187,11 @@ func (g *consumerGroup) start() error {
 			cancel()
 			return err
 		}
-		cons, err := js.Consumer(ctx, streamName, g.durable)
+		// Right after a server restart the consumer's lookup can time out
+		// while its replicas elect a leader: try for a while.
+		cons, err := retry(ctx, 2*time.Minute, func(c context.Context) (jetstream.Consumer, error) {
+			return js.Consumer(c, streamName, g.durable)
+		})
 		if err != nil {
 			cancel()
 			nc.Close()

@@ -210,10 +210,9 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 			}
 		}
 	}()
+	var faultsDone <-chan error
 	if opts.Faults {
-		if err := faults(runCtx, opts, cl, js, st, cur, nodes[0], led, res, log); err != nil {
-			return nil, err
-		}
+		faultsDone = faults(runCtx, opts, cl, js, st, cur, nodes[0], led, res, log)
 	}
 	select {
 	case <-ctx.Done():
@@ -222,6 +221,11 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	}
 	stop()
 	<-lagDone
+	if faultsDone != nil {
+		if err := <-faultsDone; err != nil {
+			return nil, err
+		}
+	}
 	if err := waitDone(nodes, 2*time.Minute); err != nil {
 		return nil, err
 	}
@@ -301,83 +305,80 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 // faults runs the fault schedule in the background: the stream leader is
 // killed at 20% of the run and restarted at 35%; the consumer is killed at
 // 45% and restarted on its durable at 55%; the first node's client is
-// partitioned from 65% to 80%.
+// partitioned from 65% to 80%. When ctx ends first, what is down comes back
+// at once (a fault is never left in place). The channel reports the end.
 func faults(ctx context.Context, opts Options, cl *Cluster, js jetstream.JetStream, st jetstream.Stream,
-	cur *current, victim *node, led *ledger, res *Result, log func(string, ...any)) error {
+	cur *current, victim *node, led *ledger, res *Result, log func(string, ...any)) <-chan error {
 	at := func(f float64) <-chan time.Time { return time.After(time.Duration(f * float64(opts.Duration))) }
 	note := func(f string, a ...any) {
 		s := fmt.Sprintf(f, a...)
 		log("%s", s)
 		res.Faults = append(res.Faults, s)
 	}
+	// wait waits for c; false when ctx ended first.
+	wait := func(c <-chan time.Time) bool {
+		select {
+		case <-c:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	done := make(chan error, 1)
 	go func() {
-		wait := func(c <-chan time.Time) bool {
-			select {
-			case <-c:
-				return true
-			case <-ctx.Done():
-				return false
+		done <- func() error {
+			t20, t35, t45, t55, t65, t80 := at(.20), at(.35), at(.45), at(.55), at(.65), at(.80)
+			if !wait(t20) {
+				return nil
 			}
-		}
-		t20, t35, t45, t55, t65, t80 := at(.20), at(.35), at(.45), at(.55), at(.65), at(.80)
-		if !wait(t20) {
-			return
-		}
-		leader := -1
-		if info, err := st.Info(ctx); err == nil && info.Cluster != nil {
-			leader = slices.IndexFunc(cl.servers, func(c *child) bool { return c.cfg.Name == info.Cluster.Leader })
-		}
-		if leader < 0 {
-			leader = 0
-		}
-		if err := cl.Kill(leader); err != nil {
-			note("kill server n%d: %v", leader+1, err)
-			return
-		}
-		note("server n%d (the stream leader) killed (SIGKILL)", leader+1)
-		if !wait(t35) {
-			return
-		}
-		if err := cl.Restart(leader); err != nil {
-			note("restart server n%d: %v", leader+1, err)
-			return
-		}
-		note("server n%d restarted on its store", leader+1)
-		if !wait(t45) {
-			return
-		}
-		group := cur.get()
-		group.kill()
-		var floor uint64
-		if info, err := infoOf(ctx, js); err == nil {
-			floor = info.AckFloor.Stream
-		}
-		note("consumer killed (its %d workers' connections dropped, unacked messages held); durable ack floor at stream seq %d", opts.Workers, floor)
-		if !wait(t55) {
-			return
-		}
-		led.mu.Lock()
-		led.floor = floor
-		led.mu.Unlock()
-		group2 := &consumerGroup{urls: group.urls, durable: group.durable, workers: group.workers, led: led}
-		if err := group2.start(); err != nil {
-			note("consumer restart: %v", err)
-			return
-		}
-		cur.set(group2)
-		note("consumer restarted on durable %q", group.durable)
-		if !wait(t65) {
-			return
-		}
-		victim.dialer.Partition()
-		note("node %s partitioned from every server", victim.host)
-		if !wait(t80) {
-			return
-		}
-		victim.dialer.Heal()
-		note("node %s healed", victim.host)
+			leader := -1
+			if info, err := st.Info(ctx); err == nil && info.Cluster != nil {
+				leader = slices.IndexFunc(cl.servers, func(c *child) bool { return c.cfg.Name == info.Cluster.Leader })
+			}
+			if leader < 0 {
+				leader = 0
+			}
+			if err := cl.Kill(leader); err != nil {
+				return fmt.Errorf("fleet: kill server n%d: %w", leader+1, err)
+			}
+			note("server n%d (the stream leader) killed (SIGKILL)", leader+1)
+			wait(t35)
+			if err := cl.Restart(leader); err != nil {
+				return fmt.Errorf("fleet: restart server n%d: %w", leader+1, err)
+			}
+			note("server n%d restarted on its store", leader+1)
+			if !wait(t45) {
+				return nil
+			}
+			group := cur.get()
+			group.kill()
+			var floor uint64
+			if info, err := infoOf(ctx, js); err == nil {
+				floor = info.AckFloor.Stream
+			}
+			note("consumer killed (its %d workers' connections dropped, unacked messages held); durable ack floor at stream seq %d", opts.Workers, floor)
+			wait(t55)
+			led.mu.Lock()
+			led.floor = floor
+			led.mu.Unlock()
+			group2 := &consumerGroup{urls: group.urls, durable: group.durable, workers: group.workers, led: led}
+			if err := group2.start(); err != nil {
+				return fmt.Errorf("fleet: consumer restart: %w", err)
+			}
+			cur.set(group2)
+			note("consumer restarted on durable %q", group.durable)
+			if !wait(t65) {
+				return nil
+			}
+			victim.dialer.Partition()
+			note("node %s partitioned from every server", victim.host)
+			wait(t80)
+			victim.dialer.Heal()
+			note("node %s healed", victim.host)
+			return nil
+		}()
 	}()
-	return nil
+	return done
 }
 
 // current is the consumer group now running (replaced when the consumer
