@@ -36,14 +36,14 @@ func TestAdd(t *testing.T) {
 		want Window
 	}{
 		{"empty", nil, Window{}},
-		{"one", []sample{{5, 2}}, Window{Count: 1, Sum: 2, Min: 2, Max: 2, Last: 2, LastT: 5}},
-		{"in order", []sample{{1, 3}, {2, 1}, {3, 2}}, Window{Count: 3, Sum: 6, Min: 1, Max: 3, Last: 2, LastT: 3}},
-		{"out of order: last is the newest", []sample{{3, 7}, {1, 9}, {2, -1}}, Window{Count: 3, Sum: 15, Min: -1, Max: 9, Last: 7, LastT: 3}},
-		{"equal times: the later added wins", []sample{{4, 1}, {4, 2}}, Window{Count: 2, Sum: 3, Min: 1, Max: 2, Last: 2, LastT: 4}},
-		{"negative times", []sample{{-10, 1}, {-20, 5}}, Window{Count: 2, Sum: 6, Min: 1, Max: 5, Last: 1, LastT: -10}},
-		{"NaN spreads to sum and extremes", []sample{{1, 1}, {2, nan}, {3, 3}}, Window{Count: 3, Sum: nan, Min: nan, Max: nan, Last: 3, LastT: 3}},
-		{"negative zero sums to +0, extremes keep it", []sample{{1, negZero}}, Window{Count: 1, Sum: 0, Min: negZero, Max: negZero, Last: negZero, LastT: 1}},
-		{"infinities", []sample{{1, math.Inf(1)}, {2, math.Inf(-1)}}, Window{Count: 2, Sum: nan, Min: math.Inf(-1), Max: math.Inf(1), Last: math.Inf(-1), LastT: 2}},
+		{"one", []sample{{5, 2}}, Window{Stats: Stats{Count: 1, Sum: 2, Min: 2, Max: 2}, Last: 2, LastT: 5}},
+		{"in order", []sample{{1, 3}, {2, 1}, {3, 2}}, Window{Stats: Stats{Count: 3, Sum: 6, Min: 1, Max: 3}, Last: 2, LastT: 3}},
+		{"out of order: last is the newest", []sample{{3, 7}, {1, 9}, {2, -1}}, Window{Stats: Stats{Count: 3, Sum: 15, Min: -1, Max: 9}, Last: 7, LastT: 3}},
+		{"equal times: the later added wins", []sample{{4, 1}, {4, 2}}, Window{Stats: Stats{Count: 2, Sum: 3, Min: 1, Max: 2}, Last: 2, LastT: 4}},
+		{"negative times", []sample{{-10, 1}, {-20, 5}}, Window{Stats: Stats{Count: 2, Sum: 6, Min: 1, Max: 5}, Last: 1, LastT: -10}},
+		{"NaN spreads to sum and extremes", []sample{{1, 1}, {2, nan}, {3, 3}}, Window{Stats: Stats{Count: 3, Sum: nan, Min: nan, Max: nan}, Last: 3, LastT: 3}},
+		{"negative zero sums to +0, extremes keep it", []sample{{1, negZero}}, Window{Stats: Stats{Count: 1, Sum: 0, Min: negZero, Max: negZero}, Last: negZero, LastT: 1}},
+		{"infinities", []sample{{1, math.Inf(1)}, {2, math.Inf(-1)}}, Window{Stats: Stats{Count: 2, Sum: nan, Min: math.Inf(-1), Max: math.Inf(1)}, Last: math.Inf(-1), LastT: 2}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := addAll(tc.in); !same(got, tc.want) {
@@ -99,15 +99,29 @@ func TestMergeEmpty(t *testing.T) {
 	}
 }
 
-// A part without a last value (pre-aggregated extremes and sums) merges
-// its count, sum and extremes.
-func TestMergeParts(t *testing.T) {
-	var w Window
-	w.Merge(Window{Count: 2, Sum: 10, Min: 4, Max: 6})
-	w.Merge(Window{Count: 1, Sum: 1, Min: 1, Max: 1})
-	want := Window{Count: 3, Sum: 11, Min: 1, Max: 6}
-	if !same(w, want) {
-		t.Errorf("got %+v, want %+v", w, want)
+// Stats merges pre-aggregated parts (counts, sums, extremes) as Window
+// merges windows: the Stats of a merged Window is the merge of the parts'
+// Stats.
+func TestStatsMerge(t *testing.T) {
+	series := []sample{{10, 4}, {11, -2}, {13, 8}, {12, math.Inf(1)}, {20, 0.5}}
+	whole := addAll(series)
+	var st Stats
+	for _, x := range series {
+		st = st.Merge(addAll([]sample{x}).Stats)
+	}
+	st = st.Merge(Stats{})
+	if !same(Window{Stats: st, Last: whole.Last, LastT: whole.LastT}, whole) {
+		t.Errorf("merged stats %+v, want %+v", st, whole.Stats)
+	}
+	var added Stats
+	for _, x := range series {
+		added = added.Add(x.v)
+	}
+	if added != whole.Stats {
+		t.Errorf("added stats %+v, want %+v", added, whole.Stats)
+	}
+	if m := st.Mean(); !math.IsInf(m, 1) {
+		t.Errorf("mean %v, want +Inf", m)
 	}
 }
 
@@ -118,7 +132,7 @@ func TestReset(t *testing.T) {
 		t.Errorf("after Reset: %+v", w)
 	}
 	w.Add(7, -1)
-	if want := (Window{Count: 1, Sum: -1, Min: -1, Max: -1, Last: -1, LastT: 7}); !same(w, want) {
+	if want := (Window{Stats: Stats{Count: 1, Sum: -1, Min: -1, Max: -1}, Last: -1, LastT: 7}); !same(w, want) {
 		t.Errorf("after Reset and Add: got %+v, want %+v", w, want)
 	}
 }

@@ -199,7 +199,7 @@ func decodeJournal(data []byte, catalog *sampler.Catalog) (j journalState, unkno
 		sr := journalSeries{key: seriesKey{dev, id}, emittedEnd: end}
 		for range r.count(56) {
 			w := window{start: r.i64()}
-			w.acc = accum.Window{Count: r.u64(), Sum: r.f64(), Min: r.f64(), Max: r.f64(), Last: r.f64(), LastT: r.i64()}
+			w.acc = accum.Window{Stats: accum.Stats{Count: r.u64(), Sum: r.f64(), Min: r.f64(), Max: r.f64()}, Last: r.f64(), LastT: r.i64()}
 			sr.windows = append(sr.windows, w)
 		}
 		if !known {

@@ -58,14 +58,14 @@ func (w *window) grow() {
 // and whether there were any. Every held entry is checked: a late,
 // out-of-order one may sit anywhere in the ring.
 func (w *window) stats(span int64) (lo, hi, mean float64, ok bool) {
-	var acc accum.Window
+	var acc accum.Stats
 	from := w.newest - span
 	for i := w.n - 1; i >= 0; i-- {
 		e := &w.buf[(w.head+i)%len(w.buf)]
 		if e.t <= from {
 			continue
 		}
-		acc.Merge(accum.Window{Count: uint64(e.n), Sum: e.sum, Min: e.min, Max: e.max})
+		acc = acc.Merge(accum.Stats{Count: uint64(e.n), Sum: e.sum, Min: e.min, Max: e.max})
 	}
 	if acc.Count == 0 {
 		return 0, 0, 0, false
