@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpusampler/gpusampler/diagnose"
+	"github.com/gpusampler/gpusampler/internal/diagnose"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 

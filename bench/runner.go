@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gpusampler/gpusampler/diagnose"
+	"github.com/gpusampler/gpusampler/internal/diagnose"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 

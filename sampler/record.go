@@ -227,7 +227,7 @@ type Batch struct {
 	// Events in publish order.
 	Events []Event
 	// Summaries are per-window aggregates of samples, set only by an
-	// aggregating wrapper (outputs/aggregate) in place of the raw samples it
+	// aggregating wrapper (internal/pipeline/aggregate) in place of the raw samples it
 	// summarized; pumps never fill it.
 	Summaries []Summary
 }

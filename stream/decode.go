@@ -14,8 +14,8 @@ import (
 
 	"github.com/influxdata/line-protocol/v2/lineprotocol"
 
-	"github.com/gpusampler/gpusampler/outputs/encoding/jsonl"
-	"github.com/gpusampler/gpusampler/outputs/encoding/lineproto"
+	"github.com/gpusampler/gpusampler/internal/encoding/jsonl"
+	"github.com/gpusampler/gpusampler/internal/encoding/lineproto"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 

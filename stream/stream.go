@@ -15,7 +15,7 @@
 // What each encoding carries (see the output's README for the wire forms):
 //
 //   - protobuf (application/x-protobuf; proto=gpusampler.plugin.v1.Batch,
-//     see outputs/encoding/protobuf): everything, exactly — device
+//     see internal/encoding/protobuf): everything, exactly — device
 //     identities, samples, summaries, events, the batch Seq, host and global
 //     tags.
 //   - JSON Lines (application/x-ndjson): everything, exactly, except that
@@ -42,7 +42,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/gpusampler/gpusampler/outputs/encoding/protobuf"
+	"github.com/gpusampler/gpusampler/internal/encoding/protobuf"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 

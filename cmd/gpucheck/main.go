@@ -24,7 +24,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gpusampler/gpusampler/doctor"
+	"github.com/gpusampler/gpusampler/internal/doctor"
 	"github.com/gpusampler/gpusampler/sampler"
 	"github.com/gpusampler/gpusampler/sampler/nvml"
 )

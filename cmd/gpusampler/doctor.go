@@ -5,7 +5,7 @@ import (
 	"io"
 	"log/slog"
 
-	"github.com/gpusampler/gpusampler/doctor"
+	"github.com/gpusampler/gpusampler/internal/doctor"
 )
 
 // cmdDoctor examines the GPUs once (package doctor) and prints what works,

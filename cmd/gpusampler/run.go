@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gpusampler/gpusampler/agent"
+	"github.com/gpusampler/gpusampler/internal/agent"
 	"github.com/gpusampler/gpusampler/internal/appconfig"
 	"github.com/gpusampler/gpusampler/internal/registry"
 	"github.com/gpusampler/gpusampler/outputs"

@@ -9,7 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/gpusampler/gpusampler/outputs/encoding/protobuf"
+	"github.com/gpusampler/gpusampler/internal/encoding/protobuf"
 	"github.com/gpusampler/gpusampler/sampler"
 	"github.com/gpusampler/gpusampler/stream"
 )

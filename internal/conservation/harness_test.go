@@ -18,12 +18,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpusampler/gpusampler/agent"
+	"github.com/gpusampler/gpusampler/internal/agent"
 	"github.com/gpusampler/gpusampler/internal/appconfig"
 	"github.com/gpusampler/gpusampler/internal/conservation"
+	"github.com/gpusampler/gpusampler/internal/pipeline/aggregate"
+	"github.com/gpusampler/gpusampler/internal/pipeline/buffer"
 	"github.com/gpusampler/gpusampler/outputs"
-	"github.com/gpusampler/gpusampler/outputs/aggregate"
-	"github.com/gpusampler/gpusampler/outputs/buffer"
 	"github.com/gpusampler/gpusampler/outputs/stdout"
 	"github.com/gpusampler/gpusampler/plugins"
 	"github.com/gpusampler/gpusampler/sampler"
@@ -648,7 +648,7 @@ func contents(batches []conservation.Batch) bag {
 
 // summarize computes the summaries an aggregating output must emit for
 // samples: per device, metric and window, in timestamp order, the same
-// arithmetic as outputs/aggregate.
+// arithmetic as internal/pipeline/aggregate.
 func summarize(samples []sampler.Sample, interval time.Duration) []sampler.Summary {
 	iv := int64(interval)
 	s := slices.Clone(samples)

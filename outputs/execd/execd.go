@@ -33,8 +33,8 @@ import (
 
 	"github.com/gpusampler/gpusampler/config"
 	"github.com/gpusampler/gpusampler/internal/accum"
+	"github.com/gpusampler/gpusampler/internal/encoding/lineproto"
 	"github.com/gpusampler/gpusampler/outputs"
-	"github.com/gpusampler/gpusampler/outputs/encoding/lineproto"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpusampler/gpusampler/internal/encoding/lineproto"
 	"github.com/gpusampler/gpusampler/internal/influxtest"
-	"github.com/gpusampler/gpusampler/outputs/encoding/lineproto"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 

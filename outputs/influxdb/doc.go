@@ -1,5 +1,5 @@
 // Package influxdb is the InfluxDB output: it encodes batches as line
-// protocol shaped like Telegraf's nvidia_smi input (outputs/encoding/
+// protocol shaped like Telegraf's nvidia_smi input (internal/encoding/
 // lineproto: Telegraf's names and field types, ns timestamps, every
 // sample with its own driver timestamp, summaries in _mean/_min/_max/
 // _last/_count fields, events in gpusampler_events) and posts them with

@@ -13,7 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gpusampler/gpusampler/outputs/encoding/lineproto"
+	"github.com/gpusampler/gpusampler/internal/encoding/lineproto"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
@@ -54,7 +54,7 @@ type Stats struct {
 }
 
 // Output encodes batches as line protocol (Telegraf nvidia_smi names and
-// types, see outputs/encoding/lineproto) and posts them with a Writer.
+// types, see internal/encoding/lineproto) and posts them with a Writer.
 //
 // Concurrency: Write and Close follow sampler.Output (one goroutine, never
 // concurrently); Stats may be called from any goroutine. The batch is

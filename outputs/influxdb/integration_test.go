@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/gpusampler/gpusampler/internal/influxtest"
-	"github.com/gpusampler/gpusampler/outputs/buffer"
+	"github.com/gpusampler/gpusampler/internal/pipeline/buffer"
 	"github.com/gpusampler/gpusampler/outputs/influxdb"
 	"github.com/gpusampler/gpusampler/sampler"
 )

@@ -14,9 +14,9 @@ import (
 
 // Encodings.
 const (
-	EncodingJSON     = "json"     // JSON Lines (outputs/encoding/jsonl)
-	EncodingInflux   = "influx"   // line protocol (outputs/encoding/lineproto)
-	EncodingProtobuf = "protobuf" // compact binary: one protobuf Batch (outputs/encoding/protobuf)
+	EncodingJSON     = "json"     // JSON Lines (internal/encoding/jsonl)
+	EncodingInflux   = "influx"   // line protocol (internal/encoding/lineproto)
+	EncodingProtobuf = "protobuf" // compact binary: one protobuf Batch (internal/encoding/protobuf)
 )
 
 // Encodings lists the encodings.

@@ -59,9 +59,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
-	"github.com/gpusampler/gpusampler/outputs/encoding/jsonl"
-	"github.com/gpusampler/gpusampler/outputs/encoding/lineproto"
-	"github.com/gpusampler/gpusampler/outputs/encoding/protobuf"
+	"github.com/gpusampler/gpusampler/internal/encoding/jsonl"
+	"github.com/gpusampler/gpusampler/internal/encoding/lineproto"
+	"github.com/gpusampler/gpusampler/internal/encoding/protobuf"
 	"github.com/gpusampler/gpusampler/sampler"
 	"github.com/gpusampler/gpusampler/stream"
 )

@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gpusampler/gpusampler/internal/natstest"
-	"github.com/gpusampler/gpusampler/outputs/buffer"
+	"github.com/gpusampler/gpusampler/internal/pipeline/buffer"
 	natsout "github.com/gpusampler/gpusampler/outputs/nats"
 	"github.com/gpusampler/gpusampler/sampler"
 	"github.com/gpusampler/gpusampler/stream"

@@ -6,7 +6,7 @@ import (
 )
 
 // entry is one raw sample (n = 1, min = max = sum = value) or one summary of
-// an aggregating wrapper (outputs/aggregate) in a window.
+// an aggregating wrapper (internal/pipeline/aggregate) in a window.
 type entry struct {
 	t             int64 // sample time; for a summary the end of its interval
 	min, max, sum float64

@@ -16,8 +16,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpusampler/gpusampler/outputs/encoding/jsonl"
-	"github.com/gpusampler/gpusampler/outputs/encoding/lineproto"
+	"github.com/gpusampler/gpusampler/internal/encoding/jsonl"
+	"github.com/gpusampler/gpusampler/internal/encoding/lineproto"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 

@@ -15,7 +15,7 @@ import (
 // `nvidia-smi dmon`: one row per GPU per window, each cell the window's mean
 // and, for power and temperatures, the window's max beside it, so that
 // sub-second spikes stay visible. It consumes Batch.Summaries only (the
-// stdout output wraps itself in outputs/aggregate for this format).
+// stdout output wraps itself in internal/pipeline/aggregate for this format).
 //
 // A row is printed once summaries of a window two intervals later have
 // arrived for its device (buffered metrics arrive up to a drain interval

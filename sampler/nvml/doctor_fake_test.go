@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpusampler/gpusampler/doctor"
+	"github.com/gpusampler/gpusampler/internal/doctor"
 )
 
 // TestFakeDriverDoctor runs doctor against the fake library on the real

@@ -19,8 +19,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpusampler/gpusampler/doctor"
 	"github.com/gpusampler/gpusampler/internal/clocktest"
+	"github.com/gpusampler/gpusampler/internal/doctor"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 

@@ -13,7 +13,7 @@ import (
 
 	natsgo "github.com/nats-io/nats.go"
 
-	"github.com/gpusampler/gpusampler/agent"
+	"github.com/gpusampler/gpusampler/internal/agent"
 	"github.com/gpusampler/gpusampler/internal/appconfig"
 	"github.com/gpusampler/gpusampler/outputs"
 	natsout "github.com/gpusampler/gpusampler/outputs/nats"

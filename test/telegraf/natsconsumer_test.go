@@ -20,7 +20,7 @@ import (
 	"github.com/influxdata/telegraf/plugins/parsers/influx"
 	"github.com/nats-io/nats-server/v2/server"
 
-	"github.com/gpusampler/gpusampler/agent"
+	"github.com/gpusampler/gpusampler/internal/agent"
 	"github.com/gpusampler/gpusampler/internal/appconfig"
 	"github.com/gpusampler/gpusampler/internal/registry"
 	"github.com/gpusampler/gpusampler/sampler/sim"

@@ -4,7 +4,7 @@
 //
 // Two wire forms share these messages: the output plugin protocol
 // (plugins/proto's WriteRequest) and the NATS output's protobuf encoding
-// (one Batch per message, see outputs/encoding/packed and package stream).
+// (one Batch per message, see internal/encoding/protobuf and package stream).
 // The package has no gRPC dependency, so stream consumers do not pull one
 // in.
 //

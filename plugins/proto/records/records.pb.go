@@ -4,7 +4,7 @@
 // Three things use these messages:
 //   - the output plugin protocol (../output.proto): WriteRequest carries
 //     them to a plugin;
-//   - the memory and disk buffers (outputs/buffer): every queued batch is
+//   - the memory and disk buffers (internal/pipeline/buffer): every queued batch is
 //     one Batch, and every disk segment starts with a BufferSegment;
 //   - the NATS output's "protobuf" encoding: every message's payload is one
 //     Batch, with the headers
@@ -715,7 +715,7 @@ func (x *Event) GetFields() []*Field {
 }
 
 // BufferSegment opens every segment file of a disk buffer (package
-// outputs/buffer): what a reader needs to read the segment's batches after
+// internal/pipeline/buffer): what a reader needs to read the segment's batches after
 // a restart or an upgrade.
 type BufferSegment struct {
 	state protoimpl.MessageState `protogen:"open.v1"`

@@ -1,0 +1,546 @@
+// Package agent builds gpusampler's runtime — engine, outputs, aggregation
+// wrappers, self-metrics — from a parsed appconfig.Config, and applies a
+// reloaded config to the running engine: outputs whose block did not
+// change keep running (same pump, cursors, connection); changed, added and
+// removed ones are replaced, added or removed through the engine. A reload
+// is applied as a whole or refused as a whole.
+//
+// Concurrency: Run runs on one goroutine; Reload and Stats may be called
+// from any goroutine, Reloads are serialized.
+package agent
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gpusampler/gpusampler/internal/appconfig"
+	"github.com/gpusampler/gpusampler/internal/attribution"
+	"github.com/gpusampler/gpusampler/internal/diagnose"
+	"github.com/gpusampler/gpusampler/internal/pipeline/aggregate"
+	"github.com/gpusampler/gpusampler/internal/pipeline/buffer"
+	"github.com/gpusampler/gpusampler/outputs"
+	"github.com/gpusampler/gpusampler/sampler"
+)
+
+// Options configure an Agent.
+type Options struct {
+	// Registry knows the output kinds.
+	Registry *outputs.Registry
+	// Stdout is handed to in-process outputs.
+	Stdout io.Writer
+	// Hostname is used when the config sets none.
+	Hostname string
+	// Logger receives the agent's logs; outputs get it with their name.
+	Logger *slog.Logger
+	// StatsWriter, when set, receives a short self-metrics summary every
+	// stats interval (gpusampler run --stats).
+	StatsWriter io.Writer
+	// Diagnose turns on live diagnoses (package diagnose): findings travel
+	// to every output as events of kind "finding".
+	Diagnose bool
+	// Strict makes New fail when any output cannot be built (gpusampler run
+	// --strict). Otherwise such an output is logged once, reported failing
+	// (self-metrics scope "output_health", --stats, the Prometheus
+	// /healthz) and retried with backoff while the other outputs run.
+	Strict bool
+	// StartRetryMin and StartRetryMax bound the delay between start
+	// attempts of an output that could not start; it doubles per attempt
+	// (DefaultStartRetryMin, DefaultStartRetryMax when zero).
+	StartRetryMin, StartRetryMax time.Duration
+}
+
+// Agent is a running configuration.
+type Agent struct {
+	opts Options
+	log  *slog.Logger
+	eng  *sampler.Engine
+
+	// selfMu serializes rounds of self-metrics (the stats loop, the final
+	// round); it guards selfPrev and selfLast.
+	selfMu   sync.Mutex
+	selfPrev map[int]uint64 // device index → NVML calls at the last round
+	selfLast time.Time
+	started  time.Time
+
+	mu      sync.Mutex // serializes Reload; guards cfg, running, pending, buffers and outputs
+	cfg     *appconfig.Config
+	running map[string]*appconfig.Output // by name
+	pending map[string]*pendingOutput    // by name: configured, not started (retried)
+	buffers map[string]*buffer.Buffer    // by output name, for self-metrics
+	outputs map[string]sampler.Output    // by name: what the pump writes to, for self-metrics
+
+	retryKick chan struct{} // wakes the retry loop of outputs that could not start
+}
+
+// New builds the engine over src and every output of cfg. The caller opened
+// src from cfg.Sampler (backend selection stays with the command line).
+func New(src sampler.Source, cfg *appconfig.Config, opts Options) (*Agent, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Registry == nil {
+		return nil, errors.New("agent: no output registry")
+	}
+	s := cfg.Sampler
+	scfg := sampler.Config{DrainInterval: s.DrainInterval, FieldInterval: s.FieldInterval,
+		SlowInterval: s.SlowInterval, RareInterval: s.RareInterval, GPMInterval: s.GPMInterval, RingSize: s.RingSize, Select: appconfig.Selector(s.Include, s.Exclude),
+		Devices: s.DeviceFilter(), Logger: opts.Logger, ShutdownTimeout: cfg.Agent.ShutdownTimeout,
+		ProcessInterval: s.ProcessInterval, ProcessCmdline: s.ProcessCmdline, ProcessCmdlineMax: s.ProcessCmdlineMax}
+	if !s.Processes {
+		scfg.ProcessInterval = -1
+	}
+	scfg.Cursors = openCursors(src, cfg.Agent, opts.Logger)
+	var eng *sampler.Engine
+	var a *Agent
+	// The final self-metrics go out after the last samples are published
+	// and before the outputs' final flush, so they reach every output.
+	scfg.BeforeFinalFlush = func() { a.selfTick(time.Now(), true) }
+	if opts.Diagnose {
+		// The engine emits the findings; it exists before the first sample.
+		scfg.Observer = diagnose.New(func(ev sampler.Event) { eng.Emit(ev) })
+	}
+	eng, err := sampler.New(src, scfg)
+	if err != nil {
+		return nil, err
+	}
+	a = &Agent{opts: opts, log: opts.Logger, eng: eng, cfg: cfg, running: map[string]*appconfig.Output{},
+		pending: map[string]*pendingOutput{}, buffers: map[string]*buffer.Buffer{}, outputs: map[string]sampler.Output{},
+		retryKick: make(chan struct{}, 1)}
+	var built []builtOutput
+	if opts.Strict {
+		if built, err = a.build(cfg, cfg.Outputs); err != nil {
+			src.Close()
+			return nil, err
+		}
+	} else {
+		// One output that cannot start does not keep the others from
+		// running: it is retried with backoff (retryLoop).
+		for _, o := range cfg.Outputs {
+			b, err := a.build(cfg, []*appconfig.Output{o})
+			if err != nil {
+				a.deferStart(cfg, o, err)
+				continue
+			}
+			built = append(built, b...)
+		}
+	}
+	for _, b := range built {
+		if err := eng.AddOutput(b.block.Name, b.out, b.block.PumpOptions()); err != nil {
+			return nil, err
+		}
+		a.running[b.block.Name] = b.block
+		a.setBuffer(b)
+	}
+	return a, nil
+}
+
+// Engine returns the engine.
+func (a *Agent) Engine() *sampler.Engine { return a.eng }
+
+type builtOutput struct {
+	block *appconfig.Output
+	out   sampler.Output
+	buf   *buffer.Buffer // nil without a buffer
+}
+
+// setBuffer records b's output and (or forgets) its buffer for
+// self-metrics. a.mu held or not yet shared.
+func (a *Agent) setBuffer(b builtOutput) {
+	a.outputs[b.block.Name] = b.out
+	if b.buf != nil {
+		a.buffers[b.block.Name] = b.buf
+	} else {
+		delete(a.buffers, b.block.Name)
+	}
+}
+
+// forget drops a removed output's self-metrics sources. a.mu held.
+func (a *Agent) forget(name string) {
+	delete(a.buffers, name)
+	delete(a.outputs, name)
+}
+
+// Outputs returns the running outputs (what each pump writes to, wrappers
+// included), by output name.
+func (a *Agent) Outputs() map[string]sampler.Output {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return maps.Clone(a.outputs)
+}
+
+// Buffers returns the buffers of the running outputs, by output name.
+func (a *Agent) Buffers() map[string]*buffer.Buffer {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return maps.Clone(a.buffers)
+}
+
+func (a *Agent) env(cfg *appconfig.Config, o *appconfig.Output) outputs.BuildEnv {
+	host := cfg.Agent.Hostname
+	if host == "" {
+		host = a.opts.Hostname
+	}
+	return outputs.BuildEnv{Stdout: a.opts.Stdout, Host: host, GlobalTags: cfg.GlobalTags,
+		Logger: a.log.With("output", o.Name), Catalog: a.eng.Catalog()}
+}
+
+// build makes the runtime outputs of blocks; on error it closes what it
+// built.
+func (a *Agent) build(cfg *appconfig.Config, blocks []*appconfig.Output) ([]builtOutput, error) {
+	var built []builtOutput
+	fail := func(err error) ([]builtOutput, error) {
+		for _, b := range built {
+			b.out.Close()
+		}
+		return nil, err
+	}
+	for _, o := range blocks {
+		k, ok := a.opts.Registry.Lookup(o.Kind)
+		if !ok || k.Build == nil {
+			return fail(fmt.Errorf("%s:%d: outputs.%s: output kind cannot be built", cfg.File, o.Line, o.Kind))
+		}
+		out, err := k.Build(&o.Block, a.env(cfg, o))
+		if err != nil {
+			return fail(fmt.Errorf("%s:%d: output %s: %w", cfg.File, o.Line, o.Name, err))
+		}
+		// pump → aggregate → buffer → output: summaries are what gets
+		// buffered, and the buffer alone talks to the sink.
+		var buf *buffer.Buffer
+		if k := o.Buffer.Kind; k == "memory" || k == "disk" {
+			if buf, err = buffer.New(out, o.Buffer, buffer.WithLogger(a.log.With("output", o.Name)),
+				buffer.WithName(o.Name), buffer.WithWriteTimeout(o.WriteTimeout)); err != nil {
+				out.Close()
+				return fail(fmt.Errorf("%s:%d: output %s: buffer: %w", cfg.File, o.Line, o.Name, err))
+			}
+			out = buf
+		}
+		if o.Aggregate > 0 {
+			opts := aggregate.Options{Interval: o.Aggregate, Logger: a.log.With("output", o.Name), Catalog: a.eng.Catalog()}
+			if buf != nil && o.Buffer.Kind == "disk" {
+				// The open windows survive a crash with the queue they feed.
+				opts.Journal, opts.LastAppended = filepath.Join(o.Buffer.Dir, aggregateJournal), buf.LastAppended
+			}
+			if out, err = aggregate.New(out, opts); err != nil {
+				out.Close()
+				return fail(err)
+			}
+		}
+		built = append(built, builtOutput{o, out, buf})
+	}
+	return built, nil
+}
+
+// aggregateJournal is the aggregate wrapper's journal file in the
+// directory of the disk buffer it feeds (the buffer locks the directory,
+// so the journal is one wrapper's alone).
+const aggregateJournal = "aggregate.journal"
+
+// Run samples until ctx ends (see sampler.Engine.Run), sending
+// self-metrics every stats interval.
+func (a *Agent) Run(ctx context.Context) error {
+	sctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		a.selfMetricsLoop(sctx)
+	}()
+	go func() {
+		defer wg.Done()
+		a.retryLoop(ctx)
+	}()
+	a.selfMu.Lock()
+	a.started = time.Now()
+	a.selfMu.Unlock()
+	a.startHealth()
+	if r, err := a.attribution(); err != nil {
+		stop()
+		wg.Wait()
+		return err
+	} else if r != nil {
+		defer r.Close()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.Run(sctx, a.eng)
+		}()
+	}
+	err := a.eng.Run(ctx)
+	stop()
+	wg.Wait()
+	a.finalStats()
+	return err
+}
+
+// Reload applies cfg: unchanged outputs keep running, the others are
+// replaced, added or removed. A reload is all-or-nothing: when an output of
+// cfg cannot be built, or cfg changes the [sampler] section (which a
+// running engine cannot apply; that needs a restart), cfg is refused as a
+// whole and the running config stays, every output as it was.
+//
+// Most outputs are replaced without a gap: the new one is built first and
+// its pump takes over the old one's lanes in one step. Outputs that hold
+// something their replacement needs — a listening address (exclusive
+// kinds), or the directory of a disk buffer — are closed first and then
+// built again; what is published meanwhile waits in the ring, and a disk
+// buffer's queue stays on disk for the replacement to deliver.
+func (a *Agent) Reload(cfg *appconfig.Config) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	old := a.cfg
+	keys := samplerChanges(old.Sampler, cfg.Sampler)
+	if old.Attribution != cfg.Attribution {
+		keys = append(keys, "[attribution]")
+	}
+	if len(keys) > 0 {
+		err := fmt.Errorf("reload: [sampler] %s changed: a running engine cannot apply that, restart gpusampler to apply it",
+			strings.Join(keys, ", "))
+		a.log.Error("config reload refused; the running config stays", "file", cfg.File, "err", err)
+		return err
+	}
+	envChanged := old.Agent.Hostname != cfg.Agent.Hostname || !maps.Equal(old.GlobalTags, cfg.GlobalTags)
+	var changed, closeFirst []*appconfig.Output
+	keep := map[string]bool{}
+	// Outputs that have not started stay with the retry loop, with their
+	// new block if it changed: the reload neither builds nor waits for them.
+	pending, notStarted := a.reloadPending(cfg, envChanged)
+	for _, o := range cfg.Outputs {
+		if notStarted[o.Name] {
+			continue
+		}
+		r, ok := a.running[o.Name]
+		if ok && !envChanged && r.Same(o) {
+			keep[o.Name] = true
+			continue
+		}
+		if ok && a.closeFirst(r, o) {
+			closeFirst = append(closeFirst, o)
+			keep[o.Name] = true // not removed with the others
+			continue
+		}
+		changed = append(changed, o)
+	}
+	built, err := a.build(cfg, changed)
+	if err != nil {
+		a.log.Error("config reload refused; the running config stays", "err", err)
+		return fmt.Errorf("reload: %w", err)
+	}
+	// Close-first outputs go before anything else changes: if one of them
+	// cannot be built, those replaced before it are put back and nothing
+	// else has been touched.
+	prev := map[string]*appconfig.Output{}
+	for i, o := range closeFirst {
+		prev[o.Name] = a.running[o.Name]
+		restored, err := a.replaceExclusive(old, cfg, o)
+		if err == nil {
+			continue
+		}
+		errs := []error{err}
+		if !restored {
+			errs = append(errs, fmt.Errorf("output %s removed: neither its new nor its old config could start", o.Name))
+		}
+		for _, b := range built {
+			b.out.Close()
+		}
+		for _, done := range slices.Backward(closeFirst[:i]) {
+			if _, rerr := a.replaceExclusive(cfg, old, prev[done.Name]); rerr != nil {
+				errs = append(errs, fmt.Errorf("output %s: putting its old config back: %w", done.Name, rerr))
+			}
+		}
+		err = fmt.Errorf("reload: %w", errors.Join(errs...))
+		a.log.Error("config reload refused; the running config stays", "err", err)
+		return err
+	}
+	var errs []error
+	replace := map[string]bool{} // running outputs whose new version takes over without a gap
+	for _, b := range built {
+		if _, ok := a.running[b.block.Name]; ok {
+			replace[b.block.Name] = true
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(a.running)) {
+		if keep[name] || replace[name] {
+			continue
+		}
+		if err := a.eng.RemoveOutput(name); err != nil {
+			errs = append(errs, err)
+		}
+		delete(a.running, name)
+		a.forget(name)
+	}
+	for _, b := range built {
+		var err error
+		if replace[b.block.Name] {
+			// The new pump's lanes take the old one's place in one step:
+			// every sample goes to exactly one of the two.
+			a.forget(b.block.Name)
+			if err = a.eng.ReplaceOutput(b.block.Name, b.out, b.block.PumpOptions()); err != nil {
+				errs = append(errs, fmt.Errorf("reload: closing the replaced %s: %w", b.block.Name, err))
+				err = nil // the new output runs; only the old one's close failed
+			}
+		} else if err = a.eng.AddOutput(b.block.Name, b.out, b.block.PumpOptions()); err != nil {
+			b.out.Close()
+			errs = append(errs, err)
+			continue
+		}
+		a.running[b.block.Name] = b.block
+		a.setBuffer(b)
+	}
+	a.cfg = cfg
+	a.pending = pending
+	a.kickRetry()
+	a.log.Info("config reloaded", "file", cfg.File, "kept", len(keep)-len(closeFirst),
+		"replaced_or_added", len(built)+len(closeFirst))
+	return errors.Join(errs...)
+}
+
+// samplerKeys names the [sampler] keys by Sampler field.
+var samplerKeys = map[string]string{"Backend": "backend", "Profile": "profile", "GPUs": "gpus", "Seed": "seed",
+	"Devices": "devices", "DrainInterval": "drain_interval", "FieldInterval": "field_interval",
+	"SlowInterval": "slow_interval", "RareInterval": "rare_interval", "GPMInterval": "gpm_interval",
+	"RingSize": "ring_size", "Processes": "processes", "ProcessInterval": "process_interval",
+	"ProcessCmdline": "process_cmdline", "ProcessCmdlineMax": "process_cmdline_max",
+	"Include": "include", "Exclude": "exclude"}
+
+// attribution returns the resolver the [attribution] section asks for, nil
+// when it asks for none.
+func (a *Agent) attribution() (*attribution.Resolver, error) {
+	a.mu.Lock()
+	c := a.cfg.Attribution
+	a.mu.Unlock()
+	cfg := attribution.Config{HPCJobMappingDir: c.HPCJobMappingDir, SlurmCgroups: c.SlurmCgroups,
+		ProcRoot: c.ProcRoot, Refresh: c.RefreshInterval, Log: a.log.With("component", "attribution")}
+	if c.Kubernetes {
+		cfg.PodResourcesSocket = c.PodResourcesSocket
+	}
+	if !cfg.Enabled() {
+		return nil, nil
+	}
+	return attribution.New(cfg)
+}
+
+// samplerChanges returns the keys of the [sampler] section whose values
+// differ between a and b.
+func samplerChanges(a, b appconfig.Sampler) []string {
+	va, vb := reflect.ValueOf(a), reflect.ValueOf(b)
+	var keys []string
+	for i := range va.NumField() {
+		if reflect.DeepEqual(va.Field(i).Interface(), vb.Field(i).Interface()) {
+			continue
+		}
+		name := va.Type().Field(i).Name
+		keys = append(keys, cmp.Or(samplerKeys[name], name))
+	}
+	return keys
+}
+
+// closeFirst reports whether the running block r must be closed before its
+// replacement o is built: o is of an exclusive kind, or both buffer on the
+// same disk directory (a buffer locks its directory).
+func (a *Agent) closeFirst(r, o *appconfig.Output) bool {
+	if a.exclusive(o.Kind) {
+		return true
+	}
+	return r.Buffer.Kind == "disk" && o.Buffer.Kind == "disk" && filepath.Clean(r.Buffer.Dir) == filepath.Clean(o.Buffer.Dir)
+}
+
+// exclusive reports whether kind's outputs must be closed before their
+// replacement is built.
+func (a *Agent) exclusive(kind string) bool {
+	k, ok := a.opts.Registry.Lookup(kind)
+	return ok && k.Exclusive
+}
+
+// replaceExclusive replaces a running close-first output with block o:
+// the engine closes the old one first and keeps what is published
+// meanwhile; if o cannot be built, the old block is built again (restored
+// true) and o's error is returned. When neither can be built the output is
+// removed (restored false). a.mu held.
+func (a *Agent) replaceExclusive(oldCfg, cfg *appconfig.Config, o *appconfig.Output) (restored bool, err error) {
+	prev := a.running[o.Name]
+	var used builtOutput
+	var buildErr error
+	err = a.eng.ReplaceOutputWith(o.Name, o.PumpOptions(), func() (sampler.Output, error) {
+		b, err := a.build(cfg, []*appconfig.Output{o})
+		if err == nil {
+			used = b[0]
+			return used.out, nil
+		}
+		buildErr = err
+		b, rerr := a.build(oldCfg, []*appconfig.Output{prev})
+		if rerr != nil {
+			return nil, errors.Join(err, rerr)
+		}
+		used = b[0]
+		return used.out, nil
+	})
+	a.forget(o.Name)
+	if err != nil {
+		delete(a.running, o.Name)
+		return false, err
+	}
+	a.running[o.Name] = used.block
+	a.setBuffer(used)
+	if buildErr != nil {
+		return true, fmt.Errorf("output %s kept its old config: %w", o.Name, buildErr)
+	}
+	return false, nil
+}
+
+// ReloadFile loads path and applies it; a config that does not parse is
+// refused (logged with its file:line errors) and the running one stays.
+func (a *Agent) ReloadFile(path string, opts appconfig.Options) error {
+	cfg, err := appconfig.Load(path, opts)
+	if err != nil {
+		a.log.Error("config reload refused; the running config stays", "err", err)
+		return err
+	}
+	return a.Reload(cfg)
+}
+
+// statsInterval returns the current config's stats interval and whether
+// self-metrics go to the outputs.
+func (a *Agent) statsSettings() (time.Duration, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.cfg.Agent.StatsInterval, a.cfg.Agent.SelfMetrics
+}
+
+// openCursors opens the drain-cursor file in the state directory, so that
+// a restart delivers no driver sample twice. Simulated GPUs keep none (their
+// history is made up). A state directory that cannot be used costs only
+// that: it is logged, and sampling runs without.
+func openCursors(src sampler.Source, a appconfig.Agent, log *slog.Logger) sampler.CursorStore {
+	if src.Name() == "sim" {
+		return nil
+	}
+	dir := a.StateDir
+	if dir == "" {
+		d, err := appconfig.DefaultStateDir()
+		if err != nil {
+			log.Warn("no state directory: a restart will deliver the driver buffers' history again", "err", err)
+			return nil
+		}
+		dir = d
+	}
+	f, ignored, err := sampler.OpenCursorFile(dir)
+	if err != nil {
+		log.Warn("drain cursors not kept: a restart will deliver the driver buffers' history again", "state_dir", dir, "err", err)
+		return nil
+	}
+	if ignored {
+		log.Info("drain cursors from before the last boot ignored", "file", f.Path())
+	}
+	return f
+}

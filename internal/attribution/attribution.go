@@ -1,0 +1,250 @@
+// Package attribution finds whose work runs on each GPU — the Kubernetes
+// pod (from the kubelet's pod-resources API) or the HPC job (from a
+// dcgm-exporter job-mapping directory, or from the Slurm cgroups of the
+// GPU's processes) — and sets it on the engine's device identities, from
+// where every output carries it (see sampler.Attribution).
+package attribution
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/gpusampler/gpusampler/internal/attribution/podresources"
+	"github.com/gpusampler/gpusampler/sampler"
+)
+
+// DefaultRefresh is how often attribution is looked up again.
+const DefaultRefresh = 10 * time.Second
+
+// callTimeout bounds one pod-resources call.
+const callTimeout = 5 * time.Second
+
+// Config selects the attribution sources. Each is off when empty or false.
+type Config struct {
+	// PodResourcesSocket is the kubelet's pod-resources Unix socket
+	// (DefaultPodResourcesSocket); "" turns Kubernetes attribution off.
+	PodResourcesSocket string
+	// HPCJobMappingDir is dcgm-exporter's job-mapping directory (see
+	// ReadJobMapping); "" turns it off.
+	HPCJobMappingDir string
+	// SlurmCgroups detects the HPC job from the Slurm cgroups of each GPU's
+	// processes (needs per-process sampling and the host's /proc).
+	SlurmCgroups bool
+	// ProcRoot is where /proc is ("/proc" when empty).
+	ProcRoot string
+	// Refresh is the lookup interval (DefaultRefresh when 0).
+	Refresh time.Duration
+	// Log receives the problem reports (slog.Default when nil).
+	Log *slog.Logger
+}
+
+// Enabled reports whether any source is on.
+func (c Config) Enabled() bool {
+	return c.PodResourcesSocket != "" || c.HPCJobMappingDir != "" || c.SlurmCgroups
+}
+
+// Target is what a Resolver reads devices from and sets attribution on
+// (*sampler.Engine).
+type Target interface {
+	Devices() []sampler.Device
+	SetAttribution(index int, a sampler.Attribution) bool
+	ProcessPIDs(index int) []uint32
+}
+
+// Stats count a Resolver's work.
+type Stats struct {
+	// Refreshes counts lookups; Changes the device attributions they changed.
+	Refreshes, Changes uint64
+	// KubeErrors counts failed pod-resources lookups (the socket missing or
+	// down); UnknownDevices GPU device IDs naming no sampled device;
+	// SharedDevices lookups that found a GPU held by several containers
+	// (then left without pod labels); MappingErrors failed reads of the
+	// job-mapping directory.
+	KubeErrors, UnknownDevices, SharedDevices, MappingErrors uint64
+}
+
+// Resolver looks attribution up and applies it to a Target.
+type Resolver struct {
+	cfg  Config
+	log  *slog.Logger
+	conn *grpc.ClientConn
+	kube *podresources.Client
+
+	// Owned by Refresh's caller (one at a time).
+	kubeDown    bool // the last lookup failed (logged once per outage)
+	mappingDown bool
+	logged      map[string]bool // unknown device IDs already logged
+
+	refreshes, changes, kubeErrors, unknown, shared, mappingErrors atomic.Uint64
+}
+
+// New returns a resolver. Connecting to the socket is lazy: a missing
+// kubelet is reported by Refresh, not here.
+func New(cfg Config) (*Resolver, error) {
+	if cfg.Refresh <= 0 {
+		cfg.Refresh = DefaultRefresh
+	}
+	if cfg.ProcRoot == "" {
+		cfg.ProcRoot = "/proc"
+	}
+	r := &Resolver{cfg: cfg, log: cfg.Log, logged: map[string]bool{}}
+	if r.log == nil {
+		r.log = slog.Default()
+	}
+	if cfg.PodResourcesSocket != "" {
+		conn, err := grpc.NewClient("unix:"+cfg.PodResourcesSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return nil, fmt.Errorf("pod_resources_socket %q: %w", cfg.PodResourcesSocket, err)
+		}
+		r.conn, r.kube = conn, podresources.NewClient(conn)
+	}
+	return r, nil
+}
+
+// Close releases the kubelet connection.
+func (r *Resolver) Close() error {
+	if r.conn != nil {
+		return r.conn.Close()
+	}
+	return nil
+}
+
+// Stats returns the counters.
+func (r *Resolver) Stats() Stats {
+	return Stats{Refreshes: r.refreshes.Load(), Changes: r.changes.Load(), KubeErrors: r.kubeErrors.Load(),
+		UnknownDevices: r.unknown.Load(), SharedDevices: r.shared.Load(), MappingErrors: r.mappingErrors.Load()}
+}
+
+// Run refreshes now and then every Refresh interval until ctx ends.
+func (r *Resolver) Run(ctx context.Context, t Target) {
+	tick := time.NewTicker(r.cfg.Refresh)
+	defer tick.Stop()
+	for {
+		r.Refresh(ctx, t)
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// Refresh looks every source up once and sets each device's attribution;
+// a device no source attributes gets none (so labels of an ended pod or
+// job go). A failing source attributes nothing and is logged once until it
+// works again.
+func (r *Resolver) Refresh(ctx context.Context, t Target) {
+	r.refreshes.Add(1)
+	devs := t.Devices()
+	want := make(map[int]sampler.Attribution, len(devs))
+	if r.kube != nil {
+		r.kubeAttribution(ctx, devs, want)
+	}
+	if r.cfg.HPCJobMappingDir != "" {
+		r.mappingAttribution(devs, want)
+	}
+	if r.cfg.SlurmCgroups {
+		for _, d := range devs {
+			if a := want[d.Index]; a.HPCJob == "" {
+				a.HPCJob = r.cgroupJobs(t.ProcessPIDs(d.Index))
+				want[d.Index] = a
+			}
+		}
+	}
+	for _, d := range devs {
+		if t.SetAttribution(d.Index, want[d.Index]) {
+			r.changes.Add(1)
+		}
+	}
+}
+
+func (r *Resolver) kubeAttribution(ctx context.Context, devs []sampler.Device, want map[int]sampler.Attribution) {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	var err error
+	if _, serr := os.Stat(r.cfg.PodResourcesSocket); serr != nil {
+		err = serr
+	}
+	var held map[int][]holder
+	var unknown []string
+	if err == nil {
+		held, _, unknown, err = kubeHolders(ctx, r.kube, devs)
+	}
+	if err != nil {
+		r.kubeErrors.Add(1)
+		if !r.kubeDown && !errors.Is(ctx.Err(), context.Canceled) {
+			r.log.Warn("kubelet pod-resources unavailable: no pod labels until it answers",
+				"pod_resources_socket", r.cfg.PodResourcesSocket, "err", err)
+		}
+		r.kubeDown = true
+		return
+	}
+	if r.kubeDown {
+		r.log.Info("kubelet pod-resources answers again", "pod_resources_socket", r.cfg.PodResourcesSocket)
+		r.kubeDown = false
+	}
+	for _, u := range unknown {
+		r.unknown.Add(1)
+		if !r.logged[u] {
+			r.logged[u] = true
+			r.log.Info("pod-resources names a GPU gpusampler does not sample; ignored", "device", u)
+		}
+	}
+	for idx, hs := range held {
+		if len(hs) != 1 {
+			r.shared.Add(1)
+			continue
+		}
+		a := want[idx]
+		a.Pod, a.Namespace, a.Container = hs[0].pod, hs[0].namespace, hs[0].container
+		want[idx] = a
+	}
+}
+
+func (r *Resolver) mappingAttribution(devs []sampler.Device, want map[int]sampler.Attribution) {
+	jobs, err := ReadJobMapping(r.cfg.HPCJobMappingDir)
+	if err != nil {
+		r.mappingErrors.Add(1)
+		if !r.mappingDown {
+			r.log.Warn("HPC job mapping unreadable: no hpc_job labels from it until it is", "err", err)
+		}
+		r.mappingDown = true
+		return
+	}
+	r.mappingDown = false
+	for _, d := range devs {
+		idx := d.Index
+		if d.MIG {
+			idx = d.Parent
+		}
+		if j := jobs[JobMappingKey(idx, d.MIG, d.GPUInstanceID)]; len(j) > 0 {
+			a := want[d.Index]
+			a.HPCJob = strings.Join(j, ",")
+			want[d.Index] = a
+		}
+	}
+}
+
+// cgroupJobs returns the Slurm jobs of pids, sorted and comma-joined.
+func (r *Resolver) cgroupJobs(pids []uint32) string {
+	var jobs []string
+	for _, pid := range pids {
+		j, err := SlurmJob(r.cfg.ProcRoot, pid)
+		if err != nil || j == "" || slices.Contains(jobs, j) {
+			continue // the process ended, or runs outside Slurm
+		}
+		jobs = append(jobs, j)
+	}
+	slices.Sort(jobs)
+	return strings.Join(jobs, ",")
+}

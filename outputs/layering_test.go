@@ -1,0 +1,68 @@
+package outputs_test
+
+import (
+	"go/build"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/gpusampler/gpusampler/"
+
+// deps returns the packages of this module that pkg (a path relative to
+// the module root) links, pkg included, as paths relative to the root.
+// Test files do not count: they are not linked into a program.
+func deps(t *testing.T, root, pkg string) []string {
+	t.Helper()
+	seen := map[string]bool{}
+	var walk func(string)
+	walk = func(p string) {
+		if seen[p] {
+			return
+		}
+		seen[p] = true
+		bp, err := build.ImportDir(filepath.Join(root, filepath.FromSlash(p)), 0)
+		if err != nil {
+			t.Fatalf("read package %s: %v", p, err)
+		}
+		for _, imp := range bp.Imports {
+			if rel, ok := strings.CutPrefix(imp, module); ok {
+				walk(rel)
+			}
+		}
+	}
+	walk(pkg)
+	return slices.Sorted(func(yield func(string) bool) {
+		for p := range seen {
+			if !yield(p) {
+				return
+			}
+		}
+	})
+}
+
+// TestLayering keeps the package graph layered: the config leaf links
+// nothing else of gpusampler; a sink, the plugin SDK and a third-party
+// plugin built on it link neither the application (its config model,
+// registry, agent) nor the simulator nor the buffers.
+func TestLayering(t *testing.T) {
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := deps(t, root, "config"); !slices.Equal(got, []string{"config"}) {
+		t.Errorf("config links %q, want only itself", got)
+	}
+	app := []string{"sampler/sim", "internal/pipeline/buffer", "internal/appconfig", "internal/registry", "internal/agent", "cmd"}
+	for _, pkg := range []string{"outputs", "outputs/execd", "outputs/influxdb", "outputs/nats", "outputs/prometheus",
+		"outputs/stdout", "outputs/telegraf", "plugins/sdk", "plugins/examples/webhook/cmd/gpusampler-webhook", "stream"} {
+		for _, d := range deps(t, root, pkg) {
+			for _, a := range app {
+				if d == a || strings.HasPrefix(d, a+"/") {
+					t.Errorf("%s links %s", pkg, d)
+				}
+			}
+		}
+	}
+}
