@@ -17,8 +17,8 @@ import (
 type RetryPolicy struct {
 	// Attempts is the number of Open calls in all (default 6).
 	Attempts int
-	// Initial is the first wait (default 1 s); each next wait doubles, up to
-	// Max (default 30 s).
+	// Initial is the first wait (default 1 s); each next wait doubles it,
+	// and no wait exceeds Max (default 30 s).
 	Initial, Max time.Duration
 	// Sleep waits d or until ctx ends; nil means a timer. Tests inject one.
 	Sleep func(ctx context.Context, d time.Duration) error
