@@ -10,6 +10,13 @@
 // a third-party plugin built on plugins/sdk — links neither the
 // application's config model nor the simulator nor the buffers.
 //
-// Each sink lives in its own sub-directory, outputs/NAME, with its code,
-// README.md and sample.conf.
+// Layout: each sink lives in its own sub-directory, outputs/NAME, with its
+// code, README.md and sample.conf; outputs/outputtest is the conformance
+// suite every output (and the plugin client) passes. What sits between the
+// engine's pump and a sink is a layer of its own, private to gpusampler:
+// internal/pipeline (aggregate: summaries per window; buffer: memory and
+// disk queues), both plain sampler.Output wrappers, and internal/encoding
+// (line protocol, JSON Lines, protobuf), the wire formats sinks write and
+// package stream reads. The application's registry of built-in kinds is
+// internal/registry.
 package outputs
