@@ -43,9 +43,10 @@ func deps(t *testing.T, root, pkg string) []string {
 }
 
 // TestLayering keeps the package graph layered: the config leaf links
-// nothing else of gpusampler; a sink, the plugin SDK and a third-party
-// plugin built on it link neither the application (its config model,
-// registry, agent) nor the simulator nor the buffers.
+// nothing else of gpusampler; a sink, the plugin host and SDK, a
+// third-party plugin built on the SDK, stream and the encoders link
+// neither the application (its config model, registry, agent, commands)
+// nor the simulator nor the buffers.
 func TestLayering(t *testing.T) {
 	root, err := filepath.Abs("..")
 	if err != nil {
@@ -56,7 +57,8 @@ func TestLayering(t *testing.T) {
 	}
 	app := []string{"sampler/sim", "internal/pipeline/buffer", "internal/appconfig", "internal/registry", "internal/agent", "cmd"}
 	for _, pkg := range []string{"outputs", "outputs/execd", "outputs/influxdb", "outputs/nats", "outputs/prometheus",
-		"outputs/stdout", "outputs/telegraf", "plugins/sdk", "plugins/examples/webhook/cmd/gpusampler-webhook", "stream"} {
+		"outputs/stdout", "outputs/telegraf", "outputs/outputtest", "plugins", "plugins/sdk", "plugins/examples/webhook/cmd/gpusampler-webhook",
+		"stream", "internal/pipeline/aggregate", "internal/encoding/jsonl", "internal/encoding/lineproto", "internal/encoding/protobuf"} {
 		for _, d := range deps(t, root, pkg) {
 			for _, a := range app {
 				if d == a || strings.HasPrefix(d, a+"/") {
