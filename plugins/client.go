@@ -49,6 +49,10 @@ type Options struct {
 	// Kind is the config kind handed to Configure ("plugin", or the
 	// built-in kind the gpusampler binary serves).
 	Kind string
+	// Shared, when set, runs the output as an instance in a process shared
+	// with the other Clients of that SharedProcess, which starts it;
+	// Command, SHA256, Env and InheritEnv are then not used.
+	Shared *SharedProcess
 	// Command returns a new, unstarted command for the plugin process; it
 	// is called for every start. Its Stdout, Stderr and Stdin are set by
 	// the client (stdout carries the handshake, stderr the plugin's logs).
@@ -185,6 +189,9 @@ type Client struct {
 	wedges  atomic.Uint64
 	lastRst atomic.Int64
 	failed  atomic.Uint64 // restarts that failed
+	// instance names this Client's output in its SharedProcess (fixed:
+	// a restart configures the same instance in the new process).
+	instance string
 }
 
 // conn is one running plugin process.
@@ -198,6 +205,9 @@ type conn struct {
 	// answers health probes.
 	hung     chan struct{}
 	hungOnce sync.Once
+	// shared is the SharedProcess's process that pc runs, nil for a
+	// process of this Client's own.
+	shared *sharedProc
 }
 
 func (cn *conn) markHung() { cn.hungOnce.Do(func() { close(cn.hung) }) }
@@ -208,11 +218,14 @@ func (cn *conn) markHung() { cn.hungOnce.Do(func() { close(cn.hung) }) }
 // Close.
 func Start(opts Options) (*Client, error) {
 	opts.withDefaults()
-	if opts.Command == nil {
+	if opts.Command == nil && opts.Shared == nil {
 		return nil, errors.New("plugins: no command")
 	}
 	c := &Client{opts: opts, log: opts.Logger, kick: make(chan struct{}, 1), stop: make(chan struct{}),
 		done: make(chan struct{}), storm: crashWindow{window: opts.StormWindow, limit: opts.StormRestarts}}
+	if opts.Shared != nil {
+		c.instance = opts.Shared.instance()
+	}
 	cn, err := c.start()
 	if err != nil {
 		return nil, err
@@ -246,6 +259,9 @@ func baseEnv() []string {
 }
 
 func (c *Client) start() (*conn, error) {
+	if c.opts.Shared != nil {
+		return c.startShared()
+	}
 	cmd := c.opts.Command()
 	path := cmd.Path
 	var pin *pinned
@@ -302,14 +318,7 @@ func (c *Client) start() (*conn, error) {
 	if !ok {
 		return fail(fmt.Errorf("start plugin %s: unexpected client %T", path, raw))
 	}
-	c.mu.Lock()
-	devs := c.devices
-	c.mu.Unlock()
-	rc := rpc.NewClient(oc, devs)
-	ctx, cancel := context.WithTimeout(context.Background(), c.opts.CallTimeout)
-	defer cancel()
-	err = rc.Configure(ctx, rpc.ConfigureInput{Name: c.opts.Name, Kind: c.opts.Kind, Config: c.opts.Config,
-		Host: c.opts.Host, GlobalTags: c.opts.GlobalTags, Catalog: c.opts.Catalog})
+	rc, err := c.configure(oc)
 	if err != nil {
 		if pc.Exited() {
 			err = fmt.Errorf("%w (plugin exited)", err)
@@ -318,6 +327,67 @@ func (c *Client) start() (*conn, error) {
 	}
 	c.starts.Add(1)
 	return &conn{pc: pc, rc: rc, pid: cmd.Process.Pid, started: time.Now(), hung: make(chan struct{})}, nil
+}
+
+// startShared configures the output as an instance in the SharedProcess's
+// process, started if none runs.
+func (c *Client) startShared() (*conn, error) {
+	sp := c.opts.Shared
+	p, err := sp.acquire(c.opts.StartTimeout, c.opts.CallTimeout)
+	if err != nil {
+		return nil, err
+	}
+	rc, err := c.configure(rpc.Instance(p.oc, c.instance))
+	if err != nil {
+		if p.pc.Exited() {
+			err = fmt.Errorf("%w (shared plugin process exited)", err)
+		}
+		sp.release(p, c.opts.CallTimeout)
+		return nil, err
+	}
+	c.starts.Add(1)
+	return &conn{pc: p.pc, rc: rc, pid: p.pid, started: time.Now(), hung: make(chan struct{}), shared: p}, nil
+}
+
+// configure hands the output its block over oc; the device identities
+// known so far are sent again with the first batch.
+func (c *Client) configure(oc proto.OutputClient) (*rpc.Client, error) {
+	c.mu.Lock()
+	devs := c.devices
+	c.mu.Unlock()
+	rc := rpc.NewClient(oc, devs)
+	ctx, cancel := context.WithTimeout(context.Background(), c.opts.CallTimeout)
+	defer cancel()
+	err := rc.Configure(ctx, rpc.ConfigureInput{Name: c.opts.Name, Kind: c.opts.Kind, Config: c.opts.Config,
+		Host: c.opts.Host, GlobalTags: c.opts.GlobalTags, Catalog: c.opts.Catalog})
+	if err != nil {
+		return nil, err
+	}
+	return rc, nil
+}
+
+// discard ends cn after it was found dead or wedged: its own process is
+// killed by pid; a shared process is killed too (every Client on it
+// restarts) and this Client's reference to it dropped.
+func (c *Client) discard(cn *conn) {
+	if cn.shared != nil {
+		c.opts.Shared.kill(cn.shared)
+		go c.opts.Shared.release(cn.shared, c.opts.CallTimeout)
+		return
+	}
+	_ = syscall.Kill(cn.pid, syscall.SIGKILL)
+	go cn.pc.Kill()
+}
+
+// end ends cn's process once its output is closed: a process of its own
+// is asked to exit (killed by pid when it lingers); a shared process loses
+// this Client's reference and ends with the last one.
+func (c *Client) end(cn *conn) {
+	if cn.shared != nil {
+		c.opts.Shared.release(cn.shared, c.opts.CallTimeout)
+		return
+	}
+	endProcess(cn.pc, cn.pid, c.opts.CallTimeout)
 }
 
 // killProcess ends a plugin process: SIGKILL by pid first (go-plugin's own
@@ -416,19 +486,7 @@ func (c *Client) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), c.opts.CallTimeout)
 	err := cn.rc.Close(ctx)
 	cancel()
-	// The plugin exits when the host closes the connection; a plugin that
-	// lingers is killed by pid.
-	exited := make(chan struct{})
-	go func() {
-		defer close(exited)
-		cn.pc.Kill()
-	}()
-	select {
-	case <-exited:
-	case <-time.After(c.opts.CallTimeout):
-		_ = syscall.Kill(cn.pid, syscall.SIGKILL)
-		<-exited
-	}
+	c.end(cn)
 	if err != nil {
 		return fmt.Errorf("plugin %s: %w", c.opts.Name, err)
 	}
@@ -504,8 +562,7 @@ func (c *Client) supervise(cn *conn) {
 			c.log.Error("plugin crash storm: marked failing; restarts continue every restart_delay_max at most",
 				"restarts", c.opts.StormRestarts, "within", c.opts.StormWindow, "restart_delay_max", c.opts.BackoffMax)
 		}
-		_ = syscall.Kill(cn.pid, syscall.SIGKILL)
-		go cn.pc.Kill()
+		c.discard(cn)
 		if time.Since(cn.started) >= c.opts.ResetAfter {
 			bo.Reset()
 		}
@@ -549,7 +606,11 @@ func (c *Client) supervise(cn *conn) {
 		}
 		c.mu.Unlock()
 		if closed {
-			c.killProcess(cn.pc, &exec.Cmd{Process: &os.Process{Pid: cn.pid}})
+			if cn.shared != nil {
+				c.end(cn)
+			} else {
+				c.killProcess(cn.pc, &exec.Cmd{Process: &os.Process{Pid: cn.pid}})
+			}
 			return
 		}
 		c.log.Info("plugin restarted", "pid", cn.pid, "took", time.Since(detected))

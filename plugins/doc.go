@@ -16,9 +16,12 @@
 // Two ways to get a Client from a config:
 //   - Kind, the [[outputs.plugin]] kind: a custom plugin binary by path,
 //     checked against its sha256.
-//   - HostRegistry: built-in kinds marked outputs.Kind.OutOfProcess
-//     are served by the gpusampler binary itself (`gpusampler plugin serve
-//     KIND`, re-executed by the host), so one binary ships.
+//   - HostRegistry: built-in kinds marked outputs.Kind.OutOfProcess are
+//     served by the gpusampler binary itself, re-executed by the host, so
+//     one binary ships: `gpusampler plugin serve KIND` per output, or, with
+//     HostOptions.Shared (what `run` uses), one `gpusampler plugin serve`
+//     process for all of them, each output an instance of its own (see
+//     SharedProcess).
 //
 // Plugin authors use plugins/sdk (serve an output), plugins/sdktest (test
 // it in process) and `gpusampler plugin test PATH`. The protocol is

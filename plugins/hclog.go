@@ -31,6 +31,9 @@ type slogHCLog struct {
 	name  string
 	level *slog.LevelVar
 	args  []any
+	// keepOutput keeps the plugin's "output" attribute: a shared process
+	// serves several outputs and its lines name theirs.
+	keepOutput bool
 }
 
 func newHCLog(l *slog.Logger, path string) hclog.Logger {
@@ -79,7 +82,9 @@ func (h *slogHCLog) Log(level hclog.Level, msg string, args ...interface{}) {
 			}
 			continue
 		case "output":
-			continue
+			if !h.keepOutput {
+				continue
+			}
 		}
 		if s, ok := v.(string); ok && strings.HasPrefix(s, "/proc/self/fd/") && h.path != "" {
 			v = h.path

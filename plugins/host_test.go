@@ -2,10 +2,13 @@ package plugins_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/gpusampler/gpusampler/config"
 	"github.com/gpusampler/gpusampler/internal/appconfig"
@@ -17,31 +20,45 @@ import (
 )
 
 // fileKind is a built-in-style kind marked OutOfProcess: it appends the
-// sample count of each batch and the build environment to a file.
+// sample count of each batch and the build environment to a file. A batch
+// whose Seq is crash_at ends its process (exit status 3).
 func fileKind() outputs.Kind {
 	return outputs.Kind{Kind: "countfile", SampleConfig: "[[outputs.countfile]]\n  path = \"/tmp/x\"\n",
 		OutOfProcess: true,
 		Parse: func(t *config.Table) any {
-			var p string
-			t.String("path", &p)
-			if p == "" {
+			var o fileOptions
+			t.String("path", &o.path)
+			if o.path == "" {
 				t.Errorf("path", "required")
 			}
-			return p
+			t.Int("crash_at", &o.crashAt, 0, 1<<30)
+			return o
 		},
 		Build: func(o *outputs.Block, env outputs.BuildEnv) (sampler.Output, error) {
-			f, err := os.OpenFile(o.Options.(string), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+			opts := o.Options.(fileOptions)
+			f, err := os.OpenFile(opts.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 			if err != nil {
 				return nil, err
 			}
 			f.WriteString("built in pid " + itoa(os.Getpid()) + " host " + env.Host + " name " + o.Name + "\n")
-			return &countFile{f: f}, nil
+			return &countFile{f: f, crashAt: opts.crashAt}, nil
 		}}
 }
 
-type countFile struct{ f *os.File }
+type fileOptions struct {
+	path    string
+	crashAt int
+}
+
+type countFile struct {
+	f       *os.File
+	crashAt int
+}
 
 func (c *countFile) Write(_ context.Context, b *sampler.Batch) error {
+	if c.crashAt > 0 && b.Seq == uint64(c.crashAt) {
+		os.Exit(3)
+	}
 	_, err := c.f.WriteString("samples " + itoa(len(b.Samples)) + "\n")
 	return err
 }
@@ -91,5 +108,127 @@ func TestHostRegistryOutOfProcess(t *testing.T) {
 	if strings.Contains(got, "pid "+itoa(os.Getpid())+" ") || !strings.Contains(got, "host node7 name far") ||
 		!strings.Contains(got, "samples 7") {
 		t.Fatalf("plugin side wrote %q", got)
+	}
+}
+
+// TestHelperServeShared is the re-executed binary serving every kind in one
+// process: `gpusampler plugin serve` in this test binary.
+func TestHelperServeShared(t *testing.T) {
+	if os.Getenv("GPUSAMPLER_HELPER_SERVE_SHARED") == "" {
+		t.Skip("helper process only")
+	}
+	sdk.ServeKinds(fileKind())
+	os.Exit(0)
+}
+
+// With HostOptions.Shared the outputs of out-of-process kinds run as
+// instances in one process, each built with its own block. When that
+// process crashes, every output is rebuilt in one new process, and a
+// Write meanwhile is unavailable (the pump keeps the batch). Closing one
+// output leaves the process serving the other; the last Close ends it.
+func TestHostRegistrySharedProcess(t *testing.T) {
+	exe, _ := os.Executable()
+	reg := plugins.HostRegistry(outputs.NewRegistry(fileKind()), plugins.HostOptions{Executable: exe, Shared: true,
+		Args: func(kind string) []string {
+			if kind != "" {
+				t.Errorf("shared process asked for kind %q, want \"\"", kind)
+			}
+			return []string{"-test.run=^TestHelperServeShared$"}
+		},
+		Env: []string{"GPUSAMPLER_HELPER_SERVE_SHARED=1", "GPUSAMPLER_HELPER_PLUGIN=" + testPluginPath}})
+	dir := t.TempDir()
+	pathA, pathB := filepath.Join(dir, "a.txt"), filepath.Join(dir, "b.txt")
+	cfg, err := appconfig.Parse("t.toml", []byte("[[outputs.countfile]]\n  name = \"a\"\n  path = \""+pathA+"\"\n  crash_at = 3\n"+
+		"[[outputs.countfile]]\n  name = \"b\"\n  path = \""+pathB+"\"\n"), appconfig.Options{Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, _ := reg.Lookup("countfile")
+	var clients []*plugins.Client
+	for i := range cfg.Outputs {
+		out, err := k.Build(&cfg.Outputs[i].Block, outputs.BuildEnv{Host: "node7"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, ok := out.(*plugins.Client)
+		if !ok {
+			t.Fatalf("built %T, want *plugins.Client", out)
+		}
+		t.Cleanup(func() { c.Close() })
+		clients = append(clients, c)
+	}
+	a, b := clients[0], clients[1]
+	pid := a.Stats().PID
+	if pid == 0 || pid == os.Getpid() || b.Stats().PID != pid {
+		t.Fatalf("pids: a %d, b %d, host %d: want one shared plugin process", pid, b.Stats().PID, os.Getpid())
+	}
+	write := func(c *plugins.Client, seq uint64, n int) error {
+		return c.Write(context.Background(), &sampler.Batch{Seq: seq, Samples: outputtest.Samples(n)})
+	}
+	// writeAgain offers a batch until it is taken, as the pump does while
+	// the output's process restarts; any other error fails.
+	writeAgain := func(c *plugins.Client, seq uint64, n int) {
+		t.Helper()
+		for {
+			err := write(c, seq, n)
+			if err == nil {
+				return
+			}
+			if !errors.Is(err, sampler.ErrUnavailable) && sampler.Classify(err) != sampler.KindUnavailable {
+				t.Fatalf("write seq %d: %v, want it taken or unavailable while restarting", seq, err)
+			}
+			time.Sleep(10 * time.Millisecond) // polling the restart, not waiting for it
+		}
+	}
+	for _, w := range []struct {
+		c   *plugins.Client
+		seq uint64
+		n   int
+	}{{a, 1, 7}, {b, 1, 5}, {a, 2, 1}} {
+		if err := write(w.c, w.seq, w.n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := write(a, 3, 1); err == nil {
+		t.Fatal("the write that ends the shared process succeeded")
+	}
+	writeAgain(b, 2, 4)
+	writeAgain(a, 4, 2)
+	pid2 := a.Stats().PID
+	if pid2 == pid || b.Stats().PID != pid2 {
+		t.Fatalf("after the crash: a in %d, b in %d (before: %d), want both in one new process", pid2, b.Stats().PID, pid)
+	}
+	for _, c := range clients {
+		if s := c.Stats(); s.Crashes != 1 || s.Starts != 2 || s.Wedges != 0 {
+			t.Errorf("stats %+v, want 1 crash, 2 starts, no wedge", s)
+		}
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := write(b, 3, 3); err != nil {
+		t.Fatalf("b after a closed: %v", err)
+	}
+	if b.Stats().PID != pid2 {
+		t.Fatalf("b moved to pid %d after a closed, want %d", b.Stats().PID, pid2)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid2, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Fatalf("shared process %d after the last Close: kill 0 = %v, want ESRCH (gone)", pid2, err)
+	}
+	built := func(p int, name string) string { return "built in pid " + itoa(p) + " host node7 name " + name + "\n" }
+	for _, f := range []struct{ path, want string }{
+		{pathA, built(pid, "a") + "samples 7\nsamples 1\n" + built(pid2, "a") + "samples 2\n"},
+		{pathB, built(pid, "b") + "samples 5\n" + built(pid2, "b") + "samples 4\nsamples 3\n"},
+	} {
+		data, err := os.ReadFile(f.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(data) != f.want {
+			t.Errorf("%s:\n%s\nwant\n%s", filepath.Base(f.path), data, f.want)
+		}
 	}
 }

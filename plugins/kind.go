@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"os"
 	"os/exec"
@@ -191,50 +192,110 @@ type HostOptions struct {
 	// was replaced since (a package upgrade); elsewhere os.Executable().
 	Executable string
 	// Args returns the arguments that make Executable serve kind
-	// (default: plugin serve KIND).
+	// (default: plugin serve KIND), or, with Shared, every out-of-process
+	// kind (kind is "" then; default: plugin serve).
 	Args func(kind string) []string
 	// Env are NAME=value variables handed to every re-executed process,
-	// beside the minimal environment and its block's ${VAR}s (see
-	// Options.Env).
+	// beside the minimal environment and, for a process of one output, its
+	// block's ${VAR}s (see Options.Env).
 	Env []string
+	// Shared runs the outputs of every out-of-process kind as instances in
+	// one process (a SharedProcess, started with the first of them) instead
+	// of a process each: one process's memory instead of one per output,
+	// the same isolation of the sampler from its outputs (see
+	// SharedProcess for what the outputs then share). Their blocks reach the
+	// process with ${VAR}s already expanded, so it gets only Env.
+	Shared bool
+	// Logger receives the shared process's own log lines (Shared only);
+	// its outputs' lines name their output.
+	Logger *slog.Logger
 }
 
 // HostRegistry returns a copy of r in which every kind marked OutOfProcess
 // is built as a plugin client that re-executes the gpusampler binary as
 // `gpusampler plugin serve KIND`; that process builds the real output with
-// r's own Build (see sdk.ServeKind). The other kinds are unchanged. The
-// fan-out cannot tell the difference: both are sampler.Outputs.
+// r's own Build (see sdk.ServeKind). With h.Shared, the outputs of all
+// those kinds run in one `gpusampler plugin serve` process instead (see
+// sdk.ServeKinds). The other kinds are unchanged. The fan-out cannot tell
+// the difference: both are sampler.Outputs.
 func HostRegistry(r *outputs.Registry, h HostOptions) *outputs.Registry {
 	if h.Args == nil {
-		h.Args = func(kind string) []string { return []string{"plugin", "serve", kind} }
+		h.Args = func(kind string) []string {
+			if kind == "" {
+				return []string{"plugin", "serve"}
+			}
+			return []string{"plugin", "serve", kind}
+		}
+	}
+	var shared *SharedProcess
+	if h.Shared {
+		args := h.Args("")
+		shared = NewSharedProcess(func() *exec.Cmd {
+			exe, argv0, err := h.executable()
+			if err != nil {
+				// a command that fails to start, with the reason
+				return &exec.Cmd{Path: exe, Args: []string{argv0}, Err: err}
+			}
+			cmd := exec.Command(exe, args...)
+			cmd.Args[0] = argv0
+			return cmd
+		}, h.Env, h.Logger)
 	}
 	var kinds []outputs.Kind
 	for _, name := range r.Kinds() {
 		k, _ := r.Lookup(name)
 		if k.OutOfProcess {
-			k.Build = hostBuild(k.Kind, h)
+			if shared != nil {
+				k.Build = sharedBuild(k.Kind, shared)
+			} else {
+				k.Build = hostBuild(k.Kind, h)
+			}
 		}
 		kinds = append(kinds, k)
 	}
 	return outputs.NewRegistry(kinds...)
 }
 
+// executable returns the binary to re-execute and its argv[0].
+func (h HostOptions) executable() (exe, argv0 string, err error) {
+	if h.Executable != "" {
+		return h.Executable, h.Executable, nil
+	}
+	if argv0, err = os.Executable(); err != nil {
+		return "", "", fmt.Errorf("find gpusampler executable: %w", err)
+	}
+	return cmp.Or(selfExe, argv0), argv0, nil
+}
+
+// outputBlock is o's block without the keys the config package takes:
+// what the output's own Parse reads in the plugin process.
+func outputBlock(o *outputs.Block) map[string]any {
+	block := maps.Clone(o.Raw)
+	for _, k := range outputs.CommonKeys() {
+		delete(block, k)
+	}
+	return block
+}
+
+func sharedBuild(kind string, sp *SharedProcess) func(o *outputs.Block, env outputs.BuildEnv) (sampler.Output, error) {
+	return func(o *outputs.Block, env outputs.BuildEnv) (sampler.Output, error) {
+		c, err := Start(Options{Name: o.Name, Kind: kind, Config: outputBlock(o), Host: env.Host, GlobalTags: env.GlobalTags,
+			Catalog: env.Catalog, Logger: env.Logger, Shared: sp})
+		if err != nil {
+			return nil, placeKeyErrors(o, "", err)
+		}
+		return c, nil
+	}
+}
+
 func hostBuild(kind string, h HostOptions) func(o *outputs.Block, env outputs.BuildEnv) (sampler.Output, error) {
 	return func(o *outputs.Block, env outputs.BuildEnv) (sampler.Output, error) {
-		exe, argv0 := h.Executable, h.Executable
-		if exe == "" {
-			var err error
-			if argv0, err = os.Executable(); err != nil {
-				return nil, fmt.Errorf("find gpusampler executable: %w", err)
-			}
-			exe = cmp.Or(selfExe, argv0)
-		}
-		block := maps.Clone(o.Raw)
-		for _, k := range outputs.CommonKeys() {
-			delete(block, k)
+		exe, argv0, err := h.executable()
+		if err != nil {
+			return nil, err
 		}
 		args := h.Args(kind)
-		c, err := Start(Options{Name: o.Name, Kind: kind, Config: block, Host: env.Host, GlobalTags: env.GlobalTags,
+		c, err := Start(Options{Name: o.Name, Kind: kind, Config: outputBlock(o), Host: env.Host, GlobalTags: env.GlobalTags,
 			Catalog: env.Catalog, Logger: env.Logger, Env: append(slices.Clone(h.Env), o.EnvRefs()...), Command: func() *exec.Cmd {
 				cmd := exec.Command(exe, args...)
 				cmd.Args[0] = argv0

@@ -16,7 +16,9 @@
 # sum of Pss (/proc/PID/smaps_rollup), which splits pages the processes
 # share (the same executable's text) between them. Printed: each process
 # at the last reading, then the tree's RSS and PSS at the last reading and
-# the largest over the readings, in MiB (1 MiB = 1024 KiB).
+# the largest over the readings, in MiB (1 MiB = 1024 KiB). CPU is each
+# process's user+system time from the first reading to the last, in % of
+# one core. The run fails unless both influxdb databases received records.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN="${BIN:-bin/gpusampler}"
@@ -121,6 +123,12 @@ mib() { awk -v k="$1" 'BEGIN { printf "%.1f", k / 1024 }'; }
 kib() { # kib FILE FIELD: the field's value in kB, 0 once the process is gone
 	awk -v f="$2:" '$1 == f { print $2; found = 1 } END { if (!found) print 0 }' "$1" 2>/dev/null || echo 0
 }
+ticks() { # ticks PID: user+system CPU time in clock ticks, 0 once the process is gone
+	awk '{ sub(/^.*\) /, ""); print $12 + $13 }' /proc/"$1"/stat 2>/dev/null || echo 0
+}
+declare -A cpu0
+for p in $(descendants "$root"); do cpu0[$p]="$(ticks "$p")"; done
+t0="$(date +%s.%N)"
 max_rss=0 max_pss=0
 for i in $(seq "$READINGS"); do
 	kill -0 "$root" 2>/dev/null || {
@@ -130,17 +138,26 @@ for i in $(seq "$READINGS"); do
 	}
 	http "http://127.0.0.1:$prom_port/metrics"
 	rss=0 pss=0 table=""
+	secs="$(awk -v t0="$t0" -v t1="$(date +%s.%N)" 'BEGIN { print t1 - t0 }')"
 	for p in $(descendants "$root"); do
 		r="$(kib /proc/"$p"/status VmRSS)"
 		s="$(kib /proc/"$p"/smaps_rollup Pss)"
+		c="$(awk -v a="${cpu0[$p]:-0}" -v b="$(ticks "$p")" -v hz="$(getconf CLK_TCK)" -v s="$secs" \
+			'BEGIN { printf "%.1f", s > 0 ? 100 * (b - a) / hz / s : 0 }')"
 		rss=$((rss + r)) pss=$((pss + s))
-		table+="$(printf '  pid %-8s %-48s RSS %6s MiB  PSS %6s MiB' "$p" \
-			"$(tr '\0' ' ' </proc/"$p"/cmdline 2>/dev/null | cut -c1-48)" \
-			"$(mib "$r")" "$(mib "$s")")"$'\n'
+		table+="$(printf '  pid %-8s %-40s RSS %6s MiB  PSS %6s MiB  CPU %5s%%' "$p" \
+			"$(tr '\0' ' ' </proc/"$p"/cmdline 2>/dev/null | cut -c1-40)" \
+			"$(mib "$r")" "$(mib "$s")" "$c")"$'\n'
 	done
 	[ "$rss" -gt "$max_rss" ] && max_rss=$rss
 	[ "$pss" -gt "$max_pss" ] && max_pss=$pss
 	[ "$i" -lt "$READINGS" ] && sleep "$INTERVAL"
+done
+# The outputs delivered: both databases hold gpusampler's measurement.
+for db in gpusampler telegraf; do
+	python3 -c 'import sys, urllib.request as u, urllib.parse as q
+r = u.urlopen("http://127.0.0.1:%s/query?%s" % (sys.argv[1], q.urlencode({"db": sys.argv[2], "q": "SHOW MEASUREMENTS"})), timeout=5).read().decode()
+sys.exit(0 if "nvidia_smi" in r else "tree-rss: nothing reached influxdb database %s: %s" % (sys.argv[2], r))' "$influx_http" "$db"
 done
 echo "gpusampler run, $GPUS simulated GPUs, outputs influxdb nats telegraf prometheus ($BIN, $(stat -c %s "$BIN") bytes)"
 printf '%s' "$table"

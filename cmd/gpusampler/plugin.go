@@ -14,24 +14,39 @@ import (
 	toml "github.com/pelletier/go-toml/v2"
 
 	"github.com/gpusampler/gpusampler/internal/registry"
+	"github.com/gpusampler/gpusampler/outputs"
 	"github.com/gpusampler/gpusampler/plugins"
 	"github.com/gpusampler/gpusampler/plugins/sdk"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
 // cmdPlugin runs `gpusampler plugin test PATH` and the hidden `gpusampler
-// plugin serve KIND` (the host re-executes itself with it to run a
-// built-in network output out of process).
+// plugin serve [KIND]` (the host re-executes itself with it to run its
+// built-in network outputs out of process: all of them in one process
+// without KIND, as `run` does, or the one output of kind KIND).
 func cmdPlugin(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		return usagef("want a subcommand: test PATH [--config FILE]")
 	}
 	switch args[0] {
 	case "serve":
-		if len(args) != 2 {
-			return usagef("serve: want one output kind")
+		reg := registry.Builtin()
+		if len(args) == 1 {
+			// every out-of-process kind, one instance per output the host
+			// configures (HostOptions.Shared)
+			var kinds []outputs.Kind
+			for _, name := range reg.Kinds() {
+				if k, _ := reg.Lookup(name); k.OutOfProcess {
+					kinds = append(kinds, k)
+				}
+			}
+			sdk.ServeKinds(kinds...) // stdout carries the handshake from here on
+			return nil
 		}
-		k, ok := registry.Builtin().Lookup(args[1])
+		if len(args) != 2 {
+			return usagef("serve: want at most one output kind")
+		}
+		k, ok := reg.Lookup(args[1])
 		if !ok || k.Kind == "plugin" {
 			return usagef("serve: unknown output kind %q", args[1])
 		}

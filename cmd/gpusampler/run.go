@@ -194,9 +194,9 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, out, stderr io.
 	if err != nil {
 		return err
 	}
-	// Network outputs marked out of process run as `gpusampler plugin
-	// serve KIND` children of this binary.
-	reg := plugins.HostRegistry(registry.Builtin(), plugins.HostOptions{})
+	// Network outputs marked out of process run in one `gpusampler plugin
+	// serve` child of this binary, each output an instance of its own.
+	reg := plugins.HostRegistry(registry.Builtin(), plugins.HostOptions{Shared: true, Logger: log})
 	copts := appconfig.Options{Registry: reg}
 	// An execd output (from --execd or the config) makes stdin Telegraf's:
 	// a newline is a gather, EOF ends the run.

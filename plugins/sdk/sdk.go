@@ -27,6 +27,7 @@ import (
 	"github.com/gpusampler/gpusampler/config"
 	"github.com/gpusampler/gpusampler/outputs"
 	"github.com/gpusampler/gpusampler/plugins/internal/rpc"
+	"github.com/gpusampler/gpusampler/plugins/proto"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
@@ -103,7 +104,6 @@ func KindFactory(k outputs.Kind) Factory {
 // ServeFactory serves the output f builds.
 func ServeFactory(f Factory) {
 	logger := Logger()
-	go watchParent(logger)
 	srv := rpc.NewServer(f, logger)
 	go func() {
 		// After Close the host ends the connection; if it does not, exit
@@ -112,9 +112,35 @@ func ServeFactory(f Factory) {
 		time.Sleep(5 * time.Second)
 		os.Exit(0)
 	}()
+	serve(srv, logger)
+}
+
+// ServeKinds serves several built-in kinds from one process: every output
+// the host configures in it is an instance of its own (its calls name it),
+// built by the kind its Configure names, and closed on its own; the
+// process serves until the host ends it. gpusampler's hidden `plugin
+// serve` command (without a kind) calls it for every out-of-process kind.
+func ServeKinds(kinds ...outputs.Kind) {
+	byKind := make(map[string]Factory, len(kinds))
+	for _, k := range kinds {
+		byKind[k.Kind] = KindFactory(k)
+	}
+	f := func(t *config.Table, env Env) (sampler.Output, error) {
+		kf := byKind[env.Kind]
+		if kf == nil {
+			return nil, fmt.Errorf("output kind %q is not served by this process", env.Kind)
+		}
+		return kf(t, env)
+	}
+	logger := Logger()
+	serve(rpc.NewMuxServer(f, logger), logger)
+}
+
+func serve(impl proto.OutputServer, logger *slog.Logger) {
+	go watchParent(logger)
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig: rpc.Handshake,
-		Plugins:         plugin.PluginSet{rpc.PluginName: &rpc.GRPCPlugin{Impl: srv}},
+		Plugins:         plugin.PluginSet{rpc.PluginName: &rpc.GRPCPlugin{Impl: impl}},
 		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
 			return grpc.NewServer(append(opts, rpc.ServerOptions()...)...)
 		},

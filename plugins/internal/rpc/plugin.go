@@ -25,12 +25,13 @@ const PluginName = "output"
 // pid; the SDK exits when its parent is no longer that process.
 const ParentPIDEnv = "GPUSAMPLER_PLUGIN_PARENT_PID"
 
-// GRPCPlugin is the go-plugin glue: on the plugin side it registers Server,
-// on the host side it returns a proto.OutputClient.
+// GRPCPlugin is the go-plugin glue: on the plugin side it registers Impl
+// (a Server, or a MuxServer for a process that serves several outputs), on
+// the host side it returns a proto.OutputClient.
 type GRPCPlugin struct {
 	plugin.NetRPCUnsupportedPlugin
 	// Impl is set on the plugin side only.
-	Impl *Server
+	Impl proto.OutputServer
 }
 
 // GRPCServer implements plugin.GRPCPlugin.

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// childrenOf returns the pids of pid's child processes.
+func childrenOf(t *testing.T, pid int) []int {
+	t.Helper()
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []int
+	for _, f := range tasks {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue // a thread that ended
+		}
+		for _, s := range strings.Fields(string(data)) {
+			if c, err := strconv.Atoi(s); err == nil && !slices.Contains(out, c) {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}
+
+// The built-in network outputs of `run` share one child process, the
+// binary re-executed as `gpusampler plugin serve`; a crash of that child
+// does not take sampling down: the outputs come back in a new child and
+// deliver again.
+func TestRunNetworkOutputsShareOneChildIntegration(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs gpusampler")
+	}
+	bin := buildGpusampler(t)
+	var mu sync.Mutex
+	writes := 0
+	wrote := make(chan struct{}, 1)
+	influx := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if r.URL.Path == "/write" && strings.Contains(string(body), "nvidia_smi") {
+			mu.Lock()
+			writes++
+			mu.Unlock()
+			select {
+			case wrote <- struct{}{}:
+			default:
+			}
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer influx.Close()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	promAddr := l.Addr().String()
+	l.Close()
+	cfg := filepath.Join(t.TempDir(), "gpusampler.toml")
+	doc := fmt.Sprintf("[sampler]\nbackend = \"sim\"\ngpus = 2\n"+
+		"[[outputs.influxdb]]\nurl = %q\ndatabase = \"db\"\nflush_interval = \"100ms\"\n"+
+		"[[outputs.prometheus]]\nlisten = %q\n", influx.URL, promAddr)
+	if err := os.WriteFile(cfg, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := startE2E(t, bin, nil, "run", "--config", cfg)
+	pid := r.cmd.Process.Pid
+	// waitWrites waits until the sink has taken more than n writes.
+	waitWrites := func(n int) {
+		t.Helper()
+		for {
+			mu.Lock()
+			got := writes
+			mu.Unlock()
+			if got > n {
+				return
+			}
+			select {
+			case <-wrote:
+			case <-r.done:
+				t.Fatal("gpusampler ended")
+			case <-time.After(5 * time.Minute):
+				t.Fatal("no write for 5 minutes")
+			}
+		}
+	}
+	// oneChild waits until gpusampler has exactly one child, other than
+	// old, and returns it after checking that it serves every kind.
+	oneChild := func(old int) int {
+		t.Helper()
+		for {
+			if kids := childrenOf(t, pid); len(kids) == 1 && kids[0] != old {
+				args, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", kids[0]))
+				if got := strings.Split(strings.TrimRight(string(args), "\x00"), "\x00"); !slices.Equal(got[1:], []string{"plugin", "serve"}) {
+					t.Fatalf("child runs %q, want gpusampler plugin serve", got)
+				}
+				return kids[0]
+			} else if len(kids) > 1 {
+				t.Fatalf("gpusampler has %d children %v, want one for both network outputs", len(kids), kids)
+			}
+			select {
+			case <-r.done:
+				t.Fatal("gpusampler ended")
+			case <-time.After(10 * time.Millisecond): // polling /proc
+			}
+		}
+	}
+	scrape := func() {
+		t.Helper()
+		for {
+			resp, err := http.Get("http://" + promAddr + "/metrics")
+			if err == nil {
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if strings.Contains(string(body), "DCGM_FI_DEV_POWER_USAGE") {
+					return
+				}
+			}
+			select {
+			case <-r.done:
+				t.Fatal("gpusampler ended")
+			case <-time.After(50 * time.Millisecond): // polling the listener
+			}
+		}
+	}
+	waitWrites(0)
+	scrape()
+	child := oneChild(0)
+	if err := syscall.Kill(child, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	oneChild(child)
+	mu.Lock()
+	before := writes // the old child is gone: what comes now comes from the new one
+	mu.Unlock()
+	waitWrites(before)
+	scrape()
+	if err := syscall.Kill(pid, 0); err != nil {
+		t.Fatalf("gpusampler after its outputs' process was killed: %v", err)
+	}
+}

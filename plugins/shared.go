@@ -1,0 +1,185 @@
+package plugins
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	plugin "github.com/hashicorp/go-plugin"
+
+	"github.com/gpusampler/gpusampler/plugins/internal/rpc"
+	"github.com/gpusampler/gpusampler/plugins/proto"
+)
+
+// SharedProcess is one plugin process that serves the outputs of several
+// Clients (Options.Shared), each as an instance of its own: a process
+// serving sdk.ServeKinds, such as `gpusampler plugin serve` for the
+// built-in network outputs. Every Go process costs its runtime, its heap
+// and its own mapping of the executable (about 25 MB resident for
+// gpusampler's outputs); one process for the built-in outputs costs that
+// once.
+//
+// What stays isolated: the host and its sampling (another process), and
+// each output's calls from the others' (an instance has its own lock, so a
+// Write blocked in one output does not delay another's Write or health
+// probe). What the outputs of one SharedProcess share is the process's
+// fate: when one of them crashes it, or wedges so that its Client kills
+// it, every Client it serves finds it gone, keeps its batches (Write
+// returns ErrUnavailable meanwhile) and reconfigures its output in a new
+// process, each counting a crash. External plugins ([[outputs.plugin]])
+// never share: each runs in its own verified process.
+//
+// The process starts with the first Client that needs it and ends with
+// the last Client's Close. Concurrency: safe for use by many Clients.
+type SharedProcess struct {
+	command func() *exec.Cmd
+	env     []string
+	logger  *slog.Logger
+	ids     atomic.Uint64 // instance names handed out
+
+	mu  sync.Mutex
+	cur *sharedProc // the process new instances join; nil when none runs
+}
+
+// sharedProc is one started process of a SharedProcess.
+type sharedProc struct {
+	pc   *plugin.Client
+	oc   proto.OutputClient
+	pid  int
+	refs int // Clients whose current conn is on this process; under SharedProcess.mu
+}
+
+// NewSharedProcess returns a SharedProcess whose process is started with
+// command (called for every start; the process must serve a
+// rpc.MuxServer, as sdk.ServeKinds does), handed the NAME=value variables
+// env beside the minimal environment every plugin gets. The process's own
+// log lines (go-plugin's, and lines of its outputs, which name their
+// output) go to logger.
+func NewSharedProcess(command func() *exec.Cmd, env []string, logger *slog.Logger) *SharedProcess {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &SharedProcess{command: command, env: env, logger: logger}
+}
+
+// instance returns a new instance name, unique within s.
+func (s *SharedProcess) instance() string { return strconv.FormatUint(s.ids.Add(1), 10) }
+
+// acquire returns the running process with one more reference, starting a
+// process when none runs or the current one has exited.
+func (s *SharedProcess) acquire(startTimeout, callTimeout time.Duration) (*sharedProc, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p := s.cur; p != nil && !p.pc.Exited() {
+		p.refs++
+		return p, nil
+	}
+	s.cur = nil
+	p, err := s.start(startTimeout, callTimeout)
+	if err != nil {
+		return nil, err
+	}
+	p.refs = 1
+	s.cur = p
+	return p, nil
+}
+
+func (s *SharedProcess) start(startTimeout, callTimeout time.Duration) (*sharedProc, error) {
+	cmd := s.command()
+	path := cmd.Path
+	cmd.Env = append(append(append(baseEnv(), cmd.Env...), s.env...), rpc.ParentPIDEnv+"="+strconv.Itoa(os.Getpid()))
+	setParentDeathSignal(cmd)
+	log := newHCLog(s.logger, path).(*slogHCLog)
+	log.keepOutput = true
+	pc := plugin.NewClient(&plugin.ClientConfig{
+		SkipHostEnv:      true,
+		HandshakeConfig:  rpc.Handshake,
+		Plugins:          plugin.PluginSet{rpc.PluginName: &rpc.GRPCPlugin{}},
+		Cmd:              cmd,
+		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
+		AutoMTLS:         true,
+		StartTimeout:     startTimeout,
+		Logger:           log,
+		GRPCDialOptions:  rpc.DialOptions(),
+		Stderr:           io.Discard,
+		SyncStdout:       io.Discard,
+		SyncStderr:       io.Discard,
+	})
+	fail := func(err error) (*sharedProc, error) {
+		pid := 0
+		if cmd.Process != nil && !pc.Exited() {
+			pid = cmd.Process.Pid
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		endProcess(pc, pid, callTimeout)
+		return nil, fmt.Errorf("start shared plugin process %s: %w", path, err)
+	}
+	cp, err := pc.Client()
+	if err != nil {
+		return fail(err)
+	}
+	raw, err := cp.Dispense(rpc.PluginName)
+	if err != nil {
+		return fail(err)
+	}
+	oc, ok := raw.(proto.OutputClient)
+	if !ok {
+		return fail(fmt.Errorf("unexpected client %T", raw))
+	}
+	return &sharedProc{pc: pc, oc: oc, pid: cmd.Process.Pid}, nil
+}
+
+// release drops a reference to p; the last one ends the process (asked to
+// exit, killed when it has not within timeout).
+func (s *SharedProcess) release(p *sharedProc, timeout time.Duration) {
+	s.mu.Lock()
+	p.refs--
+	last := p.refs == 0
+	if last && s.cur == p {
+		s.cur = nil
+	}
+	s.mu.Unlock()
+	if last {
+		endProcess(p.pc, p.pid, timeout)
+	}
+}
+
+// kill ends p at once, for a Client that found its instance wedged (or the
+// process dead): no new instance joins p, and every Client on it finds it
+// gone.
+func (s *SharedProcess) kill(p *sharedProc) {
+	s.mu.Lock()
+	if s.cur == p {
+		s.cur = nil
+	}
+	s.mu.Unlock()
+	if !p.pc.Exited() {
+		_ = syscall.Kill(p.pid, syscall.SIGKILL)
+	}
+}
+
+// endProcess ends a plugin process gracefully through go-plugin (the
+// plugin exits when the host closes the connection); one still there after
+// timeout is killed by pid.
+func endProcess(pc *plugin.Client, pid int, timeout time.Duration) {
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		pc.Kill()
+	}()
+	select {
+	case <-exited:
+	case <-time.After(timeout):
+		if pid > 0 {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		<-exited
+	}
+}
