@@ -23,9 +23,12 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gpusampler/gpusampler/plugins/proto/records"
@@ -66,24 +69,20 @@ var marshal = proto.MarshalOptions{Deterministic: true}
 
 // Append appends the encoding of b (with meta) to dst and returns the
 // extended slice. It does not retain b, meta or dst.
+//
+// The bulk of a message — the sample columns (field 3), the global tags
+// (7) and the device UUIDs (8) — is written here with protowire, the rest
+// by proto.Marshal: the generic marshaller's cost per packed column and
+// per map entry was most of a NATS publish. Field 3 follows fields 4–6 on
+// the wire; protobuf readers accept fields in any order, and the result is
+// the same message (TestAppendIsProtoMarshal).
 func (e *Encoder) Append(dst []byte, b *sampler.Batch, meta *Meta) []byte {
 	m := &e.msg
 	records.FillBatch(m, b, true)
-	m.Host, m.Tags, m.DeviceUuids = "", nil, nil
+	samples := m.Samples
+	m.Samples, m.Host, m.Tags, m.DeviceUuids = nil, "", nil, nil
 	if meta != nil {
 		m.Host = meta.Host
-		if len(meta.Tags) > 0 {
-			m.Tags = make(map[string]string, len(meta.Tags))
-			for _, t := range meta.Tags {
-				m.Tags[t.Key] = t.Value
-			}
-		}
-		if len(meta.UUIDs) > 0 {
-			m.DeviceUuids = make(map[int32]string, len(meta.UUIDs))
-			for _, r := range meta.UUIDs {
-				m.DeviceUuids[int32(r.Index)] = r.UUID
-			}
-		}
 	}
 	out, err := marshal.MarshalAppend(dst, m)
 	if err != nil {
@@ -94,11 +93,89 @@ func (e *Encoder) Append(dst []byte, b *sampler.Batch, meta *Meta) []byte {
 			panic(fmt.Sprintf("protobuf: encode batch: %v", err))
 		}
 	}
+	m.Samples = samples
+	out = appendSamples(out, samples)
+	if meta != nil {
+		for _, t := range meta.Tags {
+			k, v := validString(t.Key), validString(t.Value)
+			n := 1 + protowire.SizeBytes(len(k)) + 1 + protowire.SizeBytes(len(v))
+			out = protowire.AppendTag(out, 7, protowire.BytesType)
+			out = protowire.AppendVarint(out, uint64(n))
+			out = protowire.AppendString(protowire.AppendTag(out, 1, protowire.BytesType), k)
+			out = protowire.AppendString(protowire.AppendTag(out, 2, protowire.BytesType), v)
+		}
+		for _, r := range meta.UUIDs {
+			key, v := uint64(int64(int32(r.Index))), validString(r.UUID)
+			n := 1 + protowire.SizeVarint(key) + 1 + protowire.SizeBytes(len(v))
+			out = protowire.AppendTag(out, 8, protowire.BytesType)
+			out = protowire.AppendVarint(out, uint64(n))
+			out = protowire.AppendVarint(protowire.AppendTag(out, 1, protowire.VarintType), key)
+			out = protowire.AppendString(protowire.AppendTag(out, 2, protowire.BytesType), v)
+		}
+	}
 	clear(m.Events)
 	return out
 }
 
-// validUTF8 replaces invalid UTF-8 in every string of m with U+FFFD.
+func validString(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
+}
+
+// appendSamples appends c as Batch field 3, its columns packed in field
+// order as proto.Marshal writes them (an empty column is left out).
+func appendSamples(out []byte, c *records.SampleColumns) []byte {
+	if c == nil {
+		return out
+	}
+	varints := func(v []uint32) int {
+		n := 0
+		for _, x := range v {
+			n += protowire.SizeVarint(uint64(x))
+		}
+		return n
+	}
+	deltas := 0
+	for _, x := range c.TimeDeltaNs {
+		deltas += protowire.SizeVarint(protowire.EncodeZigZag(x))
+	}
+	sizes := [6]int{8 * len(c.TimeNs), 8 * len(c.Value), varints(c.Device), varints(c.Metric), varints(c.Flags), deltas}
+	total := 0
+	for _, n := range sizes {
+		if n > 0 {
+			total += 1 + protowire.SizeBytes(n)
+		}
+	}
+	out = protowire.AppendTag(out, 3, protowire.BytesType)
+	out = protowire.AppendVarint(out, uint64(total))
+	field := func(num protowire.Number) {
+		if n := sizes[num-1]; n > 0 {
+			out = protowire.AppendVarint(protowire.AppendTag(out, num, protowire.BytesType), uint64(n))
+		}
+	}
+	field(1)
+	for _, t := range c.TimeNs {
+		out = protowire.AppendFixed64(out, uint64(t))
+	}
+	field(2)
+	for _, v := range c.Value {
+		out = protowire.AppendFixed64(out, math.Float64bits(v))
+	}
+	for i, col := range [][]uint32{c.Device, c.Metric, c.Flags} {
+		field(protowire.Number(3 + i))
+		for _, x := range col {
+			out = protowire.AppendVarint(out, uint64(x))
+		}
+	}
+	field(6)
+	for _, x := range c.TimeDeltaNs {
+		out = protowire.AppendVarint(out, protowire.EncodeZigZag(x))
+	}
+	return out
+}
+
 func validUTF8(m *records.Batch) {
 	v := func(s *string) { *s = strings.ToValidUTF8(*s, "\uFFFD") }
 	v(&m.Host)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"reflect"
+	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -161,4 +162,56 @@ func BenchmarkAppend(b *testing.B) {
 	}
 	b.ReportMetric(float64(len(buf))/4096, "B/sample")
 	b.ReportMetric(float64(b.N)*4096/b.Elapsed().Seconds(), "samples/s")
+}
+
+// Append writes part of the message by hand: what it writes is the very
+// message proto.Marshal makes of the same batch and meta (tags, UUIDs with
+// a negative index, invalid UTF-8 replaced; an empty batch).
+func TestAppendIsProtoMarshal(t *testing.T) {
+	for _, tc := range []struct {
+		b    *sampler.Batch
+		meta *protobuf.Meta
+	}{
+		{testBatch(), &protobuf.Meta{Host: "node7", Tags: []protobuf.Tag{{"cluster", "c1"}, {"bad\xff", "v\xfe"}, {"", ""}},
+			UUIDs: []protobuf.DeviceRef{{-1, ""}, {0, "GPU-a"}, {300, "GPU-\xff"}}}},
+		{testBatch(), nil},
+		{&sampler.Batch{}, &protobuf.Meta{Host: "h"}},
+		{&sampler.Batch{}, nil},
+	} {
+		var want records.Batch
+		records.FillBatch(&want, tc.b, true)
+		if m := tc.meta; m != nil {
+			want.Host = m.Host
+			for _, tg := range m.Tags {
+				if want.Tags == nil {
+					want.Tags = map[string]string{}
+				}
+				want.Tags[strings.ToValidUTF8(tg.Key, "\uFFFD")] = strings.ToValidUTF8(tg.Value, "\uFFFD")
+			}
+			for _, r := range m.UUIDs {
+				if want.DeviceUuids == nil {
+					want.DeviceUuids = map[int32]string{}
+				}
+				want.DeviceUuids[int32(r.Index)] = strings.ToValidUTF8(r.UUID, "\uFFFD")
+			}
+		}
+		wantBytes, err := proto.MarshalOptions{Deterministic: true}.Marshal(&want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var fromProto, got records.Batch
+		if err := proto.Unmarshal(wantBytes, &fromProto); err != nil {
+			t.Fatal(err)
+		}
+		data := protobuf.Append(nil, tc.b, tc.meta)
+		if err := proto.Unmarshal(data, &got); err != nil {
+			t.Fatalf("%v: %v", tc.meta, err)
+		}
+		if !proto.Equal(&got, &fromProto) {
+			t.Errorf("meta %+v:\n got %v\nwant %v", tc.meta, &got, &fromProto)
+		}
+		if len(data) != len(wantBytes) {
+			t.Errorf("meta %+v: %d bytes, proto.Marshal %d", tc.meta, len(data), len(wantBytes))
+		}
+	}
 }
