@@ -12,7 +12,7 @@ import (
 // config --check finds, without contacting a sink, what run would fail on
 // when it starts the outputs (a plugin binary missing, not executable or
 // not matching its sha256; a listen address that cannot be bound; an
-// invalid web config) and warns about what run accepts but probably is not
+// invalid web config; a disk buffer directory that cannot be made) and warns about what run accepts but probably is not
 // meant (no outputs, a default server silently assumed, two blocks writing
 // every line to stdout). Each case prints exactly its lines.
 func TestConfigCheckWithoutSinks(t *testing.T) {
@@ -51,6 +51,9 @@ func TestConfigCheckWithoutSinks(t *testing.T) {
 		{"listen ok", "[[outputs.prometheus]]\nlisten = \"[::1]:0\"\n", "{{path}}: ok\n", ""},
 		{"web config", "[[outputs.prometheus]]\nweb_config = \"" + web + "\"\n", "",
 			"gpusampler config: {{path}}:2: outputs.prometheus[0].web_config: " + web + ": crypto/bcrypt: hashedSecret too short to be a bcrypted password\n"},
+		{"buffer dir under a file", "[[outputs.stdout]]\nbuffer = \"disk\"\nbuffer_dir = \"" + noExec + "/queue\"\n", "",
+			"gpusampler config: {{path}}:3: outputs.stdout[0].buffer_dir: " + noExec + "/queue: not a directory\n"},
+		{"buffer dir to create", "[[outputs.stdout]]\nbuffer = \"disk\"\nbuffer_dir = \"" + dir + "/new/queue\"\n", "{{path}}: ok\n", ""},
 		{"no outputs", "[agent]\nhostname = \"n1\"\n",
 			"warning: {{path}}:1: no [[outputs.KIND]] block: samples are taken and go nowhere (gpusampler config prints every kind)\n{{path}}: ok, 1 warnings\n", ""},
 		{"default servers", "[[outputs.influxdb]]\ndatabase = \"gpu\"\n[[outputs.nats]]\n[[outputs.telegraf]]\n[[outputs.influxdb]]\nurl = \"http://db:8086\"\ndatabase = \"gpu\"\n",
