@@ -383,7 +383,15 @@ func (a *Agent) Reload(cfg *appconfig.Config) error {
 		var err error
 		if replace[b.block.Name] {
 			// The new pump's lanes take the old one's place in one step:
-			// every sample goes to exactly one of the two.
+			// every sample goes to exactly one of the two. A memory
+			// buffer's queue passes to the new buffer, ahead of what the
+			// new pump writes (a disk buffer's stays on disk: closeFirst).
+			if old := a.buffers[b.block.Name]; old != nil && b.buf != nil &&
+				old.Stats().Kind == buffer.KindMemory && b.buf.Stats().Kind == buffer.KindMemory {
+				if err := old.HandOver(b.buf); err != nil {
+					a.log.Warn("memory buffer not handed over; what it holds is delivered or dropped at its close", "output", b.block.Name, "err", err)
+				}
+			}
 			a.forget(b.block.Name)
 			if err = a.eng.ReplaceOutput(b.block.Name, b.out, b.block.PumpOptions()); err != nil {
 				errs = append(errs, fmt.Errorf("reload: closing the replaced %s: %w", b.block.Name, err))

@@ -18,7 +18,12 @@ import (
 // patterns) that fail today, each with the reason. A listed cell that
 // fails is logged, not failed; a listed cell that passes is logged as
 // fixed, so that its entry can go. The goal is an empty table.
-var knownBroken = map[string]string{}
+var knownBroken = map[string]string{
+	"sighupdown/*-none-agg": "an unbuffered aggregate replaced while its sink is down: the summaries it kept for a retry are " +
+		"lost at its Close uncounted, while the pump counts the samples behind them as failed",
+	"sighupdown/*-none-raw": "an unbuffered output replaced while its sink is down: the events of the batch its pump held " +
+		"for a retry are sometimes not counted (the samples are, as failed)",
+}
 
 // brokenReason returns why scenario/cell is known to fail (every matching
 // entry's reason), or "".
@@ -352,6 +357,30 @@ var scenarios = []scenario{
 			r.phase()
 			r.settle(func(c cell) bool { return brokenReason("sighup", c) != "" })
 			return finish(t, e, r)
+		}},
+	{name: "sighupdown", about: "the sinks down, a reload that replaces every cell (flush_interval changed), the sinks up: buffered cells hand their queue to their replacement (memory) or keep it on disk",
+		run: func(t *testing.T, e *env) result {
+			r := e.start(newScript())
+			r.phase()
+			r.settle(nil)
+			e.setControl(nil, conservation.ControlDown)
+			r.phase()
+			r.awaitDown(2)
+			e.flush = "30ms"
+			if err := r.reload(e.configText()); err != nil {
+				t.Errorf("reload: %v", err)
+			}
+			e.setControl(nil)
+			r.phase()
+			r.settle(func(c cell) bool { return brokenReason("sighupdown", c) != "" })
+			return finish(t, e, r)
+		},
+		check: func(c cell, _ received) func(*outcome) {
+			return func(o *outcome) {
+				if n := o.dropped.total(); n != 0 && c.buf != "none" {
+					o.problems = append(o.problems, fmt.Sprintf("%d records counted dropped: a buffered output's queue must survive its replacement", n))
+				}
+			}
 		}},
 	{name: "restart", about: "disk buffers: a phase delivered, the sink down for the next, stop with it queued on disk, start a new agent (new process state), sink up", cells: isDisk,
 		run: func(t *testing.T, e *env) result {

@@ -101,14 +101,25 @@ type Buffer struct {
 	// output was never given. lastCap is the cap drop count then.
 	capIdents map[int]sampler.Device
 	lastCap   uint64
+	// next (memory) takes what is queued at Close (HandOver); hold, when
+	// set, keeps this buffer from delivering until its predecessor handed
+	// its queue over (closed then).
+	next *Buffer
+	hold chan struct{}
 
 	wake     chan struct{}
 	draining chan struct{}
 	ctx      context.Context // cancelled at Close's deadline
-	cancel   context.CancelFunc
-	done     chan struct{}
-	closeErr error
+	// retryCtx ends the backoff between retries: at Close's deadline, or
+	// at once when Close hands the queue over.
+	retryCtx  context.Context
+	stopRetry context.CancelFunc
+	cancel    context.CancelFunc
+	done      chan struct{}
+	closeErr  error
 
+	handingOver                                    atomic.Bool
+	handedBatches, handedRecords                   atomic.Uint64
 	delivered, deliveredRecords, replayed, retries atomic.Uint64
 	malformedBatches, malformedRecords             atomic.Uint64
 	decodeBatches, shutdownBatches                 atomic.Uint64
@@ -195,6 +206,7 @@ func New(out sampler.Output, cfg Config, opts ...Option) (*Buffer, error) {
 		}
 	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
+	b.retryCtx, b.stopRetry = context.WithCancel(b.ctx)
 	go b.run()
 	if cfg.Kind == KindDisk {
 		go b.syncLoop()
@@ -297,7 +309,7 @@ func (b *Buffer) run() {
 	var batch sampler.Batch
 	ioErrs := 0
 	draining := false
-	for b.ctx.Err() == nil {
+	for b.ctx.Err() == nil && !b.handingOver.Load() && b.awaitHold() {
 		e, ok, err := b.q.next()
 		if err != nil {
 			if now := b.opts.now(); now.Sub(b.lastIOLog) >= logEvery {
@@ -391,8 +403,8 @@ func (b *Buffer) deliver(e entry, batch *sampler.Batch) {
 					"records", e.records, "malformed_total", b.malformedBatches.Load(), "err", err)
 			}
 			return
-		case b.ctx.Err() != nil:
-			return // closing: the entry stays in flight (disk: on disk)
+		case b.ctx.Err() != nil, b.handingOver.Load():
+			return // closing: the entry stays in flight (disk: on disk; memory: handed over at Close)
 		}
 		b.retries.Add(1)
 		if now := b.opts.now(); now.Sub(b.lastRetryLog) >= logEvery {
@@ -400,7 +412,7 @@ func (b *Buffer) deliver(e entry, batch *sampler.Batch) {
 			b.log.Warn("output write failed; retrying with backoff", "seq", batch.Seq, "attempt", attempt+1,
 				"retries_total", b.retries.Load(), "err", err)
 		}
-		if b.opts.sleep(b.ctx, b.backoff(attempt)) != nil {
+		if b.opts.sleep(b.retryCtx, b.backoff(attempt)) != nil {
 			return
 		}
 	}
@@ -543,6 +555,78 @@ func (b *Buffer) syncLoop() {
 	}
 }
 
+// HandOver makes Close pass what b still has queued (the batch in flight
+// first, unless the output took it) to next, ahead of next's own batches,
+// instead of delivering it within CloseTimeout and dropping the rest: a
+// reload that replaces a memory-buffered output loses nothing queued. next
+// delivers nothing until b is closed (or next is). Both must be memory
+// buffers; call it before next's first Write.
+func (b *Buffer) HandOver(next *Buffer) error {
+	if b.cfg.Kind != KindMemory || next.cfg.Kind != KindMemory {
+		return fmt.Errorf("buffer: hand over from %s to %s: only memory buffers hand their queue over", b.cfg.Kind, next.cfg.Kind)
+	}
+	next.mu.Lock()
+	if next.hold == nil {
+		next.hold = make(chan struct{})
+	}
+	next.mu.Unlock()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		next.release()
+		return sampler.ErrClosed
+	}
+	b.next = next
+	return nil
+}
+
+// awaitHold waits while a predecessor has yet to hand its queue over
+// (HandOver); false when the buffer's context ended meanwhile.
+func (b *Buffer) awaitHold() bool {
+	b.mu.Lock()
+	hold := b.hold
+	b.mu.Unlock()
+	if hold == nil {
+		return true
+	}
+	select {
+	case <-hold:
+	case <-b.draining:
+	case <-b.ctx.Done():
+		return false
+	}
+	return true
+}
+
+// release lets b deliver (its predecessor handed over). Idempotent.
+func (b *Buffer) release() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.hold != nil {
+		select {
+		case <-b.hold:
+		default:
+			close(b.hold)
+		}
+	}
+}
+
+// adopt queues a predecessor's entries ahead of b's own, with the
+// identities their batches refer to, and lets b deliver.
+func (b *Buffer) adopt(es []entry, idents map[int]sampler.Device) {
+	b.mu.Lock()
+	maps.Copy(b.capIdents, idents)
+	b.mu.Unlock()
+	if mq, ok := b.q.(*memQueue); ok && len(es) > 0 {
+		mq.prepend(es)
+	}
+	b.release()
+	select {
+	case b.wake <- struct{}{}:
+	default:
+	}
+}
+
 // Close stops accepting batches, keeps delivering what is queued for at
 // most CloseTimeout, then closes the wrapped output. What is left stays on
 // disk for the next start (kind "disk", after a final fsync) or is counted
@@ -555,7 +639,15 @@ func (b *Buffer) Close() error {
 		return nil
 	}
 	b.closed = true
+	next := b.next
 	b.mu.Unlock()
+	if next != nil {
+		// Stop delivering (once the write in flight returns); what is
+		// left goes to next.
+		b.handingOver.Store(true)
+		b.stopRetry()
+	}
+	b.release() // a predecessor that never closed holds nothing back now
 	close(b.draining)
 
 	t := time.NewTimer(b.cfg.CloseTimeout)
@@ -578,6 +670,20 @@ func (b *Buffer) Close() error {
 	t.Stop()
 	b.cancel()
 
+	if next != nil {
+		if mq, ok := b.q.(*memQueue); ok {
+			es := mq.take()
+			for _, e := range es {
+				b.handedBatches.Add(1)
+				b.handedRecords.Add(uint64(e.records))
+			}
+			b.mu.Lock()
+			idents := maps.Clone(b.idents)
+			maps.Copy(idents, b.capIdents)
+			b.mu.Unlock()
+			next.adopt(es, idents)
+		}
+	}
 	st := b.q.stats()
 	var errs []error
 	if st.batches > 0 {
@@ -649,6 +755,9 @@ type Stats struct {
 	Replayed uint64
 	// Retries counts failed Writes that were retried.
 	Retries uint64
+	// HandedOver counts batches (and their records) passed at Close to the
+	// buffer that replaced this one (HandOver).
+	HandedOver, HandedOverRecords uint64
 	// DroppedBatches and DroppedRecords count losses by reason.
 	DroppedBatches, DroppedRecords Drops
 }
@@ -665,7 +774,8 @@ func (b *Buffer) Stats() Stats {
 	qs := b.q.stats()
 	s := Stats{Kind: b.cfg.Kind, BufferedBatches: qs.batches, BufferedRecords: qs.records,
 		BufferedBytes: qs.bytes, Appended: qs.appended, Delivered: b.delivered.Load(),
-		DeliveredRecords: b.deliveredRecords.Load(), Replayed: b.replayed.Load(), Retries: b.retries.Load()}
+		DeliveredRecords: b.deliveredRecords.Load(), Replayed: b.replayed.Load(), Retries: b.retries.Load(),
+		HandedOver: b.handedBatches.Load(), HandedOverRecords: b.handedRecords.Load()}
 	if qs.oldestNS != 0 {
 		s.OldestAge = max(0, b.opts.now().Sub(time.Unix(0, qs.oldestNS)))
 	}

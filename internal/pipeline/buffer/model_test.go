@@ -8,6 +8,9 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
+
+	"github.com/gpusampler/gpusampler/sampler"
 )
 
 // queueModel is the disk queue's specification: a FIFO with one entry in
@@ -371,5 +374,69 @@ func TestLastAppended(t *testing.T) {
 	defer m.Close()
 	if seq, ok := m.LastAppended(); ok {
 		t.Errorf("a memory buffer names Seq %d", seq)
+	}
+}
+
+// TestHandOver: a memory buffer closed after HandOver passes its queue —
+// the batch in flight first — to its successor, ahead of the successor's
+// own batches, with the identities they refer to; nothing is dropped, and
+// the successor delivers nothing before the handover.
+func TestHandOver(t *testing.T) {
+	cfg := Config{Kind: KindMemory, MaxBytes: 1 << 20, MaxRecords: 10000, RetryInitial: time.Millisecond,
+		RetryMax: time.Millisecond, CloseTimeout: time.Minute}
+	down := &fakeSink{script: func(int, *sampler.Batch) error { return fmt.Errorf("down: %w", sampler.ErrUnavailable) }}
+	old, err := New(down, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := &fakeSink{}
+	next, err := New(sink, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := old.HandOver(next); err != nil {
+		t.Fatal(err)
+	}
+	var want [][]byte
+	for seq := uint64(1); seq <= 3; seq++ {
+		b := testBatch(seq*10, 4) // seq 10 carries the device identity
+		want = append(want, encode(b))
+		if err := old.Write(context.Background(), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The successor's own batch, written before the handover: it waits.
+	own := testBatch(41, 4)
+	if err := next.Write(context.Background(), own); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := next.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The first handed-over batch already names device 0; the successor's
+	// own batch refers to devices 0 and 1, of which it knows 0 only, sent.
+	want = append(want, encode(own))
+	sink.mu.Lock()
+	got := slices.Clone(sink.got)
+	sink.mu.Unlock()
+	if !slices.EqualFunc(got, want, bytes.Equal) {
+		t.Fatalf("successor delivered seqs %v, want 10 20 30 41, whole", sink.Accepted(t))
+	}
+	st := old.Stats()
+	if st.HandedOver != 3 || st.HandedOverRecords != 3*(4+2) || st.DroppedBatches.Total() != 0 || st.DroppedRecords.Total() != 0 {
+		t.Errorf("old buffer stats %+v: want 3 batches (18 records: 4 samples, a device and an event each) handed over, none dropped", st)
+	}
+	if st := next.Stats(); st.DroppedBatches.Total() != 0 || st.Delivered != 4 {
+		t.Errorf("successor stats %+v: want 4 delivered, none dropped", st)
+	}
+	if _, err := New(sink, Config{Kind: KindDisk, MaxBytes: 1 << 20, Dir: t.TempDir()}); err == nil {
+		d, _ := New(sink, Config{Kind: KindDisk, MaxBytes: 1 << 20, Dir: t.TempDir()})
+		defer d.Close()
+		if err := d.HandOver(next); err == nil {
+			t.Error("a disk buffer handed its queue over")
+		}
 	}
 }

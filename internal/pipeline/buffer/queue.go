@@ -199,3 +199,43 @@ func (q *memQueue) snapshot() ([]entry, error) {
 	}
 	return append(out, q.items[q.head:]...), nil
 }
+
+// take removes and returns every unresolved entry, the one in flight
+// first, leaving the queue empty (a handover to another buffer).
+func (q *memQueue) take() []entry {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var out []entry
+	if q.inflight != nil {
+		out = append(out, q.cur)
+	}
+	out = append(out, q.items[q.head:]...)
+	q.items, q.head = nil, 0
+	q.qBytes, q.qRecords = 0, 0
+	q.inflight, q.cur = nil, entry{}
+	return out
+}
+
+// prepend queues es (oldest first) before everything queued, then drops
+// the oldest queued entries beyond the caps, as push does (counted). Call
+// it while nothing is in flight.
+func (q *memQueue) prepend(es []entry) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	items := make([]entry, 0, len(es)+len(q.items)-q.head)
+	items = append(append(items, es...), q.items[q.head:]...)
+	q.items, q.head = items, 0
+	for _, e := range es {
+		q.qBytes += int64(len(e.payload))
+		q.qRecords += int64(e.records)
+	}
+	for q.head < len(q.items) && (q.qBytes > q.maxBytes || q.qRecords > int64(q.maxRecords)) {
+		old := q.items[q.head]
+		q.items[q.head] = entry{}
+		q.head++
+		q.qBytes -= int64(len(old.payload))
+		q.qRecords -= int64(old.records)
+		q.st.capBatches++
+		q.st.capRecords += uint64(old.records)
+	}
+}
