@@ -71,7 +71,7 @@ func (a *Agent) NotStarted() map[string]error {
 // retryLoop retries the outputs that could not start, each when its
 // backoff is due, until ctx ends.
 func (a *Agent) retryLoop(ctx context.Context) {
-	for {
+	for ctx.Err() == nil {
 		a.mu.Lock()
 		var due *pendingOutput
 		var wait time.Duration
@@ -105,9 +105,6 @@ func (a *Agent) retryLoop(ctx context.Context) {
 		}
 		if t != nil {
 			t.Stop()
-		}
-		if ctx.Err() != nil {
-			return
 		}
 	}
 }

@@ -299,3 +299,33 @@ func mapsEqual(a, b map[string]string) bool {
 	}
 	return true
 }
+
+// Run ends when its context does, even while an output that cannot start
+// is retried back to back (an attempt due or under way when the run ends
+// is not repeated).
+func TestRunEndsWhileOutputRetries(t *testing.T) {
+	f := &flakyRegistry{good: newHealthOut()}
+	f.broken.Store(true)
+	reg := f.registry()
+	src, _ := sim.New(sim.Options{GPUs: 1, Seed: 1})
+	a, err := agent.New(src, mustParse(t, reg, degradedDoc), agent.Options{Registry: reg,
+		StartRetryMin: time.Nanosecond, StartRetryMax: time.Nanosecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	for f.tries.Load() < 20 {
+		time.Sleep(time.Millisecond) // waiting for the retry loop's attempts, not asserting on time
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("Run did not return after its context ended: the retry loop kept going")
+	}
+}
