@@ -10,7 +10,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/internal/diagnose"
+	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
@@ -28,8 +30,8 @@ type procInfo struct {
 	gpuCPUs map[int][]int
 }
 
-func assemble(col *Collector, devs []sampler.Device, opts Options, created time.Time, baseFrom, baseTo int64, execs []execution, pi procInfo) *Result {
-	cat := sampler.DefaultCatalog
+func assemble(col *Collector, devs []record.Device, opts Options, created time.Time, baseFrom, baseTo int64, execs []execution, pi procInfo) *Result {
+	cat := catalog.DefaultCatalog
 	res := &Result{Schema: Schema, SchemaVersion: SchemaVersion, Tool: opts.Tool, Created: created.UTC().Format(time.RFC3339Nano),
 		Settings: Settings{Runs: opts.Runs, Warmup: opts.Warmup, FieldIntervalMS: float64(opts.FieldInterval) / 1e6,
 			DrainIntervalMS: float64(opts.DrainInterval) / 1e6, BaselineS: opts.Baseline.Seconds(),
@@ -55,7 +57,7 @@ func assemble(col *Collector, devs []sampler.Device, opts Options, created time.
 		from = baseFrom
 	}
 	to := execs[len(execs)-1].end.UnixNano()
-	samples := map[int][]sampler.Sample{}
+	samples := map[int][]record.Sample{}
 	windows := map[int]*deviceWindow{}
 	for _, d := range devs {
 		samples[d.Index] = col.Samples(d.Index, from-edgeMargin, to+edgeMargin)
@@ -76,9 +78,9 @@ func assemble(col *Collector, devs []sampler.Device, opts Options, created time.
 		idle[d.Index] = p
 		bd := BaselineDevice{Index: d.Index, PowerW: Num(p),
 			UtilPct:      dist(w.utilOver(baseFrom, baseTo)).Mean,
-			SMClockMHz:   dist(pick(w.samples, sampler.MetricClockSM).within(baseFrom, baseTo)).P50,
-			TempC:        Num(pick(w.samples, sampler.MetricTempGPU).withPrior(baseFrom, baseTo).max()),
-			MemoryUsedMB: Num(pick(w.samples, sampler.MetricMemoryUsed).withPrior(baseFrom, baseTo).max())}
+			SMClockMHz:   dist(pick(w.samples, catalog.MetricClockSM).within(baseFrom, baseTo)).P50,
+			TempC:        Num(pick(w.samples, catalog.MetricTempGPU).withPrior(baseFrom, baseTo).max()),
+			MemoryUsedMB: Num(pick(w.samples, catalog.MetricMemoryUsed).withPrior(baseFrom, baseTo).max())}
 		res.Baseline.Devices = append(res.Baseline.Devices, bd)
 	}
 	if baseTo == 0 {
@@ -128,7 +130,7 @@ func assemble(col *Collector, devs []sampler.Device, opts Options, created time.
 		res.Benchmarks = append(res.Benchmarks, b)
 	}
 	for _, e := range col.Events() {
-		if e.Kind == sampler.EventSampleLoss {
+		if e.Kind == record.EventSampleLoss {
 			res.Warnings = append(res.Warnings, fmt.Sprintf("GPU %d: driver sample buffer %s overran (samples lost)", e.Device, attr(e, "buffer")))
 		}
 	}
@@ -139,7 +141,7 @@ func assemble(col *Collector, devs []sampler.Device, opts Options, created time.
 	return res
 }
 
-func attr(e sampler.Event, k string) string {
+func attr(e record.Event, k string) string {
 	for _, a := range e.Attrs {
 		if a.Key == k {
 			return a.Value
@@ -149,7 +151,7 @@ func attr(e sampler.Event, k string) string {
 }
 
 // runOf computes one run's numbers.
-func runOf(ex execution, devs []sampler.Device, windows map[int]*deviceWindow, idle map[int]float64) Run {
+func runOf(ex execution, devs []record.Device, windows map[int]*deviceWindow, idle map[int]float64) Run {
 	from, to := ex.start.UnixNano(), ex.end.UnixNano()
 	r := Run{Index: ex.run + 1, StartNS: from, EndNS: to, WallS: Num(ex.end.Sub(ex.start).Seconds()), ExitCode: ex.exitCode}
 	var energy, above, power float64
@@ -201,7 +203,7 @@ func sortedKeys[V any](m map[string]V) []string {
 // the next mark or the end of the run; time before the first mark is its
 // own phase. The phases tile the run, so their times and energies add up
 // to the run's.
-func steps(ex execution, devs []sampler.Device, windows map[int]*deviceWindow) []Step {
+func steps(ex execution, devs []record.Device, windows map[int]*deviceWindow) []Step {
 	if len(ex.marks) == 0 {
 		return nil
 	}
@@ -233,7 +235,7 @@ func steps(ex execution, devs []sampler.Device, windows map[int]*deviceWindow) [
 			e += w.energyBetween(c.t, end)
 			if u := w.utilOver(c.t, end); len(u) > 0 {
 				utils = append(utils, u.values()...)
-			} else if u := pick(w.samples, sampler.MetricUtilGPU).withPrior(c.t, end); len(u) > 0 {
+			} else if u := pick(w.samples, catalog.MetricUtilGPU).withPrior(c.t, end); len(u) > 0 {
 				utils = append(utils, u[0].v) // a short step: the value in force
 			}
 		}
@@ -280,7 +282,7 @@ func summarize(b *Benchmark) {
 }
 
 // kindOf names a finding the way the report's reader thinks of it.
-func kindOf(finding string, e sampler.Event) string {
+func kindOf(finding string, e record.Event) string {
 	switch finding {
 	case diagnose.FindingPeriodicDips:
 		return "input-pipeline stall"
@@ -308,10 +310,10 @@ func kindOf(finding string, e sampler.Event) string {
 }
 
 // diagnoses returns the closed findings that overlap b's runs.
-func diagnoses(events []sampler.Event, b *Benchmark) []Diagnosis {
+func diagnoses(events []record.Event, b *Benchmark) []Diagnosis {
 	out := []Diagnosis{}
 	for _, e := range events {
-		if e.Kind != sampler.EventFinding || attr(e, "state") != "closed" {
+		if e.Kind != record.EventFinding || attr(e, "state") != "closed" {
 			continue
 		}
 		// A condition seen at the last reading holds until a reading says
@@ -347,7 +349,7 @@ func diagnoses(events []sampler.Event, b *Benchmark) []Diagnosis {
 
 // hygiene records the machine state and warns about what contaminates
 // the benchmark.
-func hygiene(devs []sampler.Device, windows map[int]*deviceWindow, baseFrom, baseTo, firstRun int64, base Baseline,
+func hygiene(devs []record.Device, windows map[int]*deviceWindow, baseFrom, baseTo, firstRun int64, base Baseline,
 	foreign []foreignProc, polled map[int]bool) Hygiene {
 	var h Hygiene
 	add := func(dev int, name, value string) {
@@ -360,7 +362,7 @@ func hygiene(devs []sampler.Device, windows map[int]*deviceWindow, baseFrom, bas
 	if at == 0 {
 		at = firstRun
 	}
-	last := func(w *deviceWindow, id sampler.MetricID) (float64, bool) {
+	last := func(w *deviceWindow, id catalog.MetricID) (float64, bool) {
 		s := pick(w.samples, id).withPrior(at-edgeMargin, at)
 		if len(s) == 0 {
 			return 0, false
@@ -376,21 +378,21 @@ func hygiene(devs []sampler.Device, windows map[int]*deviceWindow, baseFrom, bas
 	for _, d := range devs {
 		w := windows[d.Index]
 		add(d.Index, "driver_version", d.DriverVersion)
-		add(d.Index, "power_limit", num(last(w, sampler.MetricPowerLimit)))
-		if v, ok := last(w, sampler.MetricPState); ok {
+		add(d.Index, "power_limit", num(last(w, catalog.MetricPowerLimit)))
+		if v, ok := last(w, catalog.MetricPState); ok {
 			add(d.Index, "pstate", "P"+strconv.Itoa(int(v)))
 		} else {
 			add(d.Index, "pstate", "")
 		}
-		add(d.Index, "sm_clock_idle", num(last(w, sampler.MetricClockSM)))
-		add(d.Index, "memory_clock", num(last(w, sampler.MetricClockMemory)))
-		reasons, ok := last(w, sampler.MetricClocksEventReasons)
+		add(d.Index, "sm_clock_idle", num(last(w, catalog.MetricClockSM)))
+		add(d.Index, "memory_clock", num(last(w, catalog.MetricClockMemory)))
+		reasons, ok := last(w, catalog.MetricClocksEventReasons)
 		if ok {
-			add(d.Index, "clocks_event_reasons", sampler.ReasonString(uint64(reasons)))
-			if mask := uint64(reasons) & sampler.ReasonThrottleAny; mask != 0 {
-				h.Warnings = append(h.Warnings, fmt.Sprintf("GPU %d: clocks already held down before the runs (%s)", d.Index, sampler.ReasonString(mask)))
+			add(d.Index, "clocks_event_reasons", catalog.ReasonString(uint64(reasons)))
+			if mask := uint64(reasons) & catalog.ReasonThrottleAny; mask != 0 {
+				h.Warnings = append(h.Warnings, fmt.Sprintf("GPU %d: clocks already held down before the runs (%s)", d.Index, catalog.ReasonString(mask)))
 			}
-			if uint64(reasons)&sampler.ReasonAppClocksSetting != 0 {
+			if uint64(reasons)&catalog.ReasonAppClocksSetting != 0 {
 				h.Warnings = append(h.Warnings, fmt.Sprintf("GPU %d: application clocks are set: results hold for these clocks only", d.Index))
 			}
 		} else {
@@ -399,7 +401,7 @@ func hygiene(devs []sampler.Device, windows map[int]*deviceWindow, baseFrom, bas
 		// The identity's modes; "" (unknown) when the driver could not
 		// say.
 		add(d.Index, "persistence_mode", d.PersistenceMode)
-		if d.PersistenceMode == sampler.ModeDisabled {
+		if d.PersistenceMode == record.ModeDisabled {
 			h.Warnings = append(h.Warnings, fmt.Sprintf("GPU %d: persistence mode is disabled: the driver unloads when idle, so first calls are slow and clocks ramp up at the start of each run (enable it: nvidia-smi -pm 1)", d.Index))
 		}
 		add(d.Index, "ecc_mode", d.ECCMode)
@@ -408,7 +410,7 @@ func hygiene(devs []sampler.Device, windows map[int]*deviceWindow, baseFrom, bas
 			mig = "instance" // a MIG instance sampled as a device
 		}
 		add(d.Index, "mig_mode", mig)
-		if d.MIGMode == sampler.ModeEnabled {
+		if d.MIGMode == record.ModeEnabled {
 			h.Warnings = append(h.Warnings, fmt.Sprintf("GPU %d: MIG mode is enabled: the GPU is partitioned, other instances share its power, clocks and temperature", d.Index))
 		}
 		var others []string
@@ -430,7 +432,7 @@ func hygiene(devs []sampler.Device, windows map[int]*deviceWindow, baseFrom, bas
 	eccSeen := map[string][]string{}
 	var eccOrder []string
 	for _, d := range devs {
-		if d.ECCMode == sampler.ModeEnabled || d.ECCMode == sampler.ModeDisabled {
+		if d.ECCMode == record.ModeEnabled || d.ECCMode == record.ModeDisabled {
 			if _, ok := eccSeen[d.ECCMode]; !ok {
 				eccOrder = append(eccOrder, d.ECCMode)
 			}

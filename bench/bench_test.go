@@ -8,15 +8,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/outputs/outputtest"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 func TestCollectorConformance(t *testing.T) {
 	var last *Collector
 	outputtest.Run(t, outputtest.Harness{
-		New: func(t *testing.T) sampler.Output { last = NewCollector(nil); return last },
-		Received: func(t *testing.T) []sampler.Sample {
+		New: func(t *testing.T) record.Output { last = NewCollector(nil); return last },
+		Received: func(t *testing.T) []record.Sample {
 			return last.Samples(outputtest.Device.Index, math.MinInt64, math.MaxInt64)
 		},
 	})
@@ -47,13 +48,13 @@ func TestSeriesIntegrateIsAdditive(t *testing.T) {
 
 func TestEnergyCounterVersusIntegrated(t *testing.T) {
 	// 300 W constant; the counter updates every 100 ms.
-	var samples []sampler.Sample
+	var samples []record.Sample
 	for i := int64(0); i <= 40; i++ {
 		tn := i * 5e7
-		samples = append(samples, sampler.Sample{TimeNS: tn, Value: 300, Metric: sampler.MetricPowerInstant})
-		samples = append(samples, sampler.Sample{TimeNS: tn, Value: float64(1e6 + (tn/1e8)*30000), Metric: sampler.MetricEnergy})
+		samples = append(samples, record.Sample{TimeNS: tn, Value: 300, Metric: catalog.MetricPowerInstant})
+		samples = append(samples, record.Sample{TimeNS: tn, Value: float64(1e6 + (tn/1e8)*30000), Metric: catalog.MetricEnergy})
 	}
-	w := newDeviceWindow(sampler.DefaultCatalog, samples)
+	w := newDeviceWindow(catalog.DefaultCatalog, samples)
 	long := w.energyOver(2e8, 18e8) // 1.6 s
 	if long.Source != "counter" || long.Coarse || math.Abs(float64(long.J)-480) > 40 || math.Abs(float64(long.IntegratedJ)-480) > 1e-6 {
 		t.Fatalf("long window %+v", long)

@@ -6,10 +6,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/catalog"
+	"github.com/gpusampler/gpusampler/record"
 )
 
-// Collector is an in-process sampler.Output that keeps a copy of every
+// Collector is an in-process record.Output that keeps a copy of every
 // sample, device identity and event, so that a benchmark can slice samples
 // by each run's time window after the fact.
 //
@@ -20,32 +21,32 @@ import (
 type Collector struct {
 	mu      sync.Mutex
 	cond    *sync.Cond
-	samples []sampler.Sample
-	devices map[int]sampler.Device
-	events  []sampler.Event
+	samples []record.Sample
+	devices map[int]record.Device
+	events  []record.Event
 	// newest sample time per device, among buffer-drained samples and
 	// field reads (what WaitPast waits for).
 	newestBuf   map[uint16]int64
 	newestField map[uint16]int64
 	closed      bool
-	cat         *sampler.Catalog
+	cat         *catalog.Catalog
 	// owner, when set, classifies each process event's PID as it arrives
 	// (a PID's ancestry is readable only while the process lives).
 	owner *procOwner
 	// latest is each device's newest value of the live-progress metrics.
-	latest map[liveKey]sampler.Sample
+	latest map[liveKey]record.Sample
 }
 
 type liveKey struct {
 	dev    uint16
-	metric sampler.MetricID
+	metric catalog.MetricID
 }
 
 // liveMetrics are what the progress display shows per GPU.
-var liveMetrics = []sampler.MetricID{sampler.MetricPowerDraw, sampler.MetricUtilGPU, sampler.MetricClockSM}
+var liveMetrics = []catalog.MetricID{catalog.MetricPowerDraw, catalog.MetricUtilGPU, catalog.MetricClockSM}
 
 // Latest returns device dev's newest value of metric id, if one arrived.
-func (c *Collector) Latest(dev int, id sampler.MetricID) (float64, bool) {
+func (c *Collector) Latest(dev int, id catalog.MetricID) (float64, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s, ok := c.latest[liveKey{uint16(dev), id}]
@@ -54,22 +55,22 @@ func (c *Collector) Latest(dev int, id sampler.MetricID) (float64, bool) {
 
 // NewCollector returns an empty collector; cat (nil: the default catalog)
 // tells buffer metrics from fields.
-func NewCollector(cat *sampler.Catalog) *Collector {
+func NewCollector(cat *catalog.Catalog) *Collector {
 	if cat == nil {
-		cat = sampler.DefaultCatalog
+		cat = catalog.DefaultCatalog
 	}
-	c := &Collector{devices: map[int]sampler.Device{}, newestBuf: map[uint16]int64{},
-		newestField: map[uint16]int64{}, cat: cat, latest: map[liveKey]sampler.Sample{}}
+	c := &Collector{devices: map[int]record.Device{}, newestBuf: map[uint16]int64{},
+		newestField: map[uint16]int64{}, cat: cat, latest: map[liveKey]record.Sample{}}
 	c.cond = sync.NewCond(&c.mu)
 	return c
 }
 
 // Write copies the batch's samples, identities and events.
-func (c *Collector) Write(_ context.Context, b *sampler.Batch) error {
+func (c *Collector) Write(_ context.Context, b *record.Batch) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
-		return sampler.ErrClosed
+		return record.ErrClosed
 	}
 	c.samples = append(c.samples, b.Samples...)
 	for _, d := range b.Devices {
@@ -77,16 +78,16 @@ func (c *Collector) Write(_ context.Context, b *sampler.Batch) error {
 	}
 	for _, e := range b.Events {
 		c.events = append(c.events, e.Clone())
-		if c.owner != nil && e.Kind == sampler.EventProcess {
+		if c.owner != nil && e.Kind == record.EventProcess {
 			for _, f := range e.Fields {
-				if f.Key == sampler.ProcessFieldPID {
+				if f.Key == record.ProcessFieldPID {
 					c.owner.Ours(int(f.Value))
 				}
 			}
 		}
 	}
 	for _, s := range b.Samples {
-		if s.Metric == sampler.MetricPowerDraw || s.Metric == sampler.MetricUtilGPU || s.Metric == sampler.MetricClockSM {
+		if s.Metric == catalog.MetricPowerDraw || s.Metric == catalog.MetricUtilGPU || s.Metric == catalog.MetricClockSM {
 			k := liveKey{s.Device, s.Metric}
 			if s.TimeNS >= c.latest[k].TimeNS {
 				c.latest[k] = s
@@ -97,9 +98,9 @@ func (c *Collector) Write(_ context.Context, b *sampler.Batch) error {
 			continue
 		}
 		switch {
-		case m.Src.Kind == sampler.FromBuffer && s.Flags&sampler.FlagPointRead == 0:
+		case m.Src.Kind == catalog.FromBuffer && s.Flags&record.FlagPointRead == 0:
 			c.newestBuf[s.Device] = max(c.newestBuf[s.Device], s.TimeNS)
-		case m.Src.Kind == sampler.FromField:
+		case m.Src.Kind == catalog.FromField:
 			c.newestField[s.Device] = max(c.newestField[s.Device], s.TimeNS)
 		}
 	}
@@ -118,7 +119,7 @@ func (c *Collector) Close() error {
 
 // AddEvent records an event that did not come through the pump (a
 // detector's finding emitted straight to the collector).
-func (c *Collector) AddEvent(e sampler.Event) {
+func (c *Collector) AddEvent(e record.Event) {
 	c.mu.Lock()
 	c.events = append(c.events, e.Clone())
 	c.mu.Unlock()
@@ -164,16 +165,16 @@ func (c *Collector) WaitPast(ctx context.Context, devs []int, tNS int64, timeout
 // Samples returns a copy of the samples of device dev with timestamps in
 // [fromNS, toNS], sorted by time (stable: publish order among equal
 // times).
-func (c *Collector) Samples(dev int, fromNS, toNS int64) []sampler.Sample {
+func (c *Collector) Samples(dev int, fromNS, toNS int64) []record.Sample {
 	c.mu.Lock()
-	var out []sampler.Sample
+	var out []record.Sample
 	for _, s := range c.samples {
 		if int(s.Device) == dev && s.TimeNS >= fromNS && s.TimeNS <= toNS {
 			out = append(out, s)
 		}
 	}
 	c.mu.Unlock()
-	slices.SortStableFunc(out, func(a, b sampler.Sample) int {
+	slices.SortStableFunc(out, func(a, b record.Sample) int {
 		switch {
 		case a.TimeNS < b.TimeNS:
 			return -1
@@ -186,10 +187,10 @@ func (c *Collector) Samples(dev int, fromNS, toNS int64) []sampler.Sample {
 }
 
 // Events returns a copy of the events collected so far.
-func (c *Collector) Events() []sampler.Event {
+func (c *Collector) Events() []record.Event {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := make([]sampler.Event, len(c.events))
+	out := make([]record.Event, len(c.events))
 	for i, e := range c.events {
 		out[i] = e.Clone()
 	}
@@ -197,10 +198,10 @@ func (c *Collector) Events() []sampler.Event {
 }
 
 // Devices returns the identities seen, by index.
-func (c *Collector) Devices() map[int]sampler.Device {
+func (c *Collector) Devices() map[int]record.Device {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := make(map[int]sampler.Device, len(c.devices))
+	out := make(map[int]record.Device, len(c.devices))
 	for k, v := range c.devices {
 		out[k] = v
 	}

@@ -8,7 +8,7 @@
 // marks, and diagnoses from the shared detectors (package diagnose).
 //
 // The pieces:
-//   - Collector is an in-process sampler.Output that copies every sample
+//   - Collector is an in-process record.Output that copies every sample
 //     and event it is handed (the pump owns the Batch; nothing is
 //     retained from it), so that runs can be sliced by their time window.
 //   - Execute runs the commands, the idle baseline and the step-mark FIFO

@@ -5,8 +5,9 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/internal/accum"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // point is one (time, value) pair of a series.
@@ -18,7 +19,7 @@ type point struct {
 // series is one metric's samples on one device, sorted by time.
 type series []point
 
-func pick(samples []sampler.Sample, id sampler.MetricID) series {
+func pick(samples []record.Sample, id catalog.MetricID) series {
 	var s series
 	for _, x := range samples {
 		if x.Metric == id {
@@ -186,20 +187,20 @@ const coarseFraction = 0.2
 // deviceWindow computes one device's numbers over [from, to] from its
 // samples (which may extend beyond the window: edges are interpolated).
 type deviceWindow struct {
-	cat     *sampler.Catalog
-	samples []sampler.Sample
+	cat     *catalog.Catalog
+	samples []record.Sample
 	power   series // instant power (field) when present, else the buffer's
 	energy  series // mJ counter
 	useCtr  bool   // the counter is fine for the whole run
 }
 
-func newDeviceWindow(cat *sampler.Catalog, samples []sampler.Sample) *deviceWindow {
+func newDeviceWindow(cat *catalog.Catalog, samples []record.Sample) *deviceWindow {
 	w := &deviceWindow{cat: cat, samples: samples}
-	w.power = pick(samples, sampler.MetricPowerInstant)
+	w.power = pick(samples, catalog.MetricPowerInstant)
 	if len(w.power) < 2 {
-		w.power = pick(samples, sampler.MetricPowerDraw)
+		w.power = pick(samples, catalog.MetricPowerDraw)
 	}
-	w.energy = pick(samples, sampler.MetricEnergy)
+	w.energy = pick(samples, catalog.MetricEnergy)
 	return w
 }
 
@@ -243,7 +244,7 @@ func (w *deviceWindow) energyBetween(from, to int64) float64 {
 }
 
 func (w *deviceWindow) utilOver(from, to int64) series {
-	return pick(w.samples, sampler.MetricUtilGPU).within(from, to)
+	return pick(w.samples, catalog.MetricUtilGPU).within(from, to)
 }
 
 // compute fills a RunDevice for [from, to]; idleW is the device's
@@ -258,17 +259,17 @@ func (w *deviceWindow) compute(idx int, from, to int64, idleW float64) RunDevice
 		d.PowerMeanW = Num(math.NaN())
 	}
 	d.EnergyAboveIdleJ = Num(float64(d.Energy.J) - idleW*dur)
-	peak := math.Max(pick(w.samples, sampler.MetricPowerInstant).within(from, to).max(),
-		pick(w.samples, sampler.MetricPowerDraw).within(from, to).max())
+	peak := math.Max(pick(w.samples, catalog.MetricPowerInstant).within(from, to).max(),
+		pick(w.samples, catalog.MetricPowerDraw).within(from, to).max())
 	d.PowerPeakW = Num(peak)
 	d.Util = dist(w.utilOver(from, to))
-	d.MemUtil = dist(pick(w.samples, sampler.MetricUtilMemory).within(from, to))
-	d.SMClock = dist(pick(w.samples, sampler.MetricClockSM).within(from, to))
-	d.MemoryPeakMiB = Num(pick(w.samples, sampler.MetricMemoryUsed).withPrior(from, to).max())
-	d.TempPeakC = Num(pick(w.samples, sampler.MetricTempGPU).withPrior(from, to).max())
-	d.MemTempPeakC = Num(pick(w.samples, sampler.MetricTempMemory).withPrior(from, to).max())
+	d.MemUtil = dist(pick(w.samples, catalog.MetricUtilMemory).within(from, to))
+	d.SMClock = dist(pick(w.samples, catalog.MetricClockSM).within(from, to))
+	d.MemoryPeakMiB = Num(pick(w.samples, catalog.MetricMemoryUsed).withPrior(from, to).max())
+	d.TempPeakC = Num(pick(w.samples, catalog.MetricTempGPU).withPrior(from, to).max())
+	d.MemTempPeakC = Num(pick(w.samples, catalog.MetricTempMemory).withPrior(from, to).max())
 	for _, m := range w.cat.All() {
-		if m.Group != sampler.GroupThrottle || m.Kind != sampler.Counter {
+		if m.Group != catalog.GroupThrottle || m.Kind != catalog.Counter {
 			continue
 		}
 		c := pick(w.samples, m.ID)
@@ -284,8 +285,8 @@ func (w *deviceWindow) compute(idx int, from, to int64, idleW float64) RunDevice
 	return d
 }
 
-func (w *deviceWindow) within(from, to int64) []sampler.Sample {
-	var out []sampler.Sample
+func (w *deviceWindow) within(from, to int64) []record.Sample {
+	var out []record.Sample
 	for _, s := range w.samples {
 		if s.TimeNS >= from && s.TimeNS <= to {
 			out = append(out, s)

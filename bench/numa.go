@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // FindingNUMA names the NUMA-placement diagnosis: the benchmarked process
@@ -82,7 +82,7 @@ func cpuList(cpus []int) string {
 // crosses the socket interconnect. A process allowed on some of the GPU's
 // CPUs is not flagged (the scheduler may place it well); devices or runs
 // whose affinity is unknown are skipped.
-func numaPlacement(execs []execution, ci int, devs []sampler.Device, gpuCPUs map[int][]int) []Diagnosis {
+func numaPlacement(execs []execution, ci int, devs []record.Device, gpuCPUs map[int][]int) []Diagnosis {
 	var out []Diagnosis
 	byDev := map[int]int{}
 	for _, ex := range execs {

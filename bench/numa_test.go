@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 func TestCPUList(t *testing.T) {
@@ -22,7 +22,7 @@ func TestCPUList(t *testing.T) {
 
 func TestNUMAPlacement(t *testing.T) {
 	t0 := time.Date(2026, 1, 2, 3, 4, 0, 0, time.UTC)
-	devs := []sampler.Device{{Index: 0}, {Index: 1}, {Index: 2}}
+	devs := []record.Device{{Index: 0}, {Index: 1}, {Index: 2}}
 	// GPU 0 on CPUs 0-7, GPU 1 on 8-15, GPU 2's affinity unknown.
 	gpuCPUs := map[int][]int{0: {0, 1, 2, 3, 4, 5, 6, 7}, 1: {8, 9, 10, 11, 12, 13, 14, 15}}
 	ex := func(run int, cpus ...int) execution {

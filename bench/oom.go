@@ -10,7 +10,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/catalog"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // FindingFragmentation names the memory-fragmentation diagnosis: the
@@ -147,7 +148,7 @@ func parseOOM(line string) oomEvent {
 // When the message names a GPU (PyTorch's "GPU 0 has a total capacity")
 // only that index is judged; CUDA_VISIBLE_DEVICES may renumber, so a name
 // that matches no sampled device judges them all.
-func fragmentation(execs []execution, ci int, devs []sampler.Device, windows map[int]*deviceWindow) []Diagnosis {
+func fragmentation(execs []execution, ci int, devs []record.Device, windows map[int]*deviceWindow) []Diagnosis {
 	var out []Diagnosis
 	byDev := map[int]int{} // device → index in out
 	for _, ex := range execs {
@@ -155,15 +156,15 @@ func fragmentation(execs []execution, ci int, devs []sampler.Device, windows map
 			continue
 		}
 		ev := ex.oom
-		named := slices.ContainsFunc(devs, func(d sampler.Device) bool { return d.Index == ev.gpu })
+		named := slices.ContainsFunc(devs, func(d record.Device) bool { return d.Index == ev.gpu })
 		for _, d := range devs {
 			if named && d.Index != ev.gpu {
 				continue
 			}
 			w := windows[d.Index]
 			t := ev.at.UnixNano()
-			used := pick(w.samples, sampler.MetricMemoryUsed).withPrior(t-int64(time.Second), t+int64(500*time.Millisecond)).max()
-			total := pick(w.samples, sampler.MetricMemoryTotal).withPrior(t-int64(time.Second), t).max()
+			used := pick(w.samples, catalog.MetricMemoryUsed).withPrior(t-int64(time.Second), t+int64(500*time.Millisecond)).max()
+			total := pick(w.samples, catalog.MetricMemoryTotal).withPrior(t-int64(time.Second), t).max()
 			if math.IsNaN(total) || total <= 0 {
 				total = float64(d.MemoryTotalMiB)
 			}

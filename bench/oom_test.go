@@ -8,7 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/catalog"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 func TestOOMWatchFindsTheFirstMessage(t *testing.T) {
@@ -44,20 +45,20 @@ func TestOOMWatchFindsTheFirstMessage(t *testing.T) {
 
 func TestFragmentationRule(t *testing.T) {
 	t0 := time.Date(2026, 1, 2, 3, 4, 0, 0, time.UTC)
-	devs := []sampler.Device{{Index: 0, MemoryTotalMiB: 81920}, {Index: 1, MemoryTotalMiB: 81920}}
+	devs := []record.Device{{Index: 0, MemoryTotalMiB: 81920}, {Index: 1, MemoryTotalMiB: 81920}}
 	// Memory use once a second: device 0 at usedMiB, device 1 nearly full.
 	window := func(usedMiB float64) map[int]*deviceWindow {
 		w := map[int]*deviceWindow{}
 		for _, d := range devs {
-			var s []sampler.Sample
+			var s []record.Sample
 			for i := range 10 {
 				u := usedMiB
 				if d.Index == 1 {
 					u = 81000
 				}
-				s = append(s, sampler.Sample{TimeNS: t0.Add(time.Duration(i) * time.Second).UnixNano(), Value: u, Metric: sampler.MetricMemoryUsed})
+				s = append(s, record.Sample{TimeNS: t0.Add(time.Duration(i) * time.Second).UnixNano(), Value: u, Metric: catalog.MetricMemoryUsed})
 			}
-			w[d.Index] = newDeviceWindow(sampler.DefaultCatalog, s)
+			w[d.Index] = newDeviceWindow(catalog.DefaultCatalog, s)
 		}
 		return w
 	}

@@ -9,11 +9,11 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // Other processes on the GPUs. The engine polls each device's process list
-// (sampler.EventProcess events, once a second). A process belongs to the
+// (record.EventProcess events, once a second). A process belongs to the
 // benchmark when it is one of the commands the runner started or a
 // descendant of this process (read from /proc while it runs); every other
 // process shares the GPU and contaminates the measurement. NVML reports
@@ -116,12 +116,12 @@ func phase(t, baseFrom, baseTo int64, execs []execution, names []string) string 
 // foreignProcesses collects the process events of devices in devs between
 // the baseline's start and the last run's end whose PID is not ours,
 // grouped by device and PID.
-func foreignProcesses(events []sampler.Event, devs map[int]bool, ours func(int) bool, from, to, baseFrom, baseTo int64,
+func foreignProcesses(events []record.Event, devs map[int]bool, ours func(int) bool, from, to, baseFrom, baseTo int64,
 	execs []execution, names []string) []foreignProc {
 	byKey := map[[2]int]*foreignProc{}
 	var out []*foreignProc
 	for _, e := range events {
-		if e.Kind != sampler.EventProcess || !devs[e.Device] || e.StartNS < from || e.StartNS > to {
+		if e.Kind != record.EventProcess || !devs[e.Device] || e.StartNS < from || e.StartNS > to {
 			continue
 		}
 		var pid int
@@ -129,11 +129,11 @@ func foreignProcesses(events []sampler.Event, devs map[int]bool, ours func(int) 
 		var hasPID, hasMem, hasUtil bool
 		for _, f := range e.Fields {
 			switch f.Key {
-			case sampler.ProcessFieldPID:
+			case record.ProcessFieldPID:
 				pid, hasPID = int(f.Value), true
-			case sampler.ProcessFieldUsedMemory:
+			case record.ProcessFieldUsedMemory:
 				mem, hasMem = f.Value, true
-			case sampler.ProcessFieldSMUtil:
+			case record.ProcessFieldSMUtil:
 				sm, hasUtil = f.Value, true
 			}
 		}
@@ -143,7 +143,7 @@ func foreignProcesses(events []sampler.Event, devs map[int]bool, ours func(int) 
 		k := [2]int{e.Device, pid}
 		p := byKey[k]
 		if p == nil {
-			p = &foreignProc{dev: e.Device, pid: pid, name: attr(e, sampler.ProcessAttrName), firstSeen: e.StartNS}
+			p = &foreignProc{dev: e.Device, pid: pid, name: attr(e, record.ProcessAttrName), firstSeen: e.StartNS}
 			byKey[k] = p
 			out = append(out, p)
 		}

@@ -8,7 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/catalog"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 func TestProcOwner(t *testing.T) {
@@ -48,15 +49,15 @@ func TestHygieneModesAndForeignProcesses(t *testing.T) {
 		{cmd: 0, run: 0, start: t0.Add(2 * time.Second), end: t0.Add(3 * time.Second)},
 		{cmd: 0, run: 1, start: t0.Add(3 * time.Second), end: t0.Add(4 * time.Second)},
 	}
-	proc := func(dev, pid int, at time.Duration, memMiB float64) sampler.Event {
+	proc := func(dev, pid int, at time.Duration, memMiB float64) record.Event {
 		ns := t0.Add(at).UnixNano()
-		return sampler.Event{Kind: sampler.EventProcess, Device: dev, StartNS: ns, EndNS: ns,
-			Fields: []sampler.Field{{Key: sampler.ProcessFieldPID, Value: float64(pid), Int: true},
-				{Key: sampler.ProcessFieldUsedMemory, Value: memMiB, Int: true}},
-			Attrs: []sampler.Attr{{Key: sampler.ProcessAttrName, Value: map[int]string{1234: "python3", 77: "bench-child"}[pid]},
-				{Key: sampler.ProcessAttrType, Value: "C"}}}
+		return record.Event{Kind: record.EventProcess, Device: dev, StartNS: ns, EndNS: ns,
+			Fields: []record.Field{{Key: record.ProcessFieldPID, Value: float64(pid), Int: true},
+				{Key: record.ProcessFieldUsedMemory, Value: memMiB, Int: true}},
+			Attrs: []record.Attr{{Key: record.ProcessAttrName, Value: map[int]string{1234: "python3", 77: "bench-child"}[pid]},
+				{Key: record.ProcessAttrType, Value: "C"}}}
 	}
-	events := []sampler.Event{
+	events := []record.Event{
 		proc(0, 1234, 500*time.Millisecond, 12288), // baseline
 		proc(0, 77, 2500*time.Millisecond, 30000),  // ours
 		proc(0, 1234, 3500*time.Millisecond, 10000),
@@ -69,14 +70,14 @@ func TestHygieneModesAndForeignProcesses(t *testing.T) {
 	if len(foreign) != 2 || foreign[0].dev != 0 || foreign[0].pid != 1234 || foreign[0].memMiB != 12288 || foreign[1].dev != 1 {
 		t.Fatalf("foreign %+v", foreign)
 	}
-	devs := []sampler.Device{
-		{Index: 0, PersistenceMode: sampler.ModeDisabled, ECCMode: sampler.ModeEnabled, MIGMode: sampler.ModeDisabled},
-		{Index: 1, PersistenceMode: sampler.ModeEnabled, ECCMode: sampler.ModeDisabled, MIGMode: sampler.ModeEnabled},
+	devs := []record.Device{
+		{Index: 0, PersistenceMode: record.ModeDisabled, ECCMode: record.ModeEnabled, MIGMode: record.ModeDisabled},
+		{Index: 1, PersistenceMode: record.ModeEnabled, ECCMode: record.ModeDisabled, MIGMode: record.ModeEnabled},
 		{Index: 2},
 	}
 	windows := map[int]*deviceWindow{}
 	for _, d := range devs {
-		windows[d.Index] = newDeviceWindow(sampler.DefaultCatalog, nil)
+		windows[d.Index] = newDeviceWindow(catalog.DefaultCatalog, nil)
 	}
 	h := hygiene(devs, windows, from, t0.Add(time.Second).UnixNano(), execs[0].start.UnixNano(), Baseline{}, foreign,
 		map[int]bool{0: true, 1: true, 2: false})

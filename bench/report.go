@@ -12,7 +12,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/catalog"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // f formats a Num with prec decimals, or "—" when unknown.
@@ -279,7 +280,7 @@ func WriteCSV(w io.Writer, r *Result) error {
 	}
 	for _, d := range r.Devices {
 		for _, s := range r.raw[d.Index] {
-			m := sampler.DefaultCatalog.Get(s.Metric)
+			m := catalog.DefaultCatalog.Get(s.Metric)
 			if m == nil {
 				continue
 			}
@@ -291,7 +292,7 @@ func WriteCSV(w io.Writer, r *Result) error {
 				}
 			}
 			point := "0"
-			if s.Flags&sampler.FlagPointRead != 0 {
+			if s.Flags&record.FlagPointRead != 0 {
 				point = "1"
 			}
 			_ = cw.Write([]string{strconv.FormatInt(s.TimeNS, 10), strconv.FormatFloat(float64(s.TimeNS-t0)/1e9, 'f', 4, 64),

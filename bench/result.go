@@ -8,7 +8,7 @@ import (
 	"math"
 	"strconv"
 
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // Schema identifies the JSON results format; SchemaVersion increases on
@@ -80,7 +80,7 @@ type Result struct {
 
 	// raw holds the collected samples per device (baseline to the last
 	// run), for the CSV and SVG exports; not part of the JSON.
-	raw map[int][]sampler.Sample
+	raw map[int][]record.Sample
 }
 
 // Settings are the benchmark's parameters.

@@ -15,7 +15,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/internal/diagnose"
+	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
@@ -89,7 +91,7 @@ type Options struct {
 	// DefaultFieldInterval, DefaultDrainInterval).
 	FieldInterval, DrainInterval time.Duration
 	// Devices selects the GPUs (nil: all).
-	Devices func(sampler.Device) bool
+	Devices func(record.Device) bool
 	// Selection describes the device selection for the record.
 	Selection string
 	// ShowOutput passes the command's stdout and stderr to Output;
@@ -184,25 +186,25 @@ func (t *tailBuffer) String() string {
 
 // benchMetric selects what a benchmark samples: what the report uses,
 // nothing more (every NVML call costs the workload).
-func benchMetric(m *sampler.Metric) bool {
+func benchMetric(m *catalog.Metric) bool {
 	switch m.Group {
-	case sampler.GroupPower, sampler.GroupThrottle, sampler.GroupTemperature:
-		return m.ID != sampler.MetricFanSpeed
-	case sampler.GroupUtilization:
-		return m.ID == sampler.MetricUtilGPU || m.ID == sampler.MetricUtilMemory || strings.Contains(m.Name, "sm_active") ||
+	case catalog.GroupPower, catalog.GroupThrottle, catalog.GroupTemperature:
+		return m.ID != catalog.MetricFanSpeed
+	case catalog.GroupUtilization:
+		return m.ID == catalog.MetricUtilGPU || m.ID == catalog.MetricUtilMemory || strings.Contains(m.Name, "sm_active") ||
 			strings.Contains(m.Name, "tensor")
-	case sampler.GroupClocks:
-		return m.ID == sampler.MetricClockSM || m.ID == sampler.MetricClockMemory || m.ID == sampler.MetricPState
-	case sampler.GroupMemory:
-		return m.ID == sampler.MetricMemoryUsed || m.ID == sampler.MetricMemoryTotal
-	case sampler.GroupHealth:
-		return m.ID == sampler.MetricXIDCount
-	case sampler.GroupPCIe, sampler.GroupNVLink:
+	case catalog.GroupClocks:
+		return m.ID == catalog.MetricClockSM || m.ID == catalog.MetricClockMemory || m.ID == catalog.MetricPState
+	case catalog.GroupMemory:
+		return m.ID == catalog.MetricMemoryUsed || m.ID == catalog.MetricMemoryTotal
+	case catalog.GroupHealth:
+		return m.ID == catalog.MetricXIDCount
+	case catalog.GroupPCIe, catalog.GroupNVLink:
 		// link traffic and capacity, for the communication-bound diagnosis
-		return m.Kind == sampler.Counter || m.ID == sampler.MetricPCIeLinkGen || m.ID == sampler.MetricPCIeLinkWidth
+		return m.Kind == catalog.Counter || m.ID == catalog.MetricPCIeLinkGen || m.ID == catalog.MetricPCIeLinkWidth
 	}
 	switch m.ID {
-	case sampler.MetricPCIeTxRate, sampler.MetricPCIeRxRate, sampler.MetricNVLinkTxRate, sampler.MetricNVLinkRxRate:
+	case catalog.MetricPCIeTxRate, catalog.MetricPCIeRxRate, catalog.MetricNVLinkTxRate, catalog.MetricNVLinkRxRate:
 		return true
 	}
 	return strings.Contains(m.Name, "sm_active") || strings.Contains(m.Name, "tensor")
@@ -536,13 +538,13 @@ func (rl *runLoop) status(name string, warm bool, i int, elapsed time.Duration) 
 	}
 	for _, d := range rl.idx {
 		g := LiveGPU{Index: d, PowerW: math.NaN(), UtilPct: math.NaN(), SMClockMHz: math.NaN()}
-		if v, ok := rl.col.Latest(d, sampler.MetricPowerDraw); ok {
+		if v, ok := rl.col.Latest(d, catalog.MetricPowerDraw); ok {
 			g.PowerW = v
 		}
-		if v, ok := rl.col.Latest(d, sampler.MetricUtilGPU); ok {
+		if v, ok := rl.col.Latest(d, catalog.MetricUtilGPU); ok {
 			g.UtilPct = v
 		}
-		if v, ok := rl.col.Latest(d, sampler.MetricClockSM); ok {
+		if v, ok := rl.col.Latest(d, catalog.MetricClockSM); ok {
 			g.SMClockMHz = v
 		}
 		st.GPUs = append(st.GPUs, g)

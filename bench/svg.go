@@ -8,22 +8,22 @@ import (
 	"math"
 	"strconv"
 
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/catalog"
 )
 
 // panel is one chart row of the report: metrics drawn as lines.
 type panel struct {
 	title   string
 	unit    string
-	metrics []sampler.MetricID
+	metrics []catalog.MetricID
 }
 
 var panels = []panel{
-	{"utilization", "%", []sampler.MetricID{sampler.MetricUtilGPU, sampler.MetricUtilMemory}},
-	{"power", "W", []sampler.MetricID{sampler.MetricPowerDraw, sampler.MetricPowerInstant}},
-	{"SM clock", "MHz", []sampler.MetricID{sampler.MetricClockSM}},
-	{"temperature", "°C", []sampler.MetricID{sampler.MetricTempGPU, sampler.MetricTempMemory}},
-	{"memory used", "MiB", []sampler.MetricID{sampler.MetricMemoryUsed}},
+	{"utilization", "%", []catalog.MetricID{catalog.MetricUtilGPU, catalog.MetricUtilMemory}},
+	{"power", "W", []catalog.MetricID{catalog.MetricPowerDraw, catalog.MetricPowerInstant}},
+	{"SM clock", "MHz", []catalog.MetricID{catalog.MetricClockSM}},
+	{"temperature", "°C", []catalog.MetricID{catalog.MetricTempGPU, catalog.MetricTempMemory}},
+	{"memory used", "MiB", []catalog.MetricID{catalog.MetricMemoryUsed}},
 }
 
 // The report's colours, as bench/README.md documents them: run windows of
@@ -269,7 +269,7 @@ func writePanel(ew *errWriter, r *Result, dev int, pn panel, top, x0, x1, xStep 
 		ew.printf(`"/>` + "\n")
 		lx := plotLeft + plotWidth + 15
 		ew.printf(`<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="%s" stroke-width="3"/>`+"\n", lx, ly-4, lx+18, ly-4, c)
-		ew.printf(`<text x="%d" y="%.1f">%s</text>`+"\n", lx+24, ly, html.EscapeString(sampler.DefaultCatalog.Name(pn.metrics[mi])))
+		ew.printf(`<text x="%d" y="%.1f">%s</text>`+"\n", lx+24, ly, html.EscapeString(catalog.DefaultCatalog.Name(pn.metrics[mi])))
 		ly += 16
 	}
 	ew.printf("</g>\n")

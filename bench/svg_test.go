@@ -9,7 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/catalog"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // svgFixture is a result whose drawing is known: utilization at 50 % and
@@ -24,13 +25,13 @@ func svgFixture() *Result {
 			Steps: []Step{{Name: "one", StartNS: t0 + 1*s, EndNS: t0 + 2*s}, {Name: "two", StartNS: t0 + 2*s, EndNS: t0 + 3*s}}}}},
 		{Name: "B", Runs: []Run{{StartNS: t0 + 5*s, EndNS: t0 + 7*s}}},
 	}
-	var raw []sampler.Sample
+	var raw []record.Sample
 	for i := int64(0); i <= 1000; i++ {
 		ts := t0 - 1*s + i*s/100 // t0-1 s .. t0+9 s
-		raw = append(raw, sampler.Sample{TimeNS: ts, Metric: sampler.MetricUtilGPU, Value: 50},
-			sampler.Sample{TimeNS: ts, Metric: sampler.MetricPowerDraw, Value: 300})
+		raw = append(raw, record.Sample{TimeNS: ts, Metric: catalog.MetricUtilGPU, Value: 50},
+			record.Sample{TimeNS: ts, Metric: catalog.MetricPowerDraw, Value: 300})
 	}
-	r.raw = map[int][]sampler.Sample{0: raw}
+	r.raw = map[int][]record.Sample{0: raw}
 	return r
 }
 

@@ -1,7 +1,7 @@
 // Package outputs is the contract between gpusampler and its outputs: an
 // output kind (Kind) contributes its sample.conf fragment, a Parse function
 // for its own keys of an [[outputs.KIND]] block and a Build function that
-// makes a sampler.Output from the parsed Block. A Registry maps kind names
+// makes a record.Output from the parsed Block. A Registry maps kind names
 // to kinds; it is a value, not package state, so two programs (or two
 // blocks of one kind) never share anything.
 //
@@ -15,7 +15,7 @@
 // suite every output (and the plugin client) passes. What sits between the
 // engine's pump and a sink is a layer of its own, private to gpusampler:
 // internal/pipeline (aggregate: summaries per window; buffer: memory and
-// disk queues), both plain sampler.Output wrappers, and internal/encoding
+// disk queues), both plain record.Output wrappers, and internal/encoding
 // (line protocol, JSON Lines, protobuf), the wire formats sinks write and
 // package stream reads. The application's registry of built-in kinds is
 // internal/registry.

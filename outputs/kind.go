@@ -8,8 +8,9 @@ import (
 	"slices"
 	"time"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/config"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // Kind describes one kind of output: its sample fragment, how to decode its
@@ -26,7 +27,7 @@ type Kind struct {
 	// own.
 	Parse func(t *config.Table) any
 	// Build makes the runtime output from a parsed block.
-	Build func(b *Block, env BuildEnv) (sampler.Output, error)
+	Build func(b *Block, env BuildEnv) (record.Output, error)
 	// Check, when set, checks what a parsed block needs from this machine
 	// without touching its sink (gpusampler config --check): that the
 	// files it names exist and are usable, that a plugin binary matches
@@ -126,7 +127,7 @@ type BuildEnv struct {
 	// Logger is the output's logger (output name attached).
 	Logger *slog.Logger
 	// Catalog is the metric catalog.
-	Catalog *sampler.Catalog
+	Catalog *catalog.Catalog
 }
 
 // Registry maps output kinds to their descriptions. Build one per program

@@ -13,8 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/outputs/outputtest"
 	"github.com/gpusampler/gpusampler/plugins"
+	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
@@ -22,7 +24,7 @@ import (
 // encoder would.
 type discard struct{ sum float64 }
 
-func (d *discard) Write(_ context.Context, b *sampler.Batch) error {
+func (d *discard) Write(_ context.Context, b *record.Batch) error {
 	for i := range b.Samples {
 		d.sum += b.Samples[i].Value
 	}
@@ -53,8 +55,8 @@ func cpuTime(pid int) (self, child time.Duration) {
 // plugin) per million samples delivered.
 func BenchmarkWrite(b *testing.B) {
 	for _, n := range []int{1, 64, 1024, 8192} {
-		batch := &sampler.Batch{Devices: []sampler.Device{outputtest.Device}, Samples: outputtest.Samples(n)}
-		run := func(b *testing.B, out sampler.Output, pid int) {
+		batch := &record.Batch{Devices: []record.Device{outputtest.Device}, Samples: outputtest.Samples(n)}
+		run := func(b *testing.B, out record.Output, pid int) {
 			ctx := context.Background()
 			b.ReportAllocs()
 			self0, child0 := cpuTime(pid)
@@ -89,9 +91,9 @@ func BenchmarkWrite(b *testing.B) {
 // pipeline's latency (ring, pump flush, gRPC).
 type liveDevice struct{ last uint64 }
 
-func (d *liveDevice) Identity() (sampler.Device, error) { return outputtest.Device, nil }
-func (d *liveDevice) Drain(t sampler.BufferType, cursor uint64, dst []sampler.RawSample) ([]sampler.RawSample, error) {
-	if t != sampler.BufferTotalPower {
+func (d *liveDevice) Identity() (record.Device, error) { return outputtest.Device, nil }
+func (d *liveDevice) Drain(t catalog.BufferType, cursor uint64, dst []sampler.RawSample) ([]sampler.RawSample, error) {
+	if t != catalog.BufferTotalPower {
 		return dst, sampler.ErrNotSupported
 	}
 	now := uint64(time.Now().UnixMicro())
@@ -101,7 +103,7 @@ func (d *liveDevice) Drain(t sampler.BufferType, cursor uint64, dst []sampler.Ra
 	d.last = now
 	return append(dst, sampler.RawSample{TimeUS: now, Value: 100}), nil
 }
-func (d *liveDevice) Read(ids []sampler.MetricID, out []sampler.Reading) error {
+func (d *liveDevice) Read(ids []catalog.MetricID, out []sampler.Reading) error {
 	for i := range out {
 		out[i].Err = sampler.ErrNotSupported
 	}
@@ -128,7 +130,7 @@ func BenchmarkLatency(b *testing.B) {
 			b.Fatal(err)
 		}
 		e, err := sampler.New(liveSource{}, sampler.Config{DrainInterval: 2 * time.Millisecond,
-			Select: func(m *sampler.Metric) bool { return m.ID == sampler.MetricPowerDraw }})
+			Select: func(m *catalog.Metric) bool { return m.ID == catalog.MetricPowerDraw }})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -170,7 +172,7 @@ func BenchmarkRestart(b *testing.B) {
 		t0 := time.Now()
 		syscall.Kill(pid, syscall.SIGKILL)
 		// a Write notices at once (as the pump's next flush would)
-		for c.Write(context.Background(), &sampler.Batch{Seq: 1}) == nil {
+		for c.Write(context.Background(), &record.Batch{Seq: 1}) == nil {
 			time.Sleep(time.Millisecond)
 		}
 		for s := c.Stats(); s.PID == 0 || s.PID == pid; s = c.Stats() {

@@ -18,10 +18,11 @@ import (
 	"github.com/hashicorp/go-hclog"
 	plugin "github.com/hashicorp/go-plugin"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/internal/backoff"
 	"github.com/gpusampler/gpusampler/plugins/internal/rpc"
 	"github.com/gpusampler/gpusampler/plugins/proto"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 var _ hclog.Logger = (*slogHCLog)(nil)
@@ -78,8 +79,8 @@ type Options struct {
 	Host       string
 	GlobalTags map[string]string
 	// Catalog is sent to the plugin so it can name metric ids
-	// (sampler.DefaultCatalog when nil).
-	Catalog *sampler.Catalog
+	// (catalog.DefaultCatalog when nil).
+	Catalog *catalog.Catalog
 	// Logger receives the supervisor's logs and the plugin's stderr lines.
 	// Attach the output's name before handing it in.
 	Logger *slog.Logger
@@ -134,7 +135,7 @@ func (o *Options) withDefaults() {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	if o.Catalog == nil {
-		o.Catalog = sampler.DefaultCatalog
+		o.Catalog = catalog.DefaultCatalog
 	}
 }
 
@@ -160,10 +161,10 @@ type Stats struct {
 }
 
 // Client is an output that runs in a plugin process. It implements
-// sampler.Output, so the engine's pump drives it like any other output.
+// record.Output, so the engine's pump drives it like any other output.
 //
 // While the plugin is down (crashed, wedged, restarting) Write returns at
-// once with an error wrapping sampler.ErrUnavailable: the pump keeps the
+// once with an error wrapping record.ErrUnavailable: the pump keeps the
 // batch and offers it again (same Seq) on its next flush, so nothing is
 // lost while the ring covers the gap.
 //
@@ -177,9 +178,9 @@ type Client struct {
 	mu      sync.Mutex
 	cur     *conn // nil while down
 	closed  bool
-	devices []sampler.Device // identities known to the last connection
-	remote  []sampler.Field  // the plugin output's counters, from its newest Health answer
-	storm   crashWindow      // restarts within the storm window
+	devices []record.Device // identities known to the last connection
+	remote  []record.Field  // the plugin output's counters, from its newest Health answer
+	storm   crashWindow     // restarts within the storm window
 
 	kick    chan struct{}
 	stop    chan struct{}
@@ -409,16 +410,16 @@ func (c *Client) killProcess(pc *plugin.Client, cmd *exec.Cmd) {
 }
 
 // Write sends b to the plugin.
-func (c *Client) Write(ctx context.Context, b *sampler.Batch) error {
+func (c *Client) Write(ctx context.Context, b *record.Batch) error {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return sampler.ErrClosed
+		return record.ErrClosed
 	}
 	cn := c.cur
 	c.mu.Unlock()
 	if cn == nil {
-		return fmt.Errorf("plugin %s: restarting: %w", c.opts.Name, sampler.ErrUnavailable)
+		return fmt.Errorf("plugin %s: restarting: %w", c.opts.Name, record.ErrUnavailable)
 	}
 	wctx, cancel := context.WithTimeout(ctx, c.opts.CallTimeout)
 	defer cancel()
@@ -435,7 +436,7 @@ func (c *Client) Write(ctx context.Context, b *sampler.Batch) error {
 			}
 			c.mu.Unlock()
 			return fmt.Errorf("plugin %s: write ran past call_timeout %v: restarting the plugin: %w",
-				c.opts.Name, c.opts.CallTimeout, sampler.ErrUnavailable)
+				c.opts.Name, c.opts.CallTimeout, record.ErrUnavailable)
 		}
 		if rpc.IsTransport(err) {
 			c.check()
@@ -506,18 +507,18 @@ func (c *Client) Stats() Stats {
 	return s
 }
 
-// ReportStats implements sampler.StatsReporter: the supervision counters
+// ReportStats implements record.StatsReporter: the supervision counters
 // (plugin_starts, plugin_restarts, plugin_crashes, plugin_wedges,
 // plugin_last_restart_ns, plugin_start_failures, and plugin_failing: 1
 // during a crash storm) followed by the counters the plugin's output
 // reported with its newest Health answer (at most one health interval
 // old; they count from the start of the current plugin process).
-func (c *Client) ReportStats(dst []sampler.Field) []sampler.Field {
+func (c *Client) ReportStats(dst []record.Field) []record.Field {
 	s := c.Stats()
-	dst = append(dst, sampler.IntField("plugin_starts", s.Starts), sampler.IntField("plugin_restarts", s.Crashes+s.Wedges),
-		sampler.IntField("plugin_crashes", s.Crashes), sampler.IntField("plugin_wedges", s.Wedges),
-		sampler.IntField("plugin_last_restart_ns", uint64(s.LastRestart)),
-		sampler.IntField("plugin_start_failures", s.StartFailures), sampler.IntField("plugin_failing", b2u(s.Failing)))
+	dst = append(dst, record.IntField("plugin_starts", s.Starts), record.IntField("plugin_restarts", s.Crashes+s.Wedges),
+		record.IntField("plugin_crashes", s.Crashes), record.IntField("plugin_wedges", s.Wedges),
+		record.IntField("plugin_last_restart_ns", uint64(s.LastRestart)),
+		record.IntField("plugin_start_failures", s.StartFailures), record.IntField("plugin_failing", b2u(s.Failing)))
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return append(dst, c.remote...)

@@ -12,14 +12,14 @@ import (
 
 	"github.com/gpusampler/gpusampler/outputs/outputtest"
 	"github.com/gpusampler/gpusampler/plugins"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // The plugin client passes the same conformance suite as every output.
 func TestClientConformance(t *testing.T) {
 	var dump string
 	outputtest.Run(t, outputtest.Harness{
-		New: func(t *testing.T) sampler.Output {
+		New: func(t *testing.T) record.Output {
 			dump = filepath.Join(t.TempDir(), "dump.jsonl")
 			c, err := plugins.Start(fastOptions(t, "conf", map[string]any{"dump": dump}))
 			if err != nil {
@@ -27,7 +27,7 @@ func TestClientConformance(t *testing.T) {
 			}
 			return c
 		},
-		Received: func(t *testing.T) []sampler.Sample {
+		Received: func(t *testing.T) []record.Sample {
 			if _, err := os.Stat(dump); err != nil {
 				return nil
 			}
@@ -48,30 +48,30 @@ func TestClientDevicesOncePerConnection(t *testing.T) {
 	ctx := context.Background()
 	d0, d1 := outputtest.Device, outputtest.Device
 	d1.Index = 1
-	write := func(b *sampler.Batch) {
+	write := func(b *record.Batch) {
 		t.Helper()
 		if err := c.Write(ctx, b); err != nil {
 			t.Fatal(err)
 		}
 	}
-	write(&sampler.Batch{Seq: 1, Devices: []sampler.Device{d0, d1}, Samples: outputtest.Samples(3)})
-	write(&sampler.Batch{Seq: 2, Samples: outputtest.Samples(3), Events: []sampler.Event{{Kind: sampler.EventXID}}})
+	write(&record.Batch{Seq: 1, Devices: []record.Device{d0, d1}, Samples: outputtest.Samples(3)})
+	write(&record.Batch{Seq: 2, Samples: outputtest.Samples(3), Events: []record.Event{{Kind: record.EventXID}}})
 	d1.Generation++
-	write(&sampler.Batch{Seq: 3, Devices: []sampler.Device{d1}, Samples: outputtest.Samples(3)})
+	write(&record.Batch{Seq: 3, Devices: []record.Device{d1}, Samples: outputtest.Samples(3)})
 	// restart the plugin: the new process learns both devices again
 	pid := c.Stats().PID
 	if err := syscallKill(pid); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool { s := c.Stats(); return s.PID != 0 && s.PID != pid })
-	write(&sampler.Batch{Seq: 4, Samples: outputtest.Samples(3)})
+	write(&record.Batch{Seq: 4, Samples: outputtest.Samples(3)})
 	// Another identity under index 0 with the same Generation (a buffer
 	// replayed an earlier process's batches; this process numbers its
 	// devices anew): sent, so that the sink does not keep the old one.
 	d0b := d0
 	d0b.UUID = "GPU-other"
-	write(&sampler.Batch{Seq: 5, Devices: []sampler.Device{d0b}, Samples: outputtest.Samples(3)})
-	write(&sampler.Batch{Seq: 6, Devices: []sampler.Device{d0b}, Samples: outputtest.Samples(3)})
+	write(&record.Batch{Seq: 5, Devices: []record.Device{d0b}, Samples: outputtest.Samples(3)})
+	write(&record.Batch{Seq: 6, Devices: []record.Device{d0b}, Samples: outputtest.Samples(3)})
 	got := readRecords(t, rec)
 	want := []struct {
 		seq  uint64
@@ -136,8 +136,8 @@ func TestClientPluginWriteError(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	err = c.Write(context.Background(), &sampler.Batch{Seq: 1, Samples: outputtest.Samples(2)})
-	if err == nil || errors.Is(err, sampler.ErrUnavailable) || !strings.Contains(err.Error(), "told to fail") {
+	err = c.Write(context.Background(), &record.Batch{Seq: 1, Samples: outputtest.Samples(2)})
+	if err == nil || errors.Is(err, record.ErrUnavailable) || !strings.Contains(err.Error(), "told to fail") {
 		t.Fatalf("err = %v", err)
 	}
 }
@@ -146,15 +146,15 @@ func TestClientPluginWriteError(t *testing.T) {
 // permanent on the host (a buffer drops it instead of retrying it for
 // ever), an unavailable one unavailable, a plain one retryable.
 func TestClientPluginWriteErrorKinds(t *testing.T) {
-	for _, want := range []sampler.ErrorKind{sampler.KindPermanent, sampler.KindUnavailable, sampler.KindRetryable} {
+	for _, want := range []record.ErrorKind{record.KindPermanent, record.KindUnavailable, record.KindRetryable} {
 		t.Run(want.String(), func(t *testing.T) {
 			c, err := plugins.Start(fastOptions(t, "failing", map[string]any{"fail_kind": want.String()}))
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer c.Close()
-			err = c.Write(context.Background(), &sampler.Batch{Seq: 1, Samples: outputtest.Samples(2)})
-			if got := sampler.Classify(err); got != want || !strings.Contains(err.Error(), "told to fail") {
+			err = c.Write(context.Background(), &record.Batch{Seq: 1, Samples: outputtest.Samples(2)})
+			if got := record.Classify(err); got != want || !strings.Contains(err.Error(), "told to fail") {
 				t.Fatalf("host sees %v (%v), want %v", got, err, want)
 			}
 		})
@@ -172,7 +172,7 @@ func waitFor(t *testing.T, cond func() bool) {
 	}
 }
 
-// The plugin's own counters (sampler.StatsReporter in the plugin process)
+// The plugin's own counters (record.StatsReporter in the plugin process)
 // reach the host with the health probes, after the supervision counters.
 func TestClientReportsPluginStats(t *testing.T) {
 	c, err := plugins.Start(fastOptions(t, "stats", nil))
@@ -181,13 +181,13 @@ func TestClientReportsPluginStats(t *testing.T) {
 	}
 	defer c.Close()
 	for i := range 3 {
-		if err := c.Write(context.Background(), &sampler.Batch{Seq: uint64(i + 1), Samples: outputtest.Samples(2)}); err != nil {
+		if err := c.Write(context.Background(), &record.Batch{Seq: uint64(i + 1), Samples: outputtest.Samples(2)}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	var got map[string]sampler.Field
+	var got map[string]record.Field
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		got = map[string]sampler.Field{}
+		got = map[string]record.Field{}
 		for _, f := range c.ReportStats(nil) {
 			got[f.Key] = f
 		}
@@ -201,5 +201,5 @@ func TestClientReportsPluginStats(t *testing.T) {
 	if got["plugin_starts"].Value != 1 || got["plugin_crashes"].Value != 0 || got["plugin_wedges"].Value != 0 {
 		t.Errorf("supervision counters: %v", got)
 	}
-	var _ sampler.StatsReporter = c
+	var _ record.StatsReporter = c
 }

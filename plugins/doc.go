@@ -2,15 +2,15 @@
 // hashicorp/go-plugin and gRPC, so that a crashing, hanging or slow output
 // never stalls sampling or the other outputs.
 //
-// Client is the host side: a sampler.Output that starts a plugin process,
+// Client is the host side: a record.Output that starts a plugin process,
 // configures it with the output's config block, sends it batches, and
 // supervises it — a deadline on every call, a health probe with its own
 // timeout, restart with exponential backoff (reset after a healthy
 // period), wedged plugins (alive, not answering) killed by pid, and a
 // parent-death signal so that a killed host leaves no orphan. While a
-// plugin is down, Write returns an error wrapping sampler.ErrUnavailable
+// plugin is down, Write returns an error wrapping record.ErrUnavailable
 // at once and the pump keeps its batch and cursor. A Write error from the
-// plugin's output keeps its kind (sampler.Classify) across the protocol: a
+// plugin's output keeps its kind (record.Classify) across the protocol: a
 // status code plus an errdetails.ErrorInfo naming the kind.
 //
 // Two ways to get a Client from a config:

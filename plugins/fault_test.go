@@ -14,6 +14,7 @@ import (
 	"github.com/gpusampler/gpusampler/internal/appconfig"
 	"github.com/gpusampler/gpusampler/outputs"
 	"github.com/gpusampler/gpusampler/plugins"
+	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler"
 	"github.com/gpusampler/gpusampler/sampler/sim"
 )
@@ -24,7 +25,7 @@ type counter struct {
 	n  int
 }
 
-func (c *counter) Write(_ context.Context, b *sampler.Batch) error {
+func (c *counter) Write(_ context.Context, b *record.Batch) error {
 	c.mu.Lock()
 	c.n += len(b.Samples)
 	c.mu.Unlock()

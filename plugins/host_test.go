@@ -16,7 +16,7 @@ import (
 	"github.com/gpusampler/gpusampler/outputs/outputtest"
 	"github.com/gpusampler/gpusampler/plugins"
 	"github.com/gpusampler/gpusampler/plugins/sdk"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // fileKind is a built-in-style kind marked OutOfProcess: it appends the
@@ -34,7 +34,7 @@ func fileKind() outputs.Kind {
 			t.Int("crash_at", &o.crashAt, 0, 1<<30)
 			return o
 		},
-		Build: func(o *outputs.Block, env outputs.BuildEnv) (sampler.Output, error) {
+		Build: func(o *outputs.Block, env outputs.BuildEnv) (record.Output, error) {
 			opts := o.Options.(fileOptions)
 			f, err := os.OpenFile(opts.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 			if err != nil {
@@ -55,7 +55,7 @@ type countFile struct {
 	crashAt int
 }
 
-func (c *countFile) Write(_ context.Context, b *sampler.Batch) error {
+func (c *countFile) Write(_ context.Context, b *record.Batch) error {
 	if c.crashAt > 0 && b.Seq == uint64(c.crashAt) {
 		os.Exit(3)
 	}
@@ -97,7 +97,7 @@ func TestHostRegistryOutOfProcess(t *testing.T) {
 	if _, ok := out.(*plugins.Client); !ok {
 		t.Fatalf("built %T, want *plugins.Client", out)
 	}
-	if err := out.Write(context.Background(), &sampler.Batch{Seq: 1, Samples: outputtest.Samples(7)}); err != nil {
+	if err := out.Write(context.Background(), &record.Batch{Seq: 1, Samples: outputtest.Samples(7)}); err != nil {
 		t.Fatal(err)
 	}
 	if err := out.Close(); err != nil {
@@ -163,7 +163,7 @@ func TestHostRegistrySharedProcess(t *testing.T) {
 		t.Fatalf("pids: a %d, b %d, host %d: want one shared plugin process", pid, b.Stats().PID, os.Getpid())
 	}
 	write := func(c *plugins.Client, seq uint64, n int) error {
-		return c.Write(context.Background(), &sampler.Batch{Seq: seq, Samples: outputtest.Samples(n)})
+		return c.Write(context.Background(), &record.Batch{Seq: seq, Samples: outputtest.Samples(n)})
 	}
 	// writeAgain offers a batch until it is taken, as the pump does while
 	// the output's process restarts; any other error fails.
@@ -174,7 +174,7 @@ func TestHostRegistrySharedProcess(t *testing.T) {
 			if err == nil {
 				return
 			}
-			if !errors.Is(err, sampler.ErrUnavailable) && sampler.Classify(err) != sampler.KindUnavailable {
+			if !errors.Is(err, record.ErrUnavailable) && record.Classify(err) != record.KindUnavailable {
 				t.Fatalf("write seq %d: %v, want it taken or unavailable while restarting", seq, err)
 			}
 			time.Sleep(10 * time.Millisecond) // polling the restart, not waiting for it

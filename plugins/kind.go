@@ -20,7 +20,7 @@ import (
 
 	"github.com/gpusampler/gpusampler/config"
 	"github.com/gpusampler/gpusampler/outputs"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 //go:embed sample.conf
@@ -148,7 +148,7 @@ func checksumError(path, got, want string) error {
 		ErrChecksum, path, got, strings.ToLower(want))
 }
 
-func buildKind(o *outputs.Block, env outputs.BuildEnv) (sampler.Output, error) {
+func buildKind(o *outputs.Block, env outputs.BuildEnv) (record.Output, error) {
 	ko, _ := o.Options.(KindOptions)
 	if ko.SHA256 == "" && env.Logger != nil {
 		env.Logger.Warn("plugin runs unverified (allow_unverified = true): its binary is not checked", "path", ko.Path)
@@ -277,8 +277,8 @@ func outputBlock(o *outputs.Block) map[string]any {
 	return block
 }
 
-func sharedBuild(kind string, sp *SharedProcess) func(o *outputs.Block, env outputs.BuildEnv) (sampler.Output, error) {
-	return func(o *outputs.Block, env outputs.BuildEnv) (sampler.Output, error) {
+func sharedBuild(kind string, sp *SharedProcess) func(o *outputs.Block, env outputs.BuildEnv) (record.Output, error) {
+	return func(o *outputs.Block, env outputs.BuildEnv) (record.Output, error) {
 		c, err := Start(Options{Name: o.Name, Kind: kind, Config: outputBlock(o), Host: env.Host, GlobalTags: env.GlobalTags,
 			Catalog: env.Catalog, Logger: env.Logger, Shared: sp})
 		if err != nil {
@@ -288,8 +288,8 @@ func sharedBuild(kind string, sp *SharedProcess) func(o *outputs.Block, env outp
 	}
 }
 
-func hostBuild(kind string, h HostOptions) func(o *outputs.Block, env outputs.BuildEnv) (sampler.Output, error) {
-	return func(o *outputs.Block, env outputs.BuildEnv) (sampler.Output, error) {
+func hostBuild(kind string, h HostOptions) func(o *outputs.Block, env outputs.BuildEnv) (record.Output, error) {
+	return func(o *outputs.Block, env outputs.BuildEnv) (record.Output, error) {
 		exe, argv0, err := h.executable()
 		if err != nil {
 			return nil, err

@@ -13,8 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/plugins"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // testPluginPath is the test plugin, built once per test binary.
@@ -74,8 +75,8 @@ func fastOptions(t *testing.T, name string, cfg map[string]any) plugins.Options 
 		BackoffMin: 10 * time.Millisecond, BackoffMax: 200 * time.Millisecond, ResetAfter: 300 * time.Millisecond}
 }
 
-// record is one line of the test plugin's record file.
-type record struct {
+// pluginLine is one line of the test plugin's record file.
+type pluginLine struct {
 	Seq     uint64  `json:"seq"`
 	Samples int     `json:"samples"`
 	First   float64 `json:"first"`
@@ -84,17 +85,17 @@ type record struct {
 	PID     int     `json:"pid"`
 }
 
-func readRecords(t *testing.T, path string) []record {
+func readRecords(t *testing.T, path string) []pluginLine {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	var out []record
+	var out []pluginLine
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		var r record
+		var r pluginLine
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
 			continue // a line cut short by SIGKILL
 		}
@@ -104,14 +105,14 @@ func readRecords(t *testing.T, path string) []record {
 }
 
 // dumpedSamples reads the test plugin's dump file.
-func dumpedSamples(t *testing.T, path string) []sampler.Sample {
+func dumpedSamples(t *testing.T, path string) []record.Sample {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	var out []sampler.Sample
+	var out []record.Sample
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		var s struct {
@@ -123,7 +124,7 @@ func dumpedSamples(t *testing.T, path string) []sampler.Sample {
 		if err := json.Unmarshal(sc.Bytes(), &s); err != nil {
 			t.Fatal(err)
 		}
-		out = append(out, sampler.Sample{TimeNS: s.T, Value: s.V, Device: s.D, Metric: sampler.MetricID(s.M)})
+		out = append(out, record.Sample{TimeNS: s.T, Value: s.V, Device: s.D, Metric: catalog.MetricID(s.M)})
 	}
 	return out
 }

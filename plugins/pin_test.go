@@ -21,7 +21,7 @@ import (
 	"github.com/gpusampler/gpusampler/outputs"
 	"github.com/gpusampler/gpusampler/outputs/outputtest"
 	"github.com/gpusampler/gpusampler/plugins"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 func fileSHA256(t *testing.T, path string) string {
@@ -136,8 +136,8 @@ func TestSwappedBinaryNeverRunsAfterRestart(t *testing.T) {
 	if st := c.Stats(); st.PID != 0 || st.Crashes != 1 || st.Starts != 1 || st.Failing {
 		t.Fatalf("stats after the swap %+v, want no process, 1 crash, 1 start", st)
 	}
-	err = c.Write(context.Background(), &sampler.Batch{Seq: 1, Samples: outputtest.Samples(2)})
-	if !errors.Is(err, sampler.ErrUnavailable) {
+	err = c.Write(context.Background(), &record.Batch{Seq: 1, Samples: outputtest.Samples(2)})
+	if !errors.Is(err, record.ErrUnavailable) {
 		t.Fatalf("Write while refused: %v, want ErrUnavailable (the batch is kept)", err)
 	}
 
@@ -167,7 +167,7 @@ func TestSwapBetweenCheckAndExec(t *testing.T) {
 		t.Fatalf("the swap hook ran %d times", swaps.Load())
 	}
 	k.assertRunsOriginal(t, c.Stats().PID)
-	if err := c.Write(context.Background(), &sampler.Batch{Seq: 1, Samples: outputtest.Samples(2)}); err != nil {
+	if err := c.Write(context.Background(), &record.Batch{Seq: 1, Samples: outputtest.Samples(2)}); err != nil {
 		t.Fatal(err)
 	}
 	k.assertImpostorNeverRan(t)

@@ -15,7 +15,7 @@ import (
 
 	"github.com/gpusampler/gpusampler/outputs/outputtest"
 	"github.com/gpusampler/gpusampler/plugins"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // A plugin whose Write blocks while its process stays alive (and answers
@@ -33,9 +33,9 @@ func TestWedgedWriteRestartsPlugin(t *testing.T) {
 	}
 	defer c.Close()
 	first := c.Stats().PID
-	batch := &sampler.Batch{Seq: 1, Samples: outputtest.Samples(5)}
+	batch := &record.Batch{Seq: 1, Samples: outputtest.Samples(5)}
 	err = c.Write(context.Background(), batch)
-	if !errors.Is(err, sampler.ErrUnavailable) || !strings.Contains(err.Error(), "call_timeout") {
+	if !errors.Is(err, record.ErrUnavailable) || !strings.Contains(err.Error(), "call_timeout") {
 		t.Fatalf("blocked Write: %v, want ErrUnavailable naming call_timeout (the pump keeps the batch)", err)
 	}
 	data, _ := os.ReadFile(block)
@@ -55,7 +55,7 @@ func TestWedgedWriteRestartsPlugin(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := readRecords(t, rec)
-	want := []record{{Seq: 1, Samples: 5, First: batch.Samples[0].Value, PID: st.PID}}
+	want := []pluginLine{{Seq: 1, Samples: 5, First: batch.Samples[0].Value, PID: st.PID}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("records %+v, want %+v", got, want)
 	}
@@ -74,7 +74,7 @@ func (m *manualClock) Add(d time.Duration) {
 	m.mu.Unlock()
 }
 
-func fieldValue(fs []sampler.Field, key string) (float64, bool) {
+func fieldValue(fs []record.Field, key string) (float64, bool) {
 	for _, f := range fs {
 		if f.Key == key {
 			return f.Value, true

@@ -3,6 +3,7 @@ package sampler_test
 import (
 	"testing"
 
+	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
@@ -14,7 +15,7 @@ func TestEngineSetAttribution(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := e.Devices()
-	a := sampler.Attribution{Pod: "train-7", Namespace: "ml", Container: "trainer"}
+	a := record.Attribution{Pod: "train-7", Namespace: "ml", Container: "trainer"}
 	if !e.SetAttribution(1, a) {
 		t.Fatal("SetAttribution reported no change")
 	}

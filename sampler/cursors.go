@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/gpusampler/gpusampler/catalog"
 )
 
 // CursorStore keeps the drain cursors across runs: per GPU UUID and buffer
@@ -25,11 +27,11 @@ import (
 // that concurrently.
 type CursorStore interface {
 	// Load returns the saved cursors of the GPU with uuid (nil when none).
-	Load(uuid string) map[BufferType]uint64
+	Load(uuid string) map[catalog.BufferType]uint64
 	// Save records cursors (by GPU UUID) durably: after a crash the store
 	// holds this Save's cursors or the previous one's. GPUs absent from
 	// cursors keep what they had.
-	Save(cursors map[string]map[BufferType]uint64) error
+	Save(cursors map[string]map[catalog.BufferType]uint64) error
 }
 
 // CursorSaveInterval is how often the engine saves the drain cursors while
@@ -95,15 +97,15 @@ func OpenCursorFile(dir string) (f *CursorFile, ignored bool, err error) {
 func (f *CursorFile) Path() string { return f.path }
 
 // Load returns the cursors saved for uuid.
-func (f *CursorFile) Load(uuid string) map[BufferType]uint64 {
+func (f *CursorFile) Load(uuid string) map[catalog.BufferType]uint64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	saved := f.gpus[uuid]
 	if len(saved) == 0 {
 		return nil
 	}
-	out := make(map[BufferType]uint64, len(saved))
-	for t := BufferType(0); t < NumBufferTypes; t++ {
+	out := make(map[catalog.BufferType]uint64, len(saved))
+	for t := catalog.BufferType(0); t < catalog.NumBufferTypes; t++ {
 		if c, ok := saved[t.String()]; ok {
 			out[t] = c
 		}
@@ -113,7 +115,7 @@ func (f *CursorFile) Load(uuid string) map[BufferType]uint64 {
 
 // Save merges cursors into the file and replaces it atomically; it writes
 // nothing when nothing changed.
-func (f *CursorFile) Save(cursors map[string]map[BufferType]uint64) error {
+func (f *CursorFile) Save(cursors map[string]map[catalog.BufferType]uint64) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for uuid, byType := range cursors {

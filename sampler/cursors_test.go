@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
@@ -19,23 +20,23 @@ func TestCursorFileRoundTrip(t *testing.T) {
 	if got := f.Load("GPU-a"); got != nil {
 		t.Fatalf("empty store loads %v", got)
 	}
-	a := map[sampler.BufferType]uint64{sampler.BufferTotalPower: 100, sampler.BufferGPUUtil: 90}
-	if err := f.Save(map[string]map[sampler.BufferType]uint64{"GPU-a": a}); err != nil {
+	a := map[catalog.BufferType]uint64{catalog.BufferTotalPower: 100, catalog.BufferGPUUtil: 90}
+	if err := f.Save(map[string]map[catalog.BufferType]uint64{"GPU-a": a}); err != nil {
 		t.Fatal(err)
 	}
 	// A later save without GPU-a keeps it; one with it moves its cursors.
-	b := map[sampler.BufferType]uint64{sampler.BufferSMClock: 7}
-	if err := f.Save(map[string]map[sampler.BufferType]uint64{"GPU-b": b}); err != nil {
+	b := map[catalog.BufferType]uint64{catalog.BufferSMClock: 7}
+	if err := f.Save(map[string]map[catalog.BufferType]uint64{"GPU-b": b}); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.Save(map[string]map[sampler.BufferType]uint64{"GPU-a": {sampler.BufferTotalPower: 150}}); err != nil {
+	if err := f.Save(map[string]map[catalog.BufferType]uint64{"GPU-a": {catalog.BufferTotalPower: 150}}); err != nil {
 		t.Fatal(err)
 	}
 	g, ignored, err := sampler.OpenCursorFile(dir)
 	if err != nil || ignored {
 		t.Fatalf("reopen: %v, ignored %v", err, ignored)
 	}
-	if got, want := g.Load("GPU-a"), map[sampler.BufferType]uint64{sampler.BufferTotalPower: 150, sampler.BufferGPUUtil: 90}; !reflect.DeepEqual(got, want) {
+	if got, want := g.Load("GPU-a"), map[catalog.BufferType]uint64{catalog.BufferTotalPower: 150, catalog.BufferGPUUtil: 90}; !reflect.DeepEqual(got, want) {
 		t.Errorf("GPU-a cursors %v, want %v", got, want)
 	}
 	if got := g.Load("GPU-b"); !reflect.DeepEqual(got, b) {

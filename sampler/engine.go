@@ -10,7 +10,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/internal/backoff"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // Default rates. The driver buffers give the resolution; the fast fields and
@@ -95,13 +97,13 @@ type Config struct {
 	// RingSize is the per-device ring capacity in samples.
 	RingSize int
 	// Select, when set, limits sampling to the metrics it returns true for.
-	Select func(*Metric) bool
+	Select func(*catalog.Metric) bool
 	// Devices, when set, limits sampling to the devices it returns true for.
-	Devices func(Device) bool
+	Devices func(record.Device) bool
 	// Logger receives the engine's logs (never per sample).
 	Logger *slog.Logger
 	// Catalog defaults to DefaultCatalog.
-	Catalog *Catalog
+	Catalog *catalog.Catalog
 	// Cursors, when set, keeps the drain cursors across runs (see
 	// CursorStore): each GPU's buffers are drained from where the last run
 	// stopped, and the cursors are saved every CursorSaveInterval and at
@@ -157,7 +159,7 @@ func (c *Config) withDefaults() (Config, error) {
 		out.Logger = slog.New(slog.DiscardHandler)
 	}
 	if out.Catalog == nil {
-		out.Catalog = DefaultCatalog
+		out.Catalog = catalog.DefaultCatalog
 	}
 	if out.Clock == nil {
 		out.Clock = SystemClock()
@@ -236,7 +238,7 @@ func New(src Source, cfg Config) (*Engine, error) {
 		if err != nil {
 			// A GPU that does not answer at start is sampled once it does:
 			// its loop starts lost and probes it every LostRetryInterval.
-			id = Device{Index: id.Index, UUID: id.UUID, Backend: src.Name()}
+			id = record.Device{Index: id.Index, UUID: id.UUID, Backend: src.Name()}
 		}
 		if c.Devices != nil && !c.Devices(id) {
 			continue
@@ -252,8 +254,8 @@ func New(src Source, cfg Config) (*Engine, error) {
 }
 
 // Devices returns the current identity of every sampled device.
-func (e *Engine) Devices() []Device {
-	out := make([]Device, len(e.loops))
+func (e *Engine) Devices() []record.Device {
+	out := make([]record.Device, len(e.loops))
 	for i, l := range e.loops {
 		out[i] = *l.identity.Load()
 	}
@@ -265,7 +267,7 @@ func (e *Engine) Devices() []Device {
 // identity is re-sent with a new Generation, so outputs retire the old
 // label set. It reports whether anything changed; an unknown index changes
 // nothing.
-func (e *Engine) SetAttribution(index int, a Attribution) bool {
+func (e *Engine) SetAttribution(index int, a record.Attribution) bool {
 	for _, l := range e.loops {
 		if int(l.index) == index {
 			return l.setAttribution(a)
@@ -305,15 +307,15 @@ func (e *Engine) ProcessPIDs(index int) []uint32 {
 }
 
 // Catalog returns the engine's catalog.
-func (e *Engine) Catalog() *Catalog { return e.cfg.Catalog }
+func (e *Engine) Catalog() *catalog.Catalog { return e.cfg.Catalog }
 
 // Emit publishes an event to every output (from any goroutine).
-func (e *Engine) Emit(ev Event) { e.events.append(ev) }
+func (e *Engine) Emit(ev record.Event) { e.events.append(ev) }
 
 // AddOutput attaches out under name with its own pump. Its cursors start at
 // the rings' current heads: it sees what is published from now on. Outputs
 // added before Run see everything.
-func (e *Engine) AddOutput(name string, out Output, opts PumpOptions) error {
+func (e *Engine) AddOutput(name string, out record.Output, opts PumpOptions) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closing {
@@ -357,7 +359,7 @@ func (e *Engine) RemoveOutput(name string) error {
 // pump's lanes take the old one's place in every ring in one step, so each
 // sample published goes to exactly one of the two; then the old output is
 // flushed and closed. It returns the old output's close error.
-func (e *Engine) ReplaceOutput(name string, out Output, opts PumpOptions) error {
+func (e *Engine) ReplaceOutput(name string, out record.Output, opts PumpOptions) error {
 	e.mu.Lock()
 	if e.closing {
 		e.mu.Unlock()
@@ -392,7 +394,7 @@ func (e *Engine) ReplaceOutput(name string, out Output, opts PumpOptions) error 
 // the old output is flushed and closed and build runs. If build fails, the
 // output is removed, what waited is counted (logged) as dropped, and build's
 // error is returned.
-func (e *Engine) ReplaceOutputWith(name string, opts PumpOptions, build func() (Output, error)) error {
+func (e *Engine) ReplaceOutputWith(name string, opts PumpOptions, build func() (record.Output, error)) error {
 	e.mu.Lock()
 	if e.closing {
 		e.mu.Unlock()
@@ -553,13 +555,13 @@ func (e *Engine) Run(ctx context.Context) error {
 // (the first, then every tenth): sampling goes on, a restart then delivers
 // some history again.
 func (e *Engine) saveCursors() {
-	all := make(map[string]map[BufferType]uint64, len(e.loops))
+	all := make(map[string]map[catalog.BufferType]uint64, len(e.loops))
 	for _, l := range e.loops {
 		uuid := l.identity.Load().UUID
 		if uuid == "" {
 			continue
 		}
-		byType := map[BufferType]uint64{}
+		byType := map[catalog.BufferType]uint64{}
 		for _, b := range l.buffers {
 			if c := b.published.Load(); c > 0 {
 				byType[b.typ] = c
@@ -689,7 +691,7 @@ func (e *Engine) watchdog(ctx context.Context) {
 // then it logs once and stops).
 func (e *Engine) watchEvents(ctx context.Context, l *deviceLoop, w EventWatcher) {
 	idx := int(l.index)
-	emit := func(ev Event) {
+	emit := func(ev record.Event) {
 		ev.Device = idx
 		e.Emit(ev)
 	}
@@ -771,13 +773,13 @@ func (e *Engine) Stats() Stats {
 // mutex is cheaper to reason about than another lock-free structure.
 type eventLog struct {
 	mu   sync.Mutex
-	buf  []Event
+	buf  []record.Event
 	head uint64
 }
 
-func newEventLog(n int) *eventLog { return &eventLog{buf: make([]Event, n)} }
+func newEventLog(n int) *eventLog { return &eventLog{buf: make([]record.Event, n)} }
 
-func (l *eventLog) append(ev Event) {
+func (l *eventLog) append(ev record.Event) {
 	ev = ev.Clone()
 	l.mu.Lock()
 	l.buf[l.head%uint64(len(l.buf))] = ev
@@ -794,7 +796,7 @@ func (l *eventLog) position() uint64 {
 // read appends events from pos to dst and returns the new position and how
 // many were lost to overwriting. Returned events share their Attrs with the
 // log, which never modifies them.
-func (l *eventLog) read(pos uint64, dst []Event) ([]Event, uint64, uint64) {
+func (l *eventLog) read(pos uint64, dst []record.Event) ([]record.Event, uint64, uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var dropped uint64

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler"
 	"github.com/gpusampler/gpusampler/sampler/sim"
 )
@@ -14,7 +15,7 @@ import (
 // discard counts samples; the pump writes n while the benchmark reads it.
 type discard struct{ n atomic.Int64 }
 
-func (d *discard) Write(_ context.Context, b *sampler.Batch) error {
+func (d *discard) Write(_ context.Context, b *record.Batch) error {
 	d.n.Add(int64(len(b.Samples)))
 	return nil
 }

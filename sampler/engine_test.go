@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/internal/clocktest"
+	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler"
 	"github.com/gpusampler/gpusampler/sampler/sim"
 )
@@ -17,16 +19,16 @@ import (
 // collector is an in-memory Output that copies what it receives.
 type collector struct {
 	mu      sync.Mutex
-	samples []sampler.Sample
-	devices []sampler.Device
-	events  []sampler.Event
+	samples []record.Sample
+	devices []record.Device
+	events  []record.Event
 	seqs    []uint64
 	delay   atomic.Int64 // ns per Write
 	fail    atomic.Bool
 	closed  bool
 }
 
-func (c *collector) Write(ctx context.Context, b *sampler.Batch) error {
+func (c *collector) Write(ctx context.Context, b *record.Batch) error {
 	if d := c.delay.Load(); d > 0 {
 		time.Sleep(time.Duration(d))
 	}
@@ -36,7 +38,7 @@ func (c *collector) Write(ctx context.Context, b *sampler.Batch) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
-		return sampler.ErrClosed
+		return record.ErrClosed
 	}
 	c.samples = append(c.samples, b.Samples...)
 	c.devices = append(c.devices, b.Devices...)
@@ -54,10 +56,10 @@ func (c *collector) Close() error {
 	return nil
 }
 
-func (c *collector) snapshot() []sampler.Sample {
+func (c *collector) snapshot() []record.Sample {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return append([]sampler.Sample(nil), c.samples...)
+	return append([]record.Sample(nil), c.samples...)
 }
 
 // fakeDevice is a scripted device: buffer type t holds a sample every
@@ -67,36 +69,36 @@ type fakeDevice struct {
 	index     int
 	start     time.Time
 	depth     int
-	period    map[sampler.BufferType]time.Duration
-	idle      map[sampler.BufferType]bool
-	fields    map[sampler.MetricID]float64
-	fieldErr  map[sampler.MetricID]error
+	period    map[catalog.BufferType]time.Duration
+	idle      map[catalog.BufferType]bool
+	fields    map[catalog.MetricID]float64
+	fieldErr  map[catalog.MetricID]error
 	bootShift time.Duration // subtract from Unix time: a boot-time clock
 	now       func() time.Time
 
 	mu        sync.Mutex
-	readCalls map[sampler.MetricID]int
+	readCalls map[catalog.MetricID]int
 	calls     atomic.Uint64
 }
 
 func newFakeDevice(index int) *fakeDevice {
 	return &fakeDevice{index: index, start: time.Now().Add(-time.Minute), depth: 100, now: time.Now,
-		period:    map[sampler.BufferType]time.Duration{sampler.BufferTotalPower: 10 * time.Millisecond, sampler.BufferGPUUtil: 50 * time.Millisecond},
-		idle:      map[sampler.BufferType]bool{},
-		fields:    map[sampler.MetricID]float64{sampler.MetricPowerInstant: 500, sampler.MetricEnergy: 1e6},
-		fieldErr:  map[sampler.MetricID]error{},
-		readCalls: map[sampler.MetricID]int{}}
+		period:    map[catalog.BufferType]time.Duration{catalog.BufferTotalPower: 10 * time.Millisecond, catalog.BufferGPUUtil: 50 * time.Millisecond},
+		idle:      map[catalog.BufferType]bool{},
+		fields:    map[catalog.MetricID]float64{catalog.MetricPowerInstant: 500, catalog.MetricEnergy: 1e6},
+		fieldErr:  map[catalog.MetricID]error{},
+		readCalls: map[catalog.MetricID]int{}}
 }
 
-func (d *fakeDevice) Identity() (sampler.Device, error) {
-	return sampler.Device{Index: d.index, UUID: fmt.Sprintf("GPU-fake-%d", d.index), Name: "Fake", Backend: "fake"}, nil
+func (d *fakeDevice) Identity() (record.Device, error) {
+	return record.Device{Index: d.index, UUID: fmt.Sprintf("GPU-fake-%d", d.index), Name: "Fake", Backend: "fake"}, nil
 }
 
 func (d *fakeDevice) rawUS(k int64, p time.Duration) uint64 {
 	return uint64((d.start.Add(time.Duration(k)*p).UnixNano() - int64(d.bootShift)) / 1000)
 }
 
-func (d *fakeDevice) Drain(t sampler.BufferType, cursor uint64, dst []sampler.RawSample) ([]sampler.RawSample, error) {
+func (d *fakeDevice) Drain(t catalog.BufferType, cursor uint64, dst []sampler.RawSample) ([]sampler.RawSample, error) {
 	d.calls.Add(2)
 	p, ok := d.period[t]
 	if !ok {
@@ -121,7 +123,7 @@ func (d *fakeDevice) Drain(t sampler.BufferType, cursor uint64, dst []sampler.Ra
 	return dst, nil
 }
 
-func (d *fakeDevice) Read(ids []sampler.MetricID, out []sampler.Reading) error {
+func (d *fakeDevice) Read(ids []catalog.MetricID, out []sampler.Reading) error {
 	d.calls.Add(1)
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -136,7 +138,7 @@ func (d *fakeDevice) Read(ids []sampler.MetricID, out []sampler.Reading) error {
 			continue
 		}
 		switch id {
-		case sampler.MetricUtilGPU, sampler.MetricUtilMemory:
+		case catalog.MetricUtilGPU, catalog.MetricUtilMemory:
 			out[i] = sampler.Reading{Value: 0}
 		default:
 			out[i] = sampler.Reading{Err: sampler.ErrNotSupported}
@@ -155,7 +157,7 @@ func (d *fakeDevice) onClock(clk *clocktest.Clock) *fakeDevice {
 
 func (d *fakeDevice) CallStats() sampler.CallStats { return sampler.CallStats{Calls: d.calls.Load()} }
 
-func (d *fakeDevice) reads(id sampler.MetricID) int {
+func (d *fakeDevice) reads(id catalog.MetricID) int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.readCalls[id]
@@ -221,8 +223,8 @@ func runStepped(t *testing.T, e *sampler.Engine, clk *clocktest.Clock, armed, ma
 
 var clockStart = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
-func onlyPowerBuffer(m *sampler.Metric) bool {
-	return m.ID == sampler.MetricPowerDraw
+func onlyPowerBuffer(m *catalog.Metric) bool {
+	return m.ID == catalog.MetricPowerDraw
 }
 
 // Every driver sample is delivered exactly once across many drains.
@@ -249,7 +251,7 @@ func TestEngineExactlyOnceDrain(t *testing.T) {
 		if s.Value != first+float64(i) {
 			t.Fatalf("sample %d has number %v, want %v (gap or duplicate)", i, s.Value, first+float64(i))
 		}
-		if s.Metric != sampler.MetricPowerDraw || s.Device != 0 {
+		if s.Metric != catalog.MetricPowerDraw || s.Device != 0 {
 			t.Fatalf("unexpected sample %+v", s)
 		}
 	}
@@ -302,7 +304,7 @@ func TestEngineSuspectedLoss(t *testing.T) {
 	// 5 × 3 ms = 15 ms span: shorter than MinDrainInterval, so even the
 	// shortest drain interval overruns it.
 	dev.depth = 5
-	dev.period[sampler.BufferTotalPower] = 3 * time.Millisecond
+	dev.period[catalog.BufferTotalPower] = 3 * time.Millisecond
 	e, err := sampler.New(&fakeSource{devs: []*fakeDevice{dev}}, sampler.Config{
 		DrainInterval: 250 * time.Millisecond, Select: onlyPowerBuffer, Clock: clk, CallTimeout: -1})
 	if err != nil {
@@ -312,7 +314,7 @@ func TestEngineSuspectedLoss(t *testing.T) {
 	e.AddOutput("c", out, sampler.PumpOptions{FlushInterval: 5 * time.Millisecond})
 	runStepped(t, e, clk, 1, 1000, func() bool { return e.Stats().Devices[0].SuspectedLosses >= 1 })
 	out.mu.Lock()
-	events := append([]sampler.Event(nil), out.events...)
+	events := append([]record.Event(nil), out.events...)
 	out.mu.Unlock()
 	if len(events) == 0 {
 		t.Fatal("no event")
@@ -324,7 +326,7 @@ func TestEngineSuspectedLoss(t *testing.T) {
 	if st.MinDrainInterval >= 250*time.Millisecond {
 		t.Fatalf("drain interval not shortened: %v", st.MinDrainInterval)
 	}
-	if events[0].Kind != sampler.EventSampleLoss {
+	if events[0].Kind != record.EventSampleLoss {
 		t.Fatalf("event %+v, want sample_loss", events[0])
 	}
 }
@@ -356,8 +358,8 @@ func TestEngineDrainIntervalHalfSpan(t *testing.T) {
 // GPU's empty utilization buffer yields a marked point read.
 func TestEngineProbeOnceAndIdlePointRead(t *testing.T) {
 	dev := newFakeDevice(0)
-	dev.idle[sampler.BufferGPUUtil] = true
-	dev.fieldErr[sampler.MetricTempMemory] = fmt.Errorf("memory temp: %w", sampler.ErrNotSupported)
+	dev.idle[catalog.BufferGPUUtil] = true
+	dev.fieldErr[catalog.MetricTempMemory] = fmt.Errorf("memory temp: %w", sampler.ErrNotSupported)
 	e, err := sampler.New(&fakeSource{devs: []*fakeDevice{dev}}, sampler.Config{
 		DrainInterval: 20 * time.Millisecond, FieldInterval: 10 * time.Millisecond})
 	if err != nil {
@@ -366,21 +368,21 @@ func TestEngineProbeOnceAndIdlePointRead(t *testing.T) {
 	out := &collector{}
 	e.AddOutput("c", out, sampler.PumpOptions{FlushInterval: 5 * time.Millisecond})
 	runUntil(t, e, func() bool { return e.Stats().Devices[0].FieldReads >= 10 && e.Stats().Devices[0].PointReads >= 2 })
-	if n := dev.reads(sampler.MetricTempMemory); n != 1 {
+	if n := dev.reads(catalog.MetricTempMemory); n != 1 {
 		t.Fatalf("unsupported field read %d times, want once", n)
 	}
-	if n := dev.reads(sampler.MetricPowerInstant); n < 10 {
+	if n := dev.reads(catalog.MetricPowerInstant); n < 10 {
 		t.Fatalf("supported field read %d times", n)
 	}
 	var point, instant int
 	for _, s := range out.snapshot() {
-		if s.Metric == sampler.MetricUtilGPU {
-			if s.Flags&sampler.FlagPointRead == 0 {
+		if s.Metric == catalog.MetricUtilGPU {
+			if s.Flags&record.FlagPointRead == 0 {
 				t.Fatalf("utilization sample from an idle buffer without the point-read mark: %+v", s)
 			}
 			point++
 		}
-		if s.Metric == sampler.MetricPowerInstant {
+		if s.Metric == catalog.MetricPowerInstant {
 			instant++
 			if s.Value != 500 {
 				t.Fatalf("instant power %v", s.Value)
@@ -472,8 +474,8 @@ func TestEngineFailingOutputCounted(t *testing.T) {
 	bad.fail.Store(true)
 	good := &collector{}
 	e.AddOutput("bad", bad, sampler.PumpOptions{FlushInterval: 5 * time.Millisecond})
-	e.AddOutput("good", good, sampler.PumpOptions{FlushInterval: 5 * time.Millisecond, Select: func(m *sampler.Metric) bool {
-		return m.Group == sampler.GroupPower
+	e.AddOutput("good", good, sampler.PumpOptions{FlushInterval: 5 * time.Millisecond, Select: func(m *catalog.Metric) bool {
+		return m.Group == catalog.GroupPower
 	}})
 	runUntil(t, e, func() bool { return e.Stats().Outputs[0].WriteErrors >= 3 })
 	for _, o := range e.Stats().Outputs {
@@ -487,7 +489,7 @@ func TestEngineFailingOutputCounted(t *testing.T) {
 				t.Errorf("good: %+v", o)
 			}
 			for _, s := range good.snapshot() {
-				if m := sampler.DefaultCatalog.Get(s.Metric); m.Group != sampler.GroupPower {
+				if m := catalog.DefaultCatalog.Get(s.Metric); m.Group != catalog.GroupPower {
 					t.Fatalf("unselected metric %s delivered", m.Name)
 				}
 			}
@@ -528,7 +530,7 @@ func TestEngineConfigErrors(t *testing.T) {
 		{DrainInterval: -time.Second},
 		{FieldInterval: -time.Second},
 		{SlowInterval: 10 * time.Millisecond},
-		{Devices: func(sampler.Device) bool { return false }},
+		{Devices: func(record.Device) bool { return false }},
 	} {
 		if _, err := sampler.New(src, cfg); err == nil {
 			t.Errorf("New(%+v) succeeded", cfg)
@@ -540,16 +542,16 @@ func TestEngineConfigErrors(t *testing.T) {
 // RareInterval, not one per field tick.
 func TestEngineRareFieldsReadAtRareInterval(t *testing.T) {
 	dev := newFakeDevice(0)
-	dev.fields[sampler.MetricNVLinkCRCFlitErrors] = 4
+	dev.fields[catalog.MetricNVLinkCRCFlitErrors] = 4
 	e, err := sampler.New(&fakeSource{devs: []*fakeDevice{dev}}, sampler.Config{
 		FieldInterval: 5 * time.Millisecond, RareInterval: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.AddOutput("c", &collector{}, sampler.PumpOptions{FlushInterval: 5 * time.Millisecond})
-	runUntil(t, e, func() bool { return dev.reads(sampler.MetricPowerInstant) >= 10 })
-	if n := dev.reads(sampler.MetricNVLinkCRCFlitErrors); n != 1 {
-		t.Errorf("rare field read %d times during %d field ticks, want once", n, dev.reads(sampler.MetricPowerInstant))
+	runUntil(t, e, func() bool { return dev.reads(catalog.MetricPowerInstant) >= 10 })
+	if n := dev.reads(catalog.MetricNVLinkCRCFlitErrors); n != 1 {
+		t.Errorf("rare field read %d times during %d field ticks, want once", n, dev.reads(catalog.MetricPowerInstant))
 	}
 }
 
@@ -560,12 +562,12 @@ type gpmDevice struct {
 	gpmReads atomic.Int64
 }
 
-func (d *gpmDevice) Read(ids []sampler.MetricID, out []sampler.Reading) error {
+func (d *gpmDevice) Read(ids []catalog.MetricID, out []sampler.Reading) error {
 	if err := d.fakeDevice.Read(ids, out); err != nil {
 		return err
 	}
 	for i, id := range ids {
-		if sampler.DefaultCatalog.Get(id).Src.Kind != sampler.FromGPM {
+		if catalog.DefaultCatalog.Get(id).Src.Kind != catalog.FromGPM {
 			continue
 		}
 		if i == 0 {
@@ -574,7 +576,7 @@ func (d *gpmDevice) Read(ids []sampler.MetricID, out []sampler.Reading) error {
 		switch {
 		case d.gpmReads.Load() == 1:
 			out[i] = sampler.Reading{Err: sampler.ErrNothingNew}
-		case id == sampler.MetricSMActive:
+		case id == catalog.MetricSMActive:
 			out[i] = sampler.Reading{Value: 42}
 		default:
 			out[i] = sampler.Reading{Err: sampler.ErrNotSupported}
@@ -598,8 +600,8 @@ func TestEngineGPMReadAtItsInterval(t *testing.T) {
 	dev := &gpmDevice{fakeDevice: newFakeDevice(0).onClock(clk)}
 	e, err := sampler.New(gpmSource{dev}, sampler.Config{FieldInterval: 5 * time.Millisecond, GPMInterval: 100 * time.Millisecond,
 		Clock: clk, CallTimeout: -1,
-		Select: func(m *sampler.Metric) bool {
-			return m.Src.Kind == sampler.FromGPM || m.ID == sampler.MetricPowerInstant
+		Select: func(m *catalog.Metric) bool {
+			return m.Src.Kind == catalog.FromGPM || m.ID == catalog.MetricPowerInstant
 		}})
 	if err != nil {
 		t.Fatal(err)
@@ -608,7 +610,7 @@ func TestEngineGPMReadAtItsInterval(t *testing.T) {
 	e.AddOutput("c", out, sampler.PumpOptions{FlushInterval: 5 * time.Millisecond})
 	count := func() (n int) {
 		for _, s := range out.snapshot() {
-			if s.Metric == sampler.MetricSMActive {
+			if s.Metric == catalog.MetricSMActive {
 				n++
 				if s.Value != 42 {
 					t.Errorf("sm_active %v", s.Value)
@@ -624,11 +626,11 @@ func TestEngineGPMReadAtItsInterval(t *testing.T) {
 	if n := count(); n < 2 {
 		t.Errorf("%d sm_active samples delivered after 3 GPM reads, want at least 2 (first snapshot yields nothing)", n)
 	}
-	fields, gpm := dev.reads(sampler.MetricPowerInstant), int(dev.gpmReads.Load())
+	fields, gpm := dev.reads(catalog.MetricPowerInstant), int(dev.gpmReads.Load())
 	if gpm < 3 || fields < 4*gpm {
 		t.Errorf("%d GPM reads beside %d field reads: GPM should run at its own, slower interval", gpm, fields)
 	}
-	if n := dev.reads(sampler.MetricTensorActive); n != 2 {
+	if n := dev.reads(catalog.MetricTensorActive); n != 2 {
 		t.Errorf("unsupported GPM metric read %d times, want twice (nothing new, then not supported)", n)
 	}
 	if _, err := sampler.New(gpmSource{dev}, sampler.Config{GPMInterval: 10 * time.Millisecond}); err == nil {
@@ -665,7 +667,7 @@ func TestEngineReplaceOutputNoGap(t *testing.T) {
 	for _, d := range e.Stats().Devices {
 		published += d.Published
 	}
-	seen := map[sampler.Sample]int{}
+	seen := map[record.Sample]int{}
 	var got uint64
 	for _, o := range outs {
 		for _, s := range o.snapshot() {
@@ -711,7 +713,7 @@ func TestEngineReplaceOutputWith(t *testing.T) {
 	runUntil(t, e, func() bool {
 		switch {
 		case phase == 0 && len(first.snapshot()) > 0:
-			err := e.ReplaceOutputWith("x", opts, func() (sampler.Output, error) {
+			err := e.ReplaceOutputWith("x", opts, func() (record.Output, error) {
 				first.mu.Lock()
 				closed := first.closed
 				first.mu.Unlock()
@@ -742,7 +744,7 @@ func TestEngineReplaceOutputWith(t *testing.T) {
 	src2, _ := sim.New(sim.Options{GPUs: 1})
 	e2, _ := sampler.New(src2, sampler.Config{})
 	e2.AddOutput("y", &collector{}, opts)
-	if err := e2.ReplaceOutputWith("y", opts, func() (sampler.Output, error) { return nil, errors.New("address in use") }); err == nil {
+	if err := e2.ReplaceOutputWith("y", opts, func() (record.Output, error) { return nil, errors.New("address in use") }); err == nil {
 		t.Fatal("failed build not reported")
 	}
 	if n := len(e2.Stats().Outputs); n != 0 {

@@ -3,76 +3,15 @@ package sampler_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"io"
 	"maps"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler"
 )
-
-func TestClassify(t *testing.T) {
-	base := errors.New("boom")
-	for _, tc := range []struct {
-		name string
-		err  error
-		want sampler.ErrorKind
-	}{
-		{"nil", nil, sampler.KindNone},
-		{"plain", base, sampler.KindRetryable},
-		{"deadline", context.DeadlineExceeded, sampler.KindRetryable},
-		{"closed", sampler.ErrClosed, sampler.KindRetryable},
-		{"ErrUnavailable", sampler.ErrUnavailable, sampler.KindUnavailable},
-		{"wrapped ErrUnavailable", fmt.Errorf("restarting: %w", sampler.ErrUnavailable), sampler.KindUnavailable},
-		{"Unavailable", sampler.Unavailable(base), sampler.KindUnavailable},
-		{"wrapped Unavailable", fmt.Errorf("plugin x: %w", sampler.Unavailable(base)), sampler.KindUnavailable},
-		{"Permanent", sampler.Permanent(base), sampler.KindPermanent},
-		{"wrapped Permanent", fmt.Errorf("plugin x: %w", sampler.Permanent(base)), sampler.KindPermanent},
-		// a batch that cannot succeed is never held, whatever else it says
-		{"Permanent over unavailable", sampler.Permanent(fmt.Errorf("x: %w", sampler.ErrUnavailable)), sampler.KindPermanent},
-		{"Unavailable over Permanent", sampler.Unavailable(sampler.Permanent(base)), sampler.KindPermanent},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := sampler.Classify(tc.err); got != tc.want {
-				t.Fatalf("Classify(%v) = %v, want %v", tc.err, got, tc.want)
-			}
-		})
-	}
-}
-
-// Every kind survives String/ParseErrorKind and WithKind/Classify, and the
-// marks keep the message and the wrapped error.
-func TestErrorKindRoundTrip(t *testing.T) {
-	base := io.ErrUnexpectedEOF
-	for _, k := range []sampler.ErrorKind{sampler.KindNone, sampler.KindRetryable, sampler.KindUnavailable, sampler.KindPermanent} {
-		got, ok := sampler.ParseErrorKind(k.String())
-		if !ok || got != k {
-			t.Fatalf("ParseErrorKind(%q) = %v, %v; want %v", k.String(), got, ok, k)
-		}
-		err := sampler.WithKind(base, k)
-		if k == sampler.KindNone {
-			if err != nil {
-				t.Fatalf("WithKind(err, NONE) = %v, want nil", err)
-			}
-			continue
-		}
-		if c := sampler.Classify(err); c != k {
-			t.Fatalf("Classify(WithKind(err, %v)) = %v", k, c)
-		}
-		if !errors.Is(err, base) || err.Error() != base.Error() {
-			t.Fatalf("WithKind(err, %v) = %q; lost the wrapped error", k, err)
-		}
-	}
-	if _, ok := sampler.ParseErrorKind("permanent"); ok {
-		t.Fatal("ParseErrorKind accepted a lower-case name")
-	}
-	if sampler.Permanent(nil) != nil || sampler.Unavailable(nil) != nil {
-		t.Fatal("marking nil must give nil")
-	}
-}
 
 // refusing refuses every batch with an error of one kind and records how
 // often each batch (by its first sample's number) was offered.
@@ -82,7 +21,7 @@ type refusing struct {
 	offers map[float64]int
 }
 
-func (r *refusing) Write(ctx context.Context, b *sampler.Batch) error {
+func (r *refusing) Write(ctx context.Context, b *record.Batch) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(b.Samples) > 0 {
@@ -98,11 +37,11 @@ func (r *refusing) Close() error { return nil }
 // the next batch goes on and the accounting stays exact.
 func TestPumpHonoursErrorKind(t *testing.T) {
 	for _, tc := range []struct {
-		kind       sampler.ErrorKind
+		kind       record.ErrorKind
 		wantOffers int
 	}{
-		{sampler.KindPermanent, 1},
-		{sampler.KindRetryable, sampler.RetryableOffers},
+		{record.KindPermanent, 1},
+		{record.KindRetryable, sampler.RetryableOffers},
 	} {
 		t.Run(tc.kind.String(), func(t *testing.T) {
 			dev := newFakeDevice(0)
@@ -111,7 +50,7 @@ func TestPumpHonoursErrorKind(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			out := &refusing{err: sampler.WithKind(errors.New("refused"), tc.kind), offers: map[float64]int{}}
+			out := &refusing{err: record.WithKind(errors.New("refused"), tc.kind), offers: map[float64]int{}}
 			if err := e.AddOutput("r", out, sampler.PumpOptions{FlushInterval: 5 * time.Millisecond, MaxBatch: 16,
 				WriteTimeout: 50 * time.Millisecond}); err != nil {
 				t.Fatal(err)

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpusampler/gpusampler/catalog"
+	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler"
 	"github.com/gpusampler/gpusampler/sampler/sim"
 )
@@ -28,10 +30,10 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func (c *collector) eventsOf(kind sampler.EventKind, dev int) []sampler.Event {
+func (c *collector) eventsOf(kind record.EventKind, dev int) []record.Event {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var out []sampler.Event
+	var out []record.Event
 	for _, e := range c.events {
 		if e.Kind == kind && e.Device == dev {
 			out = append(out, e)
@@ -58,7 +60,7 @@ func (c *collector) countFor(dev int) int {
 func startSim(t *testing.T, n int, cfg sampler.Config) ([]*sim.Device, *sampler.Engine, *collector, func() error) {
 	t.Helper()
 	src, err := sim.New(sim.Options{GPUs: n, Profile: "training", Seed: 7,
-		Periods: [sampler.NumBufferTypes]time.Duration{sampler.BufferTotalPower: 5 * time.Millisecond}})
+		Periods: [catalog.NumBufferTypes]time.Duration{catalog.BufferTotalPower: 5 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +108,7 @@ func TestGPULostMidRunOthersKeepSampling(t *testing.T) {
 	waitFor(t, "every GPU sampling", func() bool { return col.countFor(0) > 0 && col.countFor(1) > 0 && col.countFor(2) > 0 })
 
 	devs[1].SetLost(true)
-	waitFor(t, "device_lost on gpu1", func() bool { return len(col.eventsOf(sampler.EventDeviceLost, 1)) == 1 })
+	waitFor(t, "device_lost on gpu1", func() bool { return len(col.eventsOf(record.EventDeviceLost, 1)) == 1 })
 	waitFor(t, "gpu1 state lost", func() bool { s := stateOf(eng, 1); return s == sampler.DeviceLost || s == sampler.DeviceRecovering })
 	lostAt := eng.Stats().Devices[1].Published
 	n0, n2 := col.countFor(0), col.countFor(2)
@@ -116,7 +118,7 @@ func TestGPULostMidRunOthersKeepSampling(t *testing.T) {
 	}
 
 	devs[1].SetLost(false)
-	waitFor(t, "device_recovered on gpu1", func() bool { return len(col.eventsOf(sampler.EventDeviceRecovery, 1)) == 1 })
+	waitFor(t, "device_recovered on gpu1", func() bool { return len(col.eventsOf(record.EventDeviceRecovery, 1)) == 1 })
 	waitFor(t, "gpu1 sampling again", func() bool { return eng.Stats().Devices[1].Published > lostAt+50 })
 	if s := stateOf(eng, 1); s != sampler.DeviceOK {
 		t.Errorf("gpu1 state %v after recovery, want ok", s)
@@ -124,15 +126,15 @@ func TestGPULostMidRunOthersKeepSampling(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	rec := col.eventsOf(sampler.EventDeviceRecovery, 1)[0]
-	if !slices.Contains(rec.Attrs, sampler.Attr{Key: "from", Value: "lost"}) || rec.EndNS < rec.StartNS {
+	rec := col.eventsOf(record.EventDeviceRecovery, 1)[0]
+	if !slices.Contains(rec.Attrs, record.Attr{Key: "from", Value: "lost"}) || rec.EndNS < rec.StartNS {
 		t.Errorf("recovery event %+v", rec)
 	}
 	st := eng.Stats().Devices[1]
 	if st.Recoveries != 1 {
 		t.Errorf("recoveries = %d, want 1", st.Recoveries)
 	}
-	if len(col.eventsOf(sampler.EventDeviceLost, 0))+len(col.eventsOf(sampler.EventDeviceLost, 2)) != 0 {
+	if len(col.eventsOf(record.EventDeviceLost, 0))+len(col.eventsOf(record.EventDeviceLost, 2)) != 0 {
 		t.Errorf("healthy GPUs reported lost")
 	}
 }
@@ -142,7 +144,7 @@ func TestHungCallStallsOnlyItsDevice(t *testing.T) {
 	waitFor(t, "both GPUs sampling", func() bool { return col.countFor(0) > 0 && col.countFor(1) > 0 })
 
 	release := devs[1].Hang()
-	waitFor(t, "device_hung on gpu1", func() bool { return len(col.eventsOf(sampler.EventDeviceHung, 1)) == 1 })
+	waitFor(t, "device_hung on gpu1", func() bool { return len(col.eventsOf(record.EventDeviceHung, 1)) == 1 })
 	if s := stateOf(eng, 1); s != sampler.DeviceHung {
 		t.Errorf("gpu1 state %v, want hung", s)
 	}
@@ -156,8 +158,8 @@ func TestHungCallStallsOnlyItsDevice(t *testing.T) {
 
 	release()
 	waitFor(t, "gpu1 recovered from hung", func() bool {
-		for _, e := range col.eventsOf(sampler.EventDeviceRecovery, 1) {
-			if slices.Contains(e.Attrs, sampler.Attr{Key: "from", Value: "hung"}) {
+		for _, e := range col.eventsOf(record.EventDeviceRecovery, 1) {
+			if slices.Contains(e.Attrs, record.Attr{Key: "from", Value: "hung"}) {
 				return true
 			}
 		}
@@ -170,7 +172,7 @@ func TestHungCallStallsOnlyItsDevice(t *testing.T) {
 	if st := eng.Stats().Devices[1]; st.Hangs != 1 || st.State != sampler.DeviceOK {
 		t.Errorf("gpu1 hangs %d, state %v; want 1, ok", st.Hangs, st.State)
 	}
-	if len(col.eventsOf(sampler.EventDeviceHung, 0)) != 0 {
+	if len(col.eventsOf(record.EventDeviceHung, 0)) != 0 {
 		t.Errorf("healthy gpu0 reported hung")
 	}
 }
@@ -180,7 +182,7 @@ func TestHungDeviceDoesNotBlockShutdown(t *testing.T) {
 	devs, _, col, stop := startSim(t, 2, sampler.Config{CallTimeout: 20 * time.Millisecond})
 	release := devs[0].Hang()
 	defer release() // after the test: let the abandoned goroutine finish
-	waitFor(t, "device_hung on gpu0", func() bool { return len(col.eventsOf(sampler.EventDeviceHung, 0)) == 1 })
+	waitFor(t, "device_hung on gpu0", func() bool { return len(col.eventsOf(record.EventDeviceHung, 0)) == 1 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -189,21 +191,21 @@ func TestHungDeviceDoesNotBlockShutdown(t *testing.T) {
 func TestXIDArrivesExactlyOnce(t *testing.T) {
 	devs, _, col, stop := startSim(t, 2, sampler.Config{})
 	devs[1].InjectXID(79)
-	waitFor(t, "xid event", func() bool { return len(col.eventsOf(sampler.EventXID, 1)) > 0 })
+	waitFor(t, "xid event", func() bool { return len(col.eventsOf(record.EventXID, 1)) > 0 })
 	// Keep running a while (more pump flushes), then stop and count.
 	n := col.countFor(0)
 	waitFor(t, "more batches", func() bool { return col.countFor(0) > n+200 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	xids := col.eventsOf(sampler.EventXID, 1)
+	xids := col.eventsOf(record.EventXID, 1)
 	if len(xids) != 1 {
 		t.Fatalf("%d xid events, want exactly 1", len(xids))
 	}
-	if !slices.Contains(xids[0].Attrs, sampler.Attr{Key: "xid", Value: "79"}) {
+	if !slices.Contains(xids[0].Attrs, record.Attr{Key: "xid", Value: "79"}) {
 		t.Errorf("xid event %+v", xids[0])
 	}
-	if len(col.eventsOf(sampler.EventXID, 0)) != 0 {
+	if len(col.eventsOf(record.EventXID, 0)) != 0 {
 		t.Errorf("xid on the wrong GPU")
 	}
 }

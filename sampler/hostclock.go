@@ -10,12 +10,6 @@ import (
 	"time"
 )
 
-// EventClockStep: the host's realtime clock was stepped (by more than
-// ClockStepThreshold against the boot-time clock); boot-time driver
-// timestamps are converted with the new offset from then on. Attrs carry
-// the step in ns.
-const EventClockStep EventKind = "clock_step"
-
 // ClockStepThreshold is how far the measured realtime − boottime offset
 // may drift from the one in use before it counts as a clock step and is
 // re-anchored. Below it, the offset in use stays: every batch of every

@@ -9,6 +9,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/gpusampler/gpusampler/catalog"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // DeviceState is where a device loop stands.
@@ -47,8 +50,8 @@ const maxLostBackoff = 12
 
 // bufferState is the drain state of one sample-buffer type on one device.
 type bufferState struct {
-	typ       BufferType
-	metric    MetricID
+	typ       catalog.BufferType
+	metric    catalog.MetricID
 	supported bool
 	cursor    uint64        // newest raw timestamp delivered
 	depth     int           // largest drain seen: the buffer's depth estimate
@@ -73,7 +76,7 @@ type deviceLoop struct {
 	src      DeviceSource
 	index    uint16
 	ring     *Ring
-	identity atomic.Pointer[Device]
+	identity atomic.Pointer[record.Device]
 	// idMu serializes identity replacements (recovery, attribution); reads
 	// stay lock-free through identity.
 	idMu sync.Mutex
@@ -82,24 +85,24 @@ type deviceLoop struct {
 	tb   *Timebase
 
 	buffers  []*bufferState
-	fastIDs  []MetricID
+	fastIDs  []catalog.MetricID
 	fastOut  []Reading
-	slowIDs  []MetricID
+	slowIDs  []catalog.MetricID
 	slowOut  []Reading
-	rareIDs  []MetricID // slow state marked Rare, read every RareInterval
+	rareIDs  []catalog.MetricID // slow state marked Rare, read every RareInterval
 	rareOut  []Reading
-	gpmIDs   []MetricID // GPM profiling, read every GPMInterval
+	gpmIDs   []catalog.MetricID // GPM profiling, read every GPMInterval
 	gpmOut   []Reading
-	pointID  []MetricID // utilization point read for idle GPUs
+	pointID  []catalog.MetricID // utilization point read for idle GPUs
 	pointOut []Reading
 	// fbIDs are buffer metrics whose buffer the device does not support,
 	// read with point queries at the field interval instead (marked
 	// FlagPointRead).
-	fbIDs []MetricID
+	fbIDs []catalog.MetricID
 	fbOut []Reading
 
 	raw []RawSample
-	pub []Sample
+	pub []record.Sample
 
 	// Per-process polling (ProcessSource); procs is nil when the source
 	// cannot list processes, per-process sampling is off, or the device
@@ -107,8 +110,8 @@ type deviceLoop struct {
 	procs      ProcessSource
 	procCursor uint64
 	procBuf    []Process
-	procFields []Field
-	procAttrs  []Attr
+	procFields []record.Field
+	procAttrs  []record.Attr
 
 	// Lost-device state: lostAt is when the device was found lost,
 	// nextProbe when it is probed again (every LostRetryInterval from
@@ -142,37 +145,37 @@ type deviceLoop struct {
 	minDrainNS                                        atomic.Int64
 }
 
-func newDeviceLoop(e *Engine, src DeviceSource, id Device) *deviceLoop {
+func newDeviceLoop(e *Engine, src DeviceSource, id record.Device) *deviceLoop {
 	l := &deviceLoop{e: e, src: src, index: uint16(id.Index), ring: NewRing(e.cfg.RingSize), tb: newTimebase(e.cfg.Clock, e.host),
 		done: make(chan struct{})}
 	l.identity.Store(&id)
 	cat := e.cfg.Catalog
-	sel := func(m *Metric) bool { return e.cfg.Select == nil || e.cfg.Select(m) }
+	sel := func(m *catalog.Metric) bool { return e.cfg.Select == nil || e.cfg.Select(m) }
 	for _, m := range cat.All() {
 		if !sel(&m) {
 			continue
 		}
 		switch m.Src.Kind {
-		case FromBuffer:
+		case catalog.FromBuffer:
 			l.buffers = append(l.buffers, &bufferState{typ: m.Src.Buffer, metric: m.ID, supported: true,
 				interval: e.cfg.DrainInterval, limit: e.cfg.DrainInterval})
-		case FromField:
+		case catalog.FromField:
 			if m.Rare {
 				l.rareIDs = append(l.rareIDs, m.ID) // health counters: one batch per RareInterval
 			} else {
 				l.fastIDs = append(l.fastIDs, m.ID)
 			}
-		case FromQuery:
+		case catalog.FromQuery:
 			if m.Rare {
 				l.rareIDs = append(l.rareIDs, m.ID)
 			} else {
 				l.slowIDs = append(l.slowIDs, m.ID)
 			}
-		case FromGPM:
+		case catalog.FromGPM:
 			l.gpmIDs = append(l.gpmIDs, m.ID)
 		}
 	}
-	for _, id := range []MetricID{MetricUtilGPU, MetricUtilMemory} {
+	for _, id := range []catalog.MetricID{catalog.MetricUtilGPU, catalog.MetricUtilMemory} {
 		if m := cat.Get(id); m != nil && sel(m) {
 			l.pointID = append(l.pointID, id)
 		}
@@ -183,7 +186,7 @@ func newDeviceLoop(e *Engine, src DeviceSource, id Device) *deviceLoop {
 	l.gpmOut = make([]Reading, len(l.gpmIDs))
 	l.pointOut = make([]Reading, len(l.pointID))
 	l.raw = make([]RawSample, 0, 256)
-	l.pub = make([]Sample, 0, 1024)
+	l.pub = make([]record.Sample, 0, 1024)
 	l.minDrainNS.Store(int64(e.cfg.DrainInterval))
 	if ps, ok := src.(ProcessSource); ok && e.cfg.ProcessInterval > 0 {
 		l.procs = ps
@@ -263,7 +266,7 @@ func (l *deviceLoop) run(ctx context.Context) {
 				l.fieldReads.Add(1)
 			}
 			if len(l.fbIDs) > 0 {
-				l.readInto(l.fbIDs, l.fbOut, now, FlagPointRead, &l.fbIDs, &l.fbOut)
+				l.readInto(l.fbIDs, l.fbOut, now, record.FlagPointRead, &l.fbIDs, &l.fbOut)
 				l.pointReads.Add(1)
 			}
 			nextField = advance(nextField, fieldEvery, now)
@@ -383,7 +386,7 @@ func (l *deviceLoop) drainDue(now time.Time, force bool) {
 			continue
 		}
 		empty := l.drain(b, now)
-		if empty && b.typ == BufferGPUUtil {
+		if empty && b.typ == catalog.BufferGPUUtil {
 			idle = true
 		}
 		b.next = advance(b.next, b.interval, now)
@@ -391,7 +394,7 @@ func (l *deviceLoop) drainDue(now time.Time, force bool) {
 	if idle && len(l.pointID) > 0 && !force {
 		// An idle GPU's utilization buffers run dry: one marked point read
 		// keeps dashboards at 0% instead of a gap.
-		l.readInto(l.pointID, l.pointOut, now, FlagPointRead, &l.pointID, &l.pointOut)
+		l.readInto(l.pointID, l.pointOut, now, record.FlagPointRead, &l.pointID, &l.pointOut)
 		l.pointReads.Add(1)
 	}
 }
@@ -436,9 +439,9 @@ func (l *deviceLoop) drain(b *bufferState, now time.Time) bool {
 	if step := l.tb.Stepped; step != 0 {
 		l.e.log.Warn("realtime clock stepped: boot-time driver timestamps re-anchored", "step", time.Duration(step))
 		nowNS := now.UnixNano()
-		l.e.Emit(Event{Kind: EventClockStep, Device: int(l.index), StartNS: nowNS, EndNS: nowNS,
+		l.e.Emit(record.Event{Kind: record.EventClockStep, Device: int(l.index), StartNS: nowNS, EndNS: nowNS,
 			Message: "realtime clock stepped against the boot-time clock; driver timestamps re-anchored",
-			Attrs:   []Attr{{"step_ns", strconv.FormatInt(step, 10)}, {"scope", "host"}}})
+			Attrs:   []record.Attr{{Key: "step_ns", Value: strconv.FormatInt(step, 10)}, {Key: "scope", Value: "host"}}})
 	}
 	prev := uint64(0)
 	for _, r := range raw {
@@ -446,7 +449,7 @@ func (l *deviceLoop) drain(b *bufferState, now time.Time) bool {
 			continue // duplicate timestamp within a batch
 		}
 		prev = r.TimeUS
-		l.pub = append(l.pub, Sample{TimeNS: l.tb.ToNS(r.TimeUS), Value: r.Value, Device: l.index, Metric: b.metric})
+		l.pub = append(l.pub, record.Sample{TimeNS: l.tb.ToNS(r.TimeUS), Value: r.Value, Device: l.index, Metric: b.metric})
 	}
 	b.cursor = raw[len(raw)-1].TimeUS
 	return false
@@ -458,7 +461,7 @@ func (l *deviceLoop) drain(b *bufferState, now time.Time) bool {
 // from now on, marked as a point read, when the device answers one.
 func (l *deviceLoop) fallBack(b *bufferState, now time.Time) {
 	name := l.e.cfg.Catalog.Name(b.metric)
-	ids := []MetricID{b.metric}
+	ids := []catalog.MetricID{b.metric}
 	out := make([]Reading, 1)
 	l.enter(&opRead)
 	err := l.src.Read(ids, out)
@@ -475,7 +478,7 @@ func (l *deviceLoop) fallBack(b *bufferState, now time.Time) {
 		if t == 0 {
 			t = now.UnixNano()
 		}
-		l.pub = append(l.pub, Sample{TimeNS: t, Value: out[0].Value, Device: l.index, Metric: b.metric, Flags: FlagPointRead})
+		l.pub = append(l.pub, record.Sample{TimeNS: t, Value: out[0].Value, Device: l.index, Metric: b.metric, Flags: record.FlagPointRead})
 		l.pointReads.Add(1)
 	}
 	l.fbIDs = append(l.fbIDs, b.metric)
@@ -539,8 +542,8 @@ func (l *deviceLoop) checkLoss(b *bufferState, raw []RawSample) {
 	l.schedule(b, depth)
 	l.e.log.Warn("sample buffer overran between drains; drain interval shortened", "device", l.index,
 		"buffer", b.typ.String(), "lost_estimate", lost, "interval", b.interval)
-	l.e.Emit(Event{Kind: EventSampleLoss, Device: int(l.index), StartNS: l.tb.ToNS(b.cursor), EndNS: l.tb.ToNS(raw[0].TimeUS),
-		Message: "driver sample buffer overran between drains", Attrs: []Attr{{"buffer", b.typ.String()}}})
+	l.e.Emit(record.Event{Kind: record.EventSampleLoss, Device: int(l.index), StartNS: l.tb.ToNS(b.cursor), EndNS: l.tb.ToNS(raw[0].TimeUS),
+		Message: "driver sample buffer overran between drains", Attrs: []record.Attr{{Key: "buffer", Value: b.typ.String()}}})
 }
 
 // schedule sets buffer b's drain interval from its span (depth × period):
@@ -583,7 +586,7 @@ func (l *deviceLoop) noteInterval() {
 
 // readInto reads ids into out and appends the values as samples. Metrics
 // that answer ErrNotSupported are dropped from *ids/*outs for good.
-func (l *deviceLoop) readInto(ids []MetricID, out []Reading, now time.Time, flags Flags, idsp *[]MetricID, outp *[]Reading) {
+func (l *deviceLoop) readInto(ids []catalog.MetricID, out []Reading, now time.Time, flags record.Flags, idsp *[]catalog.MetricID, outp *[]Reading) {
 	clear(out)
 	l.enter(&opRead)
 	err := l.src.Read(ids, out)
@@ -601,7 +604,7 @@ func (l *deviceLoop) readInto(ids []MetricID, out []Reading, now time.Time, flag
 			if t == 0 {
 				t = nowNS
 			}
-			l.pub = append(l.pub, Sample{TimeNS: t, Value: r.Value, Device: l.index, Metric: ids[i], Flags: flags})
+			l.pub = append(l.pub, record.Sample{TimeNS: t, Value: r.Value, Device: l.index, Metric: ids[i], Flags: flags})
 		case errors.Is(r.Err, ErrNotSupported):
 			unsupported = true
 		case errors.Is(r.Err, ErrNothingNew):
@@ -701,8 +704,8 @@ func (l *deviceLoop) exit() {
 	id := l.identity.Load()
 	now := l.e.cfg.Clock.Now().UnixNano()
 	l.e.log.Warn("driver call returned after the watchdog flagged it", "device", l.index, "uuid", id.UUID)
-	l.e.Emit(Event{Kind: EventDeviceRecovery, Device: int(l.index), StartNS: now, EndNS: now,
-		Message: "overdue driver call returned", Attrs: []Attr{{"uuid", id.UUID}, {"from", "hung"}}})
+	l.e.Emit(record.Event{Kind: record.EventDeviceRecovery, Device: int(l.index), StartNS: now, EndNS: now,
+		Message: "overdue driver call returned", Attrs: []record.Attr{{Key: "uuid", Value: id.UUID}, {Key: "from", Value: "hung"}}})
 }
 
 // watch is called by the engine's watchdog: when a call has been in flight
@@ -728,9 +731,9 @@ func (l *deviceLoop) watch(now time.Time, timeout time.Duration) {
 	l.hung.Add(1)
 	l.e.log.Error("driver call hung; this device's sampling is stalled, the others' is not", "device", l.index,
 		"uuid", id.UUID, "op", op, "for", now.Sub(time.Unix(0, start)))
-	l.e.Emit(Event{Kind: EventDeviceHung, Device: int(l.index), StartNS: start,
+	l.e.Emit(record.Event{Kind: record.EventDeviceHung, Device: int(l.index), StartNS: start,
 		Message: fmt.Sprintf("driver %s call has not returned within %v", op, timeout),
-		Attrs:   []Attr{{"uuid", id.UUID}, {"op", op}}})
+		Attrs:   []record.Attr{{Key: "uuid", Value: id.UUID}, {Key: "op", Value: op}}})
 }
 
 // callFailed handles an error for a whole call.
@@ -750,8 +753,8 @@ func (l *deviceLoop) markLost(err error, now time.Time, msg string) {
 	l.state.Store(uint32(DeviceLost))
 	id := l.identity.Load()
 	l.e.log.Error(msg, "device", l.index, "uuid", id.UUID, "err", err, "probe_every", l.e.cfg.LostRetryInterval)
-	l.e.Emit(Event{Kind: EventDeviceLost, Device: int(l.index), StartNS: now.UnixNano(), Message: err.Error(),
-		Attrs: []Attr{{"uuid", id.UUID}}})
+	l.e.Emit(record.Event{Kind: record.EventDeviceLost, Device: int(l.index), StartNS: now.UnixNano(), Message: err.Error(),
+		Attrs: []record.Attr{{Key: "uuid", Value: id.UUID}}})
 }
 
 // retryLost probes a lost device: re-acquire it by UUID (Reopener; by
@@ -796,13 +799,13 @@ func (l *deviceLoop) retryLost(now time.Time) {
 	l.identity.Store(&id)
 	l.idMu.Unlock()
 	l.e.log.Warn("gpu recovered", "device", l.index, "uuid", id.UUID, "down_for", now.Sub(l.lostAt))
-	l.e.Emit(Event{Kind: EventDeviceRecovery, Device: int(l.index), StartNS: l.lostAt.UnixNano(), EndNS: now.UnixNano(),
-		Message: "device answers again", Attrs: []Attr{{"uuid", id.UUID}, {"from", "lost"}}})
+	l.e.Emit(record.Event{Kind: record.EventDeviceRecovery, Device: int(l.index), StartNS: l.lostAt.UnixNano(), EndNS: now.UnixNano(),
+		Message: "device answers again", Attrs: []record.Attr{{Key: "uuid", Value: id.UUID}, {Key: "from", Value: "lost"}}})
 }
 
 // setAttribution replaces the device's attribution; a change bumps the
 // identity's Generation so that every output sees it with the next batch.
-func (l *deviceLoop) setAttribution(a Attribution) bool {
+func (l *deviceLoop) setAttribution(a record.Attribution) bool {
 	l.idMu.Lock()
 	defer l.idMu.Unlock()
 	cur := l.identity.Load()

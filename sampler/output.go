@@ -1,69 +1,7 @@
 package sampler
 
-import (
-	"context"
-	"errors"
-)
+import "errors"
 
 // ErrStopping is returned when an output is added to an engine that is
 // shutting down.
 var ErrStopping = errors.New("sampler: engine is stopping")
-
-// ErrClosed is returned by an Output's Write after Close.
-var ErrClosed = errors.New("sampler: output closed")
-
-// ErrUnavailable is wrapped by an Output's Write error when the output is
-// temporarily unable to take batches (a plugin restarting, a sink down) and
-// the same batch should be offered again (KindUnavailable; Unavailable marks
-// an error with it). The pump then keeps the batch — same Seq — and retries
-// it on its next flush, reading nothing more from the rings until it goes
-// through; meanwhile each ring lane that fills up refuses the newest samples
-// (the ones published after it filled), counted as dropped. Permanent
-// errors fail the batch at once, other errors after RetryableOffers
-// attempts (counted as failed); see ErrorKind.
-var ErrUnavailable = errors.New("sampler: output unavailable")
-
-// Output receives batches of records from its pump. Built-in in-process
-// outputs (stdout), network outputs and the plugin client all implement it;
-// the fan-out cannot tell them apart.
-//
-// Concurrency and ownership: one pump calls Write and Close from a single
-// goroutine, never concurrently. The Batch and every slice in it belong to
-// the pump and are reused after Write returns: an output must not retain any
-// of it (copy what it needs). Write should honour ctx's deadline. After Close,
-// Write returns ErrClosed; a second Close returns nil. A Write error says by
-// its kind (Classify) what the pump does with the batch: offer it again
-// later (unavailable, retryable) or give it up (permanent).
-type Output interface {
-	Write(ctx context.Context, b *Batch) error
-	Close() error
-}
-
-// StatsReporter is implemented by outputs that keep counters of their own
-// beyond the pump's accounting (OutputStats): HTTP requests, retries and
-// rejected points of an InfluxDB writer, NATS messages and acks, a plugin's
-// restarts, crashes and wedges. Every stats interval the agent sends them
-// as a self-metrics event (EventSelf, attrs scope=output_detail and
-// output=NAME) and `gpusampler run --stats` prints them on one line.
-//
-// ReportStats appends the output's counters to dst and returns the result.
-// Keys are snake_case and stable; counters since the output was built are
-// Int fields. It may be called from any goroutine, concurrently with Write
-// and after Close, and must return quickly (no I/O). Wrappers (aggregation,
-// buffering, the plugin client) report their own counters, if any, and
-// pass on the inner output's.
-type StatsReporter interface {
-	ReportStats(dst []Field) []Field
-}
-
-// ReportStats returns out's own counters when it is a StatsReporter, else
-// dst unchanged.
-func ReportStats(out Output, dst []Field) []Field {
-	if r, ok := out.(StatsReporter); ok {
-		return r.ReportStats(dst)
-	}
-	return dst
-}
-
-// IntField returns an integer Field (a counter or a count).
-func IntField(key string, v uint64) Field { return Field{Key: key, Value: float64(v), Int: true} }

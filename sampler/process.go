@@ -4,34 +4,8 @@ import (
 	"strconv"
 	"time"
 	"unicode/utf8"
-)
 
-// Per-process sampling (like nvidia-smi pmon): which processes use a GPU,
-// the memory they hold and their share of the SM, memory, encoder and
-// decoder engines.
-//
-// Record shape: every process seen in one poll becomes one Event of kind
-// EventProcess with StartNS == EndNS (the poll time), numeric values in
-// Fields (pid, used_memory_mib, sm_util, mem_util, enc_util, dec_util) and
-// identity in Attrs (name, type, and cmdline when enabled). Events already
-// travel through every output, the plugin protocol and NATS, so no record
-// type was added. The PID is a field, never a tag or label: PIDs churn and
-// would explode series cardinality.
-
-// EventProcess is one process on one device at one poll (see Process).
-const EventProcess EventKind = "process"
-
-// Process field and attribute keys of an EventProcess event.
-const (
-	ProcessFieldPID        = "pid"
-	ProcessFieldUsedMemory = "used_memory_mib"
-	ProcessFieldSMUtil     = "sm_util"
-	ProcessFieldMemUtil    = "mem_util"
-	ProcessFieldEncUtil    = "enc_util"
-	ProcessFieldDecUtil    = "dec_util"
-	ProcessAttrName        = "name"
-	ProcessAttrType        = "type"
-	ProcessAttrCmdline     = "cmdline"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // Process defaults and limits.
@@ -103,17 +77,17 @@ type ProcessSource interface {
 // processEvent converts p into an EventProcess event at nowNS. fields and
 // attrs are scratch slices reused between calls (the event log clones
 // them on Emit).
-func processEvent(dev int, p *Process, nowNS int64, fields []Field, attrs []Attr) Event {
-	fields = append(fields[:0], Field{Key: ProcessFieldPID, Value: float64(p.PID), Int: true})
+func processEvent(dev int, p *Process, nowNS int64, fields []record.Field, attrs []record.Attr) record.Event {
+	fields = append(fields[:0], record.Field{Key: record.ProcessFieldPID, Value: float64(p.PID), Int: true})
 	if p.HasMemory {
-		fields = append(fields, Field{Key: ProcessFieldUsedMemory, Value: float64(p.UsedMemoryMiB), Int: true})
+		fields = append(fields, record.Field{Key: record.ProcessFieldUsedMemory, Value: float64(p.UsedMemoryMiB), Int: true})
 	}
 	if p.HasUtil {
 		fields = append(fields,
-			Field{Key: ProcessFieldSMUtil, Value: p.SMUtil, Int: true},
-			Field{Key: ProcessFieldMemUtil, Value: p.MemUtil, Int: true},
-			Field{Key: ProcessFieldEncUtil, Value: p.EncUtil, Int: true},
-			Field{Key: ProcessFieldDecUtil, Value: p.DecUtil, Int: true})
+			record.Field{Key: record.ProcessFieldSMUtil, Value: p.SMUtil, Int: true},
+			record.Field{Key: record.ProcessFieldMemUtil, Value: p.MemUtil, Int: true},
+			record.Field{Key: record.ProcessFieldEncUtil, Value: p.EncUtil, Int: true},
+			record.Field{Key: record.ProcessFieldDecUtil, Value: p.DecUtil, Int: true})
 	}
 	name := p.Name
 	if name == "" {
@@ -123,11 +97,11 @@ func processEvent(dev int, p *Process, nowNS int64, fields []Field, attrs []Attr
 	if typ == "" {
 		typ = "unknown"
 	}
-	attrs = append(attrs[:0], Attr{ProcessAttrName, name}, Attr{ProcessAttrType, typ})
+	attrs = append(attrs[:0], record.Attr{Key: record.ProcessAttrName, Value: name}, record.Attr{Key: record.ProcessAttrType, Value: typ})
 	if p.Cmdline != "" {
-		attrs = append(attrs, Attr{ProcessAttrCmdline, p.Cmdline})
+		attrs = append(attrs, record.Attr{Key: record.ProcessAttrCmdline, Value: p.Cmdline})
 	}
-	return Event{Kind: EventProcess, Device: dev, StartNS: nowNS, EndNS: nowNS, Attrs: attrs, Fields: fields}
+	return record.Event{Kind: record.EventProcess, Device: dev, StartNS: nowNS, EndNS: nowNS, Attrs: attrs, Fields: fields}
 }
 
 // TruncateCmdline cuts s to at most max bytes without splitting a UTF-8

@@ -1,6 +1,10 @@
 package sampler
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/gpusampler/gpusampler/record"
+)
 
 func TestTruncateCmdline(t *testing.T) {
 	for _, tc := range []struct {
@@ -43,13 +47,13 @@ func TestProcessIntervalBounds(t *testing.T) {
 func TestProcessEvent(t *testing.T) {
 	p := Process{PID: 42, Type: "C", UsedMemoryMiB: 1024, HasMemory: true}
 	e := processEvent(3, &p, 7, nil, nil)
-	if e.Kind != EventProcess || e.Device != 3 || e.StartNS != 7 || e.EndNS != 7 {
+	if e.Kind != record.EventProcess || e.Device != 3 || e.StartNS != 7 || e.EndNS != 7 {
 		t.Fatalf("event %+v", e)
 	}
-	if len(e.Fields) != 2 || e.Fields[0] != (Field{"pid", 42, true}) || e.Fields[1] != (Field{"used_memory_mib", 1024, true}) {
+	if len(e.Fields) != 2 || e.Fields[0] != (record.Field{Key: "pid", Value: 42, Int: true}) || e.Fields[1] != (record.Field{Key: "used_memory_mib", Value: 1024, Int: true}) {
 		t.Fatalf("fields %+v: want pid and used memory only (no utilization)", e.Fields)
 	}
-	if len(e.Attrs) != 2 || e.Attrs[0] != (Attr{"name", "pid42"}) || e.Attrs[1] != (Attr{"type", "C"}) {
+	if len(e.Attrs) != 2 || e.Attrs[0] != (record.Attr{Key: "name", Value: "pid42"}) || e.Attrs[1] != (record.Attr{Key: "type", Value: "C"}) {
 		t.Fatalf("attrs %+v", e.Attrs)
 	}
 }

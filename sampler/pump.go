@@ -5,6 +5,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/gpusampler/gpusampler/catalog"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // Pump defaults.
@@ -33,7 +36,7 @@ type PumpOptions struct {
 	WriteTimeout time.Duration
 	// Select, when set, passes only the metrics it returns true for; the
 	// others are counted as filtered.
-	Select func(*Metric) bool
+	Select func(*catalog.Metric) bool
 }
 
 // OutputStats are one output's self-metrics. For every output, at any
@@ -83,17 +86,17 @@ type OutputStats struct {
 type pump struct {
 	e       *Engine
 	name    string
-	out     Output
+	out     record.Output
 	opts    PumpOptions
 	cursors []*Cursor
 	evPos   uint64
 	sentGen []uint64 // per loop: Generation+1 of the identity last delivered
-	batch   Batch
+	batch   record.Batch
 	seq     uint64
 	held    bool // batch was refused (unavailable or retryable): offer it again before reading more
 	offers  int  // Writes of the held batch that failed as retryable
 	// heldKind is the kind of the last refusal of the held batch.
-	heldKind ErrorKind
+	heldKind record.ErrorKind
 
 	stopCh   chan struct{}
 	stopOnce sync.Once
@@ -122,13 +125,13 @@ type pump struct {
 	inhBase OutputStats
 }
 
-func newPump(e *Engine, name string, out Output, opts PumpOptions) *pump {
+func newPump(e *Engine, name string, out record.Output, opts PumpOptions) *pump {
 	return newPumpReplacing(e, name, out, opts, nil)
 }
 
 // newPumpReplacing makes a pump whose lanes take old's place in every ring
 // (Ring.Swap), or new lanes when old is nil.
-func newPumpReplacing(e *Engine, name string, out Output, opts PumpOptions, old *pump) *pump {
+func newPumpReplacing(e *Engine, name string, out record.Output, opts PumpOptions, old *pump) *pump {
 	if opts.FlushInterval <= 0 {
 		opts.FlushInterval = DefaultFlushInterval
 	}
@@ -147,7 +150,7 @@ func newPumpReplacing(e *Engine, name string, out Output, opts PumpOptions, old 
 			p.cursors = append(p.cursors, l.ring.NewCursor())
 		}
 	}
-	p.batch.Samples = make([]Sample, 0, opts.MaxBatch)
+	p.batch.Samples = make([]record.Sample, 0, opts.MaxBatch)
 	p.inhPrev = old
 	return p
 }
@@ -194,7 +197,7 @@ func (p *pump) run(ctx context.Context) {
 			// has not taken is given up. A batch refused as retryable is
 			// not offered again: the process is stopping.
 			wait := min(p.opts.WriteTimeout, p.e.cfg.ShutdownTimeout/2)
-			for deadline := time.Now().Add(wait); p.held && p.heldKind == KindUnavailable && !p.gaveUp.Load() && time.Now().Before(deadline); {
+			for deadline := time.Now().Add(wait); p.held && p.heldKind == record.KindUnavailable && !p.gaveUp.Load() && time.Now().Before(deadline); {
 				time.Sleep(min(p.opts.FlushInterval, 50*time.Millisecond))
 				p.flushAll(ctx)
 			}
@@ -401,11 +404,11 @@ func (p *pump) write(ctx context.Context) bool {
 	if int64(lat) > p.maxLatency.Load() {
 		p.maxLatency.Store(int64(lat))
 	}
-	kind := Classify(err)
-	if kind == KindRetryable {
+	kind := record.Classify(err)
+	if kind == record.KindRetryable {
 		p.offers++
 	}
-	if kind == KindUnavailable || (kind == KindRetryable && p.offers < RetryableOffers) {
+	if kind == record.KindUnavailable || (kind == record.KindRetryable && p.offers < RetryableOffers) {
 		p.retries.Add(1)
 		p.heldKind = kind
 		if !p.held {

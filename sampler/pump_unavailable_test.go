@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
@@ -16,12 +17,12 @@ import (
 type flaky struct {
 	down     atomic.Bool
 	mu       sync.Mutex
-	accepted []sampler.Sample
+	accepted []record.Sample
 	offered  map[uint64][]float64 // seq → sample numbers, each offer
 	refused  int
 }
 
-func (f *flaky) Write(ctx context.Context, b *sampler.Batch) error {
+func (f *flaky) Write(ctx context.Context, b *record.Batch) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.offered == nil {
@@ -32,7 +33,7 @@ func (f *flaky) Write(ctx context.Context, b *sampler.Batch) error {
 	}
 	if f.down.Load() {
 		f.refused++
-		return fmt.Errorf("restarting: %w", sampler.ErrUnavailable)
+		return fmt.Errorf("restarting: %w", record.ErrUnavailable)
 	}
 	f.accepted = append(f.accepted, b.Samples...)
 	return nil

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // Ring is one producer's bounded fan-out of Samples: a single-producer,
@@ -62,7 +64,7 @@ func (r *Ring) Published() uint64 { return r.published.Load() }
 
 // Publish offers samples to every attached reader without blocking or
 // allocating. Only the ring's owner may call it.
-func (r *Ring) Publish(samples ...Sample) {
+func (r *Ring) Publish(samples ...record.Sample) {
 	for _, c := range *r.lanes.Load() {
 		c.push(samples)
 	}
@@ -71,7 +73,7 @@ func (r *Ring) Publish(samples ...Sample) {
 
 // NewCursor attaches a reader; it sees what is published from now on.
 func (r *Ring) NewCursor() *Cursor {
-	c := &Cursor{buf: make([]Sample, r.size), mask: uint64(r.size - 1)}
+	c := &Cursor{buf: make([]record.Sample, r.size), mask: uint64(r.size - 1)}
 	r.mu.Lock()
 	lanes := append(slices.Clone(*r.lanes.Load()), c)
 	r.lanes.Store(&lanes)
@@ -83,7 +85,7 @@ func (r *Ring) NewCursor() *Cursor {
 // published goes either to old (before) or to the new cursor (after), never
 // to both or neither. old keeps what it holds and its counters.
 func (r *Ring) Swap(old *Cursor) *Cursor {
-	c := &Cursor{buf: make([]Sample, r.size), mask: uint64(r.size - 1)}
+	c := &Cursor{buf: make([]record.Sample, r.size), mask: uint64(r.size - 1)}
 	r.mu.Lock()
 	lanes := slices.Clone(*r.lanes.Load())
 	if i := slices.Index(lanes, old); i >= 0 {
@@ -106,7 +108,7 @@ func (r *Ring) Detach(c *Cursor) {
 
 // Cursor is one reader's lane in a Ring, with its exact accounting.
 type Cursor struct {
-	buf  []Sample
+	buf  []record.Sample
 	mask uint64
 	_    [40]byte
 	head atomic.Uint64 // samples written into the lane (producer)
@@ -118,7 +120,7 @@ type Cursor struct {
 }
 
 // push is the producer side: copy what fits, drop and count the rest.
-func (c *Cursor) push(s []Sample) {
+func (c *Cursor) push(s []record.Sample) {
 	h := c.head.Load() // only the producer writes head
 	free := uint64(len(c.buf)) - (h - c.tail.Load())
 	n := uint64(len(s))
@@ -138,7 +140,7 @@ func (c *Cursor) push(s []Sample) {
 
 // Read copies the next samples into dst and returns how many it copied. It
 // never blocks and never allocates.
-func (c *Cursor) Read(dst []Sample) int {
+func (c *Cursor) Read(dst []record.Sample) int {
 	t := c.tail.Load() // only the consumer writes tail
 	avail := c.head.Load() - t
 	n := min(uint64(len(dst)), avail)

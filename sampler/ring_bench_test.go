@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/gpusampler/gpusampler/internal/cgocall"
+
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // BenchmarkPublish: ring publish cost per sample with one reader attached,
@@ -19,11 +21,11 @@ func BenchmarkPublish(b *testing.B) {
 		b.Run(map[int]string{1: "single", 64: "batch64"}[size], func(b *testing.B) {
 			r := NewRing(1 << 12)
 			c := r.NewCursor()
-			batch := make([]Sample, size)
+			batch := make([]record.Sample, size)
 			for i := range batch {
 				batch[i] = seqSample(uint64(i))
 			}
-			buf := make([]Sample, 1<<12)
+			buf := make([]record.Sample, 1<<12)
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := range b.N {
@@ -84,7 +86,7 @@ func BenchmarkFanout(b *testing.B) {
 				defer wg.Done()
 				// Like a pump: read in large batches, yield while little
 				// is waiting.
-				buf := make([]Sample, 4096)
+				buf := make([]record.Sample, 4096)
 				for c.ReadCount()+c.Dropped() < uint64(total) {
 					if c.Lag() < 1024 && !produced.Load() {
 						runtime.Gosched()
@@ -94,7 +96,7 @@ func BenchmarkFanout(b *testing.B) {
 				}
 			}()
 		}
-		batch := make([]Sample, 64)
+		batch := make([]record.Sample, 64)
 		for i := 0; i < b.N; i++ {
 			for j := range batch {
 				batch[j].TimeNS = int64(i*64 + j)
@@ -116,10 +118,10 @@ func BenchmarkFanout(b *testing.B) {
 	})
 	b.Run("chan64", func(b *testing.B) {
 		total := b.N * 64
-		chans := make([]chan []Sample, consumers)
+		chans := make([]chan []record.Sample, consumers)
 		var wg sync.WaitGroup
 		for i := range chans {
-			chans[i] = make(chan []Sample, 1<<15/64)
+			chans[i] = make(chan []record.Sample, 1<<15/64)
 		}
 		b.ReportAllocs()
 		b.ResetTimer()
@@ -127,7 +129,7 @@ func BenchmarkFanout(b *testing.B) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				buf := make([]Sample, 0, 4096)
+				buf := make([]record.Sample, 0, 4096)
 				for got := 0; got < total; {
 					batch := <-ch
 					buf = append(buf[:0], batch...)
@@ -136,7 +138,7 @@ func BenchmarkFanout(b *testing.B) {
 			}()
 		}
 		for i := 0; i < b.N; i++ {
-			batch := make([]Sample, 64) // shared read-only by the consumers
+			batch := make([]record.Sample, 64) // shared read-only by the consumers
 			for j := range batch {
 				batch[j].TimeNS = int64(i*64 + j)
 			}
@@ -149,10 +151,10 @@ func BenchmarkFanout(b *testing.B) {
 	})
 	b.Run("chan1", func(b *testing.B) {
 		total := b.N * 64
-		chans := make([]chan Sample, consumers)
+		chans := make([]chan record.Sample, consumers)
 		var wg sync.WaitGroup
 		for i := range chans {
-			chans[i] = make(chan Sample, 1<<15)
+			chans[i] = make(chan record.Sample, 1<<15)
 		}
 		b.ReportAllocs()
 		b.ResetTimer()
@@ -166,7 +168,7 @@ func BenchmarkFanout(b *testing.B) {
 			}()
 		}
 		for i := range total {
-			s := Sample{TimeNS: int64(i)}
+			s := record.Sample{TimeNS: int64(i)}
 			for _, ch := range chans {
 				ch <- s
 			}

@@ -5,17 +5,20 @@ import (
 	"math/rand/v2"
 	"sync"
 	"testing"
+
+	"github.com/gpusampler/gpusampler/catalog"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // ringUnderTest is what the conformance suite needs from a ring.
 type ringUnderTest interface {
-	Publish(...Sample)
+	Publish(...record.Sample)
 	Cap() int
 	newCursor() cursorUnderTest
 }
 
 type cursorUnderTest interface {
-	Read(dst []Sample) int
+	Read(dst []record.Sample) int
 	ReadCount() uint64
 	Dropped() uint64
 	Published() uint64
@@ -35,7 +38,7 @@ type mutexRing struct {
 
 func (r *mutexRing) Cap() int { return r.size }
 
-func (r *mutexRing) Publish(s ...Sample) {
+func (r *mutexRing) Publish(s ...record.Sample) {
 	r.mu.Lock()
 	for _, c := range r.cursors {
 		for _, x := range s {
@@ -52,7 +55,7 @@ func (r *mutexRing) Publish(s ...Sample) {
 
 type mutexCursor struct {
 	r                        *mutexRing
-	queue                    []Sample
+	queue                    []record.Sample
 	published, read, dropped uint64
 }
 
@@ -64,7 +67,7 @@ func (r *mutexRing) newCursor() cursorUnderTest {
 	return c
 }
 
-func (c *mutexCursor) Read(dst []Sample) int {
+func (c *mutexCursor) Read(dst []record.Sample) int {
 	c.r.mu.Lock()
 	defer c.r.mu.Unlock()
 	n := copy(dst, c.queue)
@@ -84,11 +87,11 @@ var ringImpls = []struct {
 	{"mutex", func(n int) ringUnderTest { return &mutexRing{size: n} }},
 }
 
-func seqSample(i uint64) Sample {
-	return Sample{TimeNS: int64(i), Value: float64(i), Device: uint16(i % 7), Metric: MetricID(i%40 + 1), Flags: Flags(i % 2)}
+func seqSample(i uint64) record.Sample {
+	return record.Sample{TimeNS: int64(i), Value: float64(i), Device: uint16(i % 7), Metric: catalog.MetricID(i%40 + 1), Flags: record.Flags(i % 2)}
 }
 
-func checkSample(t *testing.T, s Sample) uint64 {
+func checkSample(t *testing.T, s record.Sample) uint64 {
 	t.Helper()
 	i := uint64(s.TimeNS)
 	if s != seqSample(i) {
@@ -103,7 +106,7 @@ func TestRingConformance(t *testing.T) {
 			t.Run("empty", func(t *testing.T) {
 				r := impl.make(8)
 				c := r.newCursor()
-				if n := c.Read(make([]Sample, 4)); n != 0 {
+				if n := c.Read(make([]record.Sample, 4)); n != 0 {
 					t.Fatalf("read %d from empty ring", n)
 				}
 			})
@@ -111,9 +114,9 @@ func TestRingConformance(t *testing.T) {
 				r := impl.make(64)
 				c := r.newCursor()
 				var next uint64
-				buf := make([]Sample, 5)
+				buf := make([]record.Sample, 5)
 				for round := 0; round < 50; round++ {
-					batch := make([]Sample, round%9)
+					batch := make([]record.Sample, round%9)
 					for i := range batch {
 						batch[i] = seqSample(next + uint64(i))
 					}
@@ -145,7 +148,7 @@ func TestRingConformance(t *testing.T) {
 				r.Publish(seqSample(0), seqSample(1))
 				c := r.newCursor()
 				r.Publish(seqSample(2))
-				buf := make([]Sample, 8)
+				buf := make([]record.Sample, 8)
 				if n := c.Read(buf); n != 1 || buf[0] != seqSample(2) {
 					t.Fatalf("read %d %+v, want just sample 2", n, buf[:n])
 				}
@@ -156,7 +159,7 @@ func TestRingConformance(t *testing.T) {
 				for i := uint64(0); i < 100; i++ {
 					r.Publish(seqSample(i))
 				}
-				buf := make([]Sample, 100)
+				buf := make([]record.Sample, 100)
 				n := c.Read(buf)
 				if n != r.Cap() {
 					t.Fatalf("read %d, want the lane's %d", n, r.Cap())
@@ -178,7 +181,7 @@ func TestRingConformance(t *testing.T) {
 			t.Run("independent cursors", func(t *testing.T) {
 				r := impl.make(32)
 				fast, slow := r.newCursor(), r.newCursor()
-				buf := make([]Sample, 64)
+				buf := make([]record.Sample, 64)
 				for i := uint64(0); i < 200; i++ {
 					r.Publish(seqSample(i))
 					fast.Read(buf)
@@ -216,7 +219,7 @@ func concurrentReaders(t *testing.T, r ringUnderTest) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			buf := make([]Sample, 1+i*7)
+			buf := make([]record.Sample, 1+i*7)
 			last := int64(-1)
 			rng := rand.New(rand.NewPCG(uint64(i), 7))
 			drainOnce := func() bool {
@@ -250,7 +253,7 @@ func concurrentReaders(t *testing.T, r ringUnderTest) {
 			}
 		}()
 	}
-	batch := make([]Sample, 16)
+	batch := make([]record.Sample, 16)
 	for i := uint64(0); i < total; i += uint64(len(batch)) {
 		for j := range batch {
 			batch[j] = seqSample(i + uint64(j))
@@ -281,8 +284,8 @@ func TestRingSizeRoundsUp(t *testing.T) {
 func TestRingNoAllocs(t *testing.T) {
 	r := NewRing(1024)
 	c := r.NewCursor()
-	batch := make([]Sample, 64)
-	buf := make([]Sample, 64)
+	batch := make([]record.Sample, 64)
+	buf := make([]record.Sample, 64)
 	allocs := testing.AllocsPerRun(100, func() {
 		r.Publish(batch...)
 		c.Read(buf)

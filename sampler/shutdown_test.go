@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
@@ -22,7 +23,7 @@ type stuckOut struct {
 	closeOnce sync.Once
 }
 
-func (s *stuckOut) Write(ctx context.Context, b *sampler.Batch) error {
+func (s *stuckOut) Write(ctx context.Context, b *record.Batch) error {
 	if s.accept > 0 {
 		s.accept--
 		return nil

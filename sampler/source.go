@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/gpusampler/gpusampler/catalog"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // Errors every backend maps its failures onto, once, at its boundary. Test
@@ -75,18 +78,18 @@ type DeviceSource interface {
 	// On error the Device still carries its Index (and what else is
 	// known): a device that does not answer at start is sampled under that
 	// index once it does.
-	Identity() (Device, error)
+	Identity() (record.Device, error)
 	// Drain appends to dst every sample of buffer type t with a timestamp
 	// strictly newer than cursor (a raw driver timestamp, 0 for "all"), in
 	// any order, and returns the extended slice. It returns ErrNothingNew
 	// when there is none, ErrNotSupported when the device lacks the type.
-	Drain(t BufferType, cursor uint64, dst []RawSample) ([]RawSample, error)
+	Drain(t catalog.BufferType, cursor uint64, dst []RawSample) ([]RawSample, error)
 	// Read reads the metrics in ids into out (len(out) == len(ids)), each with
 	// its own error. Field metrics are read in one batch call; query metrics
 	// with point queries; a buffer metric asks for its current value
 	// (a point read). The returned error is for the whole call (device
 	// lost); per-value errors go in out[i].Err.
-	Read(ids []MetricID, out []Reading) error
+	Read(ids []catalog.MetricID, out []Reading) error
 }
 
 // CallStats is a backend's own cost on one device: how many C calls it made
@@ -120,7 +123,7 @@ type CallBreakdown interface {
 type BufferCapacitor interface {
 	// BufferCapacity returns the number of samples buffer type t holds, or
 	// 0 when unknown.
-	BufferCapacity(t BufferType) int
+	BufferCapacity(t catalog.BufferType) int
 }
 
 // EventWatcher is implemented by device sources that deliver driver events
@@ -132,7 +135,7 @@ type EventWatcher interface {
 	// (emit sets Event.Device). It returns early only on an error that
 	// makes watching impossible (unsupported, device lost); the engine
 	// retries after the lost-device retry interval.
-	WatchEvents(ctx context.Context, emit func(Event)) error
+	WatchEvents(ctx context.Context, emit func(record.Event)) error
 }
 
 // SourceEventWatcher is implemented by sources that watch the driver events
@@ -145,7 +148,7 @@ type SourceEventWatcher interface {
 	// sets Event.Device). Like EventWatcher.WatchEvents, it returns early
 	// only when watching is impossible; the engine then retries after the
 	// lost-device retry interval, or stops on ErrNotSupported.
-	WatchAllEvents(ctx context.Context, indexes []int, emit func(Event)) error
+	WatchAllEvents(ctx context.Context, indexes []int, emit func(record.Event)) error
 }
 
 // CPUAffinityReporter is implemented by device sources that know which
@@ -177,5 +180,5 @@ type Reopener interface {
 // method is flushed once after the device loops end, before the outputs
 // are flushed, so what it emits then still reaches them.
 type Observer interface {
-	Observe(dev *Device, samples []Sample)
+	Observe(dev *record.Device, samples []record.Sample)
 }

@@ -14,20 +14,21 @@ import (
 
 	"github.com/influxdata/line-protocol/v2/lineprotocol"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/internal/encoding/jsonl"
 	"github.com/gpusampler/gpusampler/internal/encoding/lineproto"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
-// catalog is the metric catalog the decoders map names with. Records of
+// metricCatalog is the metric catalog the decoders map names with. Records of
 // metrics it does not know (a newer sender) are skipped.
-var catalog = sampler.DefaultCatalog
+var metricCatalog = catalog.DefaultCatalog
 
 // influxNames maps line-protocol field names onto catalog metrics.
-var influxNames = func() map[string]*sampler.Metric {
-	m := map[string]*sampler.Metric{}
-	for _, x := range catalog.All() {
-		m[x.Influx().Name] = catalog.Get(x.ID)
+var influxNames = func() map[string]*catalog.Metric {
+	m := map[string]*catalog.Metric{}
+	for _, x := range metricCatalog.All() {
+		m[x.Influx().Name] = metricCatalog.Get(x.ID)
 	}
 	return m
 }()
@@ -118,7 +119,7 @@ func (r *Records) jsonLine(line []byte) error {
 		if err := json.Unmarshal(line, &s); err != nil {
 			return err
 		}
-		m := catalog.Lookup(s.Metric)
+		m := metricCatalog.Lookup(s.Metric)
 		if m == nil {
 			return nil // a metric this decoder does not know
 		}
@@ -126,9 +127,9 @@ func (r *Records) jsonLine(line []byte) error {
 		if err != nil {
 			return fmt.Errorf("value: %w", err)
 		}
-		x := sampler.Sample{TimeNS: s.Time, Value: v, Device: s.GPU, Metric: m.ID}
+		x := record.Sample{TimeNS: s.Time, Value: v, Device: s.GPU, Metric: m.ID}
 		if s.PointRead {
-			x.Flags |= sampler.FlagPointRead
+			x.Flags |= record.FlagPointRead
 		}
 		r.Batch.Samples = append(r.Batch.Samples, x)
 		r.noteUUID(int(s.GPU), s.UUID)
@@ -148,11 +149,11 @@ func (r *Records) jsonLine(line []byte) error {
 		if err := json.Unmarshal(line, &s); err != nil {
 			return err
 		}
-		m := catalog.Lookup(s.Metric)
+		m := metricCatalog.Lookup(s.Metric)
 		if m == nil {
 			return nil
 		}
-		u := sampler.Summary{StartNS: s.Time, IntervalNS: s.IntervalNS, Count: s.Count, Device: s.GPU, Metric: m.ID}
+		u := record.Summary{StartNS: s.Time, IntervalNS: s.IntervalNS, Count: s.Count, Device: s.GPU, Metric: m.ID}
 		for _, f := range []struct {
 			dst *float64
 			raw json.RawMessage
@@ -170,9 +171,9 @@ func (r *Records) jsonLine(line []byte) error {
 		if err := json.Unmarshal(line, &e); err != nil {
 			return err
 		}
-		ev := sampler.Event{Kind: sampler.EventKind(e.Kind), Device: e.GPU, StartNS: e.StartNS, EndNS: e.EndNS, Message: e.Message}
+		ev := record.Event{Kind: record.EventKind(e.Kind), Device: e.GPU, StartNS: e.StartNS, EndNS: e.EndNS, Message: e.Message}
 		for _, k := range slices.Sorted(maps.Keys(e.Attrs)) {
-			ev.Attrs = append(ev.Attrs, sampler.Attr{Key: k, Value: e.Attrs[k]})
+			ev.Attrs = append(ev.Attrs, record.Attr{Key: k, Value: e.Attrs[k]})
 		}
 		r.Batch.Events = append(r.Batch.Events, ev)
 		r.noteUUID(e.GPU, e.UUID)
@@ -181,7 +182,7 @@ func (r *Records) jsonLine(line []byte) error {
 		if err != nil {
 			return err
 		}
-		ev := sampler.Event{Kind: sampler.EventSelf, Device: -1}
+		ev := record.Event{Kind: record.EventSelf, Device: -1}
 		for _, m := range ms {
 			switch m.key {
 			case "type", "host", "tags":
@@ -200,14 +201,14 @@ func (r *Records) jsonLine(line []byte) error {
 					if err != nil {
 						return fmt.Errorf("self field %s: %w", f.key, err)
 					}
-					ev.Fields = append(ev.Fields, sampler.Field{Key: f.key, Value: v, Int: isInt})
+					ev.Fields = append(ev.Fields, record.Field{Key: f.key, Value: v, Int: isInt})
 				}
 			default:
 				var s string
 				if err := json.Unmarshal(m.raw, &s); err != nil {
 					return fmt.Errorf("self attribute %s: %w", m.key, err)
 				}
-				ev.Attrs = append(ev.Attrs, sampler.Attr{Key: m.key, Value: s})
+				ev.Attrs = append(ev.Attrs, record.Attr{Key: m.key, Value: s})
 			}
 		}
 		r.Batch.Events = append(r.Batch.Events, ev)
@@ -226,12 +227,12 @@ func (r *Records) jsonLine(line []byte) error {
 // jsonProcess decodes a "process" record: numbers are the event's fields,
 // strings its attributes ("process_type" is the attribute "type"), in the
 // order written.
-func (r *Records) jsonProcess(line []byte) (sampler.Event, error) {
+func (r *Records) jsonProcess(line []byte) (record.Event, error) {
 	ms, err := members(line)
 	if err != nil {
-		return sampler.Event{}, err
+		return record.Event{}, err
 	}
-	ev := sampler.Event{Kind: sampler.EventProcess}
+	ev := record.Event{Kind: record.EventProcess}
 	uuid := ""
 	for _, m := range ms {
 		switch m.key {
@@ -257,16 +258,16 @@ func (r *Records) jsonProcess(line []byte) (sampler.Event, error) {
 				}
 				key := m.key
 				if key == "process_type" {
-					key = sampler.ProcessAttrType
+					key = record.ProcessAttrType
 				}
-				ev.Attrs = append(ev.Attrs, sampler.Attr{Key: key, Value: v})
+				ev.Attrs = append(ev.Attrs, record.Attr{Key: key, Value: v})
 				continue
 			}
 			v, isInt, err := number(m.raw)
 			if err != nil {
 				return ev, fmt.Errorf("process field %s: %w", m.key, err)
 			}
-			ev.Fields = append(ev.Fields, sampler.Field{Key: m.key, Value: v, Int: isInt})
+			ev.Fields = append(ev.Fields, record.Field{Key: m.key, Value: v, Int: isInt})
 		}
 	}
 	r.noteUUID(ev.Device, uuid)
@@ -378,8 +379,8 @@ func lpParse(dec *lineprotocol.Decoder) (lpRecord, error) {
 // lpTagInfo is what a line's tags say.
 type lpTagInfo struct {
 	dev       int // -1: no index tag
-	selfAttrs []sampler.Attr
-	procAttrs []sampler.Attr
+	selfAttrs []record.Attr
+	procAttrs []record.Attr
 }
 
 // lpTags sorts a line's tags: the device index and UUID, the host, the
@@ -390,10 +391,10 @@ func (r *Records) lpTags(rec lpRecord) (lpTagInfo, error) {
 	t := lpTagInfo{dev: -1}
 	uuid := ""
 	var globals map[string]string
-	var attribution sampler.Attribution
+	var attribution record.Attribution
 	for _, tag := range rec.tags {
-		if rec.measurement == lineproto.ProcessMeasurement && (tag.k == sampler.ProcessAttrName || tag.k == sampler.ProcessAttrType) {
-			t.procAttrs = append(t.procAttrs, sampler.Attr{Key: tag.k, Value: tag.v})
+		if rec.measurement == lineproto.ProcessMeasurement && (tag.k == record.ProcessAttrName || tag.k == record.ProcessAttrType) {
+			t.procAttrs = append(t.procAttrs, record.Attr{Key: tag.k, Value: tag.v})
 			continue
 		}
 		if setAttribution(&attribution, tag.k, tag.v) {
@@ -413,7 +414,7 @@ func (r *Records) lpTags(rec lpRecord) (lpTagInfo, error) {
 		case "name", "pci_bus_id", "pstate", "simulated", "kind":
 		default:
 			if rec.measurement == lineproto.SelfMeasurement {
-				t.selfAttrs = append(t.selfAttrs, sampler.Attr{Key: tag.k, Value: tag.v})
+				t.selfAttrs = append(t.selfAttrs, record.Attr{Key: tag.k, Value: tag.v})
 				continue
 			}
 			if globals == nil {
@@ -429,7 +430,7 @@ func (r *Records) lpTags(rec lpRecord) (lpTagInfo, error) {
 		r.noteUUID(t.dev, uuid)
 		if !attribution.IsZero() {
 			if r.Attribution == nil {
-				r.Attribution = map[int]sampler.Attribution{}
+				r.Attribution = map[int]record.Attribution{}
 			}
 			r.Attribution[t.dev] = attribution
 		}
@@ -439,15 +440,15 @@ func (r *Records) lpTags(rec lpRecord) (lpTagInfo, error) {
 
 // setAttribution sets a's field for attribution key k and reports whether k
 // is one.
-func setAttribution(a *sampler.Attribution, k, v string) bool {
+func setAttribution(a *record.Attribution, k, v string) bool {
 	switch k {
-	case sampler.AttrPod:
+	case record.AttrPod:
 		a.Pod = v
-	case sampler.AttrNamespace:
+	case record.AttrNamespace:
 		a.Namespace = v
-	case sampler.AttrContainer:
+	case record.AttrContainer:
 		a.Container = v
-	case sampler.AttrHPCJob:
+	case record.AttrHPCJob:
 		a.HPCJob = v
 	default:
 		return false
@@ -471,21 +472,21 @@ func lpNum(v lineprotocol.Value) float64 {
 // names, scaled back to base units) or, for name_mean/_min/_max/_last/
 // _count fields, window summaries.
 func (r *Records) lpSamples(rec lpRecord, dev uint16) {
-	var flags sampler.Flags
+	var flags record.Flags
 	for _, f := range rec.fields {
 		if f.k == "point_read" && f.v.Kind() == lineprotocol.Bool && f.v.BoolV() {
-			flags |= sampler.FlagPointRead
+			flags |= record.FlagPointRead
 		}
 	}
-	sums := map[sampler.MetricID]*sampler.Summary{}
-	var order []sampler.MetricID
+	sums := map[catalog.MetricID]*record.Summary{}
+	var order []catalog.MetricID
 	for _, f := range rec.fields {
 		if m := influxNames[f.k]; m != nil {
 			v := lpNum(f.v) / m.Influx().Scale
-			if m.Type == sampler.Int {
+			if m.Type == catalog.Int {
 				v = math.Round(v)
 			}
-			r.Batch.Samples = append(r.Batch.Samples, sampler.Sample{TimeNS: rec.ns, Value: v, Device: dev, Metric: m.ID, Flags: flags})
+			r.Batch.Samples = append(r.Batch.Samples, record.Sample{TimeNS: rec.ns, Value: v, Device: dev, Metric: m.ID, Flags: flags})
 			continue
 		}
 		i := strings.LastIndexByte(f.k, '_')
@@ -498,7 +499,7 @@ func (r *Records) lpSamples(rec lpRecord, dev uint16) {
 		}
 		s := sums[m.ID]
 		if s == nil {
-			s = &sampler.Summary{StartNS: rec.ns, Device: dev, Metric: m.ID}
+			s = &record.Summary{StartNS: rec.ns, Device: dev, Metric: m.ID}
 			sums[m.ID] = s
 			order = append(order, m.ID)
 		}
@@ -522,11 +523,11 @@ func (r *Records) lpSamples(rec lpRecord, dev uint16) {
 }
 
 // lpEvent decodes a gpusampler_event line.
-func lpEvent(rec lpRecord, dev int) sampler.Event {
-	ev := sampler.Event{Device: dev, StartNS: rec.ns}
+func lpEvent(rec lpRecord, dev int) record.Event {
+	ev := record.Event{Device: dev, StartNS: rec.ns}
 	for _, t := range rec.tags {
 		if t.k == "kind" {
-			ev.Kind = sampler.EventKind(t.v)
+			ev.Kind = record.EventKind(t.v)
 		}
 	}
 	for _, f := range rec.fields {
@@ -538,37 +539,37 @@ func lpEvent(rec lpRecord, dev int) sampler.Event {
 		case f.k == "end_ns" && f.v.Kind() == lineprotocol.Int:
 			ev.EndNS = f.v.IntV()
 		case strings.HasPrefix(f.k, "attr_") && f.v.Kind() == lineprotocol.String:
-			ev.Attrs = append(ev.Attrs, sampler.Attr{Key: f.k[len("attr_"):], Value: f.v.StringV()})
+			ev.Attrs = append(ev.Attrs, record.Attr{Key: f.k[len("attr_"):], Value: f.v.StringV()})
 		}
 	}
 	return ev
 }
 
 // lpSelf decodes a gpusampler_self line: its scope tags and counters.
-func lpSelf(rec lpRecord, attrs []sampler.Attr) sampler.Event {
-	ev := sampler.Event{Kind: sampler.EventSelf, Device: -1, StartNS: rec.ns, EndNS: rec.ns}
+func lpSelf(rec lpRecord, attrs []record.Attr) record.Event {
+	ev := record.Event{Kind: record.EventSelf, Device: -1, StartNS: rec.ns, EndNS: rec.ns}
 	if len(attrs) > 0 {
 		ev.Attrs = attrs
 	}
 	for _, f := range rec.fields {
-		ev.Fields = append(ev.Fields, sampler.Field{Key: f.k, Value: lpNum(f.v), Int: f.v.Kind() == lineprotocol.Int})
+		ev.Fields = append(ev.Fields, record.Field{Key: f.k, Value: lpNum(f.v), Int: f.v.Kind() == lineprotocol.Int})
 	}
 	return ev
 }
 
 // lpProcess decodes an nvidia_smi_process line.
-func lpProcess(rec lpRecord, dev int, attrs []sampler.Attr) sampler.Event {
-	ev := sampler.Event{Kind: sampler.EventProcess, Device: dev, StartNS: rec.ns, EndNS: rec.ns, Attrs: attrs}
+func lpProcess(rec lpRecord, dev int, attrs []record.Attr) record.Event {
+	ev := record.Event{Kind: record.EventProcess, Device: dev, StartNS: rec.ns, EndNS: rec.ns, Attrs: attrs}
 	for _, f := range rec.fields {
 		switch {
-		case f.k == sampler.ProcessAttrCmdline && f.v.Kind() == lineprotocol.String:
-			ev.Attrs = append(ev.Attrs, sampler.Attr{Key: sampler.ProcessAttrCmdline, Value: f.v.StringV()})
+		case f.k == record.ProcessAttrCmdline && f.v.Kind() == lineprotocol.String:
+			ev.Attrs = append(ev.Attrs, record.Attr{Key: record.ProcessAttrCmdline, Value: f.v.StringV()})
 		case f.v.Kind() == lineprotocol.Float || f.v.Kind() == lineprotocol.Int || f.v.Kind() == lineprotocol.Uint:
 			key := f.k
 			if key == "used_memory" {
-				key = sampler.ProcessFieldUsedMemory
+				key = record.ProcessFieldUsedMemory
 			}
-			ev.Fields = append(ev.Fields, sampler.Field{Key: key, Value: lpNum(f.v), Int: f.v.Kind() != lineprotocol.Float})
+			ev.Fields = append(ev.Fields, record.Field{Key: key, Value: lpNum(f.v), Int: f.v.Kind() != lineprotocol.Float})
 		}
 	}
 	return ev

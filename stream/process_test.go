@@ -7,30 +7,31 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/internal/encoding/jsonl"
 	"github.com/gpusampler/gpusampler/internal/encoding/lineproto"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/stream"
 )
 
 // Process records come back from JSON Lines and line protocol as the
 // events they were encoded from, field by field.
 func TestDecodeProcessRecords(t *testing.T) {
-	dev := sampler.Device{Index: 1, UUID: "GPU-0001", Name: "Simulated H100", Simulated: true}
-	procs := []sampler.Event{
-		{Kind: sampler.EventProcess, Device: 1, StartNS: 1_700_000_000_000_000_000, EndNS: 1_700_000_000_000_000_000,
-			Fields: []sampler.Field{{Key: sampler.ProcessFieldPID, Value: 4242, Int: true},
-				{Key: sampler.ProcessFieldUsedMemory, Value: 20480, Int: true},
-				{Key: sampler.ProcessFieldSMUtil, Value: 87, Int: true}, {Key: sampler.ProcessFieldMemUtil, Value: 41, Int: true},
-				{Key: sampler.ProcessFieldEncUtil, Value: 0, Int: true}, {Key: sampler.ProcessFieldDecUtil, Value: 3, Int: true}},
-			Attrs: []sampler.Attr{{Key: sampler.ProcessAttrName, Value: "python3"}, {Key: sampler.ProcessAttrType, Value: "C"},
-				{Key: sampler.ProcessAttrCmdline, Value: `python3 train.py --name "a b"`}}},
-		{Kind: sampler.EventProcess, Device: 1, StartNS: 1_700_000_001_000_000_000, EndNS: 1_700_000_001_000_000_000,
-			Fields: []sampler.Field{{Key: sampler.ProcessFieldPID, Value: 7, Int: true}},
-			Attrs:  []sampler.Attr{{Key: sampler.ProcessAttrName, Value: "pid7"}, {Key: sampler.ProcessAttrType, Value: "unknown"}}},
+	dev := record.Device{Index: 1, UUID: "GPU-0001", Name: "Simulated H100", Simulated: true}
+	procs := []record.Event{
+		{Kind: record.EventProcess, Device: 1, StartNS: 1_700_000_000_000_000_000, EndNS: 1_700_000_000_000_000_000,
+			Fields: []record.Field{{Key: record.ProcessFieldPID, Value: 4242, Int: true},
+				{Key: record.ProcessFieldUsedMemory, Value: 20480, Int: true},
+				{Key: record.ProcessFieldSMUtil, Value: 87, Int: true}, {Key: record.ProcessFieldMemUtil, Value: 41, Int: true},
+				{Key: record.ProcessFieldEncUtil, Value: 0, Int: true}, {Key: record.ProcessFieldDecUtil, Value: 3, Int: true}},
+			Attrs: []record.Attr{{Key: record.ProcessAttrName, Value: "python3"}, {Key: record.ProcessAttrType, Value: "C"},
+				{Key: record.ProcessAttrCmdline, Value: `python3 train.py --name "a b"`}}},
+		{Kind: record.EventProcess, Device: 1, StartNS: 1_700_000_001_000_000_000, EndNS: 1_700_000_001_000_000_000,
+			Fields: []record.Field{{Key: record.ProcessFieldPID, Value: 7, Int: true}},
+			Attrs:  []record.Attr{{Key: record.ProcessAttrName, Value: "pid7"}, {Key: record.ProcessAttrType, Value: "unknown"}}},
 	}
-	sample := sampler.Sample{TimeNS: 1_700_000_000_500_000_000, Value: 250.5, Device: 1, Metric: sampler.MetricPowerDraw}
-	batch := &sampler.Batch{Seq: 9, Devices: []sampler.Device{dev}, Samples: []sampler.Sample{sample}, Events: procs}
+	sample := record.Sample{TimeNS: 1_700_000_000_500_000_000, Value: 250.5, Device: 1, Metric: catalog.MetricPowerDraw}
+	batch := &record.Batch{Seq: 9, Devices: []record.Device{dev}, Samples: []record.Sample{sample}, Events: procs}
 
 	js := jsonl.New(jsonl.Options{Host: "node1"})
 	js.Encode(batch)
@@ -55,8 +56,8 @@ func TestDecodeProcessRecords(t *testing.T) {
 			if !reflect.DeepEqual(recs.Batch.Events, procs) {
 				t.Errorf("process records\n got %+v\nwant %+v\nfrom %s", recs.Batch.Events, procs, tc.data)
 			}
-			if !reflect.DeepEqual(recs.Batch.Samples, []sampler.Sample{sample}) {
-				t.Errorf("samples %+v, want %+v", recs.Batch.Samples, []sampler.Sample{sample})
+			if !reflect.DeepEqual(recs.Batch.Samples, []record.Sample{sample}) {
+				t.Errorf("samples %+v, want %+v", recs.Batch.Samples, []record.Sample{sample})
 			}
 			if recs.Host != "node1" || recs.UUID(1) != "GPU-0001" || len(recs.Tags) != 0 {
 				t.Errorf("host %q, uuid %q, tags %v; want node1, GPU-0001 and no tags", recs.Host, recs.UUID(1), recs.Tags)
@@ -68,10 +69,10 @@ func TestDecodeProcessRecords(t *testing.T) {
 // A device's attribution comes back as its attribution, not as the sender's
 // global tags: from line-protocol tags and from JSON's device record.
 func TestDecodeAttribution(t *testing.T) {
-	att := sampler.Attribution{Pod: "train-7", Namespace: "ml", Container: "trainer", HPCJob: "4711"}
-	dev := sampler.Device{Index: 1, UUID: "GPU-0001", Name: "Simulated H100", Attribution: att}
-	sample := sampler.Sample{TimeNS: 1_700_000_000_500_000_000, Value: 250.5, Device: 1, Metric: sampler.MetricPowerDraw}
-	batch := &sampler.Batch{Seq: 3, Devices: []sampler.Device{dev}, Samples: []sampler.Sample{sample}}
+	att := record.Attribution{Pod: "train-7", Namespace: "ml", Container: "trainer", HPCJob: "4711"}
+	dev := record.Device{Index: 1, UUID: "GPU-0001", Name: "Simulated H100", Attribution: att}
+	sample := record.Sample{TimeNS: 1_700_000_000_500_000_000, Value: 250.5, Device: 1, Metric: catalog.MetricPowerDraw}
+	batch := &record.Batch{Seq: 3, Devices: []record.Device{dev}, Samples: []record.Sample{sample}}
 	lp := lineproto.New(lineproto.Options{Host: "node1", GlobalTags: []lineproto.Tag{{Key: "cluster", Value: "c1"}}})
 	lp.Encode(batch)
 	js := jsonl.New(jsonl.Options{Host: "node1", GlobalTags: map[string]string{"cluster": "c1"}})

@@ -43,7 +43,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/gpusampler/gpusampler/internal/encoding/protobuf"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // Header names set on every message by the NATS output.
@@ -53,7 +53,7 @@ const (
 	HeaderContentType = "Content-Type"
 	// HeaderSchema is the schema version of the records (SchemaVersion).
 	HeaderSchema = "Gpusampler-Schema"
-	// HeaderSeq is the batch sequence number (sampler.Batch.Seq).
+	// HeaderSeq is the batch sequence number (record.Batch.Seq).
 	HeaderSeq = "Gpusampler-Seq"
 	// HeaderPart is "i/n": the message's part of its batch on its subject.
 	HeaderPart = "Gpusampler-Part"
@@ -96,9 +96,9 @@ type Records struct {
 	// Attribution maps a device index onto its pod, namespace, container
 	// and HPC job where a line-protocol message carries them as tags (JSON
 	// and protobuf carry them in the device records).
-	Attribution map[int]sampler.Attribution
+	Attribution map[int]record.Attribution
 	// Batch holds the records. Batch.Seq is Seq.
-	Batch sampler.Batch
+	Batch record.Batch
 }
 
 // UUID returns the UUID of device index, or "" when the message does not

@@ -24,14 +24,16 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/internal/doctor"
+	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler"
 	"github.com/gpusampler/gpusampler/sampler/nvml"
 )
 
 type report struct {
 	Kernel, Driver, NVML string
-	Devices              []sampler.Device
+	Devices              []record.Device
 	Probes               map[int][]probe
 	Unsupported          []string // "unsupported here", not failures
 	Failures             []string
@@ -121,10 +123,10 @@ func (l *latencies) quantile(q float64) time.Duration {
 // recorder is an in-process output keeping every sample, tagged by phase.
 type recorder struct {
 	mu      sync.Mutex
-	samples []sampler.Sample
+	samples []record.Sample
 }
 
-func (r *recorder) Write(_ context.Context, b *sampler.Batch) error {
+func (r *recorder) Write(_ context.Context, b *record.Batch) error {
 	r.mu.Lock()
 	r.samples = append(r.samples, b.Samples...)
 	r.mu.Unlock()
@@ -132,7 +134,7 @@ func (r *recorder) Write(_ context.Context, b *sampler.Batch) error {
 }
 func (r *recorder) Close() error { return nil }
 
-func (r *recorder) window(dev int, m sampler.MetricID, from, to int64) (lo, hi float64, n int) {
+func (r *recorder) window(dev int, m catalog.MetricID, from, to int64) (lo, hi float64, n int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	lo, hi = math.Inf(1), math.Inf(-1)
@@ -189,9 +191,9 @@ func run(r *report, log *slog.Logger, lib, loadCmd string, pairs int, window, lo
 		r.Failures = append(r.Failures, "devices: "+err.Error())
 		return 2
 	}
-	var ids []sampler.MetricID
-	for _, m := range sampler.DefaultCatalog.All() {
-		if m.Src.Kind != sampler.FromBuffer { // buffers are probed by doctor.ProbeBuffers
+	var ids []catalog.MetricID
+	for _, m := range catalog.DefaultCatalog.All() {
+		if m.Src.Kind != catalog.FromBuffer { // buffers are probed by doctor.ProbeBuffers
 			ids = append(ids, m.ID)
 		}
 	}
@@ -221,7 +223,7 @@ func run(r *report, log *slog.Logger, lib, loadCmd string, pairs int, window, lo
 			r.Failures = append(r.Failures, fmt.Sprintf("gpu%d read all metrics: %v", id.Index, err))
 		}
 		for i, o := range out {
-			name := sampler.DefaultCatalog.Name(ids[i])
+			name := catalog.DefaultCatalog.Name(ids[i])
 			switch {
 			case errors.Is(o.Err, sampler.ErrNotSupported):
 				r.Unsupported = append(r.Unsupported, fmt.Sprintf("gpu%d %s: %v", id.Index, name, o.Err))
@@ -425,15 +427,15 @@ func (l *load) quit() { fmt.Fprintln(l.in, "quit"); l.in.Close(); l.cmd.Wait() }
 // absolute and relative tolerance.
 var smiFields = []struct {
 	field    string
-	metric   sampler.MetricID
+	metric   catalog.MetricID
 	abs, rel float64
 }{
-	{"power.draw.instant", sampler.MetricPowerInstant, 25, 0.15},
-	{"power.draw", sampler.MetricPowerDraw, 25, 0.15},
-	{"utilization.gpu", sampler.MetricUtilGPU, 15, 0},
-	{"temperature.gpu", sampler.MetricTempGPU, 3, 0},
-	{"clocks.sm", sampler.MetricClockSM, 0, 0.10},
-	{"memory.used", sampler.MetricMemoryUsed, 256, 0.02},
+	{"power.draw.instant", catalog.MetricPowerInstant, 25, 0.15},
+	{"power.draw", catalog.MetricPowerDraw, 25, 0.15},
+	{"utilization.gpu", catalog.MetricUtilGPU, 15, 0},
+	{"temperature.gpu", catalog.MetricTempGPU, 3, 0},
+	{"clocks.sm", catalog.MetricClockSM, 0, 0.10},
+	{"memory.used", catalog.MetricMemoryUsed, 256, 0.02},
 }
 
 func compareSMI(r *report, rec *recorder, phase string) {
@@ -471,7 +473,7 @@ func compareSMI(r *report, rec *recorder, phase string) {
 				continue
 			}
 			tol := math.Max(f.abs, f.rel*v)
-			c := comparison{Phase: phase, Metric: sampler.DefaultCatalog.Name(f.metric), SMI: f.field, Device: dev, SMIValue: v,
+			c := comparison{Phase: phase, Metric: catalog.DefaultCatalog.Name(f.metric), SMI: f.field, Device: dev, SMIValue: v,
 				OursMin: lo, OursMax: hi, Tolerance: tol, OK: v >= lo-tol && v <= hi+tol}
 			r.Comparisons = append(r.Comparisons, c)
 			if !c.OK {
@@ -487,8 +489,8 @@ func gapsAndDuplicates(r *report, rec *recorder) {
 	rec.mu.Lock()
 	series := map[string][]int64{}
 	for _, s := range rec.samples {
-		m := sampler.DefaultCatalog.Get(s.Metric)
-		if m.Src.Kind == sampler.FromBuffer && s.Flags&sampler.FlagPointRead == 0 {
+		m := catalog.DefaultCatalog.Get(s.Metric)
+		if m.Src.Kind == catalog.FromBuffer && s.Flags&record.FlagPointRead == 0 {
 			k := fmt.Sprintf("gpu%d %s", s.Device, m.Name)
 			series[k] = append(series[k], s.TimeNS)
 		}
@@ -617,9 +619,9 @@ func write(r *report, dir string) error {
 // notes their values. Runtimes that refuse profiling counters (no
 // permission, not supported) are "unsupported here", not failures.
 func checkGPM(r *report, d sampler.DeviceSource, gpu int) {
-	var ids []sampler.MetricID
-	for _, m := range sampler.DefaultCatalog.All() {
-		if m.Src.Kind == sampler.FromGPM {
+	var ids []catalog.MetricID
+	for _, m := range catalog.DefaultCatalog.All() {
+		if m.Src.Kind == catalog.FromGPM {
 			ids = append(ids, m.ID)
 		}
 	}
@@ -631,7 +633,7 @@ func checkGPM(r *report, d sampler.DeviceSource, gpu int) {
 	}
 	var vals []string
 	for i, o := range out {
-		name := sampler.DefaultCatalog.Name(ids[i])
+		name := catalog.DefaultCatalog.Name(ids[i])
 		switch {
 		case o.Err == nil:
 			vals = append(vals, fmt.Sprintf("%s=%.4g", name, o.Value))

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
@@ -82,7 +83,7 @@ func checkEvents(r *report, d sampler.DeviceSource, gpu int, wait time.Duration)
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	var events []string
-	err := w.WatchEvents(ctx, func(ev sampler.Event) { events = append(events, string(ev.Kind)+": "+ev.Message) })
+	err := w.WatchEvents(ctx, func(ev record.Event) { events = append(events, string(ev.Kind)+": "+ev.Message) })
 	switch {
 	case ctx.Err() != nil && (err == nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)):
 		r.Notes = append(r.Notes, fmt.Sprintf("gpu%d events: registered; %d in %v %v", gpu, len(events), wait, events))

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler"
 	"github.com/gpusampler/gpusampler/sampler/sim"
 )
@@ -17,7 +18,7 @@ type refusing struct{ sampler.DeviceSource }
 func (refusing) Processes(sampler.ProcessQuery, []sampler.Process) ([]sampler.Process, error) {
 	return nil, fmt.Errorf("list processes: %w", sampler.ErrNotSupported)
 }
-func (refusing) WatchEvents(context.Context, func(sampler.Event)) error {
+func (refusing) WatchEvents(context.Context, func(record.Event)) error {
 	return fmt.Errorf("watch events: %w", sampler.ErrNoPermission)
 }
 

@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/gpusampler/gpusampler/bench"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler/sim"
 )
 
@@ -256,7 +256,7 @@ func checkWritable(path string) error {
 // CUDA_VISIBLE_DEVICES, else all. Entries are indexes (NVML's order, which
 // is PCI bus order; CUDA's default order differs unless
 // CUDA_DEVICE_ORDER=PCI_BUS_ID) or UUIDs (unique prefixes, like CUDA).
-func deviceSelection(flagVal string, flagSet bool, stderr io.Writer) (func(sampler.Device) bool, string, error) {
+func deviceSelection(flagVal string, flagSet bool, stderr io.Writer) (func(record.Device) bool, string, error) {
 	list, origin := flagVal, "--devices "+flagVal
 	if !flagSet {
 		v, ok := os.LookupEnv("CUDA_VISIBLE_DEVICES")
@@ -275,7 +275,7 @@ func deviceSelection(flagVal string, flagSet bool, stderr io.Writer) (func(sampl
 	if len(idx) > 0 && !flagSet && os.Getenv("CUDA_DEVICE_ORDER") != "PCI_BUS_ID" {
 		fmt.Fprintln(stderr, "gpusampler bench: note: CUDA_VISIBLE_DEVICES indexes are taken in NVML (PCI bus) order; set CUDA_DEVICE_ORDER=PCI_BUS_ID so CUDA agrees")
 	}
-	return func(d sampler.Device) bool {
+	return func(d record.Device) bool {
 		if slices.Contains(idx, d.Index) {
 			return true
 		}

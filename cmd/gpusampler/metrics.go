@@ -9,7 +9,9 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/internal/doctor"
+	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
@@ -23,7 +25,7 @@ func cmdMetrics(args []string, stdout, stderr io.Writer) error {
 	probe := false
 	fs.Visit(func(f *flag.Flag) { probe = probe || f.Name == "backend" })
 	if !probe {
-		return printCatalog(stdout, sampler.DefaultCatalog)
+		return printCatalog(stdout, catalog.DefaultCatalog)
 	}
 	if err := bf.validate(); err != nil {
 		return err
@@ -34,14 +36,14 @@ func cmdMetrics(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer src.Close()
-	return printSupport(stdout, src, sampler.DefaultCatalog)
+	return printSupport(stdout, src, catalog.DefaultCatalog)
 }
 
 // probeMetric asks a device for one metric once (doctor.ProbeSupport) and
 // says "yes", "point reads" (no sample buffer: point reads at the field
 // interval instead), "no (driver too old)" (absent from the installed
 // driver), "no" (not supported by the device) or the error.
-func probeMetric(d sampler.DeviceSource, m *sampler.Metric) string {
+func probeMetric(d sampler.DeviceSource, m *catalog.Metric) string {
 	switch point, err := doctor.ProbeSupport(d, m); {
 	case err == nil && point:
 		return "point reads"
@@ -58,13 +60,13 @@ func probeMetric(d sampler.DeviceSource, m *sampler.Metric) string {
 
 // printSupport prints, per metric, whether each device of src supports it
 // (each metric probed once per device).
-func printSupport(w io.Writer, src sampler.Source, c *sampler.Catalog) error {
+func printSupport(w io.Writer, src sampler.Source, c *catalog.Catalog) error {
 	devs, err := src.Devices()
 	if err != nil {
 		return fmt.Errorf("open %s devices: %w", src.Name(), err)
 	}
 	// A GPU that does not answer (lost) is named and left out of the table.
-	var ids []sampler.Device
+	var ids []record.Device
 	var silent []string
 	answering := devs[:0:0]
 	for i, d := range devs {
@@ -140,7 +142,7 @@ func probeProcesses(d sampler.DeviceSource) string {
 	return "error: " + err.Error()
 }
 
-func naming(n sampler.Naming) string {
+func naming(n catalog.Naming) string {
 	if n.Name == "" {
 		return "-"
 	}
@@ -158,7 +160,7 @@ func naming(n sampler.Naming) string {
 // source, and with their type, unit and scale: the field Telegraf's
 // nvidia_smi input emits ("-" where it has none), the field our line
 // protocol writes (Telegraf's where it has one), and dcgm-exporter's name.
-func printCatalog(w io.Writer, c *sampler.Catalog) error {
+func printCatalog(w io.Writer, c *catalog.Catalog) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "METRIC\tUNIT\tGROUP\tKIND\tSOURCE\tTELEGRAF nvidia_smi\tLINE PROTOCOL\tDCGM")
 	for _, m := range c.All() {

@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"testing"
 
+	"github.com/gpusampler/gpusampler/catalog"
+	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler"
 	"github.com/gpusampler/gpusampler/sampler/sim"
 )
@@ -25,23 +27,23 @@ func (m migSource) Devices() ([]sampler.DeviceSource, error) {
 	return devs, nil
 }
 
-func (m migDevice) Identity() (sampler.Device, error) {
+func (m migDevice) Identity() (record.Device, error) {
 	id, err := m.DeviceSource.Identity()
 	id.MIG, id.Parent, id.GPUInstanceID, id.MIGProfile = true, 0, 7, "1g.18gb"
 	return id, err
 }
 
-func (migDevice) Drain(t sampler.BufferType, _ uint64, dst []sampler.RawSample) ([]sampler.RawSample, error) {
+func (migDevice) Drain(t catalog.BufferType, _ uint64, dst []sampler.RawSample) ([]sampler.RawSample, error) {
 	return dst, fmt.Errorf("get samples %s: %w", t, sampler.ErrNotSupported)
 }
 
 // Read answers utilization point reads as NVML does on a MIG instance
 // (GetUtilizationRates: not supported), so utilization has neither buffers
 // nor point reads there.
-func (m migDevice) Read(ids []sampler.MetricID, out []sampler.Reading) error {
+func (m migDevice) Read(ids []catalog.MetricID, out []sampler.Reading) error {
 	err := m.DeviceSource.Read(ids, out)
 	for i, id := range ids {
-		if id == sampler.MetricUtilGPU || id == sampler.MetricUtilMemory {
+		if id == catalog.MetricUtilGPU || id == catalog.MetricUtilMemory {
 			out[i] = sampler.Reading{Err: fmt.Errorf("get utilization rates: %w", sampler.ErrNotSupported)}
 		}
 	}
@@ -58,7 +60,7 @@ func TestPrintSupportSaysWhatMIGCannot(t *testing.T) {
 		t.Fatal(err)
 	}
 	var buf bytes.Buffer
-	if err := printSupport(&buf, migSource{src}, sampler.DefaultCatalog); err != nil {
+	if err := printSupport(&buf, migSource{src}, catalog.DefaultCatalog); err != nil {
 		t.Fatal(err)
 	}
 	out := buf.String()

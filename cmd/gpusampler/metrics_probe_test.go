@@ -5,7 +5,7 @@ import (
 	"regexp"
 	"testing"
 
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/sampler/sim"
 )
 
@@ -15,7 +15,7 @@ func TestPrintSupportProbesEachDevice(t *testing.T) {
 		t.Fatal(err)
 	}
 	var buf bytes.Buffer
-	if err := printSupport(&buf, src, sampler.DefaultCatalog); err != nil {
+	if err := printSupport(&buf, src, catalog.DefaultCatalog); err != nil {
 		t.Fatal(err)
 	}
 	out := buf.String()

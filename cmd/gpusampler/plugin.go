@@ -13,11 +13,12 @@ import (
 
 	toml "github.com/pelletier/go-toml/v2"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/internal/registry"
 	"github.com/gpusampler/gpusampler/outputs"
 	"github.com/gpusampler/gpusampler/plugins"
 	"github.com/gpusampler/gpusampler/plugins/sdk"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // cmdPlugin runs `gpusampler plugin test PATH` and the hidden `gpusampler
@@ -129,13 +130,13 @@ func cmdPluginTest(ctx context.Context, args []string, stdout, stderr io.Writer)
 	p("  configure  ok (%d keys)", len(cfg))
 	failed := false
 	now := time.Now().UnixNano()
-	dev := sampler.Device{Index: 0, UUID: "GPU-00000000-0000-0000-0000-000000000000", Name: "gpusampler plugin test",
+	dev := record.Device{Index: 0, UUID: "GPU-00000000-0000-0000-0000-000000000000", Name: "gpusampler plugin test",
 		Backend: "test", Simulated: true, Generation: 1}
-	batches := []sampler.Batch{
-		{Seq: 1, Devices: []sampler.Device{dev}, Samples: testSamples(now, 100)},
-		{Seq: 2, Samples: testSamples(now+int64(time.Second), 1000), Events: []sampler.Event{{Kind: sampler.EventThreshold,
+	batches := []record.Batch{
+		{Seq: 1, Devices: []record.Device{dev}, Samples: testSamples(now, 100)},
+		{Seq: 2, Samples: testSamples(now+int64(time.Second), 1000), Events: []record.Event{{Kind: record.EventThreshold,
 			Device: 0, StartNS: now, EndNS: now, Message: "gpu temperature 91 °C above 90 °C (plugin test)",
-			Attrs: []sampler.Attr{{Key: "metric", Value: "temperature_gpu"}, {Key: "level", Value: "critical"}}}}},
+			Attrs: []record.Attr{{Key: "metric", Value: "temperature_gpu"}, {Key: "level", Value: "critical"}}}}},
 		{Seq: 3, Samples: testSamples(now+2*int64(time.Second), 4096)},
 	}
 	for i := range batches {
@@ -165,11 +166,11 @@ func cmdPluginTest(ctx context.Context, args []string, stdout, stderr io.Writer)
 	return nil
 }
 
-func testSamples(t0 int64, n int) []sampler.Sample {
-	out := make([]sampler.Sample, n)
+func testSamples(t0 int64, n int) []record.Sample {
+	out := make([]record.Sample, n)
 	for i := range out {
-		out[i] = sampler.Sample{TimeNS: t0 + int64(i)*int64(time.Millisecond), Value: 300 + float64(i%100),
-			Metric: sampler.MetricPowerDraw}
+		out[i] = record.Sample{TimeNS: t0 + int64(i)*int64(time.Millisecond), Value: 300 + float64(i%100),
+			Metric: catalog.MetricPowerDraw}
 	}
 	return out
 }

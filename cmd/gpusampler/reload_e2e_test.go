@@ -14,7 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/stream"
 )
 
@@ -150,7 +150,7 @@ func (r *e2eRun) reload() string {
 
 type sampleKey struct {
 	dev    uint16
-	metric sampler.MetricID
+	metric catalog.MetricID
 	timeNS int64
 }
 
@@ -165,7 +165,7 @@ func decodeSamples(t *testing.T, contentType string, lines []string) map[sampleK
 	}
 	got := map[sampleKey]int{}
 	for _, s := range recs.Batch.Samples {
-		if s.Metric == sampler.MetricPState {
+		if s.Metric == catalog.MetricPState {
 			continue // a tag in line protocol, not a sample
 		}
 		got[sampleKey{s.Device, s.Metric, s.TimeNS}]++

@@ -16,8 +16,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/outputs/stdout"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/stream"
 )
 
@@ -188,8 +189,8 @@ type fleetKey struct {
 type fleetRow struct {
 	uuid     string
 	memTotal float64
-	vals     map[sampler.MetricID]float64
-	times    map[sampler.MetricID]int64
+	vals     map[catalog.MetricID]float64
+	times    map[catalog.MetricID]int64
 	newest   int64
 }
 
@@ -214,7 +215,7 @@ func (f *fleetTable) row(host string, gpu int) *fleetRow {
 	k := fleetKey{host, gpu}
 	r := f.rows[k]
 	if r == nil {
-		r = &fleetRow{vals: map[sampler.MetricID]float64{}, times: map[sampler.MetricID]int64{}}
+		r = &fleetRow{vals: map[catalog.MetricID]float64{}, times: map[catalog.MetricID]int64{}}
 		f.rows[k] = r
 	}
 	return r
@@ -231,7 +232,7 @@ func (f *fleetTable) add(recs *stream.Records) {
 			r.memTotal = float64(d.MemoryTotalMiB)
 		}
 	}
-	set := func(gpu int, id sampler.MetricID, t int64, v float64) {
+	set := func(gpu int, id catalog.MetricID, t int64, v float64) {
 		r := f.row(recs.Host, gpu)
 		if u := recs.UUID(gpu); u != "" {
 			r.uuid = u
@@ -254,7 +255,7 @@ const fleetFormat = "%-14s %3s %-16s %7s %5s %5s %5s %15s %7s\n"
 // sortValue returns r's value for a numeric sort key, higher first (age:
 // the older, the higher); -Inf where r has none, so that it sorts last.
 func (r *fleetRow) sortValue(key string) float64 {
-	v := func(ids ...sampler.MetricID) float64 {
+	v := func(ids ...catalog.MetricID) float64 {
 		for _, id := range ids {
 			if x, ok := r.vals[id]; ok {
 				return x
@@ -264,13 +265,13 @@ func (r *fleetRow) sortValue(key string) float64 {
 	}
 	switch key {
 	case "power":
-		return v(sampler.MetricPowerDraw, sampler.MetricPowerInstant)
+		return v(catalog.MetricPowerDraw, catalog.MetricPowerInstant)
 	case "util":
-		return v(sampler.MetricUtilGPU)
+		return v(catalog.MetricUtilGPU)
 	case "temp":
-		return v(sampler.MetricTempGPU)
+		return v(catalog.MetricTempGPU)
 	case "mem":
-		return v(sampler.MetricMemoryUsed)
+		return v(catalog.MetricMemoryUsed)
 	case "age":
 		if r.newest == 0 {
 			return math.Inf(-1)
@@ -299,24 +300,24 @@ func (f *fleetTable) render(w io.Writer, now time.Time) {
 	}
 	for _, k := range shown {
 		r := f.rows[k]
-		val := func(id sampler.MetricID, format string) string {
+		val := func(id catalog.MetricID, format string) string {
 			v, ok := r.vals[id]
 			if !ok {
 				return "-"
 			}
 			return fmt.Sprintf(format, v)
 		}
-		power := val(sampler.MetricPowerDraw, "%.1f")
+		power := val(catalog.MetricPowerDraw, "%.1f")
 		if power == "-" {
-			power = val(sampler.MetricPowerInstant, "%.1f")
+			power = val(catalog.MetricPowerInstant, "%.1f")
 		}
 		total := r.memTotal
-		if v, ok := r.vals[sampler.MetricMemoryTotal]; ok {
+		if v, ok := r.vals[catalog.MetricMemoryTotal]; ok {
 			total = v
 		}
-		mem := val(sampler.MetricMemoryUsed, "%.0f") + "/" + strconv.FormatFloat(total, 'f', 0, 64)
+		mem := val(catalog.MetricMemoryUsed, "%.0f") + "/" + strconv.FormatFloat(total, 'f', 0, 64)
 		if total == 0 {
-			mem = val(sampler.MetricMemoryUsed, "%.0f") + "/-"
+			mem = val(catalog.MetricMemoryUsed, "%.0f") + "/-"
 		}
 		age := "-"
 		if r.newest > 0 {
@@ -326,8 +327,8 @@ func (f *fleetTable) render(w io.Writer, now time.Time) {
 		if len(uuid) > 16 {
 			uuid = uuid[:15] + "~"
 		}
-		fmt.Fprintf(w, fleetFormat, trunc(k.host, 14), strconv.Itoa(k.gpu), uuid, power, val(sampler.MetricUtilGPU, "%.0f"),
-			val(sampler.MetricTempGPU, "%.0f"), val(sampler.MetricTempMemory, "%.0f"), mem, age)
+		fmt.Fprintf(w, fleetFormat, trunc(k.host, 14), strconv.Itoa(k.gpu), uuid, power, val(catalog.MetricUtilGPU, "%.0f"),
+			val(catalog.MetricTempGPU, "%.0f"), val(catalog.MetricTempMemory, "%.0f"), mem, age)
 	}
 	dropped := 0
 	if f.dropped != nil {
@@ -383,7 +384,7 @@ func (e *reEmitter) write(ctx context.Context, recs *stream.Records) error {
 	for _, i := range slices.Sorted(maps.Keys(recs.UUIDs)) {
 		if k := (fleetKey{recs.Host, i}); !e.known[k] {
 			e.known[k] = true
-			b.Devices = append(b.Devices, sampler.Device{Index: i, UUID: recs.UUIDs[i]})
+			b.Devices = append(b.Devices, record.Device{Index: i, UUID: recs.UUIDs[i]})
 		}
 	}
 	return o.Write(ctx, b)

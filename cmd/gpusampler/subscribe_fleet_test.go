@@ -9,8 +9,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/internal/encoding/protobuf"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/stream"
 )
 
@@ -24,8 +25,8 @@ func fleetRecords(hosts, gpus int) []*stream.Records {
 		for g := range gpus {
 			r.UUIDs[g] = fmt.Sprintf("GPU-%03d-%d", h, g)
 			r.Batch.Samples = append(r.Batch.Samples,
-				sampler.Sample{TimeNS: at, Value: 100 + float64(h) + float64(g)/10, Device: uint16(g), Metric: sampler.MetricPowerDraw},
-				sampler.Sample{TimeNS: at, Value: float64(h % 101), Device: uint16(g), Metric: sampler.MetricUtilGPU})
+				record.Sample{TimeNS: at, Value: 100 + float64(h) + float64(g)/10, Device: uint16(g), Metric: catalog.MetricPowerDraw},
+				record.Sample{TimeNS: at, Value: float64(h % 101), Device: uint16(g), Metric: catalog.MetricUtilGPU})
 		}
 		out = append(out, r)
 	}
@@ -107,10 +108,10 @@ func BenchmarkFleetTable(b *testing.B) {
 	for h := range 1000 {
 		host := fmt.Sprintf("node%04d", h)
 		for g := range 8 {
-			batch := &sampler.Batch{Seq: 1}
+			batch := &record.Batch{Seq: 1}
 			for i := range 20 { // power: 20 samples/s at the default rates
-				batch.Samples = append(batch.Samples, sampler.Sample{TimeNS: fleetBase.UnixNano() + int64(i)*5e7,
-					Value: 300 + float64(i), Device: uint16(g), Metric: sampler.MetricPowerDraw})
+				batch.Samples = append(batch.Samples, record.Sample{TimeNS: fleetBase.UnixNano() + int64(i)*5e7,
+					Value: 300 + float64(i), Device: uint16(g), Metric: catalog.MetricPowerDraw})
 			}
 			perMsg = len(batch.Samples)
 			hdr := nats.Header{}

@@ -13,9 +13,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/internal/natstest"
 	natsout "github.com/gpusampler/gpusampler/outputs/nats"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 var updateSubscribe = flag.Bool("update-subscribe", false, "rewrite testdata/subscribe_*.golden")
@@ -50,20 +51,20 @@ func publishFleet(t *testing.T, url string) uint64 {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b := &sampler.Batch{Seq: 1}
+		b := &record.Batch{Seq: 1}
 		for g := range 2 {
-			b.Devices = append(b.Devices, sampler.Device{Index: g, UUID: "GPU-" + strings.Repeat(string(rune('a'+i)), 8) + "-" + string(rune('0'+g)),
+			b.Devices = append(b.Devices, record.Device{Index: g, UUID: "GPU-" + strings.Repeat(string(rune('a'+i)), 8) + "-" + string(rune('0'+g)),
 				Name: "NVIDIA H200", MemoryTotalMiB: 143771})
 			f := float64(i*10 + g)
 			dev := uint16(g)
 			at := time.Duration(i*1000+g*500) * time.Millisecond
 			b.Samples = append(b.Samples,
-				sampler.Sample{TimeNS: ns(at - time.Second), Value: 100 + f, Device: dev, Metric: sampler.MetricPowerDraw},
-				sampler.Sample{TimeNS: ns(at), Value: 612.5 + f, Device: dev, Metric: sampler.MetricPowerDraw},
-				sampler.Sample{TimeNS: ns(at), Value: 90 + f/2, Device: dev, Metric: sampler.MetricUtilGPU},
-				sampler.Sample{TimeNS: ns(at - 200*time.Millisecond), Value: 70 + f, Device: dev, Metric: sampler.MetricTempGPU},
-				sampler.Sample{TimeNS: ns(at - 200*time.Millisecond), Value: 80 + f, Device: dev, Metric: sampler.MetricTempMemory},
-				sampler.Sample{TimeNS: ns(at - 300*time.Millisecond), Value: 99328 + f, Device: dev, Metric: sampler.MetricMemoryUsed},
+				record.Sample{TimeNS: ns(at - time.Second), Value: 100 + f, Device: dev, Metric: catalog.MetricPowerDraw},
+				record.Sample{TimeNS: ns(at), Value: 612.5 + f, Device: dev, Metric: catalog.MetricPowerDraw},
+				record.Sample{TimeNS: ns(at), Value: 90 + f/2, Device: dev, Metric: catalog.MetricUtilGPU},
+				record.Sample{TimeNS: ns(at - 200*time.Millisecond), Value: 70 + f, Device: dev, Metric: catalog.MetricTempGPU},
+				record.Sample{TimeNS: ns(at - 200*time.Millisecond), Value: 80 + f, Device: dev, Metric: catalog.MetricTempMemory},
+				record.Sample{TimeNS: ns(at - 300*time.Millisecond), Value: 99328 + f, Device: dev, Metric: catalog.MetricMemoryUsed},
 			)
 		}
 		if err := out.Write(context.Background(), b); err != nil {

@@ -22,7 +22,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/stream"
 )
 
@@ -73,7 +73,7 @@ func (p *Processor) Handle(m *nats.Msg) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, s := range recs.Batch.Samples {
-		if s.Metric != sampler.MetricPowerDraw {
+		if s.Metric != catalog.MetricPowerDraw {
 			continue
 		}
 		k := gpuKey{recs.Host, recs.UUID(int(s.Device))}

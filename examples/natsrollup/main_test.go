@@ -6,9 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/internal/natstest"
 	natsout "github.com/gpusampler/gpusampler/outputs/nats"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // TestRollupIntegration: three nodes in two clusters publish power through
@@ -43,12 +44,12 @@ func TestRollupIntegration(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b := &sampler.Batch{Seq: 1}
+		b := &record.Batch{Seq: 1}
 		for i, w := range n.watts {
-			b.Devices = append(b.Devices, sampler.Device{Index: i, UUID: n.host + "-gpu" + string(rune('0'+i))})
-			b.Samples = append(b.Samples, sampler.Sample{TimeNS: now - 1e9, Value: 1, Device: uint16(i), Metric: sampler.MetricPowerDraw},
-				sampler.Sample{TimeNS: now, Value: w, Device: uint16(i), Metric: sampler.MetricPowerDraw},
-				sampler.Sample{TimeNS: now, Value: 99, Device: uint16(i), Metric: sampler.MetricUtilGPU})
+			b.Devices = append(b.Devices, record.Device{Index: i, UUID: n.host + "-gpu" + string(rune('0'+i))})
+			b.Samples = append(b.Samples, record.Sample{TimeNS: now - 1e9, Value: 1, Device: uint16(i), Metric: catalog.MetricPowerDraw},
+				record.Sample{TimeNS: now, Value: w, Device: uint16(i), Metric: catalog.MetricPowerDraw},
+				record.Sample{TimeNS: now, Value: 99, Device: uint16(i), Metric: catalog.MetricUtilGPU})
 		}
 		if err := out.Write(ctx, b); err != nil {
 			t.Fatal(err)

@@ -30,6 +30,7 @@ import (
 	"github.com/gpusampler/gpusampler/internal/pipeline/aggregate"
 	"github.com/gpusampler/gpusampler/internal/pipeline/buffer"
 	"github.com/gpusampler/gpusampler/outputs"
+	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
@@ -78,7 +79,7 @@ type Agent struct {
 	running map[string]*appconfig.Output // by name
 	pending map[string]*pendingOutput    // by name: configured, not started (retried)
 	buffers map[string]*buffer.Buffer    // by output name, for self-metrics
-	outputs map[string]sampler.Output    // by name: what the pump writes to, for self-metrics
+	outputs map[string]record.Output     // by name: what the pump writes to, for self-metrics
 
 	retryKick chan struct{} // wakes the retry loop of outputs that could not start
 }
@@ -108,14 +109,14 @@ func New(src sampler.Source, cfg *appconfig.Config, opts Options) (*Agent, error
 	scfg.BeforeFinalFlush = func() { a.selfTick(time.Now(), true) }
 	if opts.Diagnose {
 		// The engine emits the findings; it exists before the first sample.
-		scfg.Observer = diagnose.New(func(ev sampler.Event) { eng.Emit(ev) })
+		scfg.Observer = diagnose.New(func(ev record.Event) { eng.Emit(ev) })
 	}
 	eng, err := sampler.New(src, scfg)
 	if err != nil {
 		return nil, err
 	}
 	a = &Agent{opts: opts, log: opts.Logger, eng: eng, cfg: cfg, running: map[string]*appconfig.Output{},
-		pending: map[string]*pendingOutput{}, buffers: map[string]*buffer.Buffer{}, outputs: map[string]sampler.Output{},
+		pending: map[string]*pendingOutput{}, buffers: map[string]*buffer.Buffer{}, outputs: map[string]record.Output{},
 		retryKick: make(chan struct{}, 1)}
 	var built []builtOutput
 	if opts.Strict {
@@ -150,7 +151,7 @@ func (a *Agent) Engine() *sampler.Engine { return a.eng }
 
 type builtOutput struct {
 	block *appconfig.Output
-	out   sampler.Output
+	out   record.Output
 	buf   *buffer.Buffer // nil without a buffer
 }
 
@@ -173,7 +174,7 @@ func (a *Agent) forget(name string) {
 
 // Outputs returns the running outputs (what each pump writes to, wrappers
 // included), by output name.
-func (a *Agent) Outputs() map[string]sampler.Output {
+func (a *Agent) Outputs() map[string]record.Output {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return maps.Clone(a.outputs)
@@ -479,7 +480,7 @@ func (a *Agent) replaceExclusive(oldCfg, cfg *appconfig.Config, o *appconfig.Out
 	prev := a.running[o.Name]
 	var used builtOutput
 	var buildErr error
-	err = a.eng.ReplaceOutputWith(o.Name, o.PumpOptions(), func() (sampler.Output, error) {
+	err = a.eng.ReplaceOutputWith(o.Name, o.PumpOptions(), func() (record.Output, error) {
 		b, err := a.build(cfg, []*appconfig.Output{o})
 		if err == nil {
 			used = b[0]

@@ -9,10 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/config"
 	"github.com/gpusampler/gpusampler/internal/agent"
 	"github.com/gpusampler/gpusampler/internal/appconfig"
 	"github.com/gpusampler/gpusampler/outputs"
+	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler"
 	"github.com/gpusampler/gpusampler/sampler/sim"
 )
@@ -25,9 +27,9 @@ type memOut struct {
 	closed  atomic.Bool
 }
 
-func (m *memOut) Write(_ context.Context, b *sampler.Batch) error {
+func (m *memOut) Write(_ context.Context, b *record.Batch) error {
 	if m.closed.Load() {
-		return sampler.ErrClosed
+		return record.ErrClosed
 	}
 	m.samples.Add(uint64(len(b.Samples)))
 	m.sums.Add(uint64(len(b.Summaries)))
@@ -56,7 +58,7 @@ func (b *builds) registry() *outputs.Registry {
 			t.String("label", &label)
 			return label
 		},
-		Build: func(o *outputs.Block, _ outputs.BuildEnv) (sampler.Output, error) {
+		Build: func(o *outputs.Block, _ outputs.BuildEnv) (record.Output, error) {
 			label := o.Options.(string)
 			if label == "unbuildable" {
 				return nil, errors.New("cannot connect")
@@ -99,7 +101,7 @@ func changing(label string) string {
 func TestReloadKeepsUnchangedOutput(t *testing.T) {
 	bs := &builds{outs: map[string][]*memOut{}}
 	reg := bs.registry()
-	var periods [sampler.NumBufferTypes]time.Duration
+	var periods [catalog.NumBufferTypes]time.Duration
 	for i := range periods {
 		periods[i] = 2 * time.Millisecond // load: ~500 samples/s per buffer and GPU
 	}

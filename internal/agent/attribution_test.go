@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/gpusampler/gpusampler/internal/agent"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler/sim"
 )
 
@@ -40,7 +40,7 @@ func TestAgentAttribution(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	devs := a.Engine().Devices()
-	if got := [2]sampler.Attribution{devs[0].Attribution, devs[1].Attribution}; got != [2]sampler.Attribution{{}, {HPCJob: "4711"}} {
+	if got := [2]record.Attribution{devs[0].Attribution, devs[1].Attribution}; got != [2]record.Attribution{{}, {HPCJob: "4711"}} {
 		t.Fatalf("attribution %+v", got)
 	}
 	err = a.Reload(mustParse(t, reg, base))

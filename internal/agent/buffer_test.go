@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/gpusampler/gpusampler/internal/agent"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler/sim"
 )
 
@@ -49,7 +49,7 @@ buffer_fsync_interval = "10ms"
 	if len(bufs) != 2 || bufs["mem"] == nil || bufs["disk"] == nil {
 		t.Fatalf("buffers %v, want mem and disk", bufs)
 	}
-	if evs := agent.BufferEvents(bufs, time.Now()); len(evs) != 2 || evs[0].Kind != sampler.EventSelf {
+	if evs := agent.BufferEvents(bufs, time.Now()); len(evs) != 2 || evs[0].Kind != record.EventSelf {
 		t.Fatalf("buffer self-metrics: %+v", evs)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -9,7 +9,7 @@ import (
 
 	"github.com/gpusampler/gpusampler/internal/appconfig"
 	"github.com/gpusampler/gpusampler/internal/backoff"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // Delays between start attempts of an output that could not start
@@ -183,7 +183,7 @@ func (a *Agent) reloadPending(cfg *appconfig.Config, envChanged bool) (map[strin
 // started or its plugin is in a crash storm (plugin_failing in detail),
 // started whether it runs, start_failures the failed start attempts of a
 // block that has not started. a.mu held.
-func (a *Agent) healthEvents(now time.Time, detail []sampler.Event) []sampler.Event {
+func (a *Agent) healthEvents(now time.Time, detail []record.Event) []record.Event {
 	ns := now.UnixNano()
 	stormy := map[string]bool{}
 	for _, ev := range detail {
@@ -200,16 +200,16 @@ func (a *Agent) healthEvents(now time.Time, detail []sampler.Event) []sampler.Ev
 		}
 	}
 	slices.Sort(names)
-	var evs []sampler.Event
+	var evs []record.Event
 	for _, name := range names {
 		p := a.pending[name]
 		var failures uint64
 		if p != nil {
 			failures = p.failures
 		}
-		evs = append(evs, sampler.Event{Kind: sampler.EventSelf, Device: -1, StartNS: ns, EndNS: ns,
-			Attrs: []sampler.Attr{{Key: "scope", Value: "output_health"}, {Key: "output", Value: name}},
-			Fields: []sampler.Field{intField("failing", b2u(p != nil || stormy[name])), intField("started", b2u(p == nil)),
+		evs = append(evs, record.Event{Kind: record.EventSelf, Device: -1, StartNS: ns, EndNS: ns,
+			Attrs: []record.Attr{{Key: "scope", Value: "output_health"}, {Key: "output", Value: name}},
+			Fields: []record.Field{intField("failing", b2u(p != nil || stormy[name])), intField("started", b2u(p == nil)),
 				intField("start_failures", failures)}})
 	}
 	return evs
@@ -230,7 +230,7 @@ func (a *Agent) startHealth() {
 		return
 	}
 	a.mu.Lock()
-	var evs []sampler.Event
+	var evs []record.Event
 	if len(a.pending) > 0 {
 		evs = a.healthEvents(time.Now(), nil)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/gpusampler/gpusampler/config"
 	"github.com/gpusampler/gpusampler/internal/agent"
 	"github.com/gpusampler/gpusampler/outputs"
+	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler"
 	"github.com/gpusampler/gpusampler/sampler/sim"
 )
@@ -30,11 +31,11 @@ type healthOut struct {
 
 func newHealthOut() *healthOut { return &healthOut{changed: make(chan struct{}, 1)} }
 
-func (h *healthOut) Write(_ context.Context, b *sampler.Batch) error {
+func (h *healthOut) Write(_ context.Context, b *record.Batch) error {
 	h.mu.Lock()
 	h.samples += uint64(len(b.Samples))
 	for _, ev := range b.Events {
-		if ev.Kind != sampler.EventSelf || len(ev.Attrs) != 2 || ev.Attrs[0].Value != "output_health" {
+		if ev.Kind != record.EventSelf || len(ev.Attrs) != 2 || ev.Attrs[0].Value != "output_health" {
 			continue
 		}
 		m := map[string]string{"output": ev.Attrs[1].Value}
@@ -85,14 +86,14 @@ type flakyRegistry struct {
 
 func (f *flakyRegistry) registry() *outputs.Registry {
 	return outputs.NewRegistry(outputs.Kind{Kind: "good",
-		Build: func(*outputs.Block, outputs.BuildEnv) (sampler.Output, error) { return f.good, nil },
+		Build: func(*outputs.Block, outputs.BuildEnv) (record.Output, error) { return f.good, nil },
 	}, outputs.Kind{Kind: "flaky",
 		Parse: func(t *config.Table) any {
 			var label string
 			t.String("label", &label)
 			return label
 		},
-		Build: func(*outputs.Block, outputs.BuildEnv) (sampler.Output, error) {
+		Build: func(*outputs.Block, outputs.BuildEnv) (record.Output, error) {
 			f.tries.Add(1)
 			if f.broken.Load() {
 				return nil, errors.New("connect sink: connection refused")
@@ -266,11 +267,11 @@ func TestReloadKeepsNotStartedOutputPending(t *testing.T) {
 
 // --stats names an output that has not started.
 func TestFormatStatsNotStarted(t *testing.T) {
-	ev := sampler.Event{Kind: sampler.EventSelf, Device: -1,
-		Attrs: []sampler.Attr{{Key: "scope", Value: "output_health"}, {Key: "output", Value: "sink"}},
-		Fields: []sampler.Field{{Key: "failing", Value: 1, Int: true}, {Key: "started", Value: 0, Int: true},
+	ev := record.Event{Kind: record.EventSelf, Device: -1,
+		Attrs: []record.Attr{{Key: "scope", Value: "output_health"}, {Key: "output", Value: "sink"}},
+		Fields: []record.Field{{Key: "failing", Value: 1, Int: true}, {Key: "started", Value: 0, Int: true},
 			{Key: "start_failures", Value: 3, Int: true}}}
-	got := agent.FormatStats(sampler.Stats{}, []sampler.Event{ev})
+	got := agent.FormatStats(sampler.Stats{}, []record.Event{ev})
 	want := "gpusampler stats:\n  output sink         NOT STARTED: 3 failed start attempts; retrying with backoff (the log says why)\n"
 	if got != want {
 		t.Errorf("FormatStats:\n%q\nwant\n%q", got, want)

@@ -12,7 +12,7 @@ import (
 	"github.com/gpusampler/gpusampler/internal/agent"
 	"github.com/gpusampler/gpusampler/internal/appconfig"
 	"github.com/gpusampler/gpusampler/outputs"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler/sim"
 )
 
@@ -22,8 +22,8 @@ type listener struct {
 	addr  string
 }
 
-func (l *listener) Write(context.Context, *sampler.Batch) error { return nil }
-func (l *listener) Close() error                                { l.addrs.Delete(l.addr); return nil }
+func (l *listener) Write(context.Context, *record.Batch) error { return nil }
+func (l *listener) Close() error                               { l.addrs.Delete(l.addr); return nil }
 
 // An exclusive output (it holds its address) is closed before its
 // replacement is built on reload; a refused reload restores it.
@@ -38,7 +38,7 @@ func TestReloadExclusiveOutput(t *testing.T) {
 			t.String("fail", &fail)
 			return [2]string{addr, fail}
 		},
-		Build: func(o *outputs.Block, _ outputs.BuildEnv) (sampler.Output, error) {
+		Build: func(o *outputs.Block, _ outputs.BuildEnv) (record.Output, error) {
 			opts := o.Options.([2]string)
 			if opts[1] != "" {
 				return nil, errors.New(opts[1])

@@ -13,7 +13,7 @@ import (
 	"github.com/gpusampler/gpusampler/config"
 	"github.com/gpusampler/gpusampler/internal/agent"
 	"github.com/gpusampler/gpusampler/outputs"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler/sim"
 )
 
@@ -25,12 +25,12 @@ type selfOut struct {
 	self    []map[string]float64
 }
 
-func (s *selfOut) Write(_ context.Context, b *sampler.Batch) error {
+func (s *selfOut) Write(_ context.Context, b *record.Batch) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.samples += uint64(len(b.Samples))
 	for _, ev := range b.Events {
-		if ev.Kind != sampler.EventSelf || len(ev.Attrs) < 2 || ev.Attrs[0].Value != "output" || ev.Attrs[1].Value != "out" {
+		if ev.Kind != record.EventSelf || len(ev.Attrs) < 2 || ev.Attrs[0].Value != "output" || ev.Attrs[1].Value != "out" {
 			continue
 		}
 		f := map[string]float64{}
@@ -53,7 +53,7 @@ func TestFinalSelfMetricsAndStats(t *testing.T) {
 	out := &selfOut{}
 	reg := outputs.NewRegistry(outputs.Kind{Kind: "self",
 		Parse: func(t *config.Table) any { return nil },
-		Build: func(*outputs.Block, outputs.BuildEnv) (sampler.Output, error) { return out, nil }})
+		Build: func(*outputs.Block, outputs.BuildEnv) (record.Output, error) { return out, nil }})
 	// stats_interval 1h: the only round of self-metrics is the final one
 	cfg := mustParse(t, reg, "[agent]\nstats_interval = \"1h\"\n[sampler]\ndrain_interval = \"20ms\"\nfield_interval = \"20ms\"\n"+
 		"[[outputs.self]]\nname = \"out\"\nflush_interval = \"10ms\"\n")

@@ -16,7 +16,7 @@ import (
 	"github.com/gpusampler/gpusampler/internal/appconfig"
 	"github.com/gpusampler/gpusampler/internal/pipeline/buffer"
 	"github.com/gpusampler/gpusampler/outputs"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler/sim"
 )
 
@@ -24,10 +24,10 @@ import (
 type recorder struct {
 	mu   sync.Mutex
 	down bool
-	got  map[sampler.Sample]int
+	got  map[record.Sample]int
 }
 
-func newRecorder() *recorder { return &recorder{got: map[sampler.Sample]int{}} }
+func newRecorder() *recorder { return &recorder{got: map[record.Sample]int{}} }
 
 func (r *recorder) setDown(down bool) {
 	r.mu.Lock()
@@ -35,7 +35,7 @@ func (r *recorder) setDown(down bool) {
 	r.mu.Unlock()
 }
 
-func (r *recorder) snapshot() map[sampler.Sample]int {
+func (r *recorder) snapshot() map[record.Sample]int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return maps.Clone(r.got)
@@ -50,11 +50,11 @@ func (r *recorder) len() int {
 // recOut is one built output writing into a recorder.
 type recOut struct{ r *recorder }
 
-func (o recOut) Write(_ context.Context, b *sampler.Batch) error {
+func (o recOut) Write(_ context.Context, b *record.Batch) error {
 	o.r.mu.Lock()
 	defer o.r.mu.Unlock()
 	if o.r.down {
-		return fmt.Errorf("sink down: %w", sampler.ErrUnavailable)
+		return fmt.Errorf("sink down: %w", record.ErrUnavailable)
 	}
 	for _, s := range b.Samples {
 		o.r.got[s]++
@@ -96,7 +96,7 @@ func (rs *recorders) registry() *outputs.Registry {
 			t.String("label", &label)
 			return label
 		},
-		Build: func(o *outputs.Block, _ outputs.BuildEnv) (sampler.Output, error) {
+		Build: func(o *outputs.Block, _ outputs.BuildEnv) (record.Output, error) {
 			if o.Options.(string) == "unbuildable" {
 				return nil, errors.New("cannot connect")
 			}
@@ -114,7 +114,7 @@ func (rs *recorders) registry() *outputs.Registry {
 			t.String("fail", &fail)
 			return [2]string{addr, fail}
 		},
-		Build: func(o *outputs.Block, _ outputs.BuildEnv) (sampler.Output, error) {
+		Build: func(o *outputs.Block, _ outputs.BuildEnv) (record.Output, error) {
 			opts := o.Options.([2]string)
 			if opts[1] != "" {
 				return nil, errors.New(opts[1])
@@ -302,7 +302,7 @@ addr = ":2"
 	if err != nil {
 		t.Fatal(err)
 	}
-	outputs := func() map[string]sampler.Output { return a.Outputs() }
+	outputs := func() map[string]record.Output { return a.Outputs() }
 	before := outputs()
 	for _, tc := range []struct{ name, doc string }{
 		{"a plain output fails", head + `
@@ -365,7 +365,7 @@ fail = "cannot listen"
 	}
 }
 
-func slices(m map[string]sampler.Output) []string {
+func slices(m map[string]record.Output) []string {
 	var s []string
 	for k := range m {
 		s = append(s, k)

@@ -11,11 +11,12 @@ import (
 	"time"
 
 	"github.com/gpusampler/gpusampler/internal/pipeline/buffer"
+	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
 // selfMetricsLoop sends self-metrics every stats interval through every
-// output (as sampler.EventSelf events) and, with a StatsWriter, prints a
+// output (as record.EventSelf events) and, with a StatsWriter, prints a
 // summary there.
 func (a *Agent) selfMetricsLoop(ctx context.Context) {
 	for {
@@ -92,8 +93,8 @@ func (a *Agent) finalStats() {
 	}
 }
 
-func intField(k string, v uint64) sampler.Field {
-	return sampler.Field{Key: k, Value: float64(v), Int: true}
+func intField(k string, v uint64) record.Field {
+	return record.Field{Key: k, Value: float64(v), Int: true}
 }
 
 // SelfEvents turns an engine Stats snapshot into self-metrics events: one
@@ -102,13 +103,13 @@ func intField(k string, v uint64) sampler.Field {
 // call, nothing-new drains, suspected losses, NVML calls/s over elapsed,
 // newest sample age). prevCalls holds each device's call count at the last
 // snapshot and is updated.
-func SelfEvents(st sampler.Stats, now time.Time, elapsed time.Duration, prevCalls map[int]uint64) []sampler.Event {
+func SelfEvents(st sampler.Stats, now time.Time, elapsed time.Duration, prevCalls map[int]uint64) []record.Event {
 	ns := now.UnixNano()
-	var evs []sampler.Event
+	var evs []record.Event
 	for _, o := range st.Outputs {
-		evs = append(evs, sampler.Event{Kind: sampler.EventSelf, Device: -1, StartNS: ns, EndNS: ns,
-			Attrs: []sampler.Attr{{Key: "scope", Value: "output"}, {Key: "output", Value: o.Name}},
-			Fields: []sampler.Field{intField("published", o.Published), intField("read", o.Read),
+		evs = append(evs, record.Event{Kind: record.EventSelf, Device: -1, StartNS: ns, EndNS: ns,
+			Attrs: []record.Attr{{Key: "scope", Value: "output"}, {Key: "output", Value: o.Name}},
+			Fields: []record.Field{intField("published", o.Published), intField("read", o.Read),
 				intField("delivered", o.Delivered), intField("dropped", o.Dropped), intField("filtered", o.Filtered),
 				intField("failed", o.Failed), intField("buffered", o.Lag), intField("writes", o.Writes),
 				intField("write_errors", o.WriteErrors), intField("events_dropped", o.EventsDropped),
@@ -125,7 +126,7 @@ func SelfEvents(st sampler.Stats, now time.Time, elapsed time.Duration, prevCall
 		if d.NewestNS > 0 {
 			age = ns - d.NewestNS
 		}
-		fields := []sampler.Field{intField("published", d.Published), intField("drains", d.Drains),
+		fields := []record.Field{intField("published", d.Published), intField("drains", d.Drains),
 			intField("nothing_new", d.NothingNew), intField("suspected_losses", d.SuspectedLosses),
 			intField("lost_estimate", d.LostEstimate), intField("read_errors", d.ReadErrors),
 			intField("nvml_calls", d.Calls), {Key: "nvml_calls_per_s", Value: callsPerS},
@@ -136,8 +137,8 @@ func SelfEvents(st sampler.Stats, now time.Time, elapsed time.Duration, prevCall
 		for _, fn := range slices.Sorted(maps.Keys(d.CallsByFunction)) {
 			fields = append(fields, intField("nvml_calls_"+fieldName(fn), d.CallsByFunction[fn]))
 		}
-		evs = append(evs, sampler.Event{Kind: sampler.EventSelf, Device: d.Index, StartNS: ns, EndNS: ns,
-			Attrs:  []sampler.Attr{{Key: "scope", Value: "device"}, {Key: "gpu", Value: strconv.Itoa(d.Index)}, {Key: "uuid", Value: d.UUID}},
+		evs = append(evs, record.Event{Kind: record.EventSelf, Device: d.Index, StartNS: ns, EndNS: ns,
+			Attrs:  []record.Attr{{Key: "scope", Value: "device"}, {Key: "gpu", Value: strconv.Itoa(d.Index)}, {Key: "uuid", Value: d.UUID}},
 			Fields: fields})
 	}
 	return evs
@@ -162,7 +163,7 @@ func fieldName(fn string) string {
 // age, which the output line's ring lag does not show), a line per output
 // that has not started (from an "output_health" event in detail), and a
 // line per device.
-func FormatStats(st sampler.Stats, detail []sampler.Event) string {
+func FormatStats(st sampler.Stats, detail []record.Event) string {
 	s := "gpusampler stats:\n"
 	for _, ev := range detail {
 		if attr(ev, "scope") == "output_health" && field(ev, "started") == 0 {
@@ -197,14 +198,14 @@ func FormatStats(st sampler.Stats, detail []sampler.Event) string {
 // "buffer"): buffered records and bytes, the oldest record's age, replayed,
 // retries, dropped records by reason, and dropped corrupt and malformed
 // batches.
-func BufferEvents(bufs map[string]*buffer.Buffer, now time.Time) []sampler.Event {
+func BufferEvents(bufs map[string]*buffer.Buffer, now time.Time) []record.Event {
 	ns := now.UnixNano()
-	var evs []sampler.Event
+	var evs []record.Event
 	for _, name := range slices.Sorted(maps.Keys(bufs)) {
 		s := bufs[name].Stats()
-		evs = append(evs, sampler.Event{Kind: sampler.EventSelf, Device: -1, StartNS: ns, EndNS: ns,
-			Attrs: []sampler.Attr{{Key: "scope", Value: "buffer"}, {Key: "output", Value: name}, {Key: "buffer", Value: s.Kind}},
-			Fields: []sampler.Field{intField("buffered_records", uint64(s.BufferedRecords)),
+		evs = append(evs, record.Event{Kind: record.EventSelf, Device: -1, StartNS: ns, EndNS: ns,
+			Attrs: []record.Attr{{Key: "scope", Value: "buffer"}, {Key: "output", Value: name}, {Key: "buffer", Value: s.Kind}},
+			Fields: []record.Field{intField("buffered_records", uint64(s.BufferedRecords)),
 				intField("buffered_bytes", uint64(s.BufferedBytes)),
 				{Key: "oldest_age_seconds", Value: s.OldestAge.Seconds()},
 				intField("delivered_batches", s.Delivered), intField("replayed_batches", s.Replayed),
@@ -220,20 +221,20 @@ func BufferEvents(bufs map[string]*buffer.Buffer, now time.Time) []sampler.Event
 	return evs
 }
 
-// DetailEvents turns the outputs' own counters (sampler.StatsReporter:
+// DetailEvents turns the outputs' own counters (record.StatsReporter:
 // HTTP requests and retries, NATS messages and acks, plugin restarts, ...)
 // into self-metrics events of scope "output_detail", one per output that
 // reports any, in name order.
-func DetailEvents(outs map[string]sampler.Output, now time.Time) []sampler.Event {
+func DetailEvents(outs map[string]record.Output, now time.Time) []record.Event {
 	ns := now.UnixNano()
-	var evs []sampler.Event
+	var evs []record.Event
 	for _, name := range slices.Sorted(maps.Keys(outs)) {
-		fields := sampler.ReportStats(outs[name], nil)
+		fields := record.ReportStats(outs[name], nil)
 		if len(fields) == 0 {
 			continue
 		}
-		evs = append(evs, sampler.Event{Kind: sampler.EventSelf, Device: -1, StartNS: ns, EndNS: ns,
-			Attrs:  []sampler.Attr{{Key: "scope", Value: "output_detail"}, {Key: "output", Value: name}},
+		evs = append(evs, record.Event{Kind: record.EventSelf, Device: -1, StartNS: ns, EndNS: ns,
+			Attrs:  []record.Attr{{Key: "scope", Value: "output_detail"}, {Key: "output", Value: name}},
 			Fields: fields})
 	}
 	return evs
@@ -242,9 +243,9 @@ func DetailEvents(outs map[string]sampler.Output, now time.Time) []sampler.Event
 // formatBuffer renders a buffer's self-metrics (BufferEvents): "buffer
 // disk backlog 13536 records 201.3 KB oldest 20.1s", then its non-zero
 // counters.
-func formatBuffer(ev sampler.Event) string {
+func formatBuffer(ev record.Event) string {
 	var records, bytes, age float64
-	var rest []sampler.Field
+	var rest []record.Field
 	for _, f := range ev.Fields {
 		switch f.Key {
 		case "buffered_records":
@@ -266,7 +267,7 @@ func formatBuffer(ev sampler.Event) string {
 }
 
 // field returns the value of ev's field key (0 when absent).
-func field(ev sampler.Event, key string) float64 {
+func field(ev record.Event, key string) float64 {
 	for _, f := range ev.Fields {
 		if f.Key == key {
 			return f.Value
@@ -275,7 +276,7 @@ func field(ev sampler.Event, key string) float64 {
 	return 0
 }
 
-func attr(ev sampler.Event, key string) string {
+func attr(ev record.Event, key string) string {
 	for _, a := range ev.Attrs {
 		if a.Key == key {
 			return a.Value
@@ -286,7 +287,7 @@ func attr(ev sampler.Event, key string) string {
 
 // formatFields renders the non-zero fields as "key=value ..." ("" when all
 // are zero).
-func formatFields(fs []sampler.Field) string {
+func formatFields(fs []record.Field) string {
 	var b strings.Builder
 	for _, f := range fs {
 		if f.Value == 0 {

@@ -9,6 +9,7 @@ import (
 	"github.com/gpusampler/gpusampler/internal/agent"
 	"github.com/gpusampler/gpusampler/internal/pipeline/aggregate"
 	"github.com/gpusampler/gpusampler/internal/pipeline/buffer"
+	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
@@ -24,7 +25,7 @@ func TestSelfEvents(t *testing.T) {
 	if len(evs) != 2 {
 		t.Fatalf("%d events, want 2", len(evs))
 	}
-	field := func(ev sampler.Event, k string) float64 {
+	field := func(ev record.Event, k string) float64 {
 		for _, f := range ev.Fields {
 			if f.Key == k {
 				return f.Value
@@ -33,7 +34,7 @@ func TestSelfEvents(t *testing.T) {
 		t.Fatalf("no field %s", k)
 		return 0
 	}
-	if evs[0].Kind != sampler.EventSelf || field(evs[0], "dropped") != 2 || field(evs[0], "buffered") != 3 {
+	if evs[0].Kind != record.EventSelf || field(evs[0], "dropped") != 2 || field(evs[0], "buffered") != 3 {
 		t.Errorf("output event %+v", evs[0])
 	}
 	if field(evs[1], "nvml_calls_per_s") != 10 || field(evs[1], "newest_sample_age_ns") != 5e8 || prev[0] != 30 {
@@ -41,7 +42,7 @@ func TestSelfEvents(t *testing.T) {
 	}
 	// Calls per function, as int counters, after the fixed fields.
 	n := len(evs[1].Fields)
-	if got, want := evs[1].Fields[n-3:], []sampler.Field{{Key: "nvml_calls_GetFieldValues", Value: 9, Int: true},
+	if got, want := evs[1].Fields[n-3:], []record.Field{{Key: "nvml_calls_GetFieldValues", Value: 9, Int: true},
 		{Key: "nvml_calls_GetSamples", Value: 20, Int: true}, {Key: "nvml_calls_GetSamples_size", Value: 1, Int: true}}; !reflect.DeepEqual(got, want) {
 		t.Errorf("per-function fields %+v, want %+v", got, want)
 	}
@@ -50,8 +51,8 @@ func TestSelfEvents(t *testing.T) {
 // reportingOut is an output with counters of its own.
 type reportingOut struct{ memOut }
 
-func (r *reportingOut) ReportStats(dst []sampler.Field) []sampler.Field {
-	return append(dst, sampler.IntField("http_requests", 7), sampler.IntField("http_retries", 0))
+func (r *reportingOut) ReportStats(dst []record.Field) []record.Field {
+	return append(dst, record.IntField("http_requests", 7), record.IntField("http_retries", 0))
 }
 
 // An output's own counters become an output_detail event, seen through the
@@ -68,13 +69,13 @@ func TestDetailEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	evs := agent.DetailEvents(map[string]sampler.Output{"influx": agg, "plain": &memOut{}}, time.Unix(100, 0))
+	evs := agent.DetailEvents(map[string]record.Output{"influx": agg, "plain": &memOut{}}, time.Unix(100, 0))
 	if len(evs) != 1 {
 		t.Fatalf("%d events, want 1: %+v", len(evs), evs)
 	}
 	ev := evs[0]
-	if ev.Kind != sampler.EventSelf || len(ev.Attrs) != 2 || ev.Attrs[0] != (sampler.Attr{Key: "scope", Value: "output_detail"}) ||
-		ev.Attrs[1] != (sampler.Attr{Key: "output", Value: "influx"}) {
+	if ev.Kind != record.EventSelf || len(ev.Attrs) != 2 || ev.Attrs[0] != (record.Attr{Key: "scope", Value: "output_detail"}) ||
+		ev.Attrs[1] != (record.Attr{Key: "output", Value: "influx"}) {
 		t.Errorf("event %+v", ev)
 	}
 	var keys []string
@@ -94,13 +95,13 @@ func TestDetailEvents(t *testing.T) {
 // TestFormatStatsBufferBacklog: --stats shows what a buffer holds while its
 // sink is down (the output line's "buffered" is the ring's lag, 0 then).
 func TestFormatStatsBufferBacklog(t *testing.T) {
-	ev := sampler.Event{Kind: sampler.EventSelf, Device: -1,
-		Attrs: []sampler.Attr{{Key: "scope", Value: "buffer"}, {Key: "output", Value: "influx"}, {Key: "buffer", Value: "disk"}},
-		Fields: []sampler.Field{{Key: "buffered_records", Value: 13536, Int: true}, {Key: "buffered_bytes", Value: 201300, Int: true},
+	ev := record.Event{Kind: record.EventSelf, Device: -1,
+		Attrs: []record.Attr{{Key: "scope", Value: "buffer"}, {Key: "output", Value: "influx"}, {Key: "buffer", Value: "disk"}},
+		Fields: []record.Field{{Key: "buffered_records", Value: 13536, Int: true}, {Key: "buffered_bytes", Value: 201300, Int: true},
 			{Key: "oldest_age_seconds", Value: 20.04}, {Key: "delivered_batches", Value: 0, Int: true},
 			{Key: "retries", Value: 9, Int: true}, {Key: "dropped_malformed", Value: 4, Int: true}}}
 	st := sampler.Stats{Outputs: []sampler.OutputStats{{Name: "influx"}, {Name: "plain"}}}
-	got := agent.FormatStats(st, []sampler.Event{ev})
+	got := agent.FormatStats(st, []record.Event{ev})
 	want := "\n                      buffer disk backlog 13536 records 201.3 KB oldest 20s retries=9 dropped_malformed=4\n  output plain "
 	if !strings.Contains(got, want) {
 		t.Errorf("FormatStats:\n%s\nwant the backlog under the influx line:\n%s", got, want)

@@ -15,9 +15,11 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/config"
 	"github.com/gpusampler/gpusampler/internal/pipeline/buffer"
 	"github.com/gpusampler/gpusampler/outputs"
+	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler"
 	"github.com/gpusampler/gpusampler/sampler/sim"
 )
@@ -219,12 +221,12 @@ func (o *Output) Same(p *Output) bool {
 // both are empty: everything). A metric is selected when it matches an
 // include pattern (or there is none) and no exclude pattern; a pattern
 // matches a metric's name or its group.
-func Selector(include, exclude []string) func(*sampler.Metric) bool {
+func Selector(include, exclude []string) func(*catalog.Metric) bool {
 	if len(include) == 0 && len(exclude) == 0 {
 		return nil
 	}
 	include, exclude = slices.Clone(include), slices.Clone(exclude)
-	return func(m *sampler.Metric) bool {
+	return func(m *catalog.Metric) bool {
 		name, group := m.Name, string(m.Group)
 		if len(include) > 0 && !matchAny(include, name, group) {
 			return false
@@ -234,12 +236,12 @@ func Selector(include, exclude []string) func(*sampler.Metric) bool {
 }
 
 // DeviceFilter returns the device filter for Sampler.Devices (nil: all).
-func (s *Sampler) DeviceFilter() func(sampler.Device) bool {
+func (s *Sampler) DeviceFilter() func(record.Device) bool {
 	if len(s.Devices) == 0 {
 		return nil
 	}
 	want := slices.Clone(s.Devices)
-	return func(d sampler.Device) bool {
+	return func(d record.Device) bool {
 		return slices.Contains(want, strconv.Itoa(d.Index)) || slices.Contains(want, d.UUID)
 	}
 }
@@ -251,8 +253,8 @@ type Options struct {
 	// LookupEnv resolves ${NAME}; nil means os.LookupEnv.
 	LookupEnv func(string) (string, bool)
 	// Catalog checks include/exclude patterns; nil means
-	// sampler.DefaultCatalog.
-	Catalog *sampler.Catalog
+	// catalog.DefaultCatalog.
+	Catalog *catalog.Catalog
 }
 
 // Load reads and parses the file at name.
@@ -270,7 +272,7 @@ func Load(name string, opts Options) (*Config, error) {
 // environment.
 func Parse(file string, data []byte, opts Options) (*Config, error) {
 	if opts.Catalog == nil {
-		opts.Catalog = sampler.DefaultCatalog
+		opts.Catalog = catalog.DefaultCatalog
 	}
 	if opts.Registry == nil {
 		opts.Registry = outputs.NewRegistry()
@@ -372,7 +374,7 @@ func parseAttribution(t *config.Table) Attribution {
 	return a
 }
 
-func parseSampler(t *config.Table, cat *sampler.Catalog) Sampler {
+func parseSampler(t *config.Table, cat *catalog.Catalog) Sampler {
 	s := Sampler{Backend: "auto", Profile: "training", GPUs: 2, Seed: 1,
 		DrainInterval: sampler.DefaultDrainInterval, FieldInterval: sampler.DefaultFieldInterval,
 		SlowInterval: sampler.DefaultSlowInterval, RareInterval: sampler.DefaultRareInterval,
@@ -417,7 +419,7 @@ func parseSampler(t *config.Table, cat *sampler.Catalog) Sampler {
 
 // patterns reads include/exclude and checks that every pattern is a valid
 // glob matching at least one metric or group of the catalog.
-func patterns(t *config.Table, cat *sampler.Catalog) (include, exclude []string) {
+func patterns(t *config.Table, cat *catalog.Catalog) (include, exclude []string) {
 	t.Strings("include", &include)
 	t.Strings("exclude", &exclude)
 	check := func(key string, ps []string) {
@@ -437,8 +439,8 @@ func patterns(t *config.Table, cat *sampler.Catalog) (include, exclude []string)
 	return include, exclude
 }
 
-func matchesCatalog(p string, cat *sampler.Catalog) bool {
-	for _, g := range sampler.Groups {
+func matchesCatalog(p string, cat *catalog.Catalog) bool {
+	for _, g := range catalog.Groups {
 		if matchAny([]string{p}, string(g)) {
 			return true
 		}

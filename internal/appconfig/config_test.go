@@ -8,9 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/config"
 	"github.com/gpusampler/gpusampler/internal/appconfig"
 	"github.com/gpusampler/gpusampler/outputs"
+	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
@@ -126,8 +128,8 @@ func TestParseFull(t *testing.T) {
 	}
 	// The two blocks of one kind coexist with their own settings.
 	sel := a.PumpOptions().Select
-	cat := sampler.DefaultCatalog
-	if !sel(cat.Get(sampler.MetricTempGPU)) || sel(cat.Get(sampler.MetricPowerDraw)) {
+	cat := catalog.DefaultCatalog
+	if !sel(cat.Get(catalog.MetricTempGPU)) || sel(cat.Get(catalog.MetricPowerDraw)) {
 		t.Error("first output's selector: want temperature only")
 	}
 	if b.PumpOptions().Select != nil {
@@ -276,7 +278,7 @@ func TestEnvEscape(t *testing.T) {
 }
 
 func TestSelector(t *testing.T) {
-	cat := sampler.DefaultCatalog
+	cat := catalog.DefaultCatalog
 	sel := appconfig.Selector([]string{"power", "clocks_current_*"}, []string{"power_limit"})
 	var got []string
 	for _, m := range cat.All() {
@@ -295,9 +297,9 @@ func TestDeviceFilter(t *testing.T) {
 	s := appconfig.Sampler{Devices: []string{"1", "GPU-x"}}
 	f := s.DeviceFilter()
 	for _, tc := range []struct {
-		d    sampler.Device
+		d    record.Device
 		want bool
-	}{{sampler.Device{Index: 1}, true}, {sampler.Device{Index: 0, UUID: "GPU-x"}, true}, {sampler.Device{Index: 2, UUID: "GPU-y"}, false}} {
+	}{{record.Device{Index: 1}, true}, {record.Device{Index: 0, UUID: "GPU-x"}, true}, {record.Device{Index: 2, UUID: "GPU-y"}, false}} {
 		if f(tc.d) != tc.want {
 			t.Errorf("filter(%+v) = %v", tc.d, !tc.want)
 		}

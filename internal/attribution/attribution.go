@@ -2,7 +2,7 @@
 // pod (from the kubelet's pod-resources API) or the HPC job (from a
 // dcgm-exporter job-mapping directory, or from the Slurm cgroups of the
 // GPU's processes) — and sets it on the engine's device identities, from
-// where every output carries it (see sampler.Attribution).
+// where every output carries it (see record.Attribution).
 package attribution
 
 import (
@@ -20,7 +20,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/gpusampler/gpusampler/internal/attribution/podresources"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // DefaultRefresh is how often attribution is looked up again.
@@ -56,8 +56,8 @@ func (c Config) Enabled() bool {
 // Target is what a Resolver reads devices from and sets attribution on
 // (*sampler.Engine).
 type Target interface {
-	Devices() []sampler.Device
-	SetAttribution(index int, a sampler.Attribution) bool
+	Devices() []record.Device
+	SetAttribution(index int, a record.Attribution) bool
 	ProcessPIDs(index int) []uint32
 }
 
@@ -146,7 +146,7 @@ func (r *Resolver) Run(ctx context.Context, t Target) {
 func (r *Resolver) Refresh(ctx context.Context, t Target) {
 	r.refreshes.Add(1)
 	devs := t.Devices()
-	want := make(map[int]sampler.Attribution, len(devs))
+	want := make(map[int]record.Attribution, len(devs))
 	if r.kube != nil {
 		r.kubeAttribution(ctx, devs, want)
 	}
@@ -168,7 +168,7 @@ func (r *Resolver) Refresh(ctx context.Context, t Target) {
 	}
 }
 
-func (r *Resolver) kubeAttribution(ctx context.Context, devs []sampler.Device, want map[int]sampler.Attribution) {
+func (r *Resolver) kubeAttribution(ctx context.Context, devs []record.Device, want map[int]record.Attribution) {
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	var err error
@@ -211,7 +211,7 @@ func (r *Resolver) kubeAttribution(ctx context.Context, devs []sampler.Device, w
 	}
 }
 
-func (r *Resolver) mappingAttribution(devs []sampler.Device, want map[int]sampler.Attribution) {
+func (r *Resolver) mappingAttribution(devs []record.Device, want map[int]record.Attribution) {
 	jobs, err := ReadJobMapping(r.cfg.HPCJobMappingDir)
 	if err != nil {
 		r.mappingErrors.Add(1)

@@ -19,21 +19,22 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/internal/attribution/podresources"
 	"github.com/gpusampler/gpusampler/internal/encoding/lineproto"
 	"github.com/gpusampler/gpusampler/outputs/prometheus"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // fakeTarget is a set of devices whose attribution the resolver sets.
 type fakeTarget struct {
-	devs []sampler.Device
+	devs []record.Device
 	pids map[int][]uint32
 }
 
-func (f *fakeTarget) Devices() []sampler.Device  { return append([]sampler.Device(nil), f.devs...) }
+func (f *fakeTarget) Devices() []record.Device   { return append([]record.Device(nil), f.devs...) }
 func (f *fakeTarget) ProcessPIDs(i int) []uint32 { return f.pids[i] }
-func (f *fakeTarget) SetAttribution(i int, a sampler.Attribution) bool {
+func (f *fakeTarget) SetAttribution(i int, a record.Attribution) bool {
 	for k := range f.devs {
 		if f.devs[k].Index == i && f.devs[k].Attribution != a {
 			f.devs[k].Attribution = a
@@ -44,8 +45,8 @@ func (f *fakeTarget) SetAttribution(i int, a sampler.Attribution) bool {
 	return false
 }
 
-func (f *fakeTarget) attribution() map[int]sampler.Attribution {
-	out := map[int]sampler.Attribution{}
+func (f *fakeTarget) attribution() map[int]record.Attribution {
+	out := map[int]record.Attribution{}
 	for _, d := range f.devs {
 		if !d.IsZero() {
 			out[d.Index] = d.Attribution
@@ -55,7 +56,7 @@ func (f *fakeTarget) attribution() map[int]sampler.Attribution {
 }
 
 func twoGPUs() *fakeTarget {
-	return &fakeTarget{devs: []sampler.Device{
+	return &fakeTarget{devs: []record.Device{
 		{Index: 0, UUID: "GPU-aaaa", Name: "NVIDIA H200", Generation: 1},
 		{Index: 1, UUID: "GPU-bbbb", Name: "NVIDIA H200", Generation: 1},
 	}}
@@ -152,7 +153,7 @@ func TestKubernetesPodLabels(t *testing.T) {
 	r, _ := newResolver(t, Config{PodResourcesSocket: socket})
 	tgt := twoGPUs()
 	r.Refresh(context.Background(), tgt)
-	want := map[int]sampler.Attribution{1: {Pod: "train-7", Namespace: "ml", Container: "trainer"}}
+	want := map[int]record.Attribution{1: {Pod: "train-7", Namespace: "ml", Container: "trainer"}}
 	if got := tgt.attribution(); !maps.Equal(got, want) {
 		t.Fatalf("attribution %v, want %v", got, want)
 	}
@@ -165,9 +166,9 @@ func TestKubernetesPodLabels(t *testing.T) {
 	defer o.Close()
 	write := func() {
 		t.Helper()
-		b := &sampler.Batch{Devices: tgt.Devices(), Samples: []sampler.Sample{
-			{TimeNS: now.UnixNano(), Value: 40, Device: 0, Metric: sampler.MetricUtilGPU},
-			{TimeNS: now.UnixNano(), Value: 97, Device: 1, Metric: sampler.MetricUtilGPU}}}
+		b := &record.Batch{Devices: tgt.Devices(), Samples: []record.Sample{
+			{TimeNS: now.UnixNano(), Value: 40, Device: 0, Metric: catalog.MetricUtilGPU},
+			{TimeNS: now.UnixNano(), Value: 97, Device: 1, Metric: catalog.MetricUtilGPU}}}
 		if err := o.Write(context.Background(), b); err != nil {
 			t.Fatal(err)
 		}
@@ -182,9 +183,9 @@ func TestKubernetesPodLabels(t *testing.T) {
 	}
 
 	enc := lineproto.New(lineproto.Options{Host: "node7"})
-	enc.Encode(&sampler.Batch{Devices: tgt.Devices(), Samples: []sampler.Sample{
-		{TimeNS: now.UnixNano(), Value: 40, Device: 0, Metric: sampler.MetricUtilGPU},
-		{TimeNS: now.UnixNano(), Value: 97, Device: 1, Metric: sampler.MetricUtilGPU}}})
+	enc.Encode(&record.Batch{Devices: tgt.Devices(), Samples: []record.Sample{
+		{TimeNS: now.UnixNano(), Value: 40, Device: 0, Metric: catalog.MetricUtilGPU},
+		{TimeNS: now.UnixNano(), Value: 97, Device: 1, Metric: catalog.MetricUtilGPU}}})
 	wantLP := "nvidia_smi,host=node7,index=0,name=NVIDIA\\ H200,uuid=GPU-aaaa utilization_gpu=40i 1700000000000000000\n" +
 		"nvidia_smi,container=trainer,host=node7,index=1,name=NVIDIA\\ H200,namespace=ml,pod=train-7,uuid=GPU-bbbb utilization_gpu=97i 1700000000000000000\n"
 	if got := string(enc.Bytes()); got != wantLP {
@@ -234,16 +235,16 @@ func TestKubernetesPodsComeAndGo(t *testing.T) {
 	tgt := twoGPUs()
 	steps := []struct {
 		pods []*podresources.PodResources
-		want map[int]sampler.Attribution
+		want map[int]record.Attribution
 	}{
-		{nil, map[int]sampler.Attribution{}},
+		{nil, map[int]record.Attribution{}},
 		{[]*podresources.PodResources{pod("a", "ns1", "c", "nvidia.com/gpu", "GPU-aaaa"), pod("b", "ns2", "d", "nvidia.com/gpu", "1")},
-			map[int]sampler.Attribution{0: {Pod: "a", Namespace: "ns1", Container: "c"}, 1: {Pod: "b", Namespace: "ns2", Container: "d"}}},
+			map[int]record.Attribution{0: {Pod: "a", Namespace: "ns1", Container: "c"}, 1: {Pod: "b", Namespace: "ns2", Container: "d"}}},
 		{[]*podresources.PodResources{pod("b", "ns2", "d", "nvidia.com/gpu", "GPU-bbbb::0"), pod("x", "ns3", "e", "nvidia.com/gpu", "GPU-ffff")},
-			map[int]sampler.Attribution{1: {Pod: "b", Namespace: "ns2", Container: "d"}}},
+			map[int]record.Attribution{1: {Pod: "b", Namespace: "ns2", Container: "d"}}},
 		{[]*podresources.PodResources{pod("b", "ns2", "d", "nvidia.com/gpu", "GPU-bbbb::0"), pod("c", "ns2", "d", "nvidia.com/gpu", "GPU-bbbb::1"),
 			pod("x", "ns3", "e", "nvidia.com/gpu", "GPU-ffff")},
-			map[int]sampler.Attribution{}},
+			map[int]record.Attribution{}},
 	}
 	for i, s := range steps {
 		k.set(s.pods...)
@@ -296,7 +297,7 @@ func TestKubernetesSocketDisappears(t *testing.T) {
 
 // Device IDs: UUIDs, MIG UUIDs, the legacy MIG form, indexes, replicas.
 func TestMatchDevice(t *testing.T) {
-	devs := []sampler.Device{{Index: 0, UUID: "GPU-aaaa"},
+	devs := []record.Device{{Index: 0, UUID: "GPU-aaaa"},
 		{Index: 1, UUID: "MIG-cccc", MIG: true, Parent: 0, GPUInstanceID: 7, ComputeInstanceID: 0}}
 	for _, c := range []struct {
 		resource, id string

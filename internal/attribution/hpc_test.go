@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 func writeFiles(t *testing.T, root string, files map[string]string) {
@@ -29,12 +29,12 @@ func writeFiles(t *testing.T, root string, files map[string]string) {
 func TestJobMappingDir(t *testing.T) {
 	dir := t.TempDir()
 	writeFiles(t, dir, map[string]string{"1": "4711\n", "0.7": "815\n90\n", "2": "", "README": "not a GPU"})
-	tgt := &fakeTarget{devs: []sampler.Device{
+	tgt := &fakeTarget{devs: []record.Device{
 		{Index: 0, UUID: "GPU-aaaa"}, {Index: 1, UUID: "GPU-bbbb"},
 		{Index: 2, UUID: "MIG-cccc", MIG: true, Parent: 0, GPUInstanceID: 7}}}
 	r, _ := newResolver(t, Config{HPCJobMappingDir: dir})
 	r.Refresh(context.Background(), tgt)
-	want := map[int]sampler.Attribution{1: {HPCJob: "4711"}, 2: {HPCJob: "815,90"}}
+	want := map[int]record.Attribution{1: {HPCJob: "4711"}, 2: {HPCJob: "815,90"}}
 	if got := tgt.attribution(); !maps.Equal(got, want) {
 		t.Fatalf("attribution %v, want %v", got, want)
 	}
@@ -67,11 +67,11 @@ func TestSlurmCgroups(t *testing.T) {
 		"200/cgroup": "0::/system.slice/slurmstepd.scope/job_815/step_batch/user/task_0\n",
 		"300/cgroup": "0::/user.slice/user-1000.slice/session-3.scope\n",
 	})
-	tgt := &fakeTarget{devs: []sampler.Device{{Index: 0, UUID: "GPU-aaaa"}, {Index: 1, UUID: "GPU-bbbb"}, {Index: 2, UUID: "GPU-cccc"}},
+	tgt := &fakeTarget{devs: []record.Device{{Index: 0, UUID: "GPU-aaaa"}, {Index: 1, UUID: "GPU-bbbb"}, {Index: 2, UUID: "GPU-cccc"}},
 		pids: map[int][]uint32{0: {300, 999}, 1: {100}, 2: {200, 100}}}
 	r, _ := newResolver(t, Config{SlurmCgroups: true, ProcRoot: proc})
 	r.Refresh(context.Background(), tgt)
-	want := map[int]sampler.Attribution{1: {HPCJob: "4711"}, 2: {HPCJob: "4711,815"}}
+	want := map[int]record.Attribution{1: {HPCJob: "4711"}, 2: {HPCJob: "4711,815"}}
 	if got := tgt.attribution(); !maps.Equal(got, want) {
 		t.Fatalf("attribution %v, want %v", got, want)
 	}
@@ -80,7 +80,7 @@ func TestSlurmCgroups(t *testing.T) {
 	writeFiles(t, dir, map[string]string{"1": "5000\n"})
 	r2, _ := newResolver(t, Config{SlurmCgroups: true, ProcRoot: proc, HPCJobMappingDir: dir})
 	r2.Refresh(context.Background(), tgt)
-	want[1] = sampler.Attribution{HPCJob: "5000"}
+	want[1] = record.Attribution{HPCJob: "5000"}
 	if got := tgt.attribution(); !maps.Equal(got, want) {
 		t.Fatalf("attribution %v, want %v", got, want)
 	}

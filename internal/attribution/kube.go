@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/gpusampler/gpusampler/internal/attribution/podresources"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // DefaultPodResourcesSocket is the kubelet's pod-resources socket.
@@ -27,7 +27,7 @@ type holder struct{ pod, namespace, container string }
 // stripped; the legacy MIG form MIG-GPU-<uuid>/<gi>/<ci>; or, for whole
 // GPUs, the index (the plugin's device-id-strategy=index). ok is false for
 // a device gpusampler does not sample.
-func matchDevice(devs []sampler.Device, resource, id string) (index int, shared, ok bool) {
+func matchDevice(devs []record.Device, resource, id string) (index int, shared, ok bool) {
 	if base, _, cut := strings.Cut(id, "::"); cut {
 		id, shared = base, true
 	}
@@ -66,7 +66,7 @@ func matchDevice(devs []sampler.Device, resource, id string) (index int, shared,
 // containers holding each device; shared marks devices handed out as
 // time-slicing replicas or to several containers. unknown lists GPU device
 // IDs that name no sampled device.
-func kubeHolders(ctx context.Context, c *podresources.Client, devs []sampler.Device) (held map[int][]holder, shared map[int]bool, unknown []string, err error) {
+func kubeHolders(ctx context.Context, c *podresources.Client, devs []record.Device) (held map[int][]holder, shared map[int]bool, unknown []string, err error) {
 	resp, err := c.List(ctx, &podresources.ListPodResourcesRequest{})
 	if err != nil {
 		return nil, nil, nil, err

@@ -10,17 +10,17 @@ import (
 	"github.com/gpusampler/gpusampler/plugins"
 	"github.com/gpusampler/gpusampler/plugins/sdk"
 	"github.com/gpusampler/gpusampler/plugins/sdktest"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // recordsOf merges the accepted batches of a record file into one batch.
-func recordsOf(t *testing.T, file string) *sampler.Batch {
+func recordsOf(t *testing.T, file string) *record.Batch {
 	t.Helper()
 	bs, _, err := conservation.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var all sampler.Batch
+	var all record.Batch
 	for _, b := range bs {
 		if b.State != conservation.StateOK {
 			continue
@@ -33,7 +33,7 @@ func recordsOf(t *testing.T, file string) *sampler.Batch {
 	return &all
 }
 
-func samplesOf(t *testing.T, file string) []sampler.Sample { return recordsOf(t, file).Samples }
+func samplesOf(t *testing.T, file string) []record.Sample { return recordsOf(t, file).Samples }
 
 // TestRecorderConformance runs the output conformance suite, every record
 // kind compared whole, on the recorder in process, behind the plugin
@@ -46,13 +46,13 @@ func TestRecorderConformance(t *testing.T) {
 		file = filepath.Join(t.TempDir(), "rec.jsonl")
 		return file
 	}
-	harness := func(newOut func(t *testing.T) sampler.Output) outputtest.Harness {
+	harness := func(newOut func(t *testing.T) record.Output) outputtest.Harness {
 		return outputtest.Harness{New: newOut,
-			Received: func(t *testing.T) []sampler.Sample { return samplesOf(t, file) },
-			Records:  func(t *testing.T) *sampler.Batch { return recordsOf(t, file) }}
+			Received: func(t *testing.T) []record.Sample { return samplesOf(t, file) },
+			Records:  func(t *testing.T) *record.Batch { return recordsOf(t, file) }}
 	}
 	t.Run("inproc", func(t *testing.T) {
-		outputtest.Run(t, harness(func(t *testing.T) sampler.Output {
+		outputtest.Run(t, harness(func(t *testing.T) record.Output {
 			r, err := conservation.NewRecorder(fresh(t), "")
 			if err != nil {
 				t.Fatal(err)
@@ -61,7 +61,7 @@ func TestRecorderConformance(t *testing.T) {
 		}))
 	})
 	t.Run("protocol", func(t *testing.T) {
-		outputtest.Run(t, harness(func(t *testing.T) sampler.Output {
+		outputtest.Run(t, harness(func(t *testing.T) record.Output {
 			out, err := sdktest.StartFactory(t, sdk.KindFactory(conservation.RecordKind()),
 				map[string]any{"file": fresh(t)}, sdktest.Options{})
 			if err != nil {
@@ -71,7 +71,7 @@ func TestRecorderConformance(t *testing.T) {
 		}))
 	})
 	t.Run("plugin", func(t *testing.T) {
-		outputtest.Run(t, harness(func(t *testing.T) sampler.Output {
+		outputtest.Run(t, harness(func(t *testing.T) record.Output {
 			c, err := plugins.Start(plugins.Options{Name: "record", Kind: "plugin", Config: map[string]any{"file": fresh(t)},
 				Command: func() *exec.Cmd { return exec.Command(pluginPath) }})
 			if err != nil {

@@ -26,7 +26,7 @@ import (
 	"github.com/gpusampler/gpusampler/outputs"
 	"github.com/gpusampler/gpusampler/outputs/stdout"
 	"github.com/gpusampler/gpusampler/plugins"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // pluginPath is the record plugin, built once per test binary; pluginSum
@@ -313,10 +313,10 @@ func (r *running) phase() {
 		r.e.t.Fatalf("phase %d: the engine did not publish the released samples", n)
 	}
 	r.events++
-	r.a.Engine().Emit(sampler.Event{Kind: "matrix_phase", Device: n % 2, StartNS: r.src.Start.UnixNano() + int64(n),
+	r.a.Engine().Emit(record.Event{Kind: "matrix_phase", Device: n % 2, StartNS: r.src.Start.UnixNano() + int64(n),
 		EndNS: r.src.Start.UnixNano() + int64(n) + 5, Message: fmt.Sprintf("phase %d released", n),
-		Attrs:  []sampler.Attr{{Key: "phase", Value: fmt.Sprint(n)}, {Key: "run", Value: fmt.Sprint(r.e.run)}},
-		Fields: []sampler.Field{{Key: "samples", Value: float64(perPhase * 4), Int: true}, {Key: "ratio", Value: 0.375}}})
+		Attrs:  []record.Attr{{Key: "phase", Value: fmt.Sprint(n)}, {Key: "run", Value: fmt.Sprint(r.e.run)}},
+		Fields: []record.Field{{Key: "samples", Value: float64(perPhase * 4), Int: true}, {Key: "ratio", Value: 0.375}}})
 }
 
 // awaitDown waits until every cell's sink has refused n writes as down.
@@ -341,7 +341,7 @@ func (r *running) awaitSelf() {
 		bs, _, _ := conservation.ReadFile(r.e.recordFile("witness", r.e.run))
 		for _, b := range bs {
 			for _, ev := range b.Events {
-				if ev.Kind == sampler.EventSelf {
+				if ev.Kind == record.EventSelf {
 					return true
 				}
 			}
@@ -362,7 +362,7 @@ func (r *running) awaitSelf() {
 func (r *running) settle(skip func(cell) bool) []string {
 	r.markers++
 	marker := fmt.Sprintf("settle %d run %d", r.markers, r.e.run)
-	r.a.Engine().Emit(sampler.Event{Kind: "matrix_marker", Device: -1, StartNS: r.src.Start.UnixNano() - int64(r.markers),
+	r.a.Engine().Emit(record.Event{Kind: "matrix_marker", Device: -1, StartNS: r.src.Start.UnixNano() - int64(r.markers),
 		EndNS: r.src.Start.UnixNano() - int64(r.markers), Message: marker})
 	var names []string
 	for _, c := range r.e.cells {
@@ -561,9 +561,9 @@ func readReceived(t *testing.T, files ...string) received {
 	return r
 }
 
-// record is one record of any kind, as a comparable key: its kind and its
+// recordKey is one record of any kind, as a comparable key: its kind and its
 // whole content.
-type record struct {
+type recordKey struct {
 	kind string // device, sample, summary, event
 	key  string
 }
@@ -577,9 +577,9 @@ func keyOf(v any) string {
 }
 
 // bag is a multiset of records.
-type bag map[record]int
+type bag map[recordKey]int
 
-func (b bag) add(kind string, v any) { b[record{kind, keyOf(v)}]++ }
+func (b bag) add(kind string, v any) { b[recordKey{kind, keyOf(v)}]++ }
 
 func (b bag) len() int {
 	n := 0
@@ -649,19 +649,19 @@ func contents(batches []conservation.Batch) bag {
 // summarize computes the summaries an aggregating output must emit for
 // samples: per device, metric and window, in timestamp order, the same
 // arithmetic as internal/pipeline/aggregate.
-func summarize(samples []sampler.Sample, interval time.Duration) []sampler.Summary {
+func summarize(samples []record.Sample, interval time.Duration) []record.Summary {
 	iv := int64(interval)
 	s := slices.Clone(samples)
-	slices.SortStableFunc(s, func(a, b sampler.Sample) int {
+	slices.SortStableFunc(s, func(a, b record.Sample) int {
 		return cmp.Or(cmp.Compare(a.Device, b.Device), cmp.Compare(a.Metric, b.Metric), cmp.Compare(a.TimeNS, b.TimeNS))
 	})
-	var out []sampler.Summary
+	var out []record.Summary
 	var sum float64
 	for _, x := range s {
 		start := x.TimeNS / iv * iv
 		cur := len(out) - 1
 		if cur < 0 || out[cur].Device != x.Device || out[cur].Metric != x.Metric || out[cur].StartNS != start {
-			out = append(out, sampler.Summary{StartNS: start, IntervalNS: iv, Min: x.Value, Max: x.Value, Device: x.Device, Metric: x.Metric})
+			out = append(out, record.Summary{StartNS: start, IntervalNS: iv, Min: x.Value, Max: x.Value, Device: x.Device, Metric: x.Metric})
 			cur++
 			sum = 0
 		}

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/gpusampler/gpusampler/internal/conservation"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // kill9Env names the environment of the kill -9 child (and, with suffixes,
@@ -90,7 +90,7 @@ var kill9Scenario = scenario{name: "kill9", about: "disk buffers: gpusampler SIG
 			if c.mode != "raw" || len(got.sessions) != 2 {
 				return
 			}
-			phase1 := func(s sampler.Sample) bool { return s.TimeNS >= kill9Phase1 && s.TimeNS < kill9Phase1+int64(phaseSpan) }
+			phase1 := func(s record.Sample) bool { return s.TimeNS >= kill9Phase1 && s.TimeNS < kill9Phase1+int64(phaseSpan) }
 			var before, after int
 			for i, session := range got.sessions {
 				for _, b := range session {
@@ -141,7 +141,7 @@ func TestKill9Child(t *testing.T) {
 	// Everything published is in the disk buffers once every cell's pump
 	// has handed on at least as many events as the witness had when it
 	// received the marker: every pump reads the same event log in order.
-	r.a.Engine().Emit(sampler.Event{Kind: "matrix_marker", Device: -1, StartNS: r.src.Start.UnixNano() - 1000,
+	r.a.Engine().Emit(record.Event{Kind: "matrix_marker", Device: -1, StartNS: r.src.Start.UnixNano() - 1000,
 		EndNS: r.src.Start.UnixNano() - 1000, Message: "kill9"})
 	var witnessEvents uint64
 	if !waitFor(func() bool {

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/gpusampler/gpusampler/internal/conservation"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // knownBroken lists the matrix cells ("scenario/cell", path.Match
@@ -64,11 +64,11 @@ func check(t *testing.T, scenario string, c cell, witness []conservation.Batch, 
 	o := outcome{scenario: scenario, cell: c, dropped: cnt, duplicates: got.duplicates, torn: got.torn}
 	want := contents(witness)
 	if c.mode == "agg" {
-		var samples []sampler.Sample
+		var samples []record.Sample
 		for r, n := range want {
 			if r.kind == "sample" {
 				delete(want, r)
-				var s sampler.Sample
+				var s record.Sample
 				mustUnmarshal(r.key, &s)
 				for range n {
 					samples = append(samples, s)
@@ -86,9 +86,9 @@ func check(t *testing.T, scenario string, c cell, witness []conservation.Batch, 
 	for _, b := range []bag{o.missing, o.extra, want} {
 		for r := range b {
 			if r.kind == "event" {
-				var ev sampler.Event
+				var ev record.Event
 				mustUnmarshal(r.key, &ev)
-				if ev.Kind == sampler.EventSelf && ev.StartNS >= stopNS {
+				if ev.Kind == record.EventSelf && ev.StartNS >= stopNS {
 					delete(b, r)
 				}
 			}
@@ -165,7 +165,7 @@ type result struct {
 	counts   map[string]counts
 	stopNS   int64
 	// samples the scripts published; runs the agent runs
-	samples []sampler.Sample
+	samples []record.Sample
 	runs    int
 	// problems found while running, per cell (or "stdout")
 	problems map[string][]string
@@ -511,7 +511,7 @@ func checkWitness(t *testing.T, res result) {
 			case r.kind == "sample":
 				samples = append(samples, r.key)
 			case r.kind == "event" && strings.Contains(r.key, `"Kind":"process"`):
-				var ev sampler.Event
+				var ev record.Event
 				mustUnmarshal(r.key, &ev)
 				ev.StartNS, ev.EndNS = 0, 0
 				procs = append(procs, keyOf(ev))

@@ -12,7 +12,7 @@ import (
 
 	"github.com/gpusampler/gpusampler/config"
 	"github.com/gpusampler/gpusampler/outputs"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // Batch states in a record file.
@@ -20,10 +20,10 @@ const (
 	// StateOK: the recorder accepted the batch.
 	StateOK = "ok"
 	// StateDown: the recorder was down and refused the batch as
-	// retryable (sampler.ErrUnavailable).
+	// retryable (record.ErrUnavailable).
 	StateDown = "down"
 	// StateRefused: the batch holds the poisoned record and was refused
-	// with sampler.Permanent.
+	// with record.Permanent.
 	StateRefused = "refused"
 )
 
@@ -33,7 +33,7 @@ const (
 	ControlDown = "down"
 	// ControlPoison poisons the next batch that holds a sample or a
 	// summary: that batch, and every later one holding the same first
-	// record, is refused with sampler.Permanent (as a database refuses a
+	// record, is refused with record.Permanent (as a database refuses a
 	// batch with a field-type clash, however often it is offered).
 	ControlPoison = "poison"
 )
@@ -43,17 +43,17 @@ type Batch struct {
 	// State is StateOK, StateDown or StateRefused.
 	State string `json:"state"`
 	// PID is the recording process (a plugin's changes when it restarts).
-	PID       int               `json:"pid"`
-	Seq       uint64            `json:"seq"`
-	Devices   []sampler.Device  `json:"devices,omitempty"`
-	Samples   []sampler.Sample  `json:"samples,omitempty"`
-	Events    []sampler.Event   `json:"events,omitempty"`
-	Summaries []sampler.Summary `json:"summaries,omitempty"`
+	PID       int              `json:"pid"`
+	Seq       uint64           `json:"seq"`
+	Devices   []record.Device  `json:"devices,omitempty"`
+	Samples   []record.Sample  `json:"samples,omitempty"`
+	Events    []record.Event   `json:"events,omitempty"`
+	Summaries []record.Summary `json:"summaries,omitempty"`
 }
 
-// Recorder is a sampler.Output that appends every batch to a record file
+// Recorder is a record.Output that appends every batch to a record file
 // (one JSON line per Write, written with one write call, so that a killed
-// process leaves at most a torn last line). It follows sampler.Output's
+// process leaves at most a torn last line). It follows record.Output's
 // rules: one goroutine calls Write and Close; it keeps nothing of a batch.
 // Down and refused batches are recorded too (without their records for
 // down ones), so a test can wait for them.
@@ -68,11 +68,11 @@ type Recorder struct {
 }
 
 type poisonKey struct {
-	sample  *sampler.Sample
-	summary *sampler.Summary
+	sample  *record.Sample
+	summary *record.Summary
 }
 
-func (k *poisonKey) matches(b *sampler.Batch) bool {
+func (k *poisonKey) matches(b *record.Batch) bool {
 	if k.sample != nil {
 		return len(b.Samples) > 0 && b.Samples[0] == *k.sample
 	}
@@ -105,13 +105,13 @@ func (r *Recorder) words() map[string]bool {
 	return w
 }
 
-// Write records b. It fails with sampler.ErrUnavailable while the control
-// file says down, and with sampler.Permanent for the poisoned batch.
-func (r *Recorder) Write(_ context.Context, b *sampler.Batch) error {
+// Write records b. It fails with record.ErrUnavailable while the control
+// file says down, and with record.Permanent for the poisoned batch.
+func (r *Recorder) Write(_ context.Context, b *record.Batch) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
-		return sampler.ErrClosed
+		return record.ErrClosed
 	}
 	w := r.words()
 	rec := Batch{State: StateOK, PID: os.Getpid(), Seq: b.Seq}
@@ -119,10 +119,10 @@ func (r *Recorder) Write(_ context.Context, b *sampler.Batch) error {
 	switch {
 	case w[ControlDown]:
 		rec.State = StateDown
-		err = fmt.Errorf("recorder: sink down: %w", sampler.ErrUnavailable)
+		err = fmt.Errorf("recorder: sink down: %w", record.ErrUnavailable)
 	case r.poison != nil && r.poison.matches(b):
 		rec.State = StateRefused
-		err = sampler.Permanent(errors.New("recorder: batch refused (poisoned)"))
+		err = record.Permanent(errors.New("recorder: batch refused (poisoned)"))
 	case w[ControlPoison] && r.poisons == 0 && (len(b.Samples) > 0 || len(b.Summaries) > 0):
 		r.poisons++
 		r.poison = &poisonKey{}
@@ -134,7 +134,7 @@ func (r *Recorder) Write(_ context.Context, b *sampler.Batch) error {
 			r.poison.summary = &s
 		}
 		rec.State = StateRefused
-		err = sampler.Permanent(errors.New("recorder: batch refused (poisoned)"))
+		err = record.Permanent(errors.New("recorder: batch refused (poisoned)"))
 	}
 	if rec.State != StateDown {
 		rec.Devices, rec.Samples, rec.Events, rec.Summaries = b.Devices, b.Samples, b.Events, b.Summaries
@@ -210,7 +210,7 @@ func parseRecord(t *config.Table) any {
 	return o
 }
 
-func buildRecord(o *outputs.Block, _ outputs.BuildEnv) (sampler.Output, error) {
+func buildRecord(o *outputs.Block, _ outputs.BuildEnv) (record.Output, error) {
 	ro, _ := o.Options.(recordOptions)
 	return NewRecorder(ro.file, ro.control)
 }

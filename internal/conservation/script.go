@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gpusampler/gpusampler/catalog"
+	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
@@ -45,22 +47,22 @@ func NewScript(now time.Time, lead, phase time.Duration, perPhase int) *Script {
 
 // ScriptDevices returns the script's device identities: a GPU and a MIG
 // instance on it, every field filled.
-func ScriptDevices() []sampler.Device {
-	return []sampler.Device{
+func ScriptDevices() []record.Device {
+	return []record.Device{
 		{Index: 0, UUID: "GPU-5c1e7a2d-0000-4000-8000-00000000c0de", Name: "Scripted H200", PCIBusID: "00000000:17:00.0",
 			Serial: "1650924061234", MemoryTotalMiB: 143771, DriverVersion: "570.86.15", Backend: "script", Simulated: true,
 			SlowdownTempC: 87, ShutdownTempC: 92, MaxOperatingTempC: 85, MemoryMaxTempC: 95,
-			PersistenceMode: sampler.ModeEnabled, ECCMode: sampler.ModeEnabled, MIGMode: sampler.ModeEnabled, Generation: 1},
+			PersistenceMode: record.ModeEnabled, ECCMode: record.ModeEnabled, MIGMode: record.ModeEnabled, Generation: 1},
 		{Index: 1, UUID: "MIG-9a1b2c3d-0000-4000-8000-00000000beef", Name: "Scripted H200 MIG 1g.18gb", PCIBusID: "00000000:17:00.0",
 			Serial: "1650924061234", MemoryTotalMiB: 16384, DriverVersion: "570.86.15", Backend: "script", Simulated: true,
 			SlowdownTempC: 87, ShutdownTempC: 92, MaxOperatingTempC: 85, MemoryMaxTempC: 95,
 			MIG: true, Parent: 0, GPUInstanceID: 3, ComputeInstanceID: 1, MIGProfile: "1g.18gb",
-			PersistenceMode: sampler.ModeEnabled, ECCMode: sampler.ModeDisabled, MIGMode: sampler.ModeUnsupported, Generation: 1},
+			PersistenceMode: record.ModeEnabled, ECCMode: record.ModeDisabled, MIGMode: record.ModeUnsupported, Generation: 1},
 	}
 }
 
 // scriptBuffers are the buffer types the script fills.
-var scriptBuffers = []sampler.BufferType{sampler.BufferTotalPower, sampler.BufferGPUUtil}
+var scriptBuffers = []catalog.BufferType{catalog.BufferTotalPower, catalog.BufferGPUUtil}
 
 // StartAt makes phase the first one the buffers hold, as if the phases
 // before it were drained by an earlier process. Call it before the engine
@@ -81,8 +83,8 @@ func (s *Script) stepUS() uint64 { return uint64(s.Phase/time.Microsecond) / uin
 
 func (s *Script) timeUS(k int) uint64 { return uint64(s.Start.UnixMicro()) + uint64(k)*s.stepUS() }
 
-func scriptValue(t sampler.BufferType, dev, k int) float64 {
-	if t == sampler.BufferTotalPower {
+func scriptValue(t catalog.BufferType, dev, k int) float64 {
+	if t == catalog.BufferTotalPower {
 		return 100 + float64(dev)*10 + float64(k%37)*0.25 + 0.125
 	}
 	return float64((k*7 + dev*3) % 101)
@@ -90,13 +92,13 @@ func scriptValue(t sampler.BufferType, dev, k int) float64 {
 
 // Samples returns, in publish order per device and buffer, every sample of
 // phases [from, to) as the engine publishes them.
-func (s *Script) Samples(from, to int) []sampler.Sample {
-	var out []sampler.Sample
+func (s *Script) Samples(from, to int) []record.Sample {
+	var out []record.Sample
 	for _, d := range s.devs {
 		for _, t := range scriptBuffers {
-			m := sampler.DefaultCatalog.BufferMetric(t)
+			m := catalog.DefaultCatalog.BufferMetric(t)
 			for k := from * s.PerPhase; k < to*s.PerPhase; k++ {
-				out = append(out, sampler.Sample{TimeNS: int64(s.timeUS(k)) * 1000, Value: scriptValue(t, d.id.Index, k),
+				out = append(out, record.Sample{TimeNS: int64(s.timeUS(k)) * 1000, Value: scriptValue(t, d.id.Index, k),
 					Device: uint16(d.id.Index), Metric: m})
 			}
 		}
@@ -135,15 +137,15 @@ func (s *Script) Close() error { return nil }
 
 type scriptDevice struct {
 	s      *Script
-	id     sampler.Device
+	id     record.Device
 	mu     sync.Mutex
 	polled bool
 }
 
-func (d *scriptDevice) Identity() (sampler.Device, error) { return d.id, nil }
+func (d *scriptDevice) Identity() (record.Device, error) { return d.id, nil }
 
-func (d *scriptDevice) Drain(t sampler.BufferType, cursor uint64, dst []sampler.RawSample) ([]sampler.RawSample, error) {
-	if t != sampler.BufferTotalPower && t != sampler.BufferGPUUtil {
+func (d *scriptDevice) Drain(t catalog.BufferType, cursor uint64, dst []sampler.RawSample) ([]sampler.RawSample, error) {
+	if t != catalog.BufferTotalPower && t != catalog.BufferGPUUtil {
 		return dst, fmt.Errorf("script: buffer %s: %w", t, sampler.ErrNotSupported)
 	}
 	n := len(dst)
@@ -158,7 +160,7 @@ func (d *scriptDevice) Drain(t sampler.BufferType, cursor uint64, dst []sampler.
 	return dst, nil
 }
 
-func (d *scriptDevice) Read(ids []sampler.MetricID, out []sampler.Reading) error {
+func (d *scriptDevice) Read(ids []catalog.MetricID, out []sampler.Reading) error {
 	for i := range out {
 		out[i] = sampler.Reading{Err: sampler.ErrNotSupported}
 	}
@@ -179,21 +181,21 @@ func (d *scriptDevice) Processes(q sampler.ProcessQuery, dst []sampler.Process) 
 // ProcessEvent returns the process record the engine publishes for p on
 // dev, with the poll time left 0 (as sampler's per-process sampling builds
 // it, command line included).
-func ProcessEvent(dev int, p sampler.Process) sampler.Event {
-	fields := []sampler.Field{{Key: sampler.ProcessFieldPID, Value: float64(p.PID), Int: true}}
+func ProcessEvent(dev int, p sampler.Process) record.Event {
+	fields := []record.Field{{Key: record.ProcessFieldPID, Value: float64(p.PID), Int: true}}
 	if p.HasMemory {
-		fields = append(fields, sampler.Field{Key: sampler.ProcessFieldUsedMemory, Value: float64(p.UsedMemoryMiB), Int: true})
+		fields = append(fields, record.Field{Key: record.ProcessFieldUsedMemory, Value: float64(p.UsedMemoryMiB), Int: true})
 	}
 	if p.HasUtil {
 		fields = append(fields,
-			sampler.Field{Key: sampler.ProcessFieldSMUtil, Value: p.SMUtil, Int: true},
-			sampler.Field{Key: sampler.ProcessFieldMemUtil, Value: p.MemUtil, Int: true},
-			sampler.Field{Key: sampler.ProcessFieldEncUtil, Value: p.EncUtil, Int: true},
-			sampler.Field{Key: sampler.ProcessFieldDecUtil, Value: p.DecUtil, Int: true})
+			record.Field{Key: record.ProcessFieldSMUtil, Value: p.SMUtil, Int: true},
+			record.Field{Key: record.ProcessFieldMemUtil, Value: p.MemUtil, Int: true},
+			record.Field{Key: record.ProcessFieldEncUtil, Value: p.EncUtil, Int: true},
+			record.Field{Key: record.ProcessFieldDecUtil, Value: p.DecUtil, Int: true})
 	}
-	attrs := []sampler.Attr{{Key: sampler.ProcessAttrName, Value: p.Name}, {Key: sampler.ProcessAttrType, Value: p.Type}}
+	attrs := []record.Attr{{Key: record.ProcessAttrName, Value: p.Name}, {Key: record.ProcessAttrType, Value: p.Type}}
 	if p.Cmdline != "" {
-		attrs = append(attrs, sampler.Attr{Key: sampler.ProcessAttrCmdline, Value: p.Cmdline})
+		attrs = append(attrs, record.Attr{Key: record.ProcessAttrCmdline, Value: p.Cmdline})
 	}
-	return sampler.Event{Kind: sampler.EventProcess, Device: dev, Attrs: attrs, Fields: fields}
+	return record.Event{Kind: record.EventProcess, Device: dev, Attrs: attrs, Fields: fields}
 }

@@ -8,7 +8,7 @@
 //
 // A Detector implements sampler.Observer: set it as sampler.Config.Observer
 // and the engine feeds it every published sample; it reports each finding
-// as a sampler.Event of kind sampler.EventFinding, once when it opens
+// as a record.Event of kind record.EventFinding, once when it opens
 // (EndNS 0, attr state=open) and once when it closes (attr state=closed,
 // StartNS..EndNS the span). `gpusampler bench` can feed it recorded
 // samples the same way.
@@ -31,7 +31,8 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/catalog"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // Finding names (attr "finding" of an EventFinding).
@@ -97,7 +98,7 @@ var pcieLaneBytesPerS = map[int]float64{1: 250e6, 2: 500e6, 3: 985e6, 4: 1969e6,
 // Detector finds problems in per-device sample streams. Create it with
 // New.
 type Detector struct {
-	emit func(sampler.Event)
+	emit func(record.Event)
 	mu   sync.Mutex
 	devs map[int]*devState
 }
@@ -105,7 +106,7 @@ type Detector struct {
 // New returns a detector that reports findings through emit (typically
 // Engine.Emit). emit is called from the goroutine that calls Observe or
 // Flush.
-func New(emit func(sampler.Event)) *Detector {
+func New(emit func(record.Event)) *Detector {
 	return &Detector{emit: emit, devs: map[int]*devState{}}
 }
 
@@ -116,7 +117,7 @@ type finding struct {
 	startNS  int64
 	lastNS   int64 // last time the condition held
 	peak     float64
-	attrs    []sampler.Attr
+	attrs    []record.Attr
 	evidence string
 }
 
@@ -137,7 +138,7 @@ type devState struct {
 	lastReasons   uint64
 	lastReasonsNS int64
 	smWin         []tv // GPM SM activity in the launch window
-	links         map[sampler.MetricID]*linkSeries
+	links         map[catalog.MetricID]*linkSeries
 	pcieGen       int
 	pcieWidth     int
 }
@@ -161,7 +162,7 @@ func (d *Detector) state(idx int) *devState {
 	defer d.mu.Unlock()
 	s := d.devs[idx]
 	if s == nil {
-		s = &devState{findings: map[string]*finding{}, links: map[sampler.MetricID]*linkSeries{}}
+		s = &devState{findings: map[string]*finding{}, links: map[catalog.MetricID]*linkSeries{}}
 		d.devs[idx] = s
 	}
 	return s
@@ -169,7 +170,7 @@ func (d *Detector) state(idx int) *devState {
 
 // Observe feeds samples of one device (see sampler.Observer). Samples are
 // not retained.
-func (d *Detector) Observe(dev *sampler.Device, samples []sampler.Sample) {
+func (d *Detector) Observe(dev *record.Device, samples []record.Sample) {
 	s := d.state(dev.Index)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -178,66 +179,66 @@ func (d *Detector) Observe(dev *sampler.Device, samples []sampler.Sample) {
 	}
 }
 
-func (d *Detector) observe(dev *sampler.Device, s *devState, x *sampler.Sample) {
+func (d *Detector) observe(dev *record.Device, s *devState, x *record.Sample) {
 	t, v := x.TimeNS, x.Value
 	switch x.Metric {
-	case sampler.MetricTempGPU:
+	case catalog.MetricTempGPU:
 		th, src := dev.SlowdownTempC, "device_slowdown"
 		if th <= 0 {
-			th, src = sampler.GenericGPUTempWarnC, "field_guide"
+			th, src = catalog.GenericGPUTempWarnC, "field_guide"
 		}
-		d.cond(dev, s, FindingTemperature+"/gpu", v >= th, t, v, func() []sampler.Attr {
-			return []sampler.Attr{{Key: "sensor", Value: "gpu"}, {Key: "threshold_c", Value: ftoa(th)}, {Key: "threshold_source", Value: src}}
+		d.cond(dev, s, FindingTemperature+"/gpu", v >= th, t, v, func() []record.Attr {
+			return []record.Attr{{Key: "sensor", Value: "gpu"}, {Key: "threshold_c", Value: ftoa(th)}, {Key: "threshold_source", Value: src}}
 		}, "GPU temperature at or above its slowdown threshold")
-	case sampler.MetricTempMemory:
+	case catalog.MetricTempMemory:
 		th, src := dev.MemoryMaxTempC, "device_memory_max"
 		if th <= 0 {
-			th, src = sampler.GenericMemoryTempWarnC, "field_guide"
+			th, src = catalog.GenericMemoryTempWarnC, "field_guide"
 		}
-		d.cond(dev, s, FindingTemperature+"/memory", v >= th, t, v, func() []sampler.Attr {
-			return []sampler.Attr{{Key: "sensor", Value: "memory"}, {Key: "threshold_c", Value: ftoa(th)}, {Key: "threshold_source", Value: src}}
+		d.cond(dev, s, FindingTemperature+"/memory", v >= th, t, v, func() []record.Attr {
+			return []record.Attr{{Key: "sensor", Value: "memory"}, {Key: "threshold_c", Value: ftoa(th)}, {Key: "threshold_source", Value: src}}
 		}, "HBM temperature at or above its maximum operating threshold")
-	case sampler.MetricClocksEventReasons:
-		mask := uint64(v) & sampler.ReasonThrottleAny
-		d.cond(dev, s, FindingThrottle, mask != 0, t, float64(mask), func() []sampler.Attr {
-			return []sampler.Attr{{Key: "reason", Value: sampler.ReasonString(mask)}}
-		}, "clocks held down: "+sampler.ReasonString(mask))
-	case sampler.MetricPowerLimit:
+	case catalog.MetricClocksEventReasons:
+		mask := uint64(v) & catalog.ReasonThrottleAny
+		d.cond(dev, s, FindingThrottle, mask != 0, t, float64(mask), func() []record.Attr {
+			return []record.Attr{{Key: "reason", Value: catalog.ReasonString(mask)}}
+		}, "clocks held down: "+catalog.ReasonString(mask))
+	case catalog.MetricPowerLimit:
 		s.powerLimitW = v
-	case sampler.MetricMemoryTotal:
+	case catalog.MetricMemoryTotal:
 		s.memTotalMiB = v
-	case sampler.MetricMemoryUsed:
+	case catalog.MetricMemoryUsed:
 		total := s.memTotalMiB
 		if total <= 0 {
 			total = float64(dev.MemoryTotalMiB)
 		}
 		if total > 0 {
 			pct := 100 * v / total
-			d.cond(dev, s, FindingMemoryFull, pct >= sampler.GenericMemoryNearFullPc, t, pct, func() []sampler.Attr {
-				return []sampler.Attr{{Key: "threshold_pct", Value: ftoa(sampler.GenericMemoryNearFullPc)}, {Key: "total_mib", Value: ftoa(total)}}
+			d.cond(dev, s, FindingMemoryFull, pct >= catalog.GenericMemoryNearFullPc, t, pct, func() []record.Attr {
+				return []record.Attr{{Key: "threshold_pct", Value: ftoa(catalog.GenericMemoryNearFullPc)}, {Key: "total_mib", Value: ftoa(total)}}
 			}, "framebuffer memory nearly full (allocation failures and fragmentation follow)")
 		}
-	case sampler.MetricPowerDraw:
+	case catalog.MetricPowerDraw:
 		s.powerWin = window(append(s.powerWin, tv{t, v}), t)
 		d.launchBound(dev, s, t)
-	case sampler.MetricUtilGPU:
-		if x.Flags&sampler.FlagPointRead != 0 {
+	case catalog.MetricUtilGPU:
+		if x.Flags&record.FlagPointRead != 0 {
 			return // an idle GPU's point read: no rhythm in it
 		}
 		s.utilWin = window(append(s.utilWin, tv{t, v}), t)
 		d.launchBound(dev, s, t)
 		d.dipsFrom(dev, s, t, v)
-	case sampler.MetricSMActive:
+	case catalog.MetricSMActive:
 		s.smWin = window(append(s.smWin, tv{t, v}), t)
-	case sampler.MetricPCIeLinkGen:
+	case catalog.MetricPCIeLinkGen:
 		s.pcieGen = int(v)
-	case sampler.MetricPCIeLinkWidth:
+	case catalog.MetricPCIeLinkWidth:
 		s.pcieWidth = int(v)
-	case sampler.MetricNVLinkTxRate, sampler.MetricNVLinkRxRate, sampler.MetricPCIeTxRate, sampler.MetricPCIeRxRate:
+	case catalog.MetricNVLinkTxRate, catalog.MetricNVLinkRxRate, catalog.MetricPCIeTxRate, catalog.MetricPCIeRxRate:
 		ls := s.link(x.Metric)
 		ls.win = window(append(ls.win, tv{t, v}), t)
 		d.commBound(dev, s, t)
-	case sampler.MetricNVLinkTxBytes, sampler.MetricNVLinkRxBytes, sampler.MetricPCIeTxBytes, sampler.MetricPCIeRxBytes:
+	case catalog.MetricNVLinkTxBytes, catalog.MetricNVLinkRxBytes, catalog.MetricPCIeTxBytes, catalog.MetricPCIeRxBytes:
 		ls := s.link(x.Metric)
 		if ls.have && t > ls.prevT && v >= ls.prevV {
 			ls.win = window(append(ls.win, tv{t, (v - ls.prevV) / (float64(t-ls.prevT) / 1e9)}), t)
@@ -246,11 +247,11 @@ func (d *Detector) observe(dev *sampler.Device, s *devState, x *sampler.Sample) 
 		}
 		ls.prevT, ls.prevV, ls.have = t, v, true
 		d.commBound(dev, s, t)
-	case sampler.MetricXIDCount:
+	case catalog.MetricXIDCount:
 		if s.xidSeen && v > s.lastXID {
-			d.emit(sampler.Event{Kind: sampler.EventFinding, Device: dev.Index, StartNS: t, EndNS: t,
+			d.emit(record.Event{Kind: record.EventFinding, Device: dev.Index, StartNS: t, EndNS: t,
 				Message: fmt.Sprintf("%g new XID error(s); see the xid events", v-s.lastXID),
-				Attrs:   []sampler.Attr{{Key: "finding", Value: FindingXID}, {Key: "state", Value: "closed"}, {Key: "count", Value: ftoa(v - s.lastXID)}}})
+				Attrs:   []record.Attr{{Key: "finding", Value: FindingXID}, {Key: "state", Value: "closed"}, {Key: "count", Value: ftoa(v - s.lastXID)}}})
 		}
 		s.lastXID, s.xidSeen = v, true
 	}
@@ -282,7 +283,7 @@ func mean(w []tv) float64 {
 
 // launchBound: mean utilization ≥ LaunchBoundUtilPct with mean power ≤
 // LaunchBoundPowerFrac × the power limit, over a full window.
-func (d *Detector) launchBound(dev *sampler.Device, s *devState, t int64) {
+func (d *Detector) launchBound(dev *record.Device, s *devState, t int64) {
 	if s.powerLimitW <= 0 || len(s.utilWin) < 2 || len(s.powerWin) < 2 {
 		return
 	}
@@ -291,13 +292,13 @@ func (d *Detector) launchBound(dev *sampler.Device, s *devState, t int64) {
 	}
 	u, p := mean(s.utilWin), mean(s.powerWin)
 	frac := p / s.powerLimitW
-	d.cond(dev, s, FindingLaunchBound, u >= LaunchBoundUtilPct && frac <= LaunchBoundPowerFrac, t, frac, func() []sampler.Attr {
-		return []sampler.Attr{{Key: "utilization_pct", Value: ftoa(math.Round(u))}, {Key: "power_w", Value: ftoa(math.Round(p))},
+	d.cond(dev, s, FindingLaunchBound, u >= LaunchBoundUtilPct && frac <= LaunchBoundPowerFrac, t, frac, func() []record.Attr {
+		return []record.Attr{{Key: "utilization_pct", Value: ftoa(math.Round(u))}, {Key: "power_w", Value: ftoa(math.Round(p))},
 			{Key: "power_limit_w", Value: ftoa(s.powerLimitW)}, {Key: "power_fraction", Value: ftoa(math.Round(frac*100) / 100)}}
 	}, "busy but drawing little power: the SMs mostly wait (small kernels, launch overhead); larger batches or fused kernels help")
 }
 
-func (s *devState) link(id sampler.MetricID) *linkSeries {
+func (s *devState) link(id catalog.MetricID) *linkSeries {
 	ls := s.links[id]
 	if ls == nil {
 		ls = &linkSeries{}
@@ -310,9 +311,9 @@ func (s *devState) link(id sampler.MetricID) *linkSeries {
 // over the window: from the GPM rates when they cover commMinSpanNS, else
 // from the byte counters (read more often) when they cover more; span is the
 // time the rates cover and from the first of them.
-func (s *devState) linkRate(gpmTx, gpmRx, ctrTx, ctrRx sampler.MetricID) (rate float64, span, from int64, src string) {
+func (s *devState) linkRate(gpmTx, gpmRx, ctrTx, ctrRx catalog.MetricID) (rate float64, span, from int64, src string) {
 	for _, c := range []struct {
-		tx, rx sampler.MetricID
+		tx, rx catalog.MetricID
 		src    string
 	}{{gpmTx, gpmRx, "gpm"}, {ctrTx, ctrRx, "counters"}} {
 		tx, rx := s.links[c.tx], s.links[c.rx]
@@ -335,9 +336,9 @@ func (s *devState) linkRate(gpmTx, gpmRx, ctrTx, ctrRx sampler.MetricID) (rate f
 // the link) while the SMs are mostly idle (CommSMActivePct, or
 // CommUtilPct without GPM): the GPU waits on transfers — in multi-GPU work,
 // on its peers.
-func (d *Detector) commBound(dev *sampler.Device, s *devState, t int64) {
-	nv, nvSpan, nvFrom, nvSrc := s.linkRate(sampler.MetricNVLinkTxRate, sampler.MetricNVLinkRxRate, sampler.MetricNVLinkTxBytes, sampler.MetricNVLinkRxBytes)
-	pc, pcSpan, pcFrom, pcSrc := s.linkRate(sampler.MetricPCIeTxRate, sampler.MetricPCIeRxRate, sampler.MetricPCIeTxBytes, sampler.MetricPCIeRxBytes)
+func (d *Detector) commBound(dev *record.Device, s *devState, t int64) {
+	nv, nvSpan, nvFrom, nvSrc := s.linkRate(catalog.MetricNVLinkTxRate, catalog.MetricNVLinkRxRate, catalog.MetricNVLinkTxBytes, catalog.MetricNVLinkRxBytes)
+	pc, pcSpan, pcFrom, pcSrc := s.linkRate(catalog.MetricPCIeTxRate, catalog.MetricPCIeRxRate, catalog.MetricPCIeTxBytes, catalog.MetricPCIeRxBytes)
 	pcieLimit := CommPCIeBytesPerS
 	if lane, ok := pcieLaneBytesPerS[s.pcieGen]; ok && s.pcieWidth > 0 {
 		pcieLimit = CommPCIeFrac * 2 * lane * float64(s.pcieWidth)
@@ -366,8 +367,8 @@ func (d *Detector) commBound(dev *sampler.Device, s *devState, t int64) {
 	}
 	// The verdict is on means over the window: the condition held from the
 	// first rate in it, which is where the finding starts.
-	d.condSince(dev, s, FindingCommBound, (nvBusy || pcBusy) && idle, min(from, t), t, (nv+pc)/1e9, func() []sampler.Attr {
-		return []sampler.Attr{{Key: "link", Value: link}, {Key: "nvlink_gbps", Value: ftoa(math.Round(nv/1e8) / 10)},
+	d.condSince(dev, s, FindingCommBound, (nvBusy || pcBusy) && idle, min(from, t), t, (nv+pc)/1e9, func() []record.Attr {
+		return []record.Attr{{Key: "link", Value: link}, {Key: "nvlink_gbps", Value: ftoa(math.Round(nv/1e8) / 10)},
 			{Key: "pcie_gbps", Value: ftoa(math.Round(pc/1e8) / 10)}, {Key: "pcie_threshold_gbps", Value: ftoa(math.Round(pcieLimit/1e8) / 10)},
 			{Key: "nvlink_threshold_gbps", Value: ftoa(CommNVLinkBytesPerS / 1e9)}, {Key: "rate_source", Value: src},
 			{Key: actKey, Value: ftoa(math.Round(act))}}
@@ -379,7 +380,7 @@ func (d *Detector) commBound(dev *sampler.Device, s *devState, t int64) {
 // dipsFrom tracks dips (utilization falling below DipLowPct after having
 // been at or above DipHighPct) and opens a finding when the last
 // dipMinCount dips come at regular intervals.
-func (d *Detector) dipsFrom(dev *sampler.Device, s *devState, t int64, v float64) {
+func (d *Detector) dipsFrom(dev *record.Device, s *devState, t int64, v float64) {
 	s.lastUtilNS = t
 	if v >= DipHighPct {
 		s.high = true
@@ -415,8 +416,8 @@ func (d *Detector) dipsFrom(dev *sampler.Device, s *devState, t int64, v float64
 		return
 	}
 	period := m / 1e9
-	f := d.cond(dev, s, FindingPeriodicDips, true, t, period, func() []sampler.Attr {
-		return []sampler.Attr{{Key: "period_s", Value: ftoa(math.Round(period*10) / 10)}}
+	f := d.cond(dev, s, FindingPeriodicDips, true, t, period, func() []record.Attr {
+		return []record.Attr{{Key: "period_s", Value: ftoa(math.Round(period*10) / 10)}}
 	}, fmt.Sprintf("utilization dips every %.1f s: the input pipeline stalls (data loading); prefetch more, more loader workers", period))
 	// A periodic finding holds until two periods pass without a dip.
 	f.lastNS = t + int64(m)
@@ -424,13 +425,13 @@ func (d *Detector) dipsFrom(dev *sampler.Device, s *devState, t int64, v float64
 
 // cond updates finding name: opened when ok first holds, kept while it
 // holds, closed once it has not held for quietNS.
-func (d *Detector) cond(dev *sampler.Device, s *devState, name string, ok bool, t int64, v float64, attrs func() []sampler.Attr, msg string) *finding {
+func (d *Detector) cond(dev *record.Device, s *devState, name string, ok bool, t int64, v float64, attrs func() []record.Attr, msg string) *finding {
 	return d.condSince(dev, s, name, ok, t, t, v, attrs, msg)
 }
 
 // condSince is cond for a condition judged at t on evidence that starts at
 // since: a finding it opens starts at since.
-func (d *Detector) condSince(dev *sampler.Device, s *devState, name string, ok bool, since, t int64, v float64, attrs func() []sampler.Attr, msg string) *finding {
+func (d *Detector) condSince(dev *record.Device, s *devState, name string, ok bool, since, t int64, v float64, attrs func() []record.Attr, msg string) *finding {
 	f := s.findings[name]
 	if f == nil {
 		f = &finding{name: name}
@@ -450,7 +451,7 @@ func (d *Detector) condSince(dev *sampler.Device, s *devState, name string, ok b
 	return f
 }
 
-func (d *Detector) closeQuiet(dev *sampler.Device, s *devState, t int64) {
+func (d *Detector) closeQuiet(dev *record.Device, s *devState, t int64) {
 	for _, f := range s.findings {
 		if f.open && t-f.lastNS > int64(quietNS) {
 			d.close(dev.Index, f)
@@ -463,15 +464,15 @@ func (d *Detector) close(idx int, f *finding) {
 	d.emit(f.event(idx, max(f.lastNS, f.startNS)))
 }
 
-func (f *finding) event(idx int, end int64) sampler.Event {
+func (f *finding) event(idx int, end int64) record.Event {
 	state := "open"
 	if end != 0 {
 		state = "closed"
 	}
 	name, _, _ := cut(f.name)
-	attrs := append([]sampler.Attr{{Key: "finding", Value: name}, {Key: "state", Value: state}, {Key: "peak", Value: ftoa(math.Round(f.peak*100) / 100)}},
+	attrs := append([]record.Attr{{Key: "finding", Value: name}, {Key: "state", Value: state}, {Key: "peak", Value: ftoa(math.Round(f.peak*100) / 100)}},
 		f.attrs...)
-	return sampler.Event{Kind: sampler.EventFinding, Device: idx, StartNS: f.startNS, EndNS: end, Message: f.evidence, Attrs: attrs}
+	return record.Event{Kind: record.EventFinding, Device: idx, StartNS: f.startNS, EndNS: end, Message: f.evidence, Attrs: attrs}
 }
 
 // Flush closes every open finding (at the end of a run).

@@ -6,7 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/internal/diagnose"
+	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler"
 	"github.com/gpusampler/gpusampler/sampler/sim"
 )
@@ -14,7 +16,7 @@ import (
 // replay runs a simulated GPU of profile for d on an injected clock,
 // feeding the detector what the engine would (drained buffers, slow state
 // once a second), and returns the findings' names (closed ones).
-func replay(t *testing.T, profile string, d time.Duration) ([]string, []sampler.Event) {
+func replay(t *testing.T, profile string, d time.Duration) ([]string, []record.Event) {
 	t.Helper()
 	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	src, err := sim.New(sim.Options{GPUs: 1, Profile: profile, Seed: 3, Now: func() time.Time { return now }})
@@ -24,28 +26,28 @@ func replay(t *testing.T, profile string, d time.Duration) ([]string, []sampler.
 	ds, _ := src.Devices()
 	dev := ds[0]
 	id, _ := dev.Identity()
-	var events []sampler.Event
-	det := diagnose.New(func(e sampler.Event) { events = append(events, e.Clone()) })
-	cursor := map[sampler.BufferType]uint64{}
-	slow := []sampler.MetricID{sampler.MetricPowerLimit, sampler.MetricMemoryTotal, sampler.MetricMemoryUsed, sampler.MetricTempGPU,
-		sampler.MetricTempMemory, sampler.MetricClocksEventReasons, sampler.MetricXIDCount,
-		sampler.MetricSMActive, sampler.MetricNVLinkTxRate, sampler.MetricNVLinkRxRate, sampler.MetricPCIeTxRate, sampler.MetricPCIeRxRate,
-		sampler.MetricNVLinkTxBytes, sampler.MetricNVLinkRxBytes, sampler.MetricPCIeTxBytes, sampler.MetricPCIeRxBytes,
-		sampler.MetricPCIeLinkGen, sampler.MetricPCIeLinkWidth}
+	var events []record.Event
+	det := diagnose.New(func(e record.Event) { events = append(events, e.Clone()) })
+	cursor := map[catalog.BufferType]uint64{}
+	slow := []catalog.MetricID{catalog.MetricPowerLimit, catalog.MetricMemoryTotal, catalog.MetricMemoryUsed, catalog.MetricTempGPU,
+		catalog.MetricTempMemory, catalog.MetricClocksEventReasons, catalog.MetricXIDCount,
+		catalog.MetricSMActive, catalog.MetricNVLinkTxRate, catalog.MetricNVLinkRxRate, catalog.MetricPCIeTxRate, catalog.MetricPCIeRxRate,
+		catalog.MetricNVLinkTxBytes, catalog.MetricNVLinkRxBytes, catalog.MetricPCIeTxBytes, catalog.MetricPCIeRxBytes,
+		catalog.MetricPCIeLinkGen, catalog.MetricPCIeLinkWidth}
 	out := make([]sampler.Reading, len(slow))
 	var raw []sampler.RawSample
-	var batch []sampler.Sample
+	var batch []record.Sample
 	end := now.Add(d)
 	for step := 0; now.Before(end); step++ {
 		now = now.Add(100 * time.Millisecond)
 		batch = batch[:0]
-		for _, bt := range []sampler.BufferType{sampler.BufferTotalPower, sampler.BufferGPUUtil} {
+		for _, bt := range []catalog.BufferType{catalog.BufferTotalPower, catalog.BufferGPUUtil} {
 			raw, err = dev.Drain(bt, cursor[bt], raw[:0])
 			if err != nil {
 				continue
 			}
 			for _, r := range raw {
-				batch = append(batch, sampler.Sample{TimeNS: int64(r.TimeUS) * 1000, Value: r.Value, Metric: sampler.DefaultCatalog.BufferMetric(bt)})
+				batch = append(batch, record.Sample{TimeNS: int64(r.TimeUS) * 1000, Value: r.Value, Metric: catalog.DefaultCatalog.BufferMetric(bt)})
 				cursor[bt] = max(cursor[bt], r.TimeUS)
 			}
 		}
@@ -55,7 +57,7 @@ func replay(t *testing.T, profile string, d time.Duration) ([]string, []sampler.
 			}
 			for i, r := range out {
 				if r.Err == nil {
-					batch = append(batch, sampler.Sample{TimeNS: now.UnixNano(), Value: r.Value, Metric: slow[i]})
+					batch = append(batch, record.Sample{TimeNS: now.UnixNano(), Value: r.Value, Metric: slow[i]})
 				}
 			}
 		}
@@ -64,11 +66,11 @@ func replay(t *testing.T, profile string, d time.Duration) ([]string, []sampler.
 	det.Flush()
 	var names []string
 	for _, e := range events {
-		if e.Kind != sampler.EventFinding {
+		if e.Kind != record.EventFinding {
 			t.Fatalf("event kind %s", e.Kind)
 		}
-		i := slices.IndexFunc(e.Attrs, func(a sampler.Attr) bool { return a.Key == "finding" })
-		st := slices.IndexFunc(e.Attrs, func(a sampler.Attr) bool { return a.Key == "state" })
+		i := slices.IndexFunc(e.Attrs, func(a record.Attr) bool { return a.Key == "finding" })
+		st := slices.IndexFunc(e.Attrs, func(a record.Attr) bool { return a.Key == "state" })
 		if e.Attrs[st].Value == "closed" {
 			if e.EndNS < e.StartNS || e.StartNS == 0 {
 				t.Errorf("%s: closed finding spans %d..%d", profile, e.StartNS, e.EndNS)
@@ -82,7 +84,7 @@ func replay(t *testing.T, profile string, d time.Duration) ([]string, []sampler.
 	return names, events
 }
 
-func attr(e sampler.Event, k string) string {
+func attr(e record.Event, k string) string {
 	for _, a := range e.Attrs {
 		if a.Key == k {
 			return a.Value
@@ -134,10 +136,10 @@ func TestDetectorsPerProfile(t *testing.T) {
 }
 
 func TestFallbackThresholds(t *testing.T) {
-	var events []sampler.Event
-	det := diagnose.New(func(e sampler.Event) { events = append(events, e) })
-	dev := &sampler.Device{Index: 2} // reports no thresholds
-	det.Observe(dev, []sampler.Sample{{TimeNS: 1e9, Value: 81, Metric: sampler.MetricTempGPU}})
+	var events []record.Event
+	det := diagnose.New(func(e record.Event) { events = append(events, e) })
+	dev := &record.Device{Index: 2} // reports no thresholds
+	det.Observe(dev, []record.Sample{{TimeNS: 1e9, Value: 81, Metric: catalog.MetricTempGPU}})
 	det.Flush()
 	if len(events) != 2 || attr(events[0], "threshold_source") != "field_guide" || attr(events[0], "threshold_c") != "80" {
 		t.Fatalf("events %+v", events)
@@ -145,12 +147,12 @@ func TestFallbackThresholds(t *testing.T) {
 }
 
 func TestXIDFinding(t *testing.T) {
-	var events []sampler.Event
-	det := diagnose.New(func(e sampler.Event) { events = append(events, e) })
-	dev := &sampler.Device{Index: 0}
-	det.Observe(dev, []sampler.Sample{{TimeNS: 1e9, Value: 0, Metric: sampler.MetricXIDCount}})
-	det.Observe(dev, []sampler.Sample{{TimeNS: 2e9, Value: 1, Metric: sampler.MetricXIDCount}})
-	det.Observe(dev, []sampler.Sample{{TimeNS: 3e9, Value: 1, Metric: sampler.MetricXIDCount}})
+	var events []record.Event
+	det := diagnose.New(func(e record.Event) { events = append(events, e) })
+	dev := &record.Device{Index: 0}
+	det.Observe(dev, []record.Sample{{TimeNS: 1e9, Value: 0, Metric: catalog.MetricXIDCount}})
+	det.Observe(dev, []record.Sample{{TimeNS: 2e9, Value: 1, Metric: catalog.MetricXIDCount}})
+	det.Observe(dev, []record.Sample{{TimeNS: 3e9, Value: 1, Metric: catalog.MetricXIDCount}})
 	if len(events) != 1 || attr(events[0], "finding") != diagnose.FindingXID {
 		t.Fatalf("events %+v", events)
 	}
@@ -172,20 +174,20 @@ func TestEveryProfileCovered(t *testing.T) {
 // growing by nvlink and pcie bytes/s in each direction. Counter rates need
 // two readings and a verdict 1 s of rates: a finding opens at the third
 // second, starting at the first rate (the second second).
-func commFeed(det *diagnose.Detector, dev *sampler.Device, secs int, util, sm float64, nvlink, pcie float64, gen, width float64) {
+func commFeed(det *diagnose.Detector, dev *record.Device, secs int, util, sm float64, nvlink, pcie float64, gen, width float64) {
 	for i := 0; i <= secs; i++ {
 		ts := int64(i+1) * 1e9
-		b := []sampler.Sample{{TimeNS: ts, Value: util, Metric: sampler.MetricUtilGPU},
-			{TimeNS: ts, Value: nvlink * float64(i), Metric: sampler.MetricNVLinkTxBytes},
-			{TimeNS: ts, Value: nvlink * float64(i), Metric: sampler.MetricNVLinkRxBytes},
-			{TimeNS: ts, Value: pcie * float64(i), Metric: sampler.MetricPCIeTxBytes},
-			{TimeNS: ts, Value: pcie * float64(i), Metric: sampler.MetricPCIeRxBytes}}
+		b := []record.Sample{{TimeNS: ts, Value: util, Metric: catalog.MetricUtilGPU},
+			{TimeNS: ts, Value: nvlink * float64(i), Metric: catalog.MetricNVLinkTxBytes},
+			{TimeNS: ts, Value: nvlink * float64(i), Metric: catalog.MetricNVLinkRxBytes},
+			{TimeNS: ts, Value: pcie * float64(i), Metric: catalog.MetricPCIeTxBytes},
+			{TimeNS: ts, Value: pcie * float64(i), Metric: catalog.MetricPCIeRxBytes}}
 		if gen > 0 {
-			b = append(b, sampler.Sample{TimeNS: ts, Value: gen, Metric: sampler.MetricPCIeLinkGen},
-				sampler.Sample{TimeNS: ts, Value: width, Metric: sampler.MetricPCIeLinkWidth})
+			b = append(b, record.Sample{TimeNS: ts, Value: gen, Metric: catalog.MetricPCIeLinkGen},
+				record.Sample{TimeNS: ts, Value: width, Metric: catalog.MetricPCIeLinkWidth})
 		}
 		if sm >= 0 {
-			b = append(b, sampler.Sample{TimeNS: ts, Value: sm, Metric: sampler.MetricSMActive})
+			b = append(b, record.Sample{TimeNS: ts, Value: sm, Metric: catalog.MetricSMActive})
 		}
 		det.Observe(dev, b)
 	}
@@ -211,9 +213,9 @@ func TestCommBoundSynthetic(t *testing.T) {
 		{name: "SMs idle, links quiet", util: 20, sm: 10, nvlink: 10e9, pcie: 1e9},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var events []sampler.Event
-			det := diagnose.New(func(e sampler.Event) { events = append(events, e.Clone()) })
-			commFeed(det, &sampler.Device{Index: 1}, 6, tc.util, tc.sm, tc.nvlink, tc.pcie, tc.gen, tc.wid)
+			var events []record.Event
+			det := diagnose.New(func(e record.Event) { events = append(events, e.Clone()) })
+			commFeed(det, &record.Device{Index: 1}, 6, tc.util, tc.sm, tc.nvlink, tc.pcie, tc.gen, tc.wid)
 			if tc.want == nil {
 				if len(events) != 0 {
 					t.Fatalf("findings %+v, want none", events)

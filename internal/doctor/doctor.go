@@ -22,6 +22,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpusampler/gpusampler/catalog"
+	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
@@ -36,8 +38,8 @@ const budgetFraction = 100 // 1 %
 
 // Options configure Run. The zero value means the defaults.
 type Options struct {
-	// Catalog defaults to sampler.DefaultCatalog.
-	Catalog *sampler.Catalog
+	// Catalog defaults to catalog.DefaultCatalog.
+	Catalog *catalog.Catalog
 	// LatencyCalls is the number of cheap calls timed per device (default
 	// DefaultLatencyCalls).
 	LatencyCalls int
@@ -69,7 +71,7 @@ type Report struct {
 
 // DeviceReport is one device's findings.
 type DeviceReport struct {
-	Device sampler.Device `json:"device"`
+	Device record.Device `json:"device"`
 	// Err is set when the device could not be examined (its identity
 	// failed); the other fields are then empty.
 	Err string `json:"error,omitempty"`
@@ -87,7 +89,7 @@ type DeviceReport struct {
 
 // GroupSupport is how much of one metric group a device gives.
 type GroupSupport struct {
-	Group     sampler.Group `json:"group"`
+	Group     catalog.Group `json:"group"`
 	Supported int           `json:"supported"`
 	Total     int           `json:"total"`
 	// Unsupported names the metrics the device cannot give.
@@ -180,7 +182,7 @@ type noticer interface {
 // defaults fills in the defaults of the zero fields.
 func (opts *Options) defaults() {
 	if opts.Catalog == nil {
-		opts.Catalog = sampler.DefaultCatalog
+		opts.Catalog = catalog.DefaultCatalog
 	}
 	if opts.LatencyCalls <= 0 {
 		opts.LatencyCalls = DefaultLatencyCalls
@@ -225,12 +227,12 @@ func examine(ds sampler.DeviceSource, index int, opts *Options) DeviceReport {
 	var dr DeviceReport
 	id, err := ds.Identity()
 	if err != nil {
-		dr.Device = sampler.Device{Index: index}
+		dr.Device = record.Device{Index: index}
 		dr.Err = err.Error()
 		return dr
 	}
 	dr.Device = id
-	for _, g := range sampler.Groups {
+	for _, g := range catalog.Groups {
 		gs := GroupSupport{Group: g}
 		for _, m := range opts.Catalog.All() {
 			if m.Group != g {
@@ -263,7 +265,7 @@ func examine(ds sampler.DeviceSource, index int, opts *Options) DeviceReport {
 	}
 	clock := sampler.ClockUnknown
 	var newest uint64
-	for t := sampler.BufferType(0); t < sampler.NumBufferTypes; t++ {
+	for t := catalog.BufferType(0); t < catalog.NumBufferTypes; t++ {
 		p, n := probeBuffer(ds, t, opts)
 		if m := opts.Catalog.Get(opts.Catalog.BufferMetric(t)); !p.Supported && m != nil {
 			if point, err := ProbeSupport(ds, m); err == nil && point {
@@ -285,7 +287,7 @@ func examine(ds sampler.DeviceSource, index int, opts *Options) DeviceReport {
 // when the engine can sample it, from its buffer or by point reads, else
 // the error (test it with errors.Is against sampler.ErrNotSupported and
 // sampler.ErrNoPermission).
-func ProbeMetric(d sampler.DeviceSource, m *sampler.Metric) error {
+func ProbeMetric(d sampler.DeviceSource, m *catalog.Metric) error {
 	_, err := ProbeSupport(d, m)
 	return err
 }
@@ -295,15 +297,15 @@ func ProbeMetric(d sampler.DeviceSource, m *sampler.Metric) error {
 // first profiling snapshot) counts as supported. A buffer metric whose
 // buffer is not supported is read once more as a point read, as the engine
 // does then: pointReads is true when that works (err is nil then).
-func ProbeSupport(d sampler.DeviceSource, m *sampler.Metric) (pointReads bool, err error) {
+func ProbeSupport(d sampler.DeviceSource, m *catalog.Metric) (pointReads bool, err error) {
 	read := func() error {
 		out := make([]sampler.Reading, 1)
-		if err := d.Read([]sampler.MetricID{m.ID}, out); err != nil {
+		if err := d.Read([]catalog.MetricID{m.ID}, out); err != nil {
 			return err
 		}
 		return out[0].Err
 	}
-	if m.Src.Kind == sampler.FromBuffer {
+	if m.Src.Kind == catalog.FromBuffer {
 		_, err = d.Drain(m.Src.Buffer, 0, nil)
 		if errors.Is(err, sampler.ErrNotSupported) {
 			if rerr := read(); rerr == nil || errors.Is(rerr, sampler.ErrNothingNew) {
@@ -327,8 +329,8 @@ func ProbeSupport(d sampler.DeviceSource, m *sampler.Metric) (pointReads bool, e
 // goroutine only.
 func ProbeBuffers(ds sampler.DeviceSource, opts Options) []BufferProbe {
 	opts.defaults()
-	out := make([]BufferProbe, 0, sampler.NumBufferTypes)
-	for t := sampler.BufferType(0); t < sampler.NumBufferTypes; t++ {
+	out := make([]BufferProbe, 0, catalog.NumBufferTypes)
+	for t := catalog.BufferType(0); t < catalog.NumBufferTypes; t++ {
 		p, _ := probeBuffer(ds, t, &opts)
 		out = append(out, p)
 	}
@@ -337,7 +339,7 @@ func ProbeBuffers(ds sampler.DeviceSource, opts Options) []BufferProbe {
 
 // probeBuffer drains buffer t from cursor 0 and measures it. It returns the
 // newest raw timestamp (0 when none).
-func probeBuffer(ds sampler.DeviceSource, t sampler.BufferType, opts *Options) (BufferProbe, uint64) {
+func probeBuffer(ds sampler.DeviceSource, t catalog.BufferType, opts *Options) (BufferProbe, uint64) {
 	p := BufferProbe{Type: t.String(), Supported: true}
 	raw, err := ds.Drain(t, 0, nil)
 	switch {
@@ -404,12 +406,12 @@ func absDur(d time.Duration) time.Duration {
 }
 
 // latencyMetrics are cheap point queries, in order of preference.
-var latencyMetrics = []sampler.MetricID{sampler.MetricTempGPU, sampler.MetricPState, sampler.MetricMemoryUsed}
+var latencyMetrics = []catalog.MetricID{catalog.MetricTempGPU, catalog.MetricPState, catalog.MetricMemoryUsed}
 
 // measureLatency times LatencyCalls reads of the first cheap metric the
 // device supports.
 func measureLatency(ds sampler.DeviceSource, opts *Options) Latency {
-	var id sampler.MetricID
+	var id catalog.MetricID
 	for _, c := range latencyMetrics {
 		if m := opts.Catalog.Get(c); m != nil && ProbeMetric(ds, m) == nil {
 			id = c
@@ -419,7 +421,7 @@ func measureLatency(ds sampler.DeviceSource, opts *Options) Latency {
 	if id == 0 {
 		return Latency{Op: "none supported"}
 	}
-	ids := []sampler.MetricID{id}
+	ids := []catalog.MetricID{id}
 	out := make([]sampler.Reading, 1)
 	lat := make([]time.Duration, 0, opts.LatencyCalls)
 	for range opts.LatencyCalls {
@@ -446,7 +448,7 @@ func measureLatency(ds sampler.DeviceSource, opts *Options) Latency {
 // (and at most the default 1 s); field and slow reads no more often than
 // keeps each kind's driver time under 1 % of wall time (and no more often
 // than the defaults); rare state at the default.
-func recommend(devs []DeviceReport, cat *sampler.Catalog) Recommendation {
+func recommend(devs []DeviceReport, cat *catalog.Catalog) Recommendation {
 	rec := Recommendation{DrainInterval: sampler.DefaultDrainInterval, FieldInterval: sampler.DefaultFieldInterval,
 		SlowInterval: sampler.DefaultSlowInterval, RareInterval: sampler.DefaultRareInterval}
 	var shortest time.Duration
@@ -480,7 +482,7 @@ func recommend(devs []DeviceReport, cat *sampler.Catalog) Recommendation {
 	}
 	slow := 0
 	for _, m := range cat.All() {
-		if m.Src.Kind == sampler.FromQuery && !m.Rare {
+		if m.Src.Kind == catalog.FromQuery && !m.Rare {
 			slow++
 		}
 	}
@@ -499,7 +501,7 @@ func recommend(devs []DeviceReport, cat *sampler.Catalog) Recommendation {
 	gpm, oldWhy := false, ""
 	for _, d := range devs {
 		for _, g := range d.Groups {
-			if g.Group != sampler.GroupProfiling {
+			if g.Group != catalog.GroupProfiling {
 				continue
 			}
 			gpm = gpm || g.Supported > 0
@@ -526,7 +528,7 @@ func recommend(devs []DeviceReport, cat *sampler.Catalog) Recommendation {
 
 // estimateCost returns the calls per second per GPU of the costliest
 // device at rec's intervals.
-func estimateCost(devs []DeviceReport, cat *sampler.Catalog, rec *Recommendation) []CallCost {
+func estimateCost(devs []DeviceReport, cat *catalog.Catalog, rec *Recommendation) []CallCost {
 	per := func(d time.Duration) float64 { return float64(time.Second) / float64(d) }
 	var worst []CallCost
 	worstTotal := -1.0
@@ -546,7 +548,7 @@ func estimateCost(devs []DeviceReport, cat *sampler.Catalog, rec *Recommendation
 				missing[strings.SplitN(f, ":", 2)[0]] = true
 			}
 			point += len(g.PointReads)
-			gpm = gpm || (g.Group == sampler.GroupProfiling && g.Supported > 0)
+			gpm = gpm || (g.Group == catalog.GroupProfiling && g.Supported > 0)
 		}
 		var buffers float64
 		for _, b := range d.Buffers {
@@ -565,11 +567,11 @@ func estimateCost(devs []DeviceReport, cat *sampler.Catalog, rec *Recommendation
 				continue
 			}
 			switch {
-			case m.Src.Kind == sampler.FromField && !m.Rare:
+			case m.Src.Kind == catalog.FromField && !m.Rare:
 				fields = true
-			case m.Src.Kind == sampler.FromQuery && m.Rare:
+			case m.Src.Kind == catalog.FromQuery && m.Rare:
 				rareQ[m.Src.Query] = true
-			case m.Src.Kind == sampler.FromQuery:
+			case m.Src.Kind == catalog.FromQuery:
 				slowQ[m.Src.Query] = true
 			}
 		}

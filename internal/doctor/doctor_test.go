@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/internal/doctor"
 	"github.com/gpusampler/gpusampler/sampler"
 	"github.com/gpusampler/gpusampler/sampler/sim"
@@ -108,8 +109,8 @@ func TestDoctorSimulatorOutcomes(t *testing.T) {
 
 func TestDoctorShortBufferShortensDrain(t *testing.T) {
 	start := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
-	var periods [sampler.NumBufferTypes]time.Duration
-	periods[sampler.BufferTotalPower] = 10 * time.Millisecond
+	var periods [catalog.NumBufferTypes]time.Duration
+	periods[catalog.BufferTotalPower] = 10 * time.Millisecond
 	src, err := sim.New(sim.Options{GPUs: 1, Depth: 40, Periods: periods, Now: func() time.Time { return start }})
 	if err != nil {
 		t.Fatal(err)
@@ -146,10 +147,10 @@ func TestDoctorIdleSaysBuffersEmpty(t *testing.T) {
 // permDevice answers NO_PERMISSION for one metric.
 type permDevice struct{ sampler.DeviceSource }
 
-func (p permDevice) Read(ids []sampler.MetricID, out []sampler.Reading) error {
+func (p permDevice) Read(ids []catalog.MetricID, out []sampler.Reading) error {
 	err := p.DeviceSource.Read(ids, out)
 	for i, id := range ids {
-		if id == sampler.MetricPowerLimit {
+		if id == catalog.MetricPowerLimit {
 			out[i].Err = errors.Join(errors.New("get enforced power limit"), sampler.ErrNoPermission)
 		}
 	}
@@ -215,10 +216,10 @@ func (s oldDriverSource) Devices() ([]sampler.DeviceSource, error) {
 
 func (s oldDriverSource) Notices() []string { return []string{"driver 520.61.05 is older than R535"} }
 
-func (d oldDriverDevice) Read(ids []sampler.MetricID, out []sampler.Reading) error {
+func (d oldDriverDevice) Read(ids []catalog.MetricID, out []sampler.Reading) error {
 	err := d.DeviceSource.Read(ids, out)
 	for i, id := range ids {
-		if sampler.DefaultCatalog.Get(id).Src.Kind == sampler.FromGPM {
+		if catalog.DefaultCatalog.Get(id).Src.Kind == catalog.FromGPM {
 			out[i] = sampler.Reading{Err: absentErr{}}
 			if d.deviceNS {
 				out[i].Err = errors.Join(sampler.ErrNotSupported, errors.New("gpm: device does not support GPM"))
@@ -243,7 +244,7 @@ func TestCauseOldDriver(t *testing.T) {
 		}
 		var prof doctor.GroupSupport
 		for _, g := range r.Devices[0].Groups {
-			if g.Group == sampler.GroupProfiling {
+			if g.Group == catalog.GroupProfiling {
 				prof = g
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/internal/doctor"
 	"github.com/gpusampler/gpusampler/sampler"
 )
@@ -15,7 +16,7 @@ import (
 // nil interface's (not called by the probe).
 type drainScript struct {
 	sampler.DeviceSource
-	drains map[sampler.BufferType]drainResult
+	drains map[catalog.BufferType]drainResult
 }
 
 type drainResult struct {
@@ -23,7 +24,7 @@ type drainResult struct {
 	err error
 }
 
-func (d drainScript) Drain(t sampler.BufferType, cursor uint64, dst []sampler.RawSample) ([]sampler.RawSample, error) {
+func (d drainScript) Drain(t catalog.BufferType, cursor uint64, dst []sampler.RawSample) ([]sampler.RawSample, error) {
 	r, ok := d.drains[t]
 	if !ok {
 		return dst, errors.Join(errors.New("sampling type"), sampler.ErrNotSupported)
@@ -45,32 +46,32 @@ func TestProbeBuffers(t *testing.T) {
 	nowUS := uint64(now.UnixMicro())
 	const bootUS = 1_000_000_000 // 1000 s since boot
 	ms := uint64(1000)
-	dev := drainScript{drains: map[sampler.BufferType]drainResult{
+	dev := drainScript{drains: map[catalog.BufferType]drainResult{
 		// realtime, out of order, one duplicate timestamp
-		sampler.BufferTotalPower: {ts: []uint64{nowUS - 30*ms, nowUS - 10*ms, nowUS - 20*ms, nowUS - 20*ms, nowUS}},
+		catalog.BufferTotalPower: {ts: []uint64{nowUS - 30*ms, nowUS - 10*ms, nowUS - 20*ms, nowUS - 20*ms, nowUS}},
 		// boot time, uneven gaps: the median is taken
-		sampler.BufferGPUUtil: {ts: []uint64{bootUS - 40*ms, bootUS - 35*ms, bootUS - 20*ms, bootUS}},
+		catalog.BufferGPUUtil: {ts: []uint64{bootUS - 40*ms, bootUS - 35*ms, bootUS - 20*ms, bootUS}},
 		// neither clock: anchored
-		sampler.BufferMemoryUtil:  {ts: []uint64{5 * ms, 6 * ms}},
-		sampler.BufferEncoderUtil: {err: sampler.ErrNothingNew},
-		sampler.BufferDecoderUtil: {},
-		sampler.BufferSMClock:     {err: errors.New("gpu is lost")},
+		catalog.BufferMemoryUtil:  {ts: []uint64{5 * ms, 6 * ms}},
+		catalog.BufferEncoderUtil: {err: sampler.ErrNothingNew},
+		catalog.BufferDecoderUtil: {},
+		catalog.BufferSMClock:     {err: errors.New("gpu is lost")},
 	}}
 	got := doctor.ProbeBuffers(dev, doctor.Options{Now: func() time.Time { return now },
 		Boottime: func() (time.Duration, bool) { return bootUS * time.Microsecond, true }})
 	var want []doctor.BufferProbe
-	for bt := sampler.BufferType(0); bt < sampler.NumBufferTypes; bt++ {
+	for bt := catalog.BufferType(0); bt < catalog.NumBufferTypes; bt++ {
 		want = append(want, doctor.BufferProbe{Type: bt.String()})
 	}
-	want[sampler.BufferTotalPower] = doctor.BufferProbe{Type: "total_power", Supported: true, Depth: 5,
+	want[catalog.BufferTotalPower] = doctor.BufferProbe{Type: "total_power", Supported: true, Depth: 5,
 		Period: 10 * time.Millisecond, Span: 30 * time.Millisecond, Duplicates: 1, Clock: "realtime"}
-	want[sampler.BufferGPUUtil] = doctor.BufferProbe{Type: "gpu_util", Supported: true, Depth: 4,
+	want[catalog.BufferGPUUtil] = doctor.BufferProbe{Type: "gpu_util", Supported: true, Depth: 4,
 		Period: 15 * time.Millisecond, Span: 40 * time.Millisecond, Clock: "boottime"}
-	want[sampler.BufferMemoryUtil] = doctor.BufferProbe{Type: "memory_util", Supported: true, Depth: 2,
+	want[catalog.BufferMemoryUtil] = doctor.BufferProbe{Type: "memory_util", Supported: true, Depth: 2,
 		Period: time.Millisecond, Span: time.Millisecond, Clock: "anchored"}
-	want[sampler.BufferEncoderUtil] = doctor.BufferProbe{Type: sampler.BufferEncoderUtil.String(), Supported: true, Empty: true}
-	want[sampler.BufferDecoderUtil] = doctor.BufferProbe{Type: sampler.BufferDecoderUtil.String(), Supported: true, Empty: true}
-	want[sampler.BufferSMClock] = doctor.BufferProbe{Type: sampler.BufferSMClock.String(), Supported: true, Err: "gpu is lost"}
+	want[catalog.BufferEncoderUtil] = doctor.BufferProbe{Type: catalog.BufferEncoderUtil.String(), Supported: true, Empty: true}
+	want[catalog.BufferDecoderUtil] = doctor.BufferProbe{Type: catalog.BufferDecoderUtil.String(), Supported: true, Empty: true}
+	want[catalog.BufferSMClock] = doctor.BufferProbe{Type: catalog.BufferSMClock.String(), Supported: true, Err: "gpu is lost"}
 	if !slices.Equal(got, want) {
 		t.Errorf("probes:\n got %+v\nwant %+v", got, want)
 	}

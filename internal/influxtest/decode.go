@@ -5,7 +5,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/stream"
 )
 
@@ -22,7 +22,7 @@ var lineProtocol = nats.Header{
 // reads the lines as consumers do. Summary fields, other measurements and
 // fields the catalog does not know are left out; a line that does not
 // parse, or an nvidia_smi line without a device index, is an error.
-func DecodeSamples(lp []byte) ([]sampler.Sample, error) {
+func DecodeSamples(lp []byte) ([]record.Sample, error) {
 	recs, err := stream.Decode(lineProtocol, lp)
 	if err != nil {
 		return nil, err

@@ -6,8 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/internal/encoding/lineproto"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // What the line-protocol encoder writes, DecodeSamples reads back: every
@@ -15,20 +16,20 @@ import (
 // summaries, events and identities beside them.
 func TestDecodeSamplesRoundTrip(t *testing.T) {
 	const t0 = 1_700_000_000_000_000_000
-	samples := []sampler.Sample{
-		{TimeNS: t0, Value: 250.5, Device: 0, Metric: sampler.MetricPowerDraw},
-		{TimeNS: t0, Value: 41, Device: 0, Metric: sampler.MetricUtilGPU},
-		{TimeNS: t0 + 1e6, Value: 252.25, Device: 0, Metric: sampler.MetricPowerDraw},
-		{TimeNS: t0, Value: 1410, Device: 1, Metric: sampler.MetricClockSM},
-		{TimeNS: t0 + 2e6, Value: 300, Device: 1, Metric: sampler.MetricPowerDraw, Flags: sampler.FlagPointRead},
+	samples := []record.Sample{
+		{TimeNS: t0, Value: 250.5, Device: 0, Metric: catalog.MetricPowerDraw},
+		{TimeNS: t0, Value: 41, Device: 0, Metric: catalog.MetricUtilGPU},
+		{TimeNS: t0 + 1e6, Value: 252.25, Device: 0, Metric: catalog.MetricPowerDraw},
+		{TimeNS: t0, Value: 1410, Device: 1, Metric: catalog.MetricClockSM},
+		{TimeNS: t0 + 2e6, Value: 300, Device: 1, Metric: catalog.MetricPowerDraw, Flags: record.FlagPointRead},
 	}
-	b := &sampler.Batch{Seq: 1,
-		Devices: []sampler.Device{{Index: 0, UUID: "GPU-0", Name: "Test GPU"}, {Index: 1, UUID: "GPU-1", Name: "Test GPU"}},
+	b := &record.Batch{Seq: 1,
+		Devices: []record.Device{{Index: 0, UUID: "GPU-0", Name: "Test GPU"}, {Index: 1, UUID: "GPU-1", Name: "Test GPU"}},
 		Samples: samples,
-		Summaries: []sampler.Summary{{StartNS: t0, IntervalNS: 1e9, Mean: 251, Min: 250.5, Max: 252.25, Last: 252.25, Count: 2,
-			Device: 0, Metric: sampler.MetricPowerDraw}},
-		Events: []sampler.Event{{Kind: sampler.EventXID, Device: 0, StartNS: t0, Message: "xid 79",
-			Attrs: []sampler.Attr{{Key: "xid", Value: "79"}}}},
+		Summaries: []record.Summary{{StartNS: t0, IntervalNS: 1e9, Mean: 251, Min: 250.5, Max: 252.25, Last: 252.25, Count: 2,
+			Device: 0, Metric: catalog.MetricPowerDraw}},
+		Events: []record.Event{{Kind: record.EventXID, Device: 0, StartNS: t0, Message: "xid 79",
+			Attrs: []record.Attr{{Key: "xid", Value: "79"}}}},
 	}
 	enc := lineproto.New(lineproto.Options{Host: "node1"})
 	enc.Encode(b)
@@ -39,7 +40,7 @@ func TestDecodeSamplesRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatalf("DecodeSamples: %v\n%s", err, enc.Bytes())
 	}
-	order := func(a, b sampler.Sample) int {
+	order := func(a, b record.Sample) int {
 		return cmp.Or(cmp.Compare(a.TimeNS, b.TimeNS), cmp.Compare(a.Device, b.Device), cmp.Compare(a.Metric, b.Metric))
 	}
 	want := slices.SortedFunc(slices.Values(samples), order)

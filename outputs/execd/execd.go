@@ -31,11 +31,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/config"
 	"github.com/gpusampler/gpusampler/internal/accum"
 	"github.com/gpusampler/gpusampler/internal/encoding/lineproto"
 	"github.com/gpusampler/gpusampler/outputs"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // SampleConfig is this output's fragment of the example configuration.
@@ -59,7 +60,7 @@ type Options struct {
 	// Host, GlobalTags and Catalog shape the lines (see lineproto).
 	Host       string
 	GlobalTags map[string]string
-	Catalog    *sampler.Catalog
+	Catalog    *catalog.Catalog
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 	// Shape is what a gather writes: ShapeSummary (default: NAME_mean,
@@ -80,10 +81,10 @@ const (
 
 type seriesKey struct {
 	dev    uint16
-	metric sampler.MetricID
+	metric catalog.MetricID
 }
 
-// Output writes line protocol to w. Write and Close follow sampler.Output
+// Output writes line protocol to w. Write and Close follow record.Output
 // (one goroutine); gathers run on the output's own goroutine, serialized
 // with Write by a mutex. The batch is not retained.
 type Output struct {
@@ -96,7 +97,7 @@ type Output struct {
 	enc         *lineproto.Encoder
 	window      map[seriesKey]*accum.Window
 	windowStart int64
-	sums        []sampler.Summary
+	sums        []record.Summary
 	// held is each series' newest value, repeated on every nvidia_smi-shape
 	// line (state read rarely, like memory_total, would otherwise be on one
 	// gather in many, and memory_used/memory_total would have no rows).
@@ -164,27 +165,27 @@ func (o *Output) gatherLoop() {
 
 // Write streams b (signal none) or adds its samples to the window (STDIN);
 // events and device identities are written at once in both modes.
-func (o *Output) Write(_ context.Context, b *sampler.Batch) error {
+func (o *Output) Write(_ context.Context, b *record.Batch) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.closed {
-		return sampler.ErrClosed
+		return record.ErrClosed
 	}
 	o.enc.Reset()
 	if o.opts.Signal == SignalNone {
 		o.enc.Encode(b)
 	} else {
-		o.enc.Encode(&sampler.Batch{Devices: b.Devices, Events: b.Events, Summaries: b.Summaries})
+		o.enc.Encode(&record.Batch{Devices: b.Devices, Events: b.Events, Summaries: b.Summaries})
 	}
 	if err := o.enc.Err(); err != nil {
 		// A line was skipped: writing the rest would count the skipped
 		// records as delivered. Refuse them all, so all are counted.
 		o.enc.Reset()
-		return sampler.Permanent(fmt.Errorf("execd: batch of %d records not written: a line cannot be encoded: %w", b.Len(), err))
+		return record.Permanent(fmt.Errorf("execd: batch of %d records not written: a line cannot be encoded: %w", b.Len(), err))
 	}
 	if o.shapeEnc != nil && len(b.Devices) > 0 {
 		// The shape's encoder needs the identities for its tags.
-		o.shapeEnc.Encode(&sampler.Batch{Devices: b.Devices})
+		o.shapeEnc.Encode(&record.Batch{Devices: b.Devices})
 		o.shapeEnc.Reset()
 	}
 	if o.opts.Signal != SignalNone {
@@ -208,7 +209,7 @@ func (o *Output) Gather() error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.closed {
-		return sampler.ErrClosed
+		return record.ErrClosed
 	}
 	now := o.opts.Now().UnixNano()
 	start := o.windowStart
@@ -219,15 +220,15 @@ func (o *Output) Gather() error {
 	}
 	o.sums = o.sums[:0]
 	for k, a := range o.window {
-		o.sums = append(o.sums, sampler.Summary{StartNS: start, IntervalNS: now - start, Mean: a.Mean(),
+		o.sums = append(o.sums, record.Summary{StartNS: start, IntervalNS: now - start, Mean: a.Mean(),
 			Min: a.Min, Max: a.Max, Last: a.Last, Count: uint32(a.Count), Device: k.dev, Metric: k.metric})
 	}
 	clear(o.window)
-	slices.SortFunc(o.sums, func(a, b sampler.Summary) int {
+	slices.SortFunc(o.sums, func(a, b record.Summary) int {
 		return cmp.Or(cmp.Compare(a.Device, b.Device), cmp.Compare(a.Metric, b.Metric))
 	})
 	o.enc.Reset()
-	o.enc.Encode(&sampler.Batch{Summaries: o.sums})
+	o.enc.Encode(&record.Batch{Summaries: o.sums})
 	return o.flushLocked()
 }
 
@@ -237,12 +238,12 @@ func (o *Output) Gather() error {
 func (o *Output) gatherNvidiaSMI(now int64) error {
 	cat := o.opts.Catalog
 	if cat == nil {
-		cat = sampler.DefaultCatalog
+		cat = catalog.DefaultCatalog
 	}
 	for k, a := range o.window {
 		v := a.Last
-		if m := cat.Get(k.metric); m != nil && m.Kind == sampler.Gauge &&
-			(m.Group == sampler.GroupPower || m.Group == sampler.GroupUtilization || m.Group == sampler.GroupClocks) {
+		if m := cat.Get(k.metric); m != nil && m.Kind == catalog.Gauge &&
+			(m.Group == catalog.GroupPower || m.Group == catalog.GroupUtilization || m.Group == catalog.GroupClocks) {
 			v = a.Mean()
 		}
 		o.held[k] = v
@@ -251,12 +252,12 @@ func (o *Output) gatherNvidiaSMI(now int64) error {
 	keys := slices.SortedFunc(maps.Keys(o.held), func(a, b seriesKey) int {
 		return cmp.Or(cmp.Compare(a.dev, b.dev), cmp.Compare(a.metric, b.metric))
 	})
-	samples := make([]sampler.Sample, 0, len(keys))
+	samples := make([]record.Sample, 0, len(keys))
 	for _, k := range keys {
-		samples = append(samples, sampler.Sample{TimeNS: now, Value: o.held[k], Device: k.dev, Metric: k.metric})
+		samples = append(samples, record.Sample{TimeNS: now, Value: o.held[k], Device: k.dev, Metric: k.metric})
 	}
 	o.shapeEnc.Reset()
-	o.shapeEnc.Encode(&sampler.Batch{Samples: samples})
+	o.shapeEnc.Encode(&record.Batch{Samples: samples})
 	if _, err := o.w.Write(o.shapeEnc.Bytes()); err != nil {
 		return fmt.Errorf("execd: stdout: %w", err)
 	}
@@ -312,7 +313,7 @@ func Kind() outputs.Kind {
 			}
 			return o
 		},
-		Build: func(c *outputs.Block, env outputs.BuildEnv) (sampler.Output, error) {
+		Build: func(c *outputs.Block, env outputs.BuildEnv) (record.Output, error) {
 			opts, _ := c.Options.(Options)
 			opts.Host, opts.GlobalTags, opts.Catalog = env.Host, env.GlobalTags, env.Catalog
 			return New(env.Stdout, opts)

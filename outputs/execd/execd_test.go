@@ -9,12 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/internal/appconfig"
 	"github.com/gpusampler/gpusampler/internal/influxtest"
 	"github.com/gpusampler/gpusampler/outputs"
 	"github.com/gpusampler/gpusampler/outputs/execd"
 	"github.com/gpusampler/gpusampler/outputs/outputtest"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 type syncBuf struct {
@@ -28,7 +29,7 @@ func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(
 func TestConformanceStream(t *testing.T) {
 	var buf *syncBuf
 	outputtest.Run(t, outputtest.Harness{
-		New: func(t *testing.T) sampler.Output {
+		New: func(t *testing.T) record.Output {
 			buf = &syncBuf{}
 			out, err := execd.New(buf, execd.Options{Signal: execd.SignalNone})
 			if err != nil {
@@ -36,7 +37,7 @@ func TestConformanceStream(t *testing.T) {
 			}
 			return out
 		},
-		Received: func(t *testing.T) []sampler.Sample {
+		Received: func(t *testing.T) []record.Sample {
 			s, err := influxtest.DecodeSamples([]byte(buf.String()))
 			if err != nil {
 				t.Fatal(err)
@@ -47,7 +48,7 @@ func TestConformanceStream(t *testing.T) {
 }
 
 func TestConformanceGather(t *testing.T) {
-	outputtest.Run(t, outputtest.Harness{New: func(t *testing.T) sampler.Output {
+	outputtest.Run(t, outputtest.Harness{New: func(t *testing.T) record.Output {
 		out, err := execd.New(&syncBuf{}, execd.Options{Signal: execd.SignalStdin, Trigger: make(chan struct{})})
 		if err != nil {
 			t.Fatal(err)
@@ -68,7 +69,7 @@ func TestGather(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer out.Close()
-	b := &sampler.Batch{Seq: 1, Devices: []sampler.Device{outputtest.Device}, Samples: outputtest.Samples(10)}
+	b := &record.Batch{Seq: 1, Devices: []record.Device{outputtest.Device}, Samples: outputtest.Samples(10)}
 	if err := out.Write(context.Background(), b); err != nil {
 		t.Fatal(err)
 	}
@@ -109,22 +110,22 @@ func TestGatherNvidiaSMIShape(t *testing.T) {
 	}
 	defer out.Close()
 	t0 := time.Unix(101, 0).UnixNano()
-	var samples []sampler.Sample
+	var samples []record.Sample
 	for i := range 4 {
 		ts := t0 + int64(i)*int64(time.Millisecond)
-		samples = append(samples, sampler.Sample{TimeNS: ts, Value: 100 + 10*float64(i), Metric: sampler.MetricPowerDraw},
-			sampler.Sample{TimeNS: ts, Value: 50 + float64(i), Metric: sampler.MetricUtilGPU},
-			sampler.Sample{TimeNS: ts, Value: 1000 + 100*float64(i), Metric: sampler.MetricMemoryUsed})
+		samples = append(samples, record.Sample{TimeNS: ts, Value: 100 + 10*float64(i), Metric: catalog.MetricPowerDraw},
+			record.Sample{TimeNS: ts, Value: 50 + float64(i), Metric: catalog.MetricUtilGPU},
+			record.Sample{TimeNS: ts, Value: 1000 + 100*float64(i), Metric: catalog.MetricMemoryUsed})
 	}
-	samples = append(samples, sampler.Sample{TimeNS: t0, Value: 81559, Metric: sampler.MetricMemoryTotal})
-	if err := out.Write(context.Background(), &sampler.Batch{Seq: 1, Devices: []sampler.Device{outputtest.Device}, Samples: samples}); err != nil {
+	samples = append(samples, record.Sample{TimeNS: t0, Value: 81559, Metric: catalog.MetricMemoryTotal})
+	if err := out.Write(context.Background(), &record.Batch{Seq: 1, Devices: []record.Device{outputtest.Device}, Samples: samples}); err != nil {
 		t.Fatal(err)
 	}
 	now = time.Unix(110, 0)
 	trig <- struct{}{}
 	// The next window has power only: memory_total and memory_used are held.
-	if err := out.Write(context.Background(), &sampler.Batch{Seq: 2, Samples: []sampler.Sample{
-		{TimeNS: t0 + int64(10*time.Second), Value: 200, Metric: sampler.MetricPowerDraw}}}); err != nil {
+	if err := out.Write(context.Background(), &record.Batch{Seq: 2, Samples: []record.Sample{
+		{TimeNS: t0 + int64(10*time.Second), Value: 200, Metric: catalog.MetricPowerDraw}}}); err != nil {
 		t.Fatal(err)
 	}
 	now = time.Unix(120, 0)

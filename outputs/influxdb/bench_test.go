@@ -7,14 +7,14 @@ import (
 
 	"github.com/gpusampler/gpusampler/internal/encoding/lineproto"
 	"github.com/gpusampler/gpusampler/internal/influxtest"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // BenchmarkEncode: line-protocol encode rate on one core (points = lines
 // of 4 fields).
 func BenchmarkEncode(b *testing.B) {
 	samples := mixedSamples(4000, time.Now().UnixNano())
-	batch := &sampler.Batch{Devices: []sampler.Device{testDevice}, Samples: samples}
+	batch := &record.Batch{Devices: []record.Device{testDevice}, Samples: samples}
 	enc := lineproto.New(lineproto.Options{Host: "node1"})
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -34,7 +34,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 	srv.CreateDatabase("gpu")
 	for _, batchSamples := range []int{1000, 4000} {
 		samples := mixedSamples(batchSamples, time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
-		batch := &sampler.Batch{Devices: []sampler.Device{testDevice}, Samples: samples}
+		batch := &record.Batch{Devices: []record.Device{testDevice}, Samples: samples}
 		enc := lineproto.New(lineproto.Options{Host: "node1", GlobalTags: []lineproto.Tag{{Key: "cluster", Value: "c1"}}})
 		enc.Encode(batch)
 		pre := append([]byte(nil), enc.Bytes()...)

@@ -11,7 +11,7 @@ import (
 
 	"github.com/gpusampler/gpusampler/config"
 	"github.com/gpusampler/gpusampler/outputs"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // Config is a decoded [[outputs.influxdb]] block: plain data, validated
@@ -60,7 +60,7 @@ func Kind() outputs.Kind {
 		OutOfProcess: true, // a network output: its own process (plugins.HostRegistry)
 		SampleConfig: SampleConfig,
 		Parse:        func(t *config.Table) any { return Parse(t) },
-		Build: func(o *outputs.Block, env outputs.BuildEnv) (sampler.Output, error) {
+		Build: func(o *outputs.Block, env outputs.BuildEnv) (record.Output, error) {
 			c, ok := o.Options.(Config)
 			if !ok {
 				return nil, fmt.Errorf("influxdb %q: no parsed options", o.Name)

@@ -15,7 +15,7 @@
 // and 429 (honouring Retry-After) within the Write's context deadline and
 // then returns the error as unavailable (no server, 429, 502–504: the pump
 // holds the batch) or retryable (other 5xx, a timeout); a configured buffer
-// keeps retrying either. Other 4xx are returned as sampler.Permanent, never
+// keeps retrying either. Other 4xx are returned as record.Permanent, never
 // retried (the pump fails the batch, a buffer drops it as malformed) — 400 is
 // InfluxDB's partial write: the valid lines were stored, the rejected ones
 // are counted (Stats) and logged. Errors name the output, the status and

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/gpusampler/gpusampler/outputs/influxdb"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // A batch holding a line the encoder must skip (a global tag line
@@ -23,10 +23,10 @@ func TestUnencodableBatchNotSent(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer out.Close()
-	b := &sampler.Batch{Seq: 1, Devices: []sampler.Device{testDevice}, Samples: mixedSamples(8, 1e18)}
+	b := &record.Batch{Seq: 1, Devices: []record.Device{testDevice}, Samples: mixedSamples(8, 1e18)}
 	err = out.Write(context.Background(), b)
-	if sampler.Classify(err) != sampler.KindPermanent || !strings.Contains(err.Error(), `influxdb "test": batch of 9 records not sent`) {
-		t.Fatalf("err %v (%v)", err, sampler.Classify(err))
+	if record.Classify(err) != record.KindPermanent || !strings.Contains(err.Error(), `influxdb "test": batch of 9 records not sent`) {
+		t.Fatalf("err %v (%v)", err, record.Classify(err))
 	}
 	if sink.posts != 0 {
 		t.Fatalf("%d requests sent", sink.posts)

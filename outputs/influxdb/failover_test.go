@@ -10,12 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/internal/appconfig"
 	"github.com/gpusampler/gpusampler/internal/influxtest"
 	"github.com/gpusampler/gpusampler/outputs"
 	"github.com/gpusampler/gpusampler/outputs/influxdb"
 	"github.com/gpusampler/gpusampler/outputs/outputtest"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // urls = [...] as Telegraf's outputs.influxdb takes it; url still works;
@@ -77,7 +78,7 @@ func TestFailover(t *testing.T) {
 	write := func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
 		defer cancel()
-		return out.Write(ctx, &sampler.Batch{Samples: outputtest.Samples(5)})
+		return out.Write(ctx, &record.Batch{Samples: outputtest.Samples(5)})
 	}
 	if err := write(); err != nil || aGot.Load() != 1 || bGot.Load() != 0 {
 		t.Fatalf("first write: %v, a %d b %d", err, aGot.Load(), bGot.Load())
@@ -95,7 +96,7 @@ func TestFailover(t *testing.T) {
 	}
 	bStatus.Store(http.StatusBadRequest)
 	err = write()
-	if !sampler.IsPermanent(err) || aGot.Load() != 1 {
+	if !record.IsPermanent(err) || aGot.Load() != 1 {
 		t.Fatalf("a 400 must be permanent and not sent elsewhere: %v, a %d", err, aGot.Load())
 	}
 }
@@ -119,7 +120,7 @@ func TestFailoverTwoInfluxdIntegration(t *testing.T) {
 			s1.Stop() // mid-run
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		err := out.Write(ctx, &sampler.Batch{Seq: seq, Samples: samples[i : i+200]})
+		err := out.Write(ctx, &record.Batch{Seq: seq, Samples: samples[i : i+200]})
 		cancel()
 		if err != nil {
 			t.Fatalf("batch %d: %v", seq, err)
@@ -156,8 +157,8 @@ func TestFailoverTwoInfluxdIntegration(t *testing.T) {
 	got2 := rows(s2)
 	s1.Restart()
 	got1 := rows(s1)
-	names := map[sampler.MetricID]string{sampler.MetricPowerDraw: "power_draw", sampler.MetricUtilGPU: "utilization_gpu",
-		sampler.MetricTempGPU: "temperature_gpu", sampler.MetricClockSM: "clocks_current_sm"}
+	names := map[catalog.MetricID]string{catalog.MetricPowerDraw: "power_draw", catalog.MetricUtilGPU: "utilization_gpu",
+		catalog.MetricTempGPU: "temperature_gpu", catalog.MetricClockSM: "clocks_current_sm"}
 	for _, smp := range samples {
 		p := point{smp.TimeNS, names[smp.Metric], smp.Value}
 		if got1[p]+got2[p] != 1 {

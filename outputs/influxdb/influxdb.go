@@ -13,8 +13,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/internal/encoding/lineproto"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // SampleConfig is this output's fragment of the example configuration.
@@ -35,8 +36,8 @@ type Options struct {
 	Host string
 	// GlobalTags are added to every line.
 	GlobalTags map[string]string
-	// Catalog defaults to sampler.DefaultCatalog.
-	Catalog *sampler.Catalog
+	// Catalog defaults to catalog.DefaultCatalog.
+	Catalog *catalog.Catalog
 }
 
 // Stats are an Output's counters.
@@ -46,7 +47,7 @@ type Stats struct {
 	Batches, Lines uint64
 	// EncodeRefused counts batches refused because a record in them cannot
 	// be written as line protocol (an invalid tag value): not sent, and
-	// returned as sampler.Permanent, so the pump or buffer counts every
+	// returned as record.Permanent, so the pump or buffer counts every
 	// record in them as dropped.
 	EncodeRefused uint64
 	// Failovers counts switches to another of the block's urls.
@@ -56,7 +57,7 @@ type Stats struct {
 // Output encodes batches as line protocol (Telegraf nvidia_smi names and
 // types, see internal/encoding/lineproto) and posts them with a Writer.
 //
-// Concurrency: Write and Close follow sampler.Output (one goroutine, never
+// Concurrency: Write and Close follow record.Output (one goroutine, never
 // concurrently); Stats may be called from any goroutine. The batch is
 // encoded before Write returns and not retained.
 type Output struct {
@@ -100,10 +101,10 @@ func New(opts Options) (*Output, error) {
 func (o *Output) Writer() *Writer { return o.w }
 
 // Write encodes b and posts it (see Writer.Write for retries and which
-// errors are sampler.Permanent).
-func (o *Output) Write(ctx context.Context, b *sampler.Batch) error {
+// errors are record.Permanent).
+func (o *Output) Write(ctx context.Context, b *record.Batch) error {
 	if o.closed {
-		return sampler.ErrClosed
+		return record.ErrClosed
 	}
 	o.enc.Reset()
 	o.enc.Encode(b)
@@ -113,7 +114,7 @@ func (o *Output) Write(ctx context.Context, b *sampler.Batch) error {
 		// skipped records as delivered. Refuse the whole batch instead,
 		// so every record in it is counted as dropped.
 		o.encodeRefused.Add(1)
-		return sampler.Permanent(o.w.errorf("batch of %d records not sent: a line cannot be encoded: %w", b.Len(), err))
+		return record.Permanent(o.w.errorf("batch of %d records not sent: a line cannot be encoded: %w", b.Len(), err))
 	}
 	body := o.enc.Bytes()
 	if len(body) == 0 {
@@ -149,7 +150,7 @@ func (o *Output) post(ctx context.Context, body []byte) error {
 			}
 			return nil
 		}
-		if sampler.IsPermanent(err) || ctx.Err() != nil {
+		if record.IsPermanent(err) || ctx.Err() != nil {
 			return err
 		}
 		errs = append(errs, err)
@@ -184,16 +185,16 @@ func (o *Output) Stats() Stats {
 		EncodeRefused: o.encodeRefused.Load(), Failovers: o.failovers.Load()}
 }
 
-// ReportStats implements sampler.StatsReporter: requests, retries, bytes
+// ReportStats implements record.StatsReporter: requests, retries, bytes
 // sent (after compression), partial writes and rejected points, batches
 // and lines encoded, batches refused by the encoder.
-func (o *Output) ReportStats(dst []sampler.Field) []sampler.Field {
+func (o *Output) ReportStats(dst []record.Field) []record.Field {
 	s := o.Stats()
-	return append(dst, sampler.IntField("http_requests", s.Requests), sampler.IntField("http_retries", s.Retries),
-		sampler.IntField("bytes_sent", s.BytesSent), sampler.IntField("partial_writes", s.PartialWrites),
-		sampler.IntField("rejected_points", s.RejectedPoints), sampler.IntField("batches", s.Batches),
-		sampler.IntField("lines", s.Lines), sampler.IntField("encode_refused_batches", s.EncodeRefused),
-		sampler.IntField("failovers", s.Failovers))
+	return append(dst, record.IntField("http_requests", s.Requests), record.IntField("http_retries", s.Retries),
+		record.IntField("bytes_sent", s.BytesSent), record.IntField("partial_writes", s.PartialWrites),
+		record.IntField("rejected_points", s.RejectedPoints), record.IntField("batches", s.Batches),
+		record.IntField("lines", s.Lines), record.IntField("encode_refused_batches", s.EncodeRefused),
+		record.IntField("failovers", s.Failovers))
 }
 
 // countLines counts the body's lines (bytes.Count is vectorised: a byte

@@ -16,7 +16,7 @@ import (
 	"github.com/gpusampler/gpusampler/outputs"
 	"github.com/gpusampler/gpusampler/outputs/influxdb"
 	"github.com/gpusampler/gpusampler/outputs/outputtest"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // sink is an httptest server that accepts every write and keeps the body.
@@ -42,7 +42,7 @@ func (s *sink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (s *sink) samples(t *testing.T) []sampler.Sample {
+func (s *sink) samples(t *testing.T) []record.Sample {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	got, err := influxtest.DecodeSamples(s.body)
@@ -57,7 +57,7 @@ func TestConformance(t *testing.T) {
 		t.Run(api, func(t *testing.T) {
 			var cur *sink
 			outputtest.Run(t, outputtest.Harness{
-				New: func(t *testing.T) sampler.Output {
+				New: func(t *testing.T) record.Output {
 					cur = &sink{}
 					srv := httptest.NewServer(cur)
 					t.Cleanup(srv.Close)
@@ -69,7 +69,7 @@ func TestConformance(t *testing.T) {
 					}
 					return out
 				},
-				Received: func(t *testing.T) []sampler.Sample { return cur.samples(t) },
+				Received: func(t *testing.T) []record.Sample { return cur.samples(t) },
 			})
 		})
 	}
@@ -141,7 +141,7 @@ func TestTLS(t *testing.T) {
 	caFile := t.TempDir() + "/ca.pem"
 	writePEM(t, caFile, srv.Certificate().Raw)
 	ctx := context.Background()
-	b := &sampler.Batch{Samples: outputtest.Samples(3)}
+	b := &record.Batch{Samples: outputtest.Samples(3)}
 	for _, tc := range []struct {
 		name    string
 		tls     influxdb.TLSConfig
@@ -174,7 +174,7 @@ func TestTLS(t *testing.T) {
 	}
 }
 
-// ReportStats (sampler.StatsReporter) carries the writer's and encoder's
+// ReportStats (record.StatsReporter) carries the writer's and encoder's
 // counters as self-metrics.
 func TestReportStats(t *testing.T) {
 	srv := httptest.NewServer(&sink{})
@@ -185,13 +185,13 @@ func TestReportStats(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer out.Close()
-	if err := out.Write(context.Background(), &sampler.Batch{Seq: 1, Devices: []sampler.Device{outputtest.Device},
+	if err := out.Write(context.Background(), &record.Batch{Seq: 1, Devices: []record.Device{outputtest.Device},
 		Samples: outputtest.Samples(3)}); err != nil {
 		t.Fatal(err)
 	}
 	got := map[string]float64{}
 	var keys []string
-	for _, f := range sampler.ReportStats(out, nil) {
+	for _, f := range record.ReportStats(out, nil) {
 		if !f.Int {
 			t.Errorf("%s: not an integer field", f.Key)
 		}

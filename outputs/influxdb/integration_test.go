@@ -8,28 +8,29 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/internal/influxtest"
 	"github.com/gpusampler/gpusampler/internal/pipeline/buffer"
 	"github.com/gpusampler/gpusampler/outputs/influxdb"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
-var testDevice = sampler.Device{Index: 0, UUID: "GPU-513536b6-7d19-9063-b049-1e69664bb298", Name: "NVIDIA A100-SXM4-80GB",
+var testDevice = record.Device{Index: 0, UUID: "GPU-513536b6-7d19-9063-b049-1e69664bb298", Name: "NVIDIA A100-SXM4-80GB",
 	PCIBusID: "00000000:07:00.0", Backend: "sim", MemoryTotalMiB: 81920}
 
 // mixedSamples returns n samples (n a multiple of 4): per instant a float
 // (power_draw, W) and three integer fields (utilization_gpu %,
 // temperature_gpu °C, clocks_current_sm MHz), instants 100 ms apart from
 // t0, each value distinct.
-func mixedSamples(n int, t0 int64) []sampler.Sample {
-	out := make([]sampler.Sample, 0, n)
+func mixedSamples(n int, t0 int64) []record.Sample {
+	out := make([]record.Sample, 0, n)
 	for i := range n / 4 {
 		ts := t0 + int64(i)*100_000_000 + int64(i%7) // odd ns: precision survives
 		out = append(out,
-			sampler.Sample{TimeNS: ts, Value: 100.25 + float64(i), Metric: sampler.MetricPowerDraw},
-			sampler.Sample{TimeNS: ts, Value: float64(i % 101), Metric: sampler.MetricUtilGPU},
-			sampler.Sample{TimeNS: ts, Value: float64(30 + i%50), Metric: sampler.MetricTempGPU},
-			sampler.Sample{TimeNS: ts, Value: float64(1000 + i), Metric: sampler.MetricClockSM})
+			record.Sample{TimeNS: ts, Value: 100.25 + float64(i), Metric: catalog.MetricPowerDraw},
+			record.Sample{TimeNS: ts, Value: float64(i % 101), Metric: catalog.MetricUtilGPU},
+			record.Sample{TimeNS: ts, Value: float64(30 + i%50), Metric: catalog.MetricTempGPU},
+			record.Sample{TimeNS: ts, Value: float64(1000 + i), Metric: catalog.MetricClockSM})
 	}
 	return out
 }
@@ -46,12 +47,12 @@ func newOutput(t testing.TB, url, db string) *influxdb.Output {
 }
 
 // writeBatches writes samples in batches of size, devices in the first.
-func writeBatches(t testing.TB, out sampler.Output, samples []sampler.Sample, size int) {
+func writeBatches(t testing.TB, out record.Output, samples []record.Sample, size int) {
 	t.Helper()
 	for i, seq := 0, uint64(1); i < len(samples); i, seq = i+size, seq+1 {
-		b := &sampler.Batch{Seq: seq, Samples: samples[i:min(i+size, len(samples))]}
+		b := &record.Batch{Seq: seq, Samples: samples[i:min(i+size, len(samples))]}
 		if i == 0 {
-			b.Devices = []sampler.Device{testDevice}
+			b.Devices = []record.Device{testDevice}
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		err := out.Write(ctx, b)
@@ -157,15 +158,15 @@ func TestTelegrafSchemaNoConflictIntegration(t *testing.T) {
 		t.Fatalf("Telegraf point: %d %s %v", code, body, err)
 	}
 	before := fieldTypes(t, srv, "telegraf")
-	var samples []sampler.Sample
-	for _, m := range sampler.DefaultCatalog.All() {
-		samples = append(samples, sampler.Sample{TimeNS: ts, Value: 1, Metric: m.ID})
+	var samples []record.Sample
+	for _, m := range catalog.DefaultCatalog.All() {
+		samples = append(samples, record.Sample{TimeNS: ts, Value: 1, Metric: m.ID})
 	}
 	out := newOutput(t, srv.URL, "telegraf")
 	ctx := context.Background()
-	b := &sampler.Batch{Seq: 1, Devices: []sampler.Device{testDevice}, Samples: samples,
-		Summaries: []sampler.Summary{{StartNS: ts, IntervalNS: 1e9, Mean: 2, Min: 1, Max: 3, Last: 2, Count: 10, Metric: sampler.MetricUtilGPU}},
-		Events:    []sampler.Event{{Kind: sampler.EventXID, StartNS: ts, EndNS: ts, Message: "xid 79", Attrs: []sampler.Attr{{Key: "xid", Value: "79"}}}}}
+	b := &record.Batch{Seq: 1, Devices: []record.Device{testDevice}, Samples: samples,
+		Summaries: []record.Summary{{StartNS: ts, IntervalNS: 1e9, Mean: 2, Min: 1, Max: 3, Last: 2, Count: 10, Metric: catalog.MetricUtilGPU}},
+		Events:    []record.Event{{Kind: record.EventXID, StartNS: ts, EndNS: ts, Message: "xid 79", Attrs: []record.Attr{{Key: "xid", Value: "79"}}}}}
 	if err := out.Write(ctx, b); err != nil {
 		t.Fatalf("write beside Telegraf data: %v", err)
 	}
@@ -185,7 +186,7 @@ func TestTelegrafSchemaNoConflictIntegration(t *testing.T) {
 	// Telegraf wrote an integer is a partial write, not retried (types are
 	// per shard: write into the one just used).
 	werr := out.Writer().Write(ctx, []byte(fmt.Sprintf("nvidia_smi,index=0 utilization_gpu=1.5 %d\n", ts+1)))
-	if !sampler.IsPermanent(werr) || !strings.Contains(werr.Error(), "field type conflict") {
+	if !record.IsPermanent(werr) || !strings.Contains(werr.Error(), "field type conflict") {
 		t.Fatalf("type clash: %v", werr)
 	}
 	if st := out.Stats(); st.PartialWrites != 1 || st.RejectedPoints != 1 {
@@ -197,13 +198,13 @@ func TestTelegrafSchemaNoConflictIntegration(t *testing.T) {
 // clear error naming the output, the 4xx ones permanent.
 func TestErrorsIntegration(t *testing.T) {
 	ctx := context.Background()
-	b := &sampler.Batch{Seq: 1, Samples: mixedSamples(4, time.Now().UnixNano())}
+	b := &record.Batch{Seq: 1, Samples: mixedSamples(4, time.Now().UnixNano())}
 	t.Run("unreachable", func(t *testing.T) {
 		url := fmt.Sprintf("http://127.0.0.1:%d", influxtest.FreePort(t))
 		wctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 		defer cancel()
 		err := newOutput(t, url, "gpu").Write(wctx, b)
-		if err == nil || sampler.IsPermanent(err) || !strings.Contains(err.Error(), `influxdb "test": POST `+url) ||
+		if err == nil || record.IsPermanent(err) || !strings.Contains(err.Error(), `influxdb "test": POST `+url) ||
 			!strings.Contains(err.Error(), "connection refused") {
 			t.Fatalf("err %v", err)
 		}
@@ -211,7 +212,7 @@ func TestErrorsIntegration(t *testing.T) {
 	srv := influxtest.Start(t, influxtest.Options{})
 	t.Run("missing database", func(t *testing.T) {
 		err := newOutput(t, srv.URL, "nodb").Write(ctx, b)
-		if !sampler.IsPermanent(err) || !strings.Contains(err.Error(), `404 Not Found: database not found: "nodb" (database "nodb" does not exist`) {
+		if !record.IsPermanent(err) || !strings.Contains(err.Error(), `404 Not Found: database not found: "nodb" (database "nodb" does not exist`) {
 			t.Fatalf("err %v", err)
 		}
 	})
@@ -234,7 +235,7 @@ func TestErrorsIntegration(t *testing.T) {
 			if tc.ok != (err == nil) {
 				t.Fatalf("password %s: %v", tc.password, err)
 			}
-			if !tc.ok && (!sampler.IsPermanent(err) || !strings.Contains(err.Error(), `influxdb "auth"`) ||
+			if !tc.ok && (!record.IsPermanent(err) || !strings.Contains(err.Error(), `influxdb "auth"`) ||
 				!strings.Contains(err.Error(), "401 Unauthorized") || !strings.Contains(err.Error(), "check username and password") ||
 				strings.Contains(err.Error(), "wrong")) {
 				t.Fatalf("err %v", err)
@@ -247,7 +248,7 @@ func TestErrorsIntegration(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := out.Write(ctx, b); !sampler.IsPermanent(err) || !strings.Contains(err.Error(), "no v2 write endpoint") {
+		if err := out.Write(ctx, b); !record.IsPermanent(err) || !strings.Contains(err.Error(), "no v2 write endpoint") {
 			t.Fatalf("err %v", err)
 		}
 	})
@@ -312,7 +313,7 @@ func TestMemoryBufferDropsIntegration(t *testing.T) {
 // runOutage writes batches of 50 power samples every 20 ms for about 14 s
 // while InfluxDB is killed after 1 s and restarted 11 s later. It returns
 // the number of samples written.
-func runOutage(t *testing.T, srv *influxtest.Server, out sampler.Output) int {
+func runOutage(t *testing.T, srv *influxtest.Server, out record.Output) int {
 	t0 := time.Now().UnixNano()
 	start := time.Now()
 	stopped, restarted := false, false
@@ -326,9 +327,9 @@ func runOutage(t *testing.T, srv *influxtest.Server, out sampler.Output) int {
 			srv.Restart()
 			restarted = true
 		}
-		b := &sampler.Batch{Seq: seq, Samples: make([]sampler.Sample, 50)}
+		b := &record.Batch{Seq: seq, Samples: make([]record.Sample, 50)}
 		for i := range b.Samples {
-			b.Samples[i] = sampler.Sample{TimeNS: t0 + int64(total+i)*1000, Value: float64(total + i), Metric: sampler.MetricPowerDraw}
+			b.Samples[i] = record.Sample{TimeNS: t0 + int64(total+i)*1000, Value: float64(total + i), Metric: catalog.MetricPowerDraw}
 		}
 		if err := out.Write(context.Background(), b); err != nil {
 			t.Fatal(err)

@@ -12,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/internal/influxtest"
+	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler"
 	"github.com/gpusampler/gpusampler/sampler/sim"
 )
@@ -64,7 +66,7 @@ func TestBadRequestFailsOneBatch(t *testing.T) {
 	}
 	out := newOutput(t, srv.URL, "gpu")
 	// pstate goes out as a tag, which DecodeSamples does not read back
-	noPState := func(m *sampler.Metric) bool { return m.ID != sampler.MetricPState }
+	noPState := func(m *catalog.Metric) bool { return m.ID != catalog.MetricPState }
 	if err := eng.AddOutput("influxdb", out, sampler.PumpOptions{FlushInterval: 20 * time.Millisecond, Select: noPState}); err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +108,7 @@ func TestBadRequestFailsOneBatch(t *testing.T) {
 		t.Fatalf("stats %+v; server accepted %d samples, refused %d", st, len(accepted), len(refused))
 	}
 	// no sample of the refused batch came again
-	key := func(s sampler.Sample) string { return fmt.Sprint(s.TimeNS, s.Device, s.Metric) }
+	key := func(s record.Sample) string { return fmt.Sprint(s.TimeNS, s.Device, s.Metric) }
 	seen := map[string]bool{}
 	for _, s := range accepted {
 		seen[key(s)] = true
@@ -133,15 +135,15 @@ func TestFieldTypeClashIntegration(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	clash := mixedSamples(40, old+1e9)
-	err := out.Write(ctx, &sampler.Batch{Seq: 1, Devices: []sampler.Device{testDevice}, Samples: clash})
-	if sampler.Classify(err) != sampler.KindPermanent || !strings.Contains(err.Error(), "field type conflict") {
-		t.Fatalf("clashing batch: %v (%v), want a permanent field type conflict", err, sampler.Classify(err))
+	err := out.Write(ctx, &record.Batch{Seq: 1, Devices: []record.Device{testDevice}, Samples: clash})
+	if record.Classify(err) != record.KindPermanent || !strings.Contains(err.Error(), "field type conflict") {
+		t.Fatalf("clashing batch: %v (%v), want a permanent field type conflict", err, record.Classify(err))
 	}
 	if st := out.Stats(); st.PartialWrites != 1 || st.RejectedPoints != 10 {
 		t.Fatalf("stats %+v, want 1 partial write, 10 rejected points", st)
 	}
 	now := time.Now().UnixNano()
-	if err := out.Write(ctx, &sampler.Batch{Seq: 2, Samples: mixedSamples(40, now)}); err != nil {
+	if err := out.Write(ctx, &record.Batch{Seq: 2, Samples: mixedSamples(40, now)}); err != nil {
 		t.Fatalf("batch after the clash: %v", err)
 	}
 	for _, field := range []string{"power_draw", "utilization_gpu", "temperature_gpu", "clocks_current_sm"} {

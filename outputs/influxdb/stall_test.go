@@ -7,13 +7,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler"
 	"github.com/gpusampler/gpusampler/sampler/sim"
 )
 
 type countOut struct{ n atomic.Uint64 }
 
-func (c *countOut) Write(_ context.Context, b *sampler.Batch) error {
+func (c *countOut) Write(_ context.Context, b *record.Batch) error {
 	c.n.Add(uint64(len(b.Samples)))
 	return nil
 }

@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/gpusampler/gpusampler/internal/backoff"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // Write APIs.
@@ -224,11 +224,11 @@ func (w *Writer) CloseIdle() { w.client.CloseIdleConnections() }
 // line boundaries into requests of at most MaxPayloadBytes. Network errors,
 // 5xx and 429 are retried with backoff (429/503 after Retry-After when the
 // server sends it) for as long as ctx's deadline allows; then Write returns
-// the last error, by its sampler.ErrorKind: unavailable when no server
+// the last error, by its record.ErrorKind: unavailable when no server
 // answered (connection refused, DNS) or it answered 429, 502, 503 or 504 —
 // the sink is down or overloaded, the same batch should wait for it;
 // retryable for any other 5xx and for a request that timed out. A 4xx other
-// than 429 is returned at once, marked sampler.Permanent: resending the same
+// than 429 is returned at once, marked record.Permanent: resending the same
 // lines cannot succeed (400 is a partial write — the server stored the valid
 // lines). Parts already
 // accepted are not resent within this Write; a caller that retries the
@@ -276,7 +276,7 @@ func (w *Writer) post(ctx context.Context, body []byte) error {
 			w.retries.Add(1)
 		}
 		wait, err := w.attempt(ctx, payload)
-		if err == nil || sampler.IsPermanent(err) {
+		if err == nil || record.IsPermanent(err) {
 			return err
 		}
 		if cv := (*tls.CertificateVerificationError)(nil); errors.As(err, &cv) {
@@ -306,7 +306,7 @@ func (w *Writer) post(ctx context.Context, body []byte) error {
 func (w *Writer) attempt(ctx context.Context, payload []byte) (time.Duration, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.endpoint, bytes.NewReader(payload))
 	if err != nil {
-		return 0, sampler.Permanent(w.errorf("%w", err))
+		return 0, record.Permanent(w.errorf("%w", err))
 	}
 	req.Header.Set("Content-Type", "text/plain; charset=utf-8")
 	req.Header.Set("User-Agent", "gpusampler")
@@ -324,7 +324,7 @@ func (w *Writer) attempt(ctx context.Context, payload []byte) (time.Duration, er
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 			return 0, err // no answer in time: this attempt failed (retryable)
 		}
-		return 0, sampler.Unavailable(err) // no server to talk to: the sink is down
+		return 0, record.Unavailable(err) // no server to talk to: the sink is down
 	}
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20)) // let the connection be reused
@@ -338,7 +338,7 @@ func (w *Writer) attempt(ctx context.Context, payload []byte) (time.Duration, er
 	switch resp.StatusCode {
 	case http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
 		// Overloaded, or a proxy in front of a server that is down.
-		return retryAfter(resp.Header.Get("Retry-After")), sampler.Unavailable(werr)
+		return retryAfter(resp.Header.Get("Retry-After")), record.Unavailable(werr)
 	}
 	switch {
 	case resp.StatusCode >= 500:
@@ -349,9 +349,9 @@ func (w *Writer) attempt(ctx context.Context, payload []byte) (time.Duration, er
 		w.rejected.Add(n)
 		w.log.Warn("server rejected lines (partial write: the valid lines were stored)",
 			"status", resp.StatusCode, "dropped", n, "err", werr.Message)
-		return 0, sampler.Permanent(werr)
+		return 0, record.Permanent(werr)
 	}
-	return 0, sampler.Permanent(werr)
+	return 0, record.Permanent(werr)
 }
 
 // redacted returns the endpoint for messages (it holds no secrets, but a

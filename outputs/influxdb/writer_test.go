@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // request is what the test server saw.
@@ -185,8 +185,8 @@ func TestRetries(t *testing.T) {
 		dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
 		err := w.Write(dctx, []byte(twoLines))
-		if sampler.Classify(err) != sampler.KindUnavailable || len(*slept) != 0 {
-			t.Fatalf("err %v (%v), slept %v; want an unavailable error at once", err, sampler.Classify(err), *slept)
+		if record.Classify(err) != record.KindUnavailable || len(*slept) != 0 {
+			t.Fatalf("err %v (%v), slept %v; want an unavailable error at once", err, record.Classify(err), *slept)
 		}
 		if !strings.Contains(err.Error(), `influxdb "db1"`) || !strings.Contains(err.Error(), "503") || !strings.Contains(err.Error(), "overloaded") {
 			t.Fatalf("error %q does not name the output, status and message", err)
@@ -200,7 +200,7 @@ func TestRetries(t *testing.T) {
 		dctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 		defer cancel()
 		err = w.Write(dctx, []byte(twoLines))
-		if sampler.Classify(err) != sampler.KindUnavailable || !strings.Contains(err.Error(), `influxdb "down"`) ||
+		if record.Classify(err) != record.KindUnavailable || !strings.Contains(err.Error(), `influxdb "down"`) ||
 			!strings.Contains(err.Error(), "connection refused") {
 			t.Fatalf("err %v", err)
 		}
@@ -216,11 +216,11 @@ func TestRetries(t *testing.T) {
 func TestWriteErrorKinds(t *testing.T) {
 	for _, tc := range []struct {
 		status int
-		want   sampler.ErrorKind
+		want   record.ErrorKind
 	}{
-		{429, sampler.KindUnavailable}, {502, sampler.KindUnavailable}, {503, sampler.KindUnavailable},
-		{504, sampler.KindUnavailable}, {500, sampler.KindRetryable}, {507, sampler.KindRetryable},
-		{400, sampler.KindPermanent}, {404, sampler.KindPermanent}, {413, sampler.KindPermanent},
+		{429, record.KindUnavailable}, {502, record.KindUnavailable}, {503, record.KindUnavailable},
+		{504, record.KindUnavailable}, {500, record.KindRetryable}, {507, record.KindRetryable},
+		{400, record.KindPermanent}, {404, record.KindPermanent}, {413, record.KindPermanent},
 	} {
 		rec := &recorder{replies: []reply{{status: tc.status, body: `{"error":"x"}`}}}
 		w, _ := newTestWriter(t, rec, WriterOptions{Database: "gpu", RetryInitial: time.Hour, RetryMax: time.Hour})
@@ -228,7 +228,7 @@ func TestWriteErrorKinds(t *testing.T) {
 		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		err := w.Write(dctx, []byte(twoLines))
 		cancel()
-		if got := sampler.Classify(err); got != tc.want {
+		if got := record.Classify(err); got != tc.want {
 			t.Errorf("%d: %v (%v), want %v", tc.status, got, err, tc.want)
 		}
 	}
@@ -260,8 +260,8 @@ func TestClientErrorsNotRetried(t *testing.T) {
 			}
 			w, slept := newTestWriter(t, rec, opts)
 			err := w.Write(context.Background(), []byte(twoLines))
-			if !sampler.IsPermanent(err) {
-				t.Fatalf("err %v: want sampler.Permanent", err)
+			if !record.IsPermanent(err) {
+				t.Fatalf("err %v: want record.Permanent", err)
 			}
 			var we *WriteError
 			if !errors.As(err, &we) || we.StatusCode != tc.status {

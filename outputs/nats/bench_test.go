@@ -7,21 +7,22 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/internal/natstest"
 	natsout "github.com/gpusampler/gpusampler/outputs/nats"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // benchBatch: 4096 samples over 8 GPUs and three groups, like a pump's
 // full batch.
-func benchBatch() *sampler.Batch {
-	b := &sampler.Batch{}
+func benchBatch() *record.Batch {
+	b := &record.Batch{}
 	for g := range 8 {
-		b.Devices = append(b.Devices, sampler.Device{Index: g, UUID: "GPU-0000000" + string(rune('0'+g))})
+		b.Devices = append(b.Devices, record.Device{Index: g, UUID: "GPU-0000000" + string(rune('0'+g))})
 	}
-	metrics := []sampler.MetricID{sampler.MetricPowerDraw, sampler.MetricUtilGPU, sampler.MetricClockSM, sampler.MetricPowerInstant}
+	metrics := []catalog.MetricID{catalog.MetricPowerDraw, catalog.MetricUtilGPU, catalog.MetricClockSM, catalog.MetricPowerInstant}
 	for i := range 4096 {
-		b.Samples = append(b.Samples, sampler.Sample{TimeNS: 1.79e18 + int64(i/32)*1e6, Value: float64(100 + i%500),
+		b.Samples = append(b.Samples, record.Sample{TimeNS: 1.79e18 + int64(i/32)*1e6, Value: float64(100 + i%500),
 			Device: uint16(i % 8), Metric: metrics[(i/8)%len(metrics)]})
 	}
 	return b

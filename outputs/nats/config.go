@@ -9,7 +9,7 @@ import (
 
 	"github.com/gpusampler/gpusampler/config"
 	"github.com/gpusampler/gpusampler/outputs"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // Encodings.
@@ -281,7 +281,7 @@ func Kind() outputs.Kind {
 		OutOfProcess: true, // a network output: its own process (plugins.HostRegistry)
 		SampleConfig: SampleConfig,
 		Parse:        Parse,
-		Build: func(o *outputs.Block, env outputs.BuildEnv) (sampler.Output, error) {
+		Build: func(o *outputs.Block, env outputs.BuildEnv) (record.Output, error) {
 			c, _ := o.Options.(Config)
 			// The agent names the file, line and output: no prefix of our own.
 			out, err := newOutput(c, newOptions([]Option{WithName(o.Name), WithHost(env.Host),

@@ -11,7 +11,7 @@ import (
 
 	"github.com/gpusampler/gpusampler/internal/natstest"
 	natsout "github.com/gpusampler/gpusampler/outputs/nats"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/stream"
 )
 
@@ -72,8 +72,8 @@ func (c *collector) drain(out *natsout.Output) []*stream.Records {
 	return slices.Clone(c.recs)
 }
 
-func (c *collector) samples(out *natsout.Output) []sampler.Sample {
-	var all []sampler.Sample
+func (c *collector) samples(out *natsout.Output) []record.Sample {
+	var all []record.Sample
 	for _, r := range c.drain(out) {
 		all = append(all, r.Batch.Samples...)
 	}
@@ -91,8 +91,8 @@ func newOutput(t testing.TB, s *natstest.Server, cfg natsout.Config, opts ...nat
 	return out
 }
 
-func sortSamples(s []sampler.Sample) {
-	slices.SortStableFunc(s, func(a, b sampler.Sample) int {
+func sortSamples(s []record.Sample) {
+	slices.SortStableFunc(s, func(a, b record.Sample) int {
 		return cmp.Or(cmp.Compare(a.Device, b.Device), cmp.Compare(a.Metric, b.Metric), cmp.Compare(a.TimeNS, b.TimeNS))
 	})
 }

@@ -10,26 +10,27 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/internal/natstest"
 	natsout "github.com/gpusampler/gpusampler/outputs/nats"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
-var simDevices = []sampler.Device{{Index: 0, UUID: "GPU-aaaa", Name: "Simulated H100", Simulated: true},
+var simDevices = []record.Device{{Index: 0, UUID: "GPU-aaaa", Name: "Simulated H100", Simulated: true},
 	{Index: 1, UUID: "GPU-bbbb", Name: "Simulated A100", Simulated: true}}
 
 // identityBatch has a power and a utilization sample of each device (four
 // subjects), the identities only when withDevices.
-func identityBatch(seq int, withDevices bool) *sampler.Batch {
-	b := &sampler.Batch{Seq: uint64(seq)}
+func identityBatch(seq int, withDevices bool) *record.Batch {
+	b := &record.Batch{Seq: uint64(seq)}
 	if withDevices {
 		b.Devices = simDevices
 	}
 	for _, d := range simDevices {
 		t := int64(seq) * int64(time.Millisecond)
 		b.Samples = append(b.Samples,
-			sampler.Sample{TimeNS: t, Value: float64(100 + seq), Device: uint16(d.Index), Metric: sampler.MetricPowerDraw},
-			sampler.Sample{TimeNS: t, Value: float64(seq % 100), Device: uint16(d.Index), Metric: sampler.MetricUtilGPU})
+			record.Sample{TimeNS: t, Value: float64(100 + seq), Device: uint16(d.Index), Metric: catalog.MetricPowerDraw},
+			record.Sample{TimeNS: t, Value: float64(seq % 100), Device: uint16(d.Index), Metric: catalog.MetricUtilGPU})
 	}
 	return b
 }
@@ -68,14 +69,14 @@ func TestLateSubscriberLearnsIdentitiesIntegration(t *testing.T) {
 				write(seq, false)
 			}
 			// Per subject (a consumer of that subject alone), in arrival order.
-			known := map[string]map[int]sampler.Device{}
+			known := map[string]map[int]record.Device{}
 			unknownBefore, identitiesBefore := 0, 0
 			bound := 1 + int(interval/tick) // the first batch at least interval after batch 1
 			recs := col.drain(out)
 			for i, r := range recs {
 				subj := col.subjects[i]
 				if known[subj] == nil {
-					known[subj] = map[int]sampler.Device{}
+					known[subj] = map[int]record.Device{}
 				}
 				for _, d := range r.Batch.Devices {
 					known[subj][d.Index] = d
@@ -159,7 +160,7 @@ func TestPublishBeforeFirstConnectIntegration(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer out.Close()
-	var want []sampler.Sample
+	var want []record.Sample
 	const early = 20
 	for seq := 1; seq <= early; seq++ {
 		b := identityBatch(seq, seq == 1)
@@ -185,7 +186,7 @@ func TestPublishBeforeFirstConnectIntegration(t *testing.T) {
 	}
 	want = append(want, b.Samples...)
 	recs := col.drain(out)
-	var got []sampler.Sample
+	var got []record.Sample
 	lastSeq := map[string]uint64{}
 	for i, r := range recs {
 		got = append(got, r.Batch.Samples...)
@@ -221,8 +222,8 @@ func TestHeldBeforeFirstConnectIsBounded(t *testing.T) {
 			break
 		}
 	}
-	if !errors.Is(err, sampler.ErrUnavailable) || sampler.IsPermanent(err) {
-		t.Fatalf("write %d past reconnect_buffer_bytes: %v, want a retryable sampler.ErrUnavailable", seq, err)
+	if !errors.Is(err, record.ErrUnavailable) || record.IsPermanent(err) {
+		t.Fatalf("write %d past reconnect_buffer_bytes: %v, want a retryable record.ErrUnavailable", seq, err)
 	}
 	held := out.Stats().Held
 	if held != uint64(4*(seq-1)) {

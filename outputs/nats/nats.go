@@ -14,7 +14,7 @@
 //
 // Core NATS publishes fire-and-forget. With retry_on_failed_connect, what
 // is written before the first server answers is kept by the output (up to
-// reconnect_buffer_bytes; beyond it Write fails with sampler.ErrUnavailable)
+// reconnect_buffer_bytes; beyond it Write fails with record.ErrUnavailable)
 // and published, in order, by the first Write or Close after the
 // connection is up.
 //
@@ -30,12 +30,12 @@
 // it already has within its duplicate window — at-least-once.
 //
 // Errors: Write marks rejections that cannot succeed on retry (a message
-// over the stream's size limit, a bad subject) with sampler.Permanent;
+// over the stream's size limit, a bad subject) with record.Permanent;
 // everything else (disconnected, ack timeout, no responders while JetStream
 // restarts) is retryable, for the per-output buffer to retry.
 //
 // Concurrency and ownership: one goroutine calls Write and Close (see
-// sampler.Output); Stats may be called from any goroutine. Write does not
+// record.Output); Stats may be called from any goroutine. Write does not
 // retain the batch.
 package nats
 
@@ -59,10 +59,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/internal/encoding/jsonl"
 	"github.com/gpusampler/gpusampler/internal/encoding/lineproto"
 	"github.com/gpusampler/gpusampler/internal/encoding/protobuf"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/stream"
 )
 
@@ -80,7 +81,7 @@ type options struct {
 	host       string
 	globalTags map[string]string
 	log        *slog.Logger
-	catalog    *sampler.Catalog
+	catalog    *catalog.Catalog
 	natsOpts   []natsgo.Option
 	now        func() time.Time
 }
@@ -99,8 +100,8 @@ func WithGlobalTags(tags map[string]string) Option {
 // WithLogger sets the logger (connection changes only; nothing per sample).
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
 
-// WithCatalog sets the metric catalog (default sampler.DefaultCatalog).
-func WithCatalog(c *sampler.Catalog) Option { return func(o *options) { o.catalog = c } }
+// WithCatalog sets the metric catalog (default catalog.DefaultCatalog).
+func WithCatalog(c *catalog.Catalog) Option { return func(o *options) { o.catalog = c } }
 
 // WithClock sets the clock that times identity re-sends (default
 // time.Now).
@@ -142,7 +143,7 @@ type Output struct {
 	instance string
 	enc      encoder
 
-	devs     map[int]sampler.Device
+	devs     map[int]record.Device
 	subjects map[subjKey]string
 	byKey    map[string]*entry // subject → entry, reset per Write
 	// slots caches, per Write, the entry of each (device, metric) of the
@@ -184,7 +185,7 @@ type Output struct {
 type subjKey struct {
 	kind  byte // 's' samples, 'e' events
 	dev   int
-	group sampler.Group
+	group catalog.Group
 }
 
 type slot struct {
@@ -200,7 +201,7 @@ const maxSlotDevice = 256
 type entry struct {
 	subject string
 	dev     int // -1: not one device's (self-metrics)
-	b       sampler.Batch
+	b       record.Batch
 }
 
 // New connects to the servers of cfg and returns the output. It fails when
@@ -218,12 +219,12 @@ func New(cfg Config, opts ...Option) (*Output, error) {
 }
 
 func newOptions(opts []Option) options {
-	o := options{name: "nats", log: slog.New(slog.DiscardHandler), catalog: sampler.DefaultCatalog, now: time.Now}
+	o := options{name: "nats", log: slog.New(slog.DiscardHandler), catalog: catalog.DefaultCatalog, now: time.Now}
 	for _, f := range opts {
 		f(&o)
 	}
 	if o.catalog == nil {
-		o.catalog = sampler.DefaultCatalog
+		o.catalog = catalog.DefaultCatalog
 	}
 	if o.log == nil {
 		o.log = slog.New(slog.DiscardHandler)
@@ -246,7 +247,7 @@ func newOutput(cfg Config, o options) (*Output, error) {
 	if cfg.IdentityInterval == 0 {
 		cfg.IdentityInterval = DefaultIdentityInterval
 	}
-	out := &Output{cfg: cfg, o: o, instance: nuid.Next(), devs: map[int]sampler.Device{},
+	out := &Output{cfg: cfg, o: o, instance: nuid.Next(), devs: map[int]record.Device{},
 		subjects: map[subjKey]string{}, byKey: map[string]*entry{}, identSent: map[string]time.Time{}}
 	out.subj, _ = parseTemplate(cfg.Subject, sampleHolders)
 	out.evSubj, _ = parseTemplate(cfg.EventSubject, eventHolders)
@@ -407,15 +408,15 @@ func (out *Output) Stats() Stats {
 		Held: uint64(max(out.heldGauge.Load(), 0)), HeldDropped: out.heldDropped.Load(), Identities: out.identities.Load()}
 }
 
-// ReportStats implements sampler.StatsReporter with the counters of Stats.
-func (out *Output) ReportStats(dst []sampler.Field) []sampler.Field {
+// ReportStats implements record.StatsReporter with the counters of Stats.
+func (out *Output) ReportStats(dst []record.Field) []record.Field {
 	s := out.Stats()
-	return append(dst, sampler.IntField("messages", s.Messages), sampler.IntField("bytes", s.Bytes),
-		sampler.IntField("splits", s.Splits), sampler.IntField("acked", s.Acked),
-		sampler.IntField("duplicates", s.Duplicates), sampler.IntField("ack_errors", s.AckErrors),
-		sampler.IntField("disconnects", s.Disconnects), sampler.IntField("reconnects", s.Reconnects),
-		sampler.IntField("held", s.Held), sampler.IntField("held_dropped", s.HeldDropped),
-		sampler.IntField("identities", s.Identities))
+	return append(dst, record.IntField("messages", s.Messages), record.IntField("bytes", s.Bytes),
+		record.IntField("splits", s.Splits), record.IntField("acked", s.Acked),
+		record.IntField("duplicates", s.Duplicates), record.IntField("ack_errors", s.AckErrors),
+		record.IntField("disconnects", s.Disconnects), record.IntField("reconnects", s.Reconnects),
+		record.IntField("held", s.Held), record.IntField("held_dropped", s.HeldDropped),
+		record.IntField("identities", s.Identities))
 }
 
 // Conn returns the output's connection (for tests and status).
@@ -423,9 +424,9 @@ func (out *Output) Conn() *natsgo.Conn { return out.nc }
 
 // Write publishes b, split per subject and by max_payload. With JetStream
 // it returns once every message is acknowledged.
-func (out *Output) Write(ctx context.Context, b *sampler.Batch) error {
+func (out *Output) Write(ctx context.Context, b *record.Batch) error {
 	if out.closed {
-		return sampler.ErrClosed
+		return record.ErrClosed
 	}
 	if err := out.publishHeld(); err != nil {
 		return err
@@ -441,7 +442,7 @@ func (out *Output) Write(ctx context.Context, b *sampler.Batch) error {
 			err = out.publish(msgs)
 		}
 	} else if out.awaitingFirstConnect() {
-		err = fmt.Errorf("nats: output %s: no server reached yet: %w", out.o.name, sampler.ErrUnavailable)
+		err = fmt.Errorf("nats: output %s: no server reached yet: %w", out.o.name, record.ErrUnavailable)
 	} else {
 		err = out.publishJetStream(ctx, msgs)
 	}
@@ -482,7 +483,7 @@ func (out *Output) hold(msgs []*natsgo.Msg) error {
 	}
 	if limit < 0 || out.heldBytes+size > limit {
 		return fmt.Errorf("nats: output %s: no server reached yet and %d bytes already held (reconnect_buffer_bytes %d): %w",
-			out.o.name, out.heldBytes, out.cfg.ReconnectBufferBytes, sampler.ErrUnavailable)
+			out.o.name, out.heldBytes, out.cfg.ReconnectBufferBytes, record.ErrUnavailable)
 	}
 	out.held = append(out.held, msgs...) // messagesFor makes new messages every Write
 	out.heldBytes += size
@@ -512,7 +513,7 @@ func (out *Output) publishHeld() error {
 	for ; i < len(out.held); i++ {
 		m := out.held[i]
 		if perr := out.nc.PublishMsg(m); perr != nil {
-			if perr = out.classify(fmt.Errorf("publish held %s: %w", m.Subject, perr)); sampler.IsPermanent(perr) {
+			if perr = out.classify(fmt.Errorf("publish held %s: %w", m.Subject, perr)); record.IsPermanent(perr) {
 				out.heldDropped.Add(1)
 				out.o.log.Warn("nats: a message held before the first connection was refused; dropped", "err", perr)
 				continue
@@ -581,9 +582,9 @@ func (out *Output) classify(err error) error {
 	switch {
 	case errors.Is(err, natsgo.ErrMaxPayload), errors.Is(err, natsgo.ErrBadSubject),
 		errors.Is(err, natsgo.ErrHeadersNotSupported):
-		return sampler.Permanent(err)
+		return record.Permanent(err)
 	case errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum:
-		return sampler.Permanent(err)
+		return record.Permanent(err)
 	}
 	return err
 }
@@ -640,7 +641,7 @@ func (out *Output) maxData(subject string) int {
 
 // messagesFor splits b into per-subject messages. The messages and their
 // data belong to the output until the next Write.
-func (out *Output) messagesFor(b *sampler.Batch) ([]*natsgo.Msg, error) {
+func (out *Output) messagesFor(b *record.Batch) ([]*natsgo.Msg, error) {
 	for _, d := range b.Devices {
 		if old, ok := out.devs[d.Index]; !ok || old.UUID != d.UUID {
 			clear(out.subjects)
@@ -661,7 +662,7 @@ func (out *Output) messagesFor(b *sampler.Batch) ([]*natsgo.Msg, error) {
 	}
 	for _, ev := range b.Events {
 		var e *entry
-		if ev.Kind == sampler.EventSelf {
+		if ev.Kind == record.EventSelf {
 			e = out.entryFor(subjKey{kind: 'm', dev: -1})
 		} else {
 			e = out.entryFor(subjKey{kind: 'e', dev: ev.Device})
@@ -723,7 +724,7 @@ func (out *Output) dueIdentities() {
 		if !known {
 			continue
 		}
-		if !slices.ContainsFunc(e.b.Devices, func(x sampler.Device) bool { return x.Index == e.dev }) {
+		if !slices.ContainsFunc(e.b.Devices, func(x record.Device) bool { return x.Index == e.dev }) {
 			last, sent := out.identSent[e.subject]
 			if !all && sent && now.Sub(last) < out.cfg.IdentityInterval {
 				continue
@@ -750,7 +751,7 @@ func (out *Output) commitIdentities() {
 
 // split encodes sub (a share of e) into one message, or several when it is
 // too large for the server.
-func (out *Output) split(e *entry, sub *sampler.Batch) error {
+func (out *Output) split(e *entry, sub *record.Batch) error {
 	data := out.enc.encode(nil, sub, out.devs)
 	limit := out.maxData(e.subject)
 	if len(data) <= limit {
@@ -763,7 +764,7 @@ func (out *Output) split(e *entry, sub *sampler.Batch) error {
 	}
 	n := len(sub.Samples) + len(sub.Summaries) + len(sub.Events)
 	if n <= 1 {
-		return sampler.Permanent(fmt.Errorf("nats: output %s: subject %s: one record encodes to %d bytes, more than the %d a message may carry",
+		return record.Permanent(fmt.Errorf("nats: output %s: subject %s: one record encodes to %d bytes, more than the %d a message may carry",
 			out.o.name, e.subject, len(data), limit))
 	}
 	// Split into k parts of equal record counts (10% headroom), each split
@@ -771,7 +772,7 @@ func (out *Output) split(e *entry, sub *sampler.Batch) error {
 	k := min(n, (len(data)*11/10)/limit+1)
 	for i := range k {
 		lo, hi := i*n/k, (i+1)*n/k
-		part := sampler.Batch{Seq: sub.Seq}
+		part := record.Batch{Seq: sub.Seq}
 		if i == 0 {
 			part.Devices = sub.Devices
 		}
@@ -795,7 +796,7 @@ func window[T any](s []T, lo, hi, base int) []T {
 	return s[a:b]
 }
 
-func (out *Output) group(id sampler.MetricID) sampler.Group {
+func (out *Output) group(id catalog.MetricID) catalog.Group {
 	if m := out.o.catalog.Get(id); m != nil {
 		return m.Group
 	}
@@ -804,7 +805,7 @@ func (out *Output) group(id sampler.MetricID) sampler.Group {
 
 // sampleEntry returns the entry of a sample or summary of metric id on
 // device dev, through the slot cache.
-func (out *Output) sampleEntry(dev uint16, id sampler.MetricID) *entry {
+func (out *Output) sampleEntry(dev uint16, id catalog.MetricID) *entry {
 	n := out.o.catalog.Len()
 	if int(dev) >= maxSlotDevice || int(id) >= n {
 		return out.entryFor(subjKey{'s', int(dev), out.group(id)})
@@ -899,7 +900,7 @@ func (out *Output) render(k subjKey) string {
 
 // encoder turns one subject's share of a batch into a payload.
 type encoder interface {
-	encode(dst []byte, b *sampler.Batch, devs map[int]sampler.Device) []byte
+	encode(dst []byte, b *record.Batch, devs map[int]record.Device) []byte
 	contentType() string
 }
 
@@ -925,7 +926,7 @@ func newEncoder(kind string, o *options) encoder {
 type jsonEncoder struct{ e *jsonl.Encoder }
 
 func (j *jsonEncoder) contentType() string { return stream.ContentTypeJSON }
-func (j *jsonEncoder) encode(dst []byte, b *sampler.Batch, devs map[int]sampler.Device) []byte {
+func (j *jsonEncoder) encode(dst []byte, b *record.Batch, devs map[int]record.Device) []byte {
 	j.e.Reset()
 	j.e.Encode(b)
 	return append(dst, j.e.Bytes()...)
@@ -934,7 +935,7 @@ func (j *jsonEncoder) encode(dst []byte, b *sampler.Batch, devs map[int]sampler.
 type lpEncoder struct{ e *lineproto.Encoder }
 
 func (l *lpEncoder) contentType() string { return stream.ContentTypeLineProtocol }
-func (l *lpEncoder) encode(dst []byte, b *sampler.Batch, devs map[int]sampler.Device) []byte {
+func (l *lpEncoder) encode(dst []byte, b *record.Batch, devs map[int]record.Device) []byte {
 	l.e.Reset()
 	l.e.Encode(b)
 	return append(dst, l.e.Bytes()...)
@@ -947,7 +948,7 @@ type protobufEncoder struct {
 }
 
 func (p *protobufEncoder) contentType() string { return stream.ContentTypeProtobuf }
-func (p *protobufEncoder) encode(dst []byte, b *sampler.Batch, devs map[int]sampler.Device) []byte {
+func (p *protobufEncoder) encode(dst []byte, b *record.Batch, devs map[int]record.Device) []byte {
 	// The UUID of every device the message refers to, so that a consumer
 	// that missed the identity record still knows the device.
 	p.seen = p.seen[:0]

@@ -9,10 +9,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/internal/natstest"
 	natsout "github.com/gpusampler/gpusampler/outputs/nats"
 	"github.com/gpusampler/gpusampler/outputs/outputtest"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/stream"
 )
 
@@ -33,15 +34,15 @@ func TestConformanceIntegration(t *testing.T) {
 				s := natstest.Start(t)
 				var col *collector
 				outputtest.Run(t, outputtest.Harness{
-					New: func(t *testing.T) sampler.Output {
+					New: func(t *testing.T) record.Output {
 						col = collect(t, s, "gpusampler.>")
 						cfg := natsout.DefaultConfig()
 						cfg.Encoding = enc
 						setup(&cfg)
 						return newOutput(t, s, cfg, natsout.WithHost("node1"))
 					},
-					Received: func(t *testing.T) []sampler.Sample { return col.samples(nil) },
-					Flush: func(t *testing.T, out sampler.Output) {
+					Received: func(t *testing.T) []record.Sample { return col.samples(nil) },
+					Flush: func(t *testing.T, out record.Output) {
 						out.(*natsout.Output).Conn().Flush()
 					},
 				})
@@ -55,42 +56,42 @@ const t0 = 1_790_000_000_000_000_000
 // roundTripBatch has two devices, samples of several groups (values an
 // integer where the Influx type is an integer, throttle time in whole µs),
 // summaries, a device event and a self-metrics event.
-func roundTripBatch() *sampler.Batch {
-	devs := []sampler.Device{
+func roundTripBatch() *record.Batch {
+	devs := []record.Device{
 		{Index: 0, UUID: "GPU-aaaa", Name: "NVIDIA H200", PCIBusID: "00000000:17:00.0", MemoryTotalMiB: 143771, DriverVersion: "570.1", Backend: "nvml", SlowdownTempC: 89, Generation: 1},
 		{Index: 1, UUID: "GPU-bb.b*>", Name: "NVIDIA H200", Backend: "sim", Simulated: true, Generation: 1},
 	}
-	b := &sampler.Batch{Seq: 9, Devices: devs}
+	b := &record.Batch{Seq: 9, Devices: devs}
 	for i := range 200 {
 		ts := int64(t0 + i*10e6)
 		for d := uint16(0); d < 2; d++ {
 			b.Samples = append(b.Samples,
-				sampler.Sample{TimeNS: ts, Value: 600.25 + float64(i), Device: d, Metric: sampler.MetricPowerDraw},
-				sampler.Sample{TimeNS: ts, Value: float64(i % 101), Device: d, Metric: sampler.MetricUtilGPU},
+				record.Sample{TimeNS: ts, Value: 600.25 + float64(i), Device: d, Metric: catalog.MetricPowerDraw},
+				record.Sample{TimeNS: ts, Value: float64(i % 101), Device: d, Metric: catalog.MetricUtilGPU},
 			)
 			if i%10 == 0 {
 				b.Samples = append(b.Samples,
-					sampler.Sample{TimeNS: ts + 1, Value: 71, Device: d, Metric: sampler.MetricTempGPU},
-					sampler.Sample{TimeNS: ts + 1, Value: 2_500_000, Device: d, Metric: sampler.MetricThrottleHWThermal},
-					sampler.Sample{TimeNS: ts + 2, Value: 0, Device: d, Metric: sampler.MetricUtilMemory, Flags: sampler.FlagPointRead},
+					record.Sample{TimeNS: ts + 1, Value: 71, Device: d, Metric: catalog.MetricTempGPU},
+					record.Sample{TimeNS: ts + 1, Value: 2_500_000, Device: d, Metric: catalog.MetricThrottleHWThermal},
+					record.Sample{TimeNS: ts + 2, Value: 0, Device: d, Metric: catalog.MetricUtilMemory, Flags: record.FlagPointRead},
 				)
 			}
 		}
 	}
-	b.Summaries = []sampler.Summary{{StartNS: t0, IntervalNS: 1e9, Mean: 97.5, Min: 90, Max: 100, Last: 99, Count: 10, Device: 1, Metric: sampler.MetricClockSM}}
-	b.Events = []sampler.Event{
-		{Kind: sampler.EventXID, Device: 1, StartNS: t0, EndNS: t0 + 5, Message: "Xid 79: fallen off the bus",
-			Attrs: []sampler.Attr{{Key: "code", Value: "79"}, {Key: "pid", Value: "4242"}}},
-		{Kind: sampler.EventSelf, Device: -1, StartNS: t0, EndNS: t0,
-			Attrs:  []sampler.Attr{{Key: "output", Value: "nats"}, {Key: "scope", Value: "output"}},
-			Fields: []sampler.Field{{Key: "published", Value: 12, Int: true}, {Key: "rate", Value: 0.5}}},
+	b.Summaries = []record.Summary{{StartNS: t0, IntervalNS: 1e9, Mean: 97.5, Min: 90, Max: 100, Last: 99, Count: 10, Device: 1, Metric: catalog.MetricClockSM}}
+	b.Events = []record.Event{
+		{Kind: record.EventXID, Device: 1, StartNS: t0, EndNS: t0 + 5, Message: "Xid 79: fallen off the bus",
+			Attrs: []record.Attr{{Key: "code", Value: "79"}, {Key: "pid", Value: "4242"}}},
+		{Kind: record.EventSelf, Device: -1, StartNS: t0, EndNS: t0,
+			Attrs:  []record.Attr{{Key: "output", Value: "nats"}, {Key: "scope", Value: "output"}},
+			Fields: []record.Field{{Key: "published", Value: 12, Int: true}, {Key: "rate", Value: 0.5}}},
 	}
 	return b
 }
 
 // expected returns what an encoding carries of b (see package stream).
-func expected(b *sampler.Batch, enc string) *sampler.Batch {
-	want := &sampler.Batch{Samples: slices.Clone(b.Samples), Summaries: slices.Clone(b.Summaries)}
+func expected(b *record.Batch, enc string) *record.Batch {
+	want := &record.Batch{Samples: slices.Clone(b.Samples), Summaries: slices.Clone(b.Summaries)}
 	for _, e := range b.Events {
 		want.Events = append(want.Events, e.Clone())
 	}
@@ -102,20 +103,20 @@ func expected(b *sampler.Batch, enc string) *sampler.Batch {
 		}
 		// self-metrics: every tag but host comes back as an attribute
 		for i, e := range want.Events {
-			if e.Kind == sampler.EventSelf {
-				want.Events[i].Attrs = append(e.Attrs, sampler.Attr{Key: "cluster", Value: "c1"})
-				slices.SortFunc(want.Events[i].Attrs, func(a, b sampler.Attr) int { return cmp.Compare(a.Key, b.Key) })
+			if e.Kind == record.EventSelf {
+				want.Events[i].Attrs = append(e.Attrs, record.Attr{Key: "cluster", Value: "c1"})
+				slices.SortFunc(want.Events[i].Attrs, func(a, b record.Attr) int { return cmp.Compare(a.Key, b.Key) })
 			}
 		}
 	}
 	return want
 }
 
-func canonical(b *sampler.Batch) {
+func canonical(b *record.Batch) {
 	sortSamples(b.Samples)
-	slices.SortFunc(b.Events, func(a, b sampler.Event) int { return cmp.Compare(a.Kind, b.Kind) })
-	slices.SortFunc(b.Devices, func(a, b sampler.Device) int { return cmp.Compare(a.Index, b.Index) })
-	b.Devices = slices.CompactFunc(b.Devices, func(a, b sampler.Device) bool { return a.Index == b.Index })
+	slices.SortFunc(b.Events, func(a, b record.Event) int { return cmp.Compare(a.Kind, b.Kind) })
+	slices.SortFunc(b.Devices, func(a, b record.Device) int { return cmp.Compare(a.Index, b.Index) })
+	b.Devices = slices.CompactFunc(b.Devices, func(a, b record.Device) bool { return a.Index == b.Index })
 }
 
 func TestRoundTripIntegration(t *testing.T) {
@@ -138,7 +139,7 @@ func TestRoundTripIntegration(t *testing.T) {
 					t.Fatal(err)
 				}
 				recs := col.drain(out)
-				var got sampler.Batch
+				var got record.Batch
 				subjects := map[string]bool{}
 				for i, r := range recs {
 					subjects[col.subjects[i]] = true

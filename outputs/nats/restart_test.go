@@ -9,10 +9,11 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/internal/natstest"
 	"github.com/gpusampler/gpusampler/internal/pipeline/buffer"
 	natsout "github.com/gpusampler/gpusampler/outputs/nats"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/stream"
 )
 
@@ -47,9 +48,9 @@ func TestServerRestartJetStreamIntegration(t *testing.T) {
 	go func() {
 		defer wg.Done()
 		for seq := 1; seq <= batches; seq++ {
-			b := &sampler.Batch{Seq: uint64(seq), Devices: []sampler.Device{{Index: 0, UUID: "GPU-r"}}}
+			b := &record.Batch{Seq: uint64(seq), Devices: []record.Device{{Index: 0, UUID: "GPU-r"}}}
 			for i := range perBatch {
-				b.Samples = append(b.Samples, sampler.Sample{TimeNS: int64(seq*perBatch + i), Value: float64(i), Metric: sampler.MetricPowerDraw})
+				b.Samples = append(b.Samples, record.Sample{TimeNS: int64(seq*perBatch + i), Value: float64(i), Metric: catalog.MetricPowerDraw})
 			}
 			if err := buf.Write(ctx, b); err != nil {
 				t.Error(err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpusampler/gpusampler/internal/natstest"
 	natsout "github.com/gpusampler/gpusampler/outputs/nats"
+	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler"
 	"github.com/gpusampler/gpusampler/sampler/sim"
 )
@@ -17,7 +18,7 @@ import (
 // counting is an in-process output that counts what it receives.
 type counting struct{ samples atomic.Uint64 }
 
-func (c *counting) Write(_ context.Context, b *sampler.Batch) error {
+func (c *counting) Write(_ context.Context, b *record.Batch) error {
 	c.samples.Add(uint64(len(b.Samples)))
 	return nil
 }

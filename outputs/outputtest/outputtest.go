@@ -7,8 +7,8 @@
 // Usage, in an output's tests:
 //
 //	outputtest.Run(t, outputtest.Harness{
-//		New:     func(t *testing.T) sampler.Output { ... },
-//		Received: func() []sampler.Sample { ... what the sink got ... },
+//		New:     func(t *testing.T) record.Output { ... },
+//		Received: func() []record.Sample { ... what the sink got ... },
 //	})
 package outputtest
 
@@ -18,82 +18,83 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/catalog"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // Harness adapts an output to the suite.
 type Harness struct {
 	// New returns a fresh output for one sub-test.
-	New func(t *testing.T) sampler.Output
+	New func(t *testing.T) record.Output
 	// Received returns the samples the sink behind the most recent output
 	// has received, decoded back into samples (device, metric, time and
 	// value in base units; integer-typed metrics may be rounded). Nil when
 	// the sink cannot be observed (then delivery checks are skipped).
-	Received func(t *testing.T) []sampler.Sample
+	Received func(t *testing.T) []record.Sample
 	// Flush, when set, is called before Received to let asynchronous sinks
 	// settle (e.g. close the output first). Most outputs leave it nil.
-	Flush func(t *testing.T, out sampler.Output)
+	Flush func(t *testing.T, out record.Output)
 	// Records, when set, returns every record the sink behind the most
 	// recent output has received, of every kind, decoded whole: the suite
 	// then compares devices, samples, summaries and events field by field
 	// with what it wrote (AllKinds). Outputs whose sink keeps every field
 	// (the plugin protocol, a recording sink) set it; outputs that encode
 	// a lossy wire format leave it nil.
-	Records func(t *testing.T) *sampler.Batch
+	Records func(t *testing.T) *record.Batch
 }
 
 // MIGDevice is a MIG instance on Device, every identity field filled.
-var MIGDevice = sampler.Device{Index: 1, UUID: "MIG-00000000-1111-2222-3333-555555555555", Name: "Test GPU MIG 1g.10gb",
+var MIGDevice = record.Device{Index: 1, UUID: "MIG-00000000-1111-2222-3333-555555555555", Name: "Test GPU MIG 1g.10gb",
 	PCIBusID: "00000000:17:00.0", Serial: "1650000000001", Backend: "test", DriverVersion: "1.0", MemoryTotalMiB: 10 << 10,
 	Simulated: true, SlowdownTempC: 87, ShutdownTempC: 92, MaxOperatingTempC: 85, MemoryMaxTempC: 95,
 	MIG: true, Parent: 0, GPUInstanceID: 3, ComputeInstanceID: 1, MIGProfile: "1g.10gb",
-	PersistenceMode: sampler.ModeEnabled, ECCMode: sampler.ModeDisabled, MIGMode: sampler.ModeUnsupported, Generation: 2}
+	PersistenceMode: record.ModeEnabled, ECCMode: record.ModeDisabled, MIGMode: record.ModeUnsupported, Generation: 2}
 
 // AllKinds returns a batch holding every record kind: Device and
 // MIGDevice, samples on both, summaries, an XID event with attributes, a
 // process record and a self-metrics record with fields.
-func AllKinds() *sampler.Batch {
+func AllKinds() *record.Batch {
 	t0 := int64(1_700_000_000_000_000_000)
 	dev := Device
 	dev.Serial, dev.Simulated = "1650000000000", true
 	dev.SlowdownTempC, dev.ShutdownTempC, dev.MaxOperatingTempC, dev.MemoryMaxTempC = 87, 92, 85, 95
-	dev.PersistenceMode, dev.ECCMode, dev.MIGMode = sampler.ModeEnabled, sampler.ModeEnabled, sampler.ModeEnabled
+	dev.PersistenceMode, dev.ECCMode, dev.MIGMode = record.ModeEnabled, record.ModeEnabled, record.ModeEnabled
 	dev.Generation = 1
-	b := &sampler.Batch{Seq: 7, Devices: []sampler.Device{dev, MIGDevice}}
+	b := &record.Batch{Seq: 7, Devices: []record.Device{dev, MIGDevice}}
 	for i := range 4 {
 		ts := t0 + int64(i)*100_000_000
 		b.Samples = append(b.Samples,
-			sampler.Sample{TimeNS: ts, Value: 250.5 + float64(i), Device: 0, Metric: sampler.MetricPowerDraw},
-			sampler.Sample{TimeNS: ts, Value: float64(40 + i), Device: 1, Metric: sampler.MetricUtilGPU})
+			record.Sample{TimeNS: ts, Value: 250.5 + float64(i), Device: 0, Metric: catalog.MetricPowerDraw},
+			record.Sample{TimeNS: ts, Value: float64(40 + i), Device: 1, Metric: catalog.MetricUtilGPU})
 	}
-	b.Summaries = []sampler.Summary{
-		{StartNS: t0, IntervalNS: 1e9, Mean: 251.25, Min: 250.5, Max: 252.5, Last: 252.5, Count: 3, Device: 0, Metric: sampler.MetricPowerDraw},
-		{StartNS: t0, IntervalNS: 1e9, Mean: 41, Min: 40, Max: 42, Last: 42, Count: 3, Device: 1, Metric: sampler.MetricUtilGPU},
+	b.Summaries = []record.Summary{
+		{StartNS: t0, IntervalNS: 1e9, Mean: 251.25, Min: 250.5, Max: 252.5, Last: 252.5, Count: 3, Device: 0, Metric: catalog.MetricPowerDraw},
+		{StartNS: t0, IntervalNS: 1e9, Mean: 41, Min: 40, Max: 42, Last: 42, Count: 3, Device: 1, Metric: catalog.MetricUtilGPU},
 	}
-	b.Events = []sampler.Event{
-		{Kind: sampler.EventXID, Device: 0, StartNS: t0, EndNS: t0, Message: "xid 79: GPU has fallen off the bus",
-			Attrs: []sampler.Attr{{Key: "xid", Value: "79"}}},
-		{Kind: sampler.EventProcess, Device: 0, StartNS: t0 + 1, EndNS: t0 + 1,
-			Attrs: []sampler.Attr{{Key: sampler.ProcessAttrName, Value: "python3"}, {Key: sampler.ProcessAttrType, Value: "C"},
-				{Key: sampler.ProcessAttrCmdline, Value: "python3 train.py"}},
-			Fields: []sampler.Field{{Key: sampler.ProcessFieldPID, Value: 1234, Int: true},
-				{Key: sampler.ProcessFieldUsedMemory, Value: 70000, Int: true}, {Key: sampler.ProcessFieldSMUtil, Value: 87, Int: true},
-				{Key: sampler.ProcessFieldMemUtil, Value: 41, Int: true}, {Key: sampler.ProcessFieldEncUtil, Value: 0, Int: true},
-				{Key: sampler.ProcessFieldDecUtil, Value: 2, Int: true}}},
-		{Kind: sampler.EventSelf, Device: -1, StartNS: t0 + 2, EndNS: t0 + 2,
-			Attrs:  []sampler.Attr{{Key: "scope", Value: "output"}, {Key: "output", Value: "test"}},
-			Fields: []sampler.Field{{Key: "published", Value: 8, Int: true}, {Key: "write_latency_ratio", Value: 0.25}}},
+	b.Events = []record.Event{
+		{Kind: record.EventXID, Device: 0, StartNS: t0, EndNS: t0, Message: "xid 79: GPU has fallen off the bus",
+			Attrs: []record.Attr{{Key: "xid", Value: "79"}}},
+		{Kind: record.EventProcess, Device: 0, StartNS: t0 + 1, EndNS: t0 + 1,
+			Attrs: []record.Attr{{Key: record.ProcessAttrName, Value: "python3"}, {Key: record.ProcessAttrType, Value: "C"},
+				{Key: record.ProcessAttrCmdline, Value: "python3 train.py"}},
+			Fields: []record.Field{{Key: record.ProcessFieldPID, Value: 1234, Int: true},
+				{Key: record.ProcessFieldUsedMemory, Value: 70000, Int: true}, {Key: record.ProcessFieldSMUtil, Value: 87, Int: true},
+				{Key: record.ProcessFieldMemUtil, Value: 41, Int: true}, {Key: record.ProcessFieldEncUtil, Value: 0, Int: true},
+				{Key: record.ProcessFieldDecUtil, Value: 2, Int: true}}},
+		{Kind: record.EventSelf, Device: -1, StartNS: t0 + 2, EndNS: t0 + 2,
+			Attrs:  []record.Attr{{Key: "scope", Value: "output"}, {Key: "output", Value: "test"}},
+			Fields: []record.Field{{Key: "published", Value: 8, Int: true}, {Key: "write_latency_ratio", Value: 0.25}}},
 	}
 	return b
 }
 
 // cloneBatch deep-copies b.
-func cloneBatch(b *sampler.Batch) *sampler.Batch {
+func cloneBatch(b *record.Batch) *record.Batch {
 	c := *b
 	c.Devices = slices.Clone(b.Devices)
 	c.Samples = slices.Clone(b.Samples)
 	c.Summaries = slices.Clone(b.Summaries)
-	c.Events = make([]sampler.Event, len(b.Events))
+	c.Events = make([]record.Event, len(b.Events))
 	for i, e := range b.Events {
 		c.Events[i] = e.Clone()
 	}
@@ -101,7 +102,7 @@ func cloneBatch(b *sampler.Batch) *sampler.Batch {
 }
 
 // checkRecords compares got with want, kind by kind, record by record.
-func checkRecords(t *testing.T, got, want *sampler.Batch) {
+func checkRecords(t *testing.T, got, want *record.Batch) {
 	t.Helper()
 	if !slices.Equal(got.Devices, want.Devices) {
 		t.Errorf("devices:\n got %+v\nwant %+v", got.Devices, want.Devices)
@@ -126,16 +127,16 @@ func checkRecords(t *testing.T, got, want *sampler.Batch) {
 }
 
 // Device is the identity the suite's batches carry.
-var Device = sampler.Device{Index: 0, UUID: "GPU-00000000-1111-2222-3333-444444444444", Name: "Test GPU",
+var Device = record.Device{Index: 0, UUID: "GPU-00000000-1111-2222-3333-444444444444", Name: "Test GPU",
 	PCIBusID: "00000000:17:00.0", Backend: "test", DriverVersion: "1.0", MemoryTotalMiB: 80 << 10}
 
 // Samples returns n deterministic samples on Device (power draw values,
 // distinct timestamps).
-func Samples(n int) []sampler.Sample {
-	out := make([]sampler.Sample, n)
+func Samples(n int) []record.Sample {
+	out := make([]record.Sample, n)
 	for i := range out {
-		out[i] = sampler.Sample{TimeNS: 1_700_000_000_000_000_000 + int64(i)*1_000_000, Value: 100 + float64(i%500),
-			Device: 0, Metric: sampler.MetricPowerDraw}
+		out[i] = record.Sample{TimeNS: 1_700_000_000_000_000_000 + int64(i)*1_000_000, Value: 100 + float64(i%500),
+			Device: 0, Metric: catalog.MetricPowerDraw}
 	}
 	return out
 }
@@ -143,7 +144,7 @@ func Samples(n int) []sampler.Sample {
 // Run runs the suite.
 func Run(t *testing.T, h Harness) {
 	ctx := context.Background()
-	received := func(t *testing.T, out sampler.Output) []sampler.Sample {
+	received := func(t *testing.T, out record.Output) []record.Sample {
 		if h.Received == nil {
 			return nil
 		}
@@ -152,7 +153,7 @@ func Run(t *testing.T, h Harness) {
 		}
 		return h.Received(t)
 	}
-	check := func(t *testing.T, got, want []sampler.Sample) {
+	check := func(t *testing.T, got, want []record.Sample) {
 		t.Helper()
 		if h.Received == nil {
 			return
@@ -171,14 +172,14 @@ func Run(t *testing.T, h Harness) {
 	t.Run("EmptyBatch", func(t *testing.T) {
 		out := h.New(t)
 		defer out.Close()
-		if err := out.Write(ctx, &sampler.Batch{Seq: 1}); err != nil {
+		if err := out.Write(ctx, &record.Batch{Seq: 1}); err != nil {
 			t.Fatalf("Write(empty batch) = %v", err)
 		}
 	})
 	t.Run("LargeBatch", func(t *testing.T) {
 		out := h.New(t)
 		want := Samples(20000)
-		b := &sampler.Batch{Seq: 1, Devices: []sampler.Device{Device}, Samples: want}
+		b := &record.Batch{Seq: 1, Devices: []record.Device{Device}, Samples: want}
 		if err := out.Write(ctx, b); err != nil {
 			t.Fatalf("Write(20000 samples) = %v", err)
 		}
@@ -188,15 +189,15 @@ func Run(t *testing.T, h Harness) {
 	t.Run("NoRetention", func(t *testing.T) {
 		out := h.New(t)
 		want := Samples(100)
-		b := &sampler.Batch{Seq: 1, Devices: []sampler.Device{Device}, Samples: append([]sampler.Sample(nil), want...),
-			Events: []sampler.Event{{Kind: sampler.EventXID, Device: 0, StartNS: want[0].TimeNS, Message: "xid 79",
-				Attrs: []sampler.Attr{{Key: "xid", Value: "79"}}}}}
+		b := &record.Batch{Seq: 1, Devices: []record.Device{Device}, Samples: append([]record.Sample(nil), want...),
+			Events: []record.Event{{Kind: record.EventXID, Device: 0, StartNS: want[0].TimeNS, Message: "xid 79",
+				Attrs: []record.Attr{{Key: "xid", Value: "79"}}}}}
 		if err := out.Write(ctx, b); err != nil {
 			t.Fatal(err)
 		}
 		// the pump reuses its batch: scribble over everything
 		for i := range b.Samples {
-			b.Samples[i] = sampler.Sample{TimeNS: -1, Value: -1, Metric: sampler.MetricTempGPU, Device: 9}
+			b.Samples[i] = record.Sample{TimeNS: -1, Value: -1, Metric: catalog.MetricTempGPU, Device: 9}
 		}
 		b.Devices[0].UUID = "GPU-scribbled"
 		b.Events[0].Attrs[0].Value = "scribbled"
@@ -219,7 +220,7 @@ func Run(t *testing.T, h Harness) {
 		b.Summaries[0].Mean = -1
 		b.Events[1].Fields[0].Value = -1
 		b.Events[2].Attrs[0].Value = "scribbled"
-		var onDevice0 []sampler.Sample
+		var onDevice0 []record.Sample
 		for _, s := range want.Samples {
 			if s.Device == 0 {
 				onDevice0 = append(onDevice0, s)
@@ -233,7 +234,7 @@ func Run(t *testing.T, h Harness) {
 		} else if got := received(t, out); h.Received != nil {
 			// Samples must arrive intact beside the other kinds; a
 			// harness may observe only some devices' samples.
-			var mine []sampler.Sample
+			var mine []record.Sample
 			for _, s := range got {
 				if s.Device == 0 {
 					mine = append(mine, s)
@@ -248,9 +249,9 @@ func Run(t *testing.T, h Harness) {
 		if err := out.Close(); err != nil {
 			t.Fatalf("Close = %v", err)
 		}
-		err := out.Write(ctx, &sampler.Batch{Seq: 1, Samples: Samples(1)})
-		if !errors.Is(err, sampler.ErrClosed) {
-			t.Fatalf("Write after Close = %v, want sampler.ErrClosed", err)
+		err := out.Write(ctx, &record.Batch{Seq: 1, Samples: Samples(1)})
+		if !errors.Is(err, record.ErrClosed) {
+			t.Fatalf("Write after Close = %v, want record.ErrClosed", err)
 		}
 	})
 	t.Run("CloseTwice", func(t *testing.T) {

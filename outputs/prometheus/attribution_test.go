@@ -5,7 +5,7 @@ import (
 	"maps"
 	"testing"
 
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // attributionOf returns the attribution labels of every GPU_UTIL series,
@@ -20,7 +20,7 @@ func attributionOf(t *testing.T, o *Output) map[string]map[string]string {
 	for _, m := range fam.Metric {
 		l := labelsOf(m)
 		a := map[string]string{}
-		for _, k := range sampler.AttributionKeys {
+		for _, k := range record.AttributionKeys {
 			if v, ok := l[k]; ok {
 				a[k] = v
 			}
@@ -36,7 +36,7 @@ func attributionOf(t *testing.T, o *Output) map[string]map[string]string {
 func TestAttributionLabels(t *testing.T) {
 	o, _ := newTest(t, Options{})
 	devs := devices(2)
-	devs[1].Attribution = sampler.Attribution{Pod: "train-7", Namespace: "ml", Container: "trainer"}
+	devs[1].Attribution = record.Attribution{Pod: "train-7", Namespace: "ml", Container: "trainer"}
 	if err := o.Write(context.Background(), fullBatch(devs, t0.UnixNano())); err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +45,7 @@ func TestAttributionLabels(t *testing.T) {
 		t.Fatalf("attribution labels %v, want %v", got, want)
 	}
 
-	devs[1].Attribution = sampler.Attribution{HPCJob: "4711"}
+	devs[1].Attribution = record.Attribution{HPCJob: "4711"}
 	devs[1].Generation++
 	if err := o.Write(context.Background(), fullBatch(devs, t0.UnixNano()+1e9)); err != nil {
 		t.Fatal(err)
@@ -55,7 +55,7 @@ func TestAttributionLabels(t *testing.T) {
 		t.Fatalf("after change: attribution labels %v, want %v", got, want)
 	}
 
-	devs[1].Attribution = sampler.Attribution{}
+	devs[1].Attribution = record.Attribution{}
 	devs[1].Generation++
 	if err := o.Write(context.Background(), fullBatch(devs, t0.UnixNano()+2e9)); err != nil {
 		t.Fatal(err)

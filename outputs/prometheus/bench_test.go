@@ -11,16 +11,17 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/catalog"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // rateHz is a plausible sample rate per origin: driver buffers fast,
 // fields at a few Hz, slow queries at 1 Hz.
-func rateHz(m *sampler.Metric) int {
+func rateHz(m *catalog.Metric) int {
 	switch m.Src.Kind {
-	case sampler.FromBuffer:
+	case catalog.FromBuffer:
 		return 50
-	case sampler.FromField:
+	case catalog.FromField:
 		return 5
 	}
 	return 1
@@ -33,13 +34,13 @@ func loaded(b *testing.B, gpus int) *Output {
 	if err != nil {
 		b.Fatal(err)
 	}
-	batch := &sampler.Batch{Devices: devices(gpus)}
-	for _, m := range sampler.DefaultCatalog.All() {
+	batch := &record.Batch{Devices: devices(gpus)}
+	for _, m := range catalog.DefaultCatalog.All() {
 		hz := rateHz(&m)
 		for i := 0; i < 15*hz; i++ {
 			ts := t0.UnixNano() + int64(i)*int64(time.Second)/int64(hz)
 			for d := 0; d < gpus; d++ {
-				batch.Samples = append(batch.Samples, sampler.Sample{TimeNS: ts, Value: value(d, m.ID) + float64(i%10), Device: uint16(d), Metric: m.ID})
+				batch.Samples = append(batch.Samples, record.Sample{TimeNS: ts, Value: value(d, m.ID) + float64(i%10), Device: uint16(d), Metric: m.ID})
 			}
 		}
 	}
@@ -117,11 +118,11 @@ func BenchmarkScrape(b *testing.B) {
 func BenchmarkWrite(b *testing.B) {
 	const gpus = 8
 	o := loaded(b, gpus)
-	batch := &sampler.Batch{}
-	for _, m := range sampler.DefaultCatalog.All() {
+	batch := &record.Batch{}
+	for _, m := range catalog.DefaultCatalog.All() {
 		for d := 0; d < gpus; d++ {
 			for i := 0; i < max(1, rateHz(&m)/10); i++ {
-				batch.Samples = append(batch.Samples, sampler.Sample{Value: value(d, m.ID), Device: uint16(d), Metric: m.ID})
+				batch.Samples = append(batch.Samples, record.Sample{Value: value(d, m.ID), Device: uint16(d), Metric: m.ID})
 			}
 		}
 	}

@@ -10,7 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/catalog"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // Names of the series every naming scheme adds to the catalog's.
@@ -57,7 +58,7 @@ type descSet struct {
 
 // migIdentity returns a MIG instance's profile and GPU instance id, the
 // GPU_I_PROFILE and GPU_I_ID labels dcgm-exporter puts on MIG series.
-func migIdentity(d sampler.Device) (profile, instance string, ok bool) {
+func migIdentity(d record.Device) (profile, instance string, ok bool) {
 	if !d.MIG {
 		return "", "", false
 	}
@@ -161,8 +162,8 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		if !fresh {
 			continue
 		}
-		emit(ch, ds.slowdown, prometheus.GaugeValue, orDefault(d.id.SlowdownTempC, sampler.GenericGPUTempCritC), lv)
-		emit(ch, ds.memMaxTemp, prometheus.GaugeValue, orDefault(d.id.MemoryMaxTempC, sampler.GenericMemoryTempCritC), lv)
+		emit(ch, ds.slowdown, prometheus.GaugeValue, orDefault(d.id.SlowdownTempC, catalog.GenericGPUTempCritC), lv)
+		emit(ch, ds.memMaxTemp, prometheus.GaugeValue, orDefault(d.id.MemoryMaxTempC, catalog.GenericMemoryTempCritC), lv)
 		if d.id.ShutdownTempC > 0 {
 			emit(ch, ds.shutdown, prometheus.GaugeValue, d.id.ShutdownTempC, lv)
 		}
@@ -188,7 +189,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 				v = math.Round(v)
 			}
 			vt := prometheus.GaugeValue
-			if s.kind == sampler.Counter {
+			if s.kind == catalog.Counter {
 				vt = prometheus.CounterValue
 			}
 			sp := ds.seriesPairs[i]

@@ -10,7 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/catalog"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // dashboardQuery is one query of a dcgm-exporter dashboard: the series it
@@ -79,7 +80,7 @@ var notExposed = map[string]string{
 
 // catalogHasDCGM reports whether a catalog metric carries the DCGM name.
 func catalogHasDCGM(name string) bool {
-	for _, m := range sampler.DefaultCatalog.All() {
+	for _, m := range catalog.DefaultCatalog.All() {
 		if m.DCGM.Name == name {
 			return true
 		}
@@ -92,7 +93,7 @@ func catalogHasDCGM(name string) bool {
 func TestDCGMDashboardCompatibility(t *testing.T) {
 	o, _ := newTest(t, Options{})
 	o.Write(context.Background(), fullBatch(devices(2), t0.UnixNano()))
-	o.Write(context.Background(), &sampler.Batch{Events: []sampler.Event{{Kind: sampler.EventXID, StartNS: t0.UnixNano(), Attrs: []sampler.Attr{{Key: "xid", Value: "13"}}}}})
+	o.Write(context.Background(), &record.Batch{Events: []record.Event{{Kind: record.EventXID, StartNS: t0.UnixNano(), Attrs: []record.Attr{{Key: "xid", Value: "13"}}}}})
 	fams := scrape(t, o)
 	for _, q := range dcgmDashboardQueries {
 		t.Run(q.panel+"/"+q.metric, func(t *testing.T) {
@@ -220,8 +221,8 @@ func TestPromtoolIntegration(t *testing.T) {
 		t.Run(naming, func(t *testing.T) {
 			o, _ := newTest(t, Options{Naming: naming, GlobalTags: map[string]string{"cluster": "a"}})
 			o.Write(context.Background(), fullBatch(devices(2), t0.UnixNano()))
-			o.Write(context.Background(), &sampler.Batch{Events: []sampler.Event{{Kind: sampler.EventSelf, Device: -1,
-				Attrs: []sampler.Attr{{Key: "scope", Value: "output"}, {Key: "output", Value: "p"}}, Fields: []sampler.Field{{Key: "dropped", Value: 1}}}}})
+			o.Write(context.Background(), &record.Batch{Events: []record.Event{{Kind: record.EventSelf, Device: -1,
+				Attrs: []record.Attr{{Key: "scope", Value: "output"}, {Key: "output", Value: "p"}}, Fields: []record.Field{{Key: "dropped", Value: 1}}}}})
 			cmd := exec.Command(bin, "check", "metrics")
 			cmd.Stdin = strings.NewReader(get(t, o, "/metrics", 200))
 			out, err := cmd.CombinedOutput()

@@ -12,7 +12,7 @@ import (
 
 	"github.com/gpusampler/gpusampler/config"
 	"github.com/gpusampler/gpusampler/outputs"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // SampleConfig is the kind's fragment of the example config.
@@ -29,7 +29,7 @@ func Kind() outputs.Kind {
 		SampleConfig: SampleConfig,
 		Parse:        Parse,
 		Check:        Check,
-		Build: func(o *outputs.Block, env outputs.BuildEnv) (sampler.Output, error) {
+		Build: func(o *outputs.Block, env outputs.BuildEnv) (record.Output, error) {
 			opts, _ := o.Options.(Options)
 			opts.Host, opts.GlobalTags, opts.Logger, opts.Catalog = env.Host, env.GlobalTags, env.Logger, env.Catalog
 			return New(opts)

@@ -6,13 +6,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
-func healthEvent(output string, failing, started, failures float64, t int64) sampler.Event {
-	return sampler.Event{Kind: sampler.EventSelf, Device: -1, StartNS: t, EndNS: t,
-		Attrs: []sampler.Attr{{Key: "scope", Value: "output_health"}, {Key: "output", Value: output}},
-		Fields: []sampler.Field{{Key: "failing", Value: failing, Int: true}, {Key: "started", Value: started, Int: true},
+func healthEvent(output string, failing, started, failures float64, t int64) record.Event {
+	return record.Event{Kind: record.EventSelf, Device: -1, StartNS: t, EndNS: t,
+		Attrs: []record.Attr{{Key: "scope", Value: "output_health"}, {Key: "output", Value: output}},
+		Fields: []record.Field{{Key: "failing", Value: failing, Int: true}, {Key: "started", Value: started, Int: true},
 			{Key: "start_failures", Value: failures, Int: true}}}
 }
 

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/catalog"
 )
 
 // Naming schemes.
@@ -82,13 +82,13 @@ var labelFamilies = []struct{ prefix, family, label, help string }{
 // series is how one catalog metric is exposed: its family name, type, scale
 // and, for gauges, the names of its window families.
 type series struct {
-	id     sampler.MetricID
+	id     catalog.MetricID
 	name   string
 	help   string
 	unit   string // the exposed unit, for help texts and tests
 	scale  float64
 	round  bool // the scheme types the value as an integer
-	kind   sampler.Kind
+	kind   catalog.Kind
 	label  [2]string // optional constant label (name, value): throttle reason
 	avg1s  bool      // expose the 1 s average of the samples (DCGM_FI_DEV_POWER_USAGE)
 	window bool      // gauge: _min/_max/_mean over the window
@@ -102,10 +102,10 @@ type series struct {
 // PromName returns the Prometheus-style name of m, its scale from the base
 // unit, the constant label it carries in its family (if any) and the help
 // shared by the family.
-func PromName(m *sampler.Metric) (name string, scale float64, label [2]string, help string) {
+func PromName(m *catalog.Metric) (name string, scale float64, label [2]string, help string) {
 	base, help := m.Name, m.Help
 	for _, f := range labelFamilies {
-		if v, ok := strings.CutPrefix(m.Name, f.prefix); ok && m.Kind == sampler.Counter {
+		if v, ok := strings.CutPrefix(m.Name, f.prefix); ok && m.Kind == catalog.Counter {
 			base, label, help = f.family, [2]string{f.label, v}, f.help
 			break
 		}
@@ -121,23 +121,23 @@ func PromName(m *sampler.Metric) (name string, scale float64, label [2]string, h
 	if u.suffix != "" && !strings.HasSuffix(name, "_"+u.suffix) {
 		name += "_" + u.suffix
 	}
-	if m.Kind == sampler.Counter {
+	if m.Kind == catalog.Counter {
 		name += "_total"
 	}
 	return name, u.scale, label, help
 }
 
 // buildSeries returns how every catalog metric is exposed under naming.
-func buildSeries(cat *sampler.Catalog, naming string) ([]series, error) {
+func buildSeries(cat *catalog.Catalog, naming string) ([]series, error) {
 	if naming != NamingDCGM && naming != NamingPrometheus {
 		return nil, fmt.Errorf("prometheus: unknown naming scheme %q (want one of: %s)", naming, strings.Join(Namings, ", "))
 	}
 	all := cat.All()
 	out := make([]series, 0, len(all))
-	seen := map[string]sampler.MetricID{}
+	seen := map[string]catalog.MetricID{}
 	for i := range all {
 		m := &all[i]
-		if m.ID == sampler.MetricXIDCount {
+		if m.ID == catalog.MetricXIDCount {
 			// XIDs are exposed from the xid events themselves: the counter
 			// gpusampler_xid_errors_total and DCGM's last-XID gauge.
 			continue
@@ -148,14 +148,14 @@ func buildSeries(cat *sampler.Catalog, naming string) ([]series, error) {
 			s.unit = u.suffix
 		}
 		if naming == NamingDCGM && m.DCGM.Name != "" {
-			s.name, s.scale, s.round, s.unit, s.label = m.DCGM.Name, m.DCGM.Scale, m.DCGM.Type == sampler.Int, m.DCGM.Unit, [2]string{}
+			s.name, s.scale, s.round, s.unit, s.label = m.DCGM.Name, m.DCGM.Scale, m.DCGM.Type == catalog.Int, m.DCGM.Unit, [2]string{}
 			s.help = fmt.Sprintf("%s (in %s).", strings.TrimSuffix(m.Help, "."), m.DCGM.Unit)
-			s.avg1s = m.ID == sampler.MetricPowerDraw
+			s.avg1s = m.ID == catalog.MetricPowerDraw
 			if s.avg1s {
 				s.help = "Power draw, 1 s average of the driver's power samples (in W)."
 			}
 		}
-		if m.Kind == sampler.Gauge {
+		if m.Kind == catalog.Gauge {
 			s.window = true
 			s.winName, s.winScale = pname, pscale
 		}

@@ -20,7 +20,8 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/exporter-toolkit/web"
 
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/catalog"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // Defaults.
@@ -70,8 +71,8 @@ type Options struct {
 	// sanitized to [a-zA-Z_][a-zA-Z0-9_]*).
 	Host       string
 	GlobalTags map[string]string
-	// Catalog is the metric catalog (sampler.DefaultCatalog when nil).
-	Catalog *sampler.Catalog
+	// Catalog is the metric catalog (catalog.DefaultCatalog when nil).
+	Catalog *catalog.Catalog
 	// Logger receives server errors (discarded when nil).
 	Logger *slog.Logger
 	// Now is the clock for staleness (time.Now when nil); tests inject one.
@@ -82,12 +83,12 @@ type Options struct {
 // are built at scrape time from the newest value per device and metric, a
 // window of every sample of each gauge, and counters.
 //
-// Concurrency: one pump calls Write and Close (sampler.Output); scrapes run
+// Concurrency: one pump calls Write and Close (record.Output); scrapes run
 // on the HTTP server's goroutines. A read/write lock guards the state: Write
 // holds it exclusively for the batch, scrapes share it.
 type Output struct {
 	opts   Options
-	cat    *sampler.Catalog
+	cat    *catalog.Catalog
 	series []series
 	byID   []int // MetricID → index in series, -1 when not exposed
 	log    *slog.Logger
@@ -193,7 +194,7 @@ func newOutput(opts Options) (*Output, error) {
 		opts.Stale = DefaultStale
 	}
 	if opts.Catalog == nil {
-		opts.Catalog = sampler.DefaultCatalog
+		opts.Catalog = catalog.DefaultCatalog
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -260,12 +261,12 @@ func (o *Output) Gatherer() prometheus.Gatherer { return o.reg }
 
 // Write updates the state scrapes read. It copies what it keeps; b is not
 // retained.
-func (o *Output) Write(_ context.Context, b *sampler.Batch) error {
+func (o *Output) Write(_ context.Context, b *record.Batch) error {
 	now := o.now().UnixNano()
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.closed {
-		return sampler.ErrClosed
+		return record.ErrClosed
 	}
 	for i := range b.Devices {
 		o.identity(&b.Devices[i])
@@ -336,7 +337,7 @@ func (o *Output) device(index int) *deviceState {
 	}
 	d := o.devices[index]
 	if d == nil {
-		d = &deviceState{id: sampler.Device{Index: index}, metrics: make([]metricState, o.cat.Len())}
+		d = &deviceState{id: record.Device{Index: index}, metrics: make([]metricState, o.cat.Len())}
 		o.setLabels(d)
 		o.devices[index] = d
 	}
@@ -344,7 +345,7 @@ func (o *Output) device(index int) *deviceState {
 }
 
 // identity applies a device's (new or changed) identity.
-func (o *Output) identity(id *sampler.Device) {
+func (o *Output) identity(id *record.Device) {
 	d := o.device(id.Index)
 	if d == nil {
 		return
@@ -354,9 +355,9 @@ func (o *Output) identity(id *sampler.Device) {
 }
 
 // event applies one event: XIDs, lost and recovered devices, self-metrics.
-func (o *Output) event(e *sampler.Event, now int64) {
+func (o *Output) event(e *record.Event, now int64) {
 	switch e.Kind {
-	case sampler.EventXID:
+	case record.EventXID:
 		d := o.device(e.Device)
 		if d == nil {
 			return
@@ -369,15 +370,15 @@ func (o *Output) event(e *sampler.Event, now int64) {
 				}
 			}
 		}
-	case sampler.EventDeviceLost:
+	case record.EventDeviceLost:
 		if d := o.device(e.Device); d != nil {
 			d.lost, d.lostT = true, e.StartNS
 		}
-	case sampler.EventDeviceRecovery:
+	case record.EventDeviceRecovery:
 		if d := o.device(e.Device); d != nil {
 			d.lost = false
 		}
-	case sampler.EventSelf:
+	case record.EventSelf:
 		o.selfEvent(e, now)
 	}
 }

@@ -20,10 +20,11 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/internal/appconfig"
 	"github.com/gpusampler/gpusampler/outputs"
 	"github.com/gpusampler/gpusampler/outputs/outputtest"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // clock is an injected clock; tests move it explicitly.
@@ -63,10 +64,10 @@ func newTest(t testing.TB, opts Options) (*Output, *clock) {
 }
 
 // devices returns n test identities.
-func devices(n int) []sampler.Device {
-	out := make([]sampler.Device, n)
+func devices(n int) []record.Device {
+	out := make([]record.Device, n)
 	for i := range out {
-		out[i] = sampler.Device{Index: i, UUID: fmt.Sprintf("GPU-%08d-1111-2222-3333-444444444444", i), Name: "NVIDIA H200",
+		out[i] = record.Device{Index: i, UUID: fmt.Sprintf("GPU-%08d-1111-2222-3333-444444444444", i), Name: "NVIDIA H200",
 			PCIBusID: fmt.Sprintf("00000000:%02X:00.0", 0x17+i), Backend: "test", DriverVersion: "570.1",
 			MemoryTotalMiB: 143771, SlowdownTempC: 87, ShutdownTempC: 92, MaxOperatingTempC: 85, MemoryMaxTempC: 95}
 	}
@@ -74,8 +75,8 @@ func devices(n int) []sampler.Device {
 }
 
 // value is a deterministic base-unit value for metric id on device dev.
-func value(dev int, id sampler.MetricID) float64 {
-	m := sampler.DefaultCatalog.Get(id)
+func value(dev int, id catalog.MetricID) float64 {
+	m := catalog.DefaultCatalog.Get(id)
 	switch m.Unit {
 	case "%":
 		return float64(10*dev+int(id)) + 0.25
@@ -90,11 +91,11 @@ func value(dev int, id sampler.MetricID) float64 {
 }
 
 // fullBatch holds one sample of every catalog metric on every device at t.
-func fullBatch(devs []sampler.Device, t int64) *sampler.Batch {
-	b := &sampler.Batch{Seq: 1, Devices: devs}
+func fullBatch(devs []record.Device, t int64) *record.Batch {
+	b := &record.Batch{Seq: 1, Devices: devs}
 	for _, d := range devs {
-		for _, m := range sampler.DefaultCatalog.All() {
-			b.Samples = append(b.Samples, sampler.Sample{TimeNS: t, Value: value(d.Index, m.ID), Device: uint16(d.Index), Metric: m.ID})
+		for _, m := range catalog.DefaultCatalog.All() {
+			b.Samples = append(b.Samples, record.Sample{TimeNS: t, Value: value(d.Index, m.ID), Device: uint16(d.Index), Metric: m.ID})
 		}
 	}
 	return b
@@ -170,7 +171,7 @@ func gpu(i int) map[string]string { return map[string]string{"gpu": fmt.Sprint(i
 
 func TestConformance(t *testing.T) {
 	outputtest.Run(t, outputtest.Harness{
-		New: func(t *testing.T) sampler.Output {
+		New: func(t *testing.T) record.Output {
 			o, _ := newTest(t, Options{})
 			return o
 		},
@@ -199,13 +200,13 @@ func TestCatalogNamesUnitsScales(t *testing.T) {
 						"device": fmt.Sprintf("nvidia%d", d.Index), "model_name": d.Name, "hostname": "node7",
 						"cluster": "train-a", "rack_id": "r12"}
 				}
-				for _, m := range sampler.DefaultCatalog.All() {
-					if m.ID == sampler.MetricXIDCount {
+				for _, m := range catalog.DefaultCatalog.All() {
+					if m.ID == catalog.MetricXIDCount {
 						continue // exposed from xid events (TestXIDCounter)
 					}
 					name, scale, label, _ := PromName(&m)
 					round, typ := false, dto.MetricType_GAUGE
-					if m.Kind == sampler.Counter {
+					if m.Kind == catalog.Counter {
 						typ = dto.MetricType_COUNTER
 					}
 					want := map[string]string{"gpu": fmt.Sprint(d.Index)}
@@ -213,7 +214,7 @@ func TestCatalogNamesUnitsScales(t *testing.T) {
 						want[label[0]] = label[1]
 					}
 					if naming == NamingDCGM && m.DCGM.Name != "" {
-						name, scale, round, want = m.DCGM.Name, m.DCGM.Scale, m.DCGM.Type == sampler.Int, gpu(d.Index)
+						name, scale, round, want = m.DCGM.Name, m.DCGM.Scale, m.DCGM.Type == catalog.Int, gpu(d.Index)
 					}
 					got := find(fams, name, want)
 					if got == nil {
@@ -233,7 +234,7 @@ func TestCatalogNamesUnitsScales(t *testing.T) {
 					if v := valueOf(got); !near(v, wantV) {
 						t.Errorf("%s{gpu=%d} = %v, want %v (%s × %g)", name, d.Index, v, wantV, m.Unit, scale)
 					}
-					if m.Kind == sampler.Gauge {
+					if m.Kind == catalog.Gauge {
 						pn, ps, _, _ := PromName(&m)
 						for _, suffix := range windowSuffixes {
 							w := find(fams, pn+suffix, gpu(d.Index))
@@ -285,20 +286,20 @@ func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(1, math.Abs
 func TestDCGMSemantics(t *testing.T) {
 	o, _ := newTest(t, Options{})
 	base := t0.UnixNano()
-	b := &sampler.Batch{Devices: devices(1)}
+	b := &record.Batch{Devices: devices(1)}
 	// power samples every 100 ms for 3 s: 100 W, then 300 W during the last second
 	for i := 0; i <= 30; i++ {
 		v := 100.0
 		if i > 20 {
 			v = 300
 		}
-		b.Samples = append(b.Samples, sampler.Sample{TimeNS: base + int64(i)*100e6, Value: v, Metric: sampler.MetricPowerDraw})
+		b.Samples = append(b.Samples, record.Sample{TimeNS: base + int64(i)*100e6, Value: v, Metric: catalog.MetricPowerDraw})
 	}
 	b.Samples = append(b.Samples,
-		sampler.Sample{TimeNS: base, Value: 412.5, Metric: sampler.MetricPowerInstant},
-		sampler.Sample{TimeNS: base, Value: 9_876_543, Metric: sampler.MetricEnergy},
-		sampler.Sample{TimeNS: base, Value: 81559, Metric: sampler.MetricMemoryUsed},
-		sampler.Sample{TimeNS: base, Value: 2_500_000, Metric: sampler.MetricViolationThermal}, // ns
+		record.Sample{TimeNS: base, Value: 412.5, Metric: catalog.MetricPowerInstant},
+		record.Sample{TimeNS: base, Value: 9_876_543, Metric: catalog.MetricEnergy},
+		record.Sample{TimeNS: base, Value: 81559, Metric: catalog.MetricMemoryUsed},
+		record.Sample{TimeNS: base, Value: 2_500_000, Metric: catalog.MetricViolationThermal}, // ns
 	)
 	if err := o.Write(context.Background(), b); err != nil {
 		t.Fatal(err)
@@ -331,11 +332,11 @@ func TestDCGMSemantics(t *testing.T) {
 func TestWindowAcrossEdges(t *testing.T) {
 	const window = 15 * time.Second
 	o, clk := newTest(t, Options{Window: window})
-	var fed []sampler.Sample
+	var fed []record.Sample
 	base := t0.UnixNano()
 	step := int64(50 * time.Millisecond)
 	for round := 0; round < 4; round++ {
-		b := &sampler.Batch{Devices: devices(1)}
+		b := &record.Batch{Devices: devices(1)}
 		for i := 0; i < 200; i++ { // 10 s per write
 			n := int64(round*200 + i)
 			v := 200 + float64(n%7)
@@ -345,14 +346,14 @@ func TestWindowAcrossEdges(t *testing.T) {
 			case 301:
 				v = 20
 			}
-			s := sampler.Sample{TimeNS: base + n*step, Value: v, Metric: sampler.MetricPowerDraw}
+			s := record.Sample{TimeNS: base + n*step, Value: v, Metric: catalog.MetricPowerDraw}
 			b.Samples = append(b.Samples, s)
 			fed = append(fed, s)
 		}
 		if round == 2 { // the exact edge: one sample at newest-window, excluded
 			newest := fed[len(fed)-1].TimeNS
-			edge := sampler.Sample{TimeNS: newest - int64(window), Value: 9999, Metric: sampler.MetricPowerDraw}
-			inside := sampler.Sample{TimeNS: newest - int64(window) + 1, Value: 1, Metric: sampler.MetricPowerDraw}
+			edge := record.Sample{TimeNS: newest - int64(window), Value: 9999, Metric: catalog.MetricPowerDraw}
+			inside := record.Sample{TimeNS: newest - int64(window) + 1, Value: 1, Metric: catalog.MetricPowerDraw}
 			b.Samples = append(b.Samples, edge, inside) // out of order, as a late drain may be
 			fed = append(fed, edge, inside)
 		}
@@ -386,9 +387,9 @@ func TestWindowSummaries(t *testing.T) {
 	o, _ := newTest(t, Options{Naming: NamingPrometheus})
 	iv := int64(time.Second)
 	start := t0.UnixNano() / iv * iv
-	b := &sampler.Batch{Devices: devices(1), Summaries: []sampler.Summary{
-		{StartNS: start, IntervalNS: iv, Mean: 50, Min: 40, Max: 90, Last: 45, Count: 10, Metric: sampler.MetricTempGPU},
-		{StartNS: start + iv, IntervalNS: iv, Mean: 60, Min: 55, Max: 70, Last: 58, Count: 30, Metric: sampler.MetricTempGPU},
+	b := &record.Batch{Devices: devices(1), Summaries: []record.Summary{
+		{StartNS: start, IntervalNS: iv, Mean: 50, Min: 40, Max: 90, Last: 45, Count: 10, Metric: catalog.MetricTempGPU},
+		{StartNS: start + iv, IntervalNS: iv, Mean: 60, Min: 55, Max: 70, Last: 58, Count: 30, Metric: catalog.MetricTempGPU},
 	}}
 	if err := o.Write(context.Background(), b); err != nil {
 		t.Fatal(err)
@@ -414,7 +415,7 @@ func TestStaleAndLostDevices(t *testing.T) {
 	get(t, o, "/healthz", http.StatusOK)
 
 	clk.Add(8 * time.Second) // gpu 1 keeps sampling, gpu 0 does not
-	o.Write(ctx, &sampler.Batch{Samples: []sampler.Sample{{TimeNS: clk.Now().UnixNano(), Value: 50, Device: 1, Metric: sampler.MetricTempGPU}}})
+	o.Write(ctx, &record.Batch{Samples: []record.Sample{{TimeNS: clk.Now().UnixNano(), Value: 50, Device: 1, Metric: catalog.MetricTempGPU}}})
 	clk.Add(3 * time.Second)
 	fams := scrape(t, o)
 	if find(fams, "DCGM_FI_DEV_GPU_TEMP", gpu(0)) != nil || find(fams, "gpusampler_power_watts_max", gpu(0)) != nil {
@@ -434,7 +435,7 @@ func TestStaleAndLostDevices(t *testing.T) {
 	}
 
 	// gpu 1 is lost: its series go at once
-	o.Write(ctx, &sampler.Batch{Events: []sampler.Event{{Kind: sampler.EventDeviceLost, Device: 1, StartNS: clk.Now().UnixNano()}}})
+	o.Write(ctx, &record.Batch{Events: []record.Event{{Kind: record.EventDeviceLost, Device: 1, StartNS: clk.Now().UnixNano()}}})
 	fams = scrape(t, o)
 	if find(fams, "DCGM_FI_DEV_GPU_TEMP", gpu(1)) != nil {
 		t.Error("lost gpu 1 still has series")
@@ -459,8 +460,8 @@ func TestXIDCounter(t *testing.T) {
 	ctx := context.Background()
 	o.Write(ctx, fullBatch(devices(1), t0.UnixNano()))
 	for _, code := range []string{"79", "48", "79"} {
-		o.Write(ctx, &sampler.Batch{Events: []sampler.Event{{Kind: sampler.EventXID, StartNS: t0.UnixNano(), Message: "xid " + code,
-			Attrs: []sampler.Attr{{Key: "xid", Value: code}}}}})
+		o.Write(ctx, &record.Batch{Events: []record.Event{{Kind: record.EventXID, StartNS: t0.UnixNano(), Message: "xid " + code,
+			Attrs: []record.Attr{{Key: "xid", Value: code}}}}})
 	}
 	fams := scrape(t, o)
 	if m := find(fams, "DCGM_FI_DEV_XID_ERRORS", gpu(0)); m == nil || valueOf(m) != 79 {
@@ -473,11 +474,11 @@ func TestXIDCounter(t *testing.T) {
 
 func TestSelfMetrics(t *testing.T) {
 	o, clk := newTest(t, Options{})
-	ev := sampler.Event{Kind: sampler.EventSelf, Device: -1, Attrs: []sampler.Attr{{Key: "scope", Value: "output"}, {Key: "output", Value: "prometheus"}},
-		Fields: []sampler.Field{{Key: "published", Value: 1234, Int: true}, {Key: "dropped", Value: 5, Int: true}}}
-	dev := sampler.Event{Kind: sampler.EventSelf, Device: 0, Attrs: []sampler.Attr{{Key: "scope", Value: "device"}, {Key: "gpu", Value: "0"}, {Key: "uuid", Value: "GPU-x"}},
-		Fields: []sampler.Field{{Key: "nvml_calls_per_s", Value: 12.5}}}
-	o.Write(context.Background(), &sampler.Batch{Events: []sampler.Event{ev, dev}})
+	ev := record.Event{Kind: record.EventSelf, Device: -1, Attrs: []record.Attr{{Key: "scope", Value: "output"}, {Key: "output", Value: "prometheus"}},
+		Fields: []record.Field{{Key: "published", Value: 1234, Int: true}, {Key: "dropped", Value: 5, Int: true}}}
+	dev := record.Event{Kind: record.EventSelf, Device: 0, Attrs: []record.Attr{{Key: "scope", Value: "device"}, {Key: "gpu", Value: "0"}, {Key: "uuid", Value: "GPU-x"}},
+		Fields: []record.Field{{Key: "nvml_calls_per_s", Value: 12.5}}}
+	o.Write(context.Background(), &record.Batch{Events: []record.Event{ev, dev}})
 	fams := scrape(t, o)
 	if m := find(fams, "gpusampler_self_output_published", map[string]string{"output": "prometheus", "Hostname": "node7"}); m == nil || valueOf(m) != 1234 {
 		t.Errorf("gpusampler_self_output_published = %v", m)
@@ -569,7 +570,7 @@ func TestConfigParse(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("options %+v, want %+v", got, want)
 	}
-	out, err := Kind().Build(&c.Outputs[0].Block, outputs.BuildEnv{Host: "h", Catalog: sampler.DefaultCatalog})
+	out, err := Kind().Build(&c.Outputs[0].Block, outputs.BuildEnv{Host: "h", Catalog: catalog.DefaultCatalog})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -588,7 +589,7 @@ func TestCloseStopsServer(t *testing.T) {
 		t.Fatalf("port still held after Close: %v", err)
 	}
 	ln.Close()
-	if err := o.Write(context.Background(), &sampler.Batch{}); !errors.Is(err, sampler.ErrClosed) {
+	if err := o.Write(context.Background(), &record.Batch{}); !errors.Is(err, record.ErrClosed) {
 		t.Errorf("Write after Close = %v", err)
 	}
 }
@@ -605,8 +606,8 @@ func TestConcurrentWriteAndScrape(t *testing.T) {
 		for i := range 50 {
 			b := fullBatch(devices(3), t0.UnixNano()+int64(i)*1e8)
 			b.Devices[1].Generation = uint64(i)
-			b.Events = []sampler.Event{{Kind: sampler.EventXID, Device: i % 3, Attrs: []sampler.Attr{{Key: "xid", Value: "31"}}},
-				{Kind: sampler.EventSelf, Attrs: []sampler.Attr{{Key: "scope", Value: "output"}, {Key: "output", Value: "x"}}, Fields: []sampler.Field{{Key: "n", Value: float64(i)}}}}
+			b.Events = []record.Event{{Kind: record.EventXID, Device: i % 3, Attrs: []record.Attr{{Key: "xid", Value: "31"}}},
+				{Kind: record.EventSelf, Attrs: []record.Attr{{Key: "scope", Value: "output"}, {Key: "output", Value: "x"}}, Fields: []record.Field{{Key: "n", Value: float64(i)}}}}
 			o.Write(context.Background(), b)
 			clk.Add(100 * time.Millisecond)
 		}

@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // selfEntry is the newest self-metrics event of one scope and identity (one
@@ -19,7 +19,7 @@ type selfEntry struct {
 	output string // the "output" attribute, if any
 	values []string
 	pairs  []*dto.LabelPair
-	fields []sampler.Field
+	fields []record.Field
 	descs  []*prometheus.Desc
 	// arrive and period (between the last two events) on the output's
 	// clock: an entry not refreshed within 3 periods disappears (a removed
@@ -31,7 +31,7 @@ type selfEntry struct {
 const defaultSelfPeriod = int64(20e9)
 
 // selfEvent stores a self-metrics event.
-func (o *Output) selfEvent(e *sampler.Event, now int64) {
+func (o *Output) selfEvent(e *record.Event, now int64) {
 	scope, output := "agent", ""
 	var names, values []string
 	for _, a := range e.Attrs {

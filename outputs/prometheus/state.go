@@ -2,7 +2,7 @@ package prometheus
 
 import (
 	"github.com/gpusampler/gpusampler/internal/accum"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // entry is one raw sample (n = 1, min = max = sum = value) or one summary of
@@ -85,7 +85,7 @@ type metricState struct {
 // deviceState is one device's identity, exposed labels and metric state.
 // It belongs to the Output and is guarded by its lock.
 type deviceState struct {
-	id      sampler.Device
+	id      record.Device
 	known   bool // identity received (otherwise the labels are minimal)
 	labels  []string
 	descs   *descSet

@@ -7,7 +7,7 @@ import (
 	"github.com/gpusampler/gpusampler/config"
 	"github.com/gpusampler/gpusampler/internal/pipeline/aggregate"
 	"github.com/gpusampler/gpusampler/outputs"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // Kind describes the stdout output to the config registry.
@@ -21,7 +21,7 @@ func Kind() outputs.Kind {
 			t.OneOf("format", &o.Format, Formats...)
 			return o
 		},
-		Build: func(o *outputs.Block, env outputs.BuildEnv) (sampler.Output, error) {
+		Build: func(o *outputs.Block, env outputs.BuildEnv) (record.Output, error) {
 			opts, _ := o.Options.(Options)
 			opts.Host, opts.GlobalTags = env.Host, env.GlobalTags
 			opts.Color = opts.Format == "table" && isTerminal(env.Stdout)

@@ -18,7 +18,7 @@ import (
 
 	"github.com/gpusampler/gpusampler/internal/encoding/jsonl"
 	"github.com/gpusampler/gpusampler/internal/encoding/lineproto"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // SampleConfig is this output's fragment of the example configuration.
@@ -49,13 +49,13 @@ type Options struct {
 }
 
 type encoder interface {
-	Encode(*sampler.Batch)
+	Encode(*record.Batch)
 	Bytes() []byte
 	Reset()
 }
 
 // Output writes encoded batches to a writer. Write and Close follow
-// sampler.Output's rules (one goroutine; the batch is not retained).
+// record.Output's rules (one goroutine; the batch is not retained).
 type Output struct {
 	w      *bufio.Writer
 	enc    encoder
@@ -83,16 +83,16 @@ func New(w io.Writer, opts Options) (*Output, error) {
 }
 
 // Write encodes b and writes it out, flushed, before returning.
-func (o *Output) Write(_ context.Context, b *sampler.Batch) error {
+func (o *Output) Write(_ context.Context, b *record.Batch) error {
 	if o.closed {
-		return sampler.ErrClosed
+		return record.ErrClosed
 	}
 	o.enc.Reset()
 	o.enc.Encode(b)
 	if e, ok := o.enc.(interface{ Err() error }); ok && e.Err() != nil {
 		// A line was skipped: writing the rest would count the skipped
 		// records as delivered. Refuse the batch, so all are counted.
-		return sampler.Permanent(fmt.Errorf("stdout: batch of %d records not written: a line cannot be encoded: %w", b.Len(), e.Err()))
+		return record.Permanent(fmt.Errorf("stdout: batch of %d records not written: a line cannot be encoded: %w", b.Len(), e.Err()))
 	}
 	if _, err := o.w.Write(o.enc.Bytes()); err != nil {
 		return fmt.Errorf("stdout: %w", err)

@@ -11,16 +11,17 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/internal/influxtest"
 	"github.com/gpusampler/gpusampler/outputs/outputtest"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
 
 // decodeInflux turns our line protocol back into samples (Telegraf names →
 // catalog metrics, scaled back to base units).
-func decodeInflux(t *testing.T, data []byte) []sampler.Sample {
+func decodeInflux(t *testing.T, data []byte) []record.Sample {
 	t.Helper()
 	out, err := influxtest.DecodeSamples(data)
 	if err != nil {
@@ -29,9 +30,9 @@ func decodeInflux(t *testing.T, data []byte) []sampler.Sample {
 	return out
 }
 
-func decodeJSON(t *testing.T, data []byte) []sampler.Sample {
+func decodeJSON(t *testing.T, data []byte) []record.Sample {
 	t.Helper()
-	var out []sampler.Sample
+	var out []record.Sample
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
@@ -48,20 +49,20 @@ func decodeJSON(t *testing.T, data []byte) []sampler.Sample {
 		if r.Type != "sample" {
 			continue
 		}
-		m := sampler.DefaultCatalog.Lookup(r.Metric)
-		out = append(out, sampler.Sample{TimeNS: r.Time, Value: r.Value, Device: uint16(r.GPU), Metric: m.ID})
+		m := catalog.DefaultCatalog.Lookup(r.Metric)
+		out = append(out, record.Sample{TimeNS: r.Time, Value: r.Value, Device: uint16(r.GPU), Metric: m.ID})
 	}
 	return out
 }
 
 // received decodes what a format wrote, or is nil for the table view
 // (which summarises rather than carries samples).
-func received(format string, buf **bytes.Buffer) func(t *testing.T) []sampler.Sample {
+func received(format string, buf **bytes.Buffer) func(t *testing.T) []record.Sample {
 	switch format {
 	case "json":
-		return func(t *testing.T) []sampler.Sample { return decodeJSON(t, (*buf).Bytes()) }
+		return func(t *testing.T) []record.Sample { return decodeJSON(t, (*buf).Bytes()) }
 	case "influx":
-		return func(t *testing.T) []sampler.Sample { return decodeInflux(t, (*buf).Bytes()) }
+		return func(t *testing.T) []record.Sample { return decodeInflux(t, (*buf).Bytes()) }
 	}
 	return nil
 }
@@ -71,7 +72,7 @@ func TestConformance(t *testing.T) {
 		t.Run(format, func(t *testing.T) {
 			var buf *bytes.Buffer
 			outputtest.Run(t, outputtest.Harness{
-				New: func(t *testing.T) sampler.Output {
+				New: func(t *testing.T) record.Output {
 					buf = &bytes.Buffer{}
 					o, err := New(buf, Options{Format: format, Host: "node1"})
 					if err != nil {
@@ -88,23 +89,23 @@ func TestConformance(t *testing.T) {
 // goldenBatch covers every shape an encoder meets: identities (one
 // simulated), fields sharing a timestamp, a point read, a pstate change,
 // integer and float types with Telegraf's scaling, and an event.
-func goldenBatch() *sampler.Batch {
+func goldenBatch() *record.Batch {
 	const t0 = 1_790_000_000_000_000_000
 	dev0 := outputtest.Device
-	dev1 := sampler.Device{Index: 1, UUID: "GPU-sim-1", Name: "NVIDIA H200 (simulated)", PCIBusID: "00000000:28:00.0", Backend: "sim", Simulated: true}
-	return &sampler.Batch{Seq: 7, Devices: []sampler.Device{dev0, dev1}, Samples: []sampler.Sample{
-		{TimeNS: t0, Value: 0, Device: 0, Metric: sampler.MetricPState},
-		{TimeNS: t0, Value: 612.5, Device: 0, Metric: sampler.MetricPowerDraw},
-		{TimeNS: t0 + 50e6, Value: 97, Device: 0, Metric: sampler.MetricUtilGPU},
-		{TimeNS: t0 + 100e6, Value: 655.25, Device: 0, Metric: sampler.MetricPowerInstant},
-		{TimeNS: t0 + 100e6, Value: 1234567890, Device: 0, Metric: sampler.MetricEnergy},
-		{TimeNS: t0 + 100e6, Value: 71, Device: 0, Metric: sampler.MetricTempMemory},
-		{TimeNS: t0 + 100e6, Value: 2_500_000, Device: 0, Metric: sampler.MetricThrottleHWThermal},
-		{TimeNS: t0 + 200e6, Value: 0, Device: 1, Metric: sampler.MetricUtilGPU, Flags: sampler.FlagPointRead},
-		{TimeNS: t0 + 200e6, Value: 0, Device: 1, Metric: sampler.MetricUtilMemory, Flags: sampler.FlagPointRead},
-		{TimeNS: t0 + 300e6, Value: 99328, Device: 1, Metric: sampler.MetricMemoryUsed},
-	}, Events: []sampler.Event{{Kind: sampler.EventXID, Device: 0, StartNS: t0 + 400e6, EndNS: t0 + 400e6,
-		Message: "Xid 79: GPU has fallen off the bus", Attrs: []sampler.Attr{{Key: "xid", Value: "79"}}}}}
+	dev1 := record.Device{Index: 1, UUID: "GPU-sim-1", Name: "NVIDIA H200 (simulated)", PCIBusID: "00000000:28:00.0", Backend: "sim", Simulated: true}
+	return &record.Batch{Seq: 7, Devices: []record.Device{dev0, dev1}, Samples: []record.Sample{
+		{TimeNS: t0, Value: 0, Device: 0, Metric: catalog.MetricPState},
+		{TimeNS: t0, Value: 612.5, Device: 0, Metric: catalog.MetricPowerDraw},
+		{TimeNS: t0 + 50e6, Value: 97, Device: 0, Metric: catalog.MetricUtilGPU},
+		{TimeNS: t0 + 100e6, Value: 655.25, Device: 0, Metric: catalog.MetricPowerInstant},
+		{TimeNS: t0 + 100e6, Value: 1234567890, Device: 0, Metric: catalog.MetricEnergy},
+		{TimeNS: t0 + 100e6, Value: 71, Device: 0, Metric: catalog.MetricTempMemory},
+		{TimeNS: t0 + 100e6, Value: 2_500_000, Device: 0, Metric: catalog.MetricThrottleHWThermal},
+		{TimeNS: t0 + 200e6, Value: 0, Device: 1, Metric: catalog.MetricUtilGPU, Flags: record.FlagPointRead},
+		{TimeNS: t0 + 200e6, Value: 0, Device: 1, Metric: catalog.MetricUtilMemory, Flags: record.FlagPointRead},
+		{TimeNS: t0 + 300e6, Value: 99328, Device: 1, Metric: catalog.MetricMemoryUsed},
+	}, Events: []record.Event{{Kind: record.EventXID, Device: 0, StartNS: t0 + 400e6, EndNS: t0 + 400e6,
+		Message: "Xid 79: GPU has fallen off the bus", Attrs: []record.Attr{{Key: "xid", Value: "79"}}}}}
 }
 
 func TestGolden(t *testing.T) {
@@ -148,18 +149,18 @@ func TestUnencodableBatchRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bad := &sampler.Batch{Seq: 1, Devices: []sampler.Device{{Index: 0, UUID: "GPU-1", Name: "H200\nx"}},
-		Samples: []sampler.Sample{{TimeNS: 1, Value: 100, Metric: sampler.MetricPowerDraw}}}
+	bad := &record.Batch{Seq: 1, Devices: []record.Device{{Index: 0, UUID: "GPU-1", Name: "H200\nx"}},
+		Samples: []record.Sample{{TimeNS: 1, Value: 100, Metric: catalog.MetricPowerDraw}}}
 	err = out.Write(context.Background(), bad)
-	if sampler.Classify(err) != sampler.KindPermanent || !strings.Contains(err.Error(), "batch of 2 records not written") {
-		t.Fatalf("err %v (%v), want a permanent refusal of 2 records", err, sampler.Classify(err))
+	if record.Classify(err) != record.KindPermanent || !strings.Contains(err.Error(), "batch of 2 records not written") {
+		t.Fatalf("err %v (%v), want a permanent refusal of 2 records", err, record.Classify(err))
 	}
 	if buf.Len() != 0 {
 		t.Fatalf("wrote %q", buf.String())
 	}
 	// the identity is fixed by the next batch: lines flow again
-	good := &sampler.Batch{Seq: 2, Devices: []sampler.Device{{Index: 0, UUID: "GPU-1", Name: "H200"}},
-		Samples: []sampler.Sample{{TimeNS: 2, Value: 100, Metric: sampler.MetricPowerDraw}}}
+	good := &record.Batch{Seq: 2, Devices: []record.Device{{Index: 0, UUID: "GPU-1", Name: "H200"}},
+		Samples: []record.Sample{{TimeNS: 2, Value: 100, Metric: catalog.MetricPowerDraw}}}
 	if err := out.Write(context.Background(), good); err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/catalog"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // tableEncoder renders window summaries as a live table like
@@ -26,7 +27,7 @@ type tableEncoder struct {
 	buf      []byte
 	rows     map[rowKey]*row
 	newest   map[uint16]int64 // device → newest window start seen
-	devs     map[int]sampler.Device
+	devs     map[int]record.Device
 	printed  int
 	interval int64
 	// since drops windows that started before the output did: the
@@ -43,7 +44,7 @@ type tableEncoder struct {
 	simulated bool
 	// held is each device's last summary of slow-query metrics, shown
 	// again in windows where the 1 s query took no sample.
-	held map[uint16]map[sampler.MetricID]sampler.Summary
+	held map[uint16]map[catalog.MetricID]record.Summary
 }
 
 type rowKey struct {
@@ -52,7 +53,7 @@ type rowKey struct {
 }
 
 type row struct {
-	vals map[sampler.MetricID]sampler.Summary
+	vals map[catalog.MetricID]record.Summary
 }
 
 // tableHeaderEvery repeats the header like dmon does.
@@ -72,10 +73,10 @@ func newTableEncoder(loc *time.Location, color bool) *tableEncoder {
 		loc = time.Local
 	}
 	return &tableEncoder{loc: loc, color: color, rows: map[rowKey]*row{}, newest: map[uint16]int64{},
-		devs: map[int]sampler.Device{}, since: time.Now().UnixNano(), printedTo: map[uint16]int64{}, held: map[uint16]map[sampler.MetricID]sampler.Summary{}}
+		devs: map[int]record.Device{}, since: time.Now().UnixNano(), printedTo: map[uint16]int64{}, held: map[uint16]map[catalog.MetricID]record.Summary{}}
 }
 
-func (e *tableEncoder) Encode(b *sampler.Batch) {
+func (e *tableEncoder) Encode(b *record.Batch) {
 	for _, d := range b.Devices {
 		e.devs[d.Index] = d
 		e.simulated = e.simulated || d.Simulated
@@ -91,7 +92,7 @@ func (e *tableEncoder) Encode(b *sampler.Batch) {
 		k := rowKey{s.StartNS, s.Device}
 		r := e.rows[k]
 		if r == nil {
-			r = &row{vals: map[sampler.MetricID]sampler.Summary{}}
+			r = &row{vals: map[catalog.MetricID]record.Summary{}}
 			e.rows[k] = r
 		}
 		r.vals[s.Metric] = s
@@ -134,8 +135,8 @@ func (e *tableEncoder) print(all bool) {
 }
 
 func (e *tableEncoder) appendRow(b []byte, k rowKey, r *row) []byte {
-	get := func(id sampler.MetricID) (sampler.Summary, bool) { s, ok := r.vals[id]; return s, ok }
-	num := func(id sampler.MetricID, width int, max bool) string {
+	get := func(id catalog.MetricID) (record.Summary, bool) { s, ok := r.vals[id]; return s, ok }
+	num := func(id catalog.MetricID, width int, max bool) string {
 		s, ok := get(id)
 		if !ok {
 			return fmt.Sprintf("%*s", width, "-")
@@ -146,28 +147,28 @@ func (e *tableEncoder) appendRow(b []byte, k rowKey, r *row) []byte {
 		return fmt.Sprintf("%*s", width, fmt.Sprintf("%.0f/%.0f", s.Mean, s.Max))
 	}
 	dev := e.devs[int(k.dev)]
-	gpuTemp := num(sampler.MetricTempGPU, 7, true)
-	if s, ok := get(sampler.MetricTempGPU); ok && e.color {
+	gpuTemp := num(catalog.MetricTempGPU, 7, true)
+	if s, ok := get(catalog.MetricTempGPU); ok && e.color {
 		warn := dev.SlowdownTempC
 		if warn == 0 {
-			warn = sampler.GenericGPUTempWarnC
+			warn = catalog.GenericGPUTempWarnC
 		}
 		if s.Max >= warn {
 			gpuTemp = "\x1b[31m" + gpuTemp + "\x1b[0m"
 		}
 	}
 	power := "-"
-	if s, ok := get(sampler.MetricPowerDraw); ok {
+	if s, ok := get(catalog.MetricPowerDraw); ok {
 		power = fmt.Sprintf("%.0f/%.0f", s.Mean, s.Max)
 	}
 	throttle := "-"
-	if s, ok := get(sampler.MetricClocksEventReasons); ok {
-		throttle = shortReasons(uint64(s.Last) &^ sampler.ReasonGPUIdle)
+	if s, ok := get(catalog.MetricClocksEventReasons); ok {
+		throttle = shortReasons(uint64(s.Last) &^ catalog.ReasonGPUIdle)
 	}
 	line := fmt.Sprintf(tableRowFormat,
 		time.Unix(0, k.start).In(e.loc).Format("15:04:05"), fmt.Sprint(k.dev), power, gpuTemp,
-		num(sampler.MetricTempMemory, 7, true), num(sampler.MetricUtilGPU, 4, false), num(sampler.MetricUtilMemory, 4, false),
-		num(sampler.MetricClockSM, 5, false), num(sampler.MetricClockMemory, 5, false), memUsed(r))
+		num(catalog.MetricTempMemory, 7, true), num(catalog.MetricUtilGPU, 4, false), num(catalog.MetricUtilMemory, 4, false),
+		num(catalog.MetricClockSM, 5, false), num(catalog.MetricClockMemory, 5, false), memUsed(r))
 	// Fit 80 columns: the throttle column takes what is left.
 	visible := len(line)
 	if strings.Contains(line, "\x1b[") {
@@ -186,7 +187,7 @@ func (e *tableEncoder) appendRow(b []byte, k rowKey, r *row) []byte {
 func (e *tableEncoder) hold(dev uint16, r *row) {
 	h := e.held[dev]
 	if h == nil {
-		h = map[sampler.MetricID]sampler.Summary{}
+		h = map[catalog.MetricID]record.Summary{}
 		e.held[dev] = h
 	}
 	for id, s := range h {
@@ -195,7 +196,7 @@ func (e *tableEncoder) hold(dev uint16, r *row) {
 		}
 	}
 	for id, s := range r.vals {
-		if m := sampler.DefaultCatalog.Get(id); m != nil && m.Src.Kind == sampler.FromQuery {
+		if m := catalog.DefaultCatalog.Get(id); m != nil && m.Src.Kind == catalog.FromQuery {
 			h[id] = s
 		}
 	}
@@ -207,9 +208,9 @@ func shortReasons(mask uint64) string {
 	short := []struct {
 		bit  uint64
 		name string
-	}{{sampler.ReasonAppClocksSetting, "app"}, {sampler.ReasonSWPowerCap, "pwrcap"}, {sampler.ReasonHWSlowdown, "hwslow"},
-		{sampler.ReasonSyncBoost, "sync"}, {sampler.ReasonSWThermalSlowdown, "swthm"}, {sampler.ReasonHWThermalSlowdown, "hwthm"},
-		{sampler.ReasonHWPowerBrake, "pbrake"}, {sampler.ReasonDisplayClocks, "disp"}}
+	}{{catalog.ReasonAppClocksSetting, "app"}, {catalog.ReasonSWPowerCap, "pwrcap"}, {catalog.ReasonHWSlowdown, "hwslow"},
+		{catalog.ReasonSyncBoost, "sync"}, {catalog.ReasonSWThermalSlowdown, "swthm"}, {catalog.ReasonHWThermalSlowdown, "hwthm"},
+		{catalog.ReasonHWPowerBrake, "pbrake"}, {catalog.ReasonDisplayClocks, "disp"}}
 	var parts []string
 	for _, r := range short {
 		if mask&r.bit != 0 {
@@ -223,7 +224,7 @@ func shortReasons(mask uint64) string {
 }
 
 func memUsed(r *row) string {
-	s, ok := r.vals[sampler.MetricMemoryUsed]
+	s, ok := r.vals[catalog.MetricMemoryUsed]
 	if !ok {
 		return "-"
 	}

@@ -9,8 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/outputs/stdout"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 var updateTable = flag.Bool("update-table", false, "rewrite testdata/table.golden")
@@ -23,40 +24,40 @@ func TestTableGolden(t *testing.T) {
 	}
 	// Windows in 2100 (never before the output's start), 1 s apart.
 	base := time.Date(2100, 1, 2, 3, 4, 5, 0, time.UTC).UnixNano()
-	sum := func(w int, dev uint16, id sampler.MetricID, mean, max, last float64) sampler.Summary {
-		return sampler.Summary{StartNS: base + int64(w)*1e9, IntervalNS: 1e9, Mean: mean, Min: mean, Max: max,
+	sum := func(w int, dev uint16, id catalog.MetricID, mean, max, last float64) record.Summary {
+		return record.Summary{StartNS: base + int64(w)*1e9, IntervalNS: 1e9, Mean: mean, Min: mean, Max: max,
 			Last: last, Count: 10, Device: dev, Metric: id}
 	}
-	var sums []sampler.Summary
+	var sums []record.Summary
 	for w := range 4 {
 		for dev := uint16(0); dev < 2; dev++ {
 			f := float64(w) + float64(dev)*10
 			sums = append(sums,
-				sum(w, dev, sampler.MetricPowerDraw, 600+f, 690+f, 610),
-				sum(w, dev, sampler.MetricTempMemory, 70+f/10, 72+f/10, 71),
-				sum(w, dev, sampler.MetricUtilGPU, 97, 100, 97),
-				sum(w, dev, sampler.MetricUtilMemory, 60.4, 70, 60),
-				sum(w, dev, sampler.MetricClockSM, 1980-f*10, 1980, 1980),
-				sum(w, dev, sampler.MetricClockMemory, 3201, 3201, 3201),
+				sum(w, dev, catalog.MetricPowerDraw, 600+f, 690+f, 610),
+				sum(w, dev, catalog.MetricTempMemory, 70+f/10, 72+f/10, 71),
+				sum(w, dev, catalog.MetricUtilGPU, 97, 100, 97),
+				sum(w, dev, catalog.MetricUtilMemory, 60.4, 70, 60),
+				sum(w, dev, catalog.MetricClockSM, 1980-f*10, 1980, 1980),
+				sum(w, dev, catalog.MetricClockMemory, 3201, 3201, 3201),
 			)
 			if w != 2 { // a window without a slow query: last value held
-				sums = append(sums, sum(w, dev, sampler.MetricTempGPU, 80+f, 80+f, 80+f),
-					sum(w, dev, sampler.MetricMemoryUsed, 99328, 99328, 99328))
+				sums = append(sums, sum(w, dev, catalog.MetricTempGPU, 80+f, 80+f, 80+f),
+					sum(w, dev, catalog.MetricMemoryUsed, 99328, 99328, 99328))
 			}
 			reasons := 0.0
 			if dev == 1 && w >= 1 {
-				reasons = sampler.ReasonSWThermalSlowdown | sampler.ReasonHWThermalSlowdown | sampler.ReasonSWPowerCap
+				reasons = catalog.ReasonSWThermalSlowdown | catalog.ReasonHWThermalSlowdown | catalog.ReasonSWPowerCap
 			}
-			sums = append(sums, sum(w, dev, sampler.MetricClocksEventReasons, reasons, reasons, reasons))
+			sums = append(sums, sum(w, dev, catalog.MetricClocksEventReasons, reasons, reasons, reasons))
 		}
 	}
 	ctx := context.Background()
-	devs := []sampler.Device{{Index: 0, UUID: "GPU-a"}, {Index: 1, UUID: "GPU-b", SlowdownTempC: 89}}
+	devs := []record.Device{{Index: 0, UUID: "GPU-a"}, {Index: 1, UUID: "GPU-b", SlowdownTempC: 89}}
 	// Two writes: rows come out once a window two intervals later arrived.
-	if err := out.Write(ctx, &sampler.Batch{Devices: devs, Summaries: sums[:len(sums)/2]}); err != nil {
+	if err := out.Write(ctx, &record.Batch{Devices: devs, Summaries: sums[:len(sums)/2]}); err != nil {
 		t.Fatal(err)
 	}
-	if err := out.Write(ctx, &sampler.Batch{Summaries: sums[len(sums)/2:]}); err != nil {
+	if err := out.Write(ctx, &record.Batch{Summaries: sums[len(sums)/2:]}); err != nil {
 		t.Fatal(err)
 	}
 	if err := out.Close(); err != nil {
@@ -96,20 +97,20 @@ func TestTableLateSummaryAndSimulatedMarker(t *testing.T) {
 		t.Fatal(err)
 	}
 	base := time.Date(2100, 1, 2, 3, 4, 5, 0, time.UTC).UnixNano()
-	sum := func(w int, id sampler.MetricID) sampler.Summary {
-		return sampler.Summary{StartNS: base + int64(w)*1e9, IntervalNS: 1e9, Mean: 1, Min: 1, Max: 1, Last: 1, Count: 1, Metric: id}
+	sum := func(w int, id catalog.MetricID) record.Summary {
+		return record.Summary{StartNS: base + int64(w)*1e9, IntervalNS: 1e9, Mean: 1, Min: 1, Max: 1, Last: 1, Count: 1, Metric: id}
 	}
 	ctx := context.Background()
-	devs := []sampler.Device{{Index: 0, UUID: "GPU-a", Simulated: true}}
-	var sums []sampler.Summary
+	devs := []record.Device{{Index: 0, UUID: "GPU-a", Simulated: true}}
+	var sums []record.Summary
 	for w := range 3 {
-		sums = append(sums, sum(w, sampler.MetricPowerDraw), sum(w, sampler.MetricUtilGPU))
+		sums = append(sums, sum(w, catalog.MetricPowerDraw), sum(w, catalog.MetricUtilGPU))
 	}
-	if err := out.Write(ctx, &sampler.Batch{Devices: devs, Summaries: sums}); err != nil {
+	if err := out.Write(ctx, &record.Batch{Devices: devs, Summaries: sums}); err != nil {
 		t.Fatal(err)
 	}
 	// Window 0 is printed by now; a late metric for it arrives.
-	if err := out.Write(ctx, &sampler.Batch{Summaries: []sampler.Summary{sum(0, sampler.MetricClockSM), sum(3, sampler.MetricPowerDraw)}}); err != nil {
+	if err := out.Write(ctx, &record.Batch{Summaries: []record.Summary{sum(0, catalog.MetricClockSM), sum(3, catalog.MetricPowerDraw)}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := out.Close(); err != nil {

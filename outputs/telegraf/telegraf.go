@@ -16,7 +16,7 @@ import (
 	"github.com/gpusampler/gpusampler/config"
 	"github.com/gpusampler/gpusampler/outputs"
 	"github.com/gpusampler/gpusampler/outputs/influxdb"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // SampleConfig is this output's fragment of the example configuration.
@@ -53,7 +53,7 @@ func Kind() outputs.Kind {
 		OutOfProcess: true, // a network output: its own process (plugins.HostRegistry)
 		SampleConfig: SampleConfig,
 		Parse:        func(t *config.Table) any { return Parse(t) },
-		Build: func(o *outputs.Block, env outputs.BuildEnv) (sampler.Output, error) {
+		Build: func(o *outputs.Block, env outputs.BuildEnv) (record.Output, error) {
 			c, ok := o.Options.(Config)
 			if !ok {
 				return nil, fmt.Errorf("telegraf %q: no parsed options", o.Name)

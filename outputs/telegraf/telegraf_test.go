@@ -13,7 +13,7 @@ import (
 	"github.com/gpusampler/gpusampler/outputs"
 	"github.com/gpusampler/gpusampler/outputs/outputtest"
 	"github.com/gpusampler/gpusampler/outputs/telegraf"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 func parse(t *testing.T, doc string) (*appconfig.Config, error) {
@@ -30,7 +30,7 @@ func TestConformance(t *testing.T) {
 			var body []byte
 			var paths []string
 			outputtest.Run(t, outputtest.Harness{
-				New: func(t *testing.T) sampler.Output {
+				New: func(t *testing.T) record.Output {
 					mu.Lock()
 					body, paths = nil, nil
 					mu.Unlock()
@@ -53,7 +53,7 @@ func TestConformance(t *testing.T) {
 					}
 					return out
 				},
-				Received: func(t *testing.T) []sampler.Sample {
+				Received: func(t *testing.T) []record.Sample {
 					mu.Lock()
 					defer mu.Unlock()
 					want := "/write"

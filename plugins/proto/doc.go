@@ -3,7 +3,7 @@
 //
 // Nothing outside the plugins packages uses it directly: the host's plugin
 // client (package plugins) and the SDK (plugins/sdk) hide it behind
-// sampler.Output. Plugin authors writing in another language start from
+// record.Output. Plugin authors writing in another language start from
 // output.proto and plugins/README.md.
 //
 // Regenerate with `go generate ./plugins/proto` (make generate); generated

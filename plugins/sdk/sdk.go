@@ -1,7 +1,7 @@
 // Package sdk serves a gpusampler output from a plugin process. A plugin
-// author implements sampler.Output — optionally Configurer, to take a
+// author implements record.Output — optionally Configurer, to take a
 // config block, rpc's HealthChecker (a Health method), to report its
-// sink's state, and sampler.StatsReporter (a ReportStats method), whose
+// sink's state, and record.StatsReporter (a ReportStats method), whose
 // counters reach the host with every health probe and become its
 // self-metrics (scope output_detail) — and calls Serve from main:
 //
@@ -28,7 +28,7 @@ import (
 	"github.com/gpusampler/gpusampler/outputs"
 	"github.com/gpusampler/gpusampler/plugins/internal/rpc"
 	"github.com/gpusampler/gpusampler/plugins/proto"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // Env is what the host tells a plugin about its output: name, kind, host
@@ -58,13 +58,13 @@ type HealthChecker = rpc.HealthChecker
 // Serve serves out until the host goes away, then returns (main returns
 // and the process exits). If out implements Configurer it receives the
 // config block; otherwise any key in the block is an error.
-func Serve(out sampler.Output) {
+func Serve(out record.Output) {
 	ServeFactory(OutputFactory(out))
 }
 
 // OutputFactory is the Factory Serve uses for out.
-func OutputFactory(out sampler.Output) Factory {
-	return func(t *config.Table, env Env) (sampler.Output, error) {
+func OutputFactory(out record.Output) Factory {
+	return func(t *config.Table, env Env) (record.Output, error) {
 		if c, ok := out.(Configurer); ok {
 			if err := c.Configure(t, env); err != nil {
 				return nil, err
@@ -84,7 +84,7 @@ func ServeKind(k outputs.Kind) {
 
 // KindFactory is the Factory ServeKind uses for k.
 func KindFactory(k outputs.Kind) Factory {
-	return func(t *config.Table, env Env) (sampler.Output, error) {
+	return func(t *config.Table, env Env) (record.Output, error) {
 		o := &outputs.Block{Kind: k.Kind, Name: env.Name, Raw: t.Raw()}
 		if k.Parse != nil {
 			o.Options = k.Parse(t)
@@ -125,7 +125,7 @@ func ServeKinds(kinds ...outputs.Kind) {
 	for _, k := range kinds {
 		byKind[k.Kind] = KindFactory(k)
 	}
-	f := func(t *config.Table, env Env) (sampler.Output, error) {
+	f := func(t *config.Table, env Env) (record.Output, error) {
 		kf := byKind[env.Kind]
 		if kf == nil {
 			return nil, fmt.Errorf("output kind %q is not served by this process", env.Kind)

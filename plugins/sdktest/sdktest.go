@@ -28,7 +28,7 @@ import (
 	"github.com/gpusampler/gpusampler/plugins/internal/rpc"
 	"github.com/gpusampler/gpusampler/plugins/proto"
 	"github.com/gpusampler/gpusampler/plugins/sdk"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // KeyError is one key the plugin refused.
@@ -46,12 +46,12 @@ type Options struct {
 // decodes it: string, int64, float64, bool, []any, map[string]any) and
 // returns the host-side output that talks to it. The server stops when the
 // test ends.
-func Start(t testing.TB, out sampler.Output, cfg map[string]any) (sampler.Output, error) {
+func Start(t testing.TB, out record.Output, cfg map[string]any) (record.Output, error) {
 	return StartFactory(t, sdk.OutputFactory(out), cfg, Options{})
 }
 
 // StartFactory is Start for an sdk.Factory.
-func StartFactory(t testing.TB, f sdk.Factory, cfg map[string]any, opts Options) (sampler.Output, error) {
+func StartFactory(t testing.TB, f sdk.Factory, cfg map[string]any, opts Options) (record.Output, error) {
 	if opts.Name == "" {
 		opts.Name = "sdktest"
 	}
@@ -92,15 +92,15 @@ func KeyErrors(err error) []KeyError {
 	return nil
 }
 
-// output is the host side: sampler.Output over the protocol.
+// output is the host side: record.Output over the protocol.
 type output struct {
 	rc     *rpc.Client
 	closed bool
 }
 
-func (o *output) Write(ctx context.Context, b *sampler.Batch) error {
+func (o *output) Write(ctx context.Context, b *record.Batch) error {
 	if o.closed {
-		return sampler.ErrClosed
+		return record.ErrClosed
 	}
 	return o.rc.Write(ctx, b)
 }
@@ -116,7 +116,7 @@ func (o *output) Close() error {
 }
 
 // Health asks the output's Health (nil when it has none).
-func Health(out sampler.Output) error {
+func Health(out record.Output) error {
 	o, ok := out.(*output)
 	if !ok {
 		return errors.New("sdktest: not an output from Start")
@@ -127,9 +127,9 @@ func Health(out sampler.Output) error {
 }
 
 // Stats returns the counters the output reports to the host with its
-// Health answer (its sampler.StatsReporter, seen through the protocol; nil
+// Health answer (its record.StatsReporter, seen through the protocol; nil
 // when it reports none).
-func Stats(out sampler.Output) ([]sampler.Field, error) {
+func Stats(out record.Output) ([]record.Field, error) {
 	o, ok := out.(*output)
 	if !ok {
 		return nil, errors.New("sdktest: not an output from Start")

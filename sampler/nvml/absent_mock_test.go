@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
@@ -24,7 +25,7 @@ func TestOldDriverCause(t *testing.T) {
 		return nil
 	}
 	src, devs := openMock(t, s)
-	ids := []sampler.MetricID{sampler.MetricSMActive, sampler.MetricTempGPU}
+	ids := []catalog.MetricID{catalog.MetricSMActive, catalog.MetricTempGPU}
 	out := make([]sampler.Reading, len(ids))
 	if err := devs[0].Read(ids, out); err != nil {
 		t.Fatal(err)

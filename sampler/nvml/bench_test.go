@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpusampler/gpusampler/catalog"
+	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
@@ -51,11 +53,11 @@ func (keepOpen) Close() error { return nil }
 // samples, not point reads.
 type discard struct{ driverSamples *atomic.Uint64 }
 
-func (d discard) Write(_ context.Context, b *sampler.Batch) error {
+func (d discard) Write(_ context.Context, b *record.Batch) error {
 	n := 0
 	for i := range b.Samples {
 		s := &b.Samples[i]
-		if s.Flags&sampler.FlagPointRead == 0 && sampler.DefaultCatalog.Get(s.Metric).Src.Kind == sampler.FromBuffer {
+		if s.Flags&record.FlagPointRead == 0 && catalog.DefaultCatalog.Get(s.Metric).Src.Kind == catalog.FromBuffer {
 			n++
 		}
 	}
@@ -115,24 +117,24 @@ func BenchmarkEngineFakeDriver(b *testing.B) {
 // reads (one value each).
 func benchPoller(b *testing.B, devs []sampler.DeviceSource) {
 	const run = 5 * time.Second
-	var fields, slow []sampler.MetricID
-	for _, m := range sampler.DefaultCatalog.All() {
+	var fields, slow []catalog.MetricID
+	for _, m := range catalog.DefaultCatalog.All() {
 		switch {
 		case m.Rare:
-		case m.Src.Kind == sampler.FromField:
+		case m.Src.Kind == catalog.FromField:
 			fields = append(fields, m.ID)
-		case m.Src.Kind == sampler.FromQuery:
+		case m.Src.Kind == catalog.FromQuery:
 			slow = append(slow, m.ID)
 		}
 	}
 	tasks := []struct {
-		ids    []sampler.MetricID
+		ids    []catalog.MetricID
 		every  time.Duration
 		driver bool // buffer metrics: these values count as driver samples
 	}{
-		{[]sampler.MetricID{sampler.MetricPowerDraw}, 20 * time.Millisecond, true},
-		{[]sampler.MetricID{sampler.MetricUtilGPU, sampler.MetricUtilMemory}, 166 * time.Millisecond, true},
-		{[]sampler.MetricID{sampler.MetricClockSM, sampler.MetricClockMemory}, 100 * time.Millisecond, true},
+		{[]catalog.MetricID{catalog.MetricPowerDraw}, 20 * time.Millisecond, true},
+		{[]catalog.MetricID{catalog.MetricUtilGPU, catalog.MetricUtilMemory}, 166 * time.Millisecond, true},
+		{[]catalog.MetricID{catalog.MetricClockSM, catalog.MetricClockMemory}, 100 * time.Millisecond, true},
 		{fields, 200 * time.Millisecond, false},
 		{slow, time.Second, false},
 	}
@@ -243,7 +245,7 @@ func BenchmarkDrain(b *testing.B) {
 	b.ResetTimer()
 	samples := 0
 	for i := 0; i < b.N; i++ {
-		out, err := devs[0].Drain(sampler.BufferGPUUtil, 0, dst[:0])
+		out, err := devs[0].Drain(catalog.BufferGPUUtil, 0, dst[:0])
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -258,9 +260,9 @@ func BenchmarkReadFields(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	var ids []sampler.MetricID
-	for _, m := range sampler.DefaultCatalog.All() {
-		if m.Src.Kind == sampler.FromField {
+	var ids []catalog.MetricID
+	for _, m := range catalog.DefaultCatalog.All() {
+		if m.Src.Kind == catalog.FromField {
 			ids = append(ids, m.ID)
 		}
 	}

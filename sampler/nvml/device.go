@@ -16,6 +16,8 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	"github.com/gpusampler/gpusampler/catalog"
+	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
@@ -51,12 +53,12 @@ type device struct {
 	fv          []nvml.FieldValue
 	slot        []int
 	// Prebuilt errors per buffer type, so an idle drain allocates nothing.
-	errNothingNew [sampler.NumBufferTypes]error
-	errBufferNS   [sampler.NumBufferTypes]error
+	errNothingNew [catalog.NumBufferTypes]error
+	errBufferNS   [catalog.NumBufferTypes]error
 	// One-call drain path: per buffer type, the capacity from the size
 	// query (0: not asked yet, -1: the query failed) and a buffer that big.
-	capacity [sampler.NumBufferTypes]int
-	sbuf     [sampler.NumBufferTypes][]nvml.Sample
+	capacity [catalog.NumBufferTypes]int
+	sbuf     [catalog.NumBufferTypes][]nvml.Sample
 	// gpm holds the GPM snapshots (see readGPM).
 	gpm gpmState
 	// procs is the per-process polling state (see Processes).
@@ -79,7 +81,7 @@ var (
 
 func newDevice(s *Source, index int) *device {
 	d := &device{src: s, index: index, unsupported: make([]bool, len(s.plans))}
-	for t := sampler.BufferType(0); t < sampler.NumBufferTypes; t++ {
+	for t := catalog.BufferType(0); t < catalog.NumBufferTypes; t++ {
 		op := "get samples " + t.String()
 		d.errNothingNew[t] = &callError{op: op, ret: nvml.ERROR_NOT_FOUND, is: sampler.ErrNothingNew}
 		d.errBufferNS[t] = notSupported(op)
@@ -156,8 +158,8 @@ func (d *device) CallsByFunction() map[string]uint64 {
 }
 
 // Identity reads the device's identity and temperature thresholds.
-func (d *device) Identity() (sampler.Device, error) {
-	id := sampler.Device{Index: d.index, Backend: "nvml", DriverVersion: d.src.driver}
+func (d *device) Identity() (record.Device, error) {
+	id := record.Device{Index: d.index, Backend: "nvml", DriverVersion: d.src.driver}
 	if d.dev == nil {
 		return id, d.noHandle()
 	}
@@ -237,8 +239,8 @@ func cString(b []int8) string {
 // Drain appends the samples of buffer type t newer than cursor to dst.
 // Values are decoded by the type the driver returns and scaled to the
 // catalog's base units (power mW → W).
-func (d *device) Drain(t sampler.BufferType, cursor uint64, dst []sampler.RawSample) ([]sampler.RawSample, error) {
-	if t >= sampler.NumBufferTypes {
+func (d *device) Drain(t catalog.BufferType, cursor uint64, dst []sampler.RawSample) ([]sampler.RawSample, error) {
+	if t >= catalog.NumBufferTypes {
 		return dst, notSupported("get samples " + t.String())
 	}
 	if !d.src.has["nvmlDeviceGetSamples"] || d.mig {
@@ -276,7 +278,7 @@ func (d *device) Drain(t sampler.BufferType, cursor uint64, dst []sampler.RawSam
 		return dst, newError("get samples "+t.String(), ret)
 	}
 	scale := 1.0
-	if t == sampler.BufferTotalPower || t == sampler.BufferModulePower {
+	if t == catalog.BufferTotalPower || t == catalog.BufferModulePower {
 		scale = 1e-3 // mW → W
 	}
 	before := len(dst)
@@ -301,8 +303,8 @@ func (d *device) Drain(t sampler.BufferType, cursor uint64, dst []sampler.RawSam
 // size query (one C call per type, once), or 0 when unknown: the one-call
 // drain path is unavailable (see direct) or the query failed. It
 // implements sampler.BufferCapacitor; call it from the device's loop.
-func (d *device) BufferCapacity(t sampler.BufferType) int {
-	if t >= sampler.NumBufferTypes || d.raw == nil || d.src.direct == nil {
+func (d *device) BufferCapacity(t catalog.BufferType) int {
+	if t >= catalog.NumBufferTypes || d.raw == nil || d.src.direct == nil {
 		return 0
 	}
 	if d.capacity[t] == 0 {
@@ -358,7 +360,7 @@ func decodeValue(vt nvml.ValueType, b [8]byte) (float64, bool) {
 // code; the rest with point queries, one call per query however many metrics
 // it serves. The returned error is for the device (lost); per-value errors
 // are in out[i].Err.
-func (d *device) Read(ids []sampler.MetricID, out []sampler.Reading) error {
+func (d *device) Read(ids []catalog.MetricID, out []sampler.Reading) error {
 	if d.dev == nil {
 		return d.noHandle()
 	}
@@ -454,7 +456,7 @@ func (d *device) Read(ids []sampler.MetricID, out []sampler.Reading) error {
 
 // valueError returns the error for one value; "not supported" is cached so
 // the device is not asked again.
-func (d *device) valueError(id sampler.MetricID, p *metricPlan, r nvml.Return) error {
+func (d *device) valueError(id catalog.MetricID, p *metricPlan, r nvml.Return) error {
 	if r == nvml.ERROR_NOT_SUPPORTED || r == nvml.ERROR_FUNCTION_NOT_FOUND {
 		d.unsupported[id] = true
 		return p.errNS

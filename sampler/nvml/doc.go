@@ -25,7 +25,7 @@
 //     SystemGetProcessName else /proc/PID/comm (host PIDs), command lines
 //     only when asked. The engine polls at most once a second.
 //   - MIG: instances of a GPU in MIG mode are devices of their own after
-//     the physical GPUs (sampler.Device.MIG and friends); they have no
+//     the physical GPUs (record.Device.MIG and friends); they have no
 //     utilization buffers, no per-process utilization and no events of
 //     their own (ErrNotSupported, saying so); GPM goes through the parent.
 //   - Each device counts its NVML C calls and their summed latency

@@ -13,6 +13,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
@@ -47,7 +48,7 @@ const (
 // implements sampler.EventWatcher and runs on its own goroutine: a wait
 // never delays the device's sampling. Symbols are looked up first; a
 // driver without them answers sampler.ErrNotSupported.
-func (d *device) WatchEvents(ctx context.Context, emit func(sampler.Event)) error {
+func (d *device) WatchEvents(ctx context.Context, emit func(record.Event)) error {
 	if d.mig {
 		return fmt.Errorf("watch events: %w", notSupported("MIG instance: its GPU's events cover it"))
 	}
@@ -113,43 +114,43 @@ func (d *device) WatchEvents(ctx context.Context, emit func(sampler.Event)) erro
 }
 
 // toEvent maps one NVML event to a sampler event.
-func (d *device) toEvent(data nvml.EventData) (sampler.Event, bool) {
+func (d *device) toEvent(data nvml.EventData) (record.Event, bool) {
 	t := d.src.opts.Now().UnixNano()
-	ev := sampler.Event{Device: d.index, StartNS: t, EndNS: t}
+	ev := record.Event{Device: d.index, StartNS: t, EndNS: t}
 	switch data.EventType {
 	case nvml.EventTypeXidCriticalError:
-		ev.Kind = sampler.EventXID
+		ev.Kind = record.EventXID
 		code := data.EventData
 		ev.Message = fmt.Sprintf("Xid %d", code)
 		if h, ok := xidHints[code]; ok {
 			ev.Message += ": " + h
 		}
-		ev.Attrs = []sampler.Attr{{Key: "xid", Value: strconv.FormatUint(code, 10)}}
+		ev.Attrs = []record.Attr{{Key: "xid", Value: strconv.FormatUint(code, 10)}}
 		d.xids.Add(1)
 	case nvml.EventTypeSingleBitEccError, nvml.EventTypeDoubleBitEccError:
-		ev.Kind = sampler.EventECC
+		ev.Kind = record.EventECC
 		typ := "single_bit"
 		if data.EventType == nvml.EventTypeDoubleBitEccError {
 			typ = "double_bit"
 		}
 		ev.Message = typ + " ECC error"
-		ev.Attrs = []sampler.Attr{{Key: "type", Value: typ}}
+		ev.Attrs = []record.Attr{{Key: "type", Value: typ}}
 	case nvml.EventTypePowerSourceChange:
-		ev.Kind = sampler.EventPowerSource
+		ev.Kind = record.EventPowerSource
 		src := map[uint64]string{0: "ac", 1: "battery", 2: "undersized"}[data.EventData]
 		if src == "" {
 			src = strconv.FormatUint(data.EventData, 10)
 		}
 		ev.Message = "power source changed to " + src
-		ev.Attrs = []sampler.Attr{{Key: "source", Value: src}}
+		ev.Attrs = []record.Attr{{Key: "source", Value: src}}
 	case nvml.EventTypeClock:
-		ev.Kind = sampler.EventClockChange
+		ev.Kind = record.EventClockChange
 		ev.Message = "clocks changed"
 	default:
 		return ev, false
 	}
 	if data.GpuInstanceId != 0xFFFFFFFF && data.GpuInstanceId != 0 {
-		ev.Attrs = append(ev.Attrs, sampler.Attr{Key: "gpu_instance", Value: strconv.FormatUint(uint64(data.GpuInstanceId), 10)})
+		ev.Attrs = append(ev.Attrs, record.Attr{Key: "gpu_instance", Value: strconv.FormatUint(uint64(data.GpuInstanceId), 10)})
 	}
 	return ev, true
 }
@@ -240,7 +241,7 @@ const reregisterEvery = 10 * time.Second
 // registered yet are retried every reregisterEvery. It returns
 // sampler.ErrNotSupported when the driver lacks the event functions or no
 // device supports an event of interest.
-func (s *Source) WatchAllEvents(ctx context.Context, indexes []int, emit func(sampler.Event)) error {
+func (s *Source) WatchAllEvents(ctx context.Context, indexes []int, emit func(record.Event)) error {
 	for _, sym := range []string{"nvmlEventSetCreate", "nvmlEventSetFree", "nvmlDeviceRegisterEvents", "nvmlDeviceGetSupportedEventTypes"} {
 		if !s.has[sym] {
 			return fmt.Errorf("watch events: %w", &absentError{what: "watch events", sym: sym})

@@ -14,7 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/internal/clocktest"
+	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
@@ -82,10 +84,10 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func (c *collector) eventsOf(kind sampler.EventKind, dev int) []sampler.Event {
+func (c *collector) eventsOf(kind record.EventKind, dev int) []record.Event {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var out []sampler.Event
+	var out []record.Event
 	for _, e := range c.events {
 		if e.Kind == kind && e.Device == dev {
 			out = append(out, e)
@@ -131,20 +133,20 @@ func childLost(t *testing.T, src *Source) {
 	eng, col, stop := startEngine(t, src, sampler.Config{})
 	waitFor(t, "both GPUs sampling", func() bool { return published(eng, 0) > 0 && published(eng, 1) > 0 })
 	ctlFile(t, "lost1", true, "")
-	waitFor(t, "device_lost on gpu1", func() bool { return len(col.eventsOf(sampler.EventDeviceLost, 1)) == 1 })
+	waitFor(t, "device_lost on gpu1", func() bool { return len(col.eventsOf(record.EventDeviceLost, 1)) == 1 })
 	p0, p1 := published(eng, 0), published(eng, 1)
 	waitFor(t, "gpu0 sampling while gpu1 is lost", func() bool { return published(eng, 0) > p0+200 })
 	if p := published(eng, 1); p != p1 {
 		t.Errorf("lost gpu1 published %d samples", p-p1)
 	}
 	ctlFile(t, "lost1", false, "")
-	waitFor(t, "device_recovered on gpu1", func() bool { return len(col.eventsOf(sampler.EventDeviceRecovery, 1)) == 1 })
+	waitFor(t, "device_recovered on gpu1", func() bool { return len(col.eventsOf(record.EventDeviceRecovery, 1)) == 1 })
 	waitFor(t, "gpu1 sampling again", func() bool { return published(eng, 1) > p1+50 })
 	stop()
 	if st := eng.Stats().Devices[1]; st.State != sampler.DeviceOK || st.Recoveries != 1 {
 		t.Errorf("gpu1 state %v, recoveries %d", st.State, st.Recoveries)
 	}
-	if n := len(col.eventsOf(sampler.EventDeviceLost, 0)); n != 0 {
+	if n := len(col.eventsOf(record.EventDeviceLost, 0)); n != 0 {
 		t.Errorf("gpu0 reported lost %d times", n)
 	}
 }
@@ -153,7 +155,7 @@ func childHang(t *testing.T, src *Source) {
 	eng, col, stop := startEngine(t, src, sampler.Config{CallTimeout: 50 * time.Millisecond})
 	waitFor(t, "both GPUs sampling", func() bool { return published(eng, 0) > 0 && published(eng, 1) > 0 })
 	ctlFile(t, "hang1", true, "")
-	waitFor(t, "device_hung on gpu1", func() bool { return len(col.eventsOf(sampler.EventDeviceHung, 1)) == 1 })
+	waitFor(t, "device_hung on gpu1", func() bool { return len(col.eventsOf(record.EventDeviceHung, 1)) == 1 })
 	f0, p1 := eng.Stats().Devices[0].FieldReads, published(eng, 1)
 	waitFor(t, "gpu0 ticking during the hang", func() bool { return eng.Stats().Devices[0].FieldReads > f0+20 })
 	if p := published(eng, 1); p != p1 {
@@ -163,7 +165,7 @@ func childHang(t *testing.T, src *Source) {
 	waitFor(t, "gpu1 back from hung", func() bool { return eng.Stats().Devices[1].State == sampler.DeviceOK })
 	waitFor(t, "gpu1 sampling again", func() bool { return published(eng, 1) > p1 })
 	stop()
-	if n := len(col.eventsOf(sampler.EventDeviceHung, 0)); n != 0 {
+	if n := len(col.eventsOf(record.EventDeviceHung, 0)); n != 0 {
 		t.Errorf("gpu0 reported hung %d times", n)
 	}
 }
@@ -172,24 +174,24 @@ func childXID(t *testing.T, src *Source) {
 	eng, col, stop := startEngine(t, src, sampler.Config{})
 	waitFor(t, "sampling", func() bool { return published(eng, 0) > 0 })
 	ctlFile(t, "xid1", true, "79\n")
-	waitFor(t, "xid event", func() bool { return len(col.eventsOf(sampler.EventXID, 1)) > 0 })
+	waitFor(t, "xid event", func() bool { return len(col.eventsOf(record.EventXID, 1)) > 0 })
 	p := published(eng, 0)
 	waitFor(t, "more batches", func() bool { return published(eng, 0) > p+200 })
 	stop()
-	xids := col.eventsOf(sampler.EventXID, 1)
+	xids := col.eventsOf(record.EventXID, 1)
 	if len(xids) != 1 {
 		t.Fatalf("%d xid events, want exactly 1", len(xids))
 	}
-	if !slices.Contains(xids[0].Attrs, sampler.Attr{Key: "xid", Value: "79"}) || xids[0].Message != "Xid 79: GPU has fallen off the bus" {
+	if !slices.Contains(xids[0].Attrs, record.Attr{Key: "xid", Value: "79"}) || xids[0].Message != "Xid 79: GPU has fallen off the bus" {
 		t.Errorf("xid event %+v", xids[0])
 	}
-	if n := len(col.eventsOf(sampler.EventXID, 0)); n != 0 {
+	if n := len(col.eventsOf(record.EventXID, 0)); n != 0 {
 		t.Errorf("%d xid events on gpu0", n)
 	}
 	// The XID counter metric counts it too.
 	out := make([]sampler.Reading, 1)
 	devs, _ := src.Devices()
-	if err := devs[1].Read([]sampler.MetricID{sampler.MetricXIDCount}, out); err != nil || out[0].Err != nil || out[0].Value != 1 {
+	if err := devs[1].Read([]catalog.MetricID{catalog.MetricXIDCount}, out); err != nil || out[0].Err != nil || out[0].Value != 1 {
 		t.Errorf("xid count %v, %v, %v", out[0].Value, out[0].Err, err)
 	}
 	// One event set for both GPUs, each registered once (the engine closed
@@ -213,8 +215,8 @@ func childAllNotSupported(t *testing.T, src *Source) {
 		defer col.mu.Unlock()
 		var pw, ut bool
 		for _, s := range col.samples {
-			pw = pw || s.Metric == sampler.MetricPowerDraw
-			ut = ut || s.Metric == sampler.MetricUtilGPU
+			pw = pw || s.Metric == catalog.MetricPowerDraw
+			ut = ut || s.Metric == catalog.MetricUtilGPU
 		}
 		return pw && ut
 	})
@@ -224,8 +226,8 @@ func childAllNotSupported(t *testing.T, src *Source) {
 	col.mu.Lock()
 	defer col.mu.Unlock()
 	for _, s := range col.samples {
-		if s.Metric != sampler.MetricPowerDraw && s.Metric != sampler.MetricUtilGPU {
-			t.Fatalf("unsupported metric %s published", sampler.DefaultCatalog.Name(s.Metric))
+		if s.Metric != catalog.MetricPowerDraw && s.Metric != catalog.MetricUtilGPU {
+			t.Fatalf("unsupported metric %s published", catalog.DefaultCatalog.Name(s.Metric))
 		}
 	}
 	if st := eng.Stats().Devices[0]; st.ReadErrors != 0 || st.State != sampler.DeviceOK {
@@ -269,20 +271,20 @@ func childDriverLate(t *testing.T, lib string) {
 
 // bufferTimes returns, per buffer type, the driver timestamps (µs) of the
 // buffer samples published for dev, in order.
-func bufferTimes(col *collector, dev int) map[sampler.BufferType][]uint64 {
+func bufferTimes(col *collector, dev int) map[catalog.BufferType][]uint64 {
 	col.mu.Lock()
 	defer col.mu.Unlock()
-	out := map[sampler.BufferType][]uint64{}
+	out := map[catalog.BufferType][]uint64{}
 	for _, s := range col.samples {
-		m := sampler.DefaultCatalog.Get(s.Metric)
-		if int(s.Device) == dev && m.Src.Kind == sampler.FromBuffer && s.Flags&sampler.FlagPointRead == 0 {
+		m := catalog.DefaultCatalog.Get(s.Metric)
+		if int(s.Device) == dev && m.Src.Kind == catalog.FromBuffer && s.Flags&record.FlagPointRead == 0 {
 			out[m.Src.Buffer] = append(out[m.Src.Buffer], uint64(s.TimeNS/1000))
 		}
 	}
 	return out
 }
 
-var fakeBufferTypes = []sampler.BufferType{sampler.BufferTotalPower, sampler.BufferGPUUtil, sampler.BufferSMClock, sampler.BufferMemoryClock}
+var fakeBufferTypes = []catalog.BufferType{catalog.BufferTotalPower, catalog.BufferGPUUtil, catalog.BufferSMClock, catalog.BufferMemoryClock}
 
 // GPU 1 does not answer at start (its handle cannot be had): it is probed
 // by index every LostRetryInterval on the engine's clock and sampled from
@@ -310,8 +312,8 @@ func childLostAtStart(t *testing.T, src *Source, clk *clocktest.Clock) {
 	if id := eng.Devices()[1]; id.UUID != "GPU-fake-0000-0001" || id.Index != 1 || id.Name != "NVIDIA Fake H200" {
 		t.Errorf("gpu1 identity after recovery %+v", id)
 	}
-	lost := col.eventsOf(sampler.EventDeviceLost, 1)
-	rec := col.eventsOf(sampler.EventDeviceRecovery, 1)
+	lost := col.eventsOf(record.EventDeviceLost, 1)
+	rec := col.eventsOf(record.EventDeviceRecovery, 1)
 	wantRec := t0.Add(6 * every)
 	if len(lost) != 1 || lost[0].StartNS != t0.UnixNano() || len(rec) != 1 || rec[0].StartNS != t0.UnixNano() || rec[0].EndNS != wantRec.UnixNano() {
 		t.Fatalf("gpu1 lost events %+v, recovery events %+v; want lost at %v, recovered at %v", lost, rec, t0, wantRec)
@@ -329,7 +331,7 @@ func childLostAtStart(t *testing.T, src *Source, clk *clocktest.Clock) {
 			}
 		}
 	}
-	if n := len(col.eventsOf(sampler.EventDeviceLost, 0)); n != 0 {
+	if n := len(col.eventsOf(record.EventDeviceLost, 0)); n != 0 {
 		t.Errorf("gpu0 reported lost %d times", n)
 	}
 	t.Logf("gpu1 lost at start, probed %d times every %v, sampled from %v on (%d samples)", st.Probes, every, wantRec.Sub(t0), st.Published)
@@ -354,8 +356,8 @@ func childLostAndBack(t *testing.T, src *Source, clk *clocktest.Clock) {
 			answered = now
 		}
 	})
-	lost := col.eventsOf(sampler.EventDeviceLost, 1)
-	rec := col.eventsOf(sampler.EventDeviceRecovery, 1)
+	lost := col.eventsOf(record.EventDeviceLost, 1)
+	rec := col.eventsOf(record.EventDeviceRecovery, 1)
 	if len(lost) != 1 || len(rec) != 1 {
 		t.Fatalf("gpu1: %d lost and %d recovery events, want 1 each", len(lost), len(rec))
 	}
@@ -473,7 +475,7 @@ func childHangClock(t *testing.T, src *Source, clk *clocktest.Clock) {
 	if !st.Devices[1].Abandoned || st.Devices[0].Abandoned || st.Devices[1].State != sampler.DeviceHung {
 		t.Errorf("abandoned gpu0 %v, gpu1 %v (state %v); want only gpu1, hung", st.Devices[0].Abandoned, st.Devices[1].Abandoned, st.Devices[1].State)
 	}
-	hung := col.eventsOf(sampler.EventDeviceHung, 1)
+	hung := col.eventsOf(record.EventDeviceHung, 1)
 	if len(hung) != 1 || hung[0].StartNS != hungAt.UnixNano() {
 		t.Errorf("device_hung events %+v, want one starting at %v", hung, hungAt)
 	}

@@ -19,8 +19,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/internal/clocktest"
 	"github.com/gpusampler/gpusampler/internal/doctor"
+	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
@@ -246,13 +248,13 @@ func TestFakeDriverChild(t *testing.T) {
 
 // fakeValue mirrors testdata/fakenvml.c: the value of sample k of type t in
 // the catalog's base unit.
-func fakeValue(t sampler.BufferType, k uint64) float64 {
+func fakeValue(t catalog.BufferType, k uint64) float64 {
 	switch t {
-	case sampler.BufferTotalPower:
+	case catalog.BufferTotalPower:
 		return float64(100000+(k%1000)*100) / 1000
-	case sampler.BufferSMClock:
+	case catalog.BufferSMClock:
 		return float64(1000 + k%980)
-	case sampler.BufferMemoryClock:
+	case catalog.BufferMemoryClock:
 		return 2619
 	}
 	return float64(k % 101)
@@ -279,11 +281,11 @@ func checkContinuous(t *testing.T, what string, ts []uint64, periodUS uint64) {
 // collector is an in-process output that keeps copies of every sample.
 type collector struct {
 	mu      sync.Mutex
-	samples []sampler.Sample
-	events  []sampler.Event
+	samples []record.Sample
+	events  []record.Event
 }
 
-func (c *collector) Write(_ context.Context, b *sampler.Batch) error {
+func (c *collector) Write(_ context.Context, b *record.Batch) error {
 	c.mu.Lock()
 	c.samples = append(c.samples, b.Samples...)
 	for _, e := range b.Events {
@@ -384,15 +386,15 @@ func childExactlyOnce(t *testing.T, src *Source, clk *clocktest.Clock, callsFile
 		t.Fatalf("devices: %v, %v", len(devs), err)
 	}
 	// The one-call drain path is in use and knows the buffers' capacity.
-	if d := devs[0].(*device); d.raw == nil || d.BufferCapacity(sampler.BufferGPUUtil) != 100 {
-		t.Fatalf("one-call path: handle %v, capacity %d; want a handle and 100", d.raw, d.BufferCapacity(sampler.BufferGPUUtil))
+	if d := devs[0].(*device); d.raw == nil || d.BufferCapacity(catalog.BufferGPUUtil) != 100 {
+		t.Fatalf("one-call path: handle %v, capacity %d; want a handle and 100", d.raw, d.BufferCapacity(catalog.BufferGPUUtil))
 	}
 	// Direct drains at random intervals (all shorter than half the 500 ms
 	// buffer span, on the driver's clock), cursor kept as the engine keeps
 	// it.
-	types := []sampler.BufferType{sampler.BufferTotalPower, sampler.BufferGPUUtil, sampler.BufferSMClock, sampler.BufferMemoryClock}
-	got := map[sampler.BufferType][]uint64{}
-	cursor := map[sampler.BufferType]uint64{}
+	types := []catalog.BufferType{catalog.BufferTotalPower, catalog.BufferGPUUtil, catalog.BufferSMClock, catalog.BufferMemoryClock}
+	got := map[catalog.BufferType][]uint64{}
+	cursor := map[catalog.BufferType]uint64{}
 	var raw []sampler.RawSample
 	for i := 0; i < 80; i++ {
 		for _, typ := range types {
@@ -425,15 +427,15 @@ func childExactlyOnce(t *testing.T, src *Source, clk *clocktest.Clock, callsFile
 	eng, col := runEngineStepped(t, src, sampler.Config{Clock: clk}, clk, 3, 2*time.Second)
 	byKey := map[[2]int][]uint64{}
 	for _, s := range col.samples {
-		m := sampler.DefaultCatalog.Get(s.Metric)
-		if m.Src.Kind == sampler.FromBuffer && s.Flags&sampler.FlagPointRead == 0 {
+		m := catalog.DefaultCatalog.Get(s.Metric)
+		if m.Src.Kind == catalog.FromBuffer && s.Flags&record.FlagPointRead == 0 {
 			k := [2]int{int(s.Device), int(s.Metric)}
 			byKey[k] = append(byKey[k], uint64(s.TimeNS/1000))
 		}
 	}
 	for _, dev := range []int{0, 1} {
 		for _, typ := range types {
-			ts := byKey[[2]int{dev, int(sampler.DefaultCatalog.BufferMetric(typ))}]
+			ts := byKey[[2]int{dev, int(catalog.DefaultCatalog.BufferMetric(typ))}]
 			checkContinuous(t, fmt.Sprintf("engine gpu%d %s", dev, typ), ts, fakePeriodUS)
 		}
 	}
@@ -487,7 +489,7 @@ func childLoss(t *testing.T, src *Source) {
 	if d.MinDrainInterval >= time.Second {
 		t.Errorf("drain interval %v after a loss, want it shortened below the configured 1s", d.MinDrainInterval)
 	}
-	if !slices.ContainsFunc(col.events, func(e sampler.Event) bool { return e.Kind == sampler.EventSampleLoss }) {
+	if !slices.ContainsFunc(col.events, func(e record.Event) bool { return e.Kind == record.EventSampleLoss }) {
 		t.Errorf("no sample-loss event")
 	}
 	t.Logf("losses %d, lost estimate %d, interval now %v", d.SuspectedLosses, d.LostEstimate, d.MinDrainInterval)
@@ -501,7 +503,7 @@ func childBootTime(t *testing.T, src *Source) {
 	time.Sleep(600 * time.Millisecond) // fill the 500 ms buffers
 	for _, p := range doctor.ProbeBuffers(devs[0], doctor.Options{}) {
 		switch {
-		case p.Type == sampler.BufferModulePower.String():
+		case p.Type == catalog.BufferModulePower.String():
 			if p.Supported {
 				t.Errorf("module power: supported, want not")
 			}
@@ -516,7 +518,7 @@ func childBootTime(t *testing.T, src *Source) {
 	now := time.Now().UnixNano()
 	n := 0
 	for _, s := range col.samples {
-		if s.Metric != sampler.MetricPowerDraw {
+		if s.Metric != catalog.MetricPowerDraw {
 			continue
 		}
 		n++
@@ -534,23 +536,23 @@ func childUnsupported(t *testing.T, src *Source) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids := []sampler.MetricID{sampler.MetricPowerInstant, sampler.MetricEnergy, sampler.MetricTempMemory, sampler.MetricFanSpeed, sampler.MetricUtilGPU}
+	ids := []catalog.MetricID{catalog.MetricPowerInstant, catalog.MetricEnergy, catalog.MetricTempMemory, catalog.MetricFanSpeed, catalog.MetricUtilGPU}
 	out := make([]sampler.Reading, len(ids))
 	if err := devs[0].Read(ids, out); err != nil {
 		t.Fatal(err)
 	}
 	for i, wantNS := range []bool{true, true, false, true, false} {
 		if errors.Is(out[i].Err, sampler.ErrNotSupported) != wantNS {
-			t.Errorf("%s: err %v, want not supported %v", sampler.DefaultCatalog.Name(ids[i]), out[i].Err, wantNS)
+			t.Errorf("%s: err %v, want not supported %v", catalog.DefaultCatalog.Name(ids[i]), out[i].Err, wantNS)
 		}
 	}
 	if out[2].Value != 48 {
 		t.Errorf("memory temperature = %v", out[2].Value)
 	}
-	if _, err := devs[0].Drain(sampler.BufferModulePower, 0, nil); !errors.Is(err, sampler.ErrNotSupported) {
+	if _, err := devs[0].Drain(catalog.BufferModulePower, 0, nil); !errors.Is(err, sampler.ErrNotSupported) {
 		t.Errorf("module power drain: %v", err)
 	}
-	if _, err := devs[0].Drain(sampler.BufferGPUUtil, 0, nil); !errors.Is(err, sampler.ErrNothingNew) {
+	if _, err := devs[0].Drain(catalog.BufferGPUUtil, 0, nil); !errors.Is(err, sampler.ErrNothingNew) {
 		t.Errorf("idle utilization drain: %v, want nothing new", err)
 	}
 	eng, col := runEngine(t, src, sampler.Config{}, 1200*time.Millisecond)
@@ -560,11 +562,11 @@ func childUnsupported(t *testing.T, src *Source) {
 	}
 	point := false
 	for _, s := range col.samples {
-		if s.Metric == sampler.MetricPowerInstant || s.Metric == sampler.MetricEnergy {
+		if s.Metric == catalog.MetricPowerInstant || s.Metric == catalog.MetricEnergy {
 			t.Fatalf("unsupported field published: %+v", s)
 		}
-		if s.Metric == sampler.MetricUtilGPU {
-			if s.Flags&sampler.FlagPointRead == 0 {
+		if s.Metric == catalog.MetricUtilGPU {
+			if s.Flags&record.FlagPointRead == 0 {
 				t.Errorf("idle utilization sample not marked as a point read: %+v", s)
 			}
 			point = true
@@ -587,27 +589,27 @@ func childFields(t *testing.T, src *Source) {
 	}
 	// Every catalog metric at once: the fake aborts on a field id this
 	// version defines differently, the loader on an absent symbol.
-	var ids []sampler.MetricID
-	for _, m := range sampler.DefaultCatalog.All() {
+	var ids []catalog.MetricID
+	for _, m := range catalog.DefaultCatalog.All() {
 		ids = append(ids, m.ID)
 	}
 	out := make([]sampler.Reading, len(ids))
 	if err := devs[0].Read(ids, out); err != nil {
 		t.Fatal(err)
 	}
-	get := func(id sampler.MetricID) sampler.Reading { return out[slices.Index(ids, id)] }
+	get := func(id catalog.MetricID) sampler.Reading { return out[slices.Index(ids, id)] }
 	old := !src.HasSymbol("nvmlDeviceGetTemperatureV")
 	wantTemp := 42.0 // nvmlDeviceGetTemperatureV
 	if old {
 		wantTemp = 41 // nvmlDeviceGetTemperature
 	}
-	if r := get(sampler.MetricTempGPU); r.Err != nil || r.Value != wantTemp {
+	if r := get(catalog.MetricTempGPU); r.Err != nil || r.Value != wantTemp {
 		t.Errorf("NVML %s: temperature %v, %v; want %v", v.Raw, r.Value, r.Err, wantTemp)
 	}
-	if r := get(sampler.MetricClocksEventReasons); r.Err != nil || r.Value != 4 {
+	if r := get(catalog.MetricClocksEventReasons); r.Err != nil || r.Value != 4 {
 		t.Errorf("NVML %s: clock event reasons %v, %v", v.Raw, r.Value, r.Err)
 	}
-	hw := get(sampler.MetricThrottleHWThermal)
+	hw := get(catalog.MetricThrottleHWThermal)
 	switch {
 	case v.API.Less(api12_9):
 		if !errors.Is(hw.Err, sampler.ErrNotSupported) {
@@ -622,34 +624,34 @@ func childFields(t *testing.T, src *Source) {
 			t.Errorf("NVML %s: hw thermal throttle %v, %v; want field 270", v.Raw, hw.Value, hw.Err)
 		}
 	}
-	pcie := get(sampler.MetricPCIeTxBytes)
+	pcie := get(catalog.MetricPCIeTxBytes)
 	if v.API.Less(api12_4) != errors.Is(pcie.Err, sampler.ErrNotSupported) {
 		t.Errorf("NVML %s: pcie tx %v, %v", v.Raw, pcie.Value, pcie.Err)
 	}
-	if r := get(sampler.MetricPowerInstant); r.Err != nil || r.Value != 312.25 {
+	if r := get(catalog.MetricPowerInstant); r.Err != nil || r.Value != 312.25 {
 		t.Errorf("power instant %v, %v", r.Value, r.Err)
 	}
-	if r := get(sampler.MetricNVLinkTxBytes); r.Err != nil || r.Value != 10240 {
+	if r := get(catalog.MetricNVLinkTxBytes); r.Err != nil || r.Value != 10240 {
 		t.Errorf("nvlink tx %v, %v", r.Value, r.Err)
 	}
 	for _, h := range []struct {
-		id   sampler.MetricID
+		id   catalog.MetricID
 		want float64
 	}{
-		{sampler.MetricECCSingleAggregate, 3}, {sampler.MetricECCDoubleAggregate, 0},
-		{sampler.MetricRowRemapPending, 0}, {sampler.MetricRowRemapFailure, 0},
-		{sampler.MetricRetiredPagesSingle, 0}, {sampler.MetricRetiredPagesDouble, 0},
-		{sampler.MetricNVLinkCRCFlitErrors, 3}, {sampler.MetricNVLinkCRCDataErrors, 4},
-		{sampler.MetricNVLinkReplayErrors, 5}, {sampler.MetricNVLinkRecoveryErrors, 5},
+		{catalog.MetricECCSingleAggregate, 3}, {catalog.MetricECCDoubleAggregate, 0},
+		{catalog.MetricRowRemapPending, 0}, {catalog.MetricRowRemapFailure, 0},
+		{catalog.MetricRetiredPagesSingle, 0}, {catalog.MetricRetiredPagesDouble, 0},
+		{catalog.MetricNVLinkCRCFlitErrors, 3}, {catalog.MetricNVLinkCRCDataErrors, 4},
+		{catalog.MetricNVLinkReplayErrors, 5}, {catalog.MetricNVLinkRecoveryErrors, 5},
 	} {
 		if r := get(h.id); r.Err != nil || r.Value != h.want {
-			t.Errorf("health %s = %v, %v; want %v", sampler.DefaultCatalog.Name(h.id), r.Value, r.Err, h.want)
+			t.Errorf("health %s = %v, %v; want %v", catalog.DefaultCatalog.Name(h.id), r.Value, r.Err, h.want)
 		}
 	}
-	if r := get(sampler.MetricMemoryUsed); r.Err != nil || r.Value != 1024 {
+	if r := get(catalog.MetricMemoryUsed); r.Err != nil || r.Value != 1024 {
 		t.Errorf("memory used %v, %v", r.Value, r.Err)
 	}
-	if r := get(sampler.MetricUtilGPU); r.Err != nil || r.Value != 97 {
+	if r := get(catalog.MetricUtilGPU); r.Err != nil || r.Value != 97 {
 		t.Errorf("utilization point read %v, %v", r.Value, r.Err)
 	}
 	// And the engine over it for a moment.
@@ -692,14 +694,14 @@ func childFallback(t *testing.T, src *Source) {
 	eng, col := runEngine(t, src, sampler.Config{Logger: log}, 1200*time.Millisecond)
 	// The fake's point getters: GetPowerUsage 300000 mW,
 	// GetUtilizationRates 97/55 %, GetClockInfo SM 1980 and memory 2619 MHz.
-	want := map[sampler.MetricID]float64{
-		sampler.MetricPowerDraw: 300, sampler.MetricUtilGPU: 97, sampler.MetricUtilMemory: 55,
-		sampler.MetricClockSM: 1980, sampler.MetricClockMemory: 2619,
+	want := map[catalog.MetricID]float64{
+		catalog.MetricPowerDraw: 300, catalog.MetricUtilGPU: 97, catalog.MetricUtilMemory: 55,
+		catalog.MetricClockSM: 1980, catalog.MetricClockMemory: 2619,
 	}
-	got := map[sampler.MetricID]int{}
+	got := map[catalog.MetricID]int{}
 	for _, s := range col.samples {
-		m := sampler.DefaultCatalog.Get(s.Metric)
-		if m.Src.Kind != sampler.FromBuffer {
+		m := catalog.DefaultCatalog.Get(s.Metric)
+		if m.Src.Kind != catalog.FromBuffer {
 			continue
 		}
 		v, ok := want[s.Metric]
@@ -707,7 +709,7 @@ func childFallback(t *testing.T, src *Source) {
 			t.Errorf("%s published without a buffer or a point read: %+v", m.Name, s)
 			continue
 		}
-		wantS := sampler.Sample{TimeNS: s.TimeNS, Value: v, Device: 0, Metric: s.Metric, Flags: sampler.FlagPointRead}
+		wantS := record.Sample{TimeNS: s.TimeNS, Value: v, Device: 0, Metric: s.Metric, Flags: record.FlagPointRead}
 		if s != wantS {
 			t.Errorf("%s: %+v, want %+v", m.Name, s, wantS)
 		}
@@ -716,7 +718,7 @@ func childFallback(t *testing.T, src *Source) {
 	for id := range want {
 		// A first read at the fallback, then one per 200 ms field tick.
 		if got[id] < 2 {
-			t.Errorf("%s: %d point reads in 1.2 s, want one per field tick", sampler.DefaultCatalog.Name(id), got[id])
+			t.Errorf("%s: %d point reads in 1.2 s, want one per field tick", catalog.DefaultCatalog.Name(id), got[id])
 		}
 	}
 	if d := eng.Stats().Devices[0]; d.PointFallbacks != uint64(len(want)) {
@@ -724,7 +726,7 @@ func childFallback(t *testing.T, src *Source) {
 	}
 	text := logs.String()
 	for id := range want {
-		line := "metric=" + sampler.DefaultCatalog.Name(id) + " "
+		line := "metric=" + catalog.DefaultCatalog.Name(id) + " "
 		if n := strings.Count(text, "its metric comes from point reads"); n != len(want) || !strings.Contains(text, line) {
 			t.Errorf("%d fallback log lines (want %d), %s named: %v\n%s", n, len(want), line, strings.Contains(text, line), text)
 		}
@@ -765,15 +767,15 @@ func childShortBuffer(t *testing.T, src *Source, clk *clocktest.Clock) {
 	if d.MinDrainInterval != sampler.MinDrainInterval {
 		t.Errorf("drain interval %v, want %v (half the 36 ms span, clamped)", d.MinDrainInterval, sampler.MinDrainInterval)
 	}
-	byType := map[sampler.BufferType][]uint64{}
+	byType := map[catalog.BufferType][]uint64{}
 	for _, s := range col.samples {
-		m := sampler.DefaultCatalog.Get(s.Metric)
-		if m.Src.Kind != sampler.FromBuffer || s.Flags&sampler.FlagPointRead != 0 {
+		m := catalog.DefaultCatalog.Get(s.Metric)
+		if m.Src.Kind != catalog.FromBuffer || s.Flags&record.FlagPointRead != 0 {
 			continue
 		}
 		byType[m.Src.Buffer] = append(byType[m.Src.Buffer], uint64(s.TimeNS/1000))
 	}
-	for _, typ := range []sampler.BufferType{sampler.BufferTotalPower, sampler.BufferGPUUtil, sampler.BufferSMClock, sampler.BufferOFAUtil} {
+	for _, typ := range []catalog.BufferType{catalog.BufferTotalPower, catalog.BufferGPUUtil, catalog.BufferSMClock, catalog.BufferOFAUtil} {
 		ts := byType[typ]
 		checkContinuous(t, typ.String(), ts, 1000)
 		// From the buffer's history at start to the end of the 2 s.
@@ -855,9 +857,9 @@ func childRestart(t *testing.T, src *Source, clk *clocktest.Clock, lib string) {
 		// outputs make tags of (pstate).
 		for run, c := range []*collector{c1, c2, c3} {
 			c.mu.Lock()
-			firstP := slices.IndexFunc(c.samples, func(s sampler.Sample) bool { return int(s.Device) == dev && s.Metric == sampler.MetricPState })
-			firstB := slices.IndexFunc(c.samples, func(s sampler.Sample) bool {
-				return int(s.Device) == dev && sampler.DefaultCatalog.Get(s.Metric).Src.Kind == sampler.FromBuffer
+			firstP := slices.IndexFunc(c.samples, func(s record.Sample) bool { return int(s.Device) == dev && s.Metric == catalog.MetricPState })
+			firstB := slices.IndexFunc(c.samples, func(s record.Sample) bool {
+				return int(s.Device) == dev && catalog.DefaultCatalog.Get(s.Metric).Src.Kind == catalog.FromBuffer
 			})
 			c.mu.Unlock()
 			if firstP < 0 || firstP > firstB {

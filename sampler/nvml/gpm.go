@@ -8,6 +8,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
@@ -69,7 +70,7 @@ type gpmState struct {
 // snapshot and this one. The first snapshot, or one less than
 // sampler.MinGPMInterval after the previous, answers ErrNothingNew. It
 // returns a device-lost error for the whole Read.
-func (d *device) readGPM(ids []sampler.MetricID, out []sampler.Reading) error {
+func (d *device) readGPM(ids []catalog.MetricID, out []sampler.Reading) error {
 	g := &d.gpm
 	want := false
 	for i, id := range ids {
@@ -189,7 +190,7 @@ var (
 	errGPMTooSoon = &callError{op: "gpm: snapshots less than 100 ms apart", ret: nvml.ERROR_NOT_FOUND, is: sampler.ErrNothingNew}
 )
 
-func (d *device) setGPMErr(ids []sampler.MetricID, out []sampler.Reading, err error) {
+func (d *device) setGPMErr(ids []catalog.MetricID, out []sampler.Reading, err error) {
 	for i, id := range ids {
 		if out[i].Err == nil && d.src.plans[id].kind == planGPM {
 			out[i].Err = err

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
@@ -20,8 +21,8 @@ func TestFakeDriverGPM(t *testing.T) { runScenario(t, "gpm", false) }
 // profiling metric unsupported, once.
 func TestFakeDriverGPMUnsupported(t *testing.T) { runScenario(t, "gpm", false, "FAKENVML_NO_GPM=1") }
 
-var gpmTestIDs = []sampler.MetricID{sampler.MetricSMActive, sampler.MetricTensorActive, sampler.MetricPCIeTxRate,
-	sampler.MetricNVLinkTxRate, sampler.MetricTensorDFMAActive, sampler.MetricTempGPU}
+var gpmTestIDs = []catalog.MetricID{catalog.MetricSMActive, catalog.MetricTensorActive, catalog.MetricPCIeTxRate,
+	catalog.MetricNVLinkTxRate, catalog.MetricTensorDFMAActive, catalog.MetricTempGPU}
 
 func childGPM(t *testing.T, src *Source) {
 	devs, err := src.Devices()
@@ -42,7 +43,7 @@ func childGPM(t *testing.T, src *Source) {
 	if os.Getenv("FAKENVML_NO_GPM") == "1" {
 		for i := range 5 {
 			if !errors.Is(out[i].Err, sampler.ErrNotSupported) {
-				t.Errorf("%s without GPM: %v", sampler.DefaultCatalog.Name(gpmTestIDs[i]), out[i].Err)
+				t.Errorf("%s without GPM: %v", catalog.DefaultCatalog.Name(gpmTestIDs[i]), out[i].Err)
 			}
 		}
 		eng, _ := runEngine(t, src, sampler.Config{GPMInterval: 100 * time.Millisecond}, 400*time.Millisecond)
@@ -53,7 +54,7 @@ func childGPM(t *testing.T, src *Source) {
 	}
 	for i := range 5 {
 		if !errors.Is(out[i].Err, sampler.ErrNothingNew) {
-			t.Fatalf("first snapshot: %s = %v, %v; want nothing new", sampler.DefaultCatalog.Name(gpmTestIDs[i]), out[i].Value, out[i].Err)
+			t.Fatalf("first snapshot: %s = %v, %v; want nothing new", catalog.DefaultCatalog.Name(gpmTestIDs[i]), out[i].Value, out[i].Err)
 		}
 	}
 	read() // too soon: nothing new, and the fake aborts if asked to compare
@@ -64,13 +65,13 @@ func childGPM(t *testing.T, src *Source) {
 	read()
 	for i, want := range []float64{62.5, 55, 1024 << 20, 4096 << 20, 0} {
 		if out[i].Err != nil || out[i].Value != want {
-			t.Errorf("%s = %v, %v; want %v", sampler.DefaultCatalog.Name(gpmTestIDs[i]), out[i].Value, out[i].Err, want)
+			t.Errorf("%s = %v, %v; want %v", catalog.DefaultCatalog.Name(gpmTestIDs[i]), out[i].Value, out[i].Err, want)
 		}
 	}
 	eng, col := runEngine(t, src, sampler.Config{GPMInterval: 200 * time.Millisecond}, time.Second)
 	n := 0
 	for _, s := range col.samples {
-		if s.Metric == sampler.MetricSMActive {
+		if s.Metric == catalog.MetricSMActive {
 			n++
 		}
 	}

@@ -7,6 +7,8 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	"github.com/gpusampler/gpusampler/catalog"
+	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
@@ -79,7 +81,7 @@ func (s *Source) migDevices(parent *device, next int) []*device {
 		}
 		d.account("GetGpuInstanceId", 2, start)
 		for t := range d.errBufferNS {
-			d.errBufferNS[t] = notUnderMIG("get samples " + sampler.BufferType(t).String())
+			d.errBufferNS[t] = notUnderMIG("get samples " + catalog.BufferType(t).String())
 		}
 		out = append(out, d)
 	}
@@ -92,7 +94,7 @@ func (s *Source) migDevices(parent *device, next int) []*device {
 // migIdentity fills a MIG instance's identity fields. The profile name is
 // the device name's MIG suffix ("NVIDIA H200 MIG 1g.18gb" → "1g.18gb"),
 // which needs no GPU-instance handle.
-func (d *device) migIdentity(id *sampler.Device) {
+func (d *device) migIdentity(id *record.Device) {
 	if !d.mig {
 		return
 	}

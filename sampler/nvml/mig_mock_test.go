@@ -12,6 +12,8 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 
+	"github.com/gpusampler/gpusampler/catalog"
+	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
@@ -65,19 +67,19 @@ func TestMockMIGInstancesAsDevices(t *testing.T) {
 	}
 	m := devs[9]
 	id, _ := m.Identity()
-	want := sampler.Device{Index: 9, UUID: "MIG-bbbb", Name: "NVIDIA H200 MIG 1g.18gb", MemoryTotalMiB: 16384, Backend: "nvml",
+	want := record.Device{Index: 9, UUID: "MIG-bbbb", Name: "NVIDIA H200 MIG 1g.18gb", MemoryTotalMiB: 16384, Backend: "nvml",
 		DriverVersion: id.DriverVersion, MIG: true, Parent: 1, GPUInstanceID: 9, ComputeInstanceID: 0, MIGProfile: "1g.18gb",
-		PersistenceMode: sampler.ModeEnabled, ECCMode: sampler.ModeEnabled} // the parent's; no MIG mode on an instance
+		PersistenceMode: record.ModeEnabled, ECCMode: record.ModeEnabled} // the parent's; no MIG mode on an instance
 	if id != want {
 		t.Fatalf("MIG identity\n got %+v\nwant %+v", id, want)
 	}
-	for i, want := range map[int]string{0: sampler.ModeDisabled, 1: sampler.ModeEnabled} {
-		if id, _ := devs[i].Identity(); id.MIGMode != want || id.PersistenceMode != sampler.ModeEnabled || id.ECCMode != sampler.ModeEnabled {
+	for i, want := range map[int]string{0: record.ModeDisabled, 1: record.ModeEnabled} {
+		if id, _ := devs[i].Identity(); id.MIGMode != want || id.PersistenceMode != record.ModeEnabled || id.ECCMode != record.ModeEnabled {
 			t.Fatalf("GPU %d modes %q/%q/%q, want MIG mode %q", i, id.PersistenceMode, id.ECCMode, id.MIGMode, want)
 		}
 	}
 	// No utilization buffers under MIG, said plainly; no driver call made.
-	_, err := m.Drain(sampler.BufferGPUUtil, 0, nil)
+	_, err := m.Drain(catalog.BufferGPUUtil, 0, nil)
 	if !errors.Is(err, sampler.ErrNotSupported) || !strings.Contains(err.Error(), "not available under MIG") {
 		t.Fatalf("drain on MIG: %v", err)
 	}
@@ -86,7 +88,7 @@ func TestMockMIGInstancesAsDevices(t *testing.T) {
 	if err != nil || len(ps) != 1 || ps[0].PID != 777 || ps[0].HasUtil || ps[0].UsedMemoryMiB != 900 || ps[0].Name != "python3" || ps[0].Type != "C" {
 		t.Fatalf("MIG processes %+v, %v", ps, err)
 	}
-	if err := m.(sampler.EventWatcher).WatchEvents(context.Background(), func(sampler.Event) {}); !errors.Is(err, sampler.ErrNotSupported) {
+	if err := m.(sampler.EventWatcher).WatchEvents(context.Background(), func(record.Event) {}); !errors.Is(err, sampler.ErrNotSupported) {
 		t.Fatalf("events on a MIG instance: %v, want ErrNotSupported (the GPU's events cover it)", err)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh200"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
@@ -203,7 +204,7 @@ func TestMockDrain(t *testing.T) {
 	// sample at the cursor is not returned again.
 	vt, ret = nvml.VALUE_TYPE_UNSIGNED_INT, nvml.SUCCESS
 	samples = []nvml.Sample{{TimeStamp: 100, SampleValue: u32(1000)}, {TimeStamp: 200, SampleValue: u32(250500)}, {TimeStamp: 300, SampleValue: u32(700000)}}
-	got, err := dev.Drain(sampler.BufferTotalPower, 100, nil)
+	got, err := dev.Drain(catalog.BufferTotalPower, 100, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +228,7 @@ func TestMockDrain(t *testing.T) {
 		{nvml.VALUE_TYPE_UNSIGNED_SHORT, value([]byte{0x34, 0x12, 0xff, 0xff}), 0x1234},
 	} {
 		vt, samples = tc.vt, []nvml.Sample{{TimeStamp: 5, SampleValue: tc.v}}
-		got, err := dev.Drain(sampler.BufferSMClock, 0, nil)
+		got, err := dev.Drain(catalog.BufferSMClock, 0, nil)
 		if err != nil || len(got) != 1 || got[0].Value != tc.want {
 			t.Errorf("value type %d: got %v, %v; want %v", tc.vt, got, err, tc.want)
 		}
@@ -246,7 +247,7 @@ func TestMockDrain(t *testing.T) {
 		{nvml.ERROR_TIMEOUT, sampler.ErrTimeout, "get samples gpu_util: timeout"},
 	} {
 		ret, samples = tc.ret, nil
-		_, err := dev.Drain(sampler.BufferGPUUtil, 7, nil)
+		_, err := dev.Drain(catalog.BufferGPUUtil, 7, nil)
 		if !errors.Is(err, tc.want) || err.Error() != tc.msg {
 			t.Errorf("ret %d: err = %v, want %q (%v)", tc.ret, err, tc.msg, tc.want)
 		}
@@ -257,7 +258,7 @@ func TestMockDrain(t *testing.T) {
 	// Everything at or before the cursor: nothing new, not an empty success.
 	ret, vt = nvml.SUCCESS, nvml.VALUE_TYPE_UNSIGNED_INT
 	samples = []nvml.Sample{{TimeStamp: 7, SampleValue: u32(1)}}
-	if _, err := dev.Drain(sampler.BufferGPUUtil, 7, nil); !errors.Is(err, sampler.ErrNothingNew) {
+	if _, err := dev.Drain(catalog.BufferGPUUtil, 7, nil); !errors.Is(err, sampler.ErrNothingNew) {
 		t.Errorf("stale drain: err = %v, want ErrNothingNew", err)
 	}
 }
@@ -299,10 +300,10 @@ func TestMockReadFields(t *testing.T) {
 		142: {ValueType: uint32(nvml.VALUE_TYPE_UNSIGNED_INT), Value: u32(1)},
 		143: {ValueType: uint32(nvml.VALUE_TYPE_UNSIGNED_INT), Value: u32(0)},
 	}
-	ids := []sampler.MetricID{sampler.MetricPowerInstant, sampler.MetricEnergy, sampler.MetricNVLinkTxBytes,
-		sampler.MetricThrottleSWPowerCap, sampler.MetricViolationPower, sampler.MetricTempMemory,
-		sampler.MetricPCIeTxBytes, sampler.MetricThrottleHWThermal, sampler.MetricNVLinkRxBytes,
-		sampler.MetricECCSingleVolatile, sampler.MetricRemappedCorrectable, sampler.MetricRemappedUncorrectable}
+	ids := []catalog.MetricID{catalog.MetricPowerInstant, catalog.MetricEnergy, catalog.MetricNVLinkTxBytes,
+		catalog.MetricThrottleSWPowerCap, catalog.MetricViolationPower, catalog.MetricTempMemory,
+		catalog.MetricPCIeTxBytes, catalog.MetricThrottleHWThermal, catalog.MetricNVLinkRxBytes,
+		catalog.MetricECCSingleVolatile, catalog.MetricRemappedCorrectable, catalog.MetricRemappedUncorrectable}
 	for _, tc := range []struct {
 		version   string
 		hwThermal float64 // 0: not supported
@@ -325,7 +326,7 @@ func TestMockReadFields(t *testing.T) {
 		check := func(i int, want float64) {
 			t.Helper()
 			if out[i].Err != nil || out[i].Value != want {
-				t.Errorf("%s: %s = %v, %v; want %v", tc.version, sampler.DefaultCatalog.Name(ids[i]), out[i].Value, out[i].Err, want)
+				t.Errorf("%s: %s = %v, %v; want %v", tc.version, catalog.DefaultCatalog.Name(ids[i]), out[i].Value, out[i].Err, want)
 			}
 		}
 		check(0, 312.25)
@@ -377,9 +378,9 @@ func TestMockReadQueries(t *testing.T) {
 	d := s.Devices[0].(*server.Device)
 	inner := d.GetMemoryInfo_v2Func
 	d.GetMemoryInfo_v2Func = func() (nvml.Memory_v2, nvml.Return) { memCalls++; return inner() }
-	ids := []sampler.MetricID{sampler.MetricMemoryUsed, sampler.MetricMemoryFree, sampler.MetricMemoryTotal,
-		sampler.MetricMemoryReserved, sampler.MetricTempGPU, sampler.MetricFanSpeed, sampler.MetricPowerLimit,
-		sampler.MetricUtilGPU, sampler.MetricUtilMemory}
+	ids := []catalog.MetricID{catalog.MetricMemoryUsed, catalog.MetricMemoryFree, catalog.MetricMemoryTotal,
+		catalog.MetricMemoryReserved, catalog.MetricTempGPU, catalog.MetricFanSpeed, catalog.MetricPowerLimit,
+		catalog.MetricUtilGPU, catalog.MetricUtilMemory}
 	out := make([]sampler.Reading, len(ids))
 	if err := devs[0].Read(ids, out); err != nil {
 		t.Fatal(err)
@@ -393,7 +394,7 @@ func TestMockReadQueries(t *testing.T) {
 			continue
 		}
 		if out[i].Err != nil || out[i].Value != w {
-			t.Errorf("%s = %v, %v; want %v", sampler.DefaultCatalog.Name(ids[i]), out[i].Value, out[i].Err, w)
+			t.Errorf("%s = %v, %v; want %v", catalog.DefaultCatalog.Name(ids[i]), out[i].Value, out[i].Err, w)
 		}
 	}
 	if memCalls != 1 {

@@ -5,7 +5,7 @@ package nvml
 import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // modeOf maps a mode read to Device.PersistenceMode's values: NOT_SUPPORTED
@@ -14,11 +14,11 @@ func modeOf(enabled bool, ret nvml.Return) string {
 	switch ret {
 	case nvml.SUCCESS:
 		if enabled {
-			return sampler.ModeEnabled
+			return record.ModeEnabled
 		}
-		return sampler.ModeDisabled
+		return record.ModeDisabled
 	case nvml.ERROR_NOT_SUPPORTED:
-		return sampler.ModeUnsupported
+		return record.ModeUnsupported
 	}
 	return ""
 }
@@ -28,7 +28,7 @@ func modeOf(enabled bool, ret nvml.Return) string {
 // its parent GPU's persistence and ECC modes (they are the GPU's settings)
 // and no MIG mode. The MIG mode read while enumerating MIG instances is
 // reused.
-func (d *device) modeIdentity(id *sampler.Device) {
+func (d *device) modeIdentity(id *record.Device) {
 	has := d.src.has
 	h := d.dev
 	if d.mig {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
@@ -86,29 +87,29 @@ var queriesByName = map[string]query{
 
 // queryByMetric covers query names shared by several metrics, and the point
 // reads of buffer metrics.
-var queryByMetric = map[sampler.MetricID]query{
-	sampler.MetricMemoryUsed:            qMemUsed,
-	sampler.MetricMemoryFree:            qMemFree,
-	sampler.MetricMemoryTotal:           qMemTotal,
-	sampler.MetricRemappedCorrectable:   qRemappedCor,
-	sampler.MetricRemappedUncorrectable: qRemappedUnc,
+var queryByMetric = map[catalog.MetricID]query{
+	catalog.MetricMemoryUsed:            qMemUsed,
+	catalog.MetricMemoryFree:            qMemFree,
+	catalog.MetricMemoryTotal:           qMemTotal,
+	catalog.MetricRemappedCorrectable:   qRemappedCor,
+	catalog.MetricRemappedUncorrectable: qRemappedUnc,
 	// Point reads ("current value") of buffer metrics. The engine asks for
 	// utilization when an idle GPU's buffers run dry.
-	sampler.MetricUtilGPU:     qUtilGPU,
-	sampler.MetricUtilMemory:  qUtilMemory,
-	sampler.MetricPowerDraw:   qPowerUsage,
-	sampler.MetricClockSM:     qClockSM,
-	sampler.MetricClockMemory: qClockMemory,
+	catalog.MetricUtilGPU:     qUtilGPU,
+	catalog.MetricUtilMemory:  qUtilMemory,
+	catalog.MetricPowerDraw:   qPowerUsage,
+	catalog.MetricClockSM:     qClockSM,
+	catalog.MetricClockMemory: qClockMemory,
 }
 
 // fieldForQuery lists slow-state metrics that a field reads as well as a
 // point query; they join one GetFieldValues batch instead of one C call each.
-var fieldForQuery = map[sampler.MetricID]string{
-	sampler.MetricPCIeReplays:           "NVML_FI_DEV_PCIE_REPLAY_COUNTER",
-	sampler.MetricECCSingleVolatile:     "NVML_FI_DEV_ECC_SBE_VOL_TOTAL",
-	sampler.MetricECCDoubleVolatile:     "NVML_FI_DEV_ECC_DBE_VOL_TOTAL",
-	sampler.MetricRemappedCorrectable:   "NVML_FI_DEV_REMAPPED_COR",
-	sampler.MetricRemappedUncorrectable: "NVML_FI_DEV_REMAPPED_UNC",
+var fieldForQuery = map[catalog.MetricID]string{
+	catalog.MetricPCIeReplays:           "NVML_FI_DEV_PCIE_REPLAY_COUNTER",
+	catalog.MetricECCSingleVolatile:     "NVML_FI_DEV_ECC_SBE_VOL_TOTAL",
+	catalog.MetricECCDoubleVolatile:     "NVML_FI_DEV_ECC_DBE_VOL_TOTAL",
+	catalog.MetricRemappedCorrectable:   "NVML_FI_DEV_REMAPPED_COR",
+	catalog.MetricRemappedUncorrectable: "NVML_FI_DEV_REMAPPED_UNC",
 }
 
 // querySymbols names the NVML functions a query needs (any one of them).
@@ -182,12 +183,12 @@ func branchOf(v APIVersion) int {
 }
 
 // buildPlans decides, once per driver, how each catalog metric is read.
-func buildPlans(cat *sampler.Catalog, api APIVersion, has map[string]bool) []metricPlan {
+func buildPlans(cat *catalog.Catalog, api APIVersion, has map[string]bool) []metricPlan {
 	plans := make([]metricPlan, cat.Len())
 	for _, m := range cat.All() {
 		p := &plans[m.ID]
 		switch m.Src.Kind {
-		case sampler.FromField:
+		case catalog.FromField:
 			p.name = "field " + m.Src.Field
 			id, scale, ok := FieldID(m.Src.Field, api)
 			switch {
@@ -201,7 +202,7 @@ func buildPlans(cat *sampler.Catalog, api APIVersion, has map[string]bool) []met
 				p.kind, p.fieldID, p.scale, p.errNS = planField, id, scale, notSupported(p.name)
 			}
 			continue
-		case sampler.FromQuery:
+		case catalog.FromQuery:
 			p.name = "query " + m.Src.Query
 			if sym, ok := fieldForQuery[m.ID]; ok && has["nvmlDeviceGetFieldValues"] {
 				if id, scale, ok := FieldID(sym, api); ok {
@@ -210,9 +211,9 @@ func buildPlans(cat *sampler.Catalog, api APIVersion, has map[string]bool) []met
 				}
 			}
 			p.query = queriesByName[m.Src.Query]
-		case sampler.FromBuffer:
+		case catalog.FromBuffer:
 			p.name = "point read " + m.Name
-		case sampler.FromGPM:
+		case catalog.FromGPM:
 			p.name = "gpm " + m.Src.GPM
 			def, ok := gpmDefs[m.Src.GPM]
 			missing := ""

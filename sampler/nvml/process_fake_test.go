@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
@@ -151,15 +152,15 @@ func childProcesses(t *testing.T, src *Source) {
 	eng, col := runEngine(t, src, sampler.Config{}, 1500*time.Millisecond)
 	var procEvents int
 	for _, e := range col.events {
-		if e.Kind != sampler.EventProcess {
+		if e.Kind != record.EventProcess {
 			continue
 		}
 		procEvents++
-		if e.Fields[0].Key != sampler.ProcessFieldPID || !e.Fields[0].Int {
+		if e.Fields[0].Key != record.ProcessFieldPID || !e.Fields[0].Int {
 			t.Fatalf("event %+v: pid must be the first (integer) field", e)
 		}
 		for _, a := range e.Attrs {
-			if a.Key == "pid" || a.Key == sampler.ProcessAttrCmdline {
+			if a.Key == "pid" || a.Key == record.ProcessAttrCmdline {
 				t.Fatalf("event %+v: no pid attribute, no cmdline without opt-in", e)
 			}
 		}
@@ -212,7 +213,7 @@ func childProcessesNotSupported(t *testing.T, src *Source) {
 	// The engine stops asking a device that cannot list processes.
 	eng, col := runEngine(t, src, sampler.Config{}, 300*time.Millisecond)
 	for _, e := range col.events {
-		if e.Kind == sampler.EventProcess {
+		if e.Kind == record.EventProcess {
 			t.Fatalf("process event from an unsupported device: %+v", e)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
@@ -38,9 +39,9 @@ func TestProcesses(t *testing.T) {
 }
 
 // collect is an in-process output keeping events.
-type collect struct{ events []sampler.Event }
+type collect struct{ events []record.Event }
 
-func (c *collect) Write(_ context.Context, b *sampler.Batch) error {
+func (c *collect) Write(_ context.Context, b *record.Batch) error {
 	for _, e := range b.Events {
 		c.events = append(c.events, e.Clone())
 	}
@@ -77,9 +78,9 @@ func TestProcessEventsThroughEngine(t *testing.T) {
 			if err := eng.Run(ctx); err != nil {
 				t.Fatal(err)
 			}
-			var got []sampler.Event
+			var got []record.Event
 			for _, e := range col.events {
-				if e.Kind == sampler.EventProcess {
+				if e.Kind == record.EventProcess {
 					got = append(got, e)
 				}
 			}

@@ -4,7 +4,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/catalog"
 )
 
 // mix is splitmix64 over a few words: a deterministic, well-spread hash.
@@ -23,7 +23,7 @@ func mix(words ...uint64) uint64 {
 
 // noise returns a deterministic value in [-1, 1) for a metric at an instant
 // (quantized to 10 ms so that nearby reads agree).
-func (d *Device) noise(id sampler.MetricID, at time.Time) float64 {
+func (d *Device) noise(id catalog.MetricID, at time.Time) float64 {
 	q := uint64(at.UnixNano() / int64(10*time.Millisecond))
 	return float64(mix(d.src.opts.Seed, uint64(d.index), uint64(id), q)>>11)/float64(1<<53)*2 - 1
 }
@@ -72,16 +72,16 @@ func (d *Device) temperature(at time.Time) float64 {
 	e := d.elapsed(at)
 	switch d.src.opts.Profile {
 	case "idle":
-		return 31 + 0.5*d.noise(sampler.MetricTempGPU, at)
+		return 31 + 0.5*d.noise(catalog.MetricTempGPU, at)
 	case "launch-bound":
-		return 44 + 0.5*d.noise(sampler.MetricTempGPU, at)
+		return 44 + 0.5*d.noise(catalog.MetricTempGPU, at)
 	case "thermal":
 		// climbs from 60 °C through the slowdown threshold, then hovers just
 		// above it while the clocks are pulled down.
 		t := 60 + (slowdownTempC+2-60)*math.Min(e/thermalRamp, 1)
-		return t + 0.4*d.noise(sampler.MetricTempGPU, at)
+		return t + 0.4*d.noise(catalog.MetricTempGPU, at)
 	default:
-		return 63 + 2*math.Min(e/120, 1) + 0.5*d.noise(sampler.MetricTempGPU, at)
+		return 63 + 2*math.Min(e/120, 1) + 0.5*d.noise(catalog.MetricTempGPU, at)
 	}
 }
 
@@ -89,10 +89,10 @@ func (d *Device) temperature(at time.Time) float64 {
 func (d *Device) reasons(at time.Time) uint64 {
 	switch d.src.opts.Profile {
 	case "idle":
-		return sampler.ReasonGPUIdle
+		return catalog.ReasonGPUIdle
 	case "thermal":
 		if d.temperature(at) >= slowdownTempC {
-			return sampler.ReasonSWThermalSlowdown | sampler.ReasonHWThermalSlowdown
+			return catalog.ReasonSWThermalSlowdown | catalog.ReasonHWThermalSlowdown
 		}
 	}
 	return 0
@@ -114,17 +114,17 @@ func (d *Device) throttledNS(at time.Time) float64 {
 
 // value is metric id's simulated value at t; ok is false when the driver
 // would have nothing (an idle engine's utilization buffer).
-func (d *Device) value(id sampler.MetricID, at time.Time) (float64, bool) {
+func (d *Device) value(id catalog.MetricID, at time.Time) (float64, bool) {
 	util, active := d.load(at)
 	n := d.noise(id, at)
 	prof := d.src.opts.Profile
 	switch id {
-	case sampler.MetricUtilGPU:
+	case catalog.MetricUtilGPU:
 		if !active {
 			return 0, false
 		}
 		return math.Round(clamp(util, 0, 100)), true
-	case sampler.MetricUtilMemory:
+	case catalog.MetricUtilMemory:
 		if !active {
 			return 0, false
 		}
@@ -133,77 +133,77 @@ func (d *Device) value(id sampler.MetricID, at time.Time) (float64, bool) {
 			f = 0.08
 		}
 		return math.Round(clamp(util*f+2*n, 0, 100)), true
-	case sampler.MetricUtilEncoder, sampler.MetricUtilDecoder, sampler.MetricUtilJPEG, sampler.MetricUtilOFA:
+	case catalog.MetricUtilEncoder, catalog.MetricUtilDecoder, catalog.MetricUtilJPEG, catalog.MetricUtilOFA:
 		return 0, false // no video work in any profile
-	case sampler.MetricPowerDraw, sampler.MetricPowerInstant:
+	case catalog.MetricPowerDraw, catalog.MetricPowerInstant:
 		return math.Round(d.power(util, at, n)*1000) / 1000, true
-	case sampler.MetricPowerLimit:
+	case catalog.MetricPowerLimit:
 		return powerLimitW, true
-	case sampler.MetricClockSM, sampler.MetricClockGraphics:
+	case catalog.MetricClockSM, catalog.MetricClockGraphics:
 		if !active {
 			return 345, true
 		}
-		if d.reasons(at)&sampler.ReasonThermalAny != 0 {
+		if d.reasons(at)&catalog.ReasonThermalAny != 0 {
 			return math.Round(1410 + 20*n), true
 		}
 		return maxSMClockMHz, true
-	case sampler.MetricClockMemory:
+	case catalog.MetricClockMemory:
 		return memClockMHz, true
-	case sampler.MetricClockVideo:
+	case catalog.MetricClockVideo:
 		if !active {
 			return 765, true
 		}
 		return 1755, true
-	case sampler.MetricClocksEventReasons:
+	case catalog.MetricClocksEventReasons:
 		return float64(d.reasons(at)), true
-	case sampler.MetricPState:
+	case catalog.MetricPState:
 		if !active {
 			return 0, true // H100/H200 stay in P0 even idle
 		}
 		return 0, true
-	case sampler.MetricMemoryUsed:
+	case catalog.MetricMemoryUsed:
 		return d.memUsed(at), true
-	case sampler.MetricMemoryFree:
+	case catalog.MetricMemoryFree:
 		return memoryTotalMiB - d.memUsed(at) - 583, true
-	case sampler.MetricMemoryReserved:
+	case catalog.MetricMemoryReserved:
 		return 583, true
-	case sampler.MetricMemoryTotal:
+	case catalog.MetricMemoryTotal:
 		return memoryTotalMiB, true
-	case sampler.MetricTempGPU:
+	case catalog.MetricTempGPU:
 		return math.Round(d.temperature(at)), true
-	case sampler.MetricTempMemory:
+	case catalog.MetricTempMemory:
 		return math.Round(d.temperature(at) + 6 + 0.5*n), true
-	case sampler.MetricThrottleSWThermal, sampler.MetricThrottleHWThermal, sampler.MetricViolationThermal:
+	case catalog.MetricThrottleSWThermal, catalog.MetricThrottleHWThermal, catalog.MetricViolationThermal:
 		return math.Round(d.throttledNS(at)), true
-	case sampler.MetricThrottleSWPowerCap, sampler.MetricThrottleSyncBoost, sampler.MetricThrottleHWPowerBrake,
-		sampler.MetricViolationPower, sampler.MetricViolationSyncBoost, sampler.MetricViolationBoardLimit,
-		sampler.MetricViolationReliability:
+	case catalog.MetricThrottleSWPowerCap, catalog.MetricThrottleSyncBoost, catalog.MetricThrottleHWPowerBrake,
+		catalog.MetricViolationPower, catalog.MetricViolationSyncBoost, catalog.MetricViolationBoardLimit,
+		catalog.MetricViolationReliability:
 		return 0, true
-	case sampler.MetricViolationLowUtil:
+	case catalog.MetricViolationLowUtil:
 		if !active {
 			return math.Round(d.elapsed(at) * 1e9), true
 		}
 		return 0, true
-	case sampler.MetricPCIeTxBytes, sampler.MetricPCIeRxBytes, sampler.MetricNVLinkTxBytes, sampler.MetricNVLinkRxBytes:
+	case catalog.MetricPCIeTxBytes, catalog.MetricPCIeRxBytes, catalog.MetricNVLinkTxBytes, catalog.MetricNVLinkRxBytes:
 		rate := 0.0 // bytes/s
 		if active {
 			rate = d.linkRate(id)
 		}
 		return math.Round(rate * d.elapsed(at)), true
-	case sampler.MetricPCIeLinkGen:
+	case catalog.MetricPCIeLinkGen:
 		return 5, true
-	case sampler.MetricPCIeLinkWidth:
+	case catalog.MetricPCIeLinkWidth:
 		return 16, true
-	case sampler.MetricPCIeReplays, sampler.MetricECCSingleVolatile, sampler.MetricECCDoubleVolatile,
-		sampler.MetricRemappedCorrectable, sampler.MetricRemappedUncorrectable,
-		sampler.MetricECCDoubleAggregate, sampler.MetricRowRemapPending, sampler.MetricRowRemapFailure,
-		sampler.MetricRetiredPagesDouble, sampler.MetricNVLinkCRCDataErrors, sampler.MetricNVLinkRecoveryErrors:
+	case catalog.MetricPCIeReplays, catalog.MetricECCSingleVolatile, catalog.MetricECCDoubleVolatile,
+		catalog.MetricRemappedCorrectable, catalog.MetricRemappedUncorrectable,
+		catalog.MetricECCDoubleAggregate, catalog.MetricRowRemapPending, catalog.MetricRowRemapFailure,
+		catalog.MetricRetiredPagesDouble, catalog.MetricNVLinkCRCDataErrors, catalog.MetricNVLinkRecoveryErrors:
 		return 0, true
-	case sampler.MetricECCSingleAggregate:
+	case catalog.MetricECCSingleAggregate:
 		return 3, true // a few corrected errors over the board's life
-	case sampler.MetricRetiredPagesSingle:
+	case catalog.MetricRetiredPagesSingle:
 		return 0, false // H100/H200 remap rows; page retirement is pre-Ampere
-	case sampler.MetricNVLinkCRCFlitErrors, sampler.MetricNVLinkReplayErrors:
+	case catalog.MetricNVLinkCRCFlitErrors, catalog.MetricNVLinkReplayErrors:
 		return 1, true
 	}
 	return 0, false
@@ -211,9 +211,9 @@ func (d *Device) value(id sampler.MetricID, at time.Time) (float64, bool) {
 
 // linkRate is the profile's traffic in bytes/s, one direction, on the link
 // of metric id (a PCIe or NVLink counter or rate) at full load.
-func (d *Device) linkRate(id sampler.MetricID) float64 {
-	nvlink := id == sampler.MetricNVLinkTxBytes || id == sampler.MetricNVLinkRxBytes ||
-		id == sampler.MetricNVLinkTxRate || id == sampler.MetricNVLinkRxRate
+func (d *Device) linkRate(id catalog.MetricID) float64 {
+	nvlink := id == catalog.MetricNVLinkTxBytes || id == catalog.MetricNVLinkRxBytes ||
+		id == catalog.MetricNVLinkTxRate || id == catalog.MetricNVLinkRxRate
 	switch d.src.opts.Profile {
 	case "comm-bound":
 		// all-reduce traffic dominates
@@ -239,7 +239,7 @@ func (d *Device) power(util float64, at time.Time, n float64) float64 {
 		return 165 + 10*n
 	case "thermal":
 		p := 610 + 35*n
-		if d.reasons(at)&sampler.ReasonThermalAny != 0 {
+		if d.reasons(at)&catalog.ReasonThermalAny != 0 {
 			p = 480 + 25*n
 		}
 		return p
@@ -285,7 +285,7 @@ var gpmShapes = map[string]gpmShape{
 
 // gpmValue is a GPM metric's simulated value at t: percent for activity,
 // bytes per second for link rates.
-func (d *Device) gpmValue(id sampler.MetricID, at time.Time) float64 {
+func (d *Device) gpmValue(id catalog.MetricID, at time.Time) float64 {
 	util, active := d.load(at)
 	if !active {
 		return 0
@@ -298,29 +298,29 @@ func (d *Device) gpmValue(id sampler.MetricID, at time.Time) float64 {
 	n := d.noise(id, at)
 	pct := func(v float64) float64 { return math.Round(clamp(v*f+v*0.03*n, 0, 100)*100) / 100 }
 	switch id {
-	case sampler.MetricGraphicsActive:
+	case catalog.MetricGraphicsActive:
 		return math.Round(clamp(util, 0, 100)*100) / 100
-	case sampler.MetricSMActive:
+	case catalog.MetricSMActive:
 		return pct(sh.smActive)
-	case sampler.MetricSMOccupancy:
+	case catalog.MetricSMOccupancy:
 		return pct(sh.occupancy)
-	case sampler.MetricTensorActive:
+	case catalog.MetricTensorActive:
 		return pct(sh.tensor)
-	case sampler.MetricTensorHMMAActive:
+	case catalog.MetricTensorHMMAActive:
 		return pct(sh.hmma)
-	case sampler.MetricTensorDFMAActive:
+	case catalog.MetricTensorDFMAActive:
 		return pct(sh.dfma)
-	case sampler.MetricTensorIMMAActive:
+	case catalog.MetricTensorIMMAActive:
 		return pct(sh.imma)
-	case sampler.MetricFP64Active:
+	case catalog.MetricFP64Active:
 		return pct(sh.fp64)
-	case sampler.MetricFP32Active:
+	case catalog.MetricFP32Active:
 		return pct(sh.fp32)
-	case sampler.MetricFP16Active:
+	case catalog.MetricFP16Active:
 		return pct(sh.fp16)
-	case sampler.MetricDRAMActive:
+	case catalog.MetricDRAMActive:
 		return pct(sh.dram)
-	case sampler.MetricPCIeTxRate, sampler.MetricPCIeRxRate, sampler.MetricNVLinkTxRate, sampler.MetricNVLinkRxRate:
+	case catalog.MetricPCIeTxRate, catalog.MetricPCIeRxRate, catalog.MetricNVLinkTxRate, catalog.MetricNVLinkRxRate:
 		if d.src.opts.Profile == "comm-bound" {
 			f = 1 // the links stay busy while the SMs wait
 		}

@@ -19,6 +19,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gpusampler/gpusampler/catalog"
+	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
@@ -35,17 +37,17 @@ const (
 	DefaultDepth = 120
 )
 
-var defaultPeriods = [sampler.NumBufferTypes]time.Duration{
-	sampler.BufferTotalPower:  50 * time.Millisecond,
-	sampler.BufferGPUUtil:     time.Second / 6,
-	sampler.BufferMemoryUtil:  time.Second / 6,
-	sampler.BufferEncoderUtil: time.Second / 6,
-	sampler.BufferDecoderUtil: time.Second / 6,
-	sampler.BufferSMClock:     100 * time.Millisecond,
-	sampler.BufferMemoryClock: 100 * time.Millisecond,
-	sampler.BufferModulePower: 50 * time.Millisecond,
-	sampler.BufferJPEGUtil:    time.Second / 6,
-	sampler.BufferOFAUtil:     time.Second / 6,
+var defaultPeriods = [catalog.NumBufferTypes]time.Duration{
+	catalog.BufferTotalPower:  50 * time.Millisecond,
+	catalog.BufferGPUUtil:     time.Second / 6,
+	catalog.BufferMemoryUtil:  time.Second / 6,
+	catalog.BufferEncoderUtil: time.Second / 6,
+	catalog.BufferDecoderUtil: time.Second / 6,
+	catalog.BufferSMClock:     100 * time.Millisecond,
+	catalog.BufferMemoryClock: 100 * time.Millisecond,
+	catalog.BufferModulePower: 50 * time.Millisecond,
+	catalog.BufferJPEGUtil:    time.Second / 6,
+	catalog.BufferOFAUtil:     time.Second / 6,
 }
 
 // H200-like identity and limits.
@@ -74,7 +76,7 @@ type Options struct {
 	Depth int
 	// Periods overrides the per-type sample periods (zero entries keep the
 	// defaults).
-	Periods [sampler.NumBufferTypes]time.Duration
+	Periods [catalog.NumBufferTypes]time.Duration
 	// BootClock makes buffer timestamps count from a simulated boot time
 	// instead of Unix time, like some drivers.
 	BootClock bool
@@ -157,7 +159,7 @@ type Device struct {
 	mu     sync.Mutex
 	lost   bool
 	hang   chan struct{}
-	events chan sampler.Event
+	events chan record.Event
 	xids   atomic.Uint64
 }
 
@@ -195,22 +197,22 @@ func (d *Device) Hang() (release func()) {
 // would deliver it) for WatchEvents. For fault-injection tests.
 func (d *Device) InjectXID(code int) {
 	d.xids.Add(1)
-	d.eventsChan() <- sampler.Event{Kind: sampler.EventXID, Message: fmt.Sprintf("Xid %d (injected)", code),
-		Attrs: []sampler.Attr{{Key: "xid", Value: fmt.Sprint(code)}}}
+	d.eventsChan() <- record.Event{Kind: record.EventXID, Message: fmt.Sprintf("Xid %d (injected)", code),
+		Attrs: []record.Attr{{Key: "xid", Value: fmt.Sprint(code)}}}
 }
 
-func (d *Device) eventsChan() chan sampler.Event {
+func (d *Device) eventsChan() chan record.Event {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.events == nil {
-		d.events = make(chan sampler.Event, 64)
+		d.events = make(chan record.Event, 64)
 	}
 	return d.events
 }
 
 // WatchEvents delivers injected events until ctx ends. It implements
 // sampler.EventWatcher.
-func (d *Device) WatchEvents(ctx context.Context, emit func(sampler.Event)) error {
+func (d *Device) WatchEvents(ctx context.Context, emit func(record.Event)) error {
 	ch := d.eventsChan()
 	for {
 		select {
@@ -239,13 +241,13 @@ func (d *Device) isLost() bool {
 }
 
 // Identity returns an H200-like identity.
-func (d *Device) Identity() (sampler.Device, error) {
+func (d *Device) Identity() (record.Device, error) {
 	d.calls.Add(1)
 	if d.isLost() {
-		return sampler.Device{}, fmt.Errorf("identity: %w", sampler.ErrGPULost)
+		return record.Device{}, fmt.Errorf("identity: %w", sampler.ErrGPULost)
 	}
 	h := mix(d.src.opts.Seed, uint64(d.index), 0x1d)
-	return sampler.Device{
+	return record.Device{
 		Index:             d.index,
 		UUID:              fmt.Sprintf("GPU-%08x-%04x-%04x-%04x-%012x", uint32(h), uint16(h>>32), uint16(h>>48), uint16(h>>20), h>>16&0xffffffffffff),
 		Name:              "NVIDIA H200 (simulated)",
@@ -260,9 +262,9 @@ func (d *Device) Identity() (sampler.Device, error) {
 		MaxOperatingTempC: maxOperTempC,
 		MemoryMaxTempC:    memMaxTempC,
 		// A well-kept datacenter GPU.
-		PersistenceMode: sampler.ModeEnabled,
-		ECCMode:         sampler.ModeEnabled,
-		MIGMode:         sampler.ModeDisabled,
+		PersistenceMode: record.ModeEnabled,
+		ECCMode:         record.ModeEnabled,
+		MIGMode:         record.ModeDisabled,
 	}, nil
 }
 
@@ -294,18 +296,18 @@ func (d *Device) CallStats() sampler.CallStats {
 
 // Drain returns the samples of buffer t newer than cursor, like
 // nvmlDeviceGetSamples: only the last Depth samples are kept.
-func (d *Device) Drain(t sampler.BufferType, cursor uint64, dst []sampler.RawSample) ([]sampler.RawSample, error) {
+func (d *Device) Drain(t catalog.BufferType, cursor uint64, dst []sampler.RawSample) ([]sampler.RawSample, error) {
 	d.calls.Add(1)
 	if d.isLost() {
 		return dst, fmt.Errorf("drain %s: %w", t, sampler.ErrGPULost)
 	}
-	if t >= sampler.NumBufferTypes {
+	if t >= catalog.NumBufferTypes {
 		return dst, fmt.Errorf("drain %s: %w", t, sampler.ErrNotSupported)
 	}
-	if t == sampler.BufferModulePower {
+	if t == catalog.BufferModulePower {
 		return dst, fmt.Errorf("drain %s: %w", t, sampler.ErrNotSupported) // not a Grace-Hopper module
 	}
-	metric := sampler.DefaultCatalog.BufferMetric(t)
+	metric := catalog.DefaultCatalog.BufferMetric(t)
 	opts := &d.src.opts
 	period := opts.Periods[t]
 	now := opts.Now()
@@ -358,7 +360,7 @@ func (d *Device) rawUS(at time.Time) uint64 {
 }
 
 // Read returns fields, slow state and point reads.
-func (d *Device) Read(ids []sampler.MetricID, out []sampler.Reading) error {
+func (d *Device) Read(ids []catalog.MetricID, out []sampler.Reading) error {
 	d.calls.Add(1)
 	if d.isLost() {
 		return fmt.Errorf("read: %w", sampler.ErrGPULost)
@@ -366,12 +368,12 @@ func (d *Device) Read(ids []sampler.MetricID, out []sampler.Reading) error {
 	now := d.src.opts.Now()
 	gpm := d.gpmSnapshot(ids, now)
 	for i, id := range ids {
-		m := sampler.DefaultCatalog.Get(id)
+		m := catalog.DefaultCatalog.Get(id)
 		if m == nil {
 			out[i] = sampler.Reading{Err: fmt.Errorf("metric %d: %w", id, sampler.ErrNotSupported)}
 			continue
 		}
-		if m.Src.Kind == sampler.FromGPM {
+		if m.Src.Kind == catalog.FromGPM {
 			if gpm != nil {
 				out[i] = sampler.Reading{Err: gpm}
 				continue
@@ -379,7 +381,7 @@ func (d *Device) Read(ids []sampler.MetricID, out []sampler.Reading) error {
 			out[i] = sampler.Reading{Value: d.gpmValue(id, now), TimeNS: now.UnixNano()}
 			continue
 		}
-		if m.Src.Kind == sampler.FromQuery {
+		if m.Src.Kind == catalog.FromQuery {
 			d.calls.Add(1) // every point query is its own driver call
 		}
 		v, ok := d.pointValue(id, now)
@@ -394,19 +396,19 @@ func (d *Device) Read(ids []sampler.MetricID, out []sampler.Reading) error {
 
 // pointValue is a metric's current value; ok is false for what the
 // simulated H200 does not support.
-func (d *Device) pointValue(id sampler.MetricID, now time.Time) (float64, bool) {
+func (d *Device) pointValue(id catalog.MetricID, now time.Time) (float64, bool) {
 	switch id {
-	case sampler.MetricModulePower, sampler.MetricFanSpeed, sampler.MetricUtilJPEG, sampler.MetricUtilOFA:
+	case catalog.MetricModulePower, catalog.MetricFanSpeed, catalog.MetricUtilJPEG, catalog.MetricUtilOFA:
 		return 0, false // H200 SXM: no module power, no fan
-	case sampler.MetricUtilGPU, sampler.MetricUtilMemory, sampler.MetricUtilEncoder, sampler.MetricUtilDecoder:
+	case catalog.MetricUtilGPU, catalog.MetricUtilMemory, catalog.MetricUtilEncoder, catalog.MetricUtilDecoder:
 		v, ok := d.value(id, now)
 		if !ok {
 			return 0, true // the point query answers 0 on an idle engine
 		}
 		return v, true
-	case sampler.MetricEnergy:
+	case catalog.MetricEnergy:
 		return d.energy(now), true
-	case sampler.MetricXIDCount:
+	case catalog.MetricXIDCount:
 		return float64(d.xids.Load()), true
 	}
 	return d.value(id, now)
@@ -425,7 +427,7 @@ func (d *Device) energy(now time.Time) float64 {
 		if rem := now.Sub(t); rem < dt {
 			dt = rem
 		}
-		p, _ := d.value(sampler.MetricPowerInstant, t)
+		p, _ := d.value(catalog.MetricPowerInstant, t)
 		d.energyMJ += p * dt.Seconds() * 1000
 	}
 	d.energyAt = now
@@ -437,9 +439,9 @@ func (d *Device) energy(now time.Time) float64 {
 // least sampler.MinGPMInterval apart: the first read, or one too soon after
 // the previous, answers ErrNothingNew (and a read too soon keeps the older
 // snapshot). It returns nil when values are ready.
-func (d *Device) gpmSnapshot(ids []sampler.MetricID, now time.Time) error {
+func (d *Device) gpmSnapshot(ids []catalog.MetricID, now time.Time) error {
 	for _, id := range ids {
-		if m := sampler.DefaultCatalog.Get(id); m != nil && m.Src.Kind == sampler.FromGPM {
+		if m := catalog.DefaultCatalog.Get(id); m != nil && m.Src.Kind == catalog.FromGPM {
 			d.calls.Add(1)
 			switch {
 			case d.gpmAt.IsZero():

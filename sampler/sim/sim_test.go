@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpusampler/gpusampler/catalog"
+	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
@@ -37,8 +39,8 @@ func TestDeterministicForSeed(t *testing.T) {
 	start := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	a := device(t, newSim(t, "training", &fakeClock{start}), 1)
 	b := device(t, newSim(t, "training", &fakeClock{start}), 1)
-	ra, _ := a.Drain(sampler.BufferTotalPower, 0, nil)
-	rb, _ := b.Drain(sampler.BufferTotalPower, 0, nil)
+	ra, _ := a.Drain(catalog.BufferTotalPower, 0, nil)
+	rb, _ := b.Drain(catalog.BufferTotalPower, 0, nil)
 	if len(ra) == 0 || len(ra) != len(rb) {
 		t.Fatalf("lengths %d, %d", len(ra), len(rb))
 	}
@@ -52,7 +54,7 @@ func TestDeterministicForSeed(t *testing.T) {
 	if ia != ib || !ia.Simulated || ia.UUID == "" {
 		t.Fatalf("identities %+v / %+v", ia, ib)
 	}
-	if ia.PersistenceMode != sampler.ModeEnabled || ia.ECCMode != sampler.ModeEnabled || ia.MIGMode != sampler.ModeDisabled {
+	if ia.PersistenceMode != record.ModeEnabled || ia.ECCMode != record.ModeEnabled || ia.MIGMode != record.ModeDisabled {
 		t.Fatalf("simulated modes %q/%q/%q, want enabled/enabled/disabled", ia.PersistenceMode, ia.ECCMode, ia.MIGMode)
 	}
 	i0, _ := device(t, newSim(t, "training", &fakeClock{start}), 0).Identity()
@@ -66,7 +68,7 @@ func TestDeterministicForSeed(t *testing.T) {
 func TestBufferSemantics(t *testing.T) {
 	clk := &fakeClock{time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
 	d := device(t, newSim(t, "training", clk), 0)
-	first, err := d.Drain(sampler.BufferGPUUtil, 0, nil)
+	first, err := d.Drain(catalog.BufferGPUUtil, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,17 +76,17 @@ func TestBufferSemantics(t *testing.T) {
 		t.Fatalf("first drain returned %d, want the full depth %d", len(first), DefaultDepth)
 	}
 	cursor := first[len(first)-1].TimeUS
-	if _, err := d.Drain(sampler.BufferGPUUtil, cursor, nil); !errors.Is(err, sampler.ErrNothingNew) {
+	if _, err := d.Drain(catalog.BufferGPUUtil, cursor, nil); !errors.Is(err, sampler.ErrNothingNew) {
 		t.Fatalf("immediate re-drain: %v, want ErrNothingNew", err)
 	}
 	seen := map[uint64]bool{}
 	for _, s := range first {
 		seen[s.TimeUS] = true
 	}
-	period := defaultPeriods[sampler.BufferGPUUtil]
+	period := defaultPeriods[catalog.BufferGPUUtil]
 	for step := 0; step < 200; step++ {
 		clk.t = clk.t.Add(time.Duration(step%7+1) * 37 * time.Millisecond)
-		got, err := d.Drain(sampler.BufferGPUUtil, cursor, nil)
+		got, err := d.Drain(catalog.BufferGPUUtil, cursor, nil)
 		if errors.Is(err, sampler.ErrNothingNew) {
 			continue
 		}
@@ -111,7 +113,7 @@ func TestBufferSemantics(t *testing.T) {
 	}
 	// a long pause loses the overwritten samples, as a driver would
 	clk.t = clk.t.Add(time.Minute)
-	got, _ := d.Drain(sampler.BufferGPUUtil, cursor, nil)
+	got, _ := d.Drain(catalog.BufferGPUUtil, cursor, nil)
 	if len(got) != DefaultDepth {
 		t.Fatalf("after a pause longer than the span: %d samples, want depth %d", len(got), DefaultDepth)
 	}
@@ -120,14 +122,14 @@ func TestBufferSemantics(t *testing.T) {
 func TestIdleBuffersRunDry(t *testing.T) {
 	clk := &fakeClock{time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
 	d := device(t, newSim(t, "idle", clk), 0)
-	if _, err := d.Drain(sampler.BufferGPUUtil, 0, nil); !errors.Is(err, sampler.ErrNothingNew) {
+	if _, err := d.Drain(catalog.BufferGPUUtil, 0, nil); !errors.Is(err, sampler.ErrNothingNew) {
 		t.Fatalf("idle utilization drain: %v, want ErrNothingNew", err)
 	}
-	if _, err := d.Drain(sampler.BufferModulePower, 0, nil); !errors.Is(err, sampler.ErrNotSupported) {
+	if _, err := d.Drain(catalog.BufferModulePower, 0, nil); !errors.Is(err, sampler.ErrNotSupported) {
 		t.Fatalf("module power: %v, want ErrNotSupported", err)
 	}
 	out := make([]sampler.Reading, 1)
-	d.Read([]sampler.MetricID{sampler.MetricUtilGPU}, out)
+	d.Read([]catalog.MetricID{catalog.MetricUtilGPU}, out)
 	if out[0].Err != nil || out[0].Value != 0 {
 		t.Fatalf("idle point read: %+v, want a real 0", out[0])
 	}
@@ -136,7 +138,7 @@ func TestIdleBuffersRunDry(t *testing.T) {
 func TestBootClock(t *testing.T) {
 	start := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	s, _ := New(Options{GPUs: 1, Profile: "training", Now: (&fakeClock{start}).now, BootClock: true})
-	got, _ := device(t, s, 0).Drain(sampler.BufferTotalPower, 0, nil)
+	got, _ := device(t, s, 0).Drain(catalog.BufferTotalPower, 0, nil)
 	newest := time.Duration(got[len(got)-1].TimeUS) * time.Microsecond
 	if d := bootOffset - newest; d < 0 || d > time.Second {
 		t.Fatalf("newest boot timestamp %v, want just under %v", newest, bootOffset)
@@ -144,7 +146,7 @@ func TestBootClock(t *testing.T) {
 }
 
 // readAt reads metric ids at an instant.
-func readAt(t *testing.T, d *Device, clk *fakeClock, at time.Duration, ids ...sampler.MetricID) []float64 {
+func readAt(t *testing.T, d *Device, clk *fakeClock, at time.Duration, ids ...catalog.MetricID) []float64 {
 	t.Helper()
 	clk.t = d.src.start.Add(at)
 	out := make([]sampler.Reading, len(ids))
@@ -166,14 +168,14 @@ func TestProfiles(t *testing.T) {
 	clk := &fakeClock{time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
 	t.Run("training", func(t *testing.T) {
 		d := device(t, newSim(t, "training", clk), 0)
-		v := readAt(t, d, clk, 30*time.Second, sampler.MetricUtilGPU, sampler.MetricPowerInstant, sampler.MetricClocksEventReasons)
+		v := readAt(t, d, clk, 30*time.Second, catalog.MetricUtilGPU, catalog.MetricPowerInstant, catalog.MetricClocksEventReasons)
 		if v[0] < 90 || v[1] < 500 || v[2] != 0 {
 			t.Fatalf("util %v power %v reasons %v", v[0], v[1], v[2])
 		}
 	})
 	t.Run("launch-bound", func(t *testing.T) {
 		d := device(t, newSim(t, "launch-bound", clk), 0)
-		v := readAt(t, d, clk, 30*time.Second, sampler.MetricUtilGPU, sampler.MetricPowerInstant)
+		v := readAt(t, d, clk, 30*time.Second, catalog.MetricUtilGPU, catalog.MetricPowerInstant)
 		if v[0] < 90 || v[1] > 0.35*powerLimitW {
 			t.Fatalf("util %v power %v: want high utilization with low power", v[0], v[1])
 		}
@@ -182,7 +184,7 @@ func TestProfiles(t *testing.T) {
 		d := device(t, newSim(t, "data-stall", clk), 0)
 		var low, high int
 		for ms := 0; ms < 12000; ms += 100 {
-			u := readAt(t, d, clk, time.Duration(ms)*time.Millisecond, sampler.MetricUtilGPU)[0]
+			u := readAt(t, d, clk, time.Duration(ms)*time.Millisecond, catalog.MetricUtilGPU)[0]
 			if u < 20 {
 				low++
 			} else if u > 85 {
@@ -195,26 +197,26 @@ func TestProfiles(t *testing.T) {
 	})
 	t.Run("thermal", func(t *testing.T) {
 		d := device(t, newSim(t, "thermal", clk), 0)
-		early := readAt(t, d, clk, 5*time.Second, sampler.MetricTempGPU, sampler.MetricClockSM, sampler.MetricClocksEventReasons)
-		late := readAt(t, d, clk, 90*time.Second, sampler.MetricTempGPU, sampler.MetricClockSM, sampler.MetricClocksEventReasons, sampler.MetricThrottleHWThermal)
+		early := readAt(t, d, clk, 5*time.Second, catalog.MetricTempGPU, catalog.MetricClockSM, catalog.MetricClocksEventReasons)
+		late := readAt(t, d, clk, 90*time.Second, catalog.MetricTempGPU, catalog.MetricClockSM, catalog.MetricClocksEventReasons, catalog.MetricThrottleHWThermal)
 		if early[0] >= slowdownTempC || early[2] != 0 {
 			t.Fatalf("early: temp %v reasons %v", early[0], early[2])
 		}
-		if late[0] < slowdownTempC || late[1] >= early[1] || uint64(late[2])&sampler.ReasonThermalAny == 0 || late[3] <= 0 {
+		if late[0] < slowdownTempC || late[1] >= early[1] || uint64(late[2])&catalog.ReasonThermalAny == 0 || late[3] <= 0 {
 			t.Fatalf("late: temp %v clock %v (early %v) reasons %v throttle ns %v", late[0], late[1], early[1], late[2], late[3])
 		}
 	})
 	t.Run("memory-pressure", func(t *testing.T) {
 		d := device(t, newSim(t, "memory-pressure", clk), 0)
-		v := readAt(t, d, clk, 60*time.Second, sampler.MetricMemoryUsed, sampler.MetricMemoryTotal)
+		v := readAt(t, d, clk, 60*time.Second, catalog.MetricMemoryUsed, catalog.MetricMemoryTotal)
 		if v[0]/v[1] < 0.97 {
 			t.Fatalf("memory used %v of %v: want near full", v[0], v[1])
 		}
 	})
 	t.Run("idle", func(t *testing.T) {
 		d := device(t, newSim(t, "idle", clk), 0)
-		v := readAt(t, d, clk, 30*time.Second, sampler.MetricPowerInstant, sampler.MetricClocksEventReasons)
-		if v[0] > 100 || uint64(v[1])&sampler.ReasonGPUIdle == 0 {
+		v := readAt(t, d, clk, 30*time.Second, catalog.MetricPowerInstant, catalog.MetricClocksEventReasons)
+		if v[0] > 100 || uint64(v[1])&catalog.ReasonGPUIdle == 0 {
 			t.Fatalf("idle power %v reasons %v", v[0], v[1])
 		}
 	})
@@ -223,8 +225,8 @@ func TestProfiles(t *testing.T) {
 func TestEnergyIsMonotonicIntegral(t *testing.T) {
 	clk := &fakeClock{time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
 	d := device(t, newSim(t, "training", clk), 0)
-	e0 := readAt(t, d, clk, 0, sampler.MetricEnergy)[0]
-	e1 := readAt(t, d, clk, 10*time.Second, sampler.MetricEnergy)[0]
+	e0 := readAt(t, d, clk, 0, catalog.MetricEnergy)[0]
+	e1 := readAt(t, d, clk, 10*time.Second, catalog.MetricEnergy)[0]
 	joules := (e1 - e0) / 1000
 	if joules < 10*500 || joules > 10*700 {
 		t.Fatalf("energy over 10 s of training: %v J, want 5–7 kJ", joules)
@@ -243,8 +245,8 @@ func TestBadOptions(t *testing.T) {
 // launch-bound keeps the engine busy (utilization high) while the SMs
 // mostly wait; training is tensor-heavy.
 func TestGPMProfiles(t *testing.T) {
-	ids := []sampler.MetricID{sampler.MetricSMActive, sampler.MetricTensorActive, sampler.MetricUtilGPU,
-		sampler.MetricGraphicsActive, sampler.MetricNVLinkTxRate}
+	ids := []catalog.MetricID{catalog.MetricSMActive, catalog.MetricTensorActive, catalog.MetricUtilGPU,
+		catalog.MetricGraphicsActive, catalog.MetricNVLinkTxRate}
 	read := func(d *Device) []sampler.Reading {
 		out := make([]sampler.Reading, len(ids))
 		if err := d.Read(ids, out); err != nil {
@@ -279,7 +281,7 @@ func TestGPMProfiles(t *testing.T) {
 			r := read(d)
 			for i, x := range r {
 				if x.Err != nil {
-					t.Fatalf("%s: %v", sampler.DefaultCatalog.Name(ids[i]), x.Err)
+					t.Fatalf("%s: %v", catalog.DefaultCatalog.Name(ids[i]), x.Err)
 				}
 			}
 			sm, tensor, util, nvl := r[0].Value, r[1].Value, r[2].Value, r[4].Value

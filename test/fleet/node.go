@@ -13,11 +13,12 @@ import (
 
 	natsgo "github.com/nats-io/nats.go"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/internal/agent"
 	"github.com/gpusampler/gpusampler/internal/appconfig"
 	"github.com/gpusampler/gpusampler/outputs"
 	natsout "github.com/gpusampler/gpusampler/outputs/nats"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler/sim"
 )
 
@@ -69,10 +70,10 @@ func newNode(host string, o Options, urls []string) (*node, error) {
 		// Line protocol carries the performance state as a tag, not as a
 		// sample (Telegraf's schema; see package stream): what goes in is
 		// what that encoding can bring out.
-		n.count.skip = sampler.MetricPState
+		n.count.skip = catalog.MetricPState
 	}
 	nk := natsout.Kind()
-	nk.Build = func(o *outputs.Block, env outputs.BuildEnv) (sampler.Output, error) {
+	nk.Build = func(o *outputs.Block, env outputs.BuildEnv) (record.Output, error) {
 		c, _ := o.Options.(natsout.Config)
 		out, err := natsout.New(c, natsout.WithName(o.Name), natsout.WithHost(env.Host), natsout.WithLogger(env.Logger),
 			natsout.WithCatalog(env.Catalog), natsout.WithNATSOptions(natsgo.SetCustomDialer(n.dialer)))
@@ -84,7 +85,7 @@ func newNode(host string, o Options, urls []string) (*node, error) {
 		n.mu.Unlock()
 		return out, nil
 	}
-	ck := outputs.Kind{Kind: "fleetcount", Build: func(*outputs.Block, outputs.BuildEnv) (sampler.Output, error) {
+	ck := outputs.Kind{Kind: "fleetcount", Build: func(*outputs.Block, outputs.BuildEnv) (record.Output, error) {
 		return n.count, nil
 	}}
 	reg := outputs.NewRegistry(nk, ck)
@@ -126,7 +127,7 @@ type counter struct {
 	host string
 	hh   uint64
 	keep bool
-	skip sampler.MetricID // a metric not counted (0: none)
+	skip catalog.MetricID // a metric not counted (0: none)
 	mu   sync.Mutex
 	n    uint64
 	fp   uint64
@@ -138,7 +139,7 @@ func newCounter(host string, keep bool) *counter {
 }
 
 // Write counts b's samples.
-func (c *counter) Write(_ context.Context, b *sampler.Batch) error {
+func (c *counter) Write(_ context.Context, b *record.Batch) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, s := range b.Samples {
@@ -166,7 +167,7 @@ func (c *counter) totals() (n, fp uint64, kept []Record) {
 // Record is one sample with the host that sent it.
 type Record struct {
 	Host string
-	sampler.Sample
+	record.Sample
 }
 
 // hash is FNV-1a of s.
@@ -192,7 +193,7 @@ func mix(x uint64) uint64 {
 // metric, flags, time and value. The sum of the fingerprints of a set of
 // samples is the same whatever their order, and differs (but for a 2^-64
 // chance) when one is missing, doubled or altered.
-func fingerprint(hh uint64, s sampler.Sample) uint64 {
+func fingerprint(hh uint64, s record.Sample) uint64 {
 	h := mix(hh ^ uint64(s.Device)<<48 ^ uint64(s.Metric)<<32 ^ uint64(s.Flags))
 	h = mix(h ^ uint64(s.TimeNS))
 	return mix(h ^ math.Float64bits(s.Value))

@@ -13,7 +13,7 @@ import (
 	"github.com/influxdata/telegraf/config"
 	"github.com/influxdata/telegraf/plugins/inputs/nvidia_smi"
 
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/catalog"
 )
 
 // nvidiaSMIFields reads the fields Telegraf's nvidia_smi parsers (both
@@ -79,8 +79,8 @@ func TestCatalogTelegrafNamesAreNvidiaSMIFields(t *testing.T) {
 			}
 		}
 	}
-	goType := map[sampler.ValueType]string{sampler.Int: "int64", sampler.Float: "float64"}
-	for _, m := range sampler.DefaultCatalog.All() {
+	goType := map[catalog.ValueType]string{catalog.Int: "int64", catalog.Float: "float64"}
+	for _, m := range catalog.DefaultCatalog.All() {
 		if m.Telegraf.Name == "" {
 			continue
 		}

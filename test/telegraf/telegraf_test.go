@@ -20,10 +20,11 @@ import (
 	"github.com/influxdata/telegraf/plugins/inputs/influxdb_v2_listener"
 	"github.com/influxdata/telegraf/plugins/parsers/influx"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/internal/appconfig"
 	"github.com/gpusampler/gpusampler/outputs"
 	gstelegraf "github.com/gpusampler/gpusampler/outputs/telegraf"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // buildBinary builds gpusampler from this checkout.
@@ -253,7 +254,7 @@ func TestListeners(t *testing.T) {
 			acc := &accumulator{}
 			stop := tc.start(t, addr, acc)
 			defer stop()
-			build := func(creds string) sampler.Output {
+			build := func(creds string) record.Output {
 				doc := "[[outputs.telegraf]]\nurl = \"http://" + addr + "\"\nlistener = \"" + tc.listener + "\"\ncontent_encoding = \"gzip\"\n" + creds + "\n"
 				cfg, err := appconfig.Parse("test.toml", []byte(doc), appconfig.Options{Registry: outputs.NewRegistry(gstelegraf.Kind())})
 				if err != nil {
@@ -268,21 +269,21 @@ func TestListeners(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			dev := sampler.Device{Index: 1, UUID: "GPU-1", Name: "Sim GPU", PCIBusID: "00000000:18:00.0", Simulated: true}
+			dev := record.Device{Index: 1, UUID: "GPU-1", Name: "Sim GPU", PCIBusID: "00000000:18:00.0", Simulated: true}
 			t0 := time.Now().Truncate(time.Second).UnixNano()
-			var samples []sampler.Sample
+			var samples []record.Sample
 			const n = 500
 			for i := range n {
 				ts := t0 + int64(i)*100_000_000 + 7
 				samples = append(samples,
-					sampler.Sample{TimeNS: ts, Value: 100.5 + float64(i), Device: 1, Metric: sampler.MetricPowerDraw},
-					sampler.Sample{TimeNS: ts, Value: float64(i % 100), Device: 1, Metric: sampler.MetricUtilGPU})
+					record.Sample{TimeNS: ts, Value: 100.5 + float64(i), Device: 1, Metric: catalog.MetricPowerDraw},
+					record.Sample{TimeNS: ts, Value: float64(i % 100), Device: 1, Metric: catalog.MetricUtilGPU})
 			}
-			err := build(tc.bad).Write(ctx, &sampler.Batch{Seq: 1, Devices: []sampler.Device{dev}, Samples: samples[:2]})
-			if !sampler.IsPermanent(err) || !strings.Contains(err.Error(), `telegraf "telegraf"`) || !strings.Contains(err.Error(), "401") {
+			err := build(tc.bad).Write(ctx, &record.Batch{Seq: 1, Devices: []record.Device{dev}, Samples: samples[:2]})
+			if !record.IsPermanent(err) || !strings.Contains(err.Error(), `telegraf "telegraf"`) || !strings.Contains(err.Error(), "401") {
 				t.Fatalf("wrong credentials: %v", err)
 			}
-			if err := build(tc.good).Write(ctx, &sampler.Batch{Seq: 1, Devices: []sampler.Device{dev}, Samples: samples}); err != nil {
+			if err := build(tc.good).Write(ctx, &record.Batch{Seq: 1, Devices: []record.Device{dev}, Samples: samples}); err != nil {
 				t.Fatal(err)
 			}
 			waitFor(t, 5*time.Second, strconv.Itoa(n)+" metrics", func() bool { m, _ := acc.snapshot(); return len(m) >= n })

@@ -1,7 +1,7 @@
 // Package jsonl encodes gpusampler records as JSON Lines: one object per
 // record, with a "type" of "device", "sample", "summary" (a window
 // aggregate, see internal/pipeline/aggregate), "event", "self" (self-metrics) or
-// "process" (one process on one GPU, see sampler.EventProcess). Samples carry our
+// "process" (one process on one GPU, see record.EventProcess). Samples carry our
 // catalog names and base units. Simulated devices' records carry
 // "simulated":true.
 //
@@ -13,7 +13,8 @@ import (
 	"strconv"
 	"unicode/utf8"
 
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/catalog"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // Options configure an Encoder.
@@ -22,15 +23,15 @@ type Options struct {
 	Host string
 	// GlobalTags are written into every record as "tags".
 	GlobalTags map[string]string
-	// Catalog defaults to sampler.DefaultCatalog.
-	Catalog *sampler.Catalog
+	// Catalog defaults to catalog.DefaultCatalog.
+	Catalog *catalog.Catalog
 }
 
 // DeviceRecord is the JSON form of a device identity.
 type DeviceRecord struct {
 	Type string `json:"type"` // "device"
 	Host string `json:"host,omitempty"`
-	sampler.Device
+	record.Device
 	Tags map[string]string `json:"tags,omitempty"`
 }
 
@@ -47,7 +48,7 @@ type EventRecord struct {
 	Attrs     map[string]string `json:"attrs,omitempty"`
 	Simulated bool              `json:"simulated,omitempty"`
 	// The device's attribution (pod, namespace, container, hpc_job).
-	sampler.Attribution
+	record.Attribution
 	Tags map[string]string `json:"tags,omitempty"`
 }
 
@@ -55,16 +56,16 @@ type EventRecord struct {
 type Encoder struct {
 	opts    Options
 	buf     []byte
-	devs    map[int]sampler.Device
+	devs    map[int]record.Device
 	tagJSON []byte // pre-encoded ,"tags":{...}
 }
 
 // New returns an encoder.
 func New(opts Options) *Encoder {
 	if opts.Catalog == nil {
-		opts.Catalog = sampler.DefaultCatalog
+		opts.Catalog = catalog.DefaultCatalog
 	}
-	e := &Encoder{opts: opts, devs: make(map[int]sampler.Device)}
+	e := &Encoder{opts: opts, devs: make(map[int]record.Device)}
 	if len(opts.GlobalTags) > 0 {
 		b, _ := json.Marshal(opts.GlobalTags) // map[string]string cannot fail
 		e.tagJSON = append([]byte(`,"tags":`), b...)
@@ -73,7 +74,7 @@ func New(opts Options) *Encoder {
 }
 
 // Encode appends every record of b, one line each.
-func (e *Encoder) Encode(b *sampler.Batch) {
+func (e *Encoder) Encode(b *record.Batch) {
 	for _, d := range b.Devices {
 		e.devs[d.Index] = d
 		line, err := json.Marshal(DeviceRecord{Type: "device", Host: e.opts.Host, Device: d, Tags: e.opts.GlobalTags})
@@ -89,10 +90,10 @@ func (e *Encoder) Encode(b *sampler.Batch) {
 	}
 	for _, ev := range b.Events {
 		switch ev.Kind {
-		case sampler.EventSelf:
+		case record.EventSelf:
 			e.appendSelf(ev)
 			continue
-		case sampler.EventProcess:
+		case record.EventProcess:
 			e.appendProcess(ev)
 			continue
 		}
@@ -113,11 +114,11 @@ func (e *Encoder) Encode(b *sampler.Batch) {
 
 // appendAttribution appends the device's non-empty attribution fields
 // (pod, namespace, container, hpc_job).
-func appendAttribution(b []byte, a sampler.Attribution) []byte {
+func appendAttribution(b []byte, a record.Attribution) []byte {
 	for i, v := range a.Values() {
 		if v != "" {
 			b = append(b, ',')
-			b = appendString(b, sampler.AttributionKeys[i])
+			b = appendString(b, record.AttributionKeys[i])
 			b = append(b, ':')
 			b = appendString(b, v)
 		}
@@ -128,7 +129,7 @@ func appendAttribution(b []byte, a sampler.Attribution) []byte {
 // appendHead appends the start every per-device record shares: the opening
 // (`{"type":"...","time":`), the time, host, gpu and, when known, uuid. It
 // returns the device's identity and whether it is known.
-func (e *Encoder) appendHead(b []byte, open string, timeNS int64, dev int) ([]byte, sampler.Device, bool) {
+func (e *Encoder) appendHead(b []byte, open string, timeNS int64, dev int) ([]byte, record.Device, bool) {
 	d, known := e.devs[dev]
 	b = append(b, open...)
 	b = strconv.AppendInt(b, timeNS, 10)
@@ -146,7 +147,7 @@ func (e *Encoder) appendHead(b []byte, open string, timeNS int64, dev int) ([]by
 	return b, d, known
 }
 
-func (e *Encoder) appendSample(s sampler.Sample) {
+func (e *Encoder) appendSample(s record.Sample) {
 	m := e.opts.Catalog.Get(s.Metric)
 	if m == nil {
 		return
@@ -158,7 +159,7 @@ func (e *Encoder) appendSample(s sampler.Sample) {
 	b = AppendNumber(b, s.Value, m.Type)
 	b = append(b, `,"unit":`...)
 	b = appendString(b, m.Unit)
-	if s.Flags&sampler.FlagPointRead != 0 {
+	if s.Flags&record.FlagPointRead != 0 {
 		b = append(b, `,"point_read":true`...)
 	}
 	if known && d.Simulated {
@@ -170,7 +171,7 @@ func (e *Encoder) appendSample(s sampler.Sample) {
 
 // appendSelf writes a self-metrics event as
 // {"type":"self","time":T,"host":..,ATTRS...,"fields":{...},"tags":{...}}.
-func (e *Encoder) appendSelf(ev sampler.Event) {
+func (e *Encoder) appendSelf(ev record.Event) {
 	b := append(e.buf, `{"type":"self","time":`...)
 	b = strconv.AppendInt(b, ev.StartNS, 10)
 	if e.opts.Host != "" {
@@ -190,9 +191,9 @@ func (e *Encoder) appendSelf(ev sampler.Event) {
 		}
 		b = appendString(b, f.Key)
 		b = append(b, ':')
-		t := sampler.Float
+		t := catalog.Float
 		if f.Int {
-			t = sampler.Int
+			t = catalog.Int
 		}
 		b = AppendNumber(b, f.Value, t)
 	}
@@ -205,7 +206,7 @@ func (e *Encoder) appendSelf(ev sampler.Event) {
 // {"type":"summary","time":START,"interval_ns":N,...,"metric":NAME,
 // "mean":..,"min":..,"max":..,"last":..,"count":..,"unit":..}, values in
 // the catalog's base unit.
-func (e *Encoder) appendSummary(s sampler.Summary) {
+func (e *Encoder) appendSummary(s record.Summary) {
 	m := e.opts.Catalog.Get(s.Metric)
 	if m == nil {
 		return
@@ -233,7 +234,7 @@ func (e *Encoder) appendSummary(s sampler.Summary) {
 		v float64
 	}{{`,"mean":`, s.Mean}, {`,"min":`, s.Min}, {`,"max":`, s.Max}, {`,"last":`, s.Last}} {
 		b = append(b, f.k...)
-		b = AppendNumber(b, f.v, sampler.Float)
+		b = AppendNumber(b, f.v, catalog.Float)
 	}
 	b = append(b, `,"count":`...)
 	b = strconv.AppendUint(b, uint64(s.Count), 10)
@@ -248,11 +249,11 @@ func (e *Encoder) appendSummary(s sampler.Summary) {
 
 // AppendNumber appends v as a JSON number: integers without a fraction,
 // NaN and infinities as null (JSON has neither).
-func AppendNumber(b []byte, v float64, t sampler.ValueType) []byte {
+func AppendNumber(b []byte, v float64, t catalog.ValueType) []byte {
 	if v != v || v > 1.7976931348623157e308 || v < -1.7976931348623157e308 {
 		return append(b, "null"...)
 	}
-	if t == sampler.Int {
+	if t == catalog.Int {
 		return strconv.AppendInt(b, int64(v), 10)
 	}
 	return strconv.AppendFloat(b, v, 'g', -1, 64)

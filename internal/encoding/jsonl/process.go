@@ -1,27 +1,30 @@
 package jsonl
 
-import "github.com/gpusampler/gpusampler/sampler"
+import (
+	"github.com/gpusampler/gpusampler/catalog"
+	"github.com/gpusampler/gpusampler/record"
+)
 
 // appendProcess writes one per-process event as
 // {"type":"process","time":T,"host":..,"gpu":N,"uuid":..,"pid":P,
 // "name":..,"process_type":..,"used_memory_mib":..,"sm_util":..,...}: the
 // event's fields as numbers, name and process type ("C", "G", "C+G") and,
 // when enabled, "cmdline".
-func (e *Encoder) appendProcess(ev sampler.Event) {
+func (e *Encoder) appendProcess(ev record.Event) {
 	b, d, known := e.appendHead(e.buf, `{"type":"process","time":`, ev.StartNS, ev.Device)
 	for _, f := range ev.Fields {
 		b = append(b, ',')
 		b = appendString(b, f.Key)
 		b = append(b, ':')
-		t := sampler.Float
+		t := catalog.Float
 		if f.Int {
-			t = sampler.Int
+			t = catalog.Int
 		}
 		b = AppendNumber(b, f.Value, t)
 	}
 	for _, a := range ev.Attrs {
 		key := a.Key
-		if key == sampler.ProcessAttrType {
+		if key == record.ProcessAttrType {
 			key = "process_type" // "type" names the record
 		}
 		b = append(b, ',')

@@ -9,13 +9,14 @@ import (
 
 	"github.com/influxdata/line-protocol/v2/lineprotocol"
 
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/catalog"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // refEncode is Encode with the sample lines written tag by tag and field by
 // field through the lineprotocol encoder: what encodeLine's fast path
 // must match byte for byte.
-func (e *Encoder) refEncode(b *sampler.Batch) {
+func (e *Encoder) refEncode(b *record.Batch) {
 	for _, d := range b.Devices {
 		e.SetDevice(d)
 	}
@@ -36,17 +37,17 @@ func (e *Encoder) refEncode(b *sampler.Batch) {
 	}
 }
 
-func (e *Encoder) refLine(run []sampler.Sample) {
+func (e *Encoder) refLine(run []record.Sample) {
 	dt := e.device(int(run[0].Device))
 	for _, s := range run {
-		if s.Metric == sampler.MetricPState && int(s.Value) != dt.pstate {
+		if s.Metric == catalog.MetricPState && int(s.Value) != dt.pstate {
 			dt.pstate = int(s.Value)
 			e.rebuildTags(dt)
 		}
 	}
 	fields := 0
 	for _, s := range run {
-		if s.Metric != sampler.MetricPState {
+		if s.Metric != catalog.MetricPState {
 			fields++
 		}
 	}
@@ -59,14 +60,14 @@ func (e *Encoder) refLine(run []sampler.Sample) {
 	}
 	for _, s := range run {
 		m := e.opts.Catalog.Get(s.Metric)
-		if m == nil || s.Metric == sampler.MetricPState {
+		if m == nil || s.Metric == catalog.MetricPState {
 			continue
 		}
 		if v, ok := FieldValue(m.Influx(), s.Value); ok {
 			e.enc.AddField(m.Influx().Name, v)
 		}
 	}
-	if run[0].Flags&sampler.FlagPointRead != 0 {
+	if run[0].Flags&record.FlagPointRead != 0 {
 		e.enc.AddField("point_read", lineprotocol.BoolValue(true))
 	}
 	e.enc.EndLine(time.Unix(0, run[0].TimeNS))
@@ -74,59 +75,59 @@ func (e *Encoder) refLine(run []sampler.Sample) {
 
 func TestFastPathMatchesEncoder(t *testing.T) {
 	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
-	devs := []sampler.Device{
+	devs := []record.Device{
 		{Index: 0, UUID: "GPU-a", Name: "NVIDIA H200", PCIBusID: "00000000:07:00.0"},
 		{Index: 1, UUID: "GPU-b", Name: "Tesla V100, PCIe=16 GB", Simulated: true}, // escapes
 	}
-	var samples []sampler.Sample
+	var samples []record.Sample
 	for i := range 50 {
 		ts := t0 + int64(i)*1e8 + int64(i%7)
 		for d := range uint16(3) { // device 2 is not in Devices
-			var fl sampler.Flags
+			var fl record.Flags
 			if i%5 == 0 {
-				fl = sampler.FlagPointRead
+				fl = record.FlagPointRead
 			}
 			samples = append(samples,
-				sampler.Sample{TimeNS: ts, Value: 100.25 + float64(i), Metric: sampler.MetricPowerDraw, Device: d, Flags: fl},
-				sampler.Sample{TimeNS: ts, Value: float64(i % 101), Metric: sampler.MetricUtilGPU, Device: d, Flags: fl},
-				sampler.Sample{TimeNS: ts, Value: -float64(i) * 1e-9, Metric: sampler.MetricTempGPU, Device: d, Flags: fl},
-				sampler.Sample{TimeNS: ts, Value: float64(i/10) * 1e9, Metric: sampler.MetricClockSM, Device: d, Flags: fl},
-				sampler.Sample{TimeNS: ts, Value: float64(i / 20), Metric: sampler.MetricPState, Device: d, Flags: fl})
+				record.Sample{TimeNS: ts, Value: 100.25 + float64(i), Metric: catalog.MetricPowerDraw, Device: d, Flags: fl},
+				record.Sample{TimeNS: ts, Value: float64(i % 101), Metric: catalog.MetricUtilGPU, Device: d, Flags: fl},
+				record.Sample{TimeNS: ts, Value: -float64(i) * 1e-9, Metric: catalog.MetricTempGPU, Device: d, Flags: fl},
+				record.Sample{TimeNS: ts, Value: float64(i/10) * 1e9, Metric: catalog.MetricClockSM, Device: d, Flags: fl},
+				record.Sample{TimeNS: ts, Value: float64(i / 20), Metric: catalog.MetricPState, Device: d, Flags: fl})
 		}
 		switch i % 10 {
 		case 3: // NaN and Inf fields are dropped, the line stays
 			samples = append(samples,
-				sampler.Sample{TimeNS: ts + 1, Value: math.NaN(), Metric: sampler.MetricPowerDraw},
-				sampler.Sample{TimeNS: ts + 1, Value: 7, Metric: sampler.MetricUtilGPU},
-				sampler.Sample{TimeNS: ts + 1, Value: math.Inf(1), Metric: sampler.MetricPowerDraw})
+				record.Sample{TimeNS: ts + 1, Value: math.NaN(), Metric: catalog.MetricPowerDraw},
+				record.Sample{TimeNS: ts + 1, Value: 7, Metric: catalog.MetricUtilGPU},
+				record.Sample{TimeNS: ts + 1, Value: math.Inf(1), Metric: catalog.MetricPowerDraw})
 		case 4: // only pstate: no line; unknown metric only: no field
 			samples = append(samples,
-				sampler.Sample{TimeNS: ts + 2, Value: 3, Metric: sampler.MetricPState},
-				sampler.Sample{TimeNS: ts + 3, Value: 1, Metric: 60000},
-				sampler.Sample{TimeNS: ts + 3, Value: 2, Metric: sampler.MetricUtilGPU})
+				record.Sample{TimeNS: ts + 2, Value: 3, Metric: catalog.MetricPState},
+				record.Sample{TimeNS: ts + 3, Value: 1, Metric: 60000},
+				record.Sample{TimeNS: ts + 3, Value: 2, Metric: catalog.MetricUtilGPU})
 		case 5: // a point read with only a NaN field
-			samples = append(samples, sampler.Sample{TimeNS: ts + 4, Value: math.NaN(), Metric: sampler.MetricPowerDraw, Flags: sampler.FlagPointRead})
+			samples = append(samples, record.Sample{TimeNS: ts + 4, Value: math.NaN(), Metric: catalog.MetricPowerDraw, Flags: record.FlagPointRead})
 		}
 	}
-	batch := &sampler.Batch{Devices: devs, Samples: samples,
-		Summaries: []sampler.Summary{{StartNS: t0, IntervalNS: 1e9, Mean: 2, Min: 1, Max: 3, Last: 2, Count: 10, Metric: sampler.MetricUtilGPU}},
-		Events:    []sampler.Event{{Kind: sampler.EventXID, Device: 1, StartNS: t0, Message: "xid 79"}}}
-	noField := &sampler.Batch{Samples: []sampler.Sample{ // every field NaN: the line is dropped with an error
-		{TimeNS: t0, Value: math.NaN(), Metric: sampler.MetricPowerDraw},
-		{TimeNS: t0 + 1, Value: 1, Metric: sampler.MetricPowerDraw}}}
-	badTag := &sampler.Batch{Devices: []sampler.Device{{Index: 3, Name: "bad\nname"}}, Samples: []sampler.Sample{
-		{TimeNS: t0, Value: 1, Metric: sampler.MetricUtilGPU, Device: 3},
-		{TimeNS: t0, Value: 1, Metric: sampler.MetricUtilGPU, Device: 0}}}
+	batch := &record.Batch{Devices: devs, Samples: samples,
+		Summaries: []record.Summary{{StartNS: t0, IntervalNS: 1e9, Mean: 2, Min: 1, Max: 3, Last: 2, Count: 10, Metric: catalog.MetricUtilGPU}},
+		Events:    []record.Event{{Kind: record.EventXID, Device: 1, StartNS: t0, Message: "xid 79"}}}
+	noField := &record.Batch{Samples: []record.Sample{ // every field NaN: the line is dropped with an error
+		{TimeNS: t0, Value: math.NaN(), Metric: catalog.MetricPowerDraw},
+		{TimeNS: t0 + 1, Value: 1, Metric: catalog.MetricPowerDraw}}}
+	badTag := &record.Batch{Devices: []record.Device{{Index: 3, Name: "bad\nname"}}, Samples: []record.Sample{
+		{TimeNS: t0, Value: 1, Metric: catalog.MetricUtilGPU, Device: 3},
+		{TimeNS: t0, Value: 1, Metric: catalog.MetricUtilGPU, Device: 0}}}
 
 	opts := Options{Host: "node 1", GlobalTags: []Tag{{Key: "cluster", Value: "c=1"}, {Key: "zone", Value: "a"}}}
 	for _, tc := range []struct {
 		name    string
-		batches []*sampler.Batch
+		batches []*record.Batch
 		wantErr string
 	}{
-		{"mixed", []*sampler.Batch{batch, batch}, ""},
-		{"no field", []*sampler.Batch{batch, noField, batch}, "at least one field"},
-		{"bad tag", []*sampler.Batch{batch, badTag, batch}, "invalid tag value"},
+		{"mixed", []*record.Batch{batch, batch}, ""},
+		{"no field", []*record.Batch{batch, noField, batch}, "at least one field"},
+		{"bad tag", []*record.Batch{batch, badTag, batch}, "invalid tag value"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fast, ref := New(opts), New(opts)
@@ -163,9 +164,9 @@ func TestFastPathMatchesEncoder(t *testing.T) {
 // survives the fast path's resync of its buffer.
 func TestLibraryErrorKept(t *testing.T) {
 	e := New(Options{})
-	e.Encode(&sampler.Batch{Events: []sampler.Event{{Kind: sampler.EventSelf, StartNS: 1,
-		Fields: []sampler.Field{{Key: "bad\nkey", Value: 1}}}}})
-	e.Encode(&sampler.Batch{Samples: []sampler.Sample{{TimeNS: 2, Value: 1, Metric: sampler.MetricUtilGPU}}})
+	e.Encode(&record.Batch{Events: []record.Event{{Kind: record.EventSelf, StartNS: 1,
+		Fields: []record.Field{{Key: "bad\nkey", Value: 1}}}}})
+	e.Encode(&record.Batch{Samples: []record.Sample{{TimeNS: 2, Value: 1, Metric: catalog.MetricUtilGPU}}})
 	if e.Err() == nil || !strings.Contains(e.Err().Error(), "bad\\nkey") {
 		t.Fatalf("err %v, want the self line's", e.Err())
 	}

@@ -19,7 +19,8 @@ import (
 
 	"github.com/influxdata/line-protocol/v2/lineprotocol"
 
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/catalog"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // Measurements.
@@ -38,12 +39,12 @@ type Options struct {
 	Host string
 	// GlobalTags are added to every line ([global_tags]).
 	GlobalTags []Tag
-	// Catalog defaults to sampler.DefaultCatalog.
-	Catalog *sampler.Catalog
+	// Catalog defaults to catalog.DefaultCatalog.
+	Catalog *catalog.Catalog
 }
 
 type deviceTags struct {
-	dev    sampler.Device
+	dev    record.Device
 	pstate int // -1 unknown
 	tags   []Tag
 	// prefix is "nvidia_smi,TAGS" as the lineprotocol encoder writes it
@@ -57,7 +58,7 @@ type deviceTags struct {
 type fieldKey struct {
 	done  bool
 	known bool // in the catalog
-	n     sampler.Naming
+	n     catalog.Naming
 	key   []byte // escaped, as the lineprotocol encoder writes it
 	err   error  // the key is invalid: lines holding it are skipped
 }
@@ -78,7 +79,7 @@ type Encoder struct {
 // New returns an encoder.
 func New(opts Options) *Encoder {
 	if opts.Catalog == nil {
-		opts.Catalog = sampler.DefaultCatalog
+		opts.Catalog = catalog.DefaultCatalog
 	}
 	opts.GlobalTags = slices.Clone(opts.GlobalTags)
 	e := &Encoder{opts: opts, devs: make(map[int]*deviceTags)}
@@ -88,7 +89,7 @@ func New(opts Options) *Encoder {
 
 // SetDevice records a device's identity (also done by Encode for
 // b.Devices).
-func (e *Encoder) SetDevice(d sampler.Device) {
+func (e *Encoder) SetDevice(d record.Device) {
 	dt := e.devs[d.Index]
 	if dt == nil {
 		dt = &deviceTags{pstate: -1}
@@ -101,7 +102,7 @@ func (e *Encoder) SetDevice(d sampler.Device) {
 func (e *Encoder) device(index int) *deviceTags {
 	dt := e.devs[index]
 	if dt == nil {
-		dt = &deviceTags{dev: sampler.Device{Index: index}, pstate: -1}
+		dt = &deviceTags{dev: record.Device{Index: index}, pstate: -1}
 		e.devs[index] = dt
 		e.rebuildTags(dt)
 	}
@@ -109,7 +110,7 @@ func (e *Encoder) device(index int) *deviceTags {
 }
 
 // attributionTags returns d's non-empty attribution as tags.
-func attributionTags(d sampler.Device) []Tag {
+func attributionTags(d record.Device) []Tag {
 	var tags []Tag
 	for _, a := range d.Attribution.Attrs() {
 		tags = append(tags, Tag(a))
@@ -138,7 +139,7 @@ func (e *Encoder) rebuildTags(dt *deviceTags) {
 		add("simulated", "true")
 	}
 	for i, v := range d.Attribution.Values() {
-		add(sampler.AttributionKeys[i], v)
+		add(record.AttributionKeys[i], v)
 	}
 	for _, t := range e.opts.GlobalTags {
 		if !slices.ContainsFunc(tags, func(x Tag) bool { return x.Key == t.Key }) {
@@ -158,7 +159,7 @@ func (e *Encoder) rebuildTags(dt *deviceTags) {
 
 // fieldKey returns the cached naming and key of metric id, nil when the
 // catalog lacks it.
-func (e *Encoder) fieldKey(id sampler.MetricID) *fieldKey {
+func (e *Encoder) fieldKey(id catalog.MetricID) *fieldKey {
 	if int(id) >= len(e.keys) {
 		e.keys = append(e.keys, make([]fieldKey, int(id)+1-len(e.keys))...)
 	}
@@ -192,7 +193,7 @@ func (e *Encoder) setErr(err error) {
 var errNoField = errors.New("timestamp must be added after adding at least one field")
 
 // Encode appends the batch's samples and events to the encoder's buffer.
-func (e *Encoder) Encode(b *sampler.Batch) {
+func (e *Encoder) Encode(b *record.Batch) {
 	for _, d := range b.Devices {
 		e.SetDevice(d)
 	}
@@ -226,11 +227,11 @@ func (e *Encoder) Encode(b *sampler.Batch) {
 // NAME_max, NAME_last (in the field's unit, not rounded) and the integer
 // NAME_count. State metrics (bit masks, enumerations) get only _last and
 // _count; pstate stays a tag (its last value).
-func (e *Encoder) encodeSummaryLine(run []sampler.Summary) {
+func (e *Encoder) encodeSummaryLine(run []record.Summary) {
 	dt := e.device(int(run[0].Device))
 	fields := 0
 	for _, s := range run {
-		if s.Metric == sampler.MetricPState {
+		if s.Metric == catalog.MetricPState {
 			if int(s.Last) != dt.pstate {
 				dt.pstate = int(s.Last)
 				e.rebuildTags(dt)
@@ -248,17 +249,17 @@ func (e *Encoder) encodeSummaryLine(run []sampler.Summary) {
 	}
 	for _, s := range run {
 		m := e.opts.Catalog.Get(s.Metric)
-		if m == nil || s.Metric == sampler.MetricPState {
+		if m == nil || s.Metric == catalog.MetricPState {
 			continue
 		}
 		n := m.Influx()
-		n.Type = sampler.Float
+		n.Type = catalog.Float
 		add := func(suffix string, v float64) {
 			if fv, ok := lineprotocol.FloatValue(n.Convert(v)); ok {
 				e.enc.AddField(n.Name+suffix, fv)
 			}
 		}
-		if m.Kind != sampler.State {
+		if m.Kind != catalog.State {
 			add("_mean", s.Mean)
 			add("_min", s.Min)
 			add("_max", s.Max)
@@ -269,18 +270,18 @@ func (e *Encoder) encodeSummaryLine(run []sampler.Summary) {
 	e.enc.EndLine(time.Unix(0, run[0].StartNS))
 }
 
-func (e *Encoder) encodeLine(run []sampler.Sample) {
+func (e *Encoder) encodeLine(run []record.Sample) {
 	dt := e.device(int(run[0].Device))
 	// pstate is a tag in Telegraf's schema, not a field
 	for _, s := range run {
-		if s.Metric == sampler.MetricPState && int(s.Value) != dt.pstate {
+		if s.Metric == catalog.MetricPState && int(s.Value) != dt.pstate {
 			dt.pstate = int(s.Value)
 			e.rebuildTags(dt)
 		}
 	}
 	fields := 0
 	for _, s := range run {
-		if s.Metric != sampler.MetricPState {
+		if s.Metric != catalog.MetricPState {
 			fields++
 		}
 	}
@@ -297,7 +298,7 @@ func (e *Encoder) encodeLine(run []sampler.Sample) {
 // prefix and the fields straight to buf, byte for byte what StartLine,
 // AddTag, AddField and EndLine write, and skips the line on the errors they
 // would report.
-func (e *Encoder) appendLine(buf []byte, dt *deviceTags, run []sampler.Sample) []byte {
+func (e *Encoder) appendLine(buf []byte, dt *deviceTags, run []record.Sample) []byte {
 	if dt.prefixErr != nil {
 		e.setErr(dt.prefixErr)
 		return buf
@@ -306,7 +307,7 @@ func (e *Encoder) appendLine(buf []byte, dt *deviceTags, run []sampler.Sample) [
 	buf = append(buf, dt.prefix...)
 	sep := byte(' ')
 	for _, s := range run {
-		if s.Metric == sampler.MetricPState {
+		if s.Metric == catalog.MetricPState {
 			continue
 		}
 		k := e.fieldKey(s.Metric)
@@ -325,7 +326,7 @@ func (e *Encoder) appendLine(buf []byte, dt *deviceTags, run []sampler.Sample) [
 			sep = ','
 		}
 	}
-	if run[0].Flags&sampler.FlagPointRead != 0 {
+	if run[0].Flags&record.FlagPointRead != 0 {
 		buf = append(buf, sep)
 		buf = append(buf, "point_read=true"...)
 		sep = ','
@@ -341,9 +342,9 @@ func (e *Encoder) appendLine(buf []byte, dt *deviceTags, run []sampler.Sample) [
 
 // FieldValue converts a base-unit value to a line-protocol value in the
 // naming's unit and type (integers as signed: InfluxDB 1.x rejects u).
-func FieldValue(n sampler.Naming, v float64) (lineprotocol.Value, bool) {
+func FieldValue(n catalog.Naming, v float64) (lineprotocol.Value, bool) {
 	v = n.Convert(v)
-	if n.Type == sampler.Int {
+	if n.Type == catalog.Int {
 		return lineprotocol.IntValue(int64(v)), true
 	}
 	return lineprotocol.FloatValue(v)
@@ -351,7 +352,7 @@ func FieldValue(n sampler.Naming, v float64) (lineprotocol.Value, bool) {
 
 // encodeSelf writes a self-metrics event: measurement gpusampler_self,
 // its attributes as tags (with host and global tags), its fields as fields.
-func (e *Encoder) encodeSelf(ev sampler.Event) {
+func (e *Encoder) encodeSelf(ev record.Event) {
 	var tags []Tag
 	if e.opts.Host != "" {
 		tags = append(tags, Tag{"host", e.opts.Host})
@@ -381,12 +382,12 @@ func (e *Encoder) encodeSelf(ev sampler.Event) {
 	e.enc.EndLine(time.Unix(0, ev.StartNS))
 }
 
-func (e *Encoder) encodeEvent(ev sampler.Event) {
+func (e *Encoder) encodeEvent(ev record.Event) {
 	switch ev.Kind {
-	case sampler.EventSelf:
+	case record.EventSelf:
 		e.encodeSelf(ev)
 		return
-	case sampler.EventProcess:
+	case record.EventProcess:
 		e.encodeProcess(ev)
 		return
 	}

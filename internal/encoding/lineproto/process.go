@@ -8,7 +8,7 @@ import (
 
 	"github.com/influxdata/line-protocol/v2/lineprotocol"
 
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // ProcessMeasurement is where per-process events go, in the shape of
@@ -22,14 +22,14 @@ const ProcessMeasurement = "nvidia_smi_process"
 // processFieldName maps sampler process field keys to line-protocol field
 // names (Telegraf's used_memory for used_memory_mib).
 func processFieldName(key string) string {
-	if key == sampler.ProcessFieldUsedMemory {
+	if key == record.ProcessFieldUsedMemory {
 		return "used_memory"
 	}
 	return key
 }
 
 // encodeProcess writes one EventProcess event.
-func (e *Encoder) encodeProcess(ev sampler.Event) {
+func (e *Encoder) encodeProcess(ev record.Event) {
 	dt := e.device(ev.Device)
 	tags := []Tag{{"index", strconv.Itoa(ev.Device)}}
 	if e.opts.Host != "" {
@@ -45,11 +45,11 @@ func (e *Encoder) encodeProcess(ev sampler.Event) {
 	var cmdline string
 	for _, a := range ev.Attrs {
 		switch a.Key {
-		case sampler.ProcessAttrName, sampler.ProcessAttrType:
+		case record.ProcessAttrName, record.ProcessAttrType:
 			if a.Value != "" {
 				tags = append(tags, Tag(a))
 			}
-		case sampler.ProcessAttrCmdline:
+		case record.ProcessAttrCmdline:
 			cmdline = a.Value
 		}
 	}

@@ -3,16 +3,16 @@ package lineproto
 import (
 	"testing"
 
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
-func processBatch() *sampler.Batch {
-	return &sampler.Batch{
-		Devices: []sampler.Device{{Index: 1, UUID: "GPU-1", Name: "NVIDIA H200"}},
-		Events: []sampler.Event{{Kind: sampler.EventProcess, Device: 1, StartNS: 1e18, EndNS: 1e18,
-			Fields: []sampler.Field{{Key: "pid", Value: 4242, Int: true}, {Key: "used_memory_mib", Value: 97000, Int: true}, {Key: "sm_util", Value: 98, Int: true},
+func processBatch() *record.Batch {
+	return &record.Batch{
+		Devices: []record.Device{{Index: 1, UUID: "GPU-1", Name: "NVIDIA H200"}},
+		Events: []record.Event{{Kind: record.EventProcess, Device: 1, StartNS: 1e18, EndNS: 1e18,
+			Fields: []record.Field{{Key: "pid", Value: 4242, Int: true}, {Key: "used_memory_mib", Value: 97000, Int: true}, {Key: "sm_util", Value: 98, Int: true},
 				{Key: "mem_util", Value: 45, Int: true}, {Key: "enc_util", Value: 0, Int: true}, {Key: "dec_util", Value: 0, Int: true}},
-			Attrs: []sampler.Attr{{Key: "name", Value: "python3"}, {Key: "type", Value: "C"}, {Key: "cmdline", Value: "python3 train.py"}}}},
+			Attrs: []record.Attr{{Key: "name", Value: "python3"}, {Key: "type", Value: "C"}, {Key: "cmdline", Value: "python3 train.py"}}}},
 	}
 }
 

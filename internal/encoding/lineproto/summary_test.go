@@ -3,19 +3,20 @@ package lineproto_test
 import (
 	"testing"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/internal/encoding/lineproto"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 func TestEncodeSummaries(t *testing.T) {
 	e := lineproto.New(lineproto.Options{Host: "n1"})
-	e.Encode(&sampler.Batch{
-		Devices: []sampler.Device{{Index: 0, UUID: "GPU-a", Name: "H200"}},
-		Summaries: []sampler.Summary{
-			{StartNS: 10e9, IntervalNS: 1e9, Mean: 50.5, Min: 10, Max: 99, Last: 42, Count: 10, Metric: sampler.MetricUtilGPU},
-			{StartNS: 10e9, IntervalNS: 1e9, Mean: 0, Min: 0, Max: 0x40, Last: 0x20, Count: 1, Metric: sampler.MetricClocksEventReasons},
-			{StartNS: 10e9, IntervalNS: 1e9, Last: 0, Count: 1, Metric: sampler.MetricPState},
-			{StartNS: 10e9, IntervalNS: 1e9, Mean: 1e6, Min: 1e6, Max: 2e6, Last: 2e6, Count: 2, Metric: sampler.MetricThrottleSWThermal},
+	e.Encode(&record.Batch{
+		Devices: []record.Device{{Index: 0, UUID: "GPU-a", Name: "H200"}},
+		Summaries: []record.Summary{
+			{StartNS: 10e9, IntervalNS: 1e9, Mean: 50.5, Min: 10, Max: 99, Last: 42, Count: 10, Metric: catalog.MetricUtilGPU},
+			{StartNS: 10e9, IntervalNS: 1e9, Mean: 0, Min: 0, Max: 0x40, Last: 0x20, Count: 1, Metric: catalog.MetricClocksEventReasons},
+			{StartNS: 10e9, IntervalNS: 1e9, Last: 0, Count: 1, Metric: catalog.MetricPState},
+			{StartNS: 10e9, IntervalNS: 1e9, Mean: 1e6, Min: 1e6, Max: 2e6, Last: 2e6, Count: 2, Metric: catalog.MetricThrottleSWThermal},
 		},
 	})
 	want := "nvidia_smi,host=n1,index=0,name=H200,pstate=P0,uuid=GPU-a " +

@@ -32,7 +32,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gpusampler/gpusampler/plugins/proto/records"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // MessageName is the full name of the protobuf message a payload holds.
@@ -76,7 +76,7 @@ var marshal = proto.MarshalOptions{Deterministic: true}
 // per map entry was most of a NATS publish. Field 3 follows fields 4–6 on
 // the wire; protobuf readers accept fields in any order, and the result is
 // the same message (TestAppendIsProtoMarshal).
-func (e *Encoder) Append(dst []byte, b *sampler.Batch, meta *Meta) []byte {
+func (e *Encoder) Append(dst []byte, b *record.Batch, meta *Meta) []byte {
 	m := &e.msg
 	records.FillBatch(m, b, true)
 	samples := m.Samples
@@ -209,7 +209,7 @@ func validUTF8(m *records.Batch) {
 }
 
 // Append encodes with a new Encoder (see Encoder.Append).
-func Append(dst []byte, b *sampler.Batch, meta *Meta) []byte {
+func Append(dst []byte, b *record.Batch, meta *Meta) []byte {
 	var e Encoder
 	return e.Append(dst, b, meta)
 }
@@ -219,7 +219,7 @@ var ErrFormat = errors.New("protobuf: malformed batch")
 
 // Decode decodes data into b (reset first; its capacity is reused) and
 // returns the message's meta. Nothing in the result aliases data.
-func Decode(data []byte, b *sampler.Batch) (Meta, error) {
+func Decode(data []byte, b *record.Batch) (Meta, error) {
 	b.Reset()
 	var m records.Batch
 	if err := proto.Unmarshal(data, &m); err != nil {

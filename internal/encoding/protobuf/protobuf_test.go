@@ -10,29 +10,30 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/internal/encoding/protobuf"
 	"github.com/gpusampler/gpusampler/plugins/proto/records"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
-func testBatch() *sampler.Batch {
+func testBatch() *record.Batch {
 	const t0 = 1_790_000_000_000_000_000
-	return &sampler.Batch{Seq: 42,
-		Devices: []sampler.Device{{Index: 0, UUID: "GPU-a", Name: "NVIDIA H200", PCIBusID: "00000000:17:00.0", Serial: "123",
+	return &record.Batch{Seq: 42,
+		Devices: []record.Device{{Index: 0, UUID: "GPU-a", Name: "NVIDIA H200", PCIBusID: "00000000:17:00.0", Serial: "123",
 			MemoryTotalMiB: 143771, DriverVersion: "570.1", Backend: "nvml", SlowdownTempC: 89, ShutdownTempC: 92,
 			MaxOperatingTempC: 87, MemoryMaxTempC: 95, Generation: 3},
 			{Index: 1, UUID: "GPU-b", Backend: "sim", Simulated: true}},
-		Samples: []sampler.Sample{
-			{TimeNS: t0, Value: 612.5, Device: 0, Metric: sampler.MetricPowerDraw},
-			{TimeNS: t0 - 5, Value: math.Inf(1), Device: 1, Metric: sampler.MetricUtilGPU, Flags: sampler.FlagPointRead},
+		Samples: []record.Sample{
+			{TimeNS: t0, Value: 612.5, Device: 0, Metric: catalog.MetricPowerDraw},
+			{TimeNS: t0 - 5, Value: math.Inf(1), Device: 1, Metric: catalog.MetricUtilGPU, Flags: record.FlagPointRead},
 			{TimeNS: -7, Value: -0.0, Device: 65535, Metric: 65535, Flags: 65535},
-			{TimeNS: math.MaxInt64, Value: 1e300, Device: 3, Metric: sampler.MetricEnergy},
+			{TimeNS: math.MaxInt64, Value: 1e300, Device: 3, Metric: catalog.MetricEnergy},
 		},
-		Summaries: []sampler.Summary{{StartNS: t0, IntervalNS: 1e9, Mean: 1, Min: 0.5, Max: 2, Last: 1.5, Count: 10, Device: 1, Metric: sampler.MetricTempGPU},
+		Summaries: []record.Summary{{StartNS: t0, IntervalNS: 1e9, Mean: 1, Min: 0.5, Max: 2, Last: 1.5, Count: 10, Device: 1, Metric: catalog.MetricTempGPU},
 			{StartNS: math.MinInt64, IntervalNS: -1, Count: math.MaxUint32, Device: 65535, Metric: 1}},
-		Events: []sampler.Event{{Kind: sampler.EventXID, Device: 0, StartNS: t0, EndNS: t0, Message: "Xid 79",
-			Attrs: []sampler.Attr{{Key: "xid", Value: "79"}, {Key: "a", Value: ""}}},
-			{Kind: sampler.EventSelf, Device: -1, StartNS: t0, Fields: []sampler.Field{{Key: "read", Value: 12, Int: true}, {Key: "r", Value: 0.5}}}},
+		Events: []record.Event{{Kind: record.EventXID, Device: 0, StartNS: t0, EndNS: t0, Message: "Xid 79",
+			Attrs: []record.Attr{{Key: "xid", Value: "79"}, {Key: "a", Value: ""}}},
+			{Kind: record.EventSelf, Device: -1, StartNS: t0, Fields: []record.Field{{Key: "read", Value: 12, Int: true}, {Key: "r", Value: 0.5}}}},
 	}
 }
 
@@ -41,7 +42,7 @@ func TestRoundTrip(t *testing.T) {
 	meta := &protobuf.Meta{Host: "node7", Tags: []protobuf.Tag{{"cluster", "c1"}, {"rack", "r2"}},
 		UUIDs: []protobuf.DeviceRef{{-1, ""}, {0, "GPU-a"}}}
 	data := protobuf.Append([]byte("prefix"), b, meta)[len("prefix"):]
-	var got sampler.Batch
+	var got record.Batch
 	m, err := protobuf.Decode(data, &got)
 	if err != nil {
 		t.Fatal(err)
@@ -57,7 +58,7 @@ func TestRoundTrip(t *testing.T) {
 		t.Errorf("batch:\n got %+v\nwant %+v", got, *b)
 	}
 	// Empty batch, nil meta.
-	data = protobuf.Append(nil, &sampler.Batch{}, nil)
+	data = protobuf.Append(nil, &record.Batch{}, nil)
 	if _, err := protobuf.Decode(data, &got); err != nil || got.Len() != 0 {
 		t.Fatalf("empty: %v, %d records", err, got.Len())
 	}
@@ -81,8 +82,8 @@ func TestPayloadIsRecordsBatch(t *testing.T) {
 
 // Invalid UTF-8 (a driver string, say) is replaced, not a failure.
 func TestInvalidUTF8(t *testing.T) {
-	b := &sampler.Batch{Devices: []sampler.Device{{Name: "bad\xffname"}}}
-	var got sampler.Batch
+	b := &record.Batch{Devices: []record.Device{{Name: "bad\xffname"}}}
+	var got record.Batch
 	if _, err := protobuf.Decode(protobuf.Append(nil, b, &protobuf.Meta{Host: "h\xfe"}), &got); err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +101,7 @@ func TestDecodeRejects(t *testing.T) {
 		}
 		return data
 	}
-	var b sampler.Batch
+	var b record.Batch
 	for name, data := range map[string][]byte{
 		"truncated":     good[:len(good)-2],
 		"garbage":       []byte("GSPK\x01\x02\x03"),
@@ -129,16 +130,16 @@ func mustMarshal(t *testing.T, m proto.Message) []byte {
 
 func FuzzDecode(f *testing.F) {
 	f.Add(protobuf.Append(nil, testBatch(), &protobuf.Meta{Host: "h", Tags: []protobuf.Tag{{"k", "v"}}}))
-	f.Add(protobuf.Append(nil, &sampler.Batch{}, nil))
+	f.Add(protobuf.Append(nil, &record.Batch{}, nil))
 	f.Add([]byte("GSPK\x01"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var b sampler.Batch
+		var b record.Batch
 		meta, err := protobuf.Decode(data, &b)
 		if err != nil {
 			return
 		}
 		// What decodes re-encodes to something that decodes the same.
-		var again sampler.Batch
+		var again record.Batch
 		meta2, err := protobuf.Decode(protobuf.Append(nil, &b, &meta), &again)
 		if err != nil {
 			t.Fatal(err)
@@ -150,9 +151,9 @@ func FuzzDecode(f *testing.F) {
 }
 
 func BenchmarkAppend(b *testing.B) {
-	batch := &sampler.Batch{Seq: 1}
+	batch := &record.Batch{Seq: 1}
 	for i := range 4096 {
-		batch.Samples = append(batch.Samples, sampler.Sample{TimeNS: 1.79e18 + int64(i)*1e6, Value: float64(i % 700), Metric: sampler.MetricPowerDraw})
+		batch.Samples = append(batch.Samples, record.Sample{TimeNS: 1.79e18 + int64(i)*1e6, Value: float64(i % 700), Metric: catalog.MetricPowerDraw})
 	}
 	var buf []byte
 	var enc protobuf.Encoder
@@ -169,14 +170,14 @@ func BenchmarkAppend(b *testing.B) {
 // a negative index, invalid UTF-8 replaced; an empty batch).
 func TestAppendIsProtoMarshal(t *testing.T) {
 	for _, tc := range []struct {
-		b    *sampler.Batch
+		b    *record.Batch
 		meta *protobuf.Meta
 	}{
 		{testBatch(), &protobuf.Meta{Host: "node7", Tags: []protobuf.Tag{{"cluster", "c1"}, {"bad\xff", "v\xfe"}, {"", ""}},
 			UUIDs: []protobuf.DeviceRef{{-1, ""}, {0, "GPU-a"}, {300, "GPU-\xff"}}}},
 		{testBatch(), nil},
-		{&sampler.Batch{}, &protobuf.Meta{Host: "h"}},
-		{&sampler.Batch{}, nil},
+		{&record.Batch{}, &protobuf.Meta{Host: "h"}},
+		{&record.Batch{}, nil},
 	} {
 		var want records.Batch
 		records.FillBatch(&want, tc.b, true)

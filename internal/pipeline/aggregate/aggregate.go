@@ -13,7 +13,7 @@
 //
 // Device identities and events pass through unchanged, in the same Write.
 //
-// The inner output's errors keep their kind (sampler.Classify). While the
+// The inner output's errors keep their kind (record.Classify). While the
 // refusal is unavailable, or retryable fewer than sampler.RetryableOffers
 // times in a row, the summaries of the refused Write are kept for the next
 // one (the samples behind them will not come again) and the error goes to
@@ -45,7 +45,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/internal/accum"
+	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
@@ -77,13 +79,13 @@ type Options struct {
 	// reached it. Without it they are handed on again after the crash.
 	LastAppended func() (seq uint64, ok bool)
 	// Catalog names the journal's metric IDs (default
-	// sampler.DefaultCatalog).
-	Catalog *sampler.Catalog
+	// catalog.DefaultCatalog).
+	Catalog *catalog.Catalog
 }
 
 type seriesKey struct {
 	dev    uint16
-	metric sampler.MetricID
+	metric catalog.MetricID
 }
 
 type window struct {
@@ -99,15 +101,15 @@ type series struct {
 }
 
 // Output summarizes samples and hands the summaries to the wrapped output.
-// It follows sampler.Output's rules: one goroutine calls Write and Close;
+// It follows record.Output's rules: one goroutine calls Write and Close;
 // the batch is not retained.
 type Output struct {
-	inner    sampler.Output
+	inner    record.Output
 	opts     Options
 	interval int64
 	series   map[seriesKey]*series
-	closed   []sampler.Summary
-	out      sampler.Batch
+	closed   []record.Summary
+	out      record.Batch
 	free     []*window
 	done     bool
 	lastSeq  uint64 // Seq of the last batch whose samples were added
@@ -127,7 +129,7 @@ type Output struct {
 }
 
 // New wraps inner.
-func New(inner sampler.Output, opts Options) (*Output, error) {
+func New(inner record.Output, opts Options) (*Output, error) {
 	if opts.Interval <= 0 {
 		return nil, fmt.Errorf("aggregate: interval %v: must be positive", opts.Interval)
 	}
@@ -141,7 +143,7 @@ func New(inner sampler.Output, opts Options) (*Output, error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	if opts.Catalog == nil {
-		opts.Catalog = sampler.DefaultCatalog
+		opts.Catalog = catalog.DefaultCatalog
 	}
 	o := &Output{inner: inner, opts: opts, interval: int64(opts.Interval), series: make(map[seriesKey]*series)}
 	if opts.Journal != "" {
@@ -177,25 +179,25 @@ func (o *Output) Stats() Stats {
 		JournalErrors: o.journalErrors.Load()}
 }
 
-// ReportStats implements sampler.StatsReporter: the wrapper's counters
+// ReportStats implements record.StatsReporter: the wrapper's counters
 // (aggregate_summarized, aggregate_late, aggregate_emitted,
 // aggregate_dropped, aggregate_events_dropped, and with a journal
 // aggregate_recovered and aggregate_journal_errors) followed by the wrapped
 // output's own.
-func (o *Output) ReportStats(dst []sampler.Field) []sampler.Field {
+func (o *Output) ReportStats(dst []record.Field) []record.Field {
 	s := o.Stats()
-	dst = append(dst, sampler.IntField("aggregate_summarized", s.Summarized),
-		sampler.IntField("aggregate_late", s.Late), sampler.IntField("aggregate_emitted", s.Emitted),
-		sampler.IntField("aggregate_dropped", s.Dropped), sampler.IntField("aggregate_events_dropped", s.EventsDropped))
+	dst = append(dst, record.IntField("aggregate_summarized", s.Summarized),
+		record.IntField("aggregate_late", s.Late), record.IntField("aggregate_emitted", s.Emitted),
+		record.IntField("aggregate_dropped", s.Dropped), record.IntField("aggregate_events_dropped", s.EventsDropped))
 	if o.opts.Journal != "" {
-		dst = append(dst, sampler.IntField("aggregate_recovered", s.Recovered),
-			sampler.IntField("aggregate_journal_errors", s.JournalErrors))
+		dst = append(dst, record.IntField("aggregate_recovered", s.Recovered),
+			record.IntField("aggregate_journal_errors", s.JournalErrors))
 	}
-	return sampler.ReportStats(o.inner, dst)
+	return record.ReportStats(o.inner, dst)
 }
 
 // Inner returns the wrapped output.
-func (o *Output) Inner() sampler.Output { return o.inner }
+func (o *Output) Inner() record.Output { return o.inner }
 
 // windowStart returns the start of the window holding t (floor division, so
 // negative times work too).
@@ -213,9 +215,9 @@ const closeTimeout = 10 * time.Second
 
 // Write adds b's samples to their windows, then writes the closed windows'
 // summaries with b's devices and events to the inner output.
-func (o *Output) Write(ctx context.Context, b *sampler.Batch) error {
+func (o *Output) Write(ctx context.Context, b *record.Batch) error {
 	if o.done {
-		return sampler.ErrClosed
+		return record.ErrClosed
 	}
 	// A pump offers a batch the output refused with ErrUnavailable again,
 	// Seq unchanged: its samples are already in their windows.
@@ -229,7 +231,7 @@ func (o *Output) Write(ctx context.Context, b *sampler.Batch) error {
 	return o.emit(ctx, b.Devices, b.Events)
 }
 
-func (o *Output) add(s sampler.Sample) {
+func (o *Output) add(s record.Sample) {
 	k := seriesKey{s.Device, s.Metric}
 	sr := o.series[k]
 	if sr == nil {
@@ -284,8 +286,8 @@ func (o *Output) closeWindows(k seriesKey, sr *series, n int) {
 
 // summaryOf is the summary of the window at start, interval long, of
 // series k.
-func summaryOf(a *accum.Window, start, interval int64, k seriesKey) sampler.Summary {
-	return sampler.Summary{StartNS: start, IntervalNS: interval, Mean: a.Mean(), Min: a.Min, Max: a.Max,
+func summaryOf(a *accum.Window, start, interval int64, k seriesKey) record.Summary {
+	return record.Summary{StartNS: start, IntervalNS: interval, Mean: a.Mean(), Min: a.Min, Max: a.Max,
 		Last: a.Last, Count: uint32(a.Count), Device: k.dev, Metric: k.metric}
 }
 
@@ -303,12 +305,12 @@ func (o *Output) closeQuiet(now int64) {
 	}
 }
 
-func (o *Output) emit(ctx context.Context, devs []sampler.Device, evs []sampler.Event) error {
+func (o *Output) emit(ctx context.Context, devs []record.Device, evs []record.Event) error {
 	ob := &o.out
 	ob.Reset()
 	ob.Devices = append(ob.Devices, devs...)
 	ob.Events = append(ob.Events, evs...)
-	slices.SortFunc(o.closed, func(a, b sampler.Summary) int {
+	slices.SortFunc(o.closed, func(a, b record.Summary) int {
 		return cmp.Or(cmp.Compare(a.StartNS, b.StartNS), cmp.Compare(a.Device, b.Device), cmp.Compare(a.Metric, b.Metric))
 	})
 	ob.Summaries = append(ob.Summaries, o.closed...)
@@ -321,16 +323,16 @@ func (o *Output) emit(ctx context.Context, devs []sampler.Device, evs []sampler.
 	ob.Seq = o.seq
 	o.saveJournal(o.seq, ob.Summaries)
 	err := o.inner.Write(ctx, ob)
-	kind := sampler.Classify(err)
-	if kind == sampler.KindRetryable {
+	kind := record.Classify(err)
+	if kind == record.KindRetryable {
 		o.tries++
 	} else {
 		o.tries = 0
 	}
 	switch {
-	case kind == sampler.KindNone:
+	case kind == record.KindNone:
 		o.emitted.Add(uint64(len(ob.Summaries)))
-	case kind == sampler.KindUnavailable || (kind == sampler.KindRetryable && o.tries < sampler.RetryableOffers):
+	case kind == record.KindUnavailable || (kind == record.KindRetryable && o.tries < sampler.RetryableOffers):
 		// Keep the summaries for the next attempt: the samples behind
 		// them will not come again.
 		o.closed = append(o.closed, ob.Summaries...)

@@ -10,20 +10,22 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/internal/pipeline/aggregate"
+	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
 // collect is an inner output that keeps copies of what it is given.
 type collect struct {
-	sums   []sampler.Summary
-	devs   []sampler.Device
-	events []sampler.Event
+	sums   []record.Summary
+	devs   []record.Device
+	events []record.Event
 	writes int
 	closed bool
 }
 
-func (c *collect) Write(_ context.Context, b *sampler.Batch) error {
+func (c *collect) Write(_ context.Context, b *record.Batch) error {
 	c.writes++
 	c.sums = append(c.sums, b.Summaries...)
 	c.devs = append(c.devs, b.Devices...)
@@ -37,19 +39,19 @@ func (c *collect) Close() error { c.closed = true; return nil }
 
 type key struct {
 	dev    uint16
-	metric sampler.MetricID
+	metric catalog.MetricID
 	start  int64
 }
 
 // direct computes the summaries straight from the samples.
-func direct(samples []sampler.Sample, interval int64) map[key]sampler.Summary {
-	out := map[key]sampler.Summary{}
+func direct(samples []record.Sample, interval int64) map[key]record.Summary {
+	out := map[key]record.Summary{}
 	for _, s := range samples {
 		start := s.TimeNS - ((s.TimeNS%interval)+interval)%interval
 		k := key{s.Device, s.Metric, start}
 		sum, ok := out[k]
 		if !ok {
-			sum = sampler.Summary{StartNS: start, IntervalNS: interval, Min: math.Inf(1), Max: math.Inf(-1),
+			sum = record.Summary{StartNS: start, IntervalNS: interval, Min: math.Inf(1), Max: math.Inf(-1),
 				Device: s.Device, Metric: s.Metric}
 		}
 		sum.Mean += s.Value // running sum; divided below
@@ -80,11 +82,11 @@ func TestWindowsMatchDirectComputation(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(1, uint64(tc.interval)))
 			base := int64(1_700_000_000) * int64(time.Second)
-			var all []sampler.Sample
+			var all []record.Sample
 			// Two devices × two metrics, each series in time order; series
 			// interleave in publish order like device loops' batches.
 			for dev := uint16(0); dev < 2; dev++ {
-				for _, m := range []sampler.MetricID{sampler.MetricPowerDraw, sampler.MetricUtilGPU} {
+				for _, m := range []catalog.MetricID{catalog.MetricPowerDraw, catalog.MetricUtilGPU} {
 					tm := base
 					for range 200 {
 						jit := int64(0)
@@ -92,12 +94,12 @@ func TestWindowsMatchDirectComputation(t *testing.T) {
 							jit = rng.Int64N(int64(tc.period) / 2)
 						}
 						tm += int64(tc.period) + jit - int64(tc.period)/4
-						all = append(all, sampler.Sample{TimeNS: tm, Value: rng.Float64() * 700, Device: dev, Metric: m})
+						all = append(all, record.Sample{TimeNS: tm, Value: rng.Float64() * 700, Device: dev, Metric: m})
 					}
 				}
 			}
 			// Publish order: per series stable, series interleaved by time.
-			slices.SortStableFunc(all, func(a, b sampler.Sample) int {
+			slices.SortStableFunc(all, func(a, b record.Sample) int {
 				if a.TimeNS < b.TimeNS {
 					return -1
 				} else if a.TimeNS > b.TimeNS {
@@ -113,7 +115,7 @@ func TestWindowsMatchDirectComputation(t *testing.T) {
 			}
 			ctx := context.Background()
 			for i := 0; i < len(all); i += tc.batch {
-				b := &sampler.Batch{Samples: slices.Clone(all[i:min(i+tc.batch, len(all))])}
+				b := &record.Batch{Samples: slices.Clone(all[i:min(i+tc.batch, len(all))])}
 				if err := agg.Write(ctx, b); err != nil {
 					t.Fatal(err)
 				}
@@ -159,18 +161,18 @@ func TestWindowsMatchDirectComputation(t *testing.T) {
 func TestEdgeSampleBelongsToItsOwnWindow(t *testing.T) {
 	inner := &collect{}
 	agg, _ := aggregate.New(inner, aggregate.Options{Interval: time.Second, Now: func() time.Time { return time.Unix(0, 0) }})
-	s := func(sec float64, v float64) sampler.Sample {
-		return sampler.Sample{TimeNS: int64(sec * 1e9), Value: v, Metric: sampler.MetricPowerDraw}
+	s := func(sec float64, v float64) record.Sample {
+		return record.Sample{TimeNS: int64(sec * 1e9), Value: v, Metric: catalog.MetricPowerDraw}
 	}
 	// 0.999 belongs to [0,1); 1.000 exactly opens [1,2).
-	_ = agg.Write(context.Background(), &sampler.Batch{Samples: []sampler.Sample{s(0.5, 10), s(0.999, 20), s(1.0, 30), s(1.5, 50)}})
+	_ = agg.Write(context.Background(), &record.Batch{Samples: []record.Sample{s(0.5, 10), s(0.999, 20), s(1.0, 30), s(1.5, 50)}})
 	if len(inner.sums) != 1 {
 		t.Fatalf("after the first sample of window 2: %d summaries, want 1", len(inner.sums))
 	}
 	_ = agg.Close()
-	want := []sampler.Summary{
-		{StartNS: 0, IntervalNS: 1e9, Mean: 15, Min: 10, Max: 20, Last: 20, Count: 2, Metric: sampler.MetricPowerDraw},
-		{StartNS: 1e9, IntervalNS: 1e9, Mean: 40, Min: 30, Max: 50, Last: 50, Count: 2, Metric: sampler.MetricPowerDraw},
+	want := []record.Summary{
+		{StartNS: 0, IntervalNS: 1e9, Mean: 15, Min: 10, Max: 20, Last: 20, Count: 2, Metric: catalog.MetricPowerDraw},
+		{StartNS: 1e9, IntervalNS: 1e9, Mean: 40, Min: 30, Max: 50, Last: 50, Count: 2, Metric: catalog.MetricPowerDraw},
 	}
 	if !slices.Equal(inner.sums, want) {
 		t.Errorf("summaries\n got %+v\nwant %+v", inner.sums, want)
@@ -181,8 +183,8 @@ func TestLateSampleCountedNotMerged(t *testing.T) {
 	inner := &collect{}
 	agg, _ := aggregate.New(inner, aggregate.Options{Interval: time.Second, Now: func() time.Time { return time.Unix(0, 0) }})
 	ctx := context.Background()
-	_ = agg.Write(ctx, &sampler.Batch{Samples: []sampler.Sample{{TimeNS: 5e8, Value: 1}, {TimeNS: 15e8, Value: 2}}})
-	_ = agg.Write(ctx, &sampler.Batch{Samples: []sampler.Sample{{TimeNS: 6e8, Value: 100}}}) // window 0 already out
+	_ = agg.Write(ctx, &record.Batch{Samples: []record.Sample{{TimeNS: 5e8, Value: 1}, {TimeNS: 15e8, Value: 2}}})
+	_ = agg.Write(ctx, &record.Batch{Samples: []record.Sample{{TimeNS: 6e8, Value: 100}}}) // window 0 already out
 	_ = agg.Close()
 	if st := agg.Stats(); st.Late != 1 {
 		t.Errorf("late = %d, want 1", st.Late)
@@ -198,13 +200,13 @@ func TestQuietSeriesClosedByWallClock(t *testing.T) {
 	agg, _ := aggregate.New(inner, aggregate.Options{Interval: time.Second, MaxDelay: time.Second,
 		Now: func() time.Time { return now }})
 	ctx := context.Background()
-	_ = agg.Write(ctx, &sampler.Batch{Samples: []sampler.Sample{{TimeNS: 10e9 + 1, Value: 1}}})
+	_ = agg.Write(ctx, &record.Batch{Samples: []record.Sample{{TimeNS: 10e9 + 1, Value: 1}}})
 	if len(inner.sums) != 0 {
 		t.Fatal("window closed early")
 	}
 	now = time.Unix(12, 0) // window [10,11) ended 1s ago
-	_ = agg.Write(ctx, &sampler.Batch{Devices: []sampler.Device{{Index: 0, UUID: "GPU-x"}},
-		Events: []sampler.Event{{Kind: sampler.EventXID}}})
+	_ = agg.Write(ctx, &record.Batch{Devices: []record.Device{{Index: 0, UUID: "GPU-x"}},
+		Events: []record.Event{{Kind: record.EventXID}}})
 	if len(inner.sums) != 1 || inner.sums[0].StartNS != 10e9 {
 		t.Fatalf("summaries %+v", inner.sums)
 	}
@@ -218,7 +220,7 @@ func TestWriteAfterClose(t *testing.T) {
 	if err := agg.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := agg.Write(context.Background(), &sampler.Batch{}); err != sampler.ErrClosed {
+	if err := agg.Write(context.Background(), &record.Batch{}); err != record.ErrClosed {
 		t.Errorf("write after close = %v", err)
 	}
 	if err := agg.Close(); err != nil {
@@ -232,13 +234,13 @@ func TestWriteAfterClose(t *testing.T) {
 // flaky refuses its first n writes with ErrUnavailable, then records.
 type flaky struct {
 	refuse int
-	sums   []sampler.Summary
+	sums   []record.Summary
 }
 
-func (f *flaky) Write(_ context.Context, b *sampler.Batch) error {
+func (f *flaky) Write(_ context.Context, b *record.Batch) error {
 	if f.refuse > 0 {
 		f.refuse--
-		return fmt.Errorf("plugin restarting: %w", sampler.ErrUnavailable)
+		return fmt.Errorf("plugin restarting: %w", record.ErrUnavailable)
 	}
 	f.sums = append(f.sums, b.Summaries...)
 	return nil
@@ -255,18 +257,18 @@ func TestRetriedBatchNotDoubleCounted(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	mk := func(seq uint64, ts ...int64) *sampler.Batch {
-		b := &sampler.Batch{Seq: seq}
+	mk := func(seq uint64, ts ...int64) *record.Batch {
+		b := &record.Batch{Seq: seq}
 		for _, x := range ts {
-			b.Samples = append(b.Samples, sampler.Sample{TimeNS: x, Value: float64(x), Metric: sampler.MetricPowerDraw})
+			b.Samples = append(b.Samples, record.Sample{TimeNS: x, Value: float64(x), Metric: catalog.MetricPowerDraw})
 		}
 		return b
 	}
 	// window [0,1s): two samples; the sample at 1.5 s closes it
-	if err := o.Write(ctx, mk(1, 100e6, 200e6, 1500e6)); !errors.Is(err, sampler.ErrUnavailable) {
+	if err := o.Write(ctx, mk(1, 100e6, 200e6, 1500e6)); !errors.Is(err, record.ErrUnavailable) {
 		t.Fatalf("first write: %v", err)
 	}
-	if err := o.Write(ctx, mk(1, 100e6, 200e6, 1500e6)); !errors.Is(err, sampler.ErrUnavailable) {
+	if err := o.Write(ctx, mk(1, 100e6, 200e6, 1500e6)); !errors.Is(err, record.ErrUnavailable) {
 		t.Fatalf("retry: %v", err)
 	}
 	if err := o.Write(ctx, mk(1, 100e6, 200e6, 1500e6)); err != nil {
@@ -290,10 +292,10 @@ func TestRetriedBatchNotDoubleCounted(t *testing.T) {
 // then records.
 type refuser struct {
 	errs []error
-	sums []sampler.Summary
+	sums []record.Summary
 }
 
-func (r *refuser) Write(_ context.Context, b *sampler.Batch) error {
+func (r *refuser) Write(_ context.Context, b *record.Batch) error {
 	if len(r.errs) > 0 {
 		err := r.errs[0]
 		r.errs = r.errs[1:]
@@ -317,10 +319,10 @@ func TestErrorKindsHonoured(t *testing.T) {
 		errs    []error
 		dropped bool
 	}{
-		{"permanent", []error{sampler.Permanent(refused)}, true},
+		{"permanent", []error{record.Permanent(refused)}, true},
 		{"retryable then accepted", []error{refused}, false},
 		{"retryable every offer", slices.Repeat([]error{refused}, sampler.RetryableOffers), true},
-		{"unavailable", slices.Repeat([]error{sampler.Unavailable(refused)}, sampler.RetryableOffers+2), false},
+		{"unavailable", slices.Repeat([]error{record.Unavailable(refused)}, sampler.RetryableOffers+2), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			inner := &refuser{errs: slices.Clone(tc.errs)}
@@ -329,13 +331,13 @@ func TestErrorKindsHonoured(t *testing.T) {
 				t.Fatal(err)
 			}
 			ctx := context.Background()
-			sample := func(ts int64) sampler.Sample {
-				return sampler.Sample{TimeNS: ts, Value: float64(ts), Metric: sampler.MetricPowerDraw}
+			sample := func(ts int64) record.Sample {
+				return record.Sample{TimeNS: ts, Value: float64(ts), Metric: catalog.MetricPowerDraw}
 			}
 			// the clock is far past both windows: the first write closes
 			// them; the pump offers the batch again (same Seq) while it is
 			// refused
-			first := &sampler.Batch{Seq: 1, Samples: []sampler.Sample{sample(100e6), sample(1500e6)}}
+			first := &record.Batch{Seq: 1, Samples: []record.Sample{sample(100e6), sample(1500e6)}}
 			for i, want := range tc.errs {
 				err := o.Write(ctx, first)
 				if tc.dropped && i == len(tc.errs)-1 {
@@ -346,18 +348,18 @@ func TestErrorKindsHonoured(t *testing.T) {
 					}
 					break
 				}
-				if sampler.Classify(err) != sampler.Classify(want) || !errors.Is(err, refused) {
+				if record.Classify(err) != record.Classify(want) || !errors.Is(err, refused) {
 					t.Fatalf("offer %d: %v, want %v", i+1, err, want)
 				}
 			}
 			// the next batch's window goes through
-			if err := o.Write(ctx, &sampler.Batch{Seq: 2, Samples: []sampler.Sample{sample(2500e6)}}); err != nil {
+			if err := o.Write(ctx, &record.Batch{Seq: 2, Samples: []record.Sample{sample(2500e6)}}); err != nil {
 				t.Fatalf("next batch: %v", err)
 			}
-			want := []sampler.Summary{
-				{StartNS: 0, IntervalNS: 1e9, Mean: 100e6, Min: 100e6, Max: 100e6, Last: 100e6, Count: 1, Metric: sampler.MetricPowerDraw},
-				{StartNS: 1e9, IntervalNS: 1e9, Mean: 1500e6, Min: 1500e6, Max: 1500e6, Last: 1500e6, Count: 1, Metric: sampler.MetricPowerDraw},
-				{StartNS: 2e9, IntervalNS: 1e9, Mean: 2500e6, Min: 2500e6, Max: 2500e6, Last: 2500e6, Count: 1, Metric: sampler.MetricPowerDraw},
+			want := []record.Summary{
+				{StartNS: 0, IntervalNS: 1e9, Mean: 100e6, Min: 100e6, Max: 100e6, Last: 100e6, Count: 1, Metric: catalog.MetricPowerDraw},
+				{StartNS: 1e9, IntervalNS: 1e9, Mean: 1500e6, Min: 1500e6, Max: 1500e6, Last: 1500e6, Count: 1, Metric: catalog.MetricPowerDraw},
+				{StartNS: 2e9, IntervalNS: 1e9, Mean: 2500e6, Min: 2500e6, Max: 2500e6, Last: 2500e6, Count: 1, Metric: catalog.MetricPowerDraw},
 			}
 			var wantDropped uint64
 			if tc.dropped {

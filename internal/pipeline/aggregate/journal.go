@@ -10,8 +10,9 @@ import (
 	"slices"
 	"time"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/internal/accum"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // The journal keeps what a process crash would otherwise lose: the open
@@ -45,7 +46,7 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 type journalState struct {
 	interval int64
 	seq      uint64
-	pending  []sampler.Summary
+	pending  []record.Summary
 	series   []journalSeries
 }
 
@@ -59,14 +60,14 @@ var errJournalCorrupt = errors.New("aggregate: journal corrupt")
 
 // encodeJournal appends the journal of o's state (the open windows) with
 // pending and seq to dst.
-func (o *Output) encodeJournal(dst []byte, seq uint64, pending []sampler.Summary) []byte {
+func (o *Output) encodeJournal(dst []byte, seq uint64, pending []record.Summary) []byte {
 	le := binary.LittleEndian
 	dst = append(dst, journalMagic...)
 	dst = le.AppendUint32(dst, journalVersion)
 	dst = le.AppendUint64(dst, uint64(o.interval))
 	dst = le.AppendUint64(dst, seq)
 	// The metric names used, by ID.
-	var ids []sampler.MetricID
+	var ids []catalog.MetricID
 	for _, s := range pending {
 		ids = append(ids, s.Metric)
 	}
@@ -159,10 +160,10 @@ func (r *journalReader) count(size int) int {
 	return n
 }
 
-// decodeJournal parses a journal, mapping its metric names onto catalog;
+// decodeJournal parses a journal, mapping its metric names onto cat;
 // unknown counts the entries (pending summaries and open windows) of
-// metrics catalog does not have, which are left out.
-func decodeJournal(data []byte, catalog *sampler.Catalog) (j journalState, unknown int, err error) {
+// metrics cat does not have, which are left out.
+func decodeJournal(data []byte, cat *catalog.Catalog) (j journalState, unknown int, err error) {
 	if len(data) < len(journalMagic)+8 || string(data[:len(journalMagic)]) != journalMagic {
 		return j, 0, errJournalCorrupt
 	}
@@ -175,15 +176,15 @@ func decodeJournal(data []byte, catalog *sampler.Catalog) (j journalState, unkno
 		return j, 0, fmt.Errorf("aggregate: journal version %d: this version reads %d", v, journalVersion)
 	}
 	j.interval, j.seq = r.i64(), r.u64()
-	ids := map[uint16]sampler.MetricID{}
+	ids := map[uint16]catalog.MetricID{}
 	for range r.count(4) {
 		id, n := r.u16(), int(r.u16())
-		if m := catalog.Lookup(string(r.next(n))); m != nil {
+		if m := cat.Lookup(string(r.next(n))); m != nil {
 			ids[id] = m.ID
 		}
 	}
 	for range r.count(52) {
-		s := sampler.Summary{StartNS: r.i64(), IntervalNS: r.i64(), Mean: r.f64(), Min: r.f64(), Max: r.f64(), Last: r.f64(),
+		s := record.Summary{StartNS: r.i64(), IntervalNS: r.i64(), Mean: r.f64(), Min: r.f64(), Max: r.f64(), Last: r.f64(),
 			Count: r.u32(), Device: r.u16()}
 		id, ok := ids[r.u16()]
 		if !ok {
@@ -218,7 +219,7 @@ func decodeJournal(data []byte, catalog *sampler.Catalog) (j journalState, unkno
 // summaries of the batch about to be written) and that batch's seq. It does
 // nothing without a journal, or when neither the windows nor pending
 // changed since the last one.
-func (o *Output) saveJournal(seq uint64, pending []sampler.Summary) {
+func (o *Output) saveJournal(seq uint64, pending []record.Summary) {
 	if o.opts.Journal == "" || (!o.jDirty && len(pending) == 0 && !o.jPending) {
 		return
 	}

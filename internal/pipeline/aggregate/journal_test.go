@@ -12,42 +12,43 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/internal/pipeline/aggregate"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // down is an inner output that refuses every write as unavailable (a
 // sink that is down), keeping nothing.
 type down struct{ writes int }
 
-func (d *down) Write(context.Context, *sampler.Batch) error {
+func (d *down) Write(context.Context, *record.Batch) error {
 	d.writes++
-	return fmt.Errorf("down: %w", sampler.ErrUnavailable)
+	return fmt.Errorf("down: %w", record.ErrUnavailable)
 }
 func (d *down) Close() error { return nil }
 
 // journalSamples returns n samples per series of two devices and two
 // metrics, 10 per second from base, with values that exercise every field
 // (negative, fractional, one NaN-free spike).
-func journalSamples(base int64, from, n int) []sampler.Sample {
-	var out []sampler.Sample
+func journalSamples(base int64, from, n int) []record.Sample {
+	var out []record.Sample
 	for i := from; i < from+n; i++ {
 		for dev := range uint16(2) {
-			for _, m := range []sampler.MetricID{1, 6} {
+			for _, m := range []catalog.MetricID{1, 6} {
 				v := float64((i*37+int(dev)*11+int(m))%101) - 20.25
 				if i%17 == 3 {
 					v = 1e9 + 0.5
 				}
-				out = append(out, sampler.Sample{TimeNS: base + int64(i)*int64(100*time.Millisecond), Value: v, Device: dev, Metric: m})
+				out = append(out, record.Sample{TimeNS: base + int64(i)*int64(100*time.Millisecond), Value: v, Device: dev, Metric: m})
 			}
 		}
 	}
 	return out
 }
 
-func sortSummaries(s []sampler.Summary) []sampler.Summary {
+func sortSummaries(s []record.Summary) []record.Summary {
 	s = slices.Clone(s)
-	slices.SortFunc(s, func(a, b sampler.Summary) int {
+	slices.SortFunc(s, func(a, b record.Summary) int {
 		if a.StartNS != b.StartNS {
 			return int(a.StartNS/1e6 - b.StartNS/1e6)
 		}
@@ -59,7 +60,7 @@ func sortSummaries(s []sampler.Summary) []sampler.Summary {
 	return s
 }
 
-func sameSummaries(t *testing.T, got, want []sampler.Summary) {
+func sameSummaries(t *testing.T, got, want []record.Summary) {
 	t.Helper()
 	got, want = sortSummaries(got), sortSummaries(want)
 	if !slices.Equal(got, want) {
@@ -69,7 +70,7 @@ func sameSummaries(t *testing.T, got, want []sampler.Summary) {
 
 // reference returns the summaries an uninterrupted wrapper emits for
 // samples written in batches of per.
-func reference(t *testing.T, samples []sampler.Sample, per int) []sampler.Summary {
+func reference(t *testing.T, samples []record.Sample, per int) []record.Summary {
 	c := &collect{}
 	ag, err := aggregate.New(c, aggregate.Options{Interval: time.Second, Now: farPast})
 	if err != nil {
@@ -85,11 +86,11 @@ func reference(t *testing.T, samples []sampler.Sample, per int) []sampler.Summar
 // farPast is a wall clock before every sample, so no window closes by time.
 func farPast() time.Time { return time.Unix(0, 0) }
 
-func writeAll(t *testing.T, ag *aggregate.Output, samples []sampler.Sample, per int, seq uint64) uint64 {
+func writeAll(t *testing.T, ag *aggregate.Output, samples []record.Sample, per int, seq uint64) uint64 {
 	t.Helper()
 	for len(samples) > 0 {
 		n := min(per, len(samples))
-		if err := ag.Write(context.Background(), &sampler.Batch{Seq: seq, Samples: samples[:n]}); err != nil {
+		if err := ag.Write(context.Background(), &record.Batch{Seq: seq, Samples: samples[:n]}); err != nil {
 			t.Fatal(err)
 		}
 		samples = samples[n:]
@@ -157,11 +158,11 @@ func TestJournalPendingSummaries(t *testing.T) {
 			}
 			// The inner output is down: the closed windows are kept, in the
 			// journal as pending with the Seq of the last attempt.
-			if err := ag.Write(context.Background(), &sampler.Batch{Seq: 1, Samples: all}); err == nil {
+			if err := ag.Write(context.Background(), &record.Batch{Seq: 1, Samples: all}); err == nil {
 				t.Fatal("a down inner output did not fail the write")
 			}
 			c := &collect{}
-			var took []sampler.Summary
+			var took []record.Summary
 			last := func() (uint64, bool) { return uint64(d.writes) - 1, true }
 			if tc.appended {
 				// As if the last attempt had reached the output: it holds
@@ -217,7 +218,7 @@ func TestJournalOtherIntervalAndCatalog(t *testing.T) {
 
 	// A metric the catalog does not have (renamed in the journal): its two
 	// windows are dropped, counted.
-	name := sampler.DefaultCatalog.Name(6)
+	name := catalog.DefaultCatalog.Name(6)
 	renamed := bytes.Replace(data[:len(data)-4], []byte(name), []byte("X"+name[1:]), 1)
 	renamed = binary.LittleEndian.AppendUint32(renamed, crc32.Checksum(renamed, crc32.MakeTable(crc32.Castagnoli)))
 	if err := os.WriteFile(journal, renamed, 0o600); err != nil {
@@ -234,7 +235,7 @@ func TestJournalOtherIntervalAndCatalog(t *testing.T) {
 	if err := ag3.Close(); err != nil {
 		t.Fatal(err)
 	}
-	var kept []sampler.Summary
+	var kept []record.Summary
 	for _, s := range want {
 		if s.Metric != 6 {
 			kept = append(kept, s)

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // benchSamples is the samples per batch in the benchmarks: a pump batch of
@@ -14,8 +14,8 @@ const benchSamples = 100
 
 type discardOutput struct{}
 
-func (discardOutput) Write(context.Context, *sampler.Batch) error { return nil }
-func (discardOutput) Close() error                                { return nil }
+func (discardOutput) Write(context.Context, *record.Batch) error { return nil }
+func (discardOutput) Close() error                               { return nil }
 
 func benchQueue(b *testing.B, kind string) queue {
 	switch kind {
@@ -83,7 +83,7 @@ func BenchmarkDiskReplay(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	var batch sampler.Batch
+	var batch record.Batch
 	n := 0
 	for {
 		e, ok, err := q.next()

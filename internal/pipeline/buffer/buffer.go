@@ -14,8 +14,10 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/internal/backoff"
 	"github.com/gpusampler/gpusampler/plugins/proto/records"
+	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
@@ -40,7 +42,7 @@ type options struct {
 	name         string
 	writeTimeout time.Duration
 	segmentBytes int64
-	catalog      *sampler.Catalog
+	catalog      *catalog.Catalog
 	// Test hooks.
 	metricNames []string // written to segment headers in place of the catalog's
 	now         func() time.Time
@@ -63,9 +65,9 @@ func WithName(name string) Option { return func(o *options) { o.name = name } }
 func WithWriteTimeout(d time.Duration) Option { return func(o *options) { o.writeTimeout = d } }
 
 // WithCatalog sets the metric catalog that batches' metric IDs refer to
-// (default sampler.DefaultCatalog). Disk segments record its names; a
+// (default catalog.DefaultCatalog). Disk segments record its names; a
 // replay maps the IDs of a segment written with another catalog by name.
-func WithCatalog(c *sampler.Catalog) Option { return func(o *options) { o.catalog = c } }
+func WithCatalog(c *catalog.Catalog) Option { return func(o *options) { o.catalog = c } }
 
 // WithSegmentBytes sets the disk queue's segment file size (default
 // max_bytes/8, between 64 KiB and 16 MiB). Smaller segments free disk
@@ -76,14 +78,14 @@ func WithSegmentBytes(n int64) Option { return func(o *options) { o.segmentBytes
 // returns without waiting for the wrapped output; a goroutine of its own
 // delivers the queue to the wrapped output in order, retrying retryable
 // errors with backoff and removing a batch only once the output accepted it
-// (or rejected it with sampler.Permanent).
+// (or rejected it with record.Permanent).
 //
-// Concurrency: Write and Close follow sampler.Output (one caller, never
+// Concurrency: Write and Close follow record.Output (one caller, never
 // concurrently); Stats may be called from any goroutine at any time. The
 // wrapped output is called from the buffer's goroutine only, one Write at a
 // time, with a Batch the buffer owns and reuses; Close closes it.
 type Buffer struct {
-	out  sampler.Output
+	out  record.Output
 	cfg  Config
 	opts options
 	q    queue
@@ -95,11 +97,11 @@ type Buffer struct {
 	encMsg records.Batch
 	// idents are the newest identities Write has seen, by device index:
 	// the header of the next disk segment.
-	idents map[int]sampler.Device
+	idents map[int]record.Device
 	// capIdents (memory) are the identities Write had seen when the cap
 	// last dropped batches: one of them may have carried an identity the
 	// output was never given. lastCap is the cap drop count then.
-	capIdents map[int]sampler.Device
+	capIdents map[int]record.Device
 	lastCap   uint64
 	// next (memory) takes what is queued at Close (HandOver); hold, when
 	// set, keeps this buffer from delivering until its predecessor handed
@@ -133,12 +135,12 @@ type Buffer struct {
 	// map onto the catalog (remap nil when they need no rewriting).
 	haveSeg bool
 	curSeg  uint64
-	remap   []sampler.MetricID
+	remap   []catalog.MetricID
 	// known holds the identities seen in delivery order, [0] for this
 	// process's batches and [1] for replayed ones (device indexes of an
 	// earlier process); sent what the output was last given per index.
-	known                       [2]map[int]sampler.Device
-	sent                        map[int]sampler.Device
+	known                       [2]map[int]record.Device
+	sent                        map[int]record.Device
 	refs                        []bool
 	refList                     []int
 	rnd                         func() float64
@@ -150,7 +152,7 @@ type Buffer struct {
 // for kind "none" (or empty). cfg is validated first. For kind "disk",
 // what an earlier process left queued in cfg.Dir is delivered first
 // (replayed, at least once). The result's Close closes out.
-func Wrap(out sampler.Output, cfg Config, opts ...Option) (sampler.Output, error) {
+func Wrap(out record.Output, cfg Config, opts ...Option) (record.Output, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -162,7 +164,7 @@ func Wrap(out sampler.Output, cfg Config, opts ...Option) (sampler.Output, error
 
 // New is Wrap for kinds "memory" and "disk", returning the *Buffer so that
 // the caller can read its Stats.
-func New(out sampler.Output, cfg Config, opts ...Option) (*Buffer, error) {
+func New(out record.Output, cfg Config, opts ...Option) (*Buffer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -181,15 +183,15 @@ func New(out sampler.Output, cfg Config, opts ...Option) (*Buffer, error) {
 		o.rand = rand.Float64
 	}
 	if o.catalog == nil {
-		o.catalog = sampler.DefaultCatalog
+		o.catalog = catalog.DefaultCatalog
 	}
 	if o.metricNames == nil {
 		o.metricNames = records.MetricNames(o.catalog)
 	}
 	b := &Buffer{out: out, cfg: cfg, opts: o, log: o.log.With("output", o.name, "buffer", cfg.Kind),
 		wake: make(chan struct{}, 1), draining: make(chan struct{}), done: make(chan struct{}), rnd: o.rand,
-		idents: map[int]sampler.Device{}, capIdents: map[int]sampler.Device{}, sent: map[int]sampler.Device{},
-		known: [2]map[int]sampler.Device{{}, {}}}
+		idents: map[int]record.Device{}, capIdents: map[int]record.Device{}, sent: map[int]record.Device{},
+		known: [2]map[int]record.Device{{}, {}}}
 	switch cfg.Kind {
 	case KindMemory:
 		b.q = newMemQueue(cfg.MaxBytes, cfg.MaxRecords)
@@ -225,7 +227,7 @@ func (b *Buffer) LastAppended() (seq uint64, ok bool) {
 		return 0, false
 	}
 	var msg records.Batch
-	var batch sampler.Batch
+	var batch record.Batch
 	if err := records.DecodeBatch(dq.lastPayload, &msg, &batch); err != nil {
 		return 0, false
 	}
@@ -235,16 +237,16 @@ func (b *Buffer) LastAppended() (seq uint64, ok bool) {
 // Write queues a copy of batch and returns; it never waits for the wrapped
 // output and does not retain batch. An empty batch is ignored. At the cap
 // the oldest queued batches are dropped (counted in Stats). It returns
-// sampler.ErrClosed after Close, ErrTooLarge for a batch larger than the
+// record.ErrClosed after Close, ErrTooLarge for a batch larger than the
 // caps, and the disk's error when the disk queue cannot append.
-func (b *Buffer) Write(_ context.Context, batch *sampler.Batch) error {
+func (b *Buffer) Write(_ context.Context, batch *record.Batch) error {
 	if batch.Len() == 0 {
 		return nil
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
-		return sampler.ErrClosed
+		return record.ErrClosed
 	}
 	var err error
 	if b.enc, err = records.AppendBatch(b.enc[:0], &b.encMsg, batch); err != nil {
@@ -273,7 +275,7 @@ func (b *Buffer) Write(_ context.Context, batch *sampler.Batch) error {
 
 // noteIdentities records devs as the newest identities and reports whether
 // any changed. Called with mu held.
-func (b *Buffer) noteIdentities(devs []sampler.Device) bool {
+func (b *Buffer) noteIdentities(devs []record.Device) bool {
 	changed := false
 	for _, d := range devs {
 		if old, ok := b.idents[d.Index]; !ok || old != d {
@@ -306,7 +308,7 @@ func (b *Buffer) segmentHeader() []byte {
 // run is the delivery goroutine.
 func (b *Buffer) run() {
 	defer close(b.done)
-	var batch sampler.Batch
+	var batch record.Batch
 	ioErrs := 0
 	draining := false
 	for b.ctx.Err() == nil && !b.handingOver.Load() && b.awaitHold() {
@@ -347,7 +349,7 @@ func (b *Buffer) run() {
 
 // deliver writes one entry to the wrapped output until it is accepted,
 // rejected as permanent, or the buffer's context ends.
-func (b *Buffer) deliver(e entry, batch *sampler.Batch) {
+func (b *Buffer) deliver(e entry, batch *record.Batch) {
 	if err := records.DecodeBatch(e.payload, &b.decMsg, batch); err != nil {
 		// The payload passed its checksum (disk) or never left memory, so
 		// this is an encoding bug or memory corruption: count it as corrupt.
@@ -393,7 +395,7 @@ func (b *Buffer) deliver(e entry, batch *sampler.Batch) {
 				b.replayed.Add(1)
 			}
 			return
-		case sampler.IsPermanent(err):
+		case record.IsPermanent(err):
 			b.q.ack()
 			b.malformedBatches.Add(1)
 			b.malformedRecords.Add(uint64(e.records))
@@ -428,7 +430,7 @@ func (b *Buffer) enterSegment(e entry) {
 		// Passed its checksum, so a bug: map nothing rather than guess.
 		b.log.Warn("buffer segment header unreadable; its batches' samples are dropped", "segment", e.segment,
 			"err", err, "format", h.GetFormat())
-		b.remap = []sampler.MetricID{}
+		b.remap = []catalog.MetricID{}
 		return
 	}
 	if m, identity := records.MetricMap(h.GetMetricNames(), b.opts.catalog); !identity {
@@ -450,8 +452,8 @@ func (b *Buffer) enterSegment(e entry) {
 // remapMetrics rewrites batch's metric IDs with b.remap, dropping the
 // samples and summaries whose metric the catalog does not have, and returns
 // how many it dropped.
-func (b *Buffer) remapMetrics(batch *sampler.Batch) int {
-	m := func(id sampler.MetricID) sampler.MetricID {
+func (b *Buffer) remapMetrics(batch *record.Batch) int {
+	m := func(id catalog.MetricID) catalog.MetricID {
 		if int(id) >= len(b.remap) {
 			return 0
 		}
@@ -464,8 +466,8 @@ func (b *Buffer) remapMetrics(batch *sampler.Batch) int {
 	for i := range batch.Summaries {
 		batch.Summaries[i].Metric = m(batch.Summaries[i].Metric)
 	}
-	batch.Samples = slices.DeleteFunc(batch.Samples, func(s sampler.Sample) bool { return s.Metric == 0 })
-	batch.Summaries = slices.DeleteFunc(batch.Summaries, func(s sampler.Summary) bool { return s.Metric == 0 })
+	batch.Samples = slices.DeleteFunc(batch.Samples, func(s record.Sample) bool { return s.Metric == 0 })
+	batch.Summaries = slices.DeleteFunc(batch.Summaries, func(s record.Summary) bool { return s.Metric == 0 })
 	return n - len(batch.Samples) - len(batch.Summaries)
 }
 
@@ -476,7 +478,7 @@ func (b *Buffer) remapMetrics(batch *sampler.Batch) int {
 // the cap dropped batches tell it: a replayed batch, or one behind a
 // dropped batch that carried the identity, still names its devices. origin selects the identities: this process's (0) or an
 // earlier one's (1, replay).
-func (b *Buffer) addIdentities(batch *sampler.Batch, origin int) {
+func (b *Buffer) addIdentities(batch *record.Batch, origin int) {
 	known := b.known[origin]
 	for _, d := range batch.Devices {
 		known[d.Index] = d
@@ -574,7 +576,7 @@ func (b *Buffer) HandOver(next *Buffer) error {
 	defer b.mu.Unlock()
 	if b.closed {
 		next.release()
-		return sampler.ErrClosed
+		return record.ErrClosed
 	}
 	b.next = next
 	return nil
@@ -613,7 +615,7 @@ func (b *Buffer) release() {
 
 // adopt queues a predecessor's entries ahead of b's own, with the
 // identities their batches refer to, and lets b deliver.
-func (b *Buffer) adopt(es []entry, idents map[int]sampler.Device) {
+func (b *Buffer) adopt(es []entry, idents map[int]record.Device) {
 	b.mu.Lock()
 	maps.Copy(b.capIdents, idents)
 	b.mu.Unlock()
@@ -720,7 +722,7 @@ type Drops struct {
 	// Cap: the oldest queued, dropped to make room at max_bytes or
 	// max_records.
 	Cap uint64
-	// Malformed: rejected by the output with sampler.Permanent.
+	// Malformed: rejected by the output with record.Permanent.
 	Malformed uint64
 	// Corrupt: failed its checksum or decode on disk (torn by a crash,
 	// damaged on disk). Records are counted where the record header
@@ -762,11 +764,11 @@ type Stats struct {
 	DroppedBatches, DroppedRecords Drops
 }
 
-// ReportStats implements sampler.StatsReporter by passing on the wrapped
+// ReportStats implements record.StatsReporter by passing on the wrapped
 // output's counters; the buffer's own (Stats) travel as self-metrics of
 // scope "buffer".
-func (b *Buffer) ReportStats(dst []sampler.Field) []sampler.Field {
-	return sampler.ReportStats(b.out, dst)
+func (b *Buffer) ReportStats(dst []record.Field) []record.Field {
+	return record.ReportStats(b.out, dst)
 }
 
 // Stats returns the buffer's self-metrics. Safe to call from any goroutine.

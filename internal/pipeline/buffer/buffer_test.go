@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // kindEnv builds buffers of one kind for the shared scenario suite.
@@ -27,7 +27,7 @@ var kinds = []kindEnv{
 
 // newTestBuffer builds a buffer of env's kind around out. dir is used for
 // disk (a temp dir when empty).
-func (env kindEnv) newBuffer(t *testing.T, out sampler.Output, cfg Config, opts ...Option) *Buffer {
+func (env kindEnv) newBuffer(t *testing.T, out record.Output, cfg Config, opts ...Option) *Buffer {
 	t.Helper()
 	cfg.Kind = env.kind
 	if cfg.MaxBytes == 0 {
@@ -105,7 +105,7 @@ func scenarioOrder(t *testing.T, env kindEnv) {
 
 // plainBatch is testBatch with samples only, so that every batch of n
 // samples has the same size.
-func plainBatch(seq uint64, n int) *sampler.Batch {
+func plainBatch(seq uint64, n int) *record.Batch {
 	b := testBatch(seq, n)
 	b.Devices, b.Events = nil, nil
 	return b
@@ -161,7 +161,7 @@ var errUnavailable = errors.New("sink: service unavailable")
 
 func scenarioRetry(t *testing.T, env kindEnv) {
 	const failures = 6
-	sink := &fakeSink{script: func(call int, _ *sampler.Batch) error {
+	sink := &fakeSink{script: func(call int, _ *record.Batch) error {
 		if call <= failures {
 			return errUnavailable
 		}
@@ -195,9 +195,9 @@ func scenarioRetry(t *testing.T, env kindEnv) {
 }
 
 func scenarioMalformed(t *testing.T, env kindEnv) {
-	sink := &fakeSink{script: func(_ int, b *sampler.Batch) error {
+	sink := &fakeSink{script: func(_ int, b *record.Batch) error {
 		if b.Seq == 3 || b.Seq == 4 {
-			return sampler.Permanent(errors.New("sink: 400 field type conflict"))
+			return record.Permanent(errors.New("sink: 400 field type conflict"))
 		}
 		return nil
 	}}
@@ -275,7 +275,7 @@ func scenarioContract(t *testing.T, env kindEnv) {
 	sink := &fakeSink{}
 	b := env.newBuffer(t, sink, Config{})
 	ctx := context.Background()
-	if err := b.Write(ctx, &sampler.Batch{Seq: 1}); err != nil {
+	if err := b.Write(ctx, &record.Batch{Seq: 1}); err != nil {
 		t.Fatalf("empty batch: %v", err)
 	}
 	tb := testBatch(10, 8)
@@ -293,7 +293,7 @@ func scenarioContract(t *testing.T, env kindEnv) {
 	if err := b.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
-	if err := b.Write(ctx, testBatch(11, 1)); !errors.Is(err, sampler.ErrClosed) {
+	if err := b.Write(ctx, testBatch(11, 1)); !errors.Is(err, record.ErrClosed) {
 		t.Fatalf("Write after Close: %v, want ErrClosed", err)
 	}
 	if len(sink.got) != 1 || string(sink.got[0]) != string(want) {
@@ -406,7 +406,7 @@ func TestWrapNone(t *testing.T) {
 	sink := &fakeSink{}
 	for _, kind := range []string{"", KindNone} {
 		out, err := Wrap(sink, Config{Kind: kind})
-		if err != nil || out != sampler.Output(sink) {
+		if err != nil || out != record.Output(sink) {
 			t.Fatalf("kind %q: got %v, %v; want the output itself", kind, out, err)
 		}
 	}

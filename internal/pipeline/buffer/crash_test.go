@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // The crash test's child role is selected by these environment variables.
@@ -136,7 +136,7 @@ func TestDiskCrashRecovery(t *testing.T) {
 			t.Fatal(err)
 		}
 		var seqs []uint64
-		var b sampler.Batch
+		var b record.Batch
 		for _, e := range all {
 			if err := decodeBatch(&b, e.payload); err != nil {
 				t.Fatalf("round %d: replayed garbage: %v", round, err)
@@ -225,7 +225,7 @@ func crashChild(dir string) {
 		fmt.Fprintln(os.Stderr, "child open:", err)
 		os.Exit(2)
 	}
-	var b sampler.Batch
+	var b record.Batch
 	for range 600 {
 		switch x := r.IntN(100); {
 		case x < 50:
@@ -303,7 +303,7 @@ func TestDiskCorruptRecordSkipped(t *testing.T) {
 		t.Fatal(err)
 	}
 	var seqs []uint64
-	var b sampler.Batch
+	var b record.Batch
 	for _, e := range all {
 		if err := decodeBatch(&b, e.payload); err != nil {
 			t.Fatal(err)

@@ -1,7 +1,7 @@
 // Package buffer puts a per-output queue between a pump and its output, so
 // that a sink that is down for minutes does not cost data.
 //
-// A Buffer is itself a sampler.Output that decorates the real one: the pump
+// A Buffer is itself a record.Output that decorates the real one: the pump
 // (and the fan-out) cannot tell it is there, and it works alike for
 // in-process outputs and plugin clients. Wrap builds it from a plain
 // Config:
@@ -24,7 +24,7 @@
 // returns at once; it never waits for the output and keeps nothing of the
 // batch. One goroutine per Buffer delivers the queue in order, one Write at
 // a time, and removes a batch only after the output accepted it. An output
-// marks errors that retrying cannot fix with sampler.Permanent; those
+// marks errors that retrying cannot fix with record.Permanent; those
 // batches are dropped, counted and logged (at most once a minute). Every
 // other error is retried with jittered exponential backoff. Every loss is
 // counted by reason in Stats. See README.md for the on-disk format and the

@@ -17,15 +17,16 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/internal/encoding/lineproto"
 	"github.com/gpusampler/gpusampler/plugins/proto/records"
 	"github.com/gpusampler/gpusampler/plugins/proto/records/recordstest"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // normalized returns a copy of b with empty slices as nil, so that batches
 // compare with reflect.DeepEqual whatever capacity they were decoded into.
-func normalized(b *sampler.Batch) *sampler.Batch {
+func normalized(b *record.Batch) *record.Batch {
 	c := *b
 	if len(c.Devices) == 0 {
 		c.Devices = nil
@@ -39,7 +40,7 @@ func normalized(b *sampler.Batch) *sampler.Batch {
 	if len(c.Events) == 0 {
 		c.Events = nil
 	} else {
-		c.Events = append([]sampler.Event(nil), c.Events...)
+		c.Events = append([]record.Event(nil), c.Events...)
 		for i := range c.Events {
 			if len(c.Events[i].Attrs) == 0 {
 				c.Events[i].Attrs = nil
@@ -53,13 +54,13 @@ func normalized(b *sampler.Batch) *sampler.Batch {
 }
 
 // Batches returns the accepted batches, decoded, in order.
-func (s *fakeSink) Batches(t testing.TB) []*sampler.Batch {
+func (s *fakeSink) Batches(t testing.TB) []*record.Batch {
 	t.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []*sampler.Batch
+	var out []*record.Batch
 	for _, p := range s.got {
-		var b sampler.Batch
+		var b record.Batch
 		if err := decodeBatch(&b, p); err != nil {
 			t.Fatalf("sink holds an undecodable batch: %v", err)
 		}
@@ -78,21 +79,21 @@ func TestBufferCarriesEveryRecordKind(t *testing.T) {
 		t.Fatalf("fixture leaves fields unset: %v", unset)
 	}
 	r := rand.New(rand.NewPCG(1, 2))
-	want := []*sampler.Batch{full}
+	want := []*record.Batch{full}
 	for i := range 50 {
 		b := randomBatch(r, uint64(i+2))
 		if len(b.Samples) == 0 {
-			b.Samples = []sampler.Sample{{TimeNS: int64(i), Value: 1, Metric: sampler.MetricPowerDraw}}
+			b.Samples = []record.Sample{{TimeNS: int64(i), Value: 1, Metric: catalog.MetricPowerDraw}}
 		}
 		// Every device the batch refers to has its identity in the
 		// batch, so that the buffer adds none: what comes out must equal
 		// what went in.
 		b.Devices = nil
 		for _, s := range b.Samples {
-			b.Devices = append(b.Devices, sampler.Device{Index: int(s.Device), UUID: "GPU-x"})
+			b.Devices = append(b.Devices, record.Device{Index: int(s.Device), UUID: "GPU-x"})
 		}
 		for _, e := range b.Events {
-			b.Devices = append(b.Devices, sampler.Device{Index: e.Device, UUID: "GPU-x"})
+			b.Devices = append(b.Devices, record.Device{Index: e.Device, UUID: "GPU-x"})
 		}
 		want = append(want, b)
 	}
@@ -124,7 +125,7 @@ func TestBufferCarriesEveryRecordKind(t *testing.T) {
 // writeSegments leaves in dir what a process with the given catalog names
 // and identities queued and never delivered: one segment whose header
 // holds names and devs, and the batches.
-func writeSegments(t *testing.T, dir string, names []string, devs []sampler.Device, batches ...*sampler.Batch) {
+func writeSegments(t *testing.T, dir string, names []string, devs []record.Device, batches ...*record.Batch) {
 	t.Helper()
 	h := &records.BufferSegment{Format: 2, MetricNames: names}
 	for i := range devs {
@@ -153,19 +154,19 @@ func writeSegments(t *testing.T, dir string, names []string, devs []sampler.Devi
 // summaries relabelled by metric name; a metric this catalog lacks is
 // dropped and counted, never sent under another metric's ID.
 func TestDiskReplayMapsMetricsByName(t *testing.T) {
-	c := sampler.DefaultCatalog
+	c := catalog.DefaultCatalog
 	// The old catalog: power_draw and temp_gpu swapped, and a metric
 	// since removed at ID 3.
 	old := records.MetricNames(c)
-	pd, tg := int(sampler.MetricPowerDraw)-1, int(sampler.MetricTempGPU)-1
+	pd, tg := int(catalog.MetricPowerDraw)-1, int(catalog.MetricTempGPU)-1
 	old[pd], old[tg] = old[tg], old[pd]
 	old[2] = "retired_metric"
-	oldPower, oldTemp := sampler.MetricID(tg+1), sampler.MetricID(pd+1)
+	oldPower, oldTemp := catalog.MetricID(tg+1), catalog.MetricID(pd+1)
 
-	in := &sampler.Batch{Seq: 4,
-		Samples: []sampler.Sample{{TimeNS: 1, Value: 300, Metric: oldPower}, {TimeNS: 2, Value: 55, Metric: oldTemp},
-			{TimeNS: 3, Value: 1, Metric: 3}, {TimeNS: 4, Value: 7, Metric: sampler.MetricClockSM}},
-		Summaries: []sampler.Summary{{StartNS: 5, IntervalNS: 5, Mean: 54, Count: 2, Metric: oldTemp},
+	in := &record.Batch{Seq: 4,
+		Samples: []record.Sample{{TimeNS: 1, Value: 300, Metric: oldPower}, {TimeNS: 2, Value: 55, Metric: oldTemp},
+			{TimeNS: 3, Value: 1, Metric: 3}, {TimeNS: 4, Value: 7, Metric: catalog.MetricClockSM}},
+		Summaries: []record.Summary{{StartNS: 5, IntervalNS: 5, Mean: 54, Count: 2, Metric: oldTemp},
 			{StartNS: 5, IntervalNS: 5, Mean: 1, Count: 1, Metric: 3}}}
 	dir := t.TempDir()
 	writeSegments(t, dir, old, nil, in)
@@ -178,10 +179,10 @@ func TestDiskReplayMapsMetricsByName(t *testing.T) {
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
-	want := &sampler.Batch{Seq: 4,
-		Samples: []sampler.Sample{{TimeNS: 1, Value: 300, Metric: sampler.MetricPowerDraw},
-			{TimeNS: 2, Value: 55, Metric: sampler.MetricTempGPU}, {TimeNS: 4, Value: 7, Metric: sampler.MetricClockSM}},
-		Summaries: []sampler.Summary{{StartNS: 5, IntervalNS: 5, Mean: 54, Count: 2, Metric: sampler.MetricTempGPU}}}
+	want := &record.Batch{Seq: 4,
+		Samples: []record.Sample{{TimeNS: 1, Value: 300, Metric: catalog.MetricPowerDraw},
+			{TimeNS: 2, Value: 55, Metric: catalog.MetricTempGPU}, {TimeNS: 4, Value: 7, Metric: catalog.MetricClockSM}},
+		Summaries: []record.Summary{{StartNS: 5, IntervalNS: 5, Mean: 54, Count: 2, Metric: catalog.MetricTempGPU}}}
 	got := sink.Batches(t)
 	if len(got) != 1 || !reflect.DeepEqual(got[0], normalized(want)) {
 		for _, g := range got {
@@ -228,21 +229,21 @@ func TestDiskRefusesOldFormat(t *testing.T) {
 // pci_bus_id on every sample line.
 func TestDiskReplayCarriesIdentity(t *testing.T) {
 	dir := t.TempDir()
-	devs := []sampler.Device{
+	devs := []record.Device{
 		{Index: 0, UUID: "GPU-aaaa", Name: "NVIDIA H200", PCIBusID: "00000000:19:00.0", Backend: "nvml", Generation: 1},
 		{Index: 1, UUID: "GPU-bbbb", Name: "NVIDIA H200", PCIBusID: "00000000:3B:00.0", Backend: "nvml", Generation: 1,
-			MIGMode: sampler.ModeDisabled},
+			MIGMode: record.ModeDisabled},
 	}
-	batch := func(seq uint64) *sampler.Batch {
-		return &sampler.Batch{Seq: seq, Samples: []sampler.Sample{
-			{TimeNS: 1_700_000_000_000_000_000 + int64(seq), Value: float64(seq), Device: 0, Metric: sampler.MetricPowerDraw},
-			{TimeNS: 1_700_000_000_000_000_000 + int64(seq), Value: float64(seq), Device: 1, Metric: sampler.MetricTempGPU}}}
+	batch := func(seq uint64) *record.Batch {
+		return &record.Batch{Seq: seq, Samples: []record.Sample{
+			{TimeNS: 1_700_000_000_000_000_000 + int64(seq), Value: float64(seq), Device: 0, Metric: catalog.MetricPowerDraw},
+			{TimeNS: 1_700_000_000_000_000_000 + int64(seq), Value: float64(seq), Device: 1, Metric: catalog.MetricTempGPU}}}
 	}
 	first := batch(1)
 	first.Devices = devs
 	// Process 1: the sink takes batch 1 (with the identities), then hangs.
 	gate := make(chan struct{})
-	sink := &fakeSink{entered: make(chan uint64, 10), script: func(call int, b *sampler.Batch) error {
+	sink := &fakeSink{entered: make(chan uint64, 10), script: func(call int, b *record.Batch) error {
 		if call > 1 {
 			<-gate
 			return errors.New("sink down")
@@ -253,7 +254,7 @@ func TestDiskReplayCarriesIdentity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, bt := range []*sampler.Batch{first, batch(2), batch(3)} {
+	for _, bt := range []*record.Batch{first, batch(2), batch(3)} {
 		if err := b1.Write(context.Background(), bt); err != nil {
 			t.Fatal(err)
 		}
@@ -281,7 +282,7 @@ func TestDiskReplayCarriesIdentity(t *testing.T) {
 	if !reflect.DeepEqual(got[0].Devices, devs) || len(got[1].Devices) != 0 {
 		t.Fatalf("replayed identities: %+v and %+v, want %+v then none", got[0].Devices, got[1].Devices, devs)
 	}
-	enc := lineproto.New(lineproto.Options{Catalog: sampler.DefaultCatalog})
+	enc := lineproto.New(lineproto.Options{Catalog: catalog.DefaultCatalog})
 	for _, bt := range got {
 		enc.Encode(bt)
 	}
@@ -365,11 +366,11 @@ func (h *levelHandler) Count(rec string) int {
 // every other batch is delivered.
 func TestDiskCorruptRecordCounted(t *testing.T) {
 	dir := t.TempDir()
-	var in []*sampler.Batch
+	var in []*record.Batch
 	for seq := uint64(1); seq <= 10; seq++ {
 		in = append(in, plainBatch(seq, 4))
 	}
-	writeSegments(t, dir, records.MetricNames(sampler.DefaultCatalog), nil, in...)
+	writeSegments(t, dir, records.MetricNames(catalog.DefaultCatalog), nil, in...)
 	ids, err := listSegments(dir)
 	if err != nil || len(ids) != 1 {
 		t.Fatalf("segments %v, %v; want one", ids, err)
@@ -415,14 +416,14 @@ func TestDiskCorruptRecordCounted(t *testing.T) {
 // counted; every batch after it arrives, whole.
 func TestDiskReplayPermanentRefusal(t *testing.T) {
 	dir := t.TempDir()
-	var in []*sampler.Batch
+	var in []*record.Batch
 	for seq := uint64(1); seq <= 5; seq++ {
 		in = append(in, testBatch(seq, 3))
 	}
-	writeSegments(t, dir, records.MetricNames(sampler.DefaultCatalog), nil, in...)
-	sink := &fakeSink{script: func(_ int, b *sampler.Batch) error {
+	writeSegments(t, dir, records.MetricNames(catalog.DefaultCatalog), nil, in...)
+	sink := &fakeSink{script: func(_ int, b *record.Batch) error {
 		if b.Seq == 2 {
-			return fmt.Errorf("influxdb: write: %w", sampler.Permanent(errors.New("400 field type conflict")))
+			return fmt.Errorf("influxdb: write: %w", record.Permanent(errors.New("400 field type conflict")))
 		}
 		return nil
 	}}
@@ -440,7 +441,7 @@ func TestDiskReplayPermanentRefusal(t *testing.T) {
 		t.Fatalf("calls %v, want 1..6: the refused batch is sent once", got)
 	}
 	got := sink.Batches(t)
-	want := []*sampler.Batch{in[0], in[2], in[3], in[4], testBatch(6, 3)}
+	want := []*record.Batch{in[0], in[2], in[3], in[4], testBatch(6, 3)}
 	if len(got) != len(want) {
 		t.Fatalf("accepted %d batches, want %d", len(got), len(want))
 	}
@@ -460,9 +461,9 @@ func TestDiskReplayPermanentRefusal(t *testing.T) {
 // device's identity (the pump sends it once); the next batch delivered
 // for that device names it.
 func TestMemoryCapKeepsIdentity(t *testing.T) {
-	dev := sampler.Device{Index: 0, UUID: "GPU-aaaa", Name: "NVIDIA H200", PCIBusID: "00000000:19:00.0", Generation: 1}
-	sample := func(seq uint64) *sampler.Batch {
-		return &sampler.Batch{Seq: seq, Samples: []sampler.Sample{{TimeNS: int64(seq), Value: 1, Metric: sampler.MetricPowerDraw}}}
+	dev := record.Device{Index: 0, UUID: "GPU-aaaa", Name: "NVIDIA H200", PCIBusID: "00000000:19:00.0", Generation: 1}
+	sample := func(seq uint64) *record.Batch {
+		return &record.Batch{Seq: seq, Samples: []record.Sample{{TimeNS: int64(seq), Value: 1, Metric: catalog.MetricPowerDraw}}}
 	}
 	sink := &fakeSink{gate: make(chan struct{}), entered: make(chan uint64, 10)}
 	b, err := New(sink, Config{Kind: KindMemory, MaxBytes: 1 << 20, MaxRecords: 2})
@@ -470,13 +471,13 @@ func TestMemoryCapKeepsIdentity(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if err := b.Write(ctx, &sampler.Batch{Seq: 1, Events: []sampler.Event{{Kind: sampler.EventXID, Device: -1}}}); err != nil {
+	if err := b.Write(ctx, &record.Batch{Seq: 1, Events: []record.Event{{Kind: record.EventXID, Device: -1}}}); err != nil {
 		t.Fatal(err)
 	}
 	<-sink.entered // batch 1 in flight
 	first := sample(2)
-	first.Devices = []sampler.Device{dev}
-	for _, bt := range []*sampler.Batch{first, sample(3), sample(4)} {
+	first.Devices = []record.Device{dev}
+	for _, bt := range []*record.Batch{first, sample(3), sample(4)} {
 		if err := b.Write(ctx, bt); err != nil {
 			t.Fatal(err)
 		}
@@ -486,9 +487,9 @@ func TestMemoryCapKeepsIdentity(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := sink.Batches(t)
-	want := []*sampler.Batch{
-		{Seq: 1, Events: []sampler.Event{{Kind: sampler.EventXID, Device: -1}}},
-		{Seq: 3, Devices: []sampler.Device{dev}, Samples: sample(3).Samples},
+	want := []*record.Batch{
+		{Seq: 1, Events: []record.Event{{Kind: record.EventXID, Device: -1}}},
+		{Seq: 3, Devices: []record.Device{dev}, Samples: sample(3).Samples},
 		{Seq: 4, Samples: sample(4).Samples},
 	}
 	if len(got) != len(want) {
@@ -516,11 +517,11 @@ func TestDiskCorruptHeaderDropsSegment(t *testing.T) {
 
 func testCorruptHeader(t *testing.T, cursor bool) {
 	dir := t.TempDir()
-	var in []*sampler.Batch
+	var in []*record.Batch
 	for seq := uint64(1); seq <= 3; seq++ {
 		in = append(in, plainBatch(seq, 5))
 	}
-	writeSegments(t, dir, records.MetricNames(sampler.DefaultCatalog), nil, in...)
+	writeSegments(t, dir, records.MetricNames(catalog.DefaultCatalog), nil, in...)
 	ids, err := listSegments(dir)
 	if err != nil || len(ids) != 1 {
 		t.Fatalf("segments %v, %v; want one", ids, err)

@@ -10,8 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/plugins/proto/records"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // Test-only options: injected clock, backoff sleep, jitter and disk hooks.
@@ -64,26 +65,26 @@ func (s *sleepRecorder) Delays() []time.Duration {
 
 // testBatch builds a deterministic batch for seq with n samples; every
 // tenth batch carries a device identity and an event.
-func testBatch(seq uint64, n int) *sampler.Batch {
-	b := &sampler.Batch{Seq: seq}
+func testBatch(seq uint64, n int) *record.Batch {
+	b := &record.Batch{Seq: seq}
 	for i := range n {
-		b.Samples = append(b.Samples, sampler.Sample{TimeNS: 1_700_000_000_000_000_000 + int64(seq)*1e8 + int64(i)*1e6,
-			Value: float64(seq) + float64(i)/8, Device: uint16(i % 2), Metric: sampler.MetricID(1 + i%5)})
+		b.Samples = append(b.Samples, record.Sample{TimeNS: 1_700_000_000_000_000_000 + int64(seq)*1e8 + int64(i)*1e6,
+			Value: float64(seq) + float64(i)/8, Device: uint16(i % 2), Metric: catalog.MetricID(1 + i%5)})
 	}
 	if seq%10 == 0 {
-		b.Devices = append(b.Devices, sampler.Device{Index: 0, UUID: "GPU-0", Name: "NVIDIA H200", Backend: "sim",
+		b.Devices = append(b.Devices, record.Device{Index: 0, UUID: "GPU-0", Name: "NVIDIA H200", Backend: "sim",
 			Simulated: true, SlowdownTempC: 87, Generation: seq})
-		b.Events = append(b.Events, sampler.Event{Kind: sampler.EventThrottle, StartNS: int64(seq), EndNS: int64(seq) + 5,
-			Message: "power cap", Attrs: []sampler.Attr{{Key: "reason", Value: "sw_power_cap"}}})
+		b.Events = append(b.Events, record.Event{Kind: record.EventThrottle, StartNS: int64(seq), EndNS: int64(seq) + 5,
+			Message: "power cap", Attrs: []record.Attr{{Key: "reason", Value: "sw_power_cap"}}})
 	}
 	return b
 }
 
 // randomBatch builds a random batch (fuzz seeds, model test).
-func randomBatch(r *rand.Rand, seq uint64) *sampler.Batch {
-	b := &sampler.Batch{Seq: seq}
+func randomBatch(r *rand.Rand, seq uint64) *record.Batch {
+	b := &record.Batch{Seq: seq}
 	for range r.IntN(3) {
-		b.Devices = append(b.Devices, sampler.Device{Index: r.IntN(8), UUID: fmt.Sprintf("GPU-%d", r.Uint32()),
+		b.Devices = append(b.Devices, record.Device{Index: r.IntN(8), UUID: fmt.Sprintf("GPU-%d", r.Uint32()),
 			Name: "NVIDIA H200", PCIBusID: "0000:19:00.0", MemoryTotalMiB: r.Uint64N(1 << 20),
 			DriverVersion: "570.86", Backend: "nvml", Simulated: r.IntN(2) == 0, MaxOperatingTempC: r.Float64() * 100,
 			Generation: r.Uint64()})
@@ -91,14 +92,14 @@ func randomBatch(r *rand.Rand, seq uint64) *sampler.Batch {
 	t := r.Int64N(1 << 62)
 	for range r.IntN(40) {
 		t += r.Int64N(2e8) - 1e7
-		b.Samples = append(b.Samples, sampler.Sample{TimeNS: t, Value: r.NormFloat64() * 1e3,
-			Device: uint16(r.IntN(8)), Metric: sampler.MetricID(r.IntN(300)), Flags: sampler.Flags(r.IntN(2))})
+		b.Samples = append(b.Samples, record.Sample{TimeNS: t, Value: r.NormFloat64() * 1e3,
+			Device: uint16(r.IntN(8)), Metric: catalog.MetricID(r.IntN(300)), Flags: record.Flags(r.IntN(2))})
 	}
 	for range r.IntN(3) {
-		e := sampler.Event{Kind: sampler.EventXID, Device: r.IntN(8), StartNS: r.Int64(), EndNS: -r.Int64N(5),
+		e := record.Event{Kind: record.EventXID, Device: r.IntN(8), StartNS: r.Int64(), EndNS: -r.Int64N(5),
 			Message: "xid 79"}
 		for range r.IntN(3) {
-			e.Attrs = append(e.Attrs, sampler.Attr{Key: "k", Value: fmt.Sprint(r.Int())})
+			e.Attrs = append(e.Attrs, record.Attr{Key: "k", Value: fmt.Sprint(r.Int())})
 		}
 		b.Events = append(b.Events, e)
 	}
@@ -107,9 +108,9 @@ func randomBatch(r *rand.Rand, seq uint64) *sampler.Batch {
 
 // encode and decodeBatch are the buffer's payload encoding (records'
 // protobuf Batch), for tests that look at payloads.
-func encode(b *sampler.Batch) []byte { return appendBatch(nil, b) }
+func encode(b *record.Batch) []byte { return appendBatch(nil, b) }
 
-func appendBatch(dst []byte, b *sampler.Batch) []byte {
+func appendBatch(dst []byte, b *record.Batch) []byte {
 	p, err := records.AppendBatch(dst, &records.Batch{}, b)
 	if err != nil {
 		panic(err)
@@ -117,7 +118,7 @@ func appendBatch(dst []byte, b *sampler.Batch) []byte {
 	return p
 }
 
-func decodeBatch(dst *sampler.Batch, p []byte) error {
+func decodeBatch(dst *record.Batch, p []byte) error {
 	return records.DecodeBatch(p, &records.Batch{}, dst)
 }
 
@@ -125,7 +126,7 @@ func decodeBatch(dst *sampler.Batch, p []byte) error {
 // encoding). script, when set, decides each call's error. gate, when set,
 // makes Write wait for a value (or its closing) before answering.
 type fakeSink struct {
-	script  func(call int, b *sampler.Batch) error
+	script  func(call int, b *record.Batch) error
 	gate    chan struct{}
 	entered chan uint64 // receives each call's Seq, when set
 
@@ -136,7 +137,7 @@ type fakeSink struct {
 	closed int
 }
 
-func (s *fakeSink) Write(ctx context.Context, b *sampler.Batch) error {
+func (s *fakeSink) Write(ctx context.Context, b *record.Batch) error {
 	s.mu.Lock()
 	s.calls++
 	call := s.calls
@@ -178,7 +179,7 @@ func (s *fakeSink) Accepted(t testing.TB) []uint64 {
 	defer s.mu.Unlock()
 	var out []uint64
 	for _, p := range s.got {
-		var b sampler.Batch
+		var b record.Batch
 		if err := decodeBatch(&b, p); err != nil {
 			t.Fatalf("sink holds an undecodable batch: %v", err)
 		}

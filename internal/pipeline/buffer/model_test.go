@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // queueModel is the disk queue's specification: a FIFO with one entry in
@@ -384,7 +384,7 @@ func TestLastAppended(t *testing.T) {
 func TestHandOver(t *testing.T) {
 	cfg := Config{Kind: KindMemory, MaxBytes: 1 << 20, MaxRecords: 10000, RetryInitial: time.Millisecond,
 		RetryMax: time.Millisecond, CloseTimeout: time.Minute}
-	down := &fakeSink{script: func(int, *sampler.Batch) error { return fmt.Errorf("down: %w", sampler.ErrUnavailable) }}
+	down := &fakeSink{script: func(int, *record.Batch) error { return fmt.Errorf("down: %w", record.ErrUnavailable) }}
 	old, err := New(down, cfg)
 	if err != nil {
 		t.Fatal(err)

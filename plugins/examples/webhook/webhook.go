@@ -24,9 +24,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/config"
 	"github.com/gpusampler/gpusampler/plugins/sdk"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // Defaults.
@@ -46,7 +47,7 @@ var DefaultEvents = []string{"xid", "ecc", "throttle", "threshold", "device_lost
 // threshold is one "METRIC > VALUE" / "METRIC < VALUE" rule.
 type threshold struct {
 	text   string
-	metric sampler.MetricID
+	metric catalog.MetricID
 	name   string
 	above  bool
 	value  float64
@@ -69,7 +70,7 @@ type Output struct {
 	queue   []string
 	dropped int
 	active  map[[2]int]bool // (device, rule) → currently crossed
-	devices map[int]sampler.Device
+	devices map[int]record.Device
 	closed  bool
 	lastErr error
 
@@ -115,13 +116,13 @@ func (o *Output) Configure(t *config.Table, env sdk.Env) error {
 	o.host, o.log = env.Host, env.Logger
 	o.client = &http.Client{Timeout: o.timeout}
 	o.active = map[[2]int]bool{}
-	o.devices = map[int]sampler.Device{}
+	o.devices = map[int]record.Device{}
 	o.kick, o.stop, o.done = make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
 	go o.loop()
 	return nil
 }
 
-func parseThreshold(s string, cat *sampler.Catalog) (threshold, error) {
+func parseThreshold(s string, cat *catalog.Catalog) (threshold, error) {
 	i := strings.IndexAny(s, "<>")
 	if i < 0 {
 		return threshold{}, fmt.Errorf("%q: want \"METRIC > VALUE\" or \"METRIC < VALUE\"", s)
@@ -132,7 +133,7 @@ func parseThreshold(s string, cat *sampler.Catalog) (threshold, error) {
 		return threshold{}, fmt.Errorf("%q: %q is not a number", s, strings.TrimSpace(s[i+1:]))
 	}
 	if cat == nil {
-		cat = sampler.DefaultCatalog
+		cat = catalog.DefaultCatalog
 	}
 	m := cat.Lookup(name)
 	if m == nil {
@@ -143,11 +144,11 @@ func parseThreshold(s string, cat *sampler.Catalog) (threshold, error) {
 
 // Write turns the batch into alerts and queues them; it never waits for
 // the network.
-func (o *Output) Write(_ context.Context, b *sampler.Batch) error {
+func (o *Output) Write(_ context.Context, b *record.Batch) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.closed {
-		return sampler.ErrClosed
+		return record.ErrClosed
 	}
 	for _, d := range b.Devices {
 		o.devices[d.Index] = d

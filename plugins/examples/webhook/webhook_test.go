@@ -14,11 +14,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/outputs/outputtest"
 	"github.com/gpusampler/gpusampler/plugins"
 	"github.com/gpusampler/gpusampler/plugins/examples/webhook"
 	"github.com/gpusampler/gpusampler/plugins/sdktest"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // hook is a webhook target that records posted messages; the first fail
@@ -49,16 +50,16 @@ func (h *hook) all() string {
 	return strings.Join(h.texts, "\n")
 }
 
-func alertBatches(t0 int64) []*sampler.Batch {
-	temp := func(i int, v float64) sampler.Sample {
-		return sampler.Sample{TimeNS: t0 + int64(i)*1e8, Value: v, Metric: sampler.MetricTempGPU}
+func alertBatches(t0 int64) []*record.Batch {
+	temp := func(i int, v float64) record.Sample {
+		return record.Sample{TimeNS: t0 + int64(i)*1e8, Value: v, Metric: catalog.MetricTempGPU}
 	}
 	dev := outputtest.Device
-	return []*sampler.Batch{
-		{Seq: 1, Devices: []sampler.Device{dev}, Samples: []sampler.Sample{temp(0, 70), temp(1, 86), temp(2, 88)}},
-		{Seq: 2, Samples: []sampler.Sample{temp(3, 80)}, Events: []sampler.Event{
-			{Kind: sampler.EventXID, Device: 0, StartNS: t0, Message: "xid 79: GPU has fallen off the bus"},
-			{Kind: sampler.EventSelf, Device: -1, StartNS: t0, Message: "self metrics"}}},
+	return []*record.Batch{
+		{Seq: 1, Devices: []record.Device{dev}, Samples: []record.Sample{temp(0, 70), temp(1, 86), temp(2, 88)}},
+		{Seq: 2, Samples: []record.Sample{temp(3, 80)}, Events: []record.Event{
+			{Kind: record.EventXID, Device: 0, StartNS: t0, Message: "xid 79: GPU has fallen off the bus"},
+			{Kind: record.EventSelf, Device: -1, StartNS: t0, Message: "self metrics"}}},
 	}
 }
 
@@ -70,7 +71,7 @@ func TestWebhookSDK(t *testing.T) {
 	cfg := func() map[string]any {
 		return map[string]any{"url": srv.URL, "batch_interval": "1h", "thresholds": []any{"temperature_gpu > 85"}}
 	}
-	outputtest.Run(t, outputtest.Harness{New: func(t *testing.T) sampler.Output {
+	outputtest.Run(t, outputtest.Harness{New: func(t *testing.T) record.Output {
 		out, err := sdktest.Start(t, webhook.New(), cfg())
 		if err != nil {
 			t.Fatal(err)

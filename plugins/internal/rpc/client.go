@@ -12,9 +12,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/plugins/proto"
 	"github.com/gpusampler/gpusampler/plugins/proto/records"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // ConfigureInput is what the host hands a plugin's Configure.
@@ -23,7 +24,7 @@ type ConfigureInput struct {
 	Config     map[string]any
 	Host       string
 	GlobalTags map[string]string
-	Catalog    *sampler.Catalog
+	Catalog    *catalog.Catalog
 }
 
 // KeyError is one problem a plugin found with a key of its block.
@@ -50,7 +51,7 @@ func (e *ConfigError) Error() string {
 }
 
 // Client is the host side of one plugin connection. It implements
-// sampler.Output's Write (one goroutine at a time, as the pump calls it);
+// record.Output's Write (one goroutine at a time, as the pump calls it);
 // Health may be called concurrently.
 //
 // Device identities: the client remembers the newest identity of every
@@ -66,14 +67,14 @@ type Client struct {
 	// devMu guards devices: the supervisor reads them (Devices) while the
 	// pump's Write may be updating them.
 	devMu   sync.Mutex
-	devices map[int]sampler.Device
-	sent    map[int]sampler.Device // device index → identity sent on this connection
-	pending []sampler.Device
+	devices map[int]record.Device
+	sent    map[int]record.Device // device index → identity sent on this connection
+	pending []record.Device
 }
 
 // NewClient returns a client over c that knows devices already.
-func NewClient(c proto.OutputClient, devices []sampler.Device) *Client {
-	cl := &Client{c: c, devices: map[int]sampler.Device{}, sent: map[int]sampler.Device{}}
+func NewClient(c proto.OutputClient, devices []record.Device) *Client {
+	cl := &Client{c: c, devices: map[int]record.Device{}, sent: map[int]record.Device{}}
 	for _, d := range devices {
 		cl.devices[d.Index] = d
 	}
@@ -81,11 +82,11 @@ func NewClient(c proto.OutputClient, devices []sampler.Device) *Client {
 }
 
 // Devices returns every identity the client knows, by index.
-func (c *Client) Devices() []sampler.Device {
+func (c *Client) Devices() []record.Device {
 	c.devMu.Lock()
 	out := slices.Collect(maps.Values(c.devices))
 	c.devMu.Unlock()
-	slices.SortFunc(out, func(a, b sampler.Device) int { return a.Index - b.Index })
+	slices.SortFunc(out, func(a, b record.Device) int { return a.Index - b.Index })
 	return out
 }
 
@@ -112,9 +113,9 @@ func (c *Client) Configure(ctx context.Context, in ConfigureInput) error {
 }
 
 // Write sends b. Its error has the kind the plugin's output returned
-// (sampler.Classify); a broken connection or a call that timed out is
+// (record.Classify); a broken connection or a call that timed out is
 // unavailable.
-func (c *Client) Write(ctx context.Context, b *sampler.Batch) error {
+func (c *Client) Write(ctx context.Context, b *record.Batch) error {
 	c.devMu.Lock()
 	// Batches come in order: the last identity of an index is the newest
 	// (Generations of different gpusampler processes do not compare).
@@ -148,9 +149,9 @@ func (c *Client) Health(ctx context.Context) error {
 }
 
 // HealthStats is Health that also returns the counters the plugin's output
-// reported with its answer (sampler.StatsReporter on the plugin side; nil
+// reported with its answer (record.StatsReporter on the plugin side; nil
 // when it reports none). Stats come with an ErrNotHealthy answer too.
-func (c *Client) HealthStats(ctx context.Context) ([]sampler.Field, error) {
+func (c *Client) HealthStats(ctx context.Context) ([]record.Field, error) {
 	resp, err := c.c.Health(ctx, &proto.HealthRequest{})
 	if err != nil {
 		return nil, err
@@ -175,7 +176,7 @@ func (c *Client) Close(ctx context.Context) error {
 }
 
 // statusError turns a gRPC status into an error of the kind the plugin's
-// output returned (sampler.Classify sees it; the plugin's message is
+// output returned (record.Classify sees it; the plugin's message is
 // kept). The kind comes from the status's errdetails.ErrorInfo (domain
 // ErrorDomain). A status without one — the call never reached the
 // plugin's output, or an older plugin — is classified by its code:
@@ -191,25 +192,25 @@ func statusError(err error) error {
 	if !found {
 		switch st.Code() {
 		case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.Aborted, codes.ResourceExhausted:
-			kind = sampler.KindUnavailable
+			kind = record.KindUnavailable
 			re.transport = st.Code() != codes.ResourceExhausted
 		case codes.InvalidArgument:
-			kind = sampler.KindPermanent
+			kind = record.KindPermanent
 		default:
-			kind = sampler.KindRetryable
+			kind = record.KindRetryable
 		}
 	}
-	if kind == sampler.KindNone { // a detail that contradicts the error itself
-		kind = sampler.KindRetryable
+	if kind == record.KindNone { // a detail that contradicts the error itself
+		kind = record.KindRetryable
 	}
-	return sampler.WithKind(re, kind)
+	return record.WithKind(re, kind)
 }
 
 // detailKind returns the kind an ErrorInfo detail of st names.
-func detailKind(st *status.Status) (sampler.ErrorKind, bool) {
+func detailKind(st *status.Status) (record.ErrorKind, bool) {
 	for _, d := range st.Details() {
 		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == ErrorDomain {
-			if k, ok := sampler.ParseErrorKind(info.GetReason()); ok {
+			if k, ok := record.ParseErrorKind(info.GetReason()); ok {
 				return k, true
 			}
 		}

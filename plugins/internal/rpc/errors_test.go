@@ -13,24 +13,25 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/config"
 	"github.com/gpusampler/gpusampler/plugins/proto"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // scripted returns whatever error the test put in err.
 type scripted struct{ err error }
 
-func (s *scripted) Write(context.Context, *sampler.Batch) error { return s.err }
-func (s *scripted) Close() error                                { return nil }
+func (s *scripted) Write(context.Context, *record.Batch) error { return s.err }
+func (s *scripted) Close() error                               { return nil }
 
 // serve runs a Server for out over an in-memory gRPC connection and
 // returns a configured host-side Client.
-func serve(t *testing.T, out sampler.Output) *Client {
+func serve(t *testing.T, out record.Output) *Client {
 	t.Helper()
 	lis := bufconn.Listen(1 << 20)
 	srv := grpc.NewServer(ServerOptions()...)
-	proto.RegisterOutputServer(srv, NewServer(func(tb *config.Table, _ Env) (sampler.Output, error) {
+	proto.RegisterOutputServer(srv, NewServer(func(tb *config.Table, _ Env) (record.Output, error) {
 		tb.Finish()
 		return out, nil
 	}, nil))
@@ -44,7 +45,7 @@ func serve(t *testing.T, out sampler.Output) *Client {
 	}
 	t.Cleanup(func() { conn.Close() })
 	c := NewClient(proto.NewOutputClient(conn), nil)
-	if err := c.Configure(context.Background(), ConfigureInput{Name: "t", Kind: "plugin", Catalog: sampler.DefaultCatalog}); err != nil {
+	if err := c.Configure(context.Background(), ConfigureInput{Name: "t", Kind: "plugin", Catalog: catalog.DefaultCatalog}); err != nil {
 		t.Fatal(err)
 	}
 	return c
@@ -59,22 +60,22 @@ func TestWriteErrorKindRoundTrip(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		err      error
-		want     sampler.ErrorKind
+		want     record.ErrorKind
 		wantCode codes.Code
 	}{
-		{"none", nil, sampler.KindNone, codes.OK},
-		{"retryable", base, sampler.KindRetryable, codes.Unknown},
-		{"retryable deadline", fmt.Errorf("post: %w", context.DeadlineExceeded), sampler.KindRetryable, codes.DeadlineExceeded},
-		{"retryable closed", sampler.ErrClosed, sampler.KindRetryable, codes.FailedPrecondition},
-		{"unavailable", sampler.Unavailable(base), sampler.KindUnavailable, codes.Unavailable},
-		{"unavailable sentinel", fmt.Errorf("sink down: %w", sampler.ErrUnavailable), sampler.KindUnavailable, codes.Unavailable},
-		{"permanent", sampler.Permanent(base), sampler.KindPermanent, codes.InvalidArgument},
-		{"permanent wrapped", fmt.Errorf("write: %w", sampler.Permanent(base)), sampler.KindPermanent, codes.InvalidArgument},
+		{"none", nil, record.KindNone, codes.OK},
+		{"retryable", base, record.KindRetryable, codes.Unknown},
+		{"retryable deadline", fmt.Errorf("post: %w", context.DeadlineExceeded), record.KindRetryable, codes.DeadlineExceeded},
+		{"retryable closed", record.ErrClosed, record.KindRetryable, codes.FailedPrecondition},
+		{"unavailable", record.Unavailable(base), record.KindUnavailable, codes.Unavailable},
+		{"unavailable sentinel", fmt.Errorf("sink down: %w", record.ErrUnavailable), record.KindUnavailable, codes.Unavailable},
+		{"permanent", record.Permanent(base), record.KindPermanent, codes.InvalidArgument},
+		{"permanent wrapped", fmt.Errorf("write: %w", record.Permanent(base)), record.KindPermanent, codes.InvalidArgument},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out.err = tc.err
-			err := c.Write(context.Background(), &sampler.Batch{Seq: 1, Samples: []sampler.Sample{{TimeNS: 1, Value: 2}}})
-			if got := sampler.Classify(err); got != tc.want {
+			err := c.Write(context.Background(), &record.Batch{Seq: 1, Samples: []record.Sample{{TimeNS: 1, Value: 2}}})
+			if got := record.Classify(err); got != tc.want {
 				t.Fatalf("host sees %v (%v), want %v", got, err, tc.want)
 			}
 			if err == nil {
@@ -98,19 +99,19 @@ func TestWriteErrorKindRoundTrip(t *testing.T) {
 func TestStatusWithoutDetail(t *testing.T) {
 	for _, tc := range []struct {
 		code      codes.Code
-		want      sampler.ErrorKind
+		want      record.ErrorKind
 		transport bool
 	}{
-		{codes.Unavailable, sampler.KindUnavailable, true},
-		{codes.DeadlineExceeded, sampler.KindUnavailable, true},
-		{codes.Canceled, sampler.KindUnavailable, true},
-		{codes.ResourceExhausted, sampler.KindUnavailable, false},
-		{codes.InvalidArgument, sampler.KindPermanent, false},
-		{codes.Unknown, sampler.KindRetryable, false},
-		{codes.Internal, sampler.KindRetryable, false},
+		{codes.Unavailable, record.KindUnavailable, true},
+		{codes.DeadlineExceeded, record.KindUnavailable, true},
+		{codes.Canceled, record.KindUnavailable, true},
+		{codes.ResourceExhausted, record.KindUnavailable, false},
+		{codes.InvalidArgument, record.KindPermanent, false},
+		{codes.Unknown, record.KindRetryable, false},
+		{codes.Internal, record.KindRetryable, false},
 	} {
 		err := statusError(status.Error(tc.code, "x"))
-		if got := sampler.Classify(err); got != tc.want || IsTransport(err) != tc.transport {
+		if got := record.Classify(err); got != tc.want || IsTransport(err) != tc.transport {
 			t.Errorf("code %v: kind %v transport %v, want %v %v", tc.code, got, IsTransport(err), tc.want, tc.transport)
 		}
 	}

@@ -15,9 +15,10 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/config"
 	"github.com/gpusampler/gpusampler/plugins/proto"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // named records what reaches one instance's output.
@@ -43,7 +44,7 @@ func (l *muxLog) get() []string {
 	return slices.Clone(l.lines)
 }
 
-func (n *named) Write(_ context.Context, b *sampler.Batch) error {
+func (n *named) Write(_ context.Context, b *record.Batch) error {
 	n.log.add(n.name + " write " + strconv.Itoa(int(b.Seq)) + " samples " + strconv.Itoa(len(b.Samples)))
 	return nil
 }
@@ -68,7 +69,7 @@ func muxConn(t *testing.T, log *muxLog) proto.OutputClient {
 	t.Helper()
 	lis := bufconn.Listen(1 << 20)
 	srv := grpc.NewServer(ServerOptions()...)
-	proto.RegisterOutputServer(srv, NewMuxServer(func(tb *config.Table, env Env) (sampler.Output, error) {
+	proto.RegisterOutputServer(srv, NewMuxServer(func(tb *config.Table, env Env) (record.Output, error) {
 		var fail bool
 		tb.Bool("fail", &fail)
 		if fail {
@@ -98,7 +99,7 @@ func TestMuxServerInstances(t *testing.T) {
 	oc := muxConn(t, log)
 	ctx := context.Background()
 	cfg := func(c *Client, name, kind string, block map[string]any) error {
-		return c.Configure(ctx, ConfigureInput{Name: name, Kind: kind, Config: block, Catalog: sampler.DefaultCatalog})
+		return c.Configure(ctx, ConfigureInput{Name: name, Kind: kind, Config: block, Catalog: catalog.DefaultCatalog})
 	}
 	a := NewClient(Instance(oc, "1"), nil)
 	b := NewClient(Instance(oc, "2"), nil)
@@ -118,30 +119,30 @@ func TestMuxServerInstances(t *testing.T) {
 	if ce, ok := err.(*ConfigError); !ok || !slices.Equal(ce.Errors, []KeyError{{Key: "fail", Msg: "refused"}}) {
 		t.Fatalf("refused block: %v", err)
 	}
-	if err := bad.Write(ctx, &sampler.Batch{Seq: 1}); codeOf(err) != codes.FailedPrecondition {
+	if err := bad.Write(ctx, &record.Batch{Seq: 1}); codeOf(err) != codes.FailedPrecondition {
 		t.Fatalf("write to a refused instance: %v, want FailedPrecondition", err)
 	}
 	c := NewClient(Instance(oc, "3"), nil)
 	if err := cfg(c, "c", "telegraf", nil); err != nil {
 		t.Fatal(err)
 	}
-	samples := func(n int) []sampler.Sample { return make([]sampler.Sample, n) }
+	samples := func(n int) []record.Sample { return make([]record.Sample, n) }
 	for _, w := range []struct {
 		c   *Client
 		seq uint64
 		n   int
 	}{{a, 1, 3}, {b, 1, 5}, {c, 1, 1}, {a, 2, 2}} {
-		if err := w.c.Write(ctx, &sampler.Batch{Seq: w.seq, Samples: samples(w.n)}); err != nil {
+		if err := w.c.Write(ctx, &record.Batch{Seq: w.seq, Samples: samples(w.n)}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if err := a.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Write(ctx, &sampler.Batch{Seq: 3}); codeOf(err) != codes.FailedPrecondition {
+	if err := a.Write(ctx, &record.Batch{Seq: 3}); codeOf(err) != codes.FailedPrecondition {
 		t.Fatalf("write after close: %v, want FailedPrecondition", err)
 	}
-	if err := b.Write(ctx, &sampler.Batch{Seq: 2, Samples: samples(4)}); err != nil {
+	if err := b.Write(ctx, &record.Batch{Seq: 2, Samples: samples(4)}); err != nil {
 		t.Fatalf("the other instance after one closed: %v", err)
 	}
 	if err := b.Health(ctx); err != nil {

@@ -13,10 +13,11 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/config"
 	"github.com/gpusampler/gpusampler/plugins/proto"
 	"github.com/gpusampler/gpusampler/plugins/proto/records"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // Env is what a plugin's output is built with: the host's view of the
@@ -34,13 +35,13 @@ type Env struct {
 	// the output's name.
 	Logger *slog.Logger
 	// Catalog is the metric catalog (the plugin's own copy).
-	Catalog *sampler.Catalog
+	Catalog *catalog.Catalog
 }
 
 // Factory builds the plugin's output from its config block. It reports
 // problems with keys through t.Errorf and calls t.Finish once it has taken
 // every key it knows; a returned error fails the whole block.
-type Factory func(t *config.Table, env Env) (sampler.Output, error)
+type Factory func(t *config.Table, env Env) (record.Output, error)
 
 // HealthChecker is implemented by outputs that can tell whether they can
 // deliver (e.g. their sink answers). Health must return quickly.
@@ -49,18 +50,18 @@ type HealthChecker interface {
 }
 
 // Server serves one output over the protocol (the plugin side). Write calls
-// are serialized, as sampler.Output requires.
+// are serialized, as record.Output requires.
 type Server struct {
 	proto.UnimplementedOutputServer
 	factory Factory
 	logger  *slog.Logger
 
 	mu  sync.Mutex // serializes Configure, Write, Close
-	out sampler.Output
+	out record.Output
 	// live is out once configured, for Health, which must not wait for
 	// a Write in progress (that holds mu).
-	live   atomic.Pointer[sampler.Output]
-	batch  sampler.Batch
+	live   atomic.Pointer[record.Output]
+	batch  record.Batch
 	closed bool
 	done   chan struct{}
 }
@@ -87,7 +88,7 @@ func (s *Server) Configure(ctx context.Context, req *proto.ConfigureRequest) (re
 		return nil, status.Error(codes.FailedPrecondition, "configure: already configured")
 	}
 	env := Env{Name: req.GetName(), Kind: req.GetKind(), Host: req.GetHost(), GlobalTags: req.GetGlobalTags(),
-		Logger: s.logger.With("output", req.GetName()), Catalog: sampler.DefaultCatalog}
+		Logger: s.logger.With("output", req.GetName()), Catalog: catalog.DefaultCatalog}
 	t := config.NewBlockTable(DecodeTable(req.GetConfig()))
 	defer func() {
 		if r := recover(); r != nil {
@@ -125,7 +126,7 @@ func (s *Server) Write(ctx context.Context, req *proto.WriteRequest) (*proto.Wri
 	}
 	if err := decodeBatch(req, &s.batch); err != nil {
 		// The same bytes will not decode next time either.
-		return nil, WriteStatus(sampler.Permanent(fmt.Errorf("write: %w", err))).Err()
+		return nil, WriteStatus(record.Permanent(fmt.Errorf("write: %w", err))).Err()
 	}
 	err := s.out.Write(ctx, &s.batch)
 	s.batch.Reset()
@@ -136,7 +137,7 @@ func (s *Server) Write(ctx context.Context, req *proto.WriteRequest) (*proto.Wri
 }
 
 // ErrorDomain is the Domain of the errdetails.ErrorInfo that a plugin's
-// Write error carries; its Reason is the error's sampler.ErrorKind
+// Write error carries; its Reason is the error's record.ErrorKind
 // ("RETRYABLE", "UNAVAILABLE" or "PERMANENT").
 const ErrorDomain = "gpusampler.plugin"
 
@@ -147,14 +148,14 @@ const ErrorDomain = "gpusampler.plugin"
 // host restores the kind exactly (see the client's statusError). The
 // message is err's.
 func WriteStatus(err error) *status.Status {
-	kind := sampler.Classify(err)
+	kind := record.Classify(err)
 	code := codes.Unknown
 	switch {
-	case kind == sampler.KindPermanent:
+	case kind == record.KindPermanent:
 		code = codes.InvalidArgument
-	case kind == sampler.KindUnavailable:
+	case kind == record.KindUnavailable:
 		code = codes.Unavailable
-	case errors.Is(err, sampler.ErrClosed):
+	case errors.Is(err, record.ErrClosed):
 		code = codes.FailedPrecondition
 	case errors.Is(err, context.DeadlineExceeded):
 		code = codes.DeadlineExceeded
@@ -168,14 +169,14 @@ func WriteStatus(err error) *status.Status {
 
 // Health implements proto.OutputServer. It does not wait for a Write in
 // progress. The reply carries the output's own counters when it is a
-// sampler.StatsReporter.
+// record.StatsReporter.
 func (s *Server) Health(ctx context.Context, _ *proto.HealthRequest) (*proto.HealthResponse, error) {
 	p := s.live.Load()
 	if p == nil {
 		return &proto.HealthResponse{Ok: true}, nil
 	}
 	out := *p
-	resp := &proto.HealthResponse{Ok: true, Stats: records.FromFields(sampler.ReportStats(out, nil))}
+	resp := &proto.HealthResponse{Ok: true, Stats: records.FromFields(record.ReportStats(out, nil))}
 	if hc, ok := out.(HealthChecker); ok {
 		if err := hc.Health(ctx); err != nil {
 			resp.Ok, resp.Message = false, err.Error()

@@ -9,10 +9,11 @@ import (
 	"math"
 	"time"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/config"
 	"github.com/gpusampler/gpusampler/plugins/proto"
 	"github.com/gpusampler/gpusampler/plugins/proto/records"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 	toml "github.com/pelletier/go-toml/v2"
 )
 
@@ -24,7 +25,7 @@ const MaxMessageSize = 64 << 20
 
 // encodeBatch fills req from b and devs (the identities to send), reusing
 // req's slices. Samples carry absolute timestamps (time_ns).
-func encodeBatch(req *proto.WriteRequest, b *sampler.Batch, devs []sampler.Device) {
+func encodeBatch(req *proto.WriteRequest, b *record.Batch, devs []record.Device) {
 	req.Seq = b.Seq
 	clear(req.Devices)
 	req.Devices = req.Devices[:0]
@@ -45,14 +46,14 @@ func encodeBatch(req *proto.WriteRequest, b *sampler.Batch, devs []sampler.Devic
 
 // decodeBatch fills b (reset first) from req, checking that the columns
 // agree. b's slices are reused.
-func decodeBatch(req *proto.WriteRequest, b *sampler.Batch) error {
+func decodeBatch(req *proto.WriteRequest, b *record.Batch) error {
 	return records.ToBatchParts(req.GetSeq(), req.GetDevices(), req.GetSamples(), req.GetEvents(), req.GetSummaries(), b)
 }
 
 // catalogToProto lists cat's metrics.
-func catalogToProto(cat *sampler.Catalog) []*proto.MetricInfo {
+func catalogToProto(cat *catalog.Catalog) []*proto.MetricInfo {
 	if cat == nil {
-		cat = sampler.DefaultCatalog
+		cat = catalog.DefaultCatalog
 	}
 	all := cat.All()
 	out := make([]*proto.MetricInfo, 0, len(all))

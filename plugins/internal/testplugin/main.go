@@ -29,7 +29,7 @@ import (
 
 	"github.com/gpusampler/gpusampler/config"
 	"github.com/gpusampler/gpusampler/plugins/sdk"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // Record is one line of the record file.
@@ -46,7 +46,7 @@ type output struct {
 	mu     sync.Mutex
 	f      *os.File
 	fail   bool
-	kind   sampler.ErrorKind
+	kind   record.ErrorKind
 	closed bool
 	buf    []byte
 	dump   *os.File
@@ -59,10 +59,10 @@ type output struct {
 	blockOnce string
 }
 
-// ReportStats implements sampler.StatsReporter: the host receives it with
+// ReportStats implements record.StatsReporter: the host receives it with
 // every Health answer.
-func (o *output) ReportStats(dst []sampler.Field) []sampler.Field {
-	return append(dst, sampler.IntField("test_writes", o.writes.Load()))
+func (o *output) ReportStats(dst []record.Field) []record.Field {
+	return append(dst, record.IntField("test_writes", o.writes.Load()))
 }
 
 // Sample is one line of the dump file.
@@ -83,8 +83,8 @@ func (o *output) Configure(t *config.Table, env sdk.Env) error {
 	var kind string
 	t.String("fail_kind", &kind)
 	if kind != "" {
-		k, ok := sampler.ParseErrorKind(kind)
-		if !ok || k == sampler.KindNone {
+		k, ok := record.ParseErrorKind(kind)
+		if !ok || k == record.KindNone {
 			t.Errorf("fail_kind", "%q is not PERMANENT, UNAVAILABLE or RETRYABLE", kind)
 		}
 		o.fail, o.kind = true, k
@@ -119,7 +119,7 @@ func (o *output) Configure(t *config.Table, env sdk.Env) error {
 	return nil
 }
 
-func (o *output) Write(ctx context.Context, b *sampler.Batch) error {
+func (o *output) Write(ctx context.Context, b *record.Batch) error {
 	if o.blockOnce != "" {
 		if f, err := os.OpenFile(o.blockOnce, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644); err == nil {
 			fmt.Fprintf(f, "%d\n", os.Getpid())
@@ -130,15 +130,15 @@ func (o *output) Write(ctx context.Context, b *sampler.Batch) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.closed {
-		return sampler.ErrClosed
+		return record.ErrClosed
 	}
 	o.writes.Add(1)
 	if o.fail {
 		err := errors.New("testplugin: told to fail")
-		if o.kind == sampler.KindNone { // fail_writes alone: a plain error
+		if o.kind == record.KindNone { // fail_writes alone: a plain error
 			return err
 		}
-		return sampler.WithKind(err, o.kind)
+		return record.WithKind(err, o.kind)
 	}
 	if o.latencyFile != "" {
 		now := time.Now().UnixNano()

@@ -11,8 +11,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/plugins/proto/records/recordstest"
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 func TestFullBatchSetsEveryField(t *testing.T) {
@@ -32,7 +33,7 @@ func TestBatchRoundTripEveryKind(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got sampler.Batch
+	var got record.Batch
 	if err := DecodeBatch(p, &Batch{}, &got); err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +42,7 @@ func TestBatchRoundTripEveryKind(t *testing.T) {
 	}
 	// Decoding into a batch that held something else resets it, and the
 	// scratch message is reusable.
-	other := &sampler.Batch{Seq: 9, Samples: []sampler.Sample{{TimeNS: 1}}, Events: []sampler.Event{{Kind: "x"}}}
+	other := &record.Batch{Seq: 9, Samples: []record.Sample{{TimeNS: 1}}, Events: []record.Event{{Kind: "x"}}}
 	p2, err := AppendBatch(nil, &m, other)
 	if err != nil {
 		t.Fatal(err)
@@ -54,7 +55,7 @@ func TestBatchRoundTripEveryKind(t *testing.T) {
 		t.Fatalf("second decode: %+v, want %+v", got, *other)
 	}
 	// Special values survive bit for bit.
-	odd := &sampler.Batch{Seq: math.MaxUint64, Samples: []sampler.Sample{
+	odd := &record.Batch{Seq: math.MaxUint64, Samples: []record.Sample{
 		{TimeNS: math.MinInt64 / 2, Value: math.Inf(-1)}, {TimeNS: math.MaxInt64 / 2, Value: math.Copysign(0, -1)}}}
 	p3, _ := AppendBatch(nil, &m, odd)
 	if err := DecodeBatch(p3, &m, &got); err != nil {
@@ -67,7 +68,7 @@ func TestBatchRoundTripEveryKind(t *testing.T) {
 
 func TestDecodeBatchRejectsCorruption(t *testing.T) {
 	p, _ := AppendBatch(nil, &Batch{}, recordstest.FullBatch())
-	var b sampler.Batch
+	var b record.Batch
 	// Every truncation either fails or decodes a consistent prefix; none
 	// panics. Truncations that cut a packed column must fail.
 	for n := range len(p) {
@@ -84,7 +85,7 @@ func FuzzDecodeBatch(f *testing.F) {
 	p, _ := AppendBatch(nil, &Batch{}, recordstest.FullBatch())
 	f.Add(p)
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var b sampler.Batch
+		var b record.Batch
 		if DecodeBatch(data, &Batch{}, &b) != nil {
 			return
 		}
@@ -93,7 +94,7 @@ func FuzzDecodeBatch(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var b2 sampler.Batch
+		var b2 record.Batch
 		if err := DecodeBatch(q, &Batch{}, &b2); err != nil {
 			t.Fatalf("re-decode: %v", err)
 		}
@@ -108,7 +109,7 @@ var update = flag.Bool("update", false, "rewrite testdata/metric_ids.golden from
 func TestMetricIDsGolden(t *testing.T) {
 	var b strings.Builder
 	b.WriteString("# wire ID, metric name: one line per metric of sampler.DefaultCatalog\n")
-	for i, n := range MetricNames(sampler.DefaultCatalog) {
+	for i, n := range MetricNames(catalog.DefaultCatalog) {
 		fmt.Fprintf(&b, "%d %s\n", i+1, n)
 	}
 	path := filepath.Join("testdata", "metric_ids.golden")
@@ -131,23 +132,23 @@ func TestMetricIDsGolden(t *testing.T) {
 }
 
 func TestMetricMap(t *testing.T) {
-	c := sampler.DefaultCatalog
+	c := catalog.DefaultCatalog
 	names := MetricNames(c)
 	m, identity := MetricMap(names, c)
 	if !identity {
 		t.Fatal("own catalog: not the identity")
 	}
 	for i := 1; i < c.Len(); i++ {
-		if m[i] != sampler.MetricID(i) {
+		if m[i] != catalog.MetricID(i) {
 			t.Fatalf("own catalog: %d maps to %d", i, m[i])
 		}
 	}
 	// A writer whose catalog had power_draw and temp_gpu swapped, and a
 	// metric this catalog lacks.
-	pd, tg := c.Name(sampler.MetricPowerDraw), c.Name(sampler.MetricTempGPU)
+	pd, tg := c.Name(catalog.MetricPowerDraw), c.Name(catalog.MetricTempGPU)
 	old := []string{tg, "retired_metric", pd}
 	m, identity = MetricMap(old, c)
-	want := []sampler.MetricID{0, sampler.MetricTempGPU, 0, sampler.MetricPowerDraw}
+	want := []catalog.MetricID{0, catalog.MetricTempGPU, 0, catalog.MetricPowerDraw}
 	if identity || !reflect.DeepEqual(m, want) {
 		t.Fatalf("MetricMap = %v (identity %v), want %v (false)", m, identity, want)
 	}

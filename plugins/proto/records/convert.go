@@ -8,7 +8,8 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/catalog"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // ErrFormat is wrapped by every error about a message whose columns do not
@@ -16,7 +17,7 @@ import (
 var ErrFormat = errors.New("records: malformed batch")
 
 // FromDevice converts a device identity.
-func FromDevice(d *sampler.Device) *Device {
+func FromDevice(d *record.Device) *Device {
 	return &Device{Index: uint32(d.Index), Uuid: d.UUID, Name: d.Name, PciBusId: d.PCIBusID, Serial: d.Serial,
 		MemoryTotalMib: d.MemoryTotalMiB, DriverVersion: d.DriverVersion, Backend: d.Backend, Simulated: d.Simulated,
 		SlowdownTempC: d.SlowdownTempC, ShutdownTempC: d.ShutdownTempC, MaxOperatingTempC: d.MaxOperatingTempC,
@@ -27,19 +28,19 @@ func FromDevice(d *sampler.Device) *Device {
 }
 
 // ToSampler converts the identity back.
-func (d *Device) ToSampler() sampler.Device {
-	return sampler.Device{Index: int(d.GetIndex()), UUID: d.GetUuid(), Name: d.GetName(), PCIBusID: d.GetPciBusId(),
+func (d *Device) ToSampler() record.Device {
+	return record.Device{Index: int(d.GetIndex()), UUID: d.GetUuid(), Name: d.GetName(), PCIBusID: d.GetPciBusId(),
 		Serial: d.GetSerial(), MemoryTotalMiB: d.GetMemoryTotalMib(), DriverVersion: d.GetDriverVersion(),
 		Backend: d.GetBackend(), Simulated: d.GetSimulated(), SlowdownTempC: d.GetSlowdownTempC(),
 		ShutdownTempC: d.GetShutdownTempC(), MaxOperatingTempC: d.GetMaxOperatingTempC(),
 		MemoryMaxTempC: d.GetMemoryMaxTempC(), Generation: d.GetGeneration(), MIG: d.GetMig(), Parent: int(d.GetParent()),
 		GPUInstanceID: int(d.GetGpuInstanceId()), ComputeInstanceID: int(d.GetComputeInstanceId()), MIGProfile: d.GetMigProfile(),
-		Attribution:     sampler.Attribution{Pod: d.GetPod(), Namespace: d.GetNamespace(), Container: d.GetContainer(), HPCJob: d.GetHpcJob()},
+		Attribution:     record.Attribution{Pod: d.GetPod(), Namespace: d.GetNamespace(), Container: d.GetContainer(), HPCJob: d.GetHpcJob()},
 		PersistenceMode: d.GetPersistenceMode(), ECCMode: d.GetEccMode(), MIGMode: d.GetMigMode()}
 }
 
 // FromEvent converts an event (attributes and fields are copied).
-func FromEvent(e *sampler.Event) *Event {
+func FromEvent(e *record.Event) *Event {
 	p := &Event{Kind: string(e.Kind), Device: int32(e.Device), StartNs: e.StartNS, EndNs: e.EndNS, Message: e.Message}
 	if len(e.Attrs) > 0 {
 		p.Attrs = make([]*Attr, len(e.Attrs))
@@ -52,18 +53,18 @@ func FromEvent(e *sampler.Event) *Event {
 }
 
 // ToSampler converts the event back.
-func (e *Event) ToSampler() sampler.Event {
-	ev := sampler.Event{Kind: sampler.EventKind(e.GetKind()), Device: int(e.GetDevice()), StartNS: e.GetStartNs(),
+func (e *Event) ToSampler() record.Event {
+	ev := record.Event{Kind: record.EventKind(e.GetKind()), Device: int(e.GetDevice()), StartNS: e.GetStartNs(),
 		EndNS: e.GetEndNs(), Message: e.GetMessage()}
 	for _, a := range e.GetAttrs() {
-		ev.Attrs = append(ev.Attrs, sampler.Attr{Key: a.GetKey(), Value: a.GetValue()})
+		ev.Attrs = append(ev.Attrs, record.Attr{Key: a.GetKey(), Value: a.GetValue()})
 	}
 	ev.Fields = ToFields(e.GetFields())
 	return ev
 }
 
 // FromFields converts numeric fields (nil for none).
-func FromFields(fs []sampler.Field) []*Field {
+func FromFields(fs []record.Field) []*Field {
 	if len(fs) == 0 {
 		return nil
 	}
@@ -75,10 +76,10 @@ func FromFields(fs []sampler.Field) []*Field {
 }
 
 // ToFields converts numeric fields back (nil for none).
-func ToFields(fs []*Field) []sampler.Field {
-	var out []sampler.Field
+func ToFields(fs []*Field) []record.Field {
+	var out []record.Field
 	for _, f := range fs {
-		out = append(out, sampler.Field{Key: f.GetKey(), Value: f.GetValue(), Int: f.GetIsInt()})
+		out = append(out, record.Field{Key: f.GetKey(), Value: f.GetValue(), Int: f.GetIsInt()})
 	}
 	return out
 }
@@ -86,7 +87,7 @@ func ToFields(fs []*Field) []sampler.Field {
 // Fill sets c's columns from s, reusing c's slices. With delta the
 // timestamps go in TimeDeltaNs (compact) and TimeNs is empty; otherwise the
 // reverse.
-func (c *SampleColumns) Fill(s []sampler.Sample, delta bool) {
+func (c *SampleColumns) Fill(s []record.Sample, delta bool) {
 	n := len(s)
 	c.Value, c.Device, c.Metric, c.Flags = resize(c.Value, n), resize(c.Device, n), resize(c.Metric, n), resize(c.Flags, n)
 	if delta {
@@ -112,7 +113,7 @@ func (c *SampleColumns) Fill(s []sampler.Sample, delta bool) {
 // (flags may be empty: all 0) and exactly one of TimeNs and TimeDeltaNs
 // may be set (both empty for no samples); device, metric and flags must
 // fit 16 bits.
-func (c *SampleColumns) AppendTo(dst []sampler.Sample) ([]sampler.Sample, error) {
+func (c *SampleColumns) AppendTo(dst []record.Sample) ([]record.Sample, error) {
 	if c == nil {
 		return dst, nil
 	}
@@ -145,14 +146,14 @@ func (c *SampleColumns) AppendTo(dst []sampler.Sample) ([]sampler.Sample, error)
 			return dst[:base], fmt.Errorf("%w: sample %d: device %d, metric %d or flags %d out of range (max 65535)",
 				ErrFormat, i, c.Device[i], c.Metric[i], flags)
 		}
-		dst[base+i] = sampler.Sample{TimeNS: t, Value: c.Value[i], Device: uint16(c.Device[i]),
-			Metric: sampler.MetricID(c.Metric[i]), Flags: sampler.Flags(flags)}
+		dst[base+i] = record.Sample{TimeNS: t, Value: c.Value[i], Device: uint16(c.Device[i]),
+			Metric: catalog.MetricID(c.Metric[i]), Flags: record.Flags(flags)}
 	}
 	return dst, nil
 }
 
 // FromSummaries converts summaries to columns (nil for none).
-func FromSummaries(u []sampler.Summary) *SummaryColumns {
+func FromSummaries(u []record.Summary) *SummaryColumns {
 	m := len(u)
 	if m == 0 {
 		return nil
@@ -168,7 +169,7 @@ func FromSummaries(u []sampler.Summary) *SummaryColumns {
 }
 
 // AppendTo appends c's summaries to dst, checking that the columns agree.
-func (c *SummaryColumns) AppendTo(dst []sampler.Summary) ([]sampler.Summary, error) {
+func (c *SummaryColumns) AppendTo(dst []record.Summary) ([]record.Summary, error) {
 	if c == nil {
 		return dst, nil
 	}
@@ -182,9 +183,9 @@ func (c *SummaryColumns) AppendTo(dst []sampler.Summary) ([]sampler.Summary, err
 			return dst, fmt.Errorf("%w: summary %d: device %d or metric %d out of range (max 65535)",
 				ErrFormat, i, c.Device[i], c.Metric[i])
 		}
-		dst = append(dst, sampler.Summary{StartNS: c.StartNs[i], IntervalNS: c.IntervalNs[i], Mean: c.Mean[i],
+		dst = append(dst, record.Summary{StartNS: c.StartNs[i], IntervalNS: c.IntervalNs[i], Mean: c.Mean[i],
 			Min: c.Min[i], Max: c.Max[i], Last: c.Last[i], Count: c.Count[i], Device: uint16(c.Device[i]),
-			Metric: sampler.MetricID(c.Metric[i])})
+			Metric: catalog.MetricID(c.Metric[i])})
 	}
 	return dst, nil
 }
@@ -192,7 +193,7 @@ func (c *SummaryColumns) AppendTo(dst []sampler.Summary) ([]sampler.Summary, err
 // FillBatch sets p's record fields (seq, devices, samples, events,
 // summaries) from b, reusing p's slices; host, tags and device_uuids are
 // left to the caller. delta selects the samples' time form (see Fill).
-func FillBatch(p *Batch, b *sampler.Batch, delta bool) {
+func FillBatch(p *Batch, b *record.Batch, delta bool) {
 	p.Seq = b.Seq
 	clear(p.Devices)
 	p.Devices = p.Devices[:0]
@@ -213,17 +214,17 @@ func FillBatch(p *Batch, b *sampler.Batch, delta bool) {
 
 // ToBatch fills b (reset first; its capacity is reused) from p's record
 // fields.
-func ToBatch(p *Batch, b *sampler.Batch) error {
+func ToBatch(p *Batch, b *record.Batch) error {
 	return toBatch(p.GetSeq(), p.GetDevices(), p.GetSamples(), p.GetEvents(), p.GetSummaries(), b)
 }
 
 // ToBatchParts is ToBatch for a message that holds a batch's fields
 // without being a Batch (the plugin protocol's WriteRequest).
-func ToBatchParts(seq uint64, devs []*Device, s *SampleColumns, evs []*Event, u *SummaryColumns, b *sampler.Batch) error {
+func ToBatchParts(seq uint64, devs []*Device, s *SampleColumns, evs []*Event, u *SummaryColumns, b *record.Batch) error {
 	return toBatch(seq, devs, s, evs, u, b)
 }
 
-func toBatch(seq uint64, devs []*Device, s *SampleColumns, evs []*Event, u *SummaryColumns, b *sampler.Batch) error {
+func toBatch(seq uint64, devs []*Device, s *SampleColumns, evs []*Event, u *SummaryColumns, b *record.Batch) error {
 	b.Reset()
 	b.Seq = seq
 	for _, d := range devs {
@@ -259,7 +260,7 @@ var marshal = proto.MarshalOptions{Deterministic: true}
 // extended slice. m is scratch space reused between calls (one goroutine at
 // a time); b is not retained. It is the one encoding of a batch that the
 // buffers store; DecodeBatch reverses it.
-func AppendBatch(dst []byte, m *Batch, b *sampler.Batch) ([]byte, error) {
+func AppendBatch(dst []byte, m *Batch, b *record.Batch) ([]byte, error) {
 	FillBatch(m, b, true)
 	m.Host, m.Tags, m.DeviceUuids = "", nil, nil
 	out, err := marshal.MarshalAppend(dst, m)
@@ -272,7 +273,7 @@ func AppendBatch(dst []byte, m *Batch, b *sampler.Batch) ([]byte, error) {
 // DecodeBatch decodes an encoded Batch into b (reset first; its capacity is
 // reused), with m as scratch space. b shares nothing with data. An error
 // wraps ErrFormat.
-func DecodeBatch(data []byte, m *Batch, b *sampler.Batch) error {
+func DecodeBatch(data []byte, m *Batch, b *record.Batch) error {
 	m.Reset()
 	if err := proto.Unmarshal(data, m); err != nil {
 		b.Reset()
@@ -283,7 +284,7 @@ func DecodeBatch(data []byte, m *Batch, b *sampler.Batch) error {
 
 // MetricNames returns c's metric names by wire ID: element i names metric
 // ID i+1 (BufferSegment.metric_names).
-func MetricNames(c *sampler.Catalog) []string {
+func MetricNames(c *catalog.Catalog) []string {
 	all := c.All()
 	names := make([]string, len(all))
 	for i := range all {
@@ -298,14 +299,14 @@ func MetricNames(c *sampler.Catalog) []string {
 // cannot be relabelled and must be dropped). identity is true when every
 // name maps onto its own ID (an unchanged catalog, or one that only gained
 // metrics at its end): then nothing needs rewriting.
-func MetricMap(names []string, c *sampler.Catalog) (m []sampler.MetricID, identity bool) {
-	m = make([]sampler.MetricID, len(names)+1)
+func MetricMap(names []string, c *catalog.Catalog) (m []catalog.MetricID, identity bool) {
+	m = make([]catalog.MetricID, len(names)+1)
 	identity = true
 	for i, n := range names {
 		if mt := c.Lookup(n); mt != nil {
 			m[i+1] = mt.ID
 		}
-		if m[i+1] != sampler.MetricID(i+1) {
+		if m[i+1] != catalog.MetricID(i+1) {
 			identity = false
 		}
 	}

@@ -10,7 +10,8 @@ import (
 	"reflect"
 	"slices"
 
-	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/catalog"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // FullBatch returns a batch in which every field of every record kind is
@@ -18,35 +19,35 @@ import (
 // summaries, device identities (a physical GPU with its modes and a MIG
 // instance), events with attributes and fields (an XID, a process record,
 // a self-metrics record).
-func FullBatch() *sampler.Batch {
-	return &sampler.Batch{
+func FullBatch() *record.Batch {
+	return &record.Batch{
 		Seq: 1<<40 + 7,
-		Devices: []sampler.Device{
+		Devices: []record.Device{
 			{Index: 1, UUID: "GPU-5a1b", Name: "NVIDIA H200", PCIBusID: "00000000:19:00.0", Serial: "1654922006536",
 				MemoryTotalMiB: 143771, DriverVersion: "570.86.15", Backend: "nvml", Simulated: true,
 				SlowdownTempC: 90, ShutdownTempC: 95, MaxOperatingTempC: 87, MemoryMaxTempC: 105,
 				MIG: true, Parent: 2, GPUInstanceID: 7, ComputeInstanceID: 3, MIGProfile: "1g.18gb",
-				PersistenceMode: sampler.ModeEnabled, ECCMode: sampler.ModeDisabled, MIGMode: sampler.ModeUnsupported,
-				Attribution: sampler.Attribution{Pod: "train-7", Namespace: "ml", Container: "trainer", HPCJob: "4711"},
+				PersistenceMode: record.ModeEnabled, ECCMode: record.ModeDisabled, MIGMode: record.ModeUnsupported,
+				Attribution: record.Attribution{Pod: "train-7", Namespace: "ml", Container: "trainer", HPCJob: "4711"},
 				Generation:  3},
 		},
-		Samples: []sampler.Sample{
-			{TimeNS: 1_700_000_000_123_456_789, Value: 312.5, Device: 1, Metric: sampler.MetricPowerDraw, Flags: sampler.FlagPointRead},
+		Samples: []record.Sample{
+			{TimeNS: 1_700_000_000_123_456_789, Value: 312.5, Device: 1, Metric: catalog.MetricPowerDraw, Flags: record.FlagPointRead},
 			{TimeNS: 1_700_000_000_100_000_000, Value: -0.25, Device: 65535, Metric: 65535, Flags: 65535},
 		},
-		Events: []sampler.Event{
-			{Kind: sampler.EventXID, Device: 1, StartNS: 11, EndNS: 12, Message: "xid 79",
-				Attrs: []sampler.Attr{{Key: "xid", Value: "79"}}, Fields: []sampler.Field{{Key: "xid", Value: 79, Int: true}}},
-			{Kind: sampler.EventProcess, Device: 1, StartNS: 13, EndNS: 13, Message: "process",
-				Attrs:  []sampler.Attr{{Key: sampler.ProcessAttrName, Value: "python3"}, {Key: sampler.ProcessAttrType, Value: "compute"}},
-				Fields: []sampler.Field{{Key: sampler.ProcessFieldPID, Value: 4242, Int: true}, {Key: sampler.ProcessFieldSMUtil, Value: 37.5}}},
-			{Kind: sampler.EventSelf, Device: -1, StartNS: 14, EndNS: 14, Message: "self",
-				Attrs:  []sampler.Attr{{Key: "scope", Value: "buffer"}, {Key: "output", Value: "influxdb"}},
-				Fields: []sampler.Field{{Key: "buffered_records", Value: 13536, Int: true}, {Key: "oldest_age_seconds", Value: 20.5}}},
+		Events: []record.Event{
+			{Kind: record.EventXID, Device: 1, StartNS: 11, EndNS: 12, Message: "xid 79",
+				Attrs: []record.Attr{{Key: "xid", Value: "79"}}, Fields: []record.Field{{Key: "xid", Value: 79, Int: true}}},
+			{Kind: record.EventProcess, Device: 1, StartNS: 13, EndNS: 13, Message: "process",
+				Attrs:  []record.Attr{{Key: record.ProcessAttrName, Value: "python3"}, {Key: record.ProcessAttrType, Value: "compute"}},
+				Fields: []record.Field{{Key: record.ProcessFieldPID, Value: 4242, Int: true}, {Key: record.ProcessFieldSMUtil, Value: 37.5}}},
+			{Kind: record.EventSelf, Device: -1, StartNS: 14, EndNS: 14, Message: "self",
+				Attrs:  []record.Attr{{Key: "scope", Value: "buffer"}, {Key: "output", Value: "influxdb"}},
+				Fields: []record.Field{{Key: "buffered_records", Value: 13536, Int: true}, {Key: "oldest_age_seconds", Value: 20.5}}},
 		},
-		Summaries: []sampler.Summary{
+		Summaries: []record.Summary{
 			{StartNS: 1_700_000_000_000_000_000, IntervalNS: 5e9, Mean: 300.5, Min: 250, Max: 350, Last: 301, Count: 50,
-				Device: 1, Metric: sampler.MetricTempGPU},
+				Device: 1, Metric: catalog.MetricTempGPU},
 		},
 	}
 }

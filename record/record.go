@@ -1,8 +1,10 @@
-package sampler
+package record
 
 import (
 	"slices"
 	"time"
+
+	"github.com/gpusampler/gpusampler/catalog"
 )
 
 // Flags qualify a Sample.
@@ -29,7 +31,7 @@ type Sample struct {
 	// Device is the device's Index (see Device).
 	Device uint16
 	// Metric identifies the catalog entry.
-	Metric MetricID
+	Metric catalog.MetricID
 	// Flags qualify the value.
 	Flags Flags
 }
@@ -247,7 +249,7 @@ type Summary struct {
 	// Count is the number of samples summarized (≥ 1).
 	Count  uint32
 	Device uint16
-	Metric MetricID
+	Metric catalog.MetricID
 }
 
 // Len returns the number of records in the batch.
@@ -264,3 +266,37 @@ func (b *Batch) Reset() {
 	b.Events = b.Events[:0]
 	b.Summaries = b.Summaries[:0]
 }
+
+// EventClockStep: the host's realtime clock was stepped (by more than
+// ClockStepThreshold against the boot-time clock); boot-time driver
+// timestamps are converted with the new offset from then on. Attrs carry
+// the step in ns.
+const EventClockStep EventKind = "clock_step"
+
+// Per-process sampling (like nvidia-smi pmon): which processes use a GPU,
+// the memory they hold and their share of the SM, memory, encoder and
+// decoder engines.
+//
+// Record shape: every process seen in one poll becomes one Event of kind
+// EventProcess with StartNS == EndNS (the poll time), numeric values in
+// Fields (pid, used_memory_mib, sm_util, mem_util, enc_util, dec_util) and
+// identity in Attrs (name, type, and cmdline when enabled). Events already
+// travel through every output, the plugin protocol and NATS, so no record
+// type was added. The PID is a field, never a tag or label: PIDs churn and
+// would explode series cardinality.
+
+// EventProcess is one process on one device at one poll (see Process).
+const EventProcess EventKind = "process"
+
+// Process field and attribute keys of an EventProcess event.
+const (
+	ProcessFieldPID        = "pid"
+	ProcessFieldUsedMemory = "used_memory_mib"
+	ProcessFieldSMUtil     = "sm_util"
+	ProcessFieldMemUtil    = "mem_util"
+	ProcessFieldEncUtil    = "enc_util"
+	ProcessFieldDecUtil    = "dec_util"
+	ProcessAttrName        = "name"
+	ProcessAttrType        = "type"
+	ProcessAttrCmdline     = "cmdline"
+)
