@@ -50,8 +50,9 @@ const (
 	// FromGPM metrics are GPU performance-monitoring (GPM, Hopper+)
 	// metrics: the backend takes a snapshot per read and computes each
 	// value over the time since the previous read, so the engine reads
-	// them together every Config.GPMInterval (≥ MinGPMInterval). The first
-	// read of a device answers ErrNothingNew (one snapshot, no interval).
+	// them together every sampler.Config.GPMInterval (at least
+	// sampler.MinGPMInterval). The first read of a device answers
+	// sampler.ErrNothingNew (one snapshot, no interval).
 	FromGPM
 )
 
@@ -195,7 +196,7 @@ func (n Naming) Convert(v float64) float64 {
 type Metric struct {
 	ID    MetricID
 	Name  string // our name, snake_case, unique
-	Unit  string // base unit of Sample.Value
+	Unit  string // base unit of record.Sample.Value
 	Group Group
 	Kind  Kind
 	Type  ValueType // our scheme's wire type
@@ -203,7 +204,7 @@ type Metric struct {
 	Src   Origin
 	// Rare marks slow state that seldom changes (limits, link settings,
 	// health counters, memory total): the engine reads it every
-	// Config.RareInterval instead of every SlowInterval (or every
+	// sampler.Config.RareInterval instead of every SlowInterval (or every
 	// FieldInterval for field metrics), saving NVML calls.
 	Rare bool
 	// Telegraf is the nvidia_smi input's naming (measurement nvidia_smi):
@@ -370,7 +371,7 @@ func ReasonString(mask uint64) string {
 }
 
 // Generic temperature thresholds from the field guide, used only when the
-// device does not report its own (Device.SlowdownTempC etc.).
+// device does not report its own (record.Device.SlowdownTempC etc.).
 const (
 	GenericGPUTempWarnC     = 80
 	GenericGPUTempCritC     = 90

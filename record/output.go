@@ -15,7 +15,7 @@ var ErrClosed = errors.New("sampler: output closed")
 // it on its next flush, reading nothing more from the rings until it goes
 // through; meanwhile each ring lane that fills up refuses the newest samples
 // (the ones published after it filled), counted as dropped. Permanent
-// errors fail the batch at once, other errors after RetryableOffers
+// errors fail the batch at once, other errors after sampler.RetryableOffers
 // attempts (counted as failed); see ErrorKind.
 var ErrUnavailable = errors.New("sampler: output unavailable")
 
@@ -36,7 +36,7 @@ type Output interface {
 }
 
 // StatsReporter is implemented by outputs that keep counters of their own
-// beyond the pump's accounting (OutputStats): HTTP requests, retries and
+// beyond the pump's accounting (sampler.OutputStats): HTTP requests, retries and
 // rejected points of an InfluxDB writer, NATS messages and acks, a plugin's
 // restarts, crashes and wedges. Every stats interval the agent sends them
 // as a self-metrics event (EventSelf, attrs scope=output_detail and

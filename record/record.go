@@ -74,7 +74,7 @@ type Device struct {
 	// (nvidia-smi's GI and CI; Prometheus labels GPU_I_ID); MIGProfile is
 	// its profile name ("1g.18gb"; label GPU_I_PROFILE). Under MIG the
 	// driver keeps no utilization sample buffers and no per-process
-	// utilization: those answer ErrNotSupported.
+	// utilization: those answer sampler.ErrNotSupported.
 	MIG               bool   `json:"mig,omitempty"`
 	Parent            int    `json:"parent,omitempty"`
 	GPUInstanceID     int    `json:"gpu_instance_id,omitempty"`
@@ -158,7 +158,7 @@ const (
 	EventDeviceRecovery EventKind = "device_recovered"
 	EventSampleLoss     EventKind = "sample_loss"
 	// EventDeviceHung: a driver call on the device has not returned within
-	// Config.CallTimeout; the device's sampling is stalled (others are not).
+	// sampler.Config.CallTimeout; the device's sampling is stalled (others are not).
 	// The device_recovered event with attr from=hung ends it.
 	EventDeviceHung EventKind = "device_hung"
 	// EventPowerSource: the board switched power source (driver event).
@@ -268,7 +268,7 @@ func (b *Batch) Reset() {
 }
 
 // EventClockStep: the host's realtime clock was stepped (by more than
-// ClockStepThreshold against the boot-time clock); boot-time driver
+// sampler.ClockStepThreshold against the boot-time clock); boot-time driver
 // timestamps are converted with the new offset from then on. Attrs carry
 // the step in ns.
 const EventClockStep EventKind = "clock_step"
@@ -285,7 +285,7 @@ const EventClockStep EventKind = "clock_step"
 // type was added. The PID is a field, never a tag or label: PIDs churn and
 // would explode series cardinality.
 
-// EventProcess is one process on one device at one poll (see Process).
+// EventProcess is one process on one device at one poll (see sampler.Process).
 const EventProcess EventKind = "process"
 
 // Process field and attribute keys of an EventProcess event.
