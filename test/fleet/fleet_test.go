@@ -24,7 +24,7 @@ func TestFleetSmall(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts three NATS servers")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	res, err := Run(ctx, Options{Nodes: 3, GPUs: 2, Duration: 6 * time.Second, Workers: 2, Faults: true,
 		Dir: t.TempDir(), Keep: true, Log: testLog{t}})

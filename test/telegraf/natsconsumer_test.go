@@ -99,6 +99,11 @@ func TestNATSConsumerReceivesWhatStdoutPrinted(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Stop()
+	// Core NATS delivers only to subscriptions the server has: wait until
+	// it has the consumer's before the node publishes.
+	waitFor(t, 10*time.Second, "nats_consumer's subscription", func() bool {
+		return s.GlobalAccount().SubscriptionInterest("gpusampler.node1.0.power")
+	})
 
 	// The node.
 	cfgText := fmt.Sprintf(`
