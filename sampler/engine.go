@@ -346,13 +346,45 @@ func (e *Engine) RemoveOutput(name string) error {
 	e.pumps = slices.Delete(e.pumps, i, i+1)
 	running := e.runCtx != nil
 	e.mu.Unlock()
-	defer p.detach()
 	if running {
 		p.stop()
-		<-p.done
-		return p.closeErr
+		err := e.awaitStopped(p)
+		// A pump given up may still be inside its output: its lanes go
+		// when it ends.
+		go func() {
+			<-p.done
+			p.detach()
+		}()
+		return err
 	}
+	defer p.detach()
 	return p.out.Close()
+}
+
+// awaitStopped waits for a stopped pump's final flush and Close, at most
+// ShutdownTimeout (on the engine's clock). A pump still busy then (its
+// output blocked in Write or Close) is given up: what it had not delivered
+// is counted as failed and Unflushed, logged, and returned as an error; the
+// pump is left to end on its own.
+func (e *Engine) awaitStopped(p *pump) error {
+	t := e.cfg.Clock.NewTimer(e.cfg.ShutdownTimeout)
+	defer t.Stop()
+	select {
+	case <-p.done:
+		return p.closeErr
+	case <-t.C():
+	}
+	select {
+	case <-p.done:
+		return p.closeErr
+	default:
+	}
+	lost := p.giveUp()
+	p.wgDone.Do(e.pumpsWG.Done) // Run's shutdown does not wait for it either
+	e.log.Error("removed or replaced output did not finish within the shutdown timeout; what it had not delivered is counted as failed",
+		"output", p.name, "shutdown_timeout", e.cfg.ShutdownTimeout, "unflushed_samples", lost)
+	return fmt.Errorf("output %s: not flushed within the %v shutdown timeout (its sink or reader stopped taking data): %d samples not delivered",
+		p.name, e.cfg.ShutdownTimeout, lost)
 }
 
 // ReplaceOutput swaps the named output for out without a gap: the new
@@ -381,8 +413,7 @@ func (e *Engine) ReplaceOutput(name string, out record.Output, opts PumpOptions)
 	defer np.settle()
 	if running {
 		old.stop()
-		<-old.done
-		return old.closeErr
+		return e.awaitStopped(old)
 	}
 	return old.out.Close()
 }
@@ -450,7 +481,7 @@ func (e *Engine) ReplaceOutputWith(name string, opts PumpOptions, build func() (
 func (e *Engine) startPump(p *pump) {
 	e.pumpsWG.Add(1)
 	go func() {
-		defer e.pumpsWG.Done()
+		defer p.wgDone.Do(e.pumpsWG.Done)
 		p.run(e.runCtx)
 	}()
 }

@@ -100,6 +100,9 @@ type pump struct {
 
 	stopCh   chan struct{}
 	stopOnce sync.Once
+	// wgDone releases the engine's wait for this pump: when it ends, or
+	// when it is given up after a removal.
+	wgDone   sync.Once
 	done     chan struct{}
 	closeErr error
 

@@ -87,3 +87,64 @@ func TestShutdownGivesUpStuckOutput(t *testing.T) {
 		t.Fatalf("stats changed after the late Write:\n%+v\n%+v", st, after)
 	}
 }
+
+// nopOut accepts everything.
+type nopOut struct{}
+
+func (nopOut) Write(context.Context, *record.Batch) error { return nil }
+func (nopOut) Close() error                               { return nil }
+
+// Removing or replacing an output blocked in Write waits at most the
+// shutdown timeout: the call returns an error naming it and the samples it
+// had not delivered (counted as failed and unflushed: a replacement
+// inherits them), and the blocked pump does not hold up Run's shutdown.
+func TestRemoveAndReplaceGiveUpStuckOutput(t *testing.T) {
+	for _, replace := range []bool{false, true} {
+		t.Run(map[bool]string{false: "remove", true: "replace"}[replace], func(t *testing.T) {
+			dev := newFakeDevice(0)
+			e, err := sampler.New(&fakeSource{devs: []*fakeDevice{dev}}, sampler.Config{
+				DrainInterval: 20 * time.Millisecond, Select: onlyPowerBuffer, RingSize: 1 << 16,
+				ShutdownTimeout: 100 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := &stuckOut{accept: 3, blocked: make(chan struct{}), release: make(chan struct{}), closed: make(chan struct{})}
+			defer close(out.release)
+			if err := e.AddOutput("stuck", out, sampler.PumpOptions{FlushInterval: 5 * time.Millisecond, MaxBatch: 16}); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { done <- e.Run(ctx) }()
+			select {
+			case <-out.blocked:
+			case <-time.After(30 * time.Second):
+				t.Fatal("the output never blocked")
+			}
+			if replace {
+				err = e.ReplaceOutput("stuck", nopOut{}, sampler.PumpOptions{FlushInterval: 5 * time.Millisecond})
+			} else {
+				err = e.RemoveOutput("stuck")
+			}
+			if err == nil || !strings.Contains(err.Error(), "output stuck: not flushed within the 100ms shutdown timeout") {
+				t.Fatalf("got %v, want the stuck output named", err)
+			}
+			if replace {
+				st := e.Stats().Outputs[0]
+				if !strings.Contains(err.Error(), ": "+strconv.FormatUint(st.Unflushed, 10)+" samples not delivered") || st.Unflushed == 0 {
+					t.Fatalf("got %v; stats %+v: want the unflushed samples named and inherited", err, st)
+				}
+			}
+			cancel()
+			select {
+			case err = <-done:
+			case <-time.After(60 * time.Second): // a failure guard, not a timing check
+				t.Fatal("Run did not return: shutdown waits on the given-up output")
+			}
+			if err != nil {
+				t.Fatalf("Run = %v", err)
+			}
+		})
+	}
+}
