@@ -35,6 +35,18 @@ type Rollup struct {
 	Hosts    map[string]float64 `json:"hosts"`
 	// GPUs counts the GPUs summed.
 	GPUs int `json:"gpus"`
+	// Windows holds, per GPU ("host/uuid"), the power samples this
+	// instance received since its previous roll-up: several instances in a
+	// queue group each report the windows of the messages they got.
+	Windows map[string]Window `json:"windows,omitempty"`
+}
+
+// Window summarizes one GPU's power samples over a roll-up interval.
+type Window struct {
+	Count int     `json:"count"`
+	Mean  float64 `json:"mean"`
+	Min   float64 `json:"min"`
+	Max   float64 `json:"max"`
 }
 
 // Options configure a processor.
@@ -51,6 +63,11 @@ type gpuKey struct {
 	uuid string
 }
 
+type window struct {
+	n             int
+	sum, min, max float64
+}
+
 type gpuPower struct {
 	cluster string
 	watts   float64
@@ -62,6 +79,7 @@ type Processor struct {
 	opts Options
 	mu   sync.Mutex
 	gpus map[gpuKey]gpuPower
+	wins map[gpuKey]*window
 }
 
 // Handle folds one message into the state (a nats.MsgHandler).
@@ -70,6 +88,11 @@ func (p *Processor) Handle(m *nats.Msg) {
 	if err != nil {
 		return // not ours, or a newer schema: skip
 	}
+	p.fold(recs)
+}
+
+// fold adds one message's records to the state.
+func (p *Processor) fold(recs *stream.Records) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, s := range recs.Batch.Samples {
@@ -77,6 +100,14 @@ func (p *Processor) Handle(m *nats.Msg) {
 			continue
 		}
 		k := gpuKey{recs.Host, recs.UUID(int(s.Device))}
+		w := p.wins[k]
+		if w == nil {
+			w = &window{min: s.Value, max: s.Value}
+			p.wins[k] = w
+		}
+		w.n++
+		w.sum += s.Value
+		w.min, w.max = min(w.min, s.Value), max(w.max, s.Value)
 		if old, ok := p.gpus[k]; !ok || s.TimeNS >= old.timeNS {
 			p.gpus[k] = gpuPower{cluster: recs.Tags["cluster"], watts: s.Value, timeNS: s.TimeNS}
 		}
@@ -89,6 +120,13 @@ func (p *Processor) Rollup() Rollup {
 	r := Rollup{Time: now.UnixNano(), Clusters: map[string]float64{}, Hosts: map[string]float64{}}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	for k, w := range p.wins {
+		if r.Windows == nil {
+			r.Windows = map[string]Window{}
+		}
+		r.Windows[k.host+"/"+k.uuid] = Window{Count: w.n, Mean: w.sum / float64(w.n), Min: w.min, Max: w.max}
+	}
+	clear(p.wins) // the next window starts now
 	for k, g := range p.gpus {
 		if now.Sub(time.Unix(0, g.timeNS)) > p.opts.MaxAge {
 			delete(p.gpus, k) // gone quiet: not part of the fleet's power now
@@ -101,6 +139,10 @@ func (p *Processor) Rollup() Rollup {
 	return r
 }
 
+func newProcessor(opts Options) *Processor {
+	return &Processor{opts: opts, gpus: map[gpuKey]gpuPower{}, wins: map[gpuKey]*window{}}
+}
+
 // Run subscribes on nc and publishes a roll-up every interval until ctx
 // ends.
 func Run(ctx context.Context, nc *nats.Conn, opts Options) error {
@@ -110,7 +152,7 @@ func Run(ctx context.Context, nc *nats.Conn, opts Options) error {
 	if opts.MaxAge == 0 {
 		opts.MaxAge = 3 * opts.Interval
 	}
-	p := &Processor{opts: opts, gpus: map[gpuKey]gpuPower{}}
+	p := newProcessor(opts)
 	sub, err := nc.QueueSubscribe(opts.Subject, opts.Queue, p.Handle)
 	if err != nil {
 		return fmt.Errorf("subscribe %s: %w", opts.Subject, err)
