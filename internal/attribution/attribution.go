@@ -13,6 +13,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -75,10 +76,16 @@ type Stats struct {
 
 // Resolver looks attribution up and applies it to a Target.
 type Resolver struct {
-	cfg  Config
-	log  *slog.Logger
-	conn *grpc.ClientConn
-	kube *podresources.Client
+	cfg Config
+	log *slog.Logger
+
+	// The kubelet connection, made at the first lookup and after every
+	// failed one: a fresh connection dials at once, where one that has
+	// failed would wait out gRPC's reconnect backoff (up to two minutes,
+	// past several refreshes) before noticing that a restarted kubelet
+	// answers again.
+	connMu sync.Mutex
+	conn   *grpc.ClientConn
 
 	// Owned by Refresh's caller (one at a time).
 	kubeDown    bool // the last lookup failed (logged once per outage)
@@ -102,19 +109,56 @@ func New(cfg Config) (*Resolver, error) {
 		r.log = slog.Default()
 	}
 	if cfg.PodResourcesSocket != "" {
-		conn, err := grpc.NewClient("unix:"+cfg.PodResourcesSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		conn, err := r.dial()
 		if err != nil {
-			return nil, fmt.Errorf("pod_resources_socket %q: %w", cfg.PodResourcesSocket, err)
+			return nil, err
 		}
-		r.conn, r.kube = conn, podresources.NewClient(conn)
+		r.conn = conn
 	}
 	return r, nil
 }
 
+func (r *Resolver) dial() (*grpc.ClientConn, error) {
+	conn, err := grpc.NewClient("unix:"+r.cfg.PodResourcesSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("pod_resources_socket %q: %w", r.cfg.PodResourcesSocket, err)
+	}
+	return conn, nil
+}
+
+// kubeClient returns a client on the current connection, dialling a new
+// one when the last lookup failed.
+func (r *Resolver) kubeClient() (*podresources.Client, error) {
+	r.connMu.Lock()
+	defer r.connMu.Unlock()
+	if r.conn == nil {
+		conn, err := r.dial()
+		if err != nil {
+			return nil, err
+		}
+		r.conn = conn
+	}
+	return podresources.NewClient(r.conn), nil
+}
+
+// dropConn closes the connection after a failed lookup.
+func (r *Resolver) dropConn() {
+	r.connMu.Lock()
+	defer r.connMu.Unlock()
+	if r.conn != nil {
+		_ = r.conn.Close()
+		r.conn = nil
+	}
+}
+
 // Close releases the kubelet connection.
 func (r *Resolver) Close() error {
+	r.connMu.Lock()
+	defer r.connMu.Unlock()
 	if r.conn != nil {
-		return r.conn.Close()
+		err := r.conn.Close()
+		r.conn = nil
+		return err
 	}
 	return nil
 }
@@ -147,7 +191,7 @@ func (r *Resolver) Refresh(ctx context.Context, t Target) {
 	r.refreshes.Add(1)
 	devs := t.Devices()
 	want := make(map[int]record.Attribution, len(devs))
-	if r.kube != nil {
+	if r.cfg.PodResourcesSocket != "" {
 		r.kubeAttribution(ctx, devs, want)
 	}
 	if r.cfg.HPCJobMappingDir != "" {
@@ -177,10 +221,15 @@ func (r *Resolver) kubeAttribution(ctx context.Context, devs []record.Device, wa
 	}
 	var held map[int][]holder
 	var unknown []string
+	var kube *podresources.Client
 	if err == nil {
-		held, _, unknown, err = kubeHolders(ctx, r.kube, devs)
+		kube, err = r.kubeClient()
+	}
+	if err == nil {
+		held, _, unknown, err = kubeHolders(ctx, kube, devs)
 	}
 	if err != nil {
+		r.dropConn()
 		r.kubeErrors.Add(1)
 		if !r.kubeDown && !errors.Is(ctx.Err(), context.Canceled) {
 			r.log.Warn("kubelet pod-resources unavailable: no pod labels until it answers",

@@ -328,14 +328,18 @@ func TestPodResourcesGet(t *testing.T) {
 	k.set(want)
 	socket, _ := startKubelet(t, k)
 	r, _ := newResolver(t, Config{PodResourcesSocket: socket})
-	got, err := r.kube.Get(context.Background(), &podresources.GetPodResourcesRequest{PodName: "train-7", PodNamespace: "ml"})
+	kube, err := r.kubeClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := kube.Get(context.Background(), &podresources.GetPodResourcesRequest{PodName: "train-7", PodNamespace: "ml"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !proto.Equal(got.GetPodResources(), want) {
 		t.Fatalf("Get: %v, want %v", got.GetPodResources(), want)
 	}
-	_, err = r.kube.Get(context.Background(), &podresources.GetPodResourcesRequest{PodName: "gone", PodNamespace: "ml"})
+	_, err = kube.Get(context.Background(), &podresources.GetPodResourcesRequest{PodName: "gone", PodNamespace: "ml"})
 	if status.Code(err) != codes.NotFound {
 		t.Fatalf("Get of an unknown pod: %v", err)
 	}
