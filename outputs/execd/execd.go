@@ -29,6 +29,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gpusampler/gpusampler/catalog"
@@ -105,6 +106,21 @@ type Output struct {
 	shapeEnc *lineproto.Encoder
 	closed   bool
 	gathers  uint64
+	gbuf     []byte // a gather's lines
+
+	// gatherDropped counts summaries (or nvidia_smi-shape values) a
+	// gather could not write: their line cannot be encoded.
+	gatherDropped atomic.Uint64
+}
+
+// GatherDropped returns how many summaries (nvidia_smi shape: values)
+// gathers dropped because their line cannot be encoded. Safe from any
+// goroutine.
+func (o *Output) GatherDropped() uint64 { return o.gatherDropped.Load() }
+
+// ReportStats implements record.StatsReporter: execd_gather_dropped.
+func (o *Output) ReportStats(dst []record.Field) []record.Field {
+	return append(dst, record.IntField("execd_gather_dropped", o.gatherDropped.Load()))
 }
 
 // New returns an output writing to w.
@@ -227,9 +243,38 @@ func (o *Output) Gather() error {
 	slices.SortFunc(o.sums, func(a, b record.Summary) int {
 		return cmp.Or(cmp.Compare(a.Device, b.Device), cmp.Compare(a.Metric, b.Metric))
 	})
+	// One device's line at a time: a line that cannot be encoded is
+	// skipped and its summaries counted (GatherDropped), not lost silently.
+	o.gbuf = o.gbuf[:0]
+	var dropped int
+	for i := 0; i < len(o.sums); {
+		j := i + 1
+		for j < len(o.sums) && o.sums[j].Device == o.sums[i].Device {
+			j++
+		}
+		o.enc.Reset()
+		o.enc.Encode(&record.Batch{Summaries: o.sums[i:j]})
+		if o.enc.Err() != nil {
+			dropped += j - i
+		} else {
+			o.gbuf = append(o.gbuf, o.enc.Bytes()...)
+		}
+		i = j
+	}
 	o.enc.Reset()
-	o.enc.Encode(&record.Batch{Summaries: o.sums})
-	return o.flushLocked()
+	if dropped > 0 {
+		o.gatherDropped.Add(uint64(dropped))
+	}
+	if _, err := o.w.Write(o.gbuf); err != nil {
+		return fmt.Errorf("execd: stdout: %w", err)
+	}
+	if err := o.w.Flush(); err != nil {
+		return fmt.Errorf("execd: stdout: %w", err)
+	}
+	if dropped > 0 {
+		return fmt.Errorf("execd: gather: %d summaries dropped: their line cannot be encoded", dropped)
+	}
+	return nil
 }
 
 // gatherNvidiaSMI writes one nvidia_smi line per GPU stamped now: each
@@ -258,6 +303,12 @@ func (o *Output) gatherNvidiaSMI(now int64) error {
 	}
 	o.shapeEnc.Reset()
 	o.shapeEnc.Encode(&record.Batch{Samples: samples})
+	if err := o.shapeEnc.Err(); err != nil {
+		// A skipped line: count the values it held.
+		o.gatherDropped.Add(uint64(len(samples)))
+		o.shapeEnc.Reset()
+		return fmt.Errorf("execd: gather: %d values dropped: a line cannot be encoded: %w", len(samples), err)
+	}
 	if _, err := o.w.Write(o.shapeEnc.Bytes()); err != nil {
 		return fmt.Errorf("execd: stdout: %w", err)
 	}

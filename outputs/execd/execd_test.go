@@ -195,3 +195,44 @@ func TestShapeConfig(t *testing.T) {
 		t.Fatalf("New with an unknown shape: %v", err)
 	}
 }
+
+// A gather line that cannot be encoded (a device identity line protocol
+// cannot carry) is skipped and its summaries counted, never dropped
+// silently; the other devices' lines are written.
+func TestGatherCountsUnencodableLine(t *testing.T) {
+	buf := &syncBuf{}
+	now := time.Unix(100, 0)
+	out, err := execd.New(buf, execd.Options{Signal: execd.SignalStdin, Trigger: make(chan struct{}), Host: "h",
+		Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	bad := outputtest.Device
+	bad.Index, bad.Name = 1, "bad\nname"
+	// The identity alone already cannot be written: refused (counted by the pump).
+	if err := out.Write(context.Background(), &record.Batch{Seq: 1, Devices: []record.Device{outputtest.Device, bad}}); err != nil {
+		t.Logf("identities: %v", err)
+	}
+	samples := outputtest.Samples(4)
+	for _, s := range outputtest.Samples(3) {
+		s.Device = 1
+		samples = append(samples, s)
+	}
+	if err := out.Write(context.Background(), &record.Batch{Seq: 2, Samples: samples}); err != nil {
+		t.Fatal(err)
+	}
+	now = time.Unix(110, 0)
+	err = out.Gather()
+	if err == nil || !strings.Contains(err.Error(), "1 summaries dropped") {
+		t.Fatalf("Gather = %v, want the dropped summary named", err)
+	}
+	if n := out.GatherDropped(); n != 1 {
+		t.Errorf("GatherDropped = %d, want 1 (device 1's power summary)", n)
+	}
+	want := `nvidia_smi,host=h,index=0,name=Test\ GPU,pci_bus_id=00000000:17:00.0,uuid=GPU-00000000-1111-2222-3333-444444444444 ` +
+		"power_draw_mean=101.5,power_draw_min=100,power_draw_max=103,power_draw_last=103,power_draw_count=4i 100000000000\n"
+	if got := buf.String(); got != want {
+		t.Fatalf("gather wrote\n%q\nwant\n%q", got, want)
+	}
+}

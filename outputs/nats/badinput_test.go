@@ -1,17 +1,20 @@
 package nats_test
 
 import (
+	"context"
 	"log/slog"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/internal/appconfig"
 	"github.com/gpusampler/gpusampler/internal/natstest"
 	"github.com/gpusampler/gpusampler/internal/registry"
 	"github.com/gpusampler/gpusampler/outputs"
 	natsout "github.com/gpusampler/gpusampler/outputs/nats"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 func TestUnreachableServer(t *testing.T) {
@@ -152,5 +155,34 @@ func TestServerURLCredentialsRefused(t *testing.T) {
 		if err == nil || err.Error() != want {
 			t.Errorf("servers = [%s]:\n got %v\nwant %s", servers, err, want)
 		}
+	}
+}
+
+// A batch with a line line protocol cannot carry (a device identity with a
+// newline in its name) is refused as permanent, so that the pump counts
+// every record of it, instead of publishing the other lines and counting
+// the skipped ones as delivered; nothing of it is published.
+func TestUnencodableLineRefusedIntegration(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a nats-server")
+	}
+	s := natstest.Start(t)
+	cfg := natsout.DefaultConfig()
+	cfg.Servers = []string{s.ClientURL()}
+	cfg.Encoding = natsout.EncodingInflux
+	out, err := natsout.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	bad := record.Device{Index: 0, UUID: "GPU-1", Name: "bad\nname"}
+	b := &record.Batch{Seq: 1, Devices: []record.Device{bad},
+		Samples: []record.Sample{{TimeNS: 1, Value: 100, Device: 0, Metric: catalog.MetricPowerDraw}}}
+	err = out.Write(context.Background(), b)
+	if !record.IsPermanent(err) || !strings.Contains(err.Error(), "a line cannot be encoded") {
+		t.Fatalf("Write = %v, want a permanent refusal naming the encoding", err)
+	}
+	if st := out.Stats(); st.Messages != 0 {
+		t.Errorf("published %d messages of a refused batch", st.Messages)
 	}
 }

@@ -753,6 +753,13 @@ func (out *Output) commitIdentities() {
 // too large for the server.
 func (out *Output) split(e *entry, sub *record.Batch) error {
 	data := out.enc.encode(nil, sub, out.devs)
+	if ee, ok := out.enc.(interface{ encodeErr() error }); ok {
+		if err := ee.encodeErr(); err != nil {
+			// Publishing the rest would count the skipped records as
+			// delivered: refuse the batch, so that all are counted.
+			return record.Permanent(fmt.Errorf("nats: output %s: subject %s: a line cannot be encoded: %w", out.o.name, e.subject, err))
+		}
+	}
 	limit := out.maxData(e.subject)
 	if len(data) <= limit {
 		h := natsgo.Header{}
@@ -940,6 +947,10 @@ func (l *lpEncoder) encode(dst []byte, b *record.Batch, devs map[int]record.Devi
 	l.e.Encode(b)
 	return append(dst, l.e.Bytes()...)
 }
+
+// encodeErr reports a line the last encode skipped (a name or value line
+// protocol cannot carry).
+func (l *lpEncoder) encodeErr() error { return l.e.Err() }
 
 type protobufEncoder struct {
 	enc  protobuf.Encoder
