@@ -16,7 +16,10 @@
 # sum of Pss (/proc/PID/smaps_rollup), which splits pages the processes
 # share (the same executable's text) between them. Printed: each process
 # at the last reading, then the tree's RSS and PSS at the last reading and
-# the largest over the readings, in MiB (1 MiB = 1024 KiB). CPU is each
+# the largest over the readings, in MiB (1 MiB = 1024 KiB). The figures
+# depend on when they are taken: the run process's own RSS keeps growing
+# for minutes (about 40 MiB after 20 s, 59 MiB after 160 s on 8 GPUs), so
+# compare runs with the same WARMUP. CPU is each
 # process's user+system time from the first reading to the last, in % of
 # one core. The run fails unless both influxdb databases received records.
 set -euo pipefail
@@ -143,7 +146,7 @@ for i in $(seq "$READINGS"); do
 		r="$(kib /proc/"$p"/status VmRSS)"
 		s="$(kib /proc/"$p"/smaps_rollup Pss)"
 		c="$(awk -v a="${cpu0[$p]:-0}" -v b="$(ticks "$p")" -v hz="$(getconf CLK_TCK)" -v s="$secs" \
-			'BEGIN { printf "%.1f", s > 0 ? 100 * (b - a) / hz / s : 0 }')"
+			'BEGIN { printf "%.1f", (s > 0) ? 100 * (b - a) / hz / s : 0 }')"
 		rss=$((rss + r)) pss=$((pss + s))
 		table+="$(printf '  pid %-8s %-40s RSS %6s MiB  PSS %6s MiB  CPU %5s%%' "$p" \
 			"$(tr '\0' ' ' </proc/"$p"/cmdline 2>/dev/null | cut -c1-40)" \
