@@ -22,6 +22,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gpusampler/gpusampler/internal/appconfig"
@@ -82,6 +83,8 @@ type Agent struct {
 	outputs map[string]record.Output     // by name: what the pump writes to, for self-metrics
 
 	retryKick chan struct{} // wakes the retry loop of outputs that could not start
+
+	attrib atomic.Pointer[attribution.Resolver] // while Run runs one, for self-metrics
 }
 
 // New builds the engine over src and every output of cfg. The caller opened
@@ -271,6 +274,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	} else if r != nil {
 		defer r.Close()
+		a.attrib.Store(r)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

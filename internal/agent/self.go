@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpusampler/gpusampler/internal/attribution"
 	"github.com/gpusampler/gpusampler/internal/pipeline/buffer"
 	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler"
@@ -53,6 +54,9 @@ func (a *Agent) selfTick(now time.Time, final bool) {
 	health := a.healthEvents(now, detail)
 	a.mu.Unlock()
 	evs = append(evs, health...)
+	if r := a.attrib.Load(); r != nil {
+		evs = append(evs, AttributionEvent(r.Stats(), now))
+	}
 	a.selfLast = now
 	if send {
 		for _, ev := range evs {
@@ -142,6 +146,24 @@ func SelfEvents(st sampler.Stats, now time.Time, elapsed time.Duration, prevCall
 			Fields: fields})
 	}
 	return evs
+}
+
+// AttributionEvent turns the attribution resolver's counters into a
+// self-metrics event (scope "attribution"): refreshes, the device
+// attribution changes they made, successes (refreshes in which every source
+// on answered), failed kubelet lookups and job-mapping reads, device IDs
+// naming no sampled GPU, GPUs left without pod labels as shared, and the
+// age of the last success (from the resolver's start before the first), so
+// that an alert can see attribution going stale.
+func AttributionEvent(st attribution.Stats, now time.Time) record.Event {
+	ns := now.UnixNano()
+	return record.Event{Kind: record.EventSelf, Device: -1, StartNS: ns, EndNS: ns,
+		Attrs: []record.Attr{{Key: "scope", Value: "attribution"}},
+		Fields: []record.Field{intField("refreshes", st.Refreshes), intField("changes", st.Changes),
+			intField("successes", st.Successes), intField("kube_errors", st.KubeErrors),
+			intField("mapping_errors", st.MappingErrors), intField("unknown_devices", st.UnknownDevices),
+			intField("shared_devices", st.SharedDevices),
+			{Key: "last_success_age_ns", Value: float64(st.LastSuccessAge(now)), Int: true}}}
 }
 
 // fieldName makes a driver function's name a field key: letters, digits

@@ -47,6 +47,8 @@ type Config struct {
 	Refresh time.Duration
 	// Log receives the problem reports (slog.Default when nil).
 	Log *slog.Logger
+	// Now is the clock of Stats' times (time.Now when nil).
+	Now func() time.Time
 }
 
 // Enabled reports whether any source is on.
@@ -72,6 +74,13 @@ type Stats struct {
 	// (then left without pod labels); MappingErrors failed reads of the
 	// job-mapping directory.
 	KubeErrors, UnknownDevices, SharedDevices, MappingErrors uint64
+	// Successes counts refreshes in which every source on answered (the
+	// kubelet, the job-mapping directory); LastSuccess is when the newest
+	// of them ended, zero before the first. Since is when the resolver was
+	// made, from which a resolver that never succeeded is overdue.
+	Successes   uint64
+	LastSuccess time.Time
+	Since       time.Time
 }
 
 // Resolver looks attribution up and applies it to a Target.
@@ -92,7 +101,9 @@ type Resolver struct {
 	mappingDown bool
 	logged      map[string]bool // unknown device IDs already logged
 
-	refreshes, changes, kubeErrors, unknown, shared, mappingErrors atomic.Uint64
+	refreshes, changes, kubeErrors, unknown, shared, mappingErrors, successes atomic.Uint64
+	lastSuccessNS                                                             atomic.Int64
+	since                                                                     time.Time
 }
 
 // New returns a resolver. Connecting to the socket is lazy: a missing
@@ -104,7 +115,10 @@ func New(cfg Config) (*Resolver, error) {
 	if cfg.ProcRoot == "" {
 		cfg.ProcRoot = "/proc"
 	}
-	r := &Resolver{cfg: cfg, log: cfg.Log, logged: map[string]bool{}}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	r := &Resolver{cfg: cfg, log: cfg.Log, logged: map[string]bool{}, since: cfg.Now()}
 	if r.log == nil {
 		r.log = slog.Default()
 	}
@@ -165,8 +179,22 @@ func (r *Resolver) Close() error {
 
 // Stats returns the counters.
 func (r *Resolver) Stats() Stats {
-	return Stats{Refreshes: r.refreshes.Load(), Changes: r.changes.Load(), KubeErrors: r.kubeErrors.Load(),
-		UnknownDevices: r.unknown.Load(), SharedDevices: r.shared.Load(), MappingErrors: r.mappingErrors.Load()}
+	st := Stats{Refreshes: r.refreshes.Load(), Changes: r.changes.Load(), KubeErrors: r.kubeErrors.Load(),
+		UnknownDevices: r.unknown.Load(), SharedDevices: r.shared.Load(), MappingErrors: r.mappingErrors.Load(),
+		Successes: r.successes.Load(), Since: r.since}
+	if ns := r.lastSuccessNS.Load(); ns != 0 {
+		st.LastSuccess = time.Unix(0, ns)
+	}
+	return st
+}
+
+// LastSuccessAge is how long ago the newest successful refresh ended, at
+// now; before the first, how long the resolver has existed.
+func (s Stats) LastSuccessAge(now time.Time) time.Duration {
+	if s.LastSuccess.IsZero() {
+		return now.Sub(s.Since)
+	}
+	return now.Sub(s.LastSuccess)
 }
 
 // Run refreshes now and then every Refresh interval until ctx ends.
@@ -191,11 +219,12 @@ func (r *Resolver) Refresh(ctx context.Context, t Target) {
 	r.refreshes.Add(1)
 	devs := t.Devices()
 	want := make(map[int]record.Attribution, len(devs))
+	ok := true
 	if r.cfg.PodResourcesSocket != "" {
-		r.kubeAttribution(ctx, devs, want)
+		ok = r.kubeAttribution(ctx, devs, want) && ok
 	}
 	if r.cfg.HPCJobMappingDir != "" {
-		r.mappingAttribution(devs, want)
+		ok = r.mappingAttribution(devs, want) && ok
 	}
 	if r.cfg.SlurmCgroups {
 		for _, d := range devs {
@@ -210,9 +239,14 @@ func (r *Resolver) Refresh(ctx context.Context, t Target) {
 			r.changes.Add(1)
 		}
 	}
+	if ok {
+		r.successes.Add(1)
+		r.lastSuccessNS.Store(r.cfg.Now().UnixNano())
+	}
 }
 
-func (r *Resolver) kubeAttribution(ctx context.Context, devs []record.Device, want map[int]record.Attribution) {
+// kubeAttribution reports whether the kubelet answered.
+func (r *Resolver) kubeAttribution(ctx context.Context, devs []record.Device, want map[int]record.Attribution) bool {
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	var err error
@@ -236,7 +270,7 @@ func (r *Resolver) kubeAttribution(ctx context.Context, devs []record.Device, wa
 				"pod_resources_socket", r.cfg.PodResourcesSocket, "err", err)
 		}
 		r.kubeDown = true
-		return
+		return false
 	}
 	if r.kubeDown {
 		r.log.Info("kubelet pod-resources answers again", "pod_resources_socket", r.cfg.PodResourcesSocket)
@@ -258,9 +292,11 @@ func (r *Resolver) kubeAttribution(ctx context.Context, devs []record.Device, wa
 		a.Pod, a.Namespace, a.Container = hs[0].pod, hs[0].namespace, hs[0].container
 		want[idx] = a
 	}
+	return true
 }
 
-func (r *Resolver) mappingAttribution(devs []record.Device, want map[int]record.Attribution) {
+// mappingAttribution reports whether the job-mapping directory was read.
+func (r *Resolver) mappingAttribution(devs []record.Device, want map[int]record.Attribution) bool {
 	jobs, err := ReadJobMapping(r.cfg.HPCJobMappingDir)
 	if err != nil {
 		r.mappingErrors.Add(1)
@@ -268,7 +304,7 @@ func (r *Resolver) mappingAttribution(devs []record.Device, want map[int]record.
 			r.log.Warn("HPC job mapping unreadable: no hpc_job labels from it until it is", "err", err)
 		}
 		r.mappingDown = true
-		return
+		return false
 	}
 	r.mappingDown = false
 	for _, d := range devs {
@@ -282,6 +318,7 @@ func (r *Resolver) mappingAttribution(devs []record.Device, want map[int]record.
 			want[d.Index] = a
 		}
 	}
+	return true
 }
 
 // cgroupJobs returns the Slurm jobs of pids, sorted and comma-joined.

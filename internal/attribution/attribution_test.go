@@ -116,10 +116,16 @@ func pod(name, ns, container, resource string, ids ...string) *podresources.PodR
 		Name: container, Devices: []*podresources.ContainerDevices{{ResourceName: resource, DeviceIds: ids}}}}}
 }
 
+// t0 is the resolvers' clock unless a test sets its own.
+var t0 = time.Unix(1_700_000_000, 0)
+
 func newResolver(t *testing.T, cfg Config) (*Resolver, *bytes.Buffer) {
 	t.Helper()
 	var logs bytes.Buffer
 	cfg.Log = slog.New(slog.NewTextHandler(&logs, nil))
+	if cfg.Now == nil {
+		cfg.Now = func() time.Time { return t0 }
+	}
 	r, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -254,7 +260,7 @@ func TestKubernetesPodsComeAndGo(t *testing.T) {
 		}
 	}
 	st := r.Stats()
-	if want := (Stats{Refreshes: 4, Changes: 4, UnknownDevices: 2, SharedDevices: 1}); st != want {
+	if want := (Stats{Refreshes: 4, Changes: 4, UnknownDevices: 2, SharedDevices: 1, Successes: 4, LastSuccess: t0, Since: t0}); st != want {
 		t.Fatalf("stats %+v, want %+v", st, want)
 	}
 	if n := strings.Count(logs.String(), "GPU-ffff"); n != 1 {
@@ -283,8 +289,8 @@ func TestKubernetesSocketDisappears(t *testing.T) {
 	if n := strings.Count(logs.String(), "kubelet pod-resources unavailable"); n != 1 {
 		t.Fatalf("%d unavailable lines:\n%s", n, logs)
 	}
-	if st := r.Stats(); st.KubeErrors != 2 {
-		t.Fatalf("stats %+v", st)
+	if st, want := r.Stats(), (Stats{Refreshes: 3, Changes: 2, KubeErrors: 2, Successes: 1, LastSuccess: t0, Since: t0}); st != want {
+		t.Fatalf("stats %+v, want %+v", st, want)
 	}
 
 	// A missing socket from the start is the same.
@@ -342,5 +348,48 @@ func TestPodResourcesGet(t *testing.T) {
 	_, err = kube.Get(context.Background(), &podresources.GetPodResourcesRequest{PodName: "gone", PodNamespace: "ml"})
 	if status.Code(err) != codes.NotFound {
 		t.Fatalf("Get of an unknown pod: %v", err)
+	}
+}
+
+// Successes and the last success's age: a refresh in which every source on
+// answered is a success; failures leave the time of the last one, from
+// which the age grows; before any success the age counts from the start.
+func TestLastSuccessAge(t *testing.T) {
+	k := &kubelet{}
+	socket, stop := startKubelet(t, k)
+	dir := t.TempDir()
+	now := t0
+	r, _ := newResolver(t, Config{PodResourcesSocket: socket, HPCJobMappingDir: dir, Now: func() time.Time { return now }})
+	tgt := twoGPUs()
+	now = now.Add(time.Second)
+	r.Refresh(context.Background(), tgt)
+	st := r.Stats()
+	if want := (Stats{Refreshes: 1, Successes: 1, LastSuccess: t0.Add(time.Second), Since: t0}); st != want {
+		t.Fatalf("stats %+v, want %+v", st, want)
+	}
+	if age := st.LastSuccessAge(now.Add(2 * time.Second)); age != 2*time.Second {
+		t.Fatalf("age %v, want 2s", age)
+	}
+	// One source failing fails the refresh.
+	stop()
+	now = now.Add(10 * time.Second)
+	r.Refresh(context.Background(), tgt)
+	st = r.Stats()
+	if want := (Stats{Refreshes: 2, KubeErrors: 1, Successes: 1, LastSuccess: t0.Add(time.Second), Since: t0}); st != want {
+		t.Fatalf("stats %+v, want %+v", st, want)
+	}
+	if age := st.LastSuccessAge(now); age != 10*time.Second {
+		t.Fatalf("age %v, want 10s", age)
+	}
+
+	// Never a success: the age is the resolver's.
+	r2, _ := newResolver(t, Config{HPCJobMappingDir: filepath.Join(dir, "missing", "x"), Now: func() time.Time { return now }})
+	r2.Refresh(context.Background(), tgt)
+	st = r2.Stats()
+	if want := (Stats{Refreshes: 1, MappingErrors: 1, Since: now}); st != want {
+		t.Fatalf("stats %+v, want %+v", st, want)
+	}
+	if age := st.LastSuccessAge(now.Add(time.Minute)); age != time.Minute {
+		t.Fatalf("age %v, want 1m", age)
 	}
 }

@@ -129,10 +129,14 @@ func twoGPUs() *target {
 	}}
 }
 
+// t0 is the resolvers' clock.
+var t0 = time.Unix(1_700_000_000, 0)
+
 func newResolver(t *testing.T, socket string) (*attribution.Resolver, *bytes.Buffer) {
 	t.Helper()
 	var logs bytes.Buffer
-	r, err := attribution.New(attribution.Config{PodResourcesSocket: socket, Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	r, err := attribution.New(attribution.Config{PodResourcesSocket: socket, Log: slog.New(slog.NewTextHandler(&logs, nil)),
+		Now: func() time.Time { return t0 }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +266,8 @@ func TestRealKubeletLifecycle(t *testing.T) {
 			t.Fatalf("%s: attribution %v, want %v", s.name, got, s.want)
 		}
 	}
-	want := attribution.Stats{Refreshes: 6, Changes: 5, KubeErrors: 2, UnknownDevices: 1}
+	want := attribution.Stats{Refreshes: 6, Changes: 5, KubeErrors: 2, UnknownDevices: 1,
+		Successes: 4, LastSuccess: t0, Since: t0}
 	if got := r.Stats(); got != want {
 		t.Fatalf("stats %+v, want %+v", got, want)
 	}
