@@ -629,6 +629,11 @@ func (b *Buffer) adopt(es []entry, idents map[int]record.Device) {
 	}
 }
 
+// closeGrace is how long Close waits, after CloseTimeout and cancelling
+// the write in flight, for the delivery goroutine before it carries on
+// without it.
+const closeGrace = time.Second
+
 // Close stops accepting batches, keeps delivering what is queued for at
 // most CloseTimeout, then closes the wrapped output. What is left stays on
 // disk for the next start (kind "disk", after a final fsync) or is counted
@@ -659,8 +664,11 @@ func (b *Buffer) Close() error {
 	case <-t.C:
 		b.cancel()
 		// An output that ignores its context could hold the goroutine;
-		// give it a moment, then carry on without it.
-		grace := time.NewTimer(min(b.cfg.CloseTimeout, time.Second))
+		// give it a moment, then carry on without it. The moment does not
+		// shrink with a short close timeout: the goroutine may be writing
+		// the queue's cursor after an acknowledgement, which a loaded
+		// machine can take a while to finish.
+		grace := time.NewTimer(closeGrace)
 		select {
 		case <-b.done:
 		case <-grace.C:
