@@ -5,10 +5,11 @@
 // to kinds; it is a value, not package state, so two programs (or two
 // blocks of one kind) never share anything.
 //
-// The package depends only on the config leaf (TOML tables and their
-// errors) and the engine's Output interface, so that a sink — built in or
-// a third-party plugin built on plugins/sdk — links neither the
-// application's config model nor the simulator nor the buffers.
+// The package depends only on the leaves: config (TOML tables and their
+// errors), record (the Output interface) and catalog, so that a sink —
+// built in or a third-party plugin built on plugins/sdk — links neither
+// the engine nor the application's config model nor the simulator nor
+// the buffers.
 //
 // Layout: each sink lives in its own sub-directory, outputs/NAME, with its
 // code, README.md and sample.conf; outputs/outputtest is the conformance

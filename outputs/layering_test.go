@@ -42,8 +42,10 @@ func deps(t *testing.T, root, pkg string) []string {
 	})
 }
 
-// TestLayering keeps the package graph layered: the config leaf links
-// nothing else of gpusampler; a sink, the plugin host and SDK, a
+// TestLayering keeps the package graph layered: the leaves (config,
+// catalog, record) link nothing else of gpusampler but each other as
+// documented; the contract, the SDK, stream and the encoders link no
+// engine; a sink, the plugin host and SDK, a
 // third-party plugin built on the SDK, stream and the encoders link
 // neither the application (its config model, registry, agent, commands)
 // nor the simulator nor the buffers.
@@ -52,8 +54,22 @@ func TestLayering(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := deps(t, root, "config"); !slices.Equal(got, []string{"config"}) {
-		t.Errorf("config links %q, want only itself", got)
+	for pkg, want := range map[string][]string{
+		"config":  {"config"},
+		"catalog": {"catalog"},
+		"record":  {"catalog", "record"},
+	} {
+		if got := deps(t, root, pkg); !slices.Equal(got, want) {
+			t.Errorf("%s links %q, want %q", pkg, got, want)
+		}
+	}
+	// The engine stays out of the contract, the SDK, its plugins, stream
+	// and the encoders: they speak records, not samplers.
+	for _, pkg := range []string{"outputs", "plugins/sdk", "plugins/examples/webhook/cmd/gpusampler-webhook", "stream",
+		"internal/encoding/jsonl", "internal/encoding/lineproto", "internal/encoding/protobuf"} {
+		if slices.Contains(deps(t, root, pkg), "sampler") {
+			t.Errorf("%s links the engine (sampler)", pkg)
+		}
 	}
 	app := []string{"sampler/sim", "internal/pipeline/buffer", "internal/appconfig", "internal/registry", "internal/agent", "cmd"}
 	for _, pkg := range []string{"outputs", "outputs/execd", "outputs/influxdb", "outputs/nats", "outputs/prometheus",
