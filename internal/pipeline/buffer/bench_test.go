@@ -111,16 +111,25 @@ func BenchmarkDiskReplay(b *testing.B) {
 // (copy, encode, queue), delivery goroutine (read, decode, Write to a
 // discarding output, acknowledge) — for each kind in the same run; the
 // disk/memory ratio of their ns/op is the disk queue's relative cost.
+// disk-no-ack-commit is the disk queue without the cursor write at each
+// acknowledgement (what a process crash would replay): the disk/
+// disk-no-ack-commit ratio is that write's cost.
 func BenchmarkBuffer(b *testing.B) {
 	tb := testBatch(1, benchSamples)
 	payload := appendBatch(nil, tb)
-	for _, kind := range []string{KindMemory, KindDisk} {
-		b.Run(kind, func(b *testing.B) {
+	for _, name := range []string{KindMemory, KindDisk, "disk-no-ack-commit"} {
+		b.Run(name, func(b *testing.B) {
+			kind := name
+			var opts []Option
+			if name == "disk-no-ack-commit" {
+				kind = KindDisk
+				opts = append(opts, withDiskHooks(diskHooks{noAckCommit: true}))
+			}
 			cfg := Config{Kind: kind, MaxBytes: 1 << 40, MaxRecords: 1 << 40, CloseTimeout: time.Hour}
 			if kind == KindDisk {
 				cfg.Dir = b.TempDir()
 			}
-			buf, err := New(discardOutput{}, cfg)
+			buf, err := New(discardOutput{}, cfg, opts...)
 			if err != nil {
 				b.Fatal(err)
 			}
