@@ -288,6 +288,33 @@ const EventClockStep EventKind = "clock_step"
 // EventProcess is one process on one device at one poll (see sampler.Process).
 const EventProcess EventKind = "process"
 
+// ProcessAttribution returns the process's own attribution carried in an
+// EventProcess event's Attrs (under the keys AttrPod, AttrNamespace,
+// AttrContainer, AttrHPCJob), and whether it carries any. A process that
+// has its own is attributed by it rather than by its device's: on a GPU
+// that several pods share, the device has none.
+func ProcessAttribution(ev Event) (Attribution, bool) {
+	var a Attribution
+	for _, x := range ev.Attrs {
+		switch x.Key {
+		case AttrPod:
+			a.Pod = x.Value
+		case AttrNamespace:
+			a.Namespace = x.Value
+		case AttrContainer:
+			a.Container = x.Value
+		case AttrHPCJob:
+			a.HPCJob = x.Value
+		}
+	}
+	return a, !a.IsZero()
+}
+
+// IsAttributionKey reports whether key is one of AttributionKeys.
+func IsAttributionKey(key string) bool {
+	return key == AttrPod || key == AttrNamespace || key == AttrContainer || key == AttrHPCJob
+}
+
 // Process field and attribute keys of an EventProcess event.
 const (
 	ProcessFieldPID        = "pid"

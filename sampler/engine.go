@@ -292,6 +292,20 @@ func (e *Engine) CPUAffinity(index int) ([]int, error) {
 	return nil, fmt.Errorf("cpu affinity of device %d: no such device", index)
 }
 
+// SetProcessAttribution sets the attribution of device index's processes
+// by host PID, replacing the last map: from the next process poll on, each
+// process event of a PID in byPID carries that attribution in its Attrs
+// (record.ProcessAttribution reads it back), the process's own over its
+// device's. It may be called from any goroutine; byPID is the engine's
+// afterwards.
+func (e *Engine) SetProcessAttribution(index int, byPID map[uint32]record.Attribution) {
+	for _, l := range e.loops {
+		if int(l.index) == index {
+			l.procAttribution.Store(&byPID)
+		}
+	}
+}
+
 // ProcessPIDs returns the host PIDs the newest process poll of device index
 // found (nil before the first poll, with process sampling off, or for an
 // unknown index). The slice is the caller's.

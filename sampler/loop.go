@@ -82,7 +82,10 @@ type deviceLoop struct {
 	idMu sync.Mutex
 	// pids are the host PIDs of the newest process poll (attribution).
 	pids atomic.Pointer[[]uint32]
-	tb   *Timebase
+	// procAttribution is each process's own attribution by host PID
+	// (Engine.SetProcessAttribution), put on its process events.
+	procAttribution atomic.Pointer[map[uint32]record.Attribution]
+	tb              *Timebase
 
 	buffers  []*bufferState
 	fastIDs  []catalog.MetricID
@@ -644,6 +647,7 @@ func (l *deviceLoop) pollProcesses(now time.Time) {
 		return
 	}
 	nowNS := now.UnixNano()
+	byPID := l.procAttribution.Load()
 	for i := range procs {
 		p := &procs[i]
 		if p.HasUtil && p.TimeUS > l.procCursor {
@@ -655,6 +659,11 @@ func (l *deviceLoop) pollProcesses(now time.Time) {
 			p.Cmdline = ""
 		}
 		ev := processEvent(int(l.index), p, nowNS, l.procFields, l.procAttrs)
+		if byPID != nil {
+			if a, ok := (*byPID)[p.PID]; ok {
+				ev.Attrs = append(ev.Attrs, a.Attrs()...)
+			}
+		}
 		l.procFields, l.procAttrs = ev.Fields, ev.Attrs
 		l.e.Emit(ev)
 	}

@@ -435,7 +435,7 @@ func (a *Agent) attribution() (*attribution.Resolver, error) {
 	cfg := attribution.Config{HPCJobMappingDir: c.HPCJobMappingDir, SlurmCgroups: c.SlurmCgroups,
 		ProcRoot: c.ProcRoot, Refresh: c.RefreshInterval, Log: a.log.With("component", "attribution")}
 	if c.Kubernetes {
-		cfg.PodResourcesSocket = c.PodResourcesSocket
+		cfg.PodResourcesSocket, cfg.ContainerLogDir = c.PodResourcesSocket, c.ContainerLogDir
 	}
 	if !cfg.Enabled() {
 		return nil, nil

@@ -49,6 +49,10 @@ type Attribution struct {
 	// Kubernetes reads the kubelet's pod-resources API at PodResourcesSocket.
 	Kubernetes         bool
 	PodResourcesSocket string
+	// ContainerLogDir is the kubelet's container log link directory, from
+	// which, with Kubernetes, each GPU process gets its own pod labels
+	// ("" off).
+	ContainerLogDir string
 	// HPCJobMappingDir is dcgm-exporter's job-mapping directory ("" off).
 	HPCJobMappingDir string
 	// SlurmCgroups detects the job from the GPU processes' Slurm cgroups.
@@ -62,6 +66,7 @@ type Attribution struct {
 // Attribution defaults and limits.
 const (
 	DefaultPodResourcesSocket = "/var/lib/kubelet/pod-resources/kubelet.sock"
+	DefaultContainerLogDir    = "/var/log/containers"
 	DefaultAttributionRefresh = 10 * time.Second
 	MinAttributionRefresh     = time.Second
 )
@@ -354,12 +359,13 @@ func parseAgent(t *config.Table) Agent {
 }
 
 func parseAttribution(t *config.Table) Attribution {
-	a := Attribution{PodResourcesSocket: DefaultPodResourcesSocket, RefreshInterval: DefaultAttributionRefresh, ProcRoot: "/proc"}
+	a := Attribution{PodResourcesSocket: DefaultPodResourcesSocket, ContainerLogDir: DefaultContainerLogDir, RefreshInterval: DefaultAttributionRefresh, ProcRoot: "/proc"}
 	t.Bool("kubernetes", &a.Kubernetes)
 	t.String("pod_resources_socket", &a.PodResourcesSocket)
 	if a.Kubernetes && a.PodResourcesSocket == "" {
 		t.Errorf("pod_resources_socket", "empty: kubernetes = true needs the kubelet's pod-resources socket")
 	}
+	t.String("container_log_dir", &a.ContainerLogDir)
 	t.String("hpc_job_mapping_dir", &a.HPCJobMappingDir)
 	t.Bool("slurm_cgroups", &a.SlurmCgroups)
 	t.Duration("refresh_interval", &a.RefreshInterval)

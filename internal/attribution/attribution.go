@@ -41,6 +41,11 @@ type Config struct {
 	// SlurmCgroups detects the HPC job from the Slurm cgroups of each GPU's
 	// processes (needs per-process sampling and the host's /proc).
 	SlurmCgroups bool
+	// ContainerLogDir is the kubelet's container log link directory
+	// (DefaultContainerLogDir), from which each GPU process is attributed
+	// to its own pod and container (see ReadContainerLogDir); "" turns
+	// per-process Kubernetes attribution off.
+	ContainerLogDir string
 	// ProcRoot is where /proc is ("/proc" when empty).
 	ProcRoot string
 	// Refresh is the lookup interval (DefaultRefresh when 0).
@@ -53,7 +58,7 @@ type Config struct {
 
 // Enabled reports whether any source is on.
 func (c Config) Enabled() bool {
-	return c.PodResourcesSocket != "" || c.HPCJobMappingDir != "" || c.SlurmCgroups
+	return c.PodResourcesSocket != "" || c.HPCJobMappingDir != "" || c.SlurmCgroups || c.ContainerLogDir != ""
 }
 
 // Target is what a Resolver reads devices from and sets attribution on
@@ -64,6 +69,15 @@ type Target interface {
 	ProcessPIDs(index int) []uint32
 }
 
+// ProcessTarget is a Target that also carries per-process attribution
+// (*sampler.Engine): SetProcessAttribution sets, for device index, the
+// attribution of each of its processes by host PID, replacing the last
+// map; a process absent from it has none of its own.
+type ProcessTarget interface {
+	Target
+	SetProcessAttribution(index int, byPID map[uint32]record.Attribution)
+}
+
 // Stats count a Resolver's work.
 type Stats struct {
 	// Refreshes counts lookups; Changes the device attributions they changed.
@@ -72,8 +86,9 @@ type Stats struct {
 	// down); UnknownDevices GPU device IDs naming no sampled device;
 	// SharedDevices lookups that found a GPU held by several containers
 	// (then left without pod labels); MappingErrors failed reads of the
-	// job-mapping directory.
-	KubeErrors, UnknownDevices, SharedDevices, MappingErrors uint64
+	// job-mapping directory; ContainerLogErrors failed reads of the
+	// container log directory.
+	KubeErrors, UnknownDevices, SharedDevices, MappingErrors, ContainerLogErrors uint64
 	// Successes counts refreshes in which every source on answered (the
 	// kubelet, the job-mapping directory); LastSuccess is when the newest
 	// of them ended, zero before the first. Since is when the resolver was
@@ -99,11 +114,12 @@ type Resolver struct {
 	// Owned by Refresh's caller (one at a time).
 	kubeDown    bool // the last lookup failed (logged once per outage)
 	mappingDown bool
+	logDirDown  bool
 	logged      map[string]bool // unknown device IDs already logged
 
-	refreshes, changes, kubeErrors, unknown, shared, mappingErrors, successes atomic.Uint64
-	lastSuccessNS                                                             atomic.Int64
-	since                                                                     time.Time
+	refreshes, changes, kubeErrors, unknown, shared, mappingErrors, logDirErrors, successes atomic.Uint64
+	lastSuccessNS                                                                           atomic.Int64
+	since                                                                                   time.Time
 }
 
 // New returns a resolver. Connecting to the socket is lazy: a missing
@@ -181,7 +197,7 @@ func (r *Resolver) Close() error {
 func (r *Resolver) Stats() Stats {
 	st := Stats{Refreshes: r.refreshes.Load(), Changes: r.changes.Load(), KubeErrors: r.kubeErrors.Load(),
 		UnknownDevices: r.unknown.Load(), SharedDevices: r.shared.Load(), MappingErrors: r.mappingErrors.Load(),
-		Successes: r.successes.Load(), Since: r.since}
+		ContainerLogErrors: r.logDirErrors.Load(), Successes: r.successes.Load(), Since: r.since}
 	if ns := r.lastSuccessNS.Load(); ns != 0 {
 		st.LastSuccess = time.Unix(0, ns)
 	}
@@ -238,6 +254,9 @@ func (r *Resolver) Refresh(ctx context.Context, t Target) {
 		if t.SetAttribution(d.Index, want[d.Index]) {
 			r.changes.Add(1)
 		}
+	}
+	if pt, isPT := t.(ProcessTarget); isPT && (r.cfg.ContainerLogDir != "" || r.cfg.SlurmCgroups) {
+		ok = r.processAttribution(devs, pt) && ok
 	}
 	if ok {
 		r.successes.Add(1)
@@ -333,4 +352,52 @@ func (r *Resolver) cgroupJobs(pids []uint32) string {
 	}
 	slices.Sort(jobs)
 	return strings.Join(jobs, ",")
+}
+
+// processAttribution sets each GPU process's own attribution: its pod,
+// namespace and container from its cgroup's container ID and the kubelet's
+// container log links, and its Slurm job from its cgroup. This is what
+// attributes a GPU that several pods share (time-slicing, MPS), whose
+// device records carry no pod labels. It reports whether the container
+// log directory was read.
+func (r *Resolver) processAttribution(devs []record.Device, t ProcessTarget) bool {
+	ok := true
+	var containers map[string]record.Attribution
+	if r.cfg.ContainerLogDir != "" {
+		var err error
+		containers, err = ReadContainerLogDir(r.cfg.ContainerLogDir)
+		if err != nil {
+			ok = false
+			r.logDirErrors.Add(1)
+			if !r.logDirDown {
+				r.log.Warn("container log directory unreadable: no per-process pod labels until it is",
+					"container_log_dir", r.cfg.ContainerLogDir, "err", err)
+			}
+			r.logDirDown = true
+		} else {
+			r.logDirDown = false
+		}
+	}
+	for _, d := range devs {
+		byPID := map[uint32]record.Attribution{}
+		for _, pid := range t.ProcessPIDs(d.Index) {
+			var a record.Attribution
+			if containers != nil {
+				// An error is a process that ended since the poll.
+				if _, id, err := KubeContainer(r.cfg.ProcRoot, pid); err == nil && id != "" {
+					a = containers[id]
+				}
+			}
+			if r.cfg.SlurmCgroups {
+				if j, err := SlurmJob(r.cfg.ProcRoot, pid); err == nil {
+					a.HPCJob = j
+				}
+			}
+			if !a.IsZero() {
+				byPID[pid] = a
+			}
+		}
+		t.SetProcessAttribution(d.Index, byPID)
+	}
+	return ok
 }

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -112,5 +113,70 @@ func TestProcessEventsThroughEngine(t *testing.T) {
 				t.Fatalf("stats: %d polls, %d processes", st.ProcessPolls, st.Processes)
 			}
 		})
+	}
+}
+
+// waitCollect is an output that hands process events to a channel.
+type waitCollect struct{ procs chan record.Event }
+
+func (c *waitCollect) Write(_ context.Context, b *record.Batch) error {
+	for _, e := range b.Events {
+		if e.Kind == record.EventProcess {
+			select {
+			case c.procs <- e.Clone():
+			default: // the test has what it needs
+			}
+		}
+	}
+	return nil
+}
+func (c *waitCollect) Close() error { return nil }
+
+// A process's own attribution (Engine.SetProcessAttribution) is on its
+// process events, after name and type; other PIDs' maps do not leak.
+func TestProcessAttributionThroughEngine(t *testing.T) {
+	src, err := New(Options{GPUs: 2, Profile: "training", Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	devs, err := src.Devices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps, err := devs[0].(sampler.ProcessSource).Processes(sampler.ProcessQuery{}, nil)
+	if err != nil || len(ps) != 1 {
+		t.Fatalf("%d processes, %v", len(ps), err)
+	}
+	pid := ps[0].PID
+	eng, err := sampler.New(src, sampler.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	train := record.Attribution{Pod: "train-7", Namespace: "ml", Container: "trainer", HPCJob: "4711"}
+	eng.SetProcessAttribution(0, map[uint32]record.Attribution{pid: train})
+	eng.SetProcessAttribution(1, map[uint32]record.Attribution{pid + 1000: {Pod: "other"}})
+	col := &waitCollect{procs: make(chan record.Event, 16)}
+	if err := eng.AddOutput("c", col, sampler.PumpOptions{FlushInterval: 10 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- eng.Run(ctx) }()
+	got := map[int][]record.Attr{}
+	for len(got) < 2 {
+		e := <-col.procs
+		got[e.Device] = e.Attrs
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	want0 := []record.Attr{{Key: "name", Value: "python3"}, {Key: "type", Value: "C"},
+		{Key: "pod", Value: "train-7"}, {Key: "namespace", Value: "ml"}, {Key: "container", Value: "trainer"}, {Key: "hpc_job", Value: "4711"}}
+	if !slices.Equal(got[0], want0) {
+		t.Fatalf("device 0 process attrs %v, want %v", got[0], want0)
+	}
+	if a, ok := record.ProcessAttribution(record.Event{Attrs: got[1]}); ok {
+		t.Fatalf("device 1 process has attribution %+v, want none", a)
 	}
 }

@@ -91,6 +91,9 @@ func TestKubernetesManifestsDecodeStrictly(t *testing.T) {
 	if m, ok := mounts["/var/lib/kubelet/pod-resources"]; !ok || !m.ReadOnly {
 		t.Errorf("DaemonSet: the pod-resources socket must be mounted read-only: %+v", m)
 	}
+	if m, ok := mounts["/var/log/containers"]; !ok || !m.ReadOnly {
+		t.Errorf("DaemonSet: the container log links (per-process pod labels) must be mounted read-only: %+v", m)
+	}
 	if sc := c.SecurityContext; sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
 		sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
 		t.Errorf("DaemonSet: container security context %+v", c.SecurityContext)

@@ -130,6 +130,12 @@ func appendAttribution(b []byte, a record.Attribution) []byte {
 // (`{"type":"...","time":`), the time, host, gpu and, when known, uuid. It
 // returns the device's identity and whether it is known.
 func (e *Encoder) appendHead(b []byte, open string, timeNS int64, dev int) ([]byte, record.Device, bool) {
+	return e.appendHeadAttributed(b, open, timeNS, dev, nil)
+}
+
+// appendHeadAttributed is appendHead with the attribution a in place of
+// the device's when a is not nil.
+func (e *Encoder) appendHeadAttributed(b []byte, open string, timeNS int64, dev int, a *record.Attribution) ([]byte, record.Device, bool) {
 	d, known := e.devs[dev]
 	b = append(b, open...)
 	b = strconv.AppendInt(b, timeNS, 10)
@@ -143,7 +149,10 @@ func (e *Encoder) appendHead(b []byte, open string, timeNS int64, dev int) ([]by
 		b = append(b, `,"uuid":`...)
 		b = appendString(b, d.UUID)
 	}
-	b = appendAttribution(b, d.Attribution)
+	if a == nil {
+		a = &d.Attribution
+	}
+	b = appendAttribution(b, *a)
 	return b, d, known
 }
 

@@ -11,7 +11,12 @@ import (
 // event's fields as numbers, name and process type ("C", "G", "C+G") and,
 // when enabled, "cmdline".
 func (e *Encoder) appendProcess(ev record.Event) {
-	b, d, known := e.appendHead(e.buf, `{"type":"process","time":`, ev.StartNS, ev.Device)
+	// A process's own attribution replaces its device's.
+	var own *record.Attribution
+	if a, ok := record.ProcessAttribution(ev); ok {
+		own = &a
+	}
+	b, d, known := e.appendHeadAttributed(e.buf, `{"type":"process","time":`, ev.StartNS, ev.Device, own)
 	for _, f := range ev.Fields {
 		b = append(b, ',')
 		b = appendString(b, f.Key)
@@ -23,6 +28,9 @@ func (e *Encoder) appendProcess(ev record.Event) {
 		b = AppendNumber(b, f.Value, t)
 	}
 	for _, a := range ev.Attrs {
+		if record.IsAttributionKey(a.Key) {
+			continue // in the head
+		}
 		key := a.Key
 		if key == record.ProcessAttrType {
 			key = "process_type" // "type" names the record

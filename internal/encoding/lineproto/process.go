@@ -41,7 +41,14 @@ func (e *Encoder) encodeProcess(ev record.Event) {
 	if dt.dev.Simulated {
 		tags = append(tags, Tag{"simulated", "true"})
 	}
-	tags = append(tags, attributionTags(dt.dev)...)
+	// A process's own attribution replaces its device's.
+	if a, ok := record.ProcessAttribution(ev); ok {
+		for _, x := range a.Attrs() {
+			tags = append(tags, Tag(x))
+		}
+	} else {
+		tags = append(tags, attributionTags(dt.dev)...)
+	}
 	var cmdline string
 	for _, a := range ev.Attrs {
 		switch a.Key {
