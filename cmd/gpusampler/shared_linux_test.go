@@ -109,6 +109,10 @@ func TestRunNetworkOutputsShareOneChildIntegration(t *testing.T) {
 				if got := strings.Split(strings.TrimRight(string(args), "\x00"), "\x00"); !slices.Equal(got[1:], []string{"plugin", "serve"}) {
 					t.Fatalf("child runs %q, want gpusampler plugin serve", got)
 				}
+				env, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", kids[0]))
+				if !slices.Contains(strings.Split(string(env), "\x00"), "GOGC="+outputsGOGC) {
+					t.Fatalf("child's environment %q lacks GOGC=%s", env, outputsGOGC)
+				}
 				return kids[0]
 			} else if len(kids) > 1 {
 				t.Fatalf("gpusampler has %d children %v, want one for both network outputs", len(kids), kids)
