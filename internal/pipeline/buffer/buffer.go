@@ -128,6 +128,9 @@ type Buffer struct {
 	decodeRecords                                  atomic.Uint64
 	shutdownRecords                                atomic.Uint64
 	unmappedBatches, unmappedRecords               atomic.Uint64
+	// writing is set while the delivery goroutine is inside the output's
+	// Write (or about to call it).
+	writing atomic.Bool
 
 	// Owned by the delivery goroutine.
 	decMsg records.Batch
@@ -380,9 +383,17 @@ func (b *Buffer) deliver(e entry, batch *record.Batch) {
 	}
 	b.addIdentities(batch, origin)
 	for attempt := 0; ; attempt++ {
+		// Set before the context is looked at: once Close has cancelled
+		// it and then sees writing unset, no Write follows.
+		b.writing.Store(true)
+		if b.ctx.Err() != nil {
+			b.writing.Store(false)
+			return // closing: the entry stays in flight, as after a cancelled Write
+		}
 		ctx, cancel := context.WithTimeout(b.ctx, b.opts.writeTimeout)
 		err := b.out.Write(ctx, batch)
 		cancel()
+		b.writing.Store(false)
 		switch {
 		case err == nil:
 			b.q.ack()
@@ -629,11 +640,6 @@ func (b *Buffer) adopt(es []entry, idents map[int]record.Device) {
 	}
 }
 
-// closeGrace is how long Close waits, after CloseTimeout and cancelling
-// the write in flight, for the delivery goroutine before it carries on
-// without it.
-const closeGrace = time.Second
-
 // Close stops accepting batches, keeps delivering what is queued for at
 // most CloseTimeout, then closes the wrapped output. What is left stays on
 // disk for the next start (kind "disk", after a final fsync) or is counted
@@ -663,19 +669,7 @@ func (b *Buffer) Close() error {
 	case <-b.done:
 	case <-t.C:
 		b.cancel()
-		// An output that ignores its context could hold the goroutine;
-		// give it a moment, then carry on without it. The moment does not
-		// shrink with a short close timeout: the goroutine may be writing
-		// the queue's cursor after an acknowledgement, which a loaded
-		// machine can take a while to finish.
-		grace := time.NewTimer(closeGrace)
-		select {
-		case <-b.done:
-		case <-grace.C:
-			b.log.Warn("output ignored cancellation; closing without waiting for its write")
-			stuck = true
-		}
-		grace.Stop()
+		stuck = b.awaitCancelled()
 	}
 	t.Stop()
 	b.cancel()
@@ -723,6 +717,33 @@ func (b *Buffer) Close() error {
 	}
 	b.closeErr = errors.Join(errs...)
 	return b.closeErr
+}
+
+// closeGrace is how long Close waits, once it cancelled the output's Write
+// at CloseTimeout, for that Write to return. An output still inside Write
+// then ignores its context: Close carries on without it (and closes it
+// when the Write returns).
+const closeGrace = time.Second
+
+// awaitCancelled waits, once b's context is cancelled, for the delivery
+// goroutine to end; true when it is still inside the output's Write after
+// closeGrace. Anywhere else it runs the buffer's own code, which ends on
+// the cancelled context without another Write, however long a loaded
+// machine takes to schedule it: that is waited for.
+func (b *Buffer) awaitCancelled() (stuck bool) {
+	grace := time.NewTimer(closeGrace)
+	defer grace.Stop()
+	select {
+	case <-b.done:
+		return false
+	case <-grace.C:
+	}
+	if b.writing.Load() {
+		b.log.Warn("output ignored cancellation; closing without waiting for its write", "grace", closeGrace)
+		return true
+	}
+	<-b.done
+	return false
 }
 
 // Drops counts dropped batches or records by reason.
