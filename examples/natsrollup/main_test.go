@@ -25,6 +25,9 @@ func TestRollupIntegration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
@@ -32,7 +35,11 @@ func TestRollupIntegration(t *testing.T) {
 		done <- Run(ctx, natstest.Connect(t, s), Options{Subject: "gpusampler.*.*.power", Queue: "q",
 			Out: "gpusampler.rollup.power", Interval: 50 * time.Millisecond, MaxAge: time.Hour})
 	}()
-	time.Sleep(100 * time.Millisecond) // subscribed
+	// Run publishes roll-ups on the connection it subscribed on, after it
+	// subscribed: once one arrives, the server has the subscription.
+	if _, err := rollups.NextMsg(time.Minute); err != nil { // a hang, not a slow machine
+		t.Fatalf("waiting for the processor's first roll-up: %v", err)
+	}
 	now := time.Now().UnixNano()
 	for _, n := range []struct {
 		host, cluster, enc string
@@ -56,7 +63,7 @@ func TestRollupIntegration(t *testing.T) {
 		}
 		out.Close()
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(time.Minute) // a hang, not a slow machine
 	for time.Now().Before(deadline) {
 		m, err := rollups.NextMsg(time.Second)
 		if err != nil {
@@ -79,5 +86,5 @@ func TestRollupIntegration(t *testing.T) {
 		}
 		return
 	}
-	t.Fatal("no complete roll-up within 10s")
+	t.Fatal("no complete roll-up within a minute")
 }
