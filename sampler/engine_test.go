@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -500,7 +501,10 @@ func TestEngineFailingOutputCounted(t *testing.T) {
 // The final drain at shutdown delivers what the buffers took since the
 // last scheduled drain.
 func TestEngineFinalDrainOnStop(t *testing.T) {
-	dev := newFakeDevice(0)
+	// The device's buffers follow a clock of their own (in the past, so no
+	// sample is from the future): the engine runs on real time.
+	clk := clocktest.New(time.Now().Add(-time.Hour))
+	dev := newFakeDevice(0).onClock(clk)
 	e, _ := sampler.New(&fakeSource{devs: []*fakeDevice{dev}}, sampler.Config{
 		DrainInterval: time.Hour, Select: onlyPowerBuffer})
 	out := &collector{}
@@ -508,16 +512,29 @@ func TestEngineFinalDrainOnStop(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- e.Run(ctx) }()
-	time.Sleep(100 * time.Millisecond)
+	for i := 0; len(e.Stats().Devices) == 0 || e.Stats().Devices[0].Drains == 0; i++ {
+		if i == 120_000 { // 10 min: a hang, not a slow machine
+			t.Fatal("gave up waiting for the first drain")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	clk.Advance(100 * time.Millisecond) // the buffer takes 10 samples
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	got := out.snapshot()
-	// first drain: 100 samples of history; the final drain adds the ~10
-	// taken while running
-	if len(got) <= dev.depth {
-		t.Fatalf("got %d samples, want more than the first drain's %d", len(got), dev.depth)
+	// The first drain: the buffer's 100 samples of history (numbers 5901
+	// to 6000, a minute at 10 ms); the final drain: the 10 taken since.
+	var got []float64
+	for _, s := range out.snapshot() {
+		got = append(got, s.Value)
+	}
+	var want []float64
+	for k := 5901; k <= 6010; k++ {
+		want = append(want, float64(k))
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("got sample values %v, want %v", got, want)
 	}
 	if !out.closed {
 		t.Fatal("output not closed")
