@@ -226,7 +226,8 @@ func (r *Records) jsonLine(line []byte) error {
 
 // jsonProcess decodes a "process" record: numbers are the event's fields,
 // strings its attributes ("process_type" is the attribute "type"), in the
-// order written.
+// order written, but for the process's own attribution (pod, namespace,
+// container, hpc_job), which follows them as the engine puts it.
 func (r *Records) jsonProcess(line []byte) (record.Event, error) {
 	ms, err := members(line)
 	if err != nil {
@@ -234,6 +235,7 @@ func (r *Records) jsonProcess(line []byte) (record.Event, error) {
 	}
 	ev := record.Event{Kind: record.EventProcess}
 	uuid := ""
+	var own []record.Attr
 	for _, m := range ms {
 		switch m.key {
 		case "type", "host", "tags", "simulated":
@@ -260,6 +262,10 @@ func (r *Records) jsonProcess(line []byte) (record.Event, error) {
 				if key == "process_type" {
 					key = record.ProcessAttrType
 				}
+				if record.IsAttributionKey(key) {
+					own = append(own, record.Attr{Key: key, Value: v})
+					continue
+				}
 				ev.Attrs = append(ev.Attrs, record.Attr{Key: key, Value: v})
 				continue
 			}
@@ -270,6 +276,7 @@ func (r *Records) jsonProcess(line []byte) (record.Event, error) {
 			ev.Fields = append(ev.Fields, record.Field{Key: m.key, Value: v, Int: isInt})
 		}
 	}
+	ev.Attrs = append(ev.Attrs, own...)
 	r.noteUUID(ev.Device, uuid)
 	return ev, nil
 }
@@ -384,18 +391,21 @@ type lpTagInfo struct {
 }
 
 // lpTags sorts a line's tags: the device index and UUID, the host, the
-// device's attribution (pod, namespace, container, hpc_job), a process's
-// name and type, a self-metric's scope attributes, and the sender's global
+// device's attribution (pod, namespace, container, hpc_job) — on a process
+// line, the process's own —, a process's name and type, a self-metric's scope attributes, and the sender's global
 // tags (everything else).
 func (r *Records) lpTags(rec lpRecord) (lpTagInfo, error) {
 	t := lpTagInfo{dev: -1}
 	uuid := ""
 	var globals map[string]string
-	var attribution record.Attribution
+	var attribution, procAttribution record.Attribution
 	for _, tag := range rec.tags {
 		if rec.measurement == lineproto.ProcessMeasurement && (tag.k == record.ProcessAttrName || tag.k == record.ProcessAttrType) {
 			t.procAttrs = append(t.procAttrs, record.Attr{Key: tag.k, Value: tag.v})
 			continue
+		}
+		if rec.measurement == lineproto.ProcessMeasurement && setAttribution(&procAttribution, tag.k, tag.v) {
+			continue // the process's own, not its device's
 		}
 		if setAttribution(&attribution, tag.k, tag.v) {
 			continue
@@ -426,6 +436,8 @@ func (r *Records) lpTags(rec lpRecord) (lpTagInfo, error) {
 	if globals != nil {
 		r.Tags = globals
 	}
+	// After name and type, as the engine puts them.
+	t.procAttrs = append(t.procAttrs, procAttribution.Attrs()...)
 	if t.dev >= 0 {
 		r.noteUUID(t.dev, uuid)
 		if !attribution.IsZero() {

@@ -105,3 +105,45 @@ func TestDecodeAttribution(t *testing.T) {
 		})
 	}
 }
+
+// A process's own attribution (a shared GPU: its device has none) comes
+// back on the process record, after name and type, and not as its device's.
+func TestDecodeProcessAttribution(t *testing.T) {
+	dev := record.Device{Index: 1, UUID: "GPU-0001", Name: "Simulated H100"}
+	proc := record.Event{Kind: record.EventProcess, Device: 1, StartNS: 1_700_000_000_000_000_000, EndNS: 1_700_000_000_000_000_000,
+		Fields: []record.Field{{Key: record.ProcessFieldPID, Value: 4242, Int: true}},
+		Attrs: []record.Attr{{Key: record.ProcessAttrName, Value: "python3"}, {Key: record.ProcessAttrType, Value: "C"},
+			{Key: record.AttrPod, Value: "train-7"}, {Key: record.AttrNamespace, Value: "ml"},
+			{Key: record.AttrContainer, Value: "trainer"}, {Key: record.AttrHPCJob, Value: "4711"}}}
+	batch := &record.Batch{Seq: 9, Devices: []record.Device{dev}, Events: []record.Event{proc}}
+	js := jsonl.New(jsonl.Options{Host: "node1"})
+	js.Encode(batch)
+	lp := lineproto.New(lineproto.Options{Host: "node1"})
+	lp.Encode(batch)
+	for _, tc := range []struct {
+		ct   string
+		data []byte
+	}{{stream.ContentTypeJSON, js.Bytes()}, {stream.ContentTypeLineProtocol, lp.Bytes()}} {
+		t.Run(tc.ct, func(t *testing.T) {
+			m := nats.NewMsg("gpusampler.node1.1.process")
+			m.Header.Set(stream.HeaderContentType, tc.ct)
+			m.Header.Set(stream.HeaderSchema, strconv.Itoa(stream.SchemaVersion))
+			m.Data = tc.data
+			recs, err := stream.DecodeMsg(m)
+			if err != nil {
+				t.Fatalf("decode %s: %v", tc.data, err)
+			}
+			if !reflect.DeepEqual(recs.Batch.Events, []record.Event{proc}) {
+				t.Errorf("process records\n got %+v\nwant %+v\nfrom %s", recs.Batch.Events, []record.Event{proc}, tc.data)
+			}
+			for _, d := range recs.Batch.Devices {
+				if !d.Attribution.IsZero() {
+					t.Errorf("device %d attribution %+v, want none", d.Index, d.Attribution)
+				}
+			}
+			if a, ok := recs.Attribution[1]; ok {
+				t.Errorf("device 1 attribution %+v, want none", a)
+			}
+		})
+	}
+}

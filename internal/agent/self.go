@@ -151,7 +151,8 @@ func SelfEvents(st sampler.Stats, now time.Time, elapsed time.Duration, prevCall
 // AttributionEvent turns the attribution resolver's counters into a
 // self-metrics event (scope "attribution"): refreshes, the device
 // attribution changes they made, successes (refreshes in which every source
-// on answered), failed kubelet lookups and job-mapping reads, device IDs
+// on answered), failed kubelet lookups, job-mapping and container log
+// directory reads, device IDs
 // naming no sampled GPU, GPUs left without pod labels as shared, and the
 // age of the last success (from the resolver's start before the first), so
 // that an alert can see attribution going stale.
@@ -161,7 +162,8 @@ func AttributionEvent(st attribution.Stats, now time.Time) record.Event {
 		Attrs: []record.Attr{{Key: "scope", Value: "attribution"}},
 		Fields: []record.Field{intField("refreshes", st.Refreshes), intField("changes", st.Changes),
 			intField("successes", st.Successes), intField("kube_errors", st.KubeErrors),
-			intField("mapping_errors", st.MappingErrors), intField("unknown_devices", st.UnknownDevices),
+			intField("mapping_errors", st.MappingErrors), intField("container_log_errors", st.ContainerLogErrors),
+			intField("unknown_devices", st.UnknownDevices),
 			intField("shared_devices", st.SharedDevices),
 			{Key: "last_success_age_ns", Value: float64(st.LastSuccessAge(now)), Int: true}}}
 }

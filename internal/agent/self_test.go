@@ -114,21 +114,22 @@ func TestFormatStatsBufferBacklog(t *testing.T) {
 func TestAttributionEvent(t *testing.T) {
 	t0 := time.Unix(1_700_000_000, 0)
 	st := attribution.Stats{Refreshes: 9, Changes: 3, KubeErrors: 2, UnknownDevices: 1, SharedDevices: 4, MappingErrors: 5,
-		Successes: 7, LastSuccess: t0.Add(10 * time.Second), Since: t0}
+		ContainerLogErrors: 6, Successes: 7, LastSuccess: t0.Add(10 * time.Second), Since: t0}
 	now := t0.Add(12 * time.Second)
 	got := agent.AttributionEvent(st, now)
 	want := record.Event{Kind: record.EventSelf, Device: -1, StartNS: now.UnixNano(), EndNS: now.UnixNano(),
 		Attrs: []record.Attr{{Key: "scope", Value: "attribution"}},
 		Fields: []record.Field{{Key: "refreshes", Value: 9, Int: true}, {Key: "changes", Value: 3, Int: true},
 			{Key: "successes", Value: 7, Int: true}, {Key: "kube_errors", Value: 2, Int: true},
-			{Key: "mapping_errors", Value: 5, Int: true}, {Key: "unknown_devices", Value: 1, Int: true},
+			{Key: "mapping_errors", Value: 5, Int: true}, {Key: "container_log_errors", Value: 6, Int: true},
+			{Key: "unknown_devices", Value: 1, Int: true},
 			{Key: "shared_devices", Value: 4, Int: true}, {Key: "last_success_age_ns", Value: 2e9, Int: true}}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("event\n%+v\nwant\n%+v", got, want)
 	}
 	// Before the first success the age is the resolver's.
 	st.Successes, st.LastSuccess = 0, time.Time{}
-	if got := agent.AttributionEvent(st, now).Fields[7]; got != (record.Field{Key: "last_success_age_ns", Value: 12e9, Int: true}) {
+	if got := agent.AttributionEvent(st, now).Fields[8]; got != (record.Field{Key: "last_success_age_ns", Value: 12e9, Int: true}) {
 		t.Fatalf("age before any success: %+v", got)
 	}
 }
