@@ -841,16 +841,33 @@ func (l *eventLog) position() uint64 {
 // read appends events from pos to dst and returns the new position and how
 // many were lost to overwriting. Returned events share their Attrs with the
 // log, which never modifies them.
-func (l *eventLog) read(pos uint64, dst []record.Event) ([]record.Event, uint64, uint64) {
+//
+// end, when it holds a position + 1, bounds the read: a replaced pump reads
+// no event that its replacement reads (the replacement starts there). It is
+// loaded under the log's lock, where handOver sets it.
+func (l *eventLog) read(pos uint64, dst []record.Event, end *atomic.Uint64) ([]record.Event, uint64, uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	head := l.head
+	if e := end.Load(); e != 0 && e-1 < head {
+		head = e - 1
+	}
 	var dropped uint64
 	if n := uint64(len(l.buf)); l.head-pos > n {
 		dropped = l.head - n - pos
 		pos = l.head - n
 	}
-	for ; pos < l.head; pos++ {
+	for ; pos < head; pos++ {
 		dst = append(dst, l.buf[pos%uint64(len(l.buf))])
 	}
-	return dst, pos, dropped
+	return dst, max(pos, head), dropped
+}
+
+// handOver returns the position a replacement pump starts reading at and
+// makes it the end of old's reads, in one step under the log's lock.
+func (l *eventLog) handOver(old *atomic.Uint64) uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	old.Store(l.head + 1)
+	return l.head
 }

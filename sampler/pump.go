@@ -90,6 +90,9 @@ type pump struct {
 	opts    PumpOptions
 	cursors []*Cursor
 	evPos   uint64
+	// evEnd, when set (position + 1), is where a replacement pump started
+	// reading the event log: this pump reads nothing from there on.
+	evEnd   atomic.Uint64
 	sentGen []uint64 // per loop: Generation+1 of the identity last delivered
 	batch   record.Batch
 	seq     uint64
@@ -144,7 +147,11 @@ func newPumpReplacing(e *Engine, name string, out record.Output, opts PumpOption
 	if opts.WriteTimeout <= 0 {
 		opts.WriteTimeout = DefaultWriteTimeout
 	}
-	p := &pump{e: e, name: name, out: out, opts: opts, evPos: e.events.position(),
+	pos := e.events.position()
+	if old != nil {
+		pos = e.events.handOver(&old.evEnd)
+	}
+	p := &pump{e: e, name: name, out: out, opts: opts, evPos: pos,
 		sentGen: make([]uint64, len(e.loops)), stopCh: make(chan struct{}), done: make(chan struct{})}
 	for i, l := range e.loops {
 		if old != nil {
@@ -233,7 +240,7 @@ func (p *pump) flushAll(ctx context.Context) {
 		}
 	}
 	var evDropped uint64
-	b.Events, p.evPos, evDropped = p.e.events.read(p.evPos, b.Events)
+	b.Events, p.evPos, evDropped = p.e.events.read(p.evPos, b.Events, &p.evEnd)
 	p.evDropped.Add(evDropped)
 
 	var read, filtered uint64
@@ -336,6 +343,12 @@ func (p *pump) abandon() {
 	p.pending.Store(0)
 	n := uint64(len(b.Samples))
 	p.evDropped.Add(uint64(len(b.Events)))
+	// Events published while the batch was held, up to where a
+	// replacement took over (a removed output's end is now: none count).
+	if e := p.evEnd.Load(); e != 0 && e-1 > p.evPos {
+		p.evDropped.Add(e - 1 - p.evPos)
+		p.evPos = e - 1
+	}
 	b.Reset()
 	var read uint64
 	for _, c := range p.cursors {

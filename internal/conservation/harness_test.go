@@ -450,6 +450,11 @@ func (r *running) countsOf(name string) counts {
 	if ag, ok := r.a.Outputs()[name].(*aggregate.Output); ok {
 		st := ag.Stats()
 		c.Late, c.AggDropped = st.Late, st.Dropped+st.EventsDropped
+		// The aggregate takes every sample the pump offers into its
+		// windows, even when its Write fails: samples the pump counts as
+		// failed are accounted for, as summaries, by the aggregate's own
+		// counters.
+		c.PumpFailed = 0
 	}
 	return c
 }
@@ -457,11 +462,7 @@ func (r *running) countsOf(name string) counts {
 // reload applies text as a SIGHUP would (the file is written, then
 // loaded), keeping the replaced outputs' counters.
 func (r *running) reload(text string) error {
-	before := map[string]counts{}
-	outs := r.a.Outputs()
-	for _, c := range r.e.cells {
-		before[c.name()] = r.countsOf(c.name())
-	}
+	outs, bufs := r.a.Outputs(), r.a.Buffers()
 	path := filepath.Join(r.e.dir, "gpusampler.toml")
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		r.e.t.Fatal(err)
@@ -471,12 +472,21 @@ func (r *running) reload(text string) error {
 	for _, c := range r.e.cells {
 		if n := c.name(); outs[n] != after[n] {
 			// Replaced: the engine's counters carry over to the new pump
-			// and a disk queue to the new buffer; the buffer's and the
-			// aggregate's own counters start again.
+			// and a queue to the new buffer; the buffer's and the
+			// aggregate's own counters start again. The old ones' are read
+			// now, closed: their close counts too.
 			if r.retired[n] == nil {
 				r.retired[n] = &counts{}
 			}
-			r.retired[n].add(counts{BufferDropped: before[n].BufferDropped, Late: before[n].Late, AggDropped: before[n].AggDropped})
+			var old counts
+			if b := bufs[n]; b != nil {
+				old.BufferDropped = b.Stats().DroppedRecords
+			}
+			if ag, ok := outs[n].(*aggregate.Output); ok {
+				st := ag.Stats()
+				old.Late, old.AggDropped = st.Late, st.Dropped+st.EventsDropped
+			}
+			r.retired[n].add(old)
 		}
 	}
 	return err

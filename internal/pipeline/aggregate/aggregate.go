@@ -375,6 +375,13 @@ func (o *Output) Close() error {
 			o.opts.Logger.Warn("aggregate journal not removed", "file", o.opts.Journal, "err", err)
 		}
 	}
+	if n := len(o.closed); n > 0 && o.opts.Journal == "" {
+		// Kept for a retry that will not come (without a journal nothing
+		// takes them up): counted.
+		o.dropped.Add(uint64(n))
+		o.closed = o.closed[:0]
+		o.opts.Logger.Warn("output refused the final summaries; dropped", "summaries", n, "dropped_total", o.dropped.Load())
+	}
 	cerr := o.inner.Close()
 	if werr != nil {
 		return fmt.Errorf("aggregate: final write: %w", werr)
