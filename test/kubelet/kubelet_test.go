@@ -334,3 +334,85 @@ func dropUnknown(m protoreflect.Message) {
 		return true
 	})
 }
+
+// procTarget also keeps each device's per-process attribution.
+type procTarget struct {
+	*target
+	procs map[int]map[uint32]record.Attribution
+	pids  map[int][]uint32
+}
+
+func (p *procTarget) ProcessPIDs(i int) []uint32 { return p.pids[i] }
+func (p *procTarget) SetProcessAttribution(i int, byPID map[uint32]record.Attribution) {
+	p.procs[i] = byPID
+}
+
+// A GPU time-sliced between two pods by the real service's replica IDs:
+// no pod labels on the device; each process gets its own pod's from its
+// cgroup (fixture /proc) and the kubelet's container log links (fixture
+// directory). When one pod ends, its process loses them at the next
+// refresh.
+func TestRealKubeletSharedGPU(t *testing.T) {
+	socket := filepath.Join(t.TempDir(), "kubelet.sock")
+	k := &kubelet{}
+	k.set(gpuPod("train-7", "ml", "trainer", "nvidia.com/gpu", "GPU-bbbb::0"), gpuPod("eval-2", "ml", "eval", "nvidia.com/gpu", "GPU-bbbb::1"))
+	serve(t, socket, k)
+	procRoot, logDir := t.TempDir(), t.TempDir()
+	idA, idB := strings.Repeat("a", 64), strings.Repeat("b", 64)
+	for pid, cg := range map[string]string{
+		"100": "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1f3a9c2e_5b7d_4e8f_9a0b_1c2d3e4f5a6b.slice/cri-containerd-" + idA + ".scope\n",
+		"200": "12:memory:/kubepods/besteffort/pod7e6d5c4b-3a29-4180-8f7e-6d5c4b3a2918/" + idB + "\n",
+	} {
+		if err := os.MkdirAll(filepath.Join(procRoot, pid), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(procRoot, pid, "cgroup"), []byte(cg), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	link := func(name string) string {
+		p := filepath.Join(logDir, name)
+		if err := os.Symlink("/var/log/pods/"+name, p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	link("train-7_ml_trainer-" + idA + ".log")
+	evalLink := link("eval-2_ml_eval-" + idB + ".log")
+	r, err := attribution.New(attribution.Config{PodResourcesSocket: socket, ContainerLogDir: logDir, ProcRoot: procRoot,
+		Log: slog.New(slog.DiscardHandler), Now: func() time.Time { return t0 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	tgt := &procTarget{target: twoGPUs(), procs: map[int]map[uint32]record.Attribution{}, pids: map[int][]uint32{1: {100, 200}}}
+	r.Refresh(context.Background(), tgt)
+	if got := tgt.attribution(); len(got) != 0 {
+		t.Fatalf("device attribution of the shared GPU: %v", got)
+	}
+	train := record.Attribution{Pod: "train-7", Namespace: "ml", Container: "trainer"}
+	eval := record.Attribution{Pod: "eval-2", Namespace: "ml", Container: "eval"}
+	check := func(step string, want1 map[uint32]record.Attribution) {
+		t.Helper()
+		if len(tgt.procs) != 2 || len(tgt.procs[0]) != 0 || !maps.Equal(tgt.procs[1], want1) {
+			t.Fatalf("%s: process attribution %v, want GPU 1 %v and none on GPU 0", step, tgt.procs, want1)
+		}
+	}
+	check("both pods", map[uint32]record.Attribution{100: train, 200: eval})
+
+	// eval-2 ends: the kubelet drops it and removes its container's link.
+	k.set(gpuPod("train-7", "ml", "trainer", "nvidia.com/gpu", "GPU-bbbb::0"))
+	if err := os.Remove(evalLink); err != nil {
+		t.Fatal(err)
+	}
+	r.Refresh(context.Background(), tgt)
+	check("eval-2 ended", map[uint32]record.Attribution{100: train})
+	// Only one holder left: the device has its labels again.
+	if got := tgt.attribution(); !maps.Equal(got, map[int]record.Attribution{1: train}) {
+		t.Fatalf("device attribution with one holder: %v", got)
+	}
+	want := attribution.Stats{Refreshes: 2, Changes: 1, SharedDevices: 1, Successes: 2, LastSuccess: t0, Since: t0}
+	if got := r.Stats(); got != want {
+		t.Fatalf("stats %+v, want %+v", got, want)
+	}
+}
