@@ -186,7 +186,7 @@ func TestClientReportsPluginStats(t *testing.T) {
 		}
 	}
 	var got map[string]record.Field
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) { // a hang, not a slow machine
 		got = map[string]record.Field{}
 		for _, f := range c.ReportStats(nil) {
 			got[f.Key] = f

@@ -176,14 +176,15 @@ func (s *fakeSource) Devices() ([]sampler.DeviceSource, error) {
 }
 func (s *fakeSource) Close() error { return nil }
 
-// runFor runs the engine until cond holds (checked every 10 ms) or 10 s
-// pass, then stops it and returns Run's error.
+// runUntil runs the engine until cond holds (checked every 10 ms) or two
+// minutes pass (a hang, not a slow machine), then stops it and returns
+// Run's error.
 func runUntil(t *testing.T, e *sampler.Engine, cond func() bool) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- e.Run(ctx) }()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute)
 	for !cond() && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}

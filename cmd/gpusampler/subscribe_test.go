@@ -96,7 +96,7 @@ func runSubscribeFor(t *testing.T, url, format string) string {
 		t.Fatal(err)
 	}
 	defer probe.Close()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute) // a hang, not a slow machine
 	for handled.Load() == 0 && time.Now().Before(deadline) {
 		probe.Publish("gpusampler.probe", []byte("not a record"))
 		probe.Flush()
