@@ -31,7 +31,7 @@ type procInfo struct {
 }
 
 func assemble(col *Collector, devs []record.Device, opts Options, created time.Time, baseFrom, baseTo int64, execs []execution, pi procInfo) *Result {
-	cat := catalog.DefaultCatalog
+	cat := col.cat
 	res := &Result{Schema: Schema, SchemaVersion: SchemaVersion, Tool: opts.Tool, Created: created.UTC().Format(time.RFC3339Nano),
 		Settings: Settings{Runs: opts.Runs, Warmup: opts.Warmup, FieldIntervalMS: float64(opts.FieldInterval) / 1e6,
 			DrainIntervalMS: float64(opts.DrainInterval) / 1e6, BaselineS: opts.Baseline.Seconds(),
@@ -63,7 +63,7 @@ func assemble(col *Collector, devs []record.Device, opts Options, created time.T
 		samples[d.Index] = col.Samples(d.Index, from-edgeMargin, to+edgeMargin)
 		windows[d.Index] = newDeviceWindow(cat, samples[d.Index])
 	}
-	res.raw = samples
+	res.raw, res.cat = samples, cat
 	// Baseline.
 	idle := map[int]float64{}
 	res.Baseline.DurationS = Num(float64(baseTo-baseFrom) / 1e9)

@@ -54,7 +54,7 @@ func TestEnergyCounterVersusIntegrated(t *testing.T) {
 		samples = append(samples, record.Sample{TimeNS: tn, Value: 300, Metric: catalog.MetricPowerInstant})
 		samples = append(samples, record.Sample{TimeNS: tn, Value: float64(1e6 + (tn/1e8)*30000), Metric: catalog.MetricEnergy})
 	}
-	w := newDeviceWindow(catalog.DefaultCatalog, samples)
+	w := newDeviceWindow(catalog.Default(), samples)
 	long := w.energyOver(2e8, 18e8) // 1.6 s
 	if long.Source != "counter" || long.Coarse || math.Abs(float64(long.J)-480) > 40 || math.Abs(float64(long.IntegratedJ)-480) > 1e-6 {
 		t.Fatalf("long window %+v", long)

@@ -30,6 +30,9 @@ type Collector struct {
 	newestField map[uint16]int64
 	closed      bool
 	cat         *catalog.Catalog
+	// srcKind is each metric's Src.Kind by MetricID (0: not in cat), so
+	// that Write classifies a sample without copying its Metric.
+	srcKind []catalog.SourceKind
 	// owner, when set, classifies each process event's PID as it arrives
 	// (a PID's ancestry is readable only while the process lives).
 	owner *procOwner
@@ -57,10 +60,14 @@ func (c *Collector) Latest(dev int, id catalog.MetricID) (float64, bool) {
 // tells buffer metrics from fields.
 func NewCollector(cat *catalog.Catalog) *Collector {
 	if cat == nil {
-		cat = catalog.DefaultCatalog
+		cat = catalog.Default()
 	}
 	c := &Collector{devices: map[int]record.Device{}, newestBuf: map[uint16]int64{},
-		newestField: map[uint16]int64{}, cat: cat, latest: map[liveKey]record.Sample{}}
+		newestField: map[uint16]int64{}, cat: cat, latest: map[liveKey]record.Sample{},
+		srcKind: make([]catalog.SourceKind, cat.Len())}
+	for _, m := range cat.All() {
+		c.srcKind[m.ID] = m.Src.Kind
+	}
 	c.cond = sync.NewCond(&c.mu)
 	return c
 }
@@ -93,14 +100,13 @@ func (c *Collector) Write(_ context.Context, b *record.Batch) error {
 				c.latest[k] = s
 			}
 		}
-		m := c.cat.Get(s.Metric)
-		if m == nil {
+		if int(s.Metric) >= len(c.srcKind) {
 			continue
 		}
-		switch {
-		case m.Src.Kind == catalog.FromBuffer && s.Flags&record.FlagPointRead == 0:
+		switch kind := c.srcKind[s.Metric]; {
+		case kind == catalog.FromBuffer && s.Flags&record.FlagPointRead == 0:
 			c.newestBuf[s.Device] = max(c.newestBuf[s.Device], s.TimeNS)
-		case m.Src.Kind == catalog.FromField:
+		case kind == catalog.FromField:
 			c.newestField[s.Device] = max(c.newestField[s.Device], s.TimeNS)
 		}
 	}

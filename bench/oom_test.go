@@ -58,7 +58,7 @@ func TestFragmentationRule(t *testing.T) {
 				}
 				s = append(s, record.Sample{TimeNS: t0.Add(time.Duration(i) * time.Second).UnixNano(), Value: u, Metric: catalog.MetricMemoryUsed})
 			}
-			w[d.Index] = newDeviceWindow(catalog.DefaultCatalog, s)
+			w[d.Index] = newDeviceWindow(catalog.Default(), s)
 		}
 		return w
 	}

@@ -77,7 +77,7 @@ func TestHygieneModesAndForeignProcesses(t *testing.T) {
 	}
 	windows := map[int]*deviceWindow{}
 	for _, d := range devs {
-		windows[d.Index] = newDeviceWindow(catalog.DefaultCatalog, nil)
+		windows[d.Index] = newDeviceWindow(catalog.Default(), nil)
 	}
 	h := hygiene(devs, windows, from, t0.Add(time.Second).UnixNano(), execs[0].start.UnixNano(), Baseline{}, foreign,
 		map[int]bool{0: true, 1: true, 2: false})

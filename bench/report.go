@@ -12,7 +12,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/record"
 )
 
@@ -278,10 +277,11 @@ func WriteCSV(w io.Writer, r *Result) error {
 			wins = append(wins, win{b.Name, run.Index, run.StartNS, run.EndNS})
 		}
 	}
+	cat := r.metricCatalog()
 	for _, d := range r.Devices {
 		for _, s := range r.raw[d.Index] {
-			m := catalog.DefaultCatalog.Get(s.Metric)
-			if m == nil {
+			m, ok := cat.Get(s.Metric)
+			if !ok {
 				continue
 			}
 			cmd, run := "", ""

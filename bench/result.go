@@ -8,6 +8,7 @@ import (
 	"math"
 	"strconv"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/record"
 )
 
@@ -79,8 +80,18 @@ type Result struct {
 	Warnings []string `json:"warnings,omitempty"`
 
 	// raw holds the collected samples per device (baseline to the last
-	// run), for the CSV and SVG exports; not part of the JSON.
+	// run), for the CSV and SVG exports; not part of the JSON. cat is the
+	// catalog their metric IDs refer to (nil: the built-in one).
 	raw map[int][]record.Sample
+	cat *catalog.Catalog
+}
+
+// metricCatalog returns the catalog of r's raw samples.
+func (r *Result) metricCatalog() *catalog.Catalog {
+	if r.cat == nil {
+		return catalog.Default()
+	}
+	return r.cat
 }
 
 // Settings are the benchmark's parameters.

@@ -269,7 +269,7 @@ func writePanel(ew *errWriter, r *Result, dev int, pn panel, top, x0, x1, xStep 
 		ew.printf(`"/>` + "\n")
 		lx := plotLeft + plotWidth + 15
 		ew.printf(`<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="%s" stroke-width="3"/>`+"\n", lx, ly-4, lx+18, ly-4, c)
-		ew.printf(`<text x="%d" y="%.1f">%s</text>`+"\n", lx+24, ly, html.EscapeString(catalog.DefaultCatalog.Name(pn.metrics[mi])))
+		ew.printf(`<text x="%d" y="%.1f">%s</text>`+"\n", lx+24, ly, html.EscapeString(r.metricCatalog().Name(pn.metrics[mi])))
 		ly += 16
 	}
 	ew.printf("</g>\n")

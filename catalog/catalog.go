@@ -3,6 +3,7 @@ package catalog
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 )
 
@@ -30,9 +31,12 @@ const (
 	GroupProfiling Group = "profiling"
 )
 
-// Groups lists every group in catalog order.
-var Groups = []Group{GroupPower, GroupUtilization, GroupClocks, GroupMemory,
-	GroupTemperature, GroupThrottle, GroupPCIe, GroupNVLink, GroupHealth, GroupProfiling}
+// Groups returns every group in catalog order, in a new slice the caller
+// may keep and modify.
+func Groups() []Group {
+	return []Group{GroupPower, GroupUtilization, GroupClocks, GroupMemory,
+		GroupTemperature, GroupThrottle, GroupPCIe, GroupNVLink, GroupHealth, GroupProfiling}
+}
 
 // SourceKind says how a backend obtains a metric.
 type SourceKind uint8
@@ -236,8 +240,9 @@ func (m *Metric) Influx() Naming {
 	return m.Ours()
 }
 
-// Catalog is the read-only table of every metric. Index i holds MetricID i;
-// entry 0 is unused.
+// Catalog is the table of every metric. Index i holds MetricID i; entry 0
+// is unused. A Catalog cannot be modified once built: Get, Lookup and All
+// return copies, so any number of goroutines may share one.
 type Catalog struct {
 	metrics []Metric
 	byName  map[string]MetricID
@@ -342,21 +347,29 @@ const (
 	ReasonThrottleAny       = ReasonSWPowerCap | ReasonHWSlowdown | ReasonSyncBoost | ReasonThermalAny | ReasonHWPowerBrake
 )
 
-// ReasonNames maps clock event reason bits to short names, in bit order.
-var ReasonNames = []struct {
+// Reason is one clock event reason bit and its short name.
+type Reason struct {
 	Bit  uint64
 	Name string
-}{
+}
+
+// reasons lists the clock event reason bits and their names, in bit order.
+// It is never modified; ReasonNames hands out copies.
+var reasons = [...]Reason{
 	{ReasonGPUIdle, "idle"}, {ReasonAppClocksSetting, "app_clocks"}, {ReasonSWPowerCap, "sw_power_cap"},
 	{ReasonHWSlowdown, "hw_slowdown"}, {ReasonSyncBoost, "sync_boost"}, {ReasonSWThermalSlowdown, "sw_thermal"},
 	{ReasonHWThermalSlowdown, "hw_thermal"}, {ReasonHWPowerBrake, "hw_power_brake"}, {ReasonDisplayClocks, "display_clocks"},
 }
 
+// ReasonNames returns the clock event reason bits and their short names, in
+// bit order, in a new slice the caller may keep and modify.
+func ReasonNames() []Reason { return slices.Clone(reasons[:]) }
+
 // ReasonString renders a clock event reason mask as "sw_thermal+hw_thermal",
 // or "none".
 func ReasonString(mask uint64) string {
 	var b strings.Builder
-	for _, r := range ReasonNames {
+	for _, r := range reasons {
 		if mask&r.Bit != 0 {
 			if b.Len() > 0 {
 				b.WriteByte('+')
@@ -623,31 +636,40 @@ func NewCatalog() *Catalog {
 	return c
 }
 
-// DefaultCatalog is the built-in catalog, shared read-only by everything.
-var DefaultCatalog = NewCatalog()
+// defaultCatalog is the catalog Default returns, built once.
+var defaultCatalog = NewCatalog()
+
+// Default returns the built-in catalog, one instance shared by every
+// caller: a Catalog cannot be modified, and what it hands out are copies.
+// Code that is given a catalog (an option, a Config field) uses that one;
+// Default is for where none is given.
+func Default() *Catalog { return defaultCatalog }
 
 // Len returns the number of valid metric IDs plus one (IDs run 1..Len()-1).
 func (c *Catalog) Len() int { return len(c.metrics) }
 
-// Get returns the metric for id, or nil when id is not in the catalog.
-func (c *Catalog) Get(id MetricID) *Metric {
+// Get returns a copy of the metric for id; ok is false when id is not in
+// the catalog.
+func (c *Catalog) Get(id MetricID) (m Metric, ok bool) {
 	if id == 0 || int(id) >= len(c.metrics) {
-		return nil
+		return Metric{}, false
 	}
-	return &c.metrics[id]
+	return c.metrics[id], true
 }
 
-// Lookup returns the metric with our name, or nil.
-func (c *Catalog) Lookup(name string) *Metric {
+// Lookup returns a copy of the metric with our name; ok is false when there
+// is none.
+func (c *Catalog) Lookup(name string) (m Metric, ok bool) {
 	id, ok := c.byName[name]
 	if !ok {
-		return nil
+		return Metric{}, false
 	}
-	return &c.metrics[id]
+	return c.metrics[id], true
 }
 
-// All returns every metric in catalog order. The slice must not be modified.
-func (c *Catalog) All() []Metric { return c.metrics[1:] }
+// All returns every metric in catalog order, in a new slice the caller may
+// keep and modify.
+func (c *Catalog) All() []Metric { return slices.Clone(c.metrics[1:]) }
 
 // BufferMetric returns the metric drained from buffer type t.
 func (c *Catalog) BufferMetric(t BufferType) MetricID {
@@ -661,8 +683,8 @@ func (c *Catalog) BufferMetric(t BufferType) MetricID {
 
 // Name returns the metric's name, or "metric(N)" for unknown ids.
 func (c *Catalog) Name(id MetricID) string {
-	if m := c.Get(id); m != nil {
-		return m.Name
+	if id != 0 && int(id) < len(c.metrics) {
+		return c.metrics[id].Name
 	}
 	return fmt.Sprintf("metric(%d)", id)
 }

@@ -79,7 +79,7 @@ type Options struct {
 	Host       string
 	GlobalTags map[string]string
 	// Catalog is sent to the plugin so it can name metric ids
-	// (catalog.DefaultCatalog when nil).
+	// (catalog.Default() when nil).
 	Catalog *catalog.Catalog
 	// Logger receives the supervisor's logs and the plugin's stderr lines.
 	// Attach the output's name before handing it in.
@@ -135,7 +135,7 @@ func (o *Options) withDefaults() {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	if o.Catalog == nil {
-		o.Catalog = catalog.DefaultCatalog
+		o.Catalog = catalog.Default()
 	}
 }
 

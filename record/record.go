@@ -115,8 +115,12 @@ const (
 	AttrHPCJob    = "hpc_job"
 )
 
-// AttributionKeys lists the attribution keys in the order Attrs returns them.
-var AttributionKeys = []string{AttrPod, AttrNamespace, AttrContainer, AttrHPCJob}
+// attributionKeys are the attribution keys in Values order.
+var attributionKeys = [...]string{AttrPod, AttrNamespace, AttrContainer, AttrHPCJob}
+
+// AttributionKeys returns the attribution keys in the order Values and
+// Attrs return them (a copy: an array, like Values).
+func AttributionKeys() [4]string { return attributionKeys }
 
 // IsZero reports whether a attributes nothing.
 func (a Attribution) IsZero() bool { return a == Attribution{} }
@@ -132,7 +136,7 @@ func (a Attribution) Attrs() []Attr {
 	var out []Attr
 	for i, v := range a.Values() {
 		if v != "" {
-			out = append(out, Attr{AttributionKeys[i], v})
+			out = append(out, Attr{attributionKeys[i], v})
 		}
 	}
 	return out

@@ -102,7 +102,7 @@ type Config struct {
 	Devices func(record.Device) bool
 	// Logger receives the engine's logs (never per sample).
 	Logger *slog.Logger
-	// Catalog defaults to DefaultCatalog.
+	// Catalog defaults to catalog.Default().
 	Catalog *catalog.Catalog
 	// Cursors, when set, keeps the drain cursors across runs (see
 	// CursorStore): each GPU's buffers are drained from where the last run
@@ -159,7 +159,7 @@ func (c *Config) withDefaults() (Config, error) {
 		out.Logger = slog.New(slog.DiscardHandler)
 	}
 	if out.Catalog == nil {
-		out.Catalog = catalog.DefaultCatalog
+		out.Catalog = catalog.Default()
 	}
 	if out.Clock == nil {
 		out.Clock = SystemClock()
@@ -262,7 +262,7 @@ func (e *Engine) Devices() []record.Device {
 	return out
 }
 
-// SetAttribution sets whose work device index runs (see Attribution). A
+// SetAttribution sets whose work device index runs (see record.Attribution). A
 // change takes effect from the next batch each output receives: the device's
 // identity is re-sent with a new Generation, so outputs retire the old
 // label set. It reports whether anything changed; an unknown index changes

@@ -491,7 +491,7 @@ func TestEngineFailingOutputCounted(t *testing.T) {
 				t.Errorf("good: %+v", o)
 			}
 			for _, s := range good.snapshot() {
-				if m := catalog.DefaultCatalog.Get(s.Metric); m.Group != catalog.GroupPower {
+				if m, _ := catalog.Default().Get(s.Metric); m.Group != catalog.GroupPower {
 					t.Fatalf("unselected metric %s delivered", m.Name)
 				}
 			}
@@ -585,7 +585,7 @@ func (d *gpmDevice) Read(ids []catalog.MetricID, out []sampler.Reading) error {
 		return err
 	}
 	for i, id := range ids {
-		if catalog.DefaultCatalog.Get(id).Src.Kind != catalog.FromGPM {
+		if m, _ := catalog.Default().Get(id); m.Src.Kind != catalog.FromGPM {
 			continue
 		}
 		if i == 0 {

@@ -100,7 +100,7 @@ type deviceLoop struct {
 	pointOut []Reading
 	// fbIDs are buffer metrics whose buffer the device does not support,
 	// read with point queries at the field interval instead (marked
-	// FlagPointRead).
+	// record.FlagPointRead).
 	fbIDs []catalog.MetricID
 	fbOut []Reading
 
@@ -179,7 +179,7 @@ func newDeviceLoop(e *Engine, src DeviceSource, id record.Device) *deviceLoop {
 		}
 	}
 	for _, id := range []catalog.MetricID{catalog.MetricUtilGPU, catalog.MetricUtilMemory} {
-		if m := cat.Get(id); m != nil && sel(m) {
+		if m, ok := cat.Get(id); ok && sel(&m) {
 			l.pointID = append(l.pointID, id)
 		}
 	}
@@ -627,7 +627,7 @@ func (l *deviceLoop) readInto(ids []catalog.MetricID, out []Reading, now time.Ti
 	}
 }
 
-// pollProcesses lists the device's processes and emits one EventProcess
+// pollProcesses lists the device's processes and emits one record.EventProcess
 // event per process. The utilization cursor advances to the newest sample
 // delivered, so each utilization sample is reported once.
 func (l *deviceLoop) pollProcesses(now time.Time) {

@@ -74,7 +74,7 @@ type ProcessSource interface {
 	Processes(q ProcessQuery, dst []Process) ([]Process, error)
 }
 
-// processEvent converts p into an EventProcess event at nowNS. fields and
+// processEvent converts p into a record.EventProcess event at nowNS. fields and
 // attrs are scratch slices reused between calls (the event log clones
 // them on Emit).
 func processEvent(dev int, p *Process, nowNS int64, fields []record.Field, attrs []record.Attr) record.Event {

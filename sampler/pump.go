@@ -20,7 +20,7 @@ const (
 )
 
 // RetryableOffers is how many times in all a pump offers a batch whose
-// Writes fail with a retryable error (KindRetryable) before it counts the
+// Writes fail with a retryable error (record.KindRetryable) before it counts the
 // batch as failed. A batch refused as unavailable is offered until it goes
 // through; one refused as permanent is never offered again.
 const RetryableOffers = 3
@@ -35,7 +35,9 @@ type PumpOptions struct {
 	// WriteTimeout bounds one Write.
 	WriteTimeout time.Duration
 	// Select, when set, passes only the metrics it returns true for; the
-	// others are counted as filtered.
+	// others are counted as filtered. It is called once per metric of the
+	// engine's catalog when the output is attached (a pure function of the
+	// metric), not per sample.
 	Select func(*catalog.Metric) bool
 }
 
@@ -61,7 +63,7 @@ type OutputStats struct {
 	// Failed samples in batches the output rejected with an error.
 	Failed uint64
 	// Pending samples are in a batch held for retry because the output
-	// refused it as unavailable or retryable (see ErrorKind); 0 after the
+	// refused it as unavailable or retryable (see record.ErrorKind); 0 after the
 	// pump stops (what is still held then counts as failed).
 	Pending uint64
 	// Retries counts Writes refused as unavailable or retryable after
@@ -100,6 +102,9 @@ type pump struct {
 	offers  int  // Writes of the held batch that failed as retryable
 	// heldKind is the kind of the last refusal of the held batch.
 	heldKind record.ErrorKind
+	// keep is Select's verdict per MetricID (false past the catalog's
+	// end); nil when there is no Select and every sample passes.
+	keep []bool
 
 	stopCh   chan struct{}
 	stopOnce sync.Once
@@ -160,9 +165,23 @@ func newPumpReplacing(e *Engine, name string, out record.Output, opts PumpOption
 			p.cursors = append(p.cursors, l.ring.NewCursor())
 		}
 	}
+	if opts.Select != nil {
+		p.keep = selection(e.cfg.Catalog, opts.Select)
+	}
 	p.batch.Samples = make([]record.Sample, 0, opts.MaxBatch)
 	p.inhPrev = old
 	return p
+}
+
+// selection asks sel once about every metric of cat and returns the
+// verdicts indexed by MetricID, so that a pump filters each sample with one
+// index instead of a catalog lookup and a call.
+func selection(cat *catalog.Catalog, sel func(*catalog.Metric) bool) []bool {
+	keep := make([]bool, cat.Len())
+	for _, m := range cat.All() {
+		keep[m.ID] = sel(&m)
+	}
+	return keep
 }
 
 // settle freezes the counters inherited from the replaced pump once it has
@@ -223,7 +242,7 @@ func (p *pump) run(ctx context.Context) {
 // flushAll moves everything the rings and the event log hold to the output,
 // in batches of at most MaxBatch samples.
 //
-// A batch the output refused with ErrUnavailable is held: the next flush
+// A batch the output refused with record.ErrUnavailable is held: the next flush
 // offers it again first and reads nothing more until it goes through.
 func (p *pump) flushAll(ctx context.Context) {
 	if p.gaveUp.Load() {
@@ -261,10 +280,10 @@ func (p *pump) flushAll(ctx context.Context) {
 			}
 			read += uint64(n)
 			b.Samples = b.Samples[:start+n]
-			if sel := p.opts.Select; sel != nil {
+			if keep := p.keep; keep != nil {
 				kept := b.Samples[:start]
 				for _, s := range b.Samples[start:] {
-					if m := p.e.cfg.Catalog.Get(s.Metric); m != nil && sel(m) {
+					if int(s.Metric) < len(keep) && keep[s.Metric] {
 						kept = append(kept, s)
 					} else {
 						filtered++

@@ -53,7 +53,7 @@ type Timebase struct {
 	Kind ClockKind
 	// Stepped is the clock step (ns) that this timebase's last Observe
 	// re-anchored the host offset for, 0 when none: the caller reports it
-	// (EventClockStep), once per host.
+	// (record.EventClockStep), once per host.
 	Stepped  int64
 	offsetNS int64
 	checked  time.Time

@@ -22,13 +22,13 @@ import (
 
 // metricCatalog is the metric catalog the decoders map names with. Records of
 // metrics it does not know (a newer sender) are skipped.
-var metricCatalog = catalog.DefaultCatalog
+var metricCatalog = catalog.Default()
 
 // influxNames maps line-protocol field names onto catalog metrics.
 var influxNames = func() map[string]*catalog.Metric {
 	m := map[string]*catalog.Metric{}
 	for _, x := range metricCatalog.All() {
-		m[x.Influx().Name] = metricCatalog.Get(x.ID)
+		m[x.Influx().Name] = &x // All's copy, private to this map
 	}
 	return m
 }()
@@ -119,8 +119,8 @@ func (r *Records) jsonLine(line []byte) error {
 		if err := json.Unmarshal(line, &s); err != nil {
 			return err
 		}
-		m := metricCatalog.Lookup(s.Metric)
-		if m == nil {
+		m, ok := metricCatalog.Lookup(s.Metric)
+		if !ok {
 			return nil // a metric this decoder does not know
 		}
 		v, _, err := number(s.Value)
@@ -149,8 +149,8 @@ func (r *Records) jsonLine(line []byte) error {
 		if err := json.Unmarshal(line, &s); err != nil {
 			return err
 		}
-		m := metricCatalog.Lookup(s.Metric)
-		if m == nil {
+		m, ok := metricCatalog.Lookup(s.Metric)
+		if !ok {
 			return nil
 		}
 		u := record.Summary{StartNS: s.Time, IntervalNS: s.IntervalNS, Count: s.Count, Device: s.GPU, Metric: m.ID}

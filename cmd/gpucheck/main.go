@@ -192,7 +192,7 @@ func run(r *report, log *slog.Logger, lib, loadCmd string, pairs int, window, lo
 		return 2
 	}
 	var ids []catalog.MetricID
-	for _, m := range catalog.DefaultCatalog.All() {
+	for _, m := range catalog.Default().All() {
 		if m.Src.Kind != catalog.FromBuffer { // buffers are probed by doctor.ProbeBuffers
 			ids = append(ids, m.ID)
 		}
@@ -223,7 +223,7 @@ func run(r *report, log *slog.Logger, lib, loadCmd string, pairs int, window, lo
 			r.Failures = append(r.Failures, fmt.Sprintf("gpu%d read all metrics: %v", id.Index, err))
 		}
 		for i, o := range out {
-			name := catalog.DefaultCatalog.Name(ids[i])
+			name := catalog.Default().Name(ids[i])
 			switch {
 			case errors.Is(o.Err, sampler.ErrNotSupported):
 				r.Unsupported = append(r.Unsupported, fmt.Sprintf("gpu%d %s: %v", id.Index, name, o.Err))
@@ -473,7 +473,7 @@ func compareSMI(r *report, rec *recorder, phase string) {
 				continue
 			}
 			tol := math.Max(f.abs, f.rel*v)
-			c := comparison{Phase: phase, Metric: catalog.DefaultCatalog.Name(f.metric), SMI: f.field, Device: dev, SMIValue: v,
+			c := comparison{Phase: phase, Metric: catalog.Default().Name(f.metric), SMI: f.field, Device: dev, SMIValue: v,
 				OursMin: lo, OursMax: hi, Tolerance: tol, OK: v >= lo-tol && v <= hi+tol}
 			r.Comparisons = append(r.Comparisons, c)
 			if !c.OK {
@@ -489,7 +489,7 @@ func gapsAndDuplicates(r *report, rec *recorder) {
 	rec.mu.Lock()
 	series := map[string][]int64{}
 	for _, s := range rec.samples {
-		m := catalog.DefaultCatalog.Get(s.Metric)
+		m, _ := catalog.Default().Get(s.Metric)
 		if m.Src.Kind == catalog.FromBuffer && s.Flags&record.FlagPointRead == 0 {
 			k := fmt.Sprintf("gpu%d %s", s.Device, m.Name)
 			series[k] = append(series[k], s.TimeNS)
@@ -620,7 +620,7 @@ func write(r *report, dir string) error {
 // permission, not supported) are "unsupported here", not failures.
 func checkGPM(r *report, d sampler.DeviceSource, gpu int) {
 	var ids []catalog.MetricID
-	for _, m := range catalog.DefaultCatalog.All() {
+	for _, m := range catalog.Default().All() {
 		if m.Src.Kind == catalog.FromGPM {
 			ids = append(ids, m.ID)
 		}
@@ -633,7 +633,7 @@ func checkGPM(r *report, d sampler.DeviceSource, gpu int) {
 	}
 	var vals []string
 	for i, o := range out {
-		name := catalog.DefaultCatalog.Name(ids[i])
+		name := catalog.Default().Name(ids[i])
 		switch {
 		case o.Err == nil:
 			vals = append(vals, fmt.Sprintf("%s=%.4g", name, o.Value))

@@ -25,7 +25,7 @@ func cmdMetrics(args []string, stdout, stderr io.Writer) error {
 	probe := false
 	fs.Visit(func(f *flag.Flag) { probe = probe || f.Name == "backend" })
 	if !probe {
-		return printCatalog(stdout, catalog.DefaultCatalog)
+		return printCatalog(stdout, catalog.Default())
 	}
 	if err := bf.validate(); err != nil {
 		return err
@@ -36,7 +36,7 @@ func cmdMetrics(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer src.Close()
-	return printSupport(stdout, src, catalog.DefaultCatalog)
+	return printSupport(stdout, src, catalog.Default())
 }
 
 // probeMetric asks a device for one metric once (doctor.ProbeSupport) and

@@ -60,7 +60,7 @@ func TestPrintSupportSaysWhatMIGCannot(t *testing.T) {
 		t.Fatal(err)
 	}
 	var buf bytes.Buffer
-	if err := printSupport(&buf, migSource{src}, catalog.DefaultCatalog); err != nil {
+	if err := printSupport(&buf, migSource{src}, catalog.Default()); err != nil {
 		t.Fatal(err)
 	}
 	out := buf.String()

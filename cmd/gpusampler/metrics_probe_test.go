@@ -15,7 +15,7 @@ func TestPrintSupportProbesEachDevice(t *testing.T) {
 		t.Fatal(err)
 	}
 	var buf bytes.Buffer
-	if err := printSupport(&buf, src, catalog.DefaultCatalog); err != nil {
+	if err := printSupport(&buf, src, catalog.Default()); err != nil {
 		t.Fatal(err)
 	}
 	out := buf.String()

@@ -258,7 +258,7 @@ type Options struct {
 	// LookupEnv resolves ${NAME}; nil means os.LookupEnv.
 	LookupEnv func(string) (string, bool)
 	// Catalog checks include/exclude patterns; nil means
-	// catalog.DefaultCatalog.
+	// catalog.Default().
 	Catalog *catalog.Catalog
 }
 
@@ -277,7 +277,7 @@ func Load(name string, opts Options) (*Config, error) {
 // environment.
 func Parse(file string, data []byte, opts Options) (*Config, error) {
 	if opts.Catalog == nil {
-		opts.Catalog = catalog.DefaultCatalog
+		opts.Catalog = catalog.Default()
 	}
 	if opts.Registry == nil {
 		opts.Registry = outputs.NewRegistry()
@@ -446,7 +446,7 @@ func patterns(t *config.Table, cat *catalog.Catalog) (include, exclude []string)
 }
 
 func matchesCatalog(p string, cat *catalog.Catalog) bool {
-	for _, g := range catalog.Groups {
+	for _, g := range catalog.Groups() {
 		if matchAny([]string{p}, string(g)) {
 			return true
 		}

@@ -128,8 +128,10 @@ func TestParseFull(t *testing.T) {
 	}
 	// The two blocks of one kind coexist with their own settings.
 	sel := a.PumpOptions().Select
-	cat := catalog.DefaultCatalog
-	if !sel(cat.Get(catalog.MetricTempGPU)) || sel(cat.Get(catalog.MetricPowerDraw)) {
+	cat := catalog.Default()
+	temp, _ := cat.Get(catalog.MetricTempGPU)
+	power, _ := cat.Get(catalog.MetricPowerDraw)
+	if !sel(&temp) || sel(&power) {
 		t.Error("first output's selector: want temperature only")
 	}
 	if b.PumpOptions().Select != nil {
@@ -278,7 +280,7 @@ func TestEnvEscape(t *testing.T) {
 }
 
 func TestSelector(t *testing.T) {
-	cat := catalog.DefaultCatalog
+	cat := catalog.Default()
 	sel := appconfig.Selector([]string{"power", "clocks_current_*"}, []string{"power_limit"})
 	var got []string
 	for _, m := range cat.All() {

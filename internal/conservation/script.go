@@ -96,7 +96,7 @@ func (s *Script) Samples(from, to int) []record.Sample {
 	var out []record.Sample
 	for _, d := range s.devs {
 		for _, t := range scriptBuffers {
-			m := catalog.DefaultCatalog.BufferMetric(t)
+			m := catalog.Default().BufferMetric(t)
 			for k := from * s.PerPhase; k < to*s.PerPhase; k++ {
 				out = append(out, record.Sample{TimeNS: int64(s.timeUS(k)) * 1000, Value: scriptValue(t, d.id.Index, k),
 					Device: uint16(d.id.Index), Metric: m})

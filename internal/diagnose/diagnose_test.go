@@ -47,7 +47,7 @@ func replay(t *testing.T, profile string, d time.Duration) ([]string, []record.E
 				continue
 			}
 			for _, r := range raw {
-				batch = append(batch, record.Sample{TimeNS: int64(r.TimeUS) * 1000, Value: r.Value, Metric: catalog.DefaultCatalog.BufferMetric(bt)})
+				batch = append(batch, record.Sample{TimeNS: int64(r.TimeUS) * 1000, Value: r.Value, Metric: catalog.Default().BufferMetric(bt)})
 				cursor[bt] = max(cursor[bt], r.TimeUS)
 			}
 		}

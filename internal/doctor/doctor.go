@@ -38,7 +38,7 @@ const budgetFraction = 100 // 1 %
 
 // Options configure Run. The zero value means the defaults.
 type Options struct {
-	// Catalog defaults to catalog.DefaultCatalog.
+	// Catalog defaults to catalog.Default().
 	Catalog *catalog.Catalog
 	// LatencyCalls is the number of cheap calls timed per device (default
 	// DefaultLatencyCalls).
@@ -182,7 +182,7 @@ type noticer interface {
 // defaults fills in the defaults of the zero fields.
 func (opts *Options) defaults() {
 	if opts.Catalog == nil {
-		opts.Catalog = catalog.DefaultCatalog
+		opts.Catalog = catalog.Default()
 	}
 	if opts.LatencyCalls <= 0 {
 		opts.LatencyCalls = DefaultLatencyCalls
@@ -232,7 +232,7 @@ func examine(ds sampler.DeviceSource, index int, opts *Options) DeviceReport {
 		return dr
 	}
 	dr.Device = id
-	for _, g := range catalog.Groups {
+	for _, g := range catalog.Groups() {
 		gs := GroupSupport{Group: g}
 		for _, m := range opts.Catalog.All() {
 			if m.Group != g {
@@ -267,8 +267,8 @@ func examine(ds sampler.DeviceSource, index int, opts *Options) DeviceReport {
 	var newest uint64
 	for t := catalog.BufferType(0); t < catalog.NumBufferTypes; t++ {
 		p, n := probeBuffer(ds, t, opts)
-		if m := opts.Catalog.Get(opts.Catalog.BufferMetric(t)); !p.Supported && m != nil {
-			if point, err := ProbeSupport(ds, m); err == nil && point {
+		if m, ok := opts.Catalog.Get(opts.Catalog.BufferMetric(t)); !p.Supported && ok {
+			if point, err := ProbeSupport(ds, &m); err == nil && point {
 				p.PointReads = m.Name
 			}
 		}
@@ -413,7 +413,7 @@ var latencyMetrics = []catalog.MetricID{catalog.MetricTempGPU, catalog.MetricPSt
 func measureLatency(ds sampler.DeviceSource, opts *Options) Latency {
 	var id catalog.MetricID
 	for _, c := range latencyMetrics {
-		if m := opts.Catalog.Get(c); m != nil && ProbeMetric(ds, m) == nil {
+		if m, ok := opts.Catalog.Get(c); ok && ProbeMetric(ds, &m) == nil {
 			id = c
 			break
 		}

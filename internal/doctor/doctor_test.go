@@ -219,7 +219,7 @@ func (s oldDriverSource) Notices() []string { return []string{"driver 520.61.05 
 func (d oldDriverDevice) Read(ids []catalog.MetricID, out []sampler.Reading) error {
 	err := d.DeviceSource.Read(ids, out)
 	for i, id := range ids {
-		if catalog.DefaultCatalog.Get(id).Src.Kind == catalog.FromGPM {
+		if m, _ := catalog.Default().Get(id); m.Src.Kind == catalog.FromGPM {
 			out[i] = sampler.Reading{Err: absentErr{}}
 			if d.deviceNS {
 				out[i].Err = errors.Join(sampler.ErrNotSupported, errors.New("gpm: device does not support GPM"))

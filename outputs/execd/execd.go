@@ -283,11 +283,11 @@ func (o *Output) Gather() error {
 func (o *Output) gatherNvidiaSMI(now int64) error {
 	cat := o.opts.Catalog
 	if cat == nil {
-		cat = catalog.DefaultCatalog
+		cat = catalog.Default()
 	}
 	for k, a := range o.window {
 		v := a.Last
-		if m := cat.Get(k.metric); m != nil && m.Kind == catalog.Gauge &&
+		if m, ok := cat.Get(k.metric); ok && m.Kind == catalog.Gauge &&
 			(m.Group == catalog.GroupPower || m.Group == catalog.GroupUtilization || m.Group == catalog.GroupClocks) {
 			v = a.Mean()
 		}

@@ -36,7 +36,7 @@ type Options struct {
 	Host string
 	// GlobalTags are added to every line.
 	GlobalTags map[string]string
-	// Catalog defaults to catalog.DefaultCatalog.
+	// Catalog defaults to catalog.Default().
 	Catalog *catalog.Catalog
 }
 

@@ -159,7 +159,7 @@ func TestTelegrafSchemaNoConflictIntegration(t *testing.T) {
 	}
 	before := fieldTypes(t, srv, "telegraf")
 	var samples []record.Sample
-	for _, m := range catalog.DefaultCatalog.All() {
+	for _, m := range catalog.Default().All() {
 		samples = append(samples, record.Sample{TimeNS: ts, Value: 1, Metric: m.ID})
 	}
 	out := newOutput(t, srv.URL, "telegraf")

@@ -100,7 +100,7 @@ func WithGlobalTags(tags map[string]string) Option {
 // WithLogger sets the logger (connection changes only; nothing per sample).
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
 
-// WithCatalog sets the metric catalog (default catalog.DefaultCatalog).
+// WithCatalog sets the metric catalog (default catalog.Default()).
 func WithCatalog(c *catalog.Catalog) Option { return func(o *options) { o.catalog = c } }
 
 // WithClock sets the clock that times identity re-sends (default
@@ -219,12 +219,12 @@ func New(cfg Config, opts ...Option) (*Output, error) {
 }
 
 func newOptions(opts []Option) options {
-	o := options{name: "nats", log: slog.New(slog.DiscardHandler), catalog: catalog.DefaultCatalog, now: time.Now}
+	o := options{name: "nats", log: slog.New(slog.DiscardHandler), now: time.Now}
 	for _, f := range opts {
 		f(&o)
 	}
 	if o.catalog == nil {
-		o.catalog = catalog.DefaultCatalog
+		o.catalog = catalog.Default()
 	}
 	if o.log == nil {
 		o.log = slog.New(slog.DiscardHandler)
@@ -804,7 +804,7 @@ func window[T any](s []T, lo, hi, base int) []T {
 }
 
 func (out *Output) group(id catalog.MetricID) catalog.Group {
-	if m := out.o.catalog.Get(id); m != nil {
+	if m, ok := out.o.catalog.Get(id); ok {
 		return m.Group
 	}
 	return "unknown"

@@ -20,7 +20,7 @@ func attributionOf(t *testing.T, o *Output) map[string]map[string]string {
 	for _, m := range fam.Metric {
 		l := labelsOf(m)
 		a := map[string]string{}
-		for _, k := range record.AttributionKeys {
+		for _, k := range record.AttributionKeys() {
 			if v, ok := l[k]; ok {
 				a[k] = v
 			}

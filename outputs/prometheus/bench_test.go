@@ -35,7 +35,7 @@ func loaded(b *testing.B, gpus int) *Output {
 		b.Fatal(err)
 	}
 	batch := &record.Batch{Devices: devices(gpus)}
-	for _, m := range catalog.DefaultCatalog.All() {
+	for _, m := range catalog.Default().All() {
 		hz := rateHz(&m)
 		for i := 0; i < 15*hz; i++ {
 			ts := t0.UnixNano() + int64(i)*int64(time.Second)/int64(hz)
@@ -119,7 +119,7 @@ func BenchmarkWrite(b *testing.B) {
 	const gpus = 8
 	o := loaded(b, gpus)
 	batch := &record.Batch{}
-	for _, m := range catalog.DefaultCatalog.All() {
+	for _, m := range catalog.Default().All() {
 		for d := 0; d < gpus; d++ {
 			for i := 0; i < max(1, rateHz(&m)/10); i++ {
 				batch.Samples = append(batch.Samples, record.Sample{Value: value(d, m.ID), Device: uint16(d), Metric: m.ID})

@@ -107,7 +107,7 @@ func (o *Output) setLabels(d *deviceState) {
 		}
 		ds.metric[i] = prometheus.NewDesc(s.name, s.help, names, constLabels)
 		if s.window {
-			m := o.cat.Get(s.id)
+			m, _ := o.cat.Get(s.id) // s.id is from o.cat
 			for k, suffix := range windowSuffixes {
 				help := "The " + strings.TrimPrefix(suffix, "_") + " of every sample of " + m.Name +
 					" in the newest " + o.opts.Window.String() + " (a sliding window ending at its newest sample)."

@@ -80,7 +80,7 @@ var notExposed = map[string]string{
 
 // catalogHasDCGM reports whether a catalog metric carries the DCGM name.
 func catalogHasDCGM(name string) bool {
-	for _, m := range catalog.DefaultCatalog.All() {
+	for _, m := range catalog.Default().All() {
 		if m.DCGM.Name == name {
 			return true
 		}

@@ -71,7 +71,7 @@ type Options struct {
 	// sanitized to [a-zA-Z_][a-zA-Z0-9_]*).
 	Host       string
 	GlobalTags map[string]string
-	// Catalog is the metric catalog (catalog.DefaultCatalog when nil).
+	// Catalog is the metric catalog (catalog.Default() when nil).
 	Catalog *catalog.Catalog
 	// Logger receives server errors (discarded when nil).
 	Logger *slog.Logger
@@ -194,7 +194,7 @@ func newOutput(opts Options) (*Output, error) {
 		opts.Stale = DefaultStale
 	}
 	if opts.Catalog == nil {
-		opts.Catalog = catalog.DefaultCatalog
+		opts.Catalog = catalog.Default()
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)

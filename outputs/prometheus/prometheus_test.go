@@ -76,7 +76,7 @@ func devices(n int) []record.Device {
 
 // value is a deterministic base-unit value for metric id on device dev.
 func value(dev int, id catalog.MetricID) float64 {
-	m := catalog.DefaultCatalog.Get(id)
+	m, _ := catalog.Default().Get(id)
 	switch m.Unit {
 	case "%":
 		return float64(10*dev+int(id)) + 0.25
@@ -94,7 +94,7 @@ func value(dev int, id catalog.MetricID) float64 {
 func fullBatch(devs []record.Device, t int64) *record.Batch {
 	b := &record.Batch{Seq: 1, Devices: devs}
 	for _, d := range devs {
-		for _, m := range catalog.DefaultCatalog.All() {
+		for _, m := range catalog.Default().All() {
 			b.Samples = append(b.Samples, record.Sample{TimeNS: t, Value: value(d.Index, m.ID), Device: uint16(d.Index), Metric: m.ID})
 		}
 	}
@@ -200,7 +200,7 @@ func TestCatalogNamesUnitsScales(t *testing.T) {
 						"device": fmt.Sprintf("nvidia%d", d.Index), "model_name": d.Name, "hostname": "node7",
 						"cluster": "train-a", "rack_id": "r12"}
 				}
-				for _, m := range catalog.DefaultCatalog.All() {
+				for _, m := range catalog.Default().All() {
 					if m.ID == catalog.MetricXIDCount {
 						continue // exposed from xid events (TestXIDCounter)
 					}
@@ -570,7 +570,7 @@ func TestConfigParse(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("options %+v, want %+v", got, want)
 	}
-	out, err := Kind().Build(&c.Outputs[0].Block, outputs.BuildEnv{Host: "h", Catalog: catalog.DefaultCatalog})
+	out, err := Kind().Build(&c.Outputs[0].Block, outputs.BuildEnv{Host: "h", Catalog: catalog.Default()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,13 +23,13 @@ func Kind() outputs.Kind {
 		},
 		Build: func(o *outputs.Block, env outputs.BuildEnv) (record.Output, error) {
 			opts, _ := o.Options.(Options)
-			opts.Host, opts.GlobalTags = env.Host, env.GlobalTags
+			opts.Host, opts.GlobalTags, opts.Catalog = env.Host, env.GlobalTags, env.Catalog
 			opts.Color = opts.Format == "table" && isTerminal(env.Stdout)
 			out, err := New(env.Stdout, opts)
 			if err != nil || opts.Format != "table" || o.Aggregate > 0 {
 				return out, err // an aggregate interval is applied by the caller
 			}
-			return aggregate.New(out, aggregate.Options{Interval: DefaultTableInterval})
+			return aggregate.New(out, aggregate.Options{Interval: DefaultTableInterval, Catalog: opts.Catalog})
 		},
 	}
 }

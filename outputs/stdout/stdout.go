@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/internal/encoding/jsonl"
 	"github.com/gpusampler/gpusampler/internal/encoding/lineproto"
 	"github.com/gpusampler/gpusampler/record"
@@ -46,6 +47,9 @@ type Options struct {
 	Color bool
 	// Location renders the table's times (default time.Local).
 	Location *time.Location
+	// Catalog is the metric catalog the batches' metric IDs refer to
+	// (catalog.Default() when nil).
+	Catalog *catalog.Catalog
 }
 
 type encoder interface {
@@ -71,11 +75,11 @@ func New(w io.Writer, opts Options) (*Output, error) {
 		for _, k := range slices.Sorted(maps.Keys(opts.GlobalTags)) {
 			tags = append(tags, lineproto.Tag{Key: k, Value: opts.GlobalTags[k]})
 		}
-		enc = lineproto.New(lineproto.Options{Host: opts.Host, GlobalTags: tags})
+		enc = lineproto.New(lineproto.Options{Host: opts.Host, GlobalTags: tags, Catalog: opts.Catalog})
 	case "json":
-		enc = jsonl.New(jsonl.Options{Host: opts.Host, GlobalTags: opts.GlobalTags})
+		enc = jsonl.New(jsonl.Options{Host: opts.Host, GlobalTags: opts.GlobalTags, Catalog: opts.Catalog})
 	case "table":
-		enc = newTableEncoder(opts.Location, opts.Color)
+		enc = newTableEncoder(opts.Location, opts.Color, opts.Catalog)
 	default:
 		return nil, fmt.Errorf("stdout: unknown format %q (want one of: %s)", opts.Format, strings.Join(Formats, ", "))
 	}

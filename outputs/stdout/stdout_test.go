@@ -49,7 +49,7 @@ func decodeJSON(t *testing.T, data []byte) []record.Sample {
 		if r.Type != "sample" {
 			continue
 		}
-		m := catalog.DefaultCatalog.Lookup(r.Metric)
+		m, _ := catalog.Default().Lookup(r.Metric)
 		out = append(out, record.Sample{TimeNS: r.Time, Value: r.Value, Device: uint16(r.GPU), Metric: m.ID})
 	}
 	return out

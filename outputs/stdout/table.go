@@ -45,6 +45,8 @@ type tableEncoder struct {
 	// held is each device's last summary of slow-query metrics, shown
 	// again in windows where the 1 s query took no sample.
 	held map[uint16]map[catalog.MetricID]record.Summary
+	// cat tells slow-query metrics from the others.
+	cat *catalog.Catalog
 }
 
 type rowKey struct {
@@ -68,11 +70,14 @@ const tableRowFormat = "%-8s %3s %9s %7s %7s %4s %4s %5s %5s %6s "
 var tableHeader = fmt.Sprintf(tableRowFormat, "#time", "gpu", "pwrW/max", "gpuC/mx", "memC/mx", "sm%", "mem%",
 	"smclk", "mclk", "fbMiB") + "throttle\n"
 
-func newTableEncoder(loc *time.Location, color bool) *tableEncoder {
+func newTableEncoder(loc *time.Location, color bool, cat *catalog.Catalog) *tableEncoder {
 	if loc == nil {
 		loc = time.Local
 	}
-	return &tableEncoder{loc: loc, color: color, rows: map[rowKey]*row{}, newest: map[uint16]int64{},
+	if cat == nil {
+		cat = catalog.Default()
+	}
+	return &tableEncoder{loc: loc, color: color, cat: cat, rows: map[rowKey]*row{}, newest: map[uint16]int64{},
 		devs: map[int]record.Device{}, since: time.Now().UnixNano(), printedTo: map[uint16]int64{}, held: map[uint16]map[catalog.MetricID]record.Summary{}}
 }
 
@@ -196,7 +201,7 @@ func (e *tableEncoder) hold(dev uint16, r *row) {
 		}
 	}
 	for id, s := range r.vals {
-		if m := catalog.DefaultCatalog.Get(id); m != nil && m.Src.Kind == catalog.FromQuery {
+		if m, ok := e.cat.Get(id); ok && m.Src.Kind == catalog.FromQuery {
 			h[id] = s
 		}
 	}

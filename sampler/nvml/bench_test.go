@@ -57,7 +57,7 @@ func (d discard) Write(_ context.Context, b *record.Batch) error {
 	n := 0
 	for i := range b.Samples {
 		s := &b.Samples[i]
-		if s.Flags&record.FlagPointRead == 0 && catalog.DefaultCatalog.Get(s.Metric).Src.Kind == catalog.FromBuffer {
+		if m, _ := catalog.Default().Get(s.Metric); s.Flags&record.FlagPointRead == 0 && m.Src.Kind == catalog.FromBuffer {
 			n++
 		}
 	}
@@ -118,7 +118,7 @@ func BenchmarkEngineFakeDriver(b *testing.B) {
 func benchPoller(b *testing.B, devs []sampler.DeviceSource) {
 	const run = 5 * time.Second
 	var fields, slow []catalog.MetricID
-	for _, m := range catalog.DefaultCatalog.All() {
+	for _, m := range catalog.Default().All() {
 		switch {
 		case m.Rare:
 		case m.Src.Kind == catalog.FromField:
@@ -261,7 +261,7 @@ func BenchmarkReadFields(b *testing.B) {
 		b.Fatal(err)
 	}
 	var ids []catalog.MetricID
-	for _, m := range catalog.DefaultCatalog.All() {
+	for _, m := range catalog.Default().All() {
 		if m.Src.Kind == catalog.FromField {
 			ids = append(ids, m.ID)
 		}

@@ -227,7 +227,7 @@ func childAllNotSupported(t *testing.T, src *Source) {
 	defer col.mu.Unlock()
 	for _, s := range col.samples {
 		if s.Metric != catalog.MetricPowerDraw && s.Metric != catalog.MetricUtilGPU {
-			t.Fatalf("unsupported metric %s published", catalog.DefaultCatalog.Name(s.Metric))
+			t.Fatalf("unsupported metric %s published", catalog.Default().Name(s.Metric))
 		}
 	}
 	if st := eng.Stats().Devices[0]; st.ReadErrors != 0 || st.State != sampler.DeviceOK {
@@ -276,7 +276,7 @@ func bufferTimes(col *collector, dev int) map[catalog.BufferType][]uint64 {
 	defer col.mu.Unlock()
 	out := map[catalog.BufferType][]uint64{}
 	for _, s := range col.samples {
-		m := catalog.DefaultCatalog.Get(s.Metric)
+		m, _ := catalog.Default().Get(s.Metric)
 		if int(s.Device) == dev && m.Src.Kind == catalog.FromBuffer && s.Flags&record.FlagPointRead == 0 {
 			out[m.Src.Buffer] = append(out[m.Src.Buffer], uint64(s.TimeNS/1000))
 		}

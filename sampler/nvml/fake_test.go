@@ -427,7 +427,7 @@ func childExactlyOnce(t *testing.T, src *Source, clk *clocktest.Clock, callsFile
 	eng, col := runEngineStepped(t, src, sampler.Config{Clock: clk}, clk, 3, 2*time.Second)
 	byKey := map[[2]int][]uint64{}
 	for _, s := range col.samples {
-		m := catalog.DefaultCatalog.Get(s.Metric)
+		m, _ := catalog.Default().Get(s.Metric)
 		if m.Src.Kind == catalog.FromBuffer && s.Flags&record.FlagPointRead == 0 {
 			k := [2]int{int(s.Device), int(s.Metric)}
 			byKey[k] = append(byKey[k], uint64(s.TimeNS/1000))
@@ -435,7 +435,7 @@ func childExactlyOnce(t *testing.T, src *Source, clk *clocktest.Clock, callsFile
 	}
 	for _, dev := range []int{0, 1} {
 		for _, typ := range types {
-			ts := byKey[[2]int{dev, int(catalog.DefaultCatalog.BufferMetric(typ))}]
+			ts := byKey[[2]int{dev, int(catalog.Default().BufferMetric(typ))}]
 			checkContinuous(t, fmt.Sprintf("engine gpu%d %s", dev, typ), ts, fakePeriodUS)
 		}
 	}
@@ -543,7 +543,7 @@ func childUnsupported(t *testing.T, src *Source) {
 	}
 	for i, wantNS := range []bool{true, true, false, true, false} {
 		if errors.Is(out[i].Err, sampler.ErrNotSupported) != wantNS {
-			t.Errorf("%s: err %v, want not supported %v", catalog.DefaultCatalog.Name(ids[i]), out[i].Err, wantNS)
+			t.Errorf("%s: err %v, want not supported %v", catalog.Default().Name(ids[i]), out[i].Err, wantNS)
 		}
 	}
 	if out[2].Value != 48 {
@@ -590,7 +590,7 @@ func childFields(t *testing.T, src *Source) {
 	// Every catalog metric at once: the fake aborts on a field id this
 	// version defines differently, the loader on an absent symbol.
 	var ids []catalog.MetricID
-	for _, m := range catalog.DefaultCatalog.All() {
+	for _, m := range catalog.Default().All() {
 		ids = append(ids, m.ID)
 	}
 	out := make([]sampler.Reading, len(ids))
@@ -645,7 +645,7 @@ func childFields(t *testing.T, src *Source) {
 		{catalog.MetricNVLinkReplayErrors, 5}, {catalog.MetricNVLinkRecoveryErrors, 5},
 	} {
 		if r := get(h.id); r.Err != nil || r.Value != h.want {
-			t.Errorf("health %s = %v, %v; want %v", catalog.DefaultCatalog.Name(h.id), r.Value, r.Err, h.want)
+			t.Errorf("health %s = %v, %v; want %v", catalog.Default().Name(h.id), r.Value, r.Err, h.want)
 		}
 	}
 	if r := get(catalog.MetricMemoryUsed); r.Err != nil || r.Value != 1024 {
@@ -700,7 +700,7 @@ func childFallback(t *testing.T, src *Source) {
 	}
 	got := map[catalog.MetricID]int{}
 	for _, s := range col.samples {
-		m := catalog.DefaultCatalog.Get(s.Metric)
+		m, _ := catalog.Default().Get(s.Metric)
 		if m.Src.Kind != catalog.FromBuffer {
 			continue
 		}
@@ -718,7 +718,7 @@ func childFallback(t *testing.T, src *Source) {
 	for id := range want {
 		// A first read at the fallback, then one per 200 ms field tick.
 		if got[id] < 2 {
-			t.Errorf("%s: %d point reads in 1.2 s, want one per field tick", catalog.DefaultCatalog.Name(id), got[id])
+			t.Errorf("%s: %d point reads in 1.2 s, want one per field tick", catalog.Default().Name(id), got[id])
 		}
 	}
 	if d := eng.Stats().Devices[0]; d.PointFallbacks != uint64(len(want)) {
@@ -726,7 +726,7 @@ func childFallback(t *testing.T, src *Source) {
 	}
 	text := logs.String()
 	for id := range want {
-		line := "metric=" + catalog.DefaultCatalog.Name(id) + " "
+		line := "metric=" + catalog.Default().Name(id) + " "
 		if n := strings.Count(text, "its metric comes from point reads"); n != len(want) || !strings.Contains(text, line) {
 			t.Errorf("%d fallback log lines (want %d), %s named: %v\n%s", n, len(want), line, strings.Contains(text, line), text)
 		}
@@ -769,7 +769,7 @@ func childShortBuffer(t *testing.T, src *Source, clk *clocktest.Clock) {
 	}
 	byType := map[catalog.BufferType][]uint64{}
 	for _, s := range col.samples {
-		m := catalog.DefaultCatalog.Get(s.Metric)
+		m, _ := catalog.Default().Get(s.Metric)
 		if m.Src.Kind != catalog.FromBuffer || s.Flags&record.FlagPointRead != 0 {
 			continue
 		}
@@ -859,7 +859,8 @@ func childRestart(t *testing.T, src *Source, clk *clocktest.Clock, lib string) {
 			c.mu.Lock()
 			firstP := slices.IndexFunc(c.samples, func(s record.Sample) bool { return int(s.Device) == dev && s.Metric == catalog.MetricPState })
 			firstB := slices.IndexFunc(c.samples, func(s record.Sample) bool {
-				return int(s.Device) == dev && catalog.DefaultCatalog.Get(s.Metric).Src.Kind == catalog.FromBuffer
+				m, _ := catalog.Default().Get(s.Metric)
+				return int(s.Device) == dev && m.Src.Kind == catalog.FromBuffer
 			})
 			c.mu.Unlock()
 			if firstP < 0 || firstP > firstB {

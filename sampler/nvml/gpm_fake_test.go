@@ -43,7 +43,7 @@ func childGPM(t *testing.T, src *Source) {
 	if os.Getenv("FAKENVML_NO_GPM") == "1" {
 		for i := range 5 {
 			if !errors.Is(out[i].Err, sampler.ErrNotSupported) {
-				t.Errorf("%s without GPM: %v", catalog.DefaultCatalog.Name(gpmTestIDs[i]), out[i].Err)
+				t.Errorf("%s without GPM: %v", catalog.Default().Name(gpmTestIDs[i]), out[i].Err)
 			}
 		}
 		eng, _ := runEngine(t, src, sampler.Config{GPMInterval: 100 * time.Millisecond}, 400*time.Millisecond)
@@ -54,7 +54,7 @@ func childGPM(t *testing.T, src *Source) {
 	}
 	for i := range 5 {
 		if !errors.Is(out[i].Err, sampler.ErrNothingNew) {
-			t.Fatalf("first snapshot: %s = %v, %v; want nothing new", catalog.DefaultCatalog.Name(gpmTestIDs[i]), out[i].Value, out[i].Err)
+			t.Fatalf("first snapshot: %s = %v, %v; want nothing new", catalog.Default().Name(gpmTestIDs[i]), out[i].Value, out[i].Err)
 		}
 	}
 	read() // too soon: nothing new, and the fake aborts if asked to compare
@@ -65,7 +65,7 @@ func childGPM(t *testing.T, src *Source) {
 	read()
 	for i, want := range []float64{62.5, 55, 1024 << 20, 4096 << 20, 0} {
 		if out[i].Err != nil || out[i].Value != want {
-			t.Errorf("%s = %v, %v; want %v", catalog.DefaultCatalog.Name(gpmTestIDs[i]), out[i].Value, out[i].Err, want)
+			t.Errorf("%s = %v, %v; want %v", catalog.Default().Name(gpmTestIDs[i]), out[i].Value, out[i].Err, want)
 		}
 	}
 	eng, col := runEngine(t, src, sampler.Config{GPMInterval: 200 * time.Millisecond}, time.Second)

@@ -326,7 +326,7 @@ func TestMockReadFields(t *testing.T) {
 		check := func(i int, want float64) {
 			t.Helper()
 			if out[i].Err != nil || out[i].Value != want {
-				t.Errorf("%s: %s = %v, %v; want %v", tc.version, catalog.DefaultCatalog.Name(ids[i]), out[i].Value, out[i].Err, want)
+				t.Errorf("%s: %s = %v, %v; want %v", tc.version, catalog.Default().Name(ids[i]), out[i].Value, out[i].Err, want)
 			}
 		}
 		check(0, 312.25)
@@ -394,7 +394,7 @@ func TestMockReadQueries(t *testing.T) {
 			continue
 		}
 		if out[i].Err != nil || out[i].Value != w {
-			t.Errorf("%s = %v, %v; want %v", catalog.DefaultCatalog.Name(ids[i]), out[i].Value, out[i].Err, w)
+			t.Errorf("%s = %v, %v; want %v", catalog.Default().Name(ids[i]), out[i].Value, out[i].Err, w)
 		}
 	}
 	if memCalls != 1 {

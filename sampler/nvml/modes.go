@@ -9,7 +9,7 @@ import (
 )
 
 // modeOf maps a mode read to Device.PersistenceMode's values: NOT_SUPPORTED
-// is ModeUnsupported, any other failure unknown ("").
+// is record.ModeUnsupported, any other failure unknown ("").
 func modeOf(enabled bool, ret nvml.Return) string {
 	switch ret {
 	case nvml.SUCCESS:

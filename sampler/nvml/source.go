@@ -26,7 +26,7 @@ type Source struct {
 	version NVMLVersion
 	driver  string
 	has     map[string]bool
-	plans   []metricPlan // indexed by catalog.MetricID (DefaultCatalog)
+	plans   []metricPlan // indexed by catalog.MetricID (catalog.Default())
 	// direct is the one-call GetSamples path; nil means go-nvml's.
 	direct *direct
 
@@ -114,7 +114,7 @@ func open(lib nvml.Interface, path string, opts Options) (*Source, error) {
 	if v.API.Less(MinSupported) {
 		log.Warn("driver older than R535 is not supported; sampling what it offers", "driver", s.driver, "nvml", raw)
 	}
-	s.plans = buildPlans(catalog.DefaultCatalog, v.API, s.has)
+	s.plans = buildPlans(catalog.Default(), v.API, s.has)
 	log.Info("nvml opened", "library", path, "driver", s.driver, "nvml", raw, "api", v.API.String(),
 		"missing_symbols", len(missing))
 	if len(missing) > 0 {

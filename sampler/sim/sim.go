@@ -87,6 +87,7 @@ type Source struct {
 	opts  Options
 	start time.Time
 	devs  []*Device
+	cat   *catalog.Catalog // the built-in catalog, whose metrics the devices simulate
 }
 
 // New returns a simulated source.
@@ -111,7 +112,7 @@ func New(opts Options) (*Source, error) {
 			opts.Periods[i] = defaultPeriods[i]
 		}
 	}
-	s := &Source{opts: opts, start: opts.Now()}
+	s := &Source{opts: opts, start: opts.Now(), cat: catalog.Default()}
 	for i := range opts.GPUs {
 		s.devs = append(s.devs, &Device{src: s, index: i})
 	}
@@ -307,7 +308,7 @@ func (d *Device) Drain(t catalog.BufferType, cursor uint64, dst []sampler.RawSam
 	if t == catalog.BufferModulePower {
 		return dst, fmt.Errorf("drain %s: %w", t, sampler.ErrNotSupported) // not a Grace-Hopper module
 	}
-	metric := catalog.DefaultCatalog.BufferMetric(t)
+	metric := d.src.cat.BufferMetric(t)
 	opts := &d.src.opts
 	period := opts.Periods[t]
 	now := opts.Now()
@@ -368,8 +369,8 @@ func (d *Device) Read(ids []catalog.MetricID, out []sampler.Reading) error {
 	now := d.src.opts.Now()
 	gpm := d.gpmSnapshot(ids, now)
 	for i, id := range ids {
-		m := catalog.DefaultCatalog.Get(id)
-		if m == nil {
+		m, ok := d.src.cat.Get(id)
+		if !ok {
 			out[i] = sampler.Reading{Err: fmt.Errorf("metric %d: %w", id, sampler.ErrNotSupported)}
 			continue
 		}
@@ -441,7 +442,7 @@ func (d *Device) energy(now time.Time) float64 {
 // snapshot). It returns nil when values are ready.
 func (d *Device) gpmSnapshot(ids []catalog.MetricID, now time.Time) error {
 	for _, id := range ids {
-		if m := catalog.DefaultCatalog.Get(id); m != nil && m.Src.Kind == catalog.FromGPM {
+		if m, ok := d.src.cat.Get(id); ok && m.Src.Kind == catalog.FromGPM {
 			d.calls.Add(1)
 			switch {
 			case d.gpmAt.IsZero():

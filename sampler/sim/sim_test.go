@@ -281,7 +281,7 @@ func TestGPMProfiles(t *testing.T) {
 			r := read(d)
 			for i, x := range r {
 				if x.Err != nil {
-					t.Fatalf("%s: %v", catalog.DefaultCatalog.Name(ids[i]), x.Err)
+					t.Fatalf("%s: %v", catalog.Default().Name(ids[i]), x.Err)
 				}
 			}
 			sm, tensor, util, nvl := r[0].Value, r[1].Value, r[2].Value, r[4].Value

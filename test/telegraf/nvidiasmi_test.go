@@ -80,7 +80,7 @@ func TestCatalogTelegrafNamesAreNvidiaSMIFields(t *testing.T) {
 		}
 	}
 	goType := map[catalog.ValueType]string{catalog.Int: "int64", catalog.Float: "float64"}
-	for _, m := range catalog.DefaultCatalog.All() {
+	for _, m := range catalog.Default().All() {
 		if m.Telegraf.Name == "" {
 			continue
 		}

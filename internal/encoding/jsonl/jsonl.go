@@ -23,7 +23,7 @@ type Options struct {
 	Host string
 	// GlobalTags are written into every record as "tags".
 	GlobalTags map[string]string
-	// Catalog defaults to catalog.DefaultCatalog.
+	// Catalog defaults to catalog.Default().
 	Catalog *catalog.Catalog
 }
 
@@ -58,14 +58,17 @@ type Encoder struct {
 	buf     []byte
 	devs    map[int]record.Device
 	tagJSON []byte // pre-encoded ,"tags":{...}
+	// metrics is the encoder's own copy of the catalog (opts.Catalog.All():
+	// metric ID i at index i-1), read per record without copying a Metric.
+	metrics []catalog.Metric
 }
 
 // New returns an encoder.
 func New(opts Options) *Encoder {
 	if opts.Catalog == nil {
-		opts.Catalog = catalog.DefaultCatalog
+		opts.Catalog = catalog.Default()
 	}
-	e := &Encoder{opts: opts, devs: make(map[int]record.Device)}
+	e := &Encoder{opts: opts, devs: make(map[int]record.Device), metrics: opts.Catalog.All()}
 	if len(opts.GlobalTags) > 0 {
 		b, _ := json.Marshal(opts.GlobalTags) // map[string]string cannot fail
 		e.tagJSON = append([]byte(`,"tags":`), b...)
@@ -118,7 +121,7 @@ func appendAttribution(b []byte, a record.Attribution) []byte {
 	for i, v := range a.Values() {
 		if v != "" {
 			b = append(b, ',')
-			b = appendString(b, record.AttributionKeys[i])
+			b = appendString(b, record.AttributionKeys()[i])
 			b = append(b, ':')
 			b = appendString(b, v)
 		}
@@ -156,8 +159,16 @@ func (e *Encoder) appendHeadAttributed(b []byte, open string, timeNS int64, dev 
 	return b, d, known
 }
 
+// metric returns the encoder's entry for id, nil when the catalog lacks it.
+func (e *Encoder) metric(id catalog.MetricID) *catalog.Metric {
+	if id == 0 || int(id) > len(e.metrics) {
+		return nil
+	}
+	return &e.metrics[id-1]
+}
+
 func (e *Encoder) appendSample(s record.Sample) {
-	m := e.opts.Catalog.Get(s.Metric)
+	m := e.metric(s.Metric)
 	if m == nil {
 		return
 	}
@@ -216,7 +227,7 @@ func (e *Encoder) appendSelf(ev record.Event) {
 // "mean":..,"min":..,"max":..,"last":..,"count":..,"unit":..}, values in
 // the catalog's base unit.
 func (e *Encoder) appendSummary(s record.Summary) {
-	m := e.opts.Catalog.Get(s.Metric)
+	m := e.metric(s.Metric)
 	if m == nil {
 		return
 	}

@@ -59,8 +59,8 @@ func (e *Encoder) refLine(run []record.Sample) {
 		e.enc.AddTag(t.Key, t.Value)
 	}
 	for _, s := range run {
-		m := e.opts.Catalog.Get(s.Metric)
-		if m == nil || s.Metric == catalog.MetricPState {
+		m, ok := e.opts.Catalog.Get(s.Metric)
+		if !ok || s.Metric == catalog.MetricPState {
 			continue
 		}
 		if v, ok := FieldValue(m.Influx(), s.Value); ok {

@@ -39,7 +39,7 @@ type Options struct {
 	Host string
 	// GlobalTags are added to every line ([global_tags]).
 	GlobalTags []Tag
-	// Catalog defaults to catalog.DefaultCatalog.
+	// Catalog defaults to catalog.Default().
 	Catalog *catalog.Catalog
 }
 
@@ -79,7 +79,7 @@ type Encoder struct {
 // New returns an encoder.
 func New(opts Options) *Encoder {
 	if opts.Catalog == nil {
-		opts.Catalog = catalog.DefaultCatalog
+		opts.Catalog = catalog.Default()
 	}
 	opts.GlobalTags = slices.Clone(opts.GlobalTags)
 	e := &Encoder{opts: opts, devs: make(map[int]*deviceTags)}
@@ -139,7 +139,7 @@ func (e *Encoder) rebuildTags(dt *deviceTags) {
 		add("simulated", "true")
 	}
 	for i, v := range d.Attribution.Values() {
-		add(record.AttributionKeys[i], v)
+		add(record.AttributionKeys()[i], v)
 	}
 	for _, t := range e.opts.GlobalTags {
 		if !slices.ContainsFunc(tags, func(x Tag) bool { return x.Key == t.Key }) {
@@ -166,7 +166,7 @@ func (e *Encoder) fieldKey(id catalog.MetricID) *fieldKey {
 	k := &e.keys[id]
 	if !k.done {
 		k.done = true
-		if m := e.opts.Catalog.Get(id); m != nil {
+		if m, ok := e.opts.Catalog.Get(id); ok {
 			k.known, k.n = true, m.Influx()
 			var p lineprotocol.Encoder
 			p.StartLine("m")
@@ -248,8 +248,8 @@ func (e *Encoder) encodeSummaryLine(run []record.Summary) {
 		e.enc.AddTag(t.Key, t.Value)
 	}
 	for _, s := range run {
-		m := e.opts.Catalog.Get(s.Metric)
-		if m == nil || s.Metric == catalog.MetricPState {
+		m, ok := e.opts.Catalog.Get(s.Metric)
+		if !ok || s.Metric == catalog.MetricPState {
 			continue
 		}
 		n := m.Influx()

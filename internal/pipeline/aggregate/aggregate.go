@@ -79,7 +79,7 @@ type Options struct {
 	// reached it. Without it they are handed on again after the crash.
 	LastAppended func() (seq uint64, ok bool)
 	// Catalog names the journal's metric IDs (default
-	// catalog.DefaultCatalog).
+	// catalog.Default()).
 	Catalog *catalog.Catalog
 }
 
@@ -143,7 +143,7 @@ func New(inner record.Output, opts Options) (*Output, error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	if opts.Catalog == nil {
-		opts.Catalog = catalog.DefaultCatalog
+		opts.Catalog = catalog.Default()
 	}
 	o := &Output{inner: inner, opts: opts, interval: int64(opts.Interval), series: make(map[seriesKey]*series)}
 	if opts.Journal != "" {

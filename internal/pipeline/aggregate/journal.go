@@ -83,7 +83,7 @@ func (o *Output) encodeJournal(dst []byte, seq uint64, pending []record.Summary)
 	dst = le.AppendUint32(dst, uint32(len(ids)))
 	for _, id := range ids {
 		name := ""
-		if m := o.opts.Catalog.Get(id); m != nil {
+		if m, ok := o.opts.Catalog.Get(id); ok {
 			name = m.Name
 		}
 		dst = le.AppendUint16(dst, uint16(id))
@@ -179,7 +179,7 @@ func decodeJournal(data []byte, cat *catalog.Catalog) (j journalState, unknown i
 	ids := map[uint16]catalog.MetricID{}
 	for range r.count(4) {
 		id, n := r.u16(), int(r.u16())
-		if m := cat.Lookup(string(r.next(n))); m != nil {
+		if m, ok := cat.Lookup(string(r.next(n))); ok {
 			ids[id] = m.ID
 		}
 	}

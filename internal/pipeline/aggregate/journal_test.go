@@ -218,7 +218,7 @@ func TestJournalOtherIntervalAndCatalog(t *testing.T) {
 
 	// A metric the catalog does not have (renamed in the journal): its two
 	// windows are dropped, counted.
-	name := catalog.DefaultCatalog.Name(6)
+	name := catalog.Default().Name(6)
 	renamed := bytes.Replace(data[:len(data)-4], []byte(name), []byte("X"+name[1:]), 1)
 	renamed = binary.LittleEndian.AppendUint32(renamed, crc32.Checksum(renamed, crc32.MakeTable(crc32.Castagnoli)))
 	if err := os.WriteFile(journal, renamed, 0o600); err != nil {

@@ -65,7 +65,7 @@ func WithName(name string) Option { return func(o *options) { o.name = name } }
 func WithWriteTimeout(d time.Duration) Option { return func(o *options) { o.writeTimeout = d } }
 
 // WithCatalog sets the metric catalog that batches' metric IDs refer to
-// (default catalog.DefaultCatalog). Disk segments record its names; a
+// (default catalog.Default()). Disk segments record its names; a
 // replay maps the IDs of a segment written with another catalog by name.
 func WithCatalog(c *catalog.Catalog) Option { return func(o *options) { o.catalog = c } }
 
@@ -186,7 +186,7 @@ func New(out record.Output, cfg Config, opts ...Option) (*Buffer, error) {
 		o.rand = rand.Float64
 	}
 	if o.catalog == nil {
-		o.catalog = catalog.DefaultCatalog
+		o.catalog = catalog.Default()
 	}
 	if o.metricNames == nil {
 		o.metricNames = records.MetricNames(o.catalog)

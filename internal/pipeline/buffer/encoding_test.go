@@ -154,7 +154,7 @@ func writeSegments(t *testing.T, dir string, names []string, devs []record.Devic
 // summaries relabelled by metric name; a metric this catalog lacks is
 // dropped and counted, never sent under another metric's ID.
 func TestDiskReplayMapsMetricsByName(t *testing.T) {
-	c := catalog.DefaultCatalog
+	c := catalog.Default()
 	// The old catalog: power_draw and temp_gpu swapped, and a metric
 	// since removed at ID 3.
 	old := records.MetricNames(c)
@@ -282,7 +282,7 @@ func TestDiskReplayCarriesIdentity(t *testing.T) {
 	if !reflect.DeepEqual(got[0].Devices, devs) || len(got[1].Devices) != 0 {
 		t.Fatalf("replayed identities: %+v and %+v, want %+v then none", got[0].Devices, got[1].Devices, devs)
 	}
-	enc := lineproto.New(lineproto.Options{Catalog: catalog.DefaultCatalog})
+	enc := lineproto.New(lineproto.Options{Catalog: catalog.Default()})
 	for _, bt := range got {
 		enc.Encode(bt)
 	}
@@ -370,7 +370,7 @@ func TestDiskCorruptRecordCounted(t *testing.T) {
 	for seq := uint64(1); seq <= 10; seq++ {
 		in = append(in, plainBatch(seq, 4))
 	}
-	writeSegments(t, dir, records.MetricNames(catalog.DefaultCatalog), nil, in...)
+	writeSegments(t, dir, records.MetricNames(catalog.Default()), nil, in...)
 	ids, err := listSegments(dir)
 	if err != nil || len(ids) != 1 {
 		t.Fatalf("segments %v, %v; want one", ids, err)
@@ -420,7 +420,7 @@ func TestDiskReplayPermanentRefusal(t *testing.T) {
 	for seq := uint64(1); seq <= 5; seq++ {
 		in = append(in, testBatch(seq, 3))
 	}
-	writeSegments(t, dir, records.MetricNames(catalog.DefaultCatalog), nil, in...)
+	writeSegments(t, dir, records.MetricNames(catalog.Default()), nil, in...)
 	sink := &fakeSink{script: func(_ int, b *record.Batch) error {
 		if b.Seq == 2 {
 			return fmt.Errorf("influxdb: write: %w", record.Permanent(errors.New("400 field type conflict")))
@@ -521,7 +521,7 @@ func testCorruptHeader(t *testing.T, cursor bool) {
 	for seq := uint64(1); seq <= 3; seq++ {
 		in = append(in, plainBatch(seq, 5))
 	}
-	writeSegments(t, dir, records.MetricNames(catalog.DefaultCatalog), nil, in...)
+	writeSegments(t, dir, records.MetricNames(catalog.Default()), nil, in...)
 	ids, err := listSegments(dir)
 	if err != nil || len(ids) != 1 {
 		t.Fatalf("segments %v, %v; want one", ids, err)

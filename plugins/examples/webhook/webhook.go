@@ -133,10 +133,10 @@ func parseThreshold(s string, cat *catalog.Catalog) (threshold, error) {
 		return threshold{}, fmt.Errorf("%q: %q is not a number", s, strings.TrimSpace(s[i+1:]))
 	}
 	if cat == nil {
-		cat = catalog.DefaultCatalog
+		cat = catalog.Default()
 	}
-	m := cat.Lookup(name)
-	if m == nil {
+	m, ok := cat.Lookup(name)
+	if !ok {
 		return threshold{}, fmt.Errorf("%q: unknown metric %q (see gpusampler metrics)", s, name)
 	}
 	return threshold{text: strings.Join(strings.Fields(s), " "), metric: m.ID, name: name, above: s[i] == '>', value: v}, nil

@@ -45,7 +45,7 @@ func serve(t *testing.T, out record.Output) *Client {
 	}
 	t.Cleanup(func() { conn.Close() })
 	c := NewClient(proto.NewOutputClient(conn), nil)
-	if err := c.Configure(context.Background(), ConfigureInput{Name: "t", Kind: "plugin", Catalog: catalog.DefaultCatalog}); err != nil {
+	if err := c.Configure(context.Background(), ConfigureInput{Name: "t", Kind: "plugin", Catalog: catalog.Default()}); err != nil {
 		t.Fatal(err)
 	}
 	return c

@@ -99,7 +99,7 @@ func TestMuxServerInstances(t *testing.T) {
 	oc := muxConn(t, log)
 	ctx := context.Background()
 	cfg := func(c *Client, name, kind string, block map[string]any) error {
-		return c.Configure(ctx, ConfigureInput{Name: name, Kind: kind, Config: block, Catalog: catalog.DefaultCatalog})
+		return c.Configure(ctx, ConfigureInput{Name: name, Kind: kind, Config: block, Catalog: catalog.Default()})
 	}
 	a := NewClient(Instance(oc, "1"), nil)
 	b := NewClient(Instance(oc, "2"), nil)

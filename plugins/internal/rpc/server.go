@@ -88,7 +88,7 @@ func (s *Server) Configure(ctx context.Context, req *proto.ConfigureRequest) (re
 		return nil, status.Error(codes.FailedPrecondition, "configure: already configured")
 	}
 	env := Env{Name: req.GetName(), Kind: req.GetKind(), Host: req.GetHost(), GlobalTags: req.GetGlobalTags(),
-		Logger: s.logger.With("output", req.GetName()), Catalog: catalog.DefaultCatalog}
+		Logger: s.logger.With("output", req.GetName()), Catalog: catalog.Default()}
 	t := config.NewBlockTable(DecodeTable(req.GetConfig()))
 	defer func() {
 		if r := recover(); r != nil {

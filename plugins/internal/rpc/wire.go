@@ -53,7 +53,7 @@ func decodeBatch(req *proto.WriteRequest, b *record.Batch) error {
 // catalogToProto lists cat's metrics.
 func catalogToProto(cat *catalog.Catalog) []*proto.MetricInfo {
 	if cat == nil {
-		cat = catalog.DefaultCatalog
+		cat = catalog.Default()
 	}
 	all := cat.All()
 	out := make([]*proto.MetricInfo, 0, len(all))

@@ -109,7 +109,7 @@ var update = flag.Bool("update", false, "rewrite testdata/metric_ids.golden from
 func TestMetricIDsGolden(t *testing.T) {
 	var b strings.Builder
 	b.WriteString("# wire ID, metric name: one line per metric of sampler.DefaultCatalog\n")
-	for i, n := range MetricNames(catalog.DefaultCatalog) {
+	for i, n := range MetricNames(catalog.Default()) {
 		fmt.Fprintf(&b, "%d %s\n", i+1, n)
 	}
 	path := filepath.Join("testdata", "metric_ids.golden")
@@ -132,7 +132,7 @@ func TestMetricIDsGolden(t *testing.T) {
 }
 
 func TestMetricMap(t *testing.T) {
-	c := catalog.DefaultCatalog
+	c := catalog.Default()
 	names := MetricNames(c)
 	m, identity := MetricMap(names, c)
 	if !identity {

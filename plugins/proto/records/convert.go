@@ -303,7 +303,7 @@ func MetricMap(names []string, c *catalog.Catalog) (m []catalog.MetricID, identi
 	m = make([]catalog.MetricID, len(names)+1)
 	identity = true
 	for i, n := range names {
-		if mt := c.Lookup(n); mt != nil {
+		if mt, ok := c.Lookup(n); ok {
 			m[i+1] = mt.ID
 		}
 		if m[i+1] != catalog.MetricID(i+1) {

@@ -1,0 +1,67 @@
+// Package sampler is gpusampler's engine: it samples every GPU of a Source
+// at sub-second resolution and fans the samples out, as batches of records
+// (package record), to any number of outputs.
+//
+// # Shape
+//
+// A Source (the NVML backend in sampler/nvml, the simulator in sampler/sim)
+// enumerates DeviceSources, a few methods each: drain a driver sample
+// buffer, read a set of metrics, identify the device. New opens them and
+// gives each device a loop and a Ring; AddOutput attaches a
+// record.Output through a pump of its own, which holds one Cursor (a lane)
+// in every ring:
+//
+//	DeviceSource ─► device loop ─► Ring ─┬─► pump ─► record.Output
+//	DeviceSource ─► device loop ─► Ring ─┼─► pump ─► record.Output
+//	                                     └─► ...
+//
+// The engine reads the metrics of a catalog.Catalog (Config.Catalog) on
+// the schedules of Config: sample buffers are drained at half their span,
+// field values, slow state, rare state, GPM and processes each at their own
+// interval. Events (driver events, losses, hangs, self-metrics, live
+// findings) go into one bounded event log that every pump reads.
+//
+// # Goroutines
+//
+// Run starts, and waits for before it returns:
+//   - one loop per device, the only goroutine that calls that device's
+//     DeviceSource methods (apart from the few documented as safe from any
+//     goroutine); it publishes into its own Ring and never blocks on an
+//     output;
+//   - one pump per output, the only goroutine that calls that output's
+//     Write and Close; it flushes every PumpOptions.FlushInterval on the
+//     wall clock;
+//   - the event watchers: one per device whose source is an EventWatcher,
+//     or a single one for a SourceEventWatcher;
+//   - the watchdog (when Config.CallTimeout is set), which marks a device
+//     hung when one of its driver calls overruns;
+//   - the cursor saver (when Config.Cursors is set).
+//
+// The device loops end with Run's context, after a final drain; the pumps
+// outlive them so that what the final drain published is delivered, then
+// each pump closes its output within Config.ShutdownTimeout. AddOutput,
+// RemoveOutput and ReplaceOutput may be called before or while Run runs;
+// Stats, Devices and Emit from any goroutine.
+//
+// # Who owns what
+//
+// A Ring lane never blocks its producer: a lane that is full refuses the
+// newest samples for that output only and counts them, so that for every
+// output read + dropped = published, exactly (OutputStats). Samples are
+// copied by value into each lane. Each pump owns one record.Batch and reuses
+// it for every Write: the output may read it only until Write returns and
+// copies what it keeps. Events in a batch share their Attrs and Fields with
+// the event log, which never modifies them; outputs must not either. What
+// a Write error asks of the pump (offer the batch again, hold it, give it
+// up) is read with record.Classify.
+//
+// # Time
+//
+// Device loops, the watchdog and lost-device probes are scheduled by
+// Config.Clock, which tests replace with a fake clock; pumps flush on the
+// system clock. Each device's driver timestamps are classified once
+// (Timebase, ClockKind) as realtime or boot time and converted to Unix time
+// with one offset, not re-anchored per batch; a step of the host's
+// realtime clock is re-anchored and reported as a record.EventClockStep
+// event.
+package sampler
