@@ -19,15 +19,18 @@ run: build
 	./$(BIN) run
 
 ## test: everything, with the race detector, integration tests included.
+## TEST_TIMEOUT is a liveness bound per test binary (a hung test fails
+## there), far above what any package takes on a loaded machine.
+TEST_TIMEOUT ?= 25m
 test:
 	$(GO) vet ./...
-	$(GO) test -race -count=1 ./...
-	@for m in $(NESTED); do echo "== $$m"; (cd $$m && $(GO) test -race -count=1 ./...) || exit 1; done
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+	@for m in $(NESTED); do echo "== $$m"; (cd $$m && $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...) || exit 1; done
 
 ## test-nocgo: everything but the NVML backend builds and passes without cgo.
 test-nocgo:
 	CGO_ENABLED=0 $(GO) build ./...
-	CGO_ENABLED=0 $(GO) test -count=1 ./...
+	CGO_ENABLED=0 $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 ## bench: Go benchmarks, 5 runs each, summarised as medians and same-run ratios.
 bench:
