@@ -44,8 +44,8 @@ func deps(t *testing.T, root, pkg string) []string {
 
 // TestLayering keeps the package graph layered: the leaves (config,
 // catalog, record) link nothing else of gpusampler but each other as
-// documented; the contract, the SDK, stream and the encoders link no
-// engine; a sink, the plugin host and SDK, a
+// documented; the contract, the sinks, the SDK, stream, the encoders and
+// the output wrappers link no engine; a sink, the plugin host and SDK, a
 // third-party plugin built on the SDK, stream and the encoders link
 // neither the application (its config model, registry, agent, commands)
 // nor the simulator nor the buffers.
@@ -63,10 +63,16 @@ func TestLayering(t *testing.T) {
 			t.Errorf("%s links %q, want %q", pkg, got, want)
 		}
 	}
-	// The engine stays out of the contract, the SDK, its plugins, stream
-	// and the encoders: they speak records, not samplers.
-	for _, pkg := range []string{"outputs", "plugins", "plugins/sdk", "plugins/examples/webhook/cmd/gpusampler-webhook", "stream",
-		"internal/encoding/jsonl", "internal/encoding/lineproto", "internal/encoding/protobuf"} {
+	// The engine stays out of the contract, the sinks, the SDK, its
+	// plugins, stream, the encoders and the output wrappers (aggregation,
+	// buffering): they speak records, not samplers; the output contract's
+	// constants (record.RetryableOffers, record.DefaultWriteTimeout) live
+	// in the record leaf.
+	for _, pkg := range []string{"outputs", "outputs/execd", "outputs/influxdb", "outputs/nats", "outputs/prometheus",
+		"outputs/stdout", "outputs/telegraf", "outputs/outputtest", "plugins", "plugins/sdk",
+		"plugins/examples/webhook/cmd/gpusampler-webhook", "stream",
+		"internal/encoding/jsonl", "internal/encoding/lineproto", "internal/encoding/protobuf",
+		"internal/pipeline/aggregate", "internal/pipeline/buffer"} {
 		if slices.Contains(deps(t, root, pkg), "sampler") {
 			t.Errorf("%s links the engine (sampler)", pkg)
 		}

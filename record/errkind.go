@@ -20,7 +20,7 @@ const (
 	// a 5xx), and offering the same batch again may succeed. It is the
 	// kind of every error not marked otherwise. A buffer retries it with
 	// backoff for as long as it runs; a pump offers the batch again on
-	// its next flushes, a few times (sampler.RetryableOffers), then counts it as
+	// its next flushes, a few times (RetryableOffers), then counts it as
 	// failed.
 	KindRetryable
 	// KindUnavailable: the output cannot take any batch now (a plugin

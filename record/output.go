@@ -3,7 +3,20 @@ package record
 import (
 	"context"
 	"errors"
+	"time"
 )
+
+// DefaultWriteTimeout bounds one Write when the caller sets no bound of its
+// own: a pump passes Write a context with this deadline, and wrappers that
+// write on their own (the buffer's drain) use it too.
+const DefaultWriteTimeout = 10 * time.Second
+
+// RetryableOffers is how many times in all a pump offers a batch whose
+// Writes fail with a retryable error (KindRetryable) before it counts the
+// batch as failed. A batch refused as unavailable is offered until it goes
+// through; one refused as permanent is never offered again. Wrappers that
+// hold batches themselves (aggregation) follow the same rule.
+const RetryableOffers = 3
 
 // ErrClosed is returned by an Output's Write after Close.
 var ErrClosed = errors.New("sampler: output closed")
@@ -15,7 +28,7 @@ var ErrClosed = errors.New("sampler: output closed")
 // it on its next flush, reading nothing more from the rings until it goes
 // through; meanwhile each ring lane that fills up refuses the newest samples
 // (the ones published after it filled), counted as dropped. Permanent
-// errors fail the batch at once, other errors after sampler.RetryableOffers
+// errors fail the batch at once, other errors after RetryableOffers
 // attempts (counted as failed); see ErrorKind.
 var ErrUnavailable = errors.New("sampler: output unavailable")
 

@@ -41,7 +41,7 @@ func TestPumpHonoursErrorKind(t *testing.T) {
 		wantOffers int
 	}{
 		{record.KindPermanent, 1},
-		{record.KindRetryable, sampler.RetryableOffers},
+		{record.KindRetryable, record.RetryableOffers},
 	} {
 		t.Run(tc.kind.String(), func(t *testing.T) {
 			dev := newFakeDevice(0)

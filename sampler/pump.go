@@ -14,16 +14,9 @@ import (
 const (
 	DefaultFlushInterval = 100 * time.Millisecond
 	DefaultMaxBatch      = 4096
-	DefaultWriteTimeout  = 10 * time.Second
 	// dropLogEvery bounds how often a pump logs that it is dropping.
 	dropLogEvery = time.Minute
 )
-
-// RetryableOffers is how many times in all a pump offers a batch whose
-// Writes fail with a retryable error (record.KindRetryable) before it counts the
-// batch as failed. A batch refused as unavailable is offered until it goes
-// through; one refused as permanent is never offered again.
-const RetryableOffers = 3
 
 // PumpOptions configure one output's pump. The zero value means defaults.
 type PumpOptions struct {
@@ -150,7 +143,7 @@ func newPumpReplacing(e *Engine, name string, out record.Output, opts PumpOption
 		opts.MaxBatch = DefaultMaxBatch
 	}
 	if opts.WriteTimeout <= 0 {
-		opts.WriteTimeout = DefaultWriteTimeout
+		opts.WriteTimeout = record.DefaultWriteTimeout
 	}
 	pos := e.events.position()
 	if old != nil {
@@ -415,7 +408,7 @@ func (p *pump) giveUp() uint64 {
 
 // write hands the batch to the output if it holds anything, then resets it.
 // It returns false when the output refused the batch as unavailable, or as
-// retryable fewer than RetryableOffers times: the batch is then held (not
+// retryable fewer than record.RetryableOffers times: the batch is then held (not
 // reset) for the next flush. A permanent refusal, or the last retryable
 // one, fails the batch.
 func (p *pump) write(ctx context.Context) bool {
@@ -443,7 +436,7 @@ func (p *pump) write(ctx context.Context) bool {
 	if kind == record.KindRetryable {
 		p.offers++
 	}
-	if kind == record.KindUnavailable || (kind == record.KindRetryable && p.offers < RetryableOffers) {
+	if kind == record.KindUnavailable || (kind == record.KindRetryable && p.offers < record.RetryableOffers) {
 		p.retries.Add(1)
 		p.heldKind = kind
 		if !p.held {

@@ -9,6 +9,7 @@ import (
 	"github.com/gpusampler/gpusampler/internal/appconfig"
 	"github.com/gpusampler/gpusampler/outputs"
 	"github.com/gpusampler/gpusampler/outputs/execd"
+	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
@@ -38,7 +39,7 @@ func addExecd(cfg *appconfig.Config, mode string, fromFile bool) error {
 	cfg.Outputs = append(cfg.Outputs, &appconfig.Output{
 		Block: outputs.Block{Kind: "execd", Name: "execd",
 			Options: execd.Options{Signal: signal, Shape: shape}, Raw: map[string]any{"signal": signal, "shape": shape}},
-		FlushInterval: cfg.Agent.FlushInterval, MaxBatch: sampler.DefaultMaxBatch, WriteTimeout: sampler.DefaultWriteTimeout})
+		FlushInterval: cfg.Agent.FlushInterval, MaxBatch: sampler.DefaultMaxBatch, WriteTimeout: record.DefaultWriteTimeout})
 	return nil
 }
 

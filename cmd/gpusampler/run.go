@@ -21,6 +21,7 @@ import (
 	"github.com/gpusampler/gpusampler/outputs"
 	"github.com/gpusampler/gpusampler/outputs/stdout"
 	"github.com/gpusampler/gpusampler/plugins"
+	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler"
 	"github.com/gpusampler/gpusampler/sampler/sim"
 )
@@ -234,7 +235,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, out, stderr io.
 		}
 		cfg.Outputs = []*appconfig.Output{{
 			Block:         outputs.Block{Kind: "stdout", Name: "stdout", Options: stdout.Options{Format: *format}, Raw: map[string]any{"format": *format}},
-			FlushInterval: cfg.Agent.FlushInterval, MaxBatch: sampler.DefaultMaxBatch, WriteTimeout: sampler.DefaultWriteTimeout}}
+			FlushInterval: cfg.Agent.FlushInterval, MaxBatch: sampler.DefaultMaxBatch, WriteTimeout: record.DefaultWriteTimeout}}
 	}
 	if set["execd"] && set["format"] {
 		return usagef("--format does not apply with --execd (line protocol is what Telegraf reads)")

@@ -483,7 +483,7 @@ func parseOutputs(t *config.Table, agent Agent, opts Options) []*Output {
 			}
 			bt := t.Elem(key, m)
 			o := &Output{Block: outputs.Block{Kind: kind, Line: bt.Line(""), Raw: m, Table: bt},
-				FlushInterval: agent.FlushInterval, MaxBatch: sampler.DefaultMaxBatch, WriteTimeout: sampler.DefaultWriteTimeout}
+				FlushInterval: agent.FlushInterval, MaxBatch: sampler.DefaultMaxBatch, WriteTimeout: record.DefaultWriteTimeout}
 			o.Name = kind
 			if i > 0 {
 				o.Name = kind + "." + strconv.Itoa(i+1)

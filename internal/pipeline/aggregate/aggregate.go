@@ -14,7 +14,7 @@
 // Device identities and events pass through unchanged, in the same Write.
 //
 // The inner output's errors keep their kind (record.Classify). While the
-// refusal is unavailable, or retryable fewer than sampler.RetryableOffers
+// refusal is unavailable, or retryable fewer than record.RetryableOffers
 // times in a row, the summaries of the refused Write are kept for the next
 // one (the samples behind them will not come again) and the error goes to
 // the pump, which offers its batch again (same Seq: its samples are not
@@ -48,7 +48,6 @@ import (
 	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/internal/accum"
 	"github.com/gpusampler/gpusampler/record"
-	"github.com/gpusampler/gpusampler/sampler"
 )
 
 // Options configure the wrapper.
@@ -162,7 +161,7 @@ type Stats struct {
 	// Emitted summaries.
 	Emitted uint64
 	// Dropped summaries: the inner output refused them as permanent, or
-	// as retryable sampler.RetryableOffers times in a row.
+	// as retryable record.RetryableOffers times in a row.
 	Dropped uint64
 	// EventsDropped passed through in a Write so refused.
 	EventsDropped uint64
@@ -332,7 +331,7 @@ func (o *Output) emit(ctx context.Context, devs []record.Device, evs []record.Ev
 	switch {
 	case kind == record.KindNone:
 		o.emitted.Add(uint64(len(ob.Summaries)))
-	case kind == record.KindUnavailable || (kind == record.KindRetryable && o.tries < sampler.RetryableOffers):
+	case kind == record.KindUnavailable || (kind == record.KindRetryable && o.tries < record.RetryableOffers):
 		// Keep the summaries for the next attempt: the samples behind
 		// them will not come again.
 		o.closed = append(o.closed, ob.Summaries...)

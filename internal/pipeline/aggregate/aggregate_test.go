@@ -13,7 +13,6 @@ import (
 	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/internal/pipeline/aggregate"
 	"github.com/gpusampler/gpusampler/record"
-	"github.com/gpusampler/gpusampler/sampler"
 )
 
 // collect is an inner output that keeps copies of what it is given.
@@ -321,8 +320,8 @@ func TestErrorKindsHonoured(t *testing.T) {
 	}{
 		{"permanent", []error{record.Permanent(refused)}, true},
 		{"retryable then accepted", []error{refused}, false},
-		{"retryable every offer", slices.Repeat([]error{refused}, sampler.RetryableOffers), true},
-		{"unavailable", slices.Repeat([]error{record.Unavailable(refused)}, sampler.RetryableOffers+2), false},
+		{"retryable every offer", slices.Repeat([]error{refused}, record.RetryableOffers), true},
+		{"unavailable", slices.Repeat([]error{record.Unavailable(refused)}, record.RetryableOffers+2), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			inner := &refuser{errs: slices.Clone(tc.errs)}

@@ -18,7 +18,6 @@ import (
 	"github.com/gpusampler/gpusampler/internal/backoff"
 	"github.com/gpusampler/gpusampler/plugins/proto/records"
 	"github.com/gpusampler/gpusampler/record"
-	"github.com/gpusampler/gpusampler/sampler"
 )
 
 // ErrTooLarge is returned by Write for a batch that alone exceeds the
@@ -61,7 +60,7 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
 func WithName(name string) Option { return func(o *options) { o.name = name } }
 
 // WithWriteTimeout bounds one Write to the wrapped output (default
-// sampler.DefaultWriteTimeout).
+// record.DefaultWriteTimeout).
 func WithWriteTimeout(d time.Duration) Option { return func(o *options) { o.writeTimeout = d } }
 
 // WithCatalog sets the metric catalog that batches' metric IDs refer to
@@ -175,7 +174,7 @@ func New(out record.Output, cfg Config, opts ...Option) (*Buffer, error) {
 		return nil, fmt.Errorf("buffer.kind: %q has no buffer (use Wrap)", KindNone)
 	}
 	cfg = cfg.withDefaults()
-	o := options{writeTimeout: sampler.DefaultWriteTimeout, now: time.Now, sleep: backoff.Sleep}
+	o := options{writeTimeout: record.DefaultWriteTimeout, now: time.Now, sleep: backoff.Sleep}
 	for _, f := range opts {
 		f(&o)
 	}
