@@ -6,8 +6,9 @@ LDFLAGS  := -X main.version=$(VERSION)
 # go-nvml's headers mark many functions deprecated; gcc would print ~150
 # warnings on every cgo build. Silenced for our build only.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
-# Nested test modules (heavy test-only peers live in their own go.mod).
-NESTED   := $(patsubst %/go.mod,%,$(wildcard test/*/go.mod))
+# Nested modules: the Telegraf plugin (telegraf/) and the test modules
+# (heavy test-only peers live in their own go.mod).
+NESTED   := telegraf $(patsubst %/go.mod,%,$(wildcard test/*/go.mod))
 
 .PHONY: build run test test-nocgo bench nvml-calls tree-rss fleet-sim lint generate clean gpu-check gpu-check-build gpu-check-bench
 

@@ -1,0 +1,148 @@
+package gpusampler
+
+import (
+	"bytes"
+	"fmt"
+	"maps"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/influxdata/telegraf"
+	"github.com/influxdata/telegraf/plugins/inputs"
+	"github.com/influxdata/telegraf/plugins/parsers/influx"
+	"github.com/influxdata/telegraf/testutil"
+)
+
+// syncBuffer is a bytes.Buffer safe for one writer and a later reader.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// points flattens metrics into one sorted "measurement,tags field=value
+// timestamp" string per field: the whole content, independent of how the
+// fields of one timestamp were split between lines.
+func points(ms []telegraf.Metric) []string {
+	var out []string
+	for _, m := range ms {
+		var tags strings.Builder
+		for _, k := range slices.Sorted(maps.Keys(m.Tags())) {
+			fmt.Fprintf(&tags, ",%s=%s", k, m.Tags()[k])
+		}
+		for _, f := range m.FieldList() {
+			out = append(out, fmt.Sprintf("%s%s %s=%#v %d", m.Name(), tags.String(), f.Key, f.Value, m.Time().UnixNano()))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// parseLines parses line protocol with Telegraf's parser.
+func parseLines(t *testing.T, text string) []telegraf.Metric {
+	t.Helper()
+	p := &influx.Parser{}
+	if err := p.Init(); err != nil {
+		t.Fatal(err)
+	}
+	ms, err := p.Parse([]byte(text))
+	if err != nil {
+		t.Fatalf("twin output does not parse: %v", err)
+	}
+	return ms
+}
+
+func TestRegistered(t *testing.T) {
+	c, ok := inputs.Inputs["gpusampler"]
+	if !ok {
+		t.Fatal("inputs.gpusampler is not registered")
+	}
+	p, ok := c().(*GPUSampler)
+	if !ok {
+		t.Fatalf("registered creator returns %T", c())
+	}
+	if !reflect.DeepEqual(p, New()) {
+		t.Errorf("registered plugin %+v, want the defaults %+v", p, New())
+	}
+	if !strings.Contains(p.SampleConfig(), "[[inputs.gpusampler]]") {
+		t.Errorf("sample config lacks the plugin's table:\n%s", p.SampleConfig())
+	}
+}
+
+func TestInitRejectsBadKeys(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		set  func(*GPUSampler)
+		want string
+	}{
+		{"backend", func(p *GPUSampler) { p.Backend = "cuda" }, `backend "cuda"`},
+		{"shape", func(p *GPUSampler) { p.Shape = "summary" }, `shape "summary"`},
+		{"profile", func(p *GPUSampler) { p.SimProfile = "gaming" }, `sim_profile "gaming"`},
+		{"gpus", func(p *GPUSampler) { p.SimGPUs = 65 }, "sim_gpus 65"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := New()
+			tc.set(p)
+			err := p.Init()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Init() = %v, want an error naming %s", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestAccumulatorMatchesTwin runs the plugin on simulated GPUs into
+// Telegraf's test accumulator and compares everything it received with a
+// twin output of the same engine: the same records, on their driver
+// timestamps, with no host tag.
+func TestAccumulatorMatchesTwin(t *testing.T) {
+	twin := &syncBuffer{}
+	p := New()
+	p.Backend, p.SimSeed, p.Twin = BackendSim, 7, twin
+	if err := p.Init(); err != nil {
+		t.Fatal(err)
+	}
+	acc := &testutil.Accumulator{}
+	if err := p.Start(acc); err != nil {
+		t.Fatal(err)
+	}
+	acc.Wait(50) // waits on the accumulator's state, not on a clock
+	p.Stop()
+	if err := p.Gather(acc); err != nil {
+		t.Errorf("Gather: %v", err)
+	}
+	if len(acc.Errors) > 0 {
+		t.Fatalf("accumulator errors: %v", acc.Errors)
+	}
+	got := acc.GetTelegrafMetrics()
+	want := parseLines(t, twin.String())
+	gp, wp := points(got), points(want)
+	if !slices.Equal(gp, wp) {
+		t.Fatalf("accumulator and twin differ:\naccumulator (%d points): %.2000s\ntwin (%d points): %.2000s", len(gp), strings.Join(gp, "\n"), len(wp), strings.Join(wp, "\n"))
+	}
+	t.Logf("%d metrics, %d points; first: %.300s", len(got), len(gp), strings.Join(gp[:3], " | "))
+	stamps := map[int64]bool{}
+	for _, m := range got {
+		if _, ok := m.GetTag("host"); ok {
+			t.Fatalf("metric has a host tag (Telegraf adds its own): %v", m)
+		}
+		stamps[m.Time().UnixNano()] = true
+	}
+	if len(stamps) < 2 {
+		t.Errorf("all %d metrics on %d timestamps: want each sample on its own driver timestamp", len(got), len(stamps))
+	}
+}
