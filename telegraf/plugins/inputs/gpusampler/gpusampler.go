@@ -31,6 +31,7 @@ import (
 
 	"github.com/gpusampler/gpusampler/internal/appconfig"
 	"github.com/gpusampler/gpusampler/outputs/execd"
+	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler"
 	"github.com/gpusampler/gpusampler/sampler/nvml"
 	"github.com/gpusampler/gpusampler/sampler/sim"
@@ -177,7 +178,7 @@ func (p *GPUSampler) Start(acc telegraf.Accumulator) error {
 		src.Close()
 		return fmt.Errorf("gpusampler: %w", err)
 	}
-	pump := sampler.PumpOptions{FlushInterval: sampler.DefaultFlushInterval, MaxBatch: sampler.DefaultMaxBatch, WriteTimeout: sampler.DefaultWriteTimeout}
+	pump := sampler.PumpOptions{FlushInterval: sampler.DefaultFlushInterval, MaxBatch: sampler.DefaultMaxBatch, WriteTimeout: record.DefaultWriteTimeout}
 	if err := eng.AddOutput("telegraf", out, pump); err != nil {
 		out.Close()
 		src.Close()
