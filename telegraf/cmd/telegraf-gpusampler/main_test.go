@@ -1,0 +1,144 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/influxdata/telegraf"
+	"github.com/influxdata/telegraf/plugins/parsers/influx"
+)
+
+// childTwin names the file a re-executed test binary (the shim's child
+// process) writes the plugin's twin output to.
+const childTwin = "TELEGRAF_GPUSAMPLER_TEST_TWIN"
+
+func TestMain(m *testing.M) {
+	if path := os.Getenv(childTwin); path != "" {
+		f, err := os.Create(path)
+		if err == nil {
+			err = run(os.Args[1:], os.Stderr, f)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "telegraf-gpusampler:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// points flattens metrics into one sorted "measurement,tags field=value
+// timestamp" string per field: the whole content, independent of how the
+// fields of one timestamp were split between lines.
+func points(t *testing.T, text string) []string {
+	t.Helper()
+	p := &influx.Parser{}
+	if err := p.Init(); err != nil {
+		t.Fatal(err)
+	}
+	ms, err := p.Parse([]byte(text))
+	if err != nil {
+		t.Fatalf("line protocol does not parse: %v", err)
+	}
+	return flatten(ms)
+}
+
+func flatten(ms []telegraf.Metric) []string {
+	var out []string
+	for _, m := range ms {
+		var tags strings.Builder
+		for _, k := range slices.Sorted(maps.Keys(m.Tags())) {
+			fmt.Fprintf(&tags, ",%s=%s", k, m.Tags()[k])
+		}
+		for _, f := range m.FieldList() {
+			out = append(out, fmt.Sprintf("%s%s %s=%#v %d", m.Name(), tags.String(), f.Key, f.Value, m.Time().UnixNano()))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestShimMatchesTwin runs the plugin through Telegraf's execd shim in a
+// child process (Telegraf's influx serializer writes its stdout) on
+// simulated GPUs, lets it write 200 lines, closes its stdin as Telegraf
+// does to stop it, and compares all it wrote with a twin output of the same
+// engine in the same run.
+func TestShimMatchesTwin(t *testing.T) {
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "gpusampler.conf")
+	if err := os.WriteFile(conf, []byte("[[inputs.gpusampler]]\n  backend = \"sim\"\n  sim_gpus = 2\n  sim_seed = 11\n  shape = \"raw\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	twin := filepath.Join(dir, "twin.lp")
+	cmd := exec.Command(os.Args[0], "-config", conf, "-poll_interval_disabled")
+	cmd.Env = append(os.Environ(), childTwin+"="+twin)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var got strings.Builder
+	r := bufio.NewReader(stdout)
+	for n := 0; n < 200; n++ {
+		line, err := r.ReadString('\n')
+		got.WriteString(line)
+		if err != nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("shim stdout after %d lines: %v; stderr:\n%s", n, err, stderr.String())
+		}
+	}
+	stdin.Close() // Telegraf stops execd programs by closing stdin
+	rest, err := io.ReadAll(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got.Write(rest)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("shim: %v; stderr:\n%s", err, stderr.String())
+	}
+	wantText, err := os.ReadFile(twin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gp, wp := points(t, got.String()), points(t, string(wantText))
+	if !slices.Equal(gp, wp) {
+		t.Fatalf("shim stdout and twin differ:\nshim (%d points): %.2000s\ntwin (%d points): %.2000s", len(gp), strings.Join(gp, "\n"), len(wp), strings.Join(wp, "\n"))
+	}
+	if strings.Contains(got.String(), ",host=") {
+		t.Errorf("shim output has a host tag (Telegraf adds its own)")
+	}
+	t.Logf("%d lines, %d points equal", strings.Count(got.String(), "\n"), len(gp))
+}
+
+func TestBadConfigNamesKey(t *testing.T) {
+	conf := filepath.Join(t.TempDir(), "other.conf")
+	if err := os.WriteFile(conf, []byte("[[inputs.gpusampler]]\n  shape = \"table\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	err := run([]string{"-config", conf}, &stderr, nil)
+	if err == nil || !strings.Contains(err.Error(), `shape "table"`) {
+		t.Fatalf("run = %v, want the bad shape named", err)
+	}
+}
