@@ -1,0 +1,71 @@
+package gpusampler
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/influxdata/telegraf"
+	"github.com/influxdata/telegraf/testutil"
+)
+
+// TestNvidiaSMIShape runs the plugin with shape "nvidia_smi" into Telegraf's
+// test accumulator: each Gather writes one nvidia_smi metric per GPU, all
+// its fields on one timestamp, memory_used and memory_total together (the
+// dashboard's memory_used/memory_total has rows), nvidia_smi's tags, and
+// no host tag.
+func TestNvidiaSMIShape(t *testing.T) {
+	p := New()
+	p.Backend, p.SimSeed, p.SimGPUs, p.Shape = BackendSim, 3, 2, ShapeNvidiaSMI
+	if err := p.Init(); err != nil {
+		t.Fatal(err)
+	}
+	acc := &testutil.Accumulator{}
+	if err := p.Start(acc); err != nil {
+		t.Fatal(err)
+	}
+	defer p.Stop()
+	// Gather until both GPUs' points carry memory: the engine's first
+	// reads reach the output asynchronously. This waits on the
+	// accumulator's state; the pause only spares the CPU.
+	var points []telegraf.Metric
+	for {
+		if err := p.Gather(acc); err != nil {
+			t.Fatalf("Gather: %v", err)
+		}
+		points = points[:0]
+		for _, m := range acc.GetTelegrafMetrics() {
+			if m.Name() == "nvidia_smi" && m.HasField("memory_total") && m.HasField("memory_used") {
+				points = append(points, m)
+			}
+		}
+		if len(points) >= 2 {
+			break
+		}
+		acc.ClearMetrics()
+		time.Sleep(20 * time.Millisecond)
+	}
+	var indexes []string
+	for _, m := range points {
+		idx, _ := m.GetTag("index")
+		indexes = append(indexes, idx)
+		for _, tag := range []string{"index", "uuid", "name", "pstate"} {
+			if !m.HasTag(tag) {
+				t.Errorf("GPU %s: no %s tag: %v", idx, tag, m)
+			}
+		}
+		if m.HasTag("host") {
+			t.Errorf("GPU %s: a host tag (Telegraf adds its own): %v", idx, m)
+		}
+		if total, _ := m.GetField("memory_total"); total == int64(0) {
+			t.Errorf("GPU %s: memory_total is 0: %v", idx, m)
+		}
+	}
+	slices.Sort(indexes)
+	if !slices.Equal(indexes, []string{"0", "1"}) {
+		t.Errorf("one gather's points are for GPUs %v, want one each for 0 and 1", indexes)
+	}
+	if a, b := points[0].Time(), points[1].Time(); !a.Equal(b) {
+		t.Errorf("one gather's points on %v and %v, want one timestamp", a, b)
+	}
+}
