@@ -48,6 +48,20 @@ type Output interface {
 	Close() error
 }
 
+// Absorber is implemented by an output that takes a batch's samples even
+// when it refuses the batch: an aggregating wrapper adds them to its
+// windows and keeps what it made of them for its next Write, or counts it
+// as dropped at Close. A pump that stops with a refused batch held hands
+// the output, through Absorb, the samples it never offered (those still
+// waiting behind the held batch), so that the output's own accounting
+// covers them as it covers the held batch's. The pump still counts them as
+// failed, as it does the held batch. Absorb is called from the pump's
+// goroutine, before Close, never concurrently with Write; it must not
+// block or retain the slice.
+type Absorber interface {
+	Absorb(samples []Sample)
+}
+
 // StatsReporter is implemented by outputs that keep counters of their own
 // beyond the pump's accounting (sampler.OutputStats): HTTP requests, retries and
 // rejected points of an InfluxDB writer, NATS messages and acks, a plugin's

@@ -272,22 +272,29 @@ func (p *pump) flushAll(ctx context.Context) {
 				break
 			}
 			read += uint64(n)
-			b.Samples = b.Samples[:start+n]
-			if keep := p.keep; keep != nil {
-				kept := b.Samples[:start]
-				for _, s := range b.Samples[start:] {
-					if int(s.Metric) < len(keep) && keep[s.Metric] {
-						kept = append(kept, s)
-					} else {
-						filtered++
-					}
-				}
-				b.Samples = kept
-			}
+			kept, f := p.selectIn(b.Samples[start : start+n])
+			b.Samples = b.Samples[:start+len(kept)]
+			filtered += f
 		}
 	}
 	p.write(ctx)
 	p.account(read, filtered)
+}
+
+// selectIn moves the samples of s that Select passes to its front and
+// returns them, with how many it filtered out.
+func (p *pump) selectIn(s []record.Sample) (kept []record.Sample, filtered uint64) {
+	keep := p.keep
+	if keep == nil {
+		return s, 0
+	}
+	kept = s[:0]
+	for _, x := range s {
+		if int(x.Metric) < len(keep) && keep[x.Metric] {
+			kept = append(kept, x)
+		}
+	}
+	return kept, uint64(len(s) - len(kept))
 }
 
 // account publishes the cursors' accounting to the stats atomics. read and
@@ -362,15 +369,25 @@ func (p *pump) abandon() {
 		p.evPos = e - 1
 	}
 	b.Reset()
-	var read uint64
+	// An output that took the held batch's samples although it refused
+	// the batch (an aggregate) takes the ones behind it too: its own
+	// counters then cover every sample the pump counts as failed here.
+	ab, _ := p.out.(record.Absorber)
+	var read, filtered uint64
+	buf := b.Samples[:cap(b.Samples)]
 	for _, c := range p.cursors {
-		for k := c.Read(b.Samples[:cap(b.Samples)]); k > 0; k = c.Read(b.Samples[:cap(b.Samples)]) {
+		for k := c.Read(buf); k > 0; k = c.Read(buf) {
 			read += uint64(k)
+			kept, f := p.selectIn(buf[:k])
+			filtered += f
+			if ab != nil && len(kept) > 0 {
+				ab.Absorb(kept)
+			}
 		}
 	}
-	p.failed.Add(n + read)
-	p.accountLocked(read, 0)
-	p.e.log.Warn("output unavailable at stop; held samples dropped", "output", p.name, "samples", n+read)
+	p.failed.Add(n + read - filtered)
+	p.accountLocked(read, filtered)
+	p.e.log.Warn("output unavailable at stop; held samples dropped", "output", p.name, "samples", n+read-filtered)
 }
 
 // giveUp is called by the engine, from its own goroutine, when the pump has

@@ -128,3 +128,74 @@ func TestPumpUnavailableAtStopCounted(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 }
+
+// absorbing is flaky that also takes the samples of batches it refuses,
+// and those a stopping pump hands it (record.Absorber), as an aggregating
+// output does.
+type absorbing struct {
+	flaky
+	lastSeq  uint64
+	taken    []record.Sample
+	absorbed int
+}
+
+func (a *absorbing) Write(ctx context.Context, b *record.Batch) error {
+	a.mu.Lock()
+	if b.Seq != a.lastSeq {
+		a.lastSeq = b.Seq
+		a.taken = append(a.taken, b.Samples...)
+	}
+	a.mu.Unlock()
+	return a.flaky.Write(ctx, b)
+}
+
+func (a *absorbing) Absorb(s []record.Sample) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.taken = append(a.taken, s...)
+	a.absorbed += len(s)
+}
+
+// A pump that stops with a batch held hands the samples waiting behind it
+// to an output that absorbs them: the output has seen every sample the
+// pump counts as failed, each once, and no other.
+func TestPumpUnavailableAtStopAbsorbed(t *testing.T) {
+	dev := newFakeDevice(0)
+	e, err := sampler.New(&fakeSource{devs: []*fakeDevice{dev}}, sampler.Config{
+		DrainInterval: 20 * time.Millisecond, Select: onlyPowerBuffer, RingSize: 1 << 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := &absorbing{}
+	out.down.Store(true)
+	if err := e.AddOutput("a", out, sampler.PumpOptions{FlushInterval: 5 * time.Millisecond, MaxBatch: 16,
+		WriteTimeout: 50 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	// Samples wait in the ring behind the held batch.
+	var waiting atomic.Bool
+	runUntil(t, e, func() bool {
+		if st := e.Stats().Outputs[0]; st.Retries >= 3 && st.Lag > 0 {
+			waiting.Store(true)
+		}
+		return waiting.Load()
+	})
+	st := e.Stats().Outputs[0]
+	if st.Pending != 0 || st.Delivered != 0 || st.Dropped != 0 || st.Published != st.Failed || st.Read != st.Failed {
+		t.Fatalf("stats %+v", st)
+	}
+	out.mu.Lock()
+	defer out.mu.Unlock()
+	if out.absorbed == 0 {
+		t.Fatalf("nothing absorbed; stats %+v", st)
+	}
+	if uint64(len(out.taken)) != st.Failed {
+		t.Fatalf("output took %d samples, pump counted %d failed", len(out.taken), st.Failed)
+	}
+	first := out.taken[0].Value
+	for i, s := range out.taken {
+		if s.Value != first+float64(i) {
+			t.Fatalf("sample %d is number %v, want %v", i, s.Value, first+float64(i))
+		}
+	}
+}

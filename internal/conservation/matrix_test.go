@@ -18,10 +18,7 @@ import (
 // patterns) that fail today, each with the reason. A listed cell that
 // fails is logged, not failed; a listed cell that passes is logged as
 // fixed, so that its entry can go. The goal is an empty table.
-var knownBroken = map[string]string{
-	"sighupdown/*-none-agg": "an unbuffered aggregate replaced while its sink is down: the summaries it kept for a retry are " +
-		"counted at its Close, but in some runs two of them are not (a window split between the old and the new aggregate?)",
-}
+var knownBroken = map[string]string{}
 
 // brokenReason returns why scenario/cell is known to fail (every matching
 // entry's reason), or "".

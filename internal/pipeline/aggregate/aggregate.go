@@ -23,7 +23,9 @@
 // (Stats.Dropped and EventsDropped: aggregate_dropped,
 // aggregate_events_dropped), and Write returns nil: the pump's samples
 // were taken (into those summaries), so the pump does not count them as
-// failed as well.
+// failed as well. A pump that stops while it holds a refused batch hands
+// the wrapper the samples it had not offered yet (Absorb): their windows
+// are emitted at Close with the rest, or counted as dropped.
 //
 // In front of an output that keeps what it took across restarts (a disk
 // buffer), Options.Journal keeps the open windows across a process crash
@@ -228,6 +230,20 @@ func (o *Output) Write(ctx context.Context, b *record.Batch) error {
 	}
 	o.closeQuiet(o.opts.Now().UnixNano())
 	return o.emit(ctx, b.Devices, b.Events)
+}
+
+// Absorb implements record.Absorber: it adds samples a stopping pump never
+// offered (they waited behind a batch the inner output refused) to their
+// windows, so that Close hands their summaries on, or counts them as
+// dropped, with the rest. After Close it takes nothing (the pump has
+// counted the samples as failed).
+func (o *Output) Absorb(samples []record.Sample) {
+	if o.done {
+		return
+	}
+	for _, s := range samples {
+		o.add(s)
+	}
 }
 
 func (o *Output) add(s record.Sample) {

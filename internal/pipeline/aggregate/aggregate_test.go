@@ -373,3 +373,74 @@ func TestErrorKindsHonoured(t *testing.T) {
 		})
 	}
 }
+
+// downUntil refuses every Write as unavailable until up is set, then
+// collects.
+type downUntil struct {
+	collect
+	up bool
+}
+
+func (d *downUntil) Write(ctx context.Context, b *record.Batch) error {
+	if !d.up {
+		return fmt.Errorf("sink down: %w", record.ErrUnavailable)
+	}
+	return d.collect.Write(ctx, b)
+}
+
+// Samples absorbed after a refused Write (what a stopping pump had not
+// offered yet) are summarized with the written ones: Close emits every
+// window they fall in, each exactly as computed from all the samples.
+func TestAbsorbedSamplesSummarized(t *testing.T) {
+	sec := int64(time.Second)
+	base := int64(1_700_000_000) * sec
+	var samples []record.Sample
+	for i := range 40 {
+		samples = append(samples, record.Sample{TimeNS: base + int64(i)*sec/10, Value: float64(i % 7),
+			Device: uint16(i % 2), Metric: catalog.MetricPowerDraw})
+	}
+	inner := &downUntil{}
+	ag, err := aggregate.New(inner, aggregate.Options{Interval: time.Second,
+		Now: func() time.Time { return time.Unix(0, base) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &record.Batch{Seq: 1, Samples: slices.Clone(samples[:15])}
+	if err := ag.Write(context.Background(), b); err == nil {
+		// The samples at 1s closed the first windows: their summaries were refused.
+		t.Fatal("Write with the sink down: want an unavailable error")
+	}
+	var _ record.Absorber = ag
+	ag.Absorb(slices.Clone(samples[15:]))
+	inner.up = true
+	if err := ag.Close(); err != nil {
+		t.Fatal(err)
+	}
+	want := direct(samples, sec)
+	got := map[key]record.Summary{}
+	for _, s := range inner.sums {
+		k := key{s.Device, s.Metric, s.StartNS}
+		if _, dup := got[k]; dup {
+			t.Fatalf("window %+v emitted twice", k)
+		}
+		got[k] = s
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d summaries, want %d: %+v", len(got), len(want), inner.sums)
+	}
+	for k, w := range want {
+		g := got[k]
+		if g.Count != w.Count || g.Min != w.Min || g.Max != w.Max || g.Last != w.Last || math.Abs(g.Mean-w.Mean) > 1e-9 ||
+			g.IntervalNS != w.IntervalNS {
+			t.Errorf("window %+v: got %+v, want %+v", k, g, w)
+		}
+	}
+	if st := ag.Stats(); st.Dropped != 0 || st.Summarized != uint64(len(samples)) || st.Emitted != uint64(len(want)) {
+		t.Errorf("stats %+v", st)
+	}
+	// After Close nothing is taken.
+	ag.Absorb(samples[:1])
+	if st := ag.Stats(); st.Summarized != uint64(len(samples)) {
+		t.Errorf("absorbed after Close: %+v", st)
+	}
+}
