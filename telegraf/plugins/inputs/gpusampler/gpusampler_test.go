@@ -3,6 +3,7 @@ package gpusampler
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"maps"
 	"reflect"
 	"slices"
@@ -14,6 +15,8 @@ import (
 	"github.com/influxdata/telegraf/plugins/inputs"
 	"github.com/influxdata/telegraf/plugins/parsers/influx"
 	"github.com/influxdata/telegraf/testutil"
+
+	"github.com/gpusampler/gpusampler/outputs/execd"
 )
 
 // syncBuffer is a bytes.Buffer safe for one writer and a later reader.
@@ -144,5 +147,45 @@ func TestAccumulatorMatchesTwin(t *testing.T) {
 	}
 	if len(stamps) < 2 {
 		t.Errorf("all %d metrics on %d timestamps: want each sample on its own driver timestamp", len(got), len(stamps))
+	}
+}
+
+// TestLineSink feeds the sink lines split at arbitrary points and one line
+// Telegraf's parser refuses: every good line becomes its metric, the bad
+// one is counted, reported to the accumulator and by the next Gather.
+func TestLineSink(t *testing.T) {
+	acc := &testutil.Accumulator{}
+	sink, err := newLineSink(acc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, chunk := range []string{"nvidia_smi,index=0 power_draw=1.5,memory_used=7i 100\nnot line protocol\nnvidia_smi,ind", "ex=1 power_draw=2.5 200", "\n"} {
+		if n, err := sink.Write([]byte(chunk)); n != len(chunk) || err != nil {
+			t.Fatalf("Write(%q) = %d, %v", chunk, n, err)
+		}
+	}
+	got := points(acc.GetTelegrafMetrics())
+	want := []string{
+		"nvidia_smi,index=0 memory_used=7 100",
+		"nvidia_smi,index=0 power_draw=1.5 100",
+		"nvidia_smi,index=1 power_draw=2.5 200",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("metrics:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if len(acc.Errors) != 1 {
+		t.Errorf("accumulator errors %v, want the refused line's", acc.Errors)
+	}
+	out, err := execd.New(io.Discard, execd.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	p := &GPUSampler{Shape: ShapeRaw, out: out, sink: sink}
+	if err := p.Gather(acc); err == nil || !strings.Contains(err.Error(), "1 lines dropped") {
+		t.Errorf("Gather = %v, want the dropped line reported", err)
+	}
+	if err := p.Gather(acc); err != nil {
+		t.Errorf("second Gather = %v, want nil (reported once)", err)
 	}
 }
