@@ -86,12 +86,12 @@ gpu-check-bench:
 	@test -x $(BIN) || $(MAKE) gpu-check-build
 	scripts/gpu-check-bench.sh
 
-## generate: regenerate the plugin protocol's Go code (needs Debian's
+## generate: regenerate the record messages' and the plugin protocol's Go code (needs Debian's
 ## protobuf-compiler and the pinned protoc-gen-go v1.36.12 and
 ## protoc-gen-go-grpc v1.5.1 in GOPATH/bin) and config.example.toml from the
 ## outputs' sample.conf fragments.
 generate:
-	PATH="$$PATH:$$($(GO) env GOPATH)/bin" $(GO) generate ./plugins/proto
+	PATH="$$PATH:$$($(GO) env GOPATH)/bin" $(GO) generate ./record/recordpb ./plugins/proto
 	$(GO) generate ./internal/registry
 
 clean:

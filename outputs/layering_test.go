@@ -43,7 +43,7 @@ func deps(t *testing.T, root, pkg string) []string {
 }
 
 // TestLayering keeps the package graph layered: the leaves (config,
-// catalog, record) link nothing else of gpusampler but each other as
+// catalog, record and its protobuf form and fixture) link nothing else of gpusampler but each other as
 // documented; the contract, the sinks, the SDK, stream, the encoders and
 // the output wrappers link no engine; a sink, the plugin host and SDK, a
 // third-party plugin built on the SDK, stream and the encoders link
@@ -55,9 +55,11 @@ func TestLayering(t *testing.T) {
 		t.Fatal(err)
 	}
 	for pkg, want := range map[string][]string{
-		"config":  {"config"},
-		"catalog": {"catalog"},
-		"record":  {"catalog", "record"},
+		"config":            {"config"},
+		"catalog":           {"catalog"},
+		"record":            {"catalog", "record"},
+		"record/recordpb":   {"catalog", "record", "record/recordpb"},
+		"record/recordtest": {"catalog", "record", "record/recordtest"},
 	} {
 		if got := deps(t, root, pkg); !slices.Equal(got, want) {
 			t.Errorf("%s links %q, want %q", pkg, got, want)
@@ -75,6 +77,20 @@ func TestLayering(t *testing.T) {
 		"internal/pipeline/aggregate", "internal/pipeline/buffer"} {
 		if slices.Contains(deps(t, root, pkg), "sampler") {
 			t.Errorf("%s links the engine (sampler)", pkg)
+		}
+	}
+	// The plugin tree sits above the layers it plugs into: the record
+	// messages its protocol carries are generated under the record leaf
+	// (record/recordpb), so no sink, wrapper, encoder or stream imports
+	// from plugins/.
+	for _, pkg := range []string{"outputs", "outputs/execd", "outputs/influxdb", "outputs/nats", "outputs/prometheus",
+		"outputs/stdout", "outputs/telegraf", "outputs/outputtest", "stream",
+		"internal/encoding/jsonl", "internal/encoding/lineproto", "internal/encoding/protobuf",
+		"internal/pipeline/aggregate", "internal/pipeline/buffer"} {
+		for _, d := range deps(t, root, pkg) {
+			if d == "plugins" || strings.HasPrefix(d, "plugins/") {
+				t.Errorf("%s links the plugin tree (%s)", pkg, d)
+			}
 		}
 	}
 	app := []string{"sampler/sim", "internal/pipeline/buffer", "internal/appconfig", "internal/registry", "internal/agent", "cmd"}

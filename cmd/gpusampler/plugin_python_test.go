@@ -18,7 +18,7 @@ import (
 	"google.golang.org/protobuf/types/descriptorpb"
 
 	pluginproto "github.com/gpusampler/gpusampler/plugins/proto"
-	"github.com/gpusampler/gpusampler/plugins/proto/records"
+	"github.com/gpusampler/gpusampler/record/recordpb"
 )
 
 // pythonPlugin returns the Python example plugin's path, or skips when the
@@ -171,7 +171,7 @@ func TestPythonStubsMatchProto(t *testing.T) {
 		want   proto.Message
 	}{
 		{"output_pb2", protodesc.ToFileDescriptorProto(pluginproto.File_output_proto)},
-		{"records.records_pb2", protodesc.ToFileDescriptorProto(records.File_records_records_proto)},
+		{"recordpb.records_pb2", protodesc.ToFileDescriptorProto(recordpb.File_recordpb_records_proto)},
 	} {
 		cmd := exec.Command("/usr/bin/python3", "-B", "-c", "import sys; sys.path.insert(0, 'gen'); import "+tc.module+" as m; sys.stdout.write(m.DESCRIPTOR.serialized_pb.hex())")
 		cmd.Dir = "../../plugins/examples/python"

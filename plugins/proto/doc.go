@@ -6,6 +6,7 @@
 // record.Output. Plugin authors writing in another language start from
 // output.proto and plugins/README.md.
 //
-// Regenerate with `go generate ./plugins/proto` (make generate); generated
+// Regenerate with `make generate` (record/recordpb first: output.proto
+// imports its records.proto); generated
 // files are committed so that builds and tests need no protoc.
 package proto

@@ -27,7 +27,7 @@
 package proto
 
 import (
-	records "github.com/gpusampler/gpusampler/plugins/proto/records"
+	recordpb "github.com/gpusampler/gpusampler/record/recordpb"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -633,13 +633,13 @@ type WriteRequest struct {
 	// devices are identities that are new or changed since this connection
 	// last sent them: every device the host knows comes with the first batch
 	// of a connection, later ones only when they change (generation).
-	Devices []*records.Device `protobuf:"bytes,2,rep,name=devices,proto3" json:"devices,omitempty"`
+	Devices []*recordpb.Device `protobuf:"bytes,2,rep,name=devices,proto3" json:"devices,omitempty"`
 	// samples, columnar: all columns have the same length.
-	Samples *records.SampleColumns `protobuf:"bytes,3,opt,name=samples,proto3" json:"samples,omitempty"`
-	Events  []*records.Event       `protobuf:"bytes,4,rep,name=events,proto3" json:"events,omitempty"`
+	Samples *recordpb.SampleColumns `protobuf:"bytes,3,opt,name=samples,proto3" json:"samples,omitempty"`
+	Events  []*recordpb.Event       `protobuf:"bytes,4,rep,name=events,proto3" json:"events,omitempty"`
 	// summaries are per-window aggregates, present when the output is
 	// configured with aggregate = "INTERVAL" (then samples is usually empty).
-	Summaries     *records.SummaryColumns `protobuf:"bytes,5,opt,name=summaries,proto3" json:"summaries,omitempty"`
+	Summaries     *recordpb.SummaryColumns `protobuf:"bytes,5,opt,name=summaries,proto3" json:"summaries,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -681,28 +681,28 @@ func (x *WriteRequest) GetSeq() uint64 {
 	return 0
 }
 
-func (x *WriteRequest) GetDevices() []*records.Device {
+func (x *WriteRequest) GetDevices() []*recordpb.Device {
 	if x != nil {
 		return x.Devices
 	}
 	return nil
 }
 
-func (x *WriteRequest) GetSamples() *records.SampleColumns {
+func (x *WriteRequest) GetSamples() *recordpb.SampleColumns {
 	if x != nil {
 		return x.Samples
 	}
 	return nil
 }
 
-func (x *WriteRequest) GetEvents() []*records.Event {
+func (x *WriteRequest) GetEvents() []*recordpb.Event {
 	if x != nil {
 		return x.Events
 	}
 	return nil
 }
 
-func (x *WriteRequest) GetSummaries() *records.SummaryColumns {
+func (x *WriteRequest) GetSummaries() *recordpb.SummaryColumns {
 	if x != nil {
 		return x.Summaries
 	}
@@ -792,7 +792,7 @@ type HealthResponse struct {
 	// e.g. requests, retries, messages, acks. The host keeps the newest reply's
 	// and sends them as self-metrics (scope output_detail) with its own
 	// supervision counters. Keys are snake_case and stable.
-	Stats         []*records.Field `protobuf:"bytes,3,rep,name=stats,proto3" json:"stats,omitempty"`
+	Stats         []*recordpb.Field `protobuf:"bytes,3,rep,name=stats,proto3" json:"stats,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -841,7 +841,7 @@ func (x *HealthResponse) GetMessage() string {
 	return ""
 }
 
-func (x *HealthResponse) GetStats() []*records.Field {
+func (x *HealthResponse) GetStats() []*recordpb.Field {
 	if x != nil {
 		return x.Stats
 	}
@@ -924,7 +924,7 @@ var File_output_proto protoreflect.FileDescriptor
 
 const file_output_proto_rawDesc = "" +
 	"\n" +
-	"\foutput.proto\x12\x14gpusampler.plugin.v1\x1a\x15records/records.proto\"\xa9\x03\n" +
+	"\foutput.proto\x12\x14gpusampler.plugin.v1\x1a\x16recordpb/records.proto\"\xa9\x03\n" +
 	"\x10ConfigureRequest\x12P\n" +
 	"\x10protocol_version\x18\x01 \x01(\x0e2%.gpusampler.plugin.v1.ProtocolVersionR\x0fprotocolVersion\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -1006,27 +1006,27 @@ func file_output_proto_rawDescGZIP() []byte {
 var file_output_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
 var file_output_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_output_proto_goTypes = []any{
-	(ProtocolVersion)(0),           // 0: gpusampler.plugin.v1.ProtocolVersion
-	(*ConfigureRequest)(nil),       // 1: gpusampler.plugin.v1.ConfigureRequest
-	(*ConfigureResponse)(nil),      // 2: gpusampler.plugin.v1.ConfigureResponse
-	(*ConfigError)(nil),            // 3: gpusampler.plugin.v1.ConfigError
-	(*MetricInfo)(nil),             // 4: gpusampler.plugin.v1.MetricInfo
-	(*Value)(nil),                  // 5: gpusampler.plugin.v1.Value
-	(*List)(nil),                   // 6: gpusampler.plugin.v1.List
-	(*Table)(nil),                  // 7: gpusampler.plugin.v1.Table
-	(*WriteRequest)(nil),           // 8: gpusampler.plugin.v1.WriteRequest
-	(*WriteResponse)(nil),          // 9: gpusampler.plugin.v1.WriteResponse
-	(*HealthRequest)(nil),          // 10: gpusampler.plugin.v1.HealthRequest
-	(*HealthResponse)(nil),         // 11: gpusampler.plugin.v1.HealthResponse
-	(*CloseRequest)(nil),           // 12: gpusampler.plugin.v1.CloseRequest
-	(*CloseResponse)(nil),          // 13: gpusampler.plugin.v1.CloseResponse
-	nil,                            // 14: gpusampler.plugin.v1.ConfigureRequest.GlobalTagsEntry
-	nil,                            // 15: gpusampler.plugin.v1.Table.FieldsEntry
-	(*records.Device)(nil),         // 16: gpusampler.plugin.v1.Device
-	(*records.SampleColumns)(nil),  // 17: gpusampler.plugin.v1.SampleColumns
-	(*records.Event)(nil),          // 18: gpusampler.plugin.v1.Event
-	(*records.SummaryColumns)(nil), // 19: gpusampler.plugin.v1.SummaryColumns
-	(*records.Field)(nil),          // 20: gpusampler.plugin.v1.Field
+	(ProtocolVersion)(0),            // 0: gpusampler.plugin.v1.ProtocolVersion
+	(*ConfigureRequest)(nil),        // 1: gpusampler.plugin.v1.ConfigureRequest
+	(*ConfigureResponse)(nil),       // 2: gpusampler.plugin.v1.ConfigureResponse
+	(*ConfigError)(nil),             // 3: gpusampler.plugin.v1.ConfigError
+	(*MetricInfo)(nil),              // 4: gpusampler.plugin.v1.MetricInfo
+	(*Value)(nil),                   // 5: gpusampler.plugin.v1.Value
+	(*List)(nil),                    // 6: gpusampler.plugin.v1.List
+	(*Table)(nil),                   // 7: gpusampler.plugin.v1.Table
+	(*WriteRequest)(nil),            // 8: gpusampler.plugin.v1.WriteRequest
+	(*WriteResponse)(nil),           // 9: gpusampler.plugin.v1.WriteResponse
+	(*HealthRequest)(nil),           // 10: gpusampler.plugin.v1.HealthRequest
+	(*HealthResponse)(nil),          // 11: gpusampler.plugin.v1.HealthResponse
+	(*CloseRequest)(nil),            // 12: gpusampler.plugin.v1.CloseRequest
+	(*CloseResponse)(nil),           // 13: gpusampler.plugin.v1.CloseResponse
+	nil,                             // 14: gpusampler.plugin.v1.ConfigureRequest.GlobalTagsEntry
+	nil,                             // 15: gpusampler.plugin.v1.Table.FieldsEntry
+	(*recordpb.Device)(nil),         // 16: gpusampler.plugin.v1.Device
+	(*recordpb.SampleColumns)(nil),  // 17: gpusampler.plugin.v1.SampleColumns
+	(*recordpb.Event)(nil),          // 18: gpusampler.plugin.v1.Event
+	(*recordpb.SummaryColumns)(nil), // 19: gpusampler.plugin.v1.SummaryColumns
+	(*recordpb.Field)(nil),          // 20: gpusampler.plugin.v1.Field
 }
 var file_output_proto_depIdxs = []int32{
 	0,  // 0: gpusampler.plugin.v1.ConfigureRequest.protocol_version:type_name -> gpusampler.plugin.v1.ProtocolVersion

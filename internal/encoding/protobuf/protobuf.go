@@ -1,6 +1,6 @@
 // Package protobuf is gpusampler's compact binary encoding of a batch: one
 // protobuf message, gpusampler.plugin.v1.Batch, defined in
-// plugins/proto/records/records.proto — the same record messages the
+// record/recordpb/records.proto — the same record messages the
 // output plugin protocol carries, so one .proto file documents both wire
 // forms and a consumer in any language decodes it with generated code.
 // Samples travel as parallel packed columns (timestamps as zig-zag varint
@@ -31,8 +31,8 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/gpusampler/gpusampler/plugins/proto/records"
 	"github.com/gpusampler/gpusampler/record"
+	"github.com/gpusampler/gpusampler/record/recordpb"
 )
 
 // MessageName is the full name of the protobuf message a payload holds.
@@ -62,7 +62,7 @@ type Meta struct {
 // Encoder encodes batches, reusing its message between calls. One
 // goroutine at a time.
 type Encoder struct {
-	msg records.Batch
+	msg recordpb.Batch
 }
 
 var marshal = proto.MarshalOptions{Deterministic: true}
@@ -78,7 +78,7 @@ var marshal = proto.MarshalOptions{Deterministic: true}
 // the same message (TestAppendIsProtoMarshal).
 func (e *Encoder) Append(dst []byte, b *record.Batch, meta *Meta) []byte {
 	m := &e.msg
-	records.FillBatch(m, b, true)
+	recordpb.FillBatch(m, b, true)
 	samples := m.Samples
 	m.Samples, m.Host, m.Tags, m.DeviceUuids = nil, "", nil, nil
 	if meta != nil {
@@ -126,7 +126,7 @@ func validString(s string) string {
 
 // appendSamples appends c as Batch field 3, its columns packed in field
 // order as proto.Marshal writes them (an empty column is left out).
-func appendSamples(out []byte, c *records.SampleColumns) []byte {
+func appendSamples(out []byte, c *recordpb.SampleColumns) []byte {
 	if c == nil {
 		return out
 	}
@@ -176,7 +176,7 @@ func appendSamples(out []byte, c *records.SampleColumns) []byte {
 	return out
 }
 
-func validUTF8(m *records.Batch) {
+func validUTF8(m *recordpb.Batch) {
 	v := func(s *string) { *s = strings.ToValidUTF8(*s, "\uFFFD") }
 	v(&m.Host)
 	for _, d := range m.Devices {
@@ -221,11 +221,11 @@ var ErrFormat = errors.New("protobuf: malformed batch")
 // returns the message's meta. Nothing in the result aliases data.
 func Decode(data []byte, b *record.Batch) (Meta, error) {
 	b.Reset()
-	var m records.Batch
+	var m recordpb.Batch
 	if err := proto.Unmarshal(data, &m); err != nil {
 		return Meta{}, fmt.Errorf("%w: %v", ErrFormat, err)
 	}
-	if err := records.ToBatch(&m, b); err != nil {
+	if err := recordpb.ToBatch(&m, b); err != nil {
 		return Meta{}, fmt.Errorf("%w: %v", ErrFormat, err)
 	}
 	meta := Meta{Host: m.GetHost()}

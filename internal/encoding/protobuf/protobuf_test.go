@@ -12,8 +12,8 @@ import (
 
 	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/internal/encoding/protobuf"
-	"github.com/gpusampler/gpusampler/plugins/proto/records"
 	"github.com/gpusampler/gpusampler/record"
+	"github.com/gpusampler/gpusampler/record/recordpb"
 )
 
 func testBatch() *record.Batch {
@@ -64,11 +64,11 @@ func TestRoundTrip(t *testing.T) {
 	}
 }
 
-// The payload is a plain records.Batch: any protobuf reader decodes it,
+// The payload is a plain recordpb.Batch: any protobuf reader decodes it,
 // and the samples' times travel as deltas (time_delta_ns).
 func TestPayloadIsRecordsBatch(t *testing.T) {
 	data := protobuf.Append(nil, testBatch(), &protobuf.Meta{Host: "node7"})
-	var m records.Batch
+	var m recordpb.Batch
 	if err := proto.Unmarshal(data, &m); err != nil {
 		t.Fatal(err)
 	}
@@ -94,8 +94,8 @@ func TestInvalidUTF8(t *testing.T) {
 
 func TestDecodeRejects(t *testing.T) {
 	good := protobuf.Append(nil, testBatch(), &protobuf.Meta{Host: "h"})
-	col := func(s *records.SampleColumns) []byte {
-		data, err := proto.Marshal(&records.Batch{Samples: s})
+	col := func(s *recordpb.SampleColumns) []byte {
+		data, err := proto.Marshal(&recordpb.Batch{Samples: s})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -106,10 +106,10 @@ func TestDecodeRejects(t *testing.T) {
 		"truncated":     good[:len(good)-2],
 		"garbage":       []byte("GSPK\x01\x02\x03"),
 		"huge length":   protowire.AppendBytes(protowire.AppendTag(nil, 3, protowire.BytesType), nil)[:1],
-		"columns":       col(&records.SampleColumns{TimeNs: []int64{1, 2}, Value: []float64{1}, Device: []uint32{0, 0}, Metric: []uint32{1, 1}}),
-		"both times":    col(&records.SampleColumns{TimeNs: []int64{1}, TimeDeltaNs: []int64{1}, Value: []float64{1}, Device: []uint32{0}, Metric: []uint32{1}}),
-		"device range":  col(&records.SampleColumns{TimeNs: []int64{1}, Value: []float64{1}, Device: []uint32{70000}, Metric: []uint32{1}}),
-		"summary range": mustMarshal(t, &records.Batch{Summaries: &records.SummaryColumns{StartNs: []int64{1}}}),
+		"columns":       col(&recordpb.SampleColumns{TimeNs: []int64{1, 2}, Value: []float64{1}, Device: []uint32{0, 0}, Metric: []uint32{1, 1}}),
+		"both times":    col(&recordpb.SampleColumns{TimeNs: []int64{1}, TimeDeltaNs: []int64{1}, Value: []float64{1}, Device: []uint32{0}, Metric: []uint32{1}}),
+		"device range":  col(&recordpb.SampleColumns{TimeNs: []int64{1}, Value: []float64{1}, Device: []uint32{70000}, Metric: []uint32{1}}),
+		"summary range": mustMarshal(t, &recordpb.Batch{Summaries: &recordpb.SummaryColumns{StartNs: []int64{1}}}),
 	} {
 		if _, err := protobuf.Decode(data, &b); !errors.Is(err, protobuf.ErrFormat) {
 			t.Errorf("%s: err = %v, want ErrFormat", name, err)
@@ -179,8 +179,8 @@ func TestAppendIsProtoMarshal(t *testing.T) {
 		{&record.Batch{}, &protobuf.Meta{Host: "h"}},
 		{&record.Batch{}, nil},
 	} {
-		var want records.Batch
-		records.FillBatch(&want, tc.b, true)
+		var want recordpb.Batch
+		recordpb.FillBatch(&want, tc.b, true)
 		if m := tc.meta; m != nil {
 			want.Host = m.Host
 			for _, tg := range m.Tags {
@@ -200,7 +200,7 @@ func TestAppendIsProtoMarshal(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var fromProto, got records.Batch
+		var fromProto, got recordpb.Batch
 		if err := proto.Unmarshal(wantBytes, &fromProto); err != nil {
 			t.Fatal(err)
 		}

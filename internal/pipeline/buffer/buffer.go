@@ -16,8 +16,8 @@ import (
 
 	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/internal/backoff"
-	"github.com/gpusampler/gpusampler/plugins/proto/records"
 	"github.com/gpusampler/gpusampler/record"
+	"github.com/gpusampler/gpusampler/record/recordpb"
 )
 
 // ErrTooLarge is returned by Write for a batch that alone exceeds the
@@ -93,7 +93,7 @@ type Buffer struct {
 	mu     sync.Mutex // guards closed, enc, encMsg and idents
 	closed bool
 	enc    []byte
-	encMsg records.Batch
+	encMsg recordpb.Batch
 	// idents are the newest identities Write has seen, by device index:
 	// the header of the next disk segment.
 	idents map[int]record.Device
@@ -132,7 +132,7 @@ type Buffer struct {
 	writing atomic.Bool
 
 	// Owned by the delivery goroutine.
-	decMsg records.Batch
+	decMsg recordpb.Batch
 	// The segment being delivered (disk): its ID, and how its metric IDs
 	// map onto the catalog (remap nil when they need no rewriting).
 	haveSeg bool
@@ -188,7 +188,7 @@ func New(out record.Output, cfg Config, opts ...Option) (*Buffer, error) {
 		o.catalog = catalog.Default()
 	}
 	if o.metricNames == nil {
-		o.metricNames = records.MetricNames(o.catalog)
+		o.metricNames = recordpb.MetricNames(o.catalog)
 	}
 	b := &Buffer{out: out, cfg: cfg, opts: o, log: o.log.With("output", o.name, "buffer", cfg.Kind),
 		wake: make(chan struct{}, 1), draining: make(chan struct{}), done: make(chan struct{}), rnd: o.rand,
@@ -228,9 +228,9 @@ func (b *Buffer) LastAppended() (seq uint64, ok bool) {
 	if !isDisk || dq.lastPayload == nil {
 		return 0, false
 	}
-	var msg records.Batch
+	var msg recordpb.Batch
 	var batch record.Batch
-	if err := records.DecodeBatch(dq.lastPayload, &msg, &batch); err != nil {
+	if err := recordpb.DecodeBatch(dq.lastPayload, &msg, &batch); err != nil {
 		return 0, false
 	}
 	return batch.Seq, true
@@ -251,7 +251,7 @@ func (b *Buffer) Write(_ context.Context, batch *record.Batch) error {
 		return record.ErrClosed
 	}
 	var err error
-	if b.enc, err = records.AppendBatch(b.enc[:0], &b.encMsg, batch); err != nil {
+	if b.enc, err = recordpb.AppendBatch(b.enc[:0], &b.encMsg, batch); err != nil {
 		return fmt.Errorf("buffer: %w", err)
 	}
 	if b.noteIdentities(batch.Devices) && b.cfg.Kind == KindDisk {
@@ -294,10 +294,10 @@ func (b *Buffer) noteIdentities(devs []record.Device) bool {
 // every batch in it, whichever of them a restart replays first. Called with mu held (or before
 // the buffer is shared).
 func (b *Buffer) segmentHeader() []byte {
-	h := &records.BufferSegment{Format: 2, MetricNames: b.opts.metricNames}
+	h := &recordpb.BufferSegment{Format: 2, MetricNames: b.opts.metricNames}
 	for _, i := range slices.Sorted(maps.Keys(b.idents)) {
 		d := b.idents[i]
-		h.Devices = append(h.Devices, records.FromDevice(&d))
+		h.Devices = append(h.Devices, recordpb.FromDevice(&d))
 	}
 	p, err := proto.MarshalOptions{Deterministic: true}.Marshal(h)
 	if err != nil {
@@ -352,7 +352,7 @@ func (b *Buffer) run() {
 // deliver writes one entry to the wrapped output until it is accepted,
 // rejected as permanent, or the buffer's context ends.
 func (b *Buffer) deliver(e entry, batch *record.Batch) {
-	if err := records.DecodeBatch(e.payload, &b.decMsg, batch); err != nil {
+	if err := recordpb.DecodeBatch(e.payload, &b.decMsg, batch); err != nil {
 		// The payload passed its checksum (disk) or never left memory, so
 		// this is an encoding bug or memory corruption: count it as corrupt.
 		b.q.ack()
@@ -435,7 +435,7 @@ func (b *Buffer) deliver(e entry, batch *record.Batch) {
 // started.
 func (b *Buffer) enterSegment(e entry) {
 	b.haveSeg, b.curSeg, b.remap = true, e.segment, nil
-	var h records.BufferSegment
+	var h recordpb.BufferSegment
 	if err := proto.Unmarshal(e.header, &h); err != nil || h.GetFormat() != 2 {
 		// Passed its checksum, so a bug: map nothing rather than guess.
 		b.log.Warn("buffer segment header unreadable; its batches' samples are dropped", "segment", e.segment,
@@ -443,7 +443,7 @@ func (b *Buffer) enterSegment(e entry) {
 		b.remap = []catalog.MetricID{}
 		return
 	}
-	if m, identity := records.MetricMap(h.GetMetricNames(), b.opts.catalog); !identity {
+	if m, identity := recordpb.MetricMap(h.GetMetricNames(), b.opts.catalog); !identity {
 		b.remap = m
 		if e.replayed {
 			b.log.Info("replaying a segment written with another metric catalog; metric IDs are mapped by name",

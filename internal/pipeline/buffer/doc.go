@@ -15,7 +15,7 @@
 // once, each batch with its Seq).
 //
 // Batches are stored in records.proto's Batch encoding (package
-// plugins/proto/records), the one encoding of a batch that the plugin
+// record/recordpb), the one encoding of a batch that the plugin
 // protocol and NATS use too; disk segments also record the metric catalog
 // and device identities, so that a replay maps metric IDs by name and
 // names its devices.

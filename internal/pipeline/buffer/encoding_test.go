@@ -19,9 +19,9 @@ import (
 
 	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/internal/encoding/lineproto"
-	"github.com/gpusampler/gpusampler/plugins/proto/records"
-	"github.com/gpusampler/gpusampler/plugins/proto/records/recordstest"
 	"github.com/gpusampler/gpusampler/record"
+	"github.com/gpusampler/gpusampler/record/recordpb"
+	"github.com/gpusampler/gpusampler/record/recordtest"
 )
 
 // normalized returns a copy of b with empty slices as nil, so that batches
@@ -74,8 +74,8 @@ func (s *fakeSink) Batches(t testing.TB) []*record.Batch {
 // (process records, self-metrics), device identities with the MIG and mode
 // fields — compared record by record, for memory and disk.
 func TestBufferCarriesEveryRecordKind(t *testing.T) {
-	full := recordstest.FullBatch()
-	if unset := recordstest.UnsetFields(full); len(unset) > 0 {
+	full := recordtest.FullBatch()
+	if unset := recordtest.UnsetFields(full); len(unset) > 0 {
 		t.Fatalf("fixture leaves fields unset: %v", unset)
 	}
 	r := rand.New(rand.NewPCG(1, 2))
@@ -127,9 +127,9 @@ func TestBufferCarriesEveryRecordKind(t *testing.T) {
 // holds names and devs, and the batches.
 func writeSegments(t *testing.T, dir string, names []string, devs []record.Device, batches ...*record.Batch) {
 	t.Helper()
-	h := &records.BufferSegment{Format: 2, MetricNames: names}
+	h := &recordpb.BufferSegment{Format: 2, MetricNames: names}
 	for i := range devs {
-		h.Devices = append(h.Devices, records.FromDevice(&devs[i]))
+		h.Devices = append(h.Devices, recordpb.FromDevice(&devs[i]))
 	}
 	hdr, err := proto.Marshal(h)
 	if err != nil {
@@ -157,7 +157,7 @@ func TestDiskReplayMapsMetricsByName(t *testing.T) {
 	c := catalog.Default()
 	// The old catalog: power_draw and temp_gpu swapped, and a metric
 	// since removed at ID 3.
-	old := records.MetricNames(c)
+	old := recordpb.MetricNames(c)
 	pd, tg := int(catalog.MetricPowerDraw)-1, int(catalog.MetricTempGPU)-1
 	old[pd], old[tg] = old[tg], old[pd]
 	old[2] = "retired_metric"
@@ -370,7 +370,7 @@ func TestDiskCorruptRecordCounted(t *testing.T) {
 	for seq := uint64(1); seq <= 10; seq++ {
 		in = append(in, plainBatch(seq, 4))
 	}
-	writeSegments(t, dir, records.MetricNames(catalog.Default()), nil, in...)
+	writeSegments(t, dir, recordpb.MetricNames(catalog.Default()), nil, in...)
 	ids, err := listSegments(dir)
 	if err != nil || len(ids) != 1 {
 		t.Fatalf("segments %v, %v; want one", ids, err)
@@ -420,7 +420,7 @@ func TestDiskReplayPermanentRefusal(t *testing.T) {
 	for seq := uint64(1); seq <= 5; seq++ {
 		in = append(in, testBatch(seq, 3))
 	}
-	writeSegments(t, dir, records.MetricNames(catalog.Default()), nil, in...)
+	writeSegments(t, dir, recordpb.MetricNames(catalog.Default()), nil, in...)
 	sink := &fakeSink{script: func(_ int, b *record.Batch) error {
 		if b.Seq == 2 {
 			return fmt.Errorf("influxdb: write: %w", record.Permanent(errors.New("400 field type conflict")))
@@ -521,7 +521,7 @@ func testCorruptHeader(t *testing.T, cursor bool) {
 	for seq := uint64(1); seq <= 3; seq++ {
 		in = append(in, plainBatch(seq, 5))
 	}
-	writeSegments(t, dir, records.MetricNames(catalog.Default()), nil, in...)
+	writeSegments(t, dir, recordpb.MetricNames(catalog.Default()), nil, in...)
 	ids, err := listSegments(dir)
 	if err != nil || len(ids) != 1 {
 		t.Fatalf("segments %v, %v; want one", ids, err)

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/gpusampler/gpusampler/catalog"
-	"github.com/gpusampler/gpusampler/plugins/proto/records"
 	"github.com/gpusampler/gpusampler/record"
+	"github.com/gpusampler/gpusampler/record/recordpb"
 )
 
 // Test-only options: injected clock, backoff sleep, jitter and disk hooks.
@@ -111,7 +111,7 @@ func randomBatch(r *rand.Rand, seq uint64) *record.Batch {
 func encode(b *record.Batch) []byte { return appendBatch(nil, b) }
 
 func appendBatch(dst []byte, b *record.Batch) []byte {
-	p, err := records.AppendBatch(dst, &records.Batch{}, b)
+	p, err := recordpb.AppendBatch(dst, &recordpb.Batch{}, b)
 	if err != nil {
 		panic(err)
 	}
@@ -119,7 +119,7 @@ func appendBatch(dst []byte, b *record.Batch) []byte {
 }
 
 func decodeBatch(dst *record.Batch, p []byte) error {
-	return records.DecodeBatch(p, &records.Batch{}, dst)
+	return recordpb.DecodeBatch(p, &recordpb.Batch{}, dst)
 }
 
 // fakeSink is an Output that records what it accepted (deep copies, by

@@ -40,7 +40,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 sys.dont_write_bytecode = True  # no __pycache__ beside an installed plugin
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "gen"))
 import output_pb2  # noqa: E402  (generated: ./generate.sh)
-from records import records_pb2  # noqa: E402,F401  (output_pb2 needs it)
+from recordpb import records_pb2  # noqa: E402,F401  (output_pb2 needs it)
 
 MAGIC_KEY, MAGIC_VALUE = "GPUSAMPLER_PLUGIN", "output-v1-5f0c1b7e"
 CORE_PROTOCOL, APP_PROTOCOL = "1", "1"

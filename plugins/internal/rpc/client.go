@@ -14,8 +14,8 @@ import (
 
 	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/plugins/proto"
-	"github.com/gpusampler/gpusampler/plugins/proto/records"
 	"github.com/gpusampler/gpusampler/record"
+	"github.com/gpusampler/gpusampler/record/recordpb"
 )
 
 // ConfigureInput is what the host hands a plugin's Configure.
@@ -156,7 +156,7 @@ func (c *Client) HealthStats(ctx context.Context) ([]record.Field, error) {
 	if err != nil {
 		return nil, err
 	}
-	stats := records.ToFields(resp.GetStats())
+	stats := recordpb.ToFields(resp.GetStats())
 	if !resp.GetOk() {
 		return stats, fmt.Errorf("%w: %s", ErrNotHealthy, resp.GetMessage())
 	}

@@ -16,8 +16,8 @@ import (
 	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/config"
 	"github.com/gpusampler/gpusampler/plugins/proto"
-	"github.com/gpusampler/gpusampler/plugins/proto/records"
 	"github.com/gpusampler/gpusampler/record"
+	"github.com/gpusampler/gpusampler/record/recordpb"
 )
 
 // Env is what a plugin's output is built with: the host's view of the
@@ -176,7 +176,7 @@ func (s *Server) Health(ctx context.Context, _ *proto.HealthRequest) (*proto.Hea
 		return &proto.HealthResponse{Ok: true}, nil
 	}
 	out := *p
-	resp := &proto.HealthResponse{Ok: true, Stats: records.FromFields(record.ReportStats(out, nil))}
+	resp := &proto.HealthResponse{Ok: true, Stats: recordpb.FromFields(record.ReportStats(out, nil))}
 	if hc, ok := out.(HealthChecker); ok {
 		if err := hc.Health(ctx); err != nil {
 			resp.Ok, resp.Message = false, err.Error()

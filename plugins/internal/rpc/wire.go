@@ -12,8 +12,8 @@ import (
 	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/config"
 	"github.com/gpusampler/gpusampler/plugins/proto"
-	"github.com/gpusampler/gpusampler/plugins/proto/records"
 	"github.com/gpusampler/gpusampler/record"
+	"github.com/gpusampler/gpusampler/record/recordpb"
 	toml "github.com/pelletier/go-toml/v2"
 )
 
@@ -30,24 +30,24 @@ func encodeBatch(req *proto.WriteRequest, b *record.Batch, devs []record.Device)
 	clear(req.Devices)
 	req.Devices = req.Devices[:0]
 	for i := range devs {
-		req.Devices = append(req.Devices, records.FromDevice(&devs[i]))
+		req.Devices = append(req.Devices, recordpb.FromDevice(&devs[i]))
 	}
 	if req.Samples == nil {
-		req.Samples = &records.SampleColumns{}
+		req.Samples = &recordpb.SampleColumns{}
 	}
 	req.Samples.Fill(b.Samples, false)
 	clear(req.Events)
 	req.Events = req.Events[:0]
 	for i := range b.Events {
-		req.Events = append(req.Events, records.FromEvent(&b.Events[i]))
+		req.Events = append(req.Events, recordpb.FromEvent(&b.Events[i]))
 	}
-	req.Summaries = records.FromSummaries(b.Summaries)
+	req.Summaries = recordpb.FromSummaries(b.Summaries)
 }
 
 // decodeBatch fills b (reset first) from req, checking that the columns
 // agree. b's slices are reused.
 func decodeBatch(req *proto.WriteRequest, b *record.Batch) error {
-	return records.ToBatchParts(req.GetSeq(), req.GetDevices(), req.GetSamples(), req.GetEvents(), req.GetSummaries(), b)
+	return recordpb.ToBatchParts(req.GetSeq(), req.GetDevices(), req.GetSamples(), req.GetEvents(), req.GetSummaries(), b)
 }
 
 // catalogToProto lists cat's metrics.

@@ -1,6 +1,8 @@
-// Package records holds the protobuf form of gpusampler's records
+// Package recordpb holds the protobuf form of gpusampler's records
 // (records.proto and the Go code generated from it) and the conversions
-// between it and package sampler's types.
+// between it and package record's types. It sits under the record leaf and
+// links only record, catalog and the protobuf runtime, so the buffers and
+// the encoders use it without the plugin tree.
 //
 // Two wire forms share these messages: the output plugin protocol
 // (plugins/proto's WriteRequest) and the NATS output's protobuf encoding
@@ -8,5 +10,5 @@
 // The package has no gRPC dependency, so stream consumers do not pull one
 // in.
 //
-// Regenerate with `go generate ./plugins/proto` (make generate).
-package records
+// Regenerate with `go generate ./record/recordpb` (make generate).
+package recordpb

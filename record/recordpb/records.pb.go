@@ -2,7 +2,7 @@
 // summaries, device identities and events.
 //
 // Three things use these messages:
-//   - the output plugin protocol (../output.proto): WriteRequest carries
+//   - the output plugin protocol (plugins/proto/output.proto): WriteRequest carries
 //     them to a plugin;
 //   - the memory and disk buffers (internal/pipeline/buffer): every queued batch is
 //     one Batch, and every disk segment starts with a BufferSegment;
@@ -21,9 +21,9 @@
 // versions:
 // 	protoc-gen-go v1.36.12
 // 	protoc        v3.21.12
-// source: records/records.proto
+// source: recordpb/records.proto
 
-package records
+package recordpb
 
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
@@ -70,7 +70,7 @@ type Batch struct {
 
 func (x *Batch) Reset() {
 	*x = Batch{}
-	mi := &file_records_records_proto_msgTypes[0]
+	mi := &file_recordpb_records_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -82,7 +82,7 @@ func (x *Batch) String() string {
 func (*Batch) ProtoMessage() {}
 
 func (x *Batch) ProtoReflect() protoreflect.Message {
-	mi := &file_records_records_proto_msgTypes[0]
+	mi := &file_recordpb_records_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -95,7 +95,7 @@ func (x *Batch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Batch.ProtoReflect.Descriptor instead.
 func (*Batch) Descriptor() ([]byte, []int) {
-	return file_records_records_proto_rawDescGZIP(), []int{0}
+	return file_recordpb_records_proto_rawDescGZIP(), []int{0}
 }
 
 func (x *Batch) GetSeq() uint64 {
@@ -181,7 +181,7 @@ type SampleColumns struct {
 
 func (x *SampleColumns) Reset() {
 	*x = SampleColumns{}
-	mi := &file_records_records_proto_msgTypes[1]
+	mi := &file_recordpb_records_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -193,7 +193,7 @@ func (x *SampleColumns) String() string {
 func (*SampleColumns) ProtoMessage() {}
 
 func (x *SampleColumns) ProtoReflect() protoreflect.Message {
-	mi := &file_records_records_proto_msgTypes[1]
+	mi := &file_recordpb_records_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -206,7 +206,7 @@ func (x *SampleColumns) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SampleColumns.ProtoReflect.Descriptor instead.
 func (*SampleColumns) Descriptor() ([]byte, []int) {
-	return file_records_records_proto_rawDescGZIP(), []int{1}
+	return file_recordpb_records_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *SampleColumns) GetTimeNs() []int64 {
@@ -269,7 +269,7 @@ type SummaryColumns struct {
 
 func (x *SummaryColumns) Reset() {
 	*x = SummaryColumns{}
-	mi := &file_records_records_proto_msgTypes[2]
+	mi := &file_recordpb_records_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -281,7 +281,7 @@ func (x *SummaryColumns) String() string {
 func (*SummaryColumns) ProtoMessage() {}
 
 func (x *SummaryColumns) ProtoReflect() protoreflect.Message {
-	mi := &file_records_records_proto_msgTypes[2]
+	mi := &file_recordpb_records_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -294,7 +294,7 @@ func (x *SummaryColumns) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SummaryColumns.ProtoReflect.Descriptor instead.
 func (*SummaryColumns) Descriptor() ([]byte, []int) {
-	return file_records_records_proto_rawDescGZIP(), []int{2}
+	return file_recordpb_records_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *SummaryColumns) GetStartNs() []int64 {
@@ -406,7 +406,7 @@ type Device struct {
 
 func (x *Device) Reset() {
 	*x = Device{}
-	mi := &file_records_records_proto_msgTypes[3]
+	mi := &file_recordpb_records_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -418,7 +418,7 @@ func (x *Device) String() string {
 func (*Device) ProtoMessage() {}
 
 func (x *Device) ProtoReflect() protoreflect.Message {
-	mi := &file_records_records_proto_msgTypes[3]
+	mi := &file_recordpb_records_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -431,7 +431,7 @@ func (x *Device) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Device.ProtoReflect.Descriptor instead.
 func (*Device) Descriptor() ([]byte, []int) {
-	return file_records_records_proto_rawDescGZIP(), []int{3}
+	return file_recordpb_records_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Device) GetIndex() uint32 {
@@ -637,7 +637,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_records_records_proto_msgTypes[4]
+	mi := &file_recordpb_records_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -649,7 +649,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_records_records_proto_msgTypes[4]
+	mi := &file_recordpb_records_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -662,7 +662,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_records_records_proto_rawDescGZIP(), []int{4}
+	return file_recordpb_records_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Event) GetKind() string {
@@ -734,7 +734,7 @@ type BufferSegment struct {
 
 func (x *BufferSegment) Reset() {
 	*x = BufferSegment{}
-	mi := &file_records_records_proto_msgTypes[5]
+	mi := &file_recordpb_records_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -746,7 +746,7 @@ func (x *BufferSegment) String() string {
 func (*BufferSegment) ProtoMessage() {}
 
 func (x *BufferSegment) ProtoReflect() protoreflect.Message {
-	mi := &file_records_records_proto_msgTypes[5]
+	mi := &file_recordpb_records_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -759,7 +759,7 @@ func (x *BufferSegment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BufferSegment.ProtoReflect.Descriptor instead.
 func (*BufferSegment) Descriptor() ([]byte, []int) {
-	return file_records_records_proto_rawDescGZIP(), []int{5}
+	return file_recordpb_records_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *BufferSegment) GetFormat() uint32 {
@@ -793,7 +793,7 @@ type Attr struct {
 
 func (x *Attr) Reset() {
 	*x = Attr{}
-	mi := &file_records_records_proto_msgTypes[6]
+	mi := &file_recordpb_records_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -805,7 +805,7 @@ func (x *Attr) String() string {
 func (*Attr) ProtoMessage() {}
 
 func (x *Attr) ProtoReflect() protoreflect.Message {
-	mi := &file_records_records_proto_msgTypes[6]
+	mi := &file_recordpb_records_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -818,7 +818,7 @@ func (x *Attr) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Attr.ProtoReflect.Descriptor instead.
 func (*Attr) Descriptor() ([]byte, []int) {
-	return file_records_records_proto_rawDescGZIP(), []int{6}
+	return file_recordpb_records_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Attr) GetKey() string {
@@ -847,7 +847,7 @@ type Field struct {
 
 func (x *Field) Reset() {
 	*x = Field{}
-	mi := &file_records_records_proto_msgTypes[7]
+	mi := &file_recordpb_records_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -859,7 +859,7 @@ func (x *Field) String() string {
 func (*Field) ProtoMessage() {}
 
 func (x *Field) ProtoReflect() protoreflect.Message {
-	mi := &file_records_records_proto_msgTypes[7]
+	mi := &file_recordpb_records_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -872,7 +872,7 @@ func (x *Field) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Field.ProtoReflect.Descriptor instead.
 func (*Field) Descriptor() ([]byte, []int) {
-	return file_records_records_proto_rawDescGZIP(), []int{7}
+	return file_recordpb_records_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Field) GetKey() string {
@@ -896,11 +896,11 @@ func (x *Field) GetIsInt() bool {
 	return false
 }
 
-var File_records_records_proto protoreflect.FileDescriptor
+var File_recordpb_records_proto protoreflect.FileDescriptor
 
-const file_records_records_proto_rawDesc = "" +
+const file_recordpb_records_proto_rawDesc = "" +
 	"\n" +
-	"\x15records/records.proto\x12\x14gpusampler.plugin.v1\"\xa2\x04\n" +
+	"\x16recordpb/records.proto\x12\x14gpusampler.plugin.v1\"\xa2\x04\n" +
 	"\x05Batch\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x126\n" +
 	"\adevices\x18\x02 \x03(\v2\x1c.gpusampler.plugin.v1.DeviceR\adevices\x12=\n" +
@@ -984,22 +984,22 @@ const file_records_records_proto_rawDesc = "" +
 	"\x05Field\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x01R\x05value\x12\x15\n" +
-	"\x06is_int\x18\x03 \x01(\bR\x05isIntB@Z>github.com/gpusampler/gpusampler/plugins/proto/records;recordsb\x06proto3"
+	"\x06is_int\x18\x03 \x01(\bR\x05isIntB;Z9github.com/gpusampler/gpusampler/record/recordpb;recordpbb\x06proto3"
 
 var (
-	file_records_records_proto_rawDescOnce sync.Once
-	file_records_records_proto_rawDescData []byte
+	file_recordpb_records_proto_rawDescOnce sync.Once
+	file_recordpb_records_proto_rawDescData []byte
 )
 
-func file_records_records_proto_rawDescGZIP() []byte {
-	file_records_records_proto_rawDescOnce.Do(func() {
-		file_records_records_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_records_records_proto_rawDesc), len(file_records_records_proto_rawDesc)))
+func file_recordpb_records_proto_rawDescGZIP() []byte {
+	file_recordpb_records_proto_rawDescOnce.Do(func() {
+		file_recordpb_records_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_recordpb_records_proto_rawDesc), len(file_recordpb_records_proto_rawDesc)))
 	})
-	return file_records_records_proto_rawDescData
+	return file_recordpb_records_proto_rawDescData
 }
 
-var file_records_records_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
-var file_records_records_proto_goTypes = []any{
+var file_recordpb_records_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_recordpb_records_proto_goTypes = []any{
 	(*Batch)(nil),          // 0: gpusampler.plugin.v1.Batch
 	(*SampleColumns)(nil),  // 1: gpusampler.plugin.v1.SampleColumns
 	(*SummaryColumns)(nil), // 2: gpusampler.plugin.v1.SummaryColumns
@@ -1011,7 +1011,7 @@ var file_records_records_proto_goTypes = []any{
 	nil,                    // 8: gpusampler.plugin.v1.Batch.TagsEntry
 	nil,                    // 9: gpusampler.plugin.v1.Batch.DeviceUuidsEntry
 }
-var file_records_records_proto_depIdxs = []int32{
+var file_recordpb_records_proto_depIdxs = []int32{
 	3, // 0: gpusampler.plugin.v1.Batch.devices:type_name -> gpusampler.plugin.v1.Device
 	1, // 1: gpusampler.plugin.v1.Batch.samples:type_name -> gpusampler.plugin.v1.SampleColumns
 	4, // 2: gpusampler.plugin.v1.Batch.events:type_name -> gpusampler.plugin.v1.Event
@@ -1028,26 +1028,26 @@ var file_records_records_proto_depIdxs = []int32{
 	0, // [0:9] is the sub-list for field type_name
 }
 
-func init() { file_records_records_proto_init() }
-func file_records_records_proto_init() {
-	if File_records_records_proto != nil {
+func init() { file_recordpb_records_proto_init() }
+func file_recordpb_records_proto_init() {
+	if File_recordpb_records_proto != nil {
 		return
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
-			RawDescriptor: unsafe.Slice(unsafe.StringData(file_records_records_proto_rawDesc), len(file_records_records_proto_rawDesc)),
+			RawDescriptor: unsafe.Slice(unsafe.StringData(file_recordpb_records_proto_rawDesc), len(file_recordpb_records_proto_rawDesc)),
 			NumEnums:      0,
 			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
-		GoTypes:           file_records_records_proto_goTypes,
-		DependencyIndexes: file_records_records_proto_depIdxs,
-		MessageInfos:      file_records_records_proto_msgTypes,
+		GoTypes:           file_recordpb_records_proto_goTypes,
+		DependencyIndexes: file_recordpb_records_proto_depIdxs,
+		MessageInfos:      file_recordpb_records_proto_msgTypes,
 	}.Build()
-	File_records_records_proto = out.File
-	file_records_records_proto_goTypes = nil
-	file_records_records_proto_depIdxs = nil
+	File_recordpb_records_proto = out.File
+	file_recordpb_records_proto_goTypes = nil
+	file_recordpb_records_proto_depIdxs = nil
 }

@@ -1,8 +1,8 @@
-// Package recordstest holds test fixtures for the record contract: a batch
+// Package recordtest holds test fixtures for the record contract: a batch
 // that sets every field of every record kind, and reflection helpers that
 // prove a fixture leaves no field zero. Tests of every hop that carries a
 // batch (buffers, plugin protocol, encoders) compare whole records with it.
-package recordstest
+package recordtest
 
 import (
 	"fmt"

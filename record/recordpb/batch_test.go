@@ -1,4 +1,4 @@
-package records
+package recordpb
 
 import (
 	"errors"
@@ -12,22 +12,22 @@ import (
 	"testing"
 
 	"github.com/gpusampler/gpusampler/catalog"
-	"github.com/gpusampler/gpusampler/plugins/proto/records/recordstest"
 	"github.com/gpusampler/gpusampler/record"
+	"github.com/gpusampler/gpusampler/record/recordtest"
 )
 
 func TestFullBatchSetsEveryField(t *testing.T) {
-	if unset := recordstest.UnsetFields(recordstest.FullBatch()); len(unset) > 0 {
-		t.Fatalf("fixture leaves fields zero in every record (extend recordstest.FullBatch): %v", unset)
+	if unset := recordtest.UnsetFields(recordtest.FullBatch()); len(unset) > 0 {
+		t.Fatalf("fixture leaves fields zero in every record (extend recordtest.FullBatch): %v", unset)
 	}
 	// The device, alone, sets every field: it covers MIG and the modes.
-	if z := recordstest.ZeroFields(recordstest.FullBatch().Devices[0]); len(z) > 0 {
+	if z := recordtest.ZeroFields(recordtest.FullBatch().Devices[0]); len(z) > 0 {
 		t.Fatalf("fixture device leaves fields zero: %v", z)
 	}
 }
 
 func TestBatchRoundTripEveryKind(t *testing.T) {
-	want := recordstest.FullBatch()
+	want := recordtest.FullBatch()
 	var m Batch
 	p, err := AppendBatch(nil, &m, want)
 	if err != nil {
@@ -67,7 +67,7 @@ func TestBatchRoundTripEveryKind(t *testing.T) {
 }
 
 func TestDecodeBatchRejectsCorruption(t *testing.T) {
-	p, _ := AppendBatch(nil, &Batch{}, recordstest.FullBatch())
+	p, _ := AppendBatch(nil, &Batch{}, recordtest.FullBatch())
 	var b record.Batch
 	// Every truncation either fails or decodes a consistent prefix; none
 	// panics. Truncations that cut a packed column must fail.
@@ -82,7 +82,7 @@ func TestDecodeBatchRejectsCorruption(t *testing.T) {
 }
 
 func FuzzDecodeBatch(f *testing.F) {
-	p, _ := AppendBatch(nil, &Batch{}, recordstest.FullBatch())
+	p, _ := AppendBatch(nil, &Batch{}, recordtest.FullBatch())
 	f.Add(p)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var b record.Batch
@@ -126,7 +126,7 @@ func TestMetricIDsGolden(t *testing.T) {
 		t.Fatalf("metric wire IDs differ from %s.\n"+
 			"IDs travel on the wire and in disk buffers: append new metrics at the end of the catalog, never\n"+
 			"insert, remove or reorder. If this change is deliberate (a new metric appended), update the file with\n"+
-			"  go test ./plugins/proto/records -run TestMetricIDsGolden -update\n"+
+			"  go test ./record/recordpb -run TestMetricIDsGolden -update\n"+
 			"and commit it.\n got:\n%s\nwant:\n%s", path, got, want)
 	}
 }
