@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -282,22 +280,8 @@ func (c *Client) start() (*conn, error) {
 	} else {
 		env = append(os.Environ(), env...)
 	}
-	cmd.Env = append(append(env, c.opts.Env...), rpc.ParentPIDEnv+"="+strconv.Itoa(os.Getpid()))
-	setParentDeathSignal(cmd)
-	pc := plugin.NewClient(&plugin.ClientConfig{
-		SkipHostEnv:      true,
-		HandshakeConfig:  rpc.Handshake,
-		Plugins:          plugin.PluginSet{rpc.PluginName: &rpc.GRPCPlugin{}},
-		Cmd:              cmd,
-		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
-		AutoMTLS:         true,
-		StartTimeout:     c.opts.StartTimeout,
-		Logger:           newHCLog(c.log, path),
-		GRPCDialOptions:  rpc.DialOptions(),
-		Stderr:           io.Discard,
-		SyncStdout:       io.Discard,
-		SyncStderr:       io.Discard,
-	})
+	cmd.Env = withParentPID(append(env, c.opts.Env...))
+	pc := newPluginProcess(cmd, c.opts.StartTimeout, newHCLog(c.log, path))
 	fail := func(err error) (*conn, error) {
 		c.killProcess(pc, cmd)
 		return nil, err
@@ -311,13 +295,9 @@ func (c *Client) start() (*conn, error) {
 			return fail(fmt.Errorf("start plugin %s: %w", path, err))
 		}
 	}
-	raw, err := cp.Dispense(rpc.PluginName)
+	oc, err := dispenseOutput(cp)
 	if err != nil {
 		return fail(fmt.Errorf("start plugin %s: %w", path, err))
-	}
-	oc, ok := raw.(proto.OutputClient)
-	if !ok {
-		return fail(fmt.Errorf("start plugin %s: unexpected client %T", path, raw))
 	}
 	rc, err := c.configure(oc)
 	if err != nil {

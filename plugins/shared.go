@@ -2,9 +2,7 @@ package plugins
 
 import (
 	"fmt"
-	"io"
 	"log/slog"
-	"os"
 	"os/exec"
 	"strconv"
 	"sync"
@@ -14,7 +12,6 @@ import (
 
 	plugin "github.com/hashicorp/go-plugin"
 
-	"github.com/gpusampler/gpusampler/plugins/internal/rpc"
 	"github.com/gpusampler/gpusampler/plugins/proto"
 )
 
@@ -94,24 +91,10 @@ func (s *SharedProcess) acquire(startTimeout, callTimeout time.Duration) (*share
 func (s *SharedProcess) start(startTimeout, callTimeout time.Duration) (*sharedProc, error) {
 	cmd := s.command()
 	path := cmd.Path
-	cmd.Env = append(append(append(baseEnv(), cmd.Env...), s.env...), rpc.ParentPIDEnv+"="+strconv.Itoa(os.Getpid()))
-	setParentDeathSignal(cmd)
+	cmd.Env = withParentPID(append(append(baseEnv(), cmd.Env...), s.env...))
 	log := newHCLog(s.logger, path).(*slogHCLog)
 	log.keepOutput = true
-	pc := plugin.NewClient(&plugin.ClientConfig{
-		SkipHostEnv:      true,
-		HandshakeConfig:  rpc.Handshake,
-		Plugins:          plugin.PluginSet{rpc.PluginName: &rpc.GRPCPlugin{}},
-		Cmd:              cmd,
-		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
-		AutoMTLS:         true,
-		StartTimeout:     startTimeout,
-		Logger:           log,
-		GRPCDialOptions:  rpc.DialOptions(),
-		Stderr:           io.Discard,
-		SyncStdout:       io.Discard,
-		SyncStderr:       io.Discard,
-	})
+	pc := newPluginProcess(cmd, startTimeout, log)
 	fail := func(err error) (*sharedProc, error) {
 		pid := 0
 		if cmd.Process != nil && !pc.Exited() {
@@ -125,13 +108,9 @@ func (s *SharedProcess) start(startTimeout, callTimeout time.Duration) (*sharedP
 	if err != nil {
 		return fail(err)
 	}
-	raw, err := cp.Dispense(rpc.PluginName)
+	oc, err := dispenseOutput(cp)
 	if err != nil {
 		return fail(err)
-	}
-	oc, ok := raw.(proto.OutputClient)
-	if !ok {
-		return fail(fmt.Errorf("unexpected client %T", raw))
 	}
 	return &sharedProc{pc: pc, oc: oc, pid: cmd.Process.Pid}, nil
 }

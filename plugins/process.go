@@ -1,0 +1,62 @@
+package plugins
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	plugin "github.com/hashicorp/go-plugin"
+
+	"github.com/gpusampler/gpusampler/plugins/internal/rpc"
+	"github.com/gpusampler/gpusampler/plugins/proto"
+)
+
+// withParentPID returns env with this process's PID appended as the
+// plugin's parent (rpc.ParentPIDEnv), which a plugin watches to exit when
+// the host is gone.
+func withParentPID(env []string) []string {
+	return append(env, rpc.ParentPIDEnv+"="+strconv.Itoa(os.Getpid()))
+}
+
+// newPluginProcess returns the go-plugin client that starts cmd (its
+// environment already set; it dies with the host where the platform
+// allows) and speaks the output protocol over gRPC with AutoMTLS, within
+// startTimeout for the handshake. The plugin's stdout and stderr reach
+// only log: stdout carries the handshake, stderr is the plugin's log.
+// Both the per-output client and the shared process start plugins this
+// way.
+func newPluginProcess(cmd *exec.Cmd, startTimeout time.Duration, log hclog.Logger) *plugin.Client {
+	setParentDeathSignal(cmd)
+	return plugin.NewClient(&plugin.ClientConfig{
+		SkipHostEnv:      true,
+		HandshakeConfig:  rpc.Handshake,
+		Plugins:          plugin.PluginSet{rpc.PluginName: &rpc.GRPCPlugin{}},
+		Cmd:              cmd,
+		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
+		AutoMTLS:         true,
+		StartTimeout:     startTimeout,
+		Logger:           log,
+		GRPCDialOptions:  rpc.DialOptions(),
+		Stderr:           io.Discard,
+		SyncStdout:       io.Discard,
+		SyncStderr:       io.Discard,
+	})
+}
+
+// dispenseOutput returns the output protocol's client from a started
+// plugin's connection.
+func dispenseOutput(cp plugin.ClientProtocol) (proto.OutputClient, error) {
+	raw, err := cp.Dispense(rpc.PluginName)
+	if err != nil {
+		return nil, err
+	}
+	oc, ok := raw.(proto.OutputClient)
+	if !ok {
+		return nil, fmt.Errorf("unexpected client %T", raw)
+	}
+	return oc, nil
+}
