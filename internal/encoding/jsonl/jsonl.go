@@ -200,22 +200,14 @@ func (e *Encoder) appendSelf(ev record.Event) {
 	}
 	for _, a := range ev.Attrs {
 		b = append(b, ',')
-		b = appendString(b, a.Key)
-		b = append(b, ':')
-		b = appendString(b, a.Value)
+		b = appendAttr(b, a.Key, a.Value)
 	}
 	b = append(b, `,"fields":{`...)
 	for i, f := range ev.Fields {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendString(b, f.Key)
-		b = append(b, ':')
-		t := catalog.Float
-		if f.Int {
-			t = catalog.Int
-		}
-		b = AppendNumber(b, f.Value, t)
+		b = appendField(b, f)
 	}
 	b = append(b, '}')
 	b = append(b, e.tagJSON...)

@@ -19,13 +19,7 @@ func (e *Encoder) appendProcess(ev record.Event) {
 	b, d, known := e.appendHeadAttributed(e.buf, `{"type":"process","time":`, ev.StartNS, ev.Device, own)
 	for _, f := range ev.Fields {
 		b = append(b, ',')
-		b = appendString(b, f.Key)
-		b = append(b, ':')
-		t := catalog.Float
-		if f.Int {
-			t = catalog.Int
-		}
-		b = AppendNumber(b, f.Value, t)
+		b = appendField(b, f)
 	}
 	for _, a := range ev.Attrs {
 		if record.IsAttributionKey(a.Key) {
@@ -36,13 +30,30 @@ func (e *Encoder) appendProcess(ev record.Event) {
 			key = "process_type" // "type" names the record
 		}
 		b = append(b, ',')
-		b = appendString(b, key)
-		b = append(b, ':')
-		b = appendString(b, a.Value)
+		b = appendAttr(b, key, a.Value)
 	}
 	if known && d.Simulated {
 		b = append(b, `,"simulated":true`...)
 	}
 	b = append(b, e.tagJSON...)
 	e.buf = append(b, "}\n"...)
+}
+
+// appendField writes "key":value for an event's field: an integer when the
+// field is Int, else a float (null when not finite).
+func appendField(b []byte, f record.Field) []byte {
+	b = appendString(b, f.Key)
+	b = append(b, ':')
+	t := catalog.Float
+	if f.Int {
+		t = catalog.Int
+	}
+	return AppendNumber(b, f.Value, t)
+}
+
+// appendAttr writes "key":"value" for an event's attribute.
+func appendAttr(b []byte, key, value string) []byte {
+	b = appendString(b, key)
+	b = append(b, ':')
+	return appendString(b, value)
 }

@@ -141,12 +141,7 @@ func (e *Encoder) rebuildTags(dt *deviceTags) {
 	for i, v := range d.Attribution.Values() {
 		add(record.AttributionKeys()[i], v)
 	}
-	for _, t := range e.opts.GlobalTags {
-		if !slices.ContainsFunc(tags, func(x Tag) bool { return x.Key == t.Key }) {
-			tags = append(tags, t)
-		}
-	}
-	slices.SortFunc(tags, func(a, b Tag) int { return cmp.Compare(a.Key, b.Key) })
+	tags = e.mergeGlobalTags(tags)
 	dt.tags = tags
 	var p lineprotocol.Encoder
 	p.SetBuffer(dt.prefix[:0])
@@ -350,6 +345,45 @@ func FieldValue(n catalog.Naming, v float64) (lineprotocol.Value, bool) {
 	return lineprotocol.FloatValue(v)
 }
 
+// mergeGlobalTags appends to tags the global tags whose keys it lacks (a
+// record's own tag wins) and sorts the result by key, the order line
+// protocol wants.
+func (e *Encoder) mergeGlobalTags(tags []Tag) []Tag {
+	for _, t := range e.opts.GlobalTags {
+		if !slices.ContainsFunc(tags, func(x Tag) bool { return x.Key == t.Key }) {
+			tags = append(tags, t)
+		}
+	}
+	slices.SortFunc(tags, func(a, b Tag) int { return cmp.Compare(a.Key, b.Key) })
+	return tags
+}
+
+// startLine starts a line of measurement m tagged with tags and the global
+// tags (mergeGlobalTags).
+func (e *Encoder) startLine(m string, tags []Tag) {
+	e.enc.StartLine(m)
+	for _, t := range e.mergeGlobalTags(tags) {
+		e.enc.AddTag(t.Key, t.Value)
+	}
+}
+
+// addNumberFields adds an event's fields to the current line: Int ones as
+// integers, the others as floats (a NaN or infinite one left out). rename,
+// when set, maps a field's key to its field name.
+func (e *Encoder) addNumberFields(fields []record.Field, rename func(string) string) {
+	for _, f := range fields {
+		key := f.Key
+		if rename != nil {
+			key = rename(key)
+		}
+		if f.Int {
+			e.enc.AddField(key, lineprotocol.IntValue(int64(f.Value)))
+		} else if v, ok := lineprotocol.FloatValue(f.Value); ok {
+			e.enc.AddField(key, v)
+		}
+	}
+}
+
 // encodeSelf writes a self-metrics event: measurement gpusampler_self,
 // its attributes as tags (with host and global tags), its fields as fields.
 func (e *Encoder) encodeSelf(ev record.Event) {
@@ -358,27 +392,12 @@ func (e *Encoder) encodeSelf(ev record.Event) {
 		tags = append(tags, Tag{"host", e.opts.Host})
 	}
 	for _, a := range ev.Attrs {
-		tags = append(tags, Tag(a))
-	}
-	for _, t := range e.opts.GlobalTags {
-		if !slices.ContainsFunc(tags, func(x Tag) bool { return x.Key == t.Key }) {
-			tags = append(tags, t)
+		if a.Value != "" { // line protocol has no empty tag
+			tags = append(tags, Tag(a))
 		}
 	}
-	slices.SortFunc(tags, func(a, b Tag) int { return cmp.Compare(a.Key, b.Key) })
-	e.enc.StartLine(SelfMeasurement)
-	for _, t := range tags {
-		if t.Value != "" {
-			e.enc.AddTag(t.Key, t.Value)
-		}
-	}
-	for _, f := range ev.Fields {
-		if f.Int {
-			e.enc.AddField(f.Key, lineprotocol.IntValue(int64(f.Value)))
-		} else if v, ok := lineprotocol.FloatValue(f.Value); ok {
-			e.enc.AddField(f.Key, v)
-		}
-	}
+	e.startLine(SelfMeasurement, tags)
+	e.addNumberFields(ev.Fields, nil)
 	e.enc.EndLine(time.Unix(0, ev.StartNS))
 }
 
@@ -403,16 +422,7 @@ func (e *Encoder) encodeEvent(ev record.Event) {
 		tags = append(tags, Tag{"simulated", "true"})
 	}
 	tags = append(tags, attributionTags(dt.dev)...)
-	for _, t := range e.opts.GlobalTags {
-		if !slices.ContainsFunc(tags, func(x Tag) bool { return x.Key == t.Key }) {
-			tags = append(tags, t)
-		}
-	}
-	slices.SortFunc(tags, func(a, b Tag) int { return cmp.Compare(a.Key, b.Key) })
-	e.enc.StartLine(EventMeasurement)
-	for _, t := range tags {
-		e.enc.AddTag(t.Key, t.Value)
-	}
+	e.startLine(EventMeasurement, tags)
 	msg := ev.Message
 	if msg == "" {
 		msg = string(ev.Kind)

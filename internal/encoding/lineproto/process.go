@@ -1,8 +1,6 @@
 package lineproto
 
 import (
-	"cmp"
-	"slices"
 	"strconv"
 	"time"
 
@@ -60,23 +58,8 @@ func (e *Encoder) encodeProcess(ev record.Event) {
 			cmdline = a.Value
 		}
 	}
-	for _, t := range e.opts.GlobalTags {
-		if !slices.ContainsFunc(tags, func(x Tag) bool { return x.Key == t.Key }) {
-			tags = append(tags, t)
-		}
-	}
-	slices.SortFunc(tags, func(a, b Tag) int { return cmp.Compare(a.Key, b.Key) })
-	e.enc.StartLine(ProcessMeasurement)
-	for _, t := range tags {
-		e.enc.AddTag(t.Key, t.Value)
-	}
-	for _, f := range ev.Fields {
-		if f.Int {
-			e.enc.AddField(processFieldName(f.Key), lineprotocol.IntValue(int64(f.Value)))
-		} else if v, ok := lineprotocol.FloatValue(f.Value); ok {
-			e.enc.AddField(processFieldName(f.Key), v)
-		}
-	}
+	e.startLine(ProcessMeasurement, tags)
+	e.addNumberFields(ev.Fields, processFieldName)
 	if cmdline != "" {
 		if v, ok := lineprotocol.StringValue(cmdline); ok {
 			e.enc.AddField("cmdline", v)
