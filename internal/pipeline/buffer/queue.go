@@ -93,14 +93,7 @@ func (q *memQueue) push(payload []byte, records int, nowNS int64) error {
 		return tooLarge(size, records)
 	}
 	for q.head < len(q.items) && (q.qBytes+size > q.maxBytes || q.qRecords+int64(records) > int64(q.maxRecords)) {
-		old := q.items[q.head]
-		q.items[q.head] = entry{}
-		q.head++
-		q.qBytes -= int64(len(old.payload))
-		q.qRecords -= int64(old.records)
-		q.st.capBatches++
-		q.st.capRecords += uint64(old.records)
-		q.recycle(old.payload)
+		q.recycle(q.evictOldest().payload)
 	}
 	if q.head > 64 && q.head*2 > len(q.items) {
 		n := copy(q.items, q.items[q.head:])
@@ -230,12 +223,20 @@ func (q *memQueue) prepend(es []entry) {
 		q.qRecords += int64(e.records)
 	}
 	for q.head < len(q.items) && (q.qBytes > q.maxBytes || q.qRecords > int64(q.maxRecords)) {
-		old := q.items[q.head]
-		q.items[q.head] = entry{}
-		q.head++
-		q.qBytes -= int64(len(old.payload))
-		q.qRecords -= int64(old.records)
-		q.st.capBatches++
-		q.st.capRecords += uint64(old.records)
+		q.evictOldest()
 	}
+}
+
+// evictOldest drops the oldest queued entry to make room under the caps,
+// counts it (capBatches, capRecords) and returns it. The caller holds mu
+// and has checked that an entry is queued.
+func (q *memQueue) evictOldest() entry {
+	old := q.items[q.head]
+	q.items[q.head] = entry{}
+	q.head++
+	q.qBytes -= int64(len(old.payload))
+	q.qRecords -= int64(old.records)
+	q.st.capBatches++
+	q.st.capRecords += uint64(old.records)
+	return old
 }
