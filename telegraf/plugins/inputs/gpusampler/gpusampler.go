@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -118,6 +119,13 @@ func (p *GPUSampler) Init() error {
 	}
 	if p.SimGPUs < 1 || p.SimGPUs > 64 {
 		return fmt.Errorf("gpusampler: sim_gpus %d: must be between 1 and 64", p.SimGPUs)
+	}
+	for key, patterns := range map[string][]string{"metrics_include": p.MetricsInclude, "metrics_exclude": p.MetricsExclude} {
+		for _, pat := range patterns {
+			if _, err := path.Match(pat, ""); err != nil {
+				return fmt.Errorf("gpusampler: %s %q: %w", key, pat, err)
+			}
+		}
 	}
 	if p.Twin != nil && p.Shape != ShapeRaw {
 		return fmt.Errorf("gpusampler: a twin output needs shape %q", ShapeRaw)
