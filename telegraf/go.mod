@@ -3,6 +3,7 @@ module github.com/gpusampler/gpusampler/telegraf
 go 1.26.8
 
 require (
+	github.com/BurntSushi/toml v1.6.0
 	github.com/gpusampler/gpusampler v0.0.0
 	github.com/influxdata/telegraf v1.37.2
 )
@@ -12,7 +13,6 @@ require (
 	dario.cat/mergo v1.0.2 // indirect
 	filippo.io/edwards25519 v1.1.0 // indirect
 	github.com/Azure/go-ansiterm v0.0.0-20210617225240-d185dfc1b5a1 // indirect
-	github.com/BurntSushi/toml v1.6.0 // indirect
 	github.com/Microsoft/go-winio v0.6.2 // indirect
 	github.com/NVIDIA/go-nvml v0.13.4-1 // indirect
 	github.com/alecthomas/participle v0.4.1 // indirect

@@ -19,6 +19,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/BurntSushi/toml"
 	"github.com/influxdata/telegraf/plugins/common/shim"
 
 	"github.com/gpusampler/gpusampler/telegraf/plugins/inputs/gpusampler"
@@ -49,6 +50,9 @@ func run(args []string, stderr io.Writer, twin io.Writer) error {
 	if *noPoll {
 		interval = shim.PollIntervalDisabled
 	}
+	if err := checkKeys(*configFile); err != nil {
+		return err
+	}
 	loaded, err := shim.LoadConfig(configFile)
 	if err != nil {
 		return fmt.Errorf("config %s: %w", *configFile, err)
@@ -63,4 +67,34 @@ func run(args []string, stderr io.Writer, twin io.Writer) error {
 		return err
 	}
 	return s.Run(interval)
+}
+
+// checkKeys fails on a key of an [[inputs.gpusampler]] table that the
+// plugin does not have (Telegraf's shim would ignore it, as a misspelt key
+// would be). Errors in reading or decoding the file are left to the shim,
+// which reports them.
+func checkKeys(path string) error {
+	if path == "" {
+		return nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	var conf struct{ Inputs map[string][]toml.Primitive }
+	md, err := toml.Decode(os.ExpandEnv(string(b)), &conf)
+	if err != nil {
+		return nil
+	}
+	for _, prim := range conf.Inputs["gpusampler"] {
+		if err := md.PrimitiveDecode(prim, gpusampler.New()); err != nil {
+			return nil
+		}
+	}
+	for _, k := range md.Undecoded() {
+		if len(k) > 2 && k[0] == "inputs" && k[1] == "gpusampler" {
+			return fmt.Errorf("config %s: unknown key %s", path, k)
+		}
+	}
+	return nil
 }

@@ -14,7 +14,10 @@ import (
 	"testing"
 
 	"github.com/influxdata/telegraf"
+	"github.com/influxdata/telegraf/plugins/common/shim"
 	"github.com/influxdata/telegraf/plugins/parsers/influx"
+
+	"github.com/gpusampler/gpusampler/telegraf/plugins/inputs/gpusampler"
 )
 
 // childTwin names the file a re-executed test binary (the shim's child
@@ -140,5 +143,40 @@ func TestBadConfigNamesKey(t *testing.T) {
 	err := run([]string{"-config", conf}, &stderr, nil)
 	if err == nil || !strings.Contains(err.Error(), `shape "table"`) {
 		t.Fatalf("run = %v, want the bad shape named", err)
+	}
+}
+
+func TestUnknownKeyIsAnError(t *testing.T) {
+	conf := filepath.Join(t.TempDir(), "typo.conf")
+	if err := os.WriteFile(conf, []byte("[[inputs.gpusampler]]\n  backend = \"sim\"\n  sahpe = \"nvidia_smi\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	err := run([]string{"-config", conf}, &stderr, nil)
+	if err == nil || !strings.Contains(err.Error(), "inputs.gpusampler.sahpe") || !strings.Contains(err.Error(), conf) {
+		t.Fatalf("run = %v, want the file and the unknown key named", err)
+	}
+}
+
+// TestExampleConfig: the plugin config file shipped as the example loads
+// into the plugin, with no unknown key.
+func TestExampleConfig(t *testing.T) {
+	path := "gpusampler.conf"
+	if err := checkKeys(path); err != nil {
+		t.Fatal(err)
+	}
+	loaded, err := shim.LoadConfig(&path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, ok := loaded.Input.(*gpusampler.GPUSampler)
+	if !ok {
+		t.Fatalf("example config loads %T, want the gpusampler input", loaded.Input)
+	}
+	if err := p.Init(); err != nil {
+		t.Fatal(err)
+	}
+	if p.Backend != gpusampler.BackendAuto || p.Shape != gpusampler.ShapeRaw {
+		t.Errorf("example config: backend %q, shape %q; want auto, raw as it says", p.Backend, p.Shape)
 	}
 }
