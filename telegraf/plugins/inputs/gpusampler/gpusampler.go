@@ -76,9 +76,14 @@ type GPUSampler struct {
 
 	cancel context.CancelFunc
 	done   chan error
+	eng    *sampler.Engine
 	out    *execd.Output
 	sink   *lineSink
+	lost   uint64 // samples and events lost on the way to Telegraf, as last reported (Gather's goroutine)
 }
+
+// outputName is the engine's name for the plugin's output.
+const outputName = "telegraf"
 
 // New returns the plugin with its defaults.
 func New() *GPUSampler {
@@ -187,7 +192,7 @@ func (p *GPUSampler) Start(acc telegraf.Accumulator) error {
 		return fmt.Errorf("gpusampler: %w", err)
 	}
 	pump := sampler.PumpOptions{FlushInterval: sampler.DefaultFlushInterval, MaxBatch: sampler.DefaultMaxBatch, WriteTimeout: record.DefaultWriteTimeout}
-	if err := eng.AddOutput("telegraf", out, pump); err != nil {
+	if err := eng.AddOutput(outputName, out, pump); err != nil {
 		out.Close()
 		src.Close()
 		return fmt.Errorf("gpusampler: %w", err)
@@ -203,27 +208,51 @@ func (p *GPUSampler) Start(acc telegraf.Accumulator) error {
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	p.cancel, p.done, p.out, p.sink = cancel, make(chan error, 1), out, sink
+	p.cancel, p.done, p.eng, p.out, p.sink = cancel, make(chan error, 1), eng, out, sink
 	go func() { p.done <- eng.Run(ctx) }()
 	return nil
 }
 
 // Gather writes the nvidia_smi drop-in for the interval since the previous
-// gather (shape "nvidia_smi"); with shape "raw" samples stream on their own
-// and Gather reports lines Telegraf's parser refused, if any.
-func (p *GPUSampler) Gather(acc telegraf.Accumulator) error {
+// gather (shape "nvidia_smi"); with shape "raw" samples stream on their own.
+// It reports, as its error, what was lost since the previous Gather: lines
+// Telegraf's parser refused, and samples or events the engine dropped or
+// failed to write for Telegraf.
+func (p *GPUSampler) Gather(_ telegraf.Accumulator) error {
 	if p.out == nil {
 		return errors.New("gpusampler: not started")
 	}
+	var errs []error
 	if p.Shape == ShapeNvidiaSMI {
 		if err := p.out.Gather(); err != nil {
-			return fmt.Errorf("gpusampler: %w", err)
+			errs = append(errs, fmt.Errorf("gpusampler: %w", err))
 		}
 	}
 	if n := p.sink.bad.Swap(0); n > 0 {
-		return fmt.Errorf("gpusampler: %d lines dropped: Telegraf's influx parser refused them", n)
+		errs = append(errs, fmt.Errorf("gpusampler: %d lines dropped: Telegraf's influx parser refused them", n))
 	}
-	return nil
+	if n := p.newLosses(p.eng.Stats()); n > 0 {
+		errs = append(errs, fmt.Errorf("gpusampler: %d samples and events lost before Telegraf (dropped or failed writes)", n))
+	}
+	return errors.Join(errs...)
+}
+
+// newLosses returns what st counts as lost for the plugin's output beyond
+// what was reported already, and remembers it as reported.
+func (p *GPUSampler) newLosses(st sampler.Stats) uint64 {
+	for _, o := range st.Outputs {
+		if o.Name != outputName {
+			continue
+		}
+		total := o.Dropped + o.Failed + o.EventsDropped
+		if total <= p.lost {
+			return 0
+		}
+		n := total - p.lost
+		p.lost = total
+		return n
+	}
+	return 0
 }
 
 // Stop ends the engine; the samples it read are flushed to Telegraf first.

@@ -17,6 +17,8 @@ import (
 	"github.com/influxdata/telegraf/testutil"
 
 	"github.com/gpusampler/gpusampler/outputs/execd"
+	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/sampler/sim"
 )
 
 // syncBuffer is a bytes.Buffer safe for one writer and a later reader.
@@ -181,11 +183,45 @@ func TestLineSink(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer out.Close()
-	p := &GPUSampler{Shape: ShapeRaw, out: out, sink: sink}
+	src, err := sim.New(sim.Options{GPUs: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := sampler.New(src, sampler.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &GPUSampler{Shape: ShapeRaw, eng: eng, out: out, sink: sink}
 	if err := p.Gather(acc); err == nil || !strings.Contains(err.Error(), "1 lines dropped") {
 		t.Errorf("Gather = %v, want the dropped line reported", err)
 	}
 	if err := p.Gather(acc); err != nil {
 		t.Errorf("second Gather = %v, want nil (reported once)", err)
+	}
+}
+
+// TestNewLosses: each loss the engine counts for the plugin's output is
+// reported once; other outputs' losses are not the plugin's.
+func TestNewLosses(t *testing.T) {
+	p := New()
+	stats := func(dropped, failed, events uint64) sampler.Stats {
+		return sampler.Stats{Outputs: []sampler.OutputStats{
+			{Name: "twin", Dropped: 1000},
+			{Name: outputName, Dropped: dropped, Failed: failed, EventsDropped: events},
+		}}
+	}
+	for _, step := range []struct {
+		st   sampler.Stats
+		want uint64
+	}{
+		{stats(0, 0, 0), 0},
+		{stats(5, 2, 1), 8},
+		{stats(5, 2, 1), 0},
+		{stats(9, 2, 1), 4},
+		{sampler.Stats{}, 0},
+	} {
+		if got := p.newLosses(step.st); got != step.want {
+			t.Fatalf("newLosses(%+v) = %d, want %d", step.st, got, step.want)
+		}
 	}
 }
