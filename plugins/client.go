@@ -371,22 +371,10 @@ func (c *Client) end(cn *conn) {
 	endProcess(cn.pc, cn.pid, c.opts.CallTimeout)
 }
 
-// killProcess ends a plugin process: SIGKILL by pid first (go-plugin's own
-// Kill tries a graceful shutdown first and can block on a stopped
-// process), then go-plugin's cleanup, waited for up to CallTimeout.
+// killProcess ends a plugin process at once (killPluginProcess), waiting
+// up to CallTimeout for go-plugin's cleanup.
 func (c *Client) killProcess(pc *plugin.Client, cmd *exec.Cmd) {
-	if cmd.Process != nil && !pc.Exited() {
-		_ = syscall.Kill(cmd.Process.Pid, syscall.SIGKILL)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		pc.Kill()
-	}()
-	select {
-	case <-done:
-	case <-time.After(c.opts.CallTimeout):
-	}
+	killPluginProcess(pc, cmd, c.opts.CallTimeout)
 }
 
 // Write sends b to the plugin.

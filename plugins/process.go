@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -59,4 +60,18 @@ func dispenseOutput(cp plugin.ClientProtocol) (proto.OutputClient, error) {
 		return nil, fmt.Errorf("unexpected client %T", raw)
 	}
 	return oc, nil
+}
+
+// killPluginProcess ends a plugin process that must go at once (a failed
+// start, a wedged or crashed plugin): SIGKILL by pid first (go-plugin's own
+// Kill tries a graceful shutdown first and can block on a stopped
+// process), then go-plugin's cleanup, waited for up to timeout
+// (endProcess).
+func killPluginProcess(pc *plugin.Client, cmd *exec.Cmd, timeout time.Duration) {
+	pid := 0
+	if cmd.Process != nil && !pc.Exited() {
+		pid = cmd.Process.Pid
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	endProcess(pc, pid, timeout)
 }

@@ -96,12 +96,7 @@ func (s *SharedProcess) start(startTimeout, callTimeout time.Duration) (*sharedP
 	log.keepOutput = true
 	pc := newPluginProcess(cmd, startTimeout, log)
 	fail := func(err error) (*sharedProc, error) {
-		pid := 0
-		if cmd.Process != nil && !pc.Exited() {
-			pid = cmd.Process.Pid
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-		endProcess(pc, pid, callTimeout)
+		killPluginProcess(pc, cmd, callTimeout)
 		return nil, fmt.Errorf("start shared plugin process %s: %w", path, err)
 	}
 	cp, err := pc.Client()

@@ -345,6 +345,22 @@ func FieldValue(n catalog.Naming, v float64) (lineprotocol.Value, bool) {
 	return lineprotocol.FloatValue(v)
 }
 
+// eventTags returns the tags an event of device index (its identity dt)
+// starts with: index, host, uuid and simulated, each where known.
+func (e *Encoder) eventTags(index int, dt *deviceTags) []Tag {
+	tags := []Tag{{"index", strconv.Itoa(index)}}
+	if e.opts.Host != "" {
+		tags = append(tags, Tag{"host", e.opts.Host})
+	}
+	if dt.dev.UUID != "" {
+		tags = append(tags, Tag{"uuid", dt.dev.UUID})
+	}
+	if dt.dev.Simulated {
+		tags = append(tags, Tag{"simulated", "true"})
+	}
+	return tags
+}
+
 // mergeGlobalTags appends to tags the global tags whose keys it lacks (a
 // record's own tag wins) and sorts the result by key, the order line
 // protocol wants.
@@ -411,16 +427,7 @@ func (e *Encoder) encodeEvent(ev record.Event) {
 		return
 	}
 	dt := e.device(ev.Device)
-	tags := []Tag{{"index", strconv.Itoa(ev.Device)}, {"kind", string(ev.Kind)}}
-	if e.opts.Host != "" {
-		tags = append(tags, Tag{"host", e.opts.Host})
-	}
-	if dt.dev.UUID != "" {
-		tags = append(tags, Tag{"uuid", dt.dev.UUID})
-	}
-	if dt.dev.Simulated {
-		tags = append(tags, Tag{"simulated", "true"})
-	}
+	tags := append(e.eventTags(ev.Device, dt), Tag{"kind", string(ev.Kind)})
 	tags = append(tags, attributionTags(dt.dev)...)
 	e.startLine(EventMeasurement, tags)
 	msg := ev.Message

@@ -1,7 +1,6 @@
 package lineproto
 
 import (
-	"strconv"
 	"time"
 
 	"github.com/influxdata/line-protocol/v2/lineprotocol"
@@ -29,16 +28,7 @@ func processFieldName(key string) string {
 // encodeProcess writes one EventProcess event.
 func (e *Encoder) encodeProcess(ev record.Event) {
 	dt := e.device(ev.Device)
-	tags := []Tag{{"index", strconv.Itoa(ev.Device)}}
-	if e.opts.Host != "" {
-		tags = append(tags, Tag{"host", e.opts.Host})
-	}
-	if dt.dev.UUID != "" {
-		tags = append(tags, Tag{"uuid", dt.dev.UUID})
-	}
-	if dt.dev.Simulated {
-		tags = append(tags, Tag{"simulated", "true"})
-	}
+	tags := e.eventTags(ev.Device, dt)
 	// A process's own attribution replaces its device's.
 	if a, ok := record.ProcessAttribution(ev); ok {
 		for _, x := range a.Attrs() {
