@@ -190,6 +190,17 @@ type Field struct {
 	Int   bool
 }
 
+// FieldValue returns the value of the field named key in fields, 0 when
+// there is none (a counter not reported reads as zero).
+func FieldValue(fields []Field, key string) float64 {
+	for _, f := range fields {
+		if f.Key == key {
+			return f.Value
+		}
+	}
+	return 0
+}
+
 // Attr is one key/value attribute of an Event.
 type Attr struct {
 	Key, Value string

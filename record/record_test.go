@@ -22,3 +22,22 @@ func TestAttributionKeysAreACopy(t *testing.T) {
 		t.Fatalf("Attrs() = %v", got)
 	}
 }
+
+func TestFieldValue(t *testing.T) {
+	fields := []record.Field{{Key: "failing", Value: 1, Int: true}, {Key: "age", Value: 2.5}, {Key: "failing", Value: 7}}
+	for _, tc := range []struct {
+		key  string
+		want float64
+	}{
+		{"failing", 1}, // the first field of a key wins
+		{"age", 2.5},
+		{"absent", 0},
+	} {
+		if got := record.FieldValue(fields, tc.key); got != tc.want {
+			t.Errorf("FieldValue(%q) = %v, want %v", tc.key, got, tc.want)
+		}
+	}
+	if got := record.FieldValue(nil, "failing"); got != 0 {
+		t.Errorf("FieldValue(nil) = %v, want 0", got)
+	}
+}

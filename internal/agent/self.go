@@ -291,14 +291,7 @@ func formatBuffer(ev record.Event) string {
 }
 
 // field returns the value of ev's field key (0 when absent).
-func field(ev record.Event, key string) float64 {
-	for _, f := range ev.Fields {
-		if f.Key == key {
-			return f.Value
-		}
-	}
-	return 0
-}
+func field(ev record.Event, key string) float64 { return record.FieldValue(ev.Fields, key) }
 
 func attr(ev record.Event, key string) string {
 	for _, a := range ev.Attrs {

@@ -102,23 +102,12 @@ func (o *Output) failingOutputs(now int64) []string {
 		if ent.scope != "output_health" || ent.expired(now) {
 			continue
 		}
-		var failing, started, failures float64
-		for _, f := range ent.fields {
-			switch f.Key {
-			case "failing":
-				failing = f.Value
-			case "started":
-				started = f.Value
-			case "start_failures":
-				failures = f.Value
-			}
-		}
-		if failing == 0 {
+		if record.FieldValue(ent.fields, "failing") == 0 {
 			continue
 		}
 		why := "failing (plugin crash storm)"
-		if started == 0 {
-			why = fmt.Sprintf("not started, %d failed attempts", int64(failures))
+		if record.FieldValue(ent.fields, "started") == 0 {
+			why = fmt.Sprintf("not started, %d failed attempts", int64(record.FieldValue(ent.fields, "start_failures")))
 		}
 		out = append(out, fmt.Sprintf("output %s: %s", ent.output, why))
 	}
