@@ -114,7 +114,7 @@ func CommonKeys() []string { return slices.Clone(commonKeys) }
 
 var commonKeys = []string{"name", "include", "exclude", "aggregate", "flush_interval", "max_batch", "write_timeout",
 	"buffer", "buffer_max_bytes", "buffer_max_records", "buffer_dir", "buffer_fsync_interval", "retry_initial", "retry_max",
-	"buffer_close_timeout"}
+	"buffer_close_timeout", "dead_letter_dir", "dead_letter_max_bytes"}
 
 // BuildEnv is what outputs may use when they are built.
 type BuildEnv struct {

@@ -8,6 +8,7 @@
 //	gpusampler doctor            what works on these GPUs, buffer depths, clock, latency, advice
 //	gpusampler plugin test PATH  try a plugin binary: handshake, configure, a few writes
 //	gpusampler subscribe         live fleet table (or records) from NATS
+//	gpusampler deadletter FILE   print the batches a sink refused (dead_letter_dir)
 //	gpusampler version           print the version
 package main
 
@@ -50,6 +51,7 @@ commands:
   doctor    examine the GPUs: what works, buffer depths and periods, clock, latency, advice
   plugin    plugin test PATH [--config FILE]: try an output plugin binary
   subscribe print a live fleet table of what nodes publish to NATS
+  deadletter print a dead-letter file: the batches an output's sink refused
   version   print the version
 
 Run 'gpusampler <command> -h' for a command's flags.
@@ -79,12 +81,14 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		err = cmdPlugin(ctx, rest, stdout, stderr)
 	case "subscribe":
 		err = cmdSubscribe(ctx, rest, stdout, stderr)
+	case "deadletter":
+		err = cmdDeadLetter(rest, stdout)
 	case "version", "--version", "-version":
 		err = cmdVersion(stdout)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, topUsage)
 	default:
-		err = usagef("unknown command %q (want run, bench, config, metrics, doctor, plugin, subscribe or version)", cmd)
+		err = usagef("unknown command %q (want run, bench, config, metrics, doctor, plugin, subscribe, deadletter or version)", cmd)
 	}
 	if err == nil {
 		return 0

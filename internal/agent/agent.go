@@ -30,6 +30,7 @@ import (
 	"github.com/gpusampler/gpusampler/internal/diagnose"
 	"github.com/gpusampler/gpusampler/internal/pipeline/aggregate"
 	"github.com/gpusampler/gpusampler/internal/pipeline/buffer"
+	"github.com/gpusampler/gpusampler/internal/pipeline/deadletter"
 	"github.com/gpusampler/gpusampler/outputs"
 	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler"
@@ -218,8 +219,18 @@ func (a *Agent) build(cfg *appconfig.Config, blocks []*appconfig.Output) ([]buil
 		if err != nil {
 			return fail(fmt.Errorf("%s:%d: output %s: %w", cfg.File, o.Line, o.Name, err))
 		}
-		// pump → aggregate → buffer → output: summaries are what gets
-		// buffered, and the buffer alone talks to the sink.
+		// pump → aggregate → buffer → dead letter → output: summaries are
+		// what gets buffered, and the buffer alone talks to the sink; the
+		// dead-letter file sees every refusal the sink makes.
+		if o.DeadLetterDir != "" {
+			dl, err := deadletter.New(out, deadletter.Options{File: filepath.Join(o.DeadLetterDir, o.Name+".deadletter"),
+				MaxBytes: o.DeadLetterMaxBytes, Output: o.Name, Logger: a.log.With("output", o.Name)})
+			if err != nil {
+				out.Close()
+				return fail(fmt.Errorf("%s:%d: output %s: dead_letter_dir: %w", cfg.File, o.Line, o.Name, err))
+			}
+			out = dl
+		}
 		var buf *buffer.Buffer
 		if k := o.Buffer.Kind; k == "memory" || k == "disk" {
 			if buf, err = buffer.New(out, o.Buffer, buffer.WithLogger(a.log.With("output", o.Name)),

@@ -31,6 +31,9 @@ func (m *memOut) Write(_ context.Context, b *record.Batch) error {
 	if m.closed.Load() {
 		return record.ErrClosed
 	}
+	if m.label == "refuse" {
+		return record.Permanent(errors.New("schema clash"))
+	}
 	m.samples.Add(uint64(len(b.Samples)))
 	m.sums.Add(uint64(len(b.Summaries)))
 	return nil

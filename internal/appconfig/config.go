@@ -18,6 +18,7 @@ import (
 	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/config"
 	"github.com/gpusampler/gpusampler/internal/pipeline/buffer"
+	"github.com/gpusampler/gpusampler/internal/pipeline/deadletter"
 	"github.com/gpusampler/gpusampler/outputs"
 	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler"
@@ -157,6 +158,11 @@ type Output struct {
 	// Buffer configures the optional per-output buffer between the pump and
 	// the output (Kind "" or "none": none).
 	Buffer buffer.Config
+	// DeadLetterDir, when set, keeps every batch the output refuses as
+	// permanent in the file NAME.deadletter there, up to
+	// DeadLetterMaxBytes (see internal/pipeline/deadletter).
+	DeadLetterDir      string
+	DeadLetterMaxBytes int64
 }
 
 // Buffer defaults.
@@ -511,6 +517,13 @@ func parseOutputs(t *config.Table, agent Agent, opts Options) []*Output {
 			bt.Int("max_batch", &o.MaxBatch, 1, 1<<20)
 			bt.Duration("write_timeout", &o.WriteTimeout)
 			o.Buffer = parseBuffer(bt)
+			bt.String("dead_letter_dir", &o.DeadLetterDir)
+			dlMax := int(deadletter.DefaultMaxBytes)
+			bt.Int("dead_letter_max_bytes", &dlMax, 1<<10, 1<<50)
+			o.DeadLetterMaxBytes = int64(dlMax)
+			if bt.Has("dead_letter_max_bytes") && o.DeadLetterDir == "" {
+				bt.Errorf("dead_letter_max_bytes", "set, but dead_letter_dir is not: set dead_letter_dir to keep refused batches")
+			}
 			if k.Parse != nil {
 				o.Options = k.Parse(bt)
 			}

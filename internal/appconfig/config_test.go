@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/config"
 	"github.com/gpusampler/gpusampler/internal/appconfig"
+	"github.com/gpusampler/gpusampler/internal/pipeline/deadletter"
 	"github.com/gpusampler/gpusampler/outputs"
 	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler"
@@ -190,7 +192,7 @@ func TestParseErrors(t *testing.T) {
 			"test.toml:2: agent.hostnme: unknown key (known: hostname, flush_interval, stats_interval, self_metrics, state_dir, shutdown_timeout)"},
 		{"unknown sampler key", "[sampler]\ngpus = 2\ndrain = \"1s\"\n", "test.toml:3: sampler.drain: unknown key"},
 		{"unknown output key", "[[outputs.fake]]\nurl = \"x\"\n[[outputs.fake]]\nurll = \"y\"\n",
-			"test.toml:4: outputs.fake[1].urll: unknown key (known: name, include, exclude, aggregate, flush_interval, max_batch, write_timeout, buffer, buffer_max_bytes, buffer_max_records, buffer_dir, buffer_fsync_interval, retry_initial, retry_max, buffer_close_timeout, url, token)"},
+			"test.toml:4: outputs.fake[1].urll: unknown key (known: name, include, exclude, aggregate, flush_interval, max_batch, write_timeout, buffer, buffer_max_bytes, buffer_max_records, buffer_dir, buffer_fsync_interval, retry_initial, retry_max, buffer_close_timeout, dead_letter_dir, dead_letter_max_bytes, url, token)"},
 		{"wrong type string", "[agent]\nhostname = 3\n", "test.toml:2: agent.hostname: want a string, got an integer"},
 		{"wrong type int", "[sampler]\ngpus = \"two\"\n", "test.toml:2: sampler.gpus: want an integer, got a string"},
 		{"wrong type bool", "[agent]\nself_metrics = \"yes\"\n", "test.toml:2: agent.self_metrics: want a boolean, got a string"},
@@ -231,6 +233,8 @@ func TestParseErrors(t *testing.T) {
 		{"unknown buffer kind", "[[outputs.fake]]\nbuffer = \"tape\"\n", `test.toml:2: outputs.fake[0].buffer: unknown value "tape" (want one of: none, memory, disk)`},
 		{"disk buffer without dir", "[[outputs.fake]]\nbuffer = \"disk\"\n", "test.toml:2: outputs.fake[0].buffer: a disk buffer needs buffer_dir (a directory of its own per output)"},
 		{"buffer key without buffer", "[[outputs.fake]]\n\nbuffer_dir = \"/tmp/x\"\n", `test.toml:3: outputs.fake[0].buffer_dir: set, but buffer is "none": set buffer = "memory" or "disk"`},
+		{"dead-letter cap without dir", "[[outputs.fake]]\ndead_letter_max_bytes = 4096\n", "test.toml:2: outputs.fake[0].dead_letter_max_bytes: set, but dead_letter_dir is not: set dead_letter_dir to keep refused batches"},
+		{"dead-letter cap too small", "[[outputs.fake]]\ndead_letter_dir = \"/tmp/x\"\ndead_letter_max_bytes = 10\n", "test.toml:3: outputs.fake[0].dead_letter_max_bytes: 10 is out of range (want 1024 to 1125899906842624)"},
 		{"buffer too small", "[[outputs.fake]]\nbuffer = \"memory\"\nbuffer_max_bytes = 10\n", "test.toml:3: outputs.fake[0].buffer_max_bytes: 10 is out of range (want 1024 to 1125899906842624)"},
 		{"retry max below initial", "[[outputs.fake]]\nbuffer = \"memory\"\nretry_initial = \"1s\"\nretry_max = \"10ms\"\n", "test.toml:4: outputs.fake[0].retry_max: 10ms is less than retry_initial 1s"},
 	}
@@ -253,6 +257,27 @@ func TestParseErrors(t *testing.T) {
 				t.Errorf("error %T is neither *config.Error nor config.Errors", err)
 			}
 		})
+	}
+}
+
+// dead_letter_dir and its cap reach the output's settings; the cap has a
+// default.
+func TestParseDeadLetter(t *testing.T) {
+	cfg, err := parse(t, "[[outputs.fake]]\ndead_letter_dir = \"/var/dl\"\n[[outputs.fake]]\ndead_letter_dir = \"/var/dl\"\ndead_letter_max_bytes = 4096\n[[outputs.fake]]\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type dl struct {
+		dir string
+		max int64
+	}
+	var got []dl
+	for _, o := range cfg.Outputs {
+		got = append(got, dl{o.DeadLetterDir, o.DeadLetterMaxBytes})
+	}
+	want := []dl{{"/var/dl", deadletter.DefaultMaxBytes}, {"/var/dl", 4096}, {"", deadletter.DefaultMaxBytes}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("got %+v, want %+v", got, want)
 	}
 }
 
