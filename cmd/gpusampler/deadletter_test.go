@@ -11,8 +11,8 @@ import (
 
 	"github.com/gpusampler/gpusampler/internal/encoding/jsonl"
 	"github.com/gpusampler/gpusampler/internal/pipeline/deadletter"
-	"github.com/gpusampler/gpusampler/plugins/proto/records/recordstest"
 	"github.com/gpusampler/gpusampler/record"
+	"github.com/gpusampler/gpusampler/record/recordtest"
 )
 
 // refuser refuses every batch as permanent.
@@ -32,9 +32,9 @@ func TestDeadLetterPrint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := recordstest.FullBatch()
+	b := recordtest.FullBatch()
 	o.Write(context.Background(), b)
-	b2 := recordstest.FullBatch()
+	b2 := recordtest.FullBatch()
 	b2.Samples = b2.Samples[:1]
 	o.Write(context.Background(), b2)
 	o.Close()

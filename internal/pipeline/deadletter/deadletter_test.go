@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/gpusampler/gpusampler/internal/pipeline/deadletter"
-	"github.com/gpusampler/gpusampler/plugins/proto/records/recordstest"
 	"github.com/gpusampler/gpusampler/record"
+	"github.com/gpusampler/gpusampler/record/recordtest"
 )
 
 // sink answers each Write with the next error of its script (nil: taken).
@@ -34,7 +34,7 @@ func (s *sink) Close() error { s.closed = true; return nil }
 
 // batch is a batch with every field set, told apart by n.
 func batch(n int) *record.Batch {
-	b := recordstest.FullBatch()
+	b := recordtest.FullBatch()
 	b.Seq = uint64(n)
 	b.Samples[0].Value = float64(n)
 	return b
