@@ -154,7 +154,7 @@ func New(w io.Writer, opts Options) (*Output, error) {
 		window: map[seriesKey]*accum.Window{}, windowStart: opts.Now().UnixNano(), held: map[seriesKey]float64{}}
 	if opts.Shape == ShapeNvidiaSMI {
 		// No host tag: under Telegraf, its agent adds its own.
-		o.shapeEnc = lineproto.New(lineproto.Options{GlobalTags: tags, Catalog: opts.Catalog})
+		o.shapeEnc = lineproto.New(lineproto.Options{GlobalTags: tags, Catalog: opts.Catalog, DeviceStrings: true})
 	}
 	if opts.Signal == SignalStdin {
 		go o.gatherLoop()

@@ -118,7 +118,9 @@ func TestGatherNvidiaSMIShape(t *testing.T) {
 			record.Sample{TimeNS: ts, Value: 1000 + 100*float64(i), Metric: catalog.MetricMemoryUsed})
 	}
 	samples = append(samples, record.Sample{TimeNS: t0, Value: 81559, Metric: catalog.MetricMemoryTotal})
-	if err := out.Write(context.Background(), &record.Batch{Seq: 1, Devices: []record.Device{outputtest.Device}, Samples: samples}); err != nil {
+	dev := outputtest.Device
+	dev.Serial, dev.ECCMode = "1650000000000", record.ModeEnabled
+	if err := out.Write(context.Background(), &record.Batch{Seq: 1, Devices: []record.Device{dev}, Samples: samples}); err != nil {
 		t.Fatal(err)
 	}
 	now = time.Unix(110, 0)
@@ -137,8 +139,8 @@ func TestGatherNvidiaSMIShape(t *testing.T) {
 		t.Fatalf("gathers wrote %q", buf.String())
 	}
 	for i, want := range []string{
-		tags + "power_draw=115,utilization_gpu=52i,memory_used=1300i,memory_total=81559i 110000000000",
-		tags + "power_draw=200,utilization_gpu=52i,memory_used=1300i,memory_total=81559i 120000000000",
+		tags + `power_draw=115,utilization_gpu=52i,memory_used=1300i,memory_total=81559i,driver_version="1.0",serial="1650000000000",current_ecc="Enabled" 110000000000`,
+		tags + `power_draw=200,utilization_gpu=52i,memory_used=1300i,memory_total=81559i,driver_version="1.0",serial="1650000000000",current_ecc="Enabled" 120000000000`,
 	} {
 		if !sameFields(got[i], want) {
 			t.Errorf("gather %d wrote\n%s\nwant (fields in any order)\n%s", i+1, got[i], want)

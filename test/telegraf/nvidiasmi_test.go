@@ -142,6 +142,16 @@ func TestExecdNvidiaSMIDropIn(t *testing.T) {
 				t.Fatalf("tag %s missing: %v", k, m.Tags())
 			}
 		}
+		// nvidia_smi's string fields the simulator has data for, as
+		// Telegraf's parser writes them.
+		for k, want := range map[string]string{"driver_version": "sim", "current_ecc": "Enabled"} {
+			if got, ok := m.GetField(k); !ok || got != want {
+				t.Fatalf("field %s = %#v, want %q: %v", k, got, want, m.Fields())
+			}
+		}
+		if s, ok := m.GetField("serial"); !ok || !strings.HasPrefix(fmt.Sprint(s), "SIM") {
+			t.Fatalf("field serial = %#v, want the simulator's SIM…: %v", s, m.Fields())
+		}
 		own := 0
 		for _, f := range m.FieldList() {
 			if want, ok := fields[f.Key]; ok {

@@ -13,6 +13,7 @@ package lineproto
 import (
 	"cmp"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"time"
@@ -41,6 +42,11 @@ type Options struct {
 	GlobalTags []Tag
 	// Catalog defaults to catalog.Default().
 	Catalog *catalog.Catalog
+	// DeviceStrings adds to every sample line the device's string fields
+	// as Telegraf's nvidia_smi input writes them (driver_version, serial,
+	// current_ecc "Enabled" or "Disabled"), each where known: the drop-in
+	// shape, where every line stands for a whole nvidia-smi query.
+	DeviceStrings bool
 }
 
 type deviceTags struct {
@@ -52,6 +58,10 @@ type deviceTags struct {
 	// instead of re-escaping every tag on every line.
 	prefix    []byte
 	prefixErr error
+	// strFields is the device's string fields, escaped and joined by
+	// commas (Options.DeviceStrings), strErr its error.
+	strFields []byte
+	strErr    error
 }
 
 // fieldKey caches a metric's Influx naming and its escaped field key.
@@ -150,6 +160,35 @@ func (e *Encoder) rebuildTags(dt *deviceTags) {
 		p.AddTag(t.Key, t.Value)
 	}
 	dt.prefix, dt.prefixErr = p.Bytes(), p.Err()
+	if e.opts.DeviceStrings {
+		dt.strFields, dt.strErr = deviceStrings(d)
+	}
+}
+
+// deviceStrings returns d's nvidia_smi string fields, escaped as the
+// lineprotocol encoder writes them and joined by commas: driver_version,
+// serial and current_ecc, each where known. An ECC mode the device does not
+// support is left out, as Telegraf leaves out nvidia-smi's "N/A".
+func deviceStrings(d record.Device) ([]byte, error) {
+	ecc := map[string]string{record.ModeEnabled: "Enabled", record.ModeDisabled: "Disabled"}[d.ECCMode]
+	var p lineprotocol.Encoder
+	p.StartLine("m")
+	n := 0
+	for _, f := range []struct{ k, v string }{{"driver_version", d.DriverVersion}, {"serial", d.Serial}, {"current_ecc", ecc}} {
+		if f.v == "" {
+			continue
+		}
+		sv, ok := lineprotocol.StringValue(f.v)
+		if !ok {
+			return nil, fmt.Errorf("lineproto: device %d: field %s: %q is not valid UTF-8", d.Index, f.k, f.v)
+		}
+		p.AddField(f.k, sv)
+		n++
+	}
+	if err := p.Err(); err != nil || n == 0 {
+		return nil, err
+	}
+	return slices.Clone(p.Bytes()[len("m "):]), nil
 }
 
 // fieldKey returns the cached naming and key of metric id, nil when the
@@ -320,6 +359,13 @@ func (e *Encoder) appendLine(buf []byte, dt *deviceTags, run []record.Sample) []
 			buf = v.AppendBytes(buf)
 			sep = ','
 		}
+	}
+	if sep == ',' && len(dt.strFields) > 0 {
+		buf = append(buf, sep)
+		buf = append(buf, dt.strFields...)
+	} else if sep == ',' && dt.strErr != nil {
+		e.setErr(dt.strErr)
+		return buf[:start]
 	}
 	if run[0].Flags&record.FlagPointRead != 0 {
 		buf = append(buf, sep)

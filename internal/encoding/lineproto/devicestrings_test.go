@@ -1,0 +1,62 @@
+package lineproto
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/gpusampler/gpusampler/catalog"
+	"github.com/gpusampler/gpusampler/record"
+)
+
+// With DeviceStrings every sample line also carries the device's
+// nvidia_smi string fields (driver_version, serial, current_ecc), each
+// where known, escaped; an unsupported ECC mode is left out as Telegraf
+// leaves out nvidia-smi's "N/A". Without it no line has them.
+func TestEncodeDeviceStrings(t *testing.T) {
+	devs := []record.Device{
+		{Index: 0, UUID: "GPU-0", DriverVersion: "550.54.15", Serial: `S"1 2`, ECCMode: record.ModeEnabled},
+		{Index: 1, UUID: "GPU-1", DriverVersion: "550.54.15", ECCMode: record.ModeDisabled},
+		{Index: 2, UUID: "GPU-2", ECCMode: record.ModeUnsupported},
+	}
+	var samples []record.Sample
+	for i := range devs {
+		samples = append(samples, record.Sample{TimeNS: 1e18, Value: 97, Device: uint16(i), Metric: catalog.MetricUtilGPU})
+	}
+	samples = append(samples, record.Sample{TimeNS: 1e18, Value: 3, Device: 0, Metric: catalog.MetricPState})
+	for _, tc := range []struct {
+		strs bool
+		want string
+	}{
+		{true, `nvidia_smi,index=0,uuid=GPU-0 utilization_gpu=97i,driver_version="550.54.15",serial="S\"1 2",current_ecc="Enabled" 1000000000000000000` + "\n" +
+			`nvidia_smi,index=1,uuid=GPU-1 utilization_gpu=97i,driver_version="550.54.15",current_ecc="Disabled" 1000000000000000000` + "\n" +
+			`nvidia_smi,index=2,uuid=GPU-2 utilization_gpu=97i 1000000000000000000` + "\n"},
+		{false, `nvidia_smi,index=0,uuid=GPU-0 utilization_gpu=97i 1000000000000000000` + "\n" +
+			`nvidia_smi,index=1,uuid=GPU-1 utilization_gpu=97i 1000000000000000000` + "\n" +
+			`nvidia_smi,index=2,uuid=GPU-2 utilization_gpu=97i 1000000000000000000` + "\n"},
+	} {
+		e := New(Options{DeviceStrings: tc.strs})
+		e.Encode(&record.Batch{Devices: devs, Samples: samples})
+		if got := string(e.Bytes()); got != tc.want || e.Err() != nil {
+			t.Errorf("DeviceStrings=%v: got\n%s(err %v)\nwant\n%s", tc.strs, got, e.Err(), tc.want)
+		}
+	}
+}
+
+// A device string that is not valid UTF-8 cannot be a field: the device's
+// lines are skipped with an error naming the field, other devices' lines
+// are written.
+func TestEncodeDeviceStringsInvalid(t *testing.T) {
+	e := New(Options{DeviceStrings: true})
+	e.Encode(&record.Batch{
+		Devices: []record.Device{{Index: 0, UUID: "GPU-0", Serial: "bad\xff"}, {Index: 1, UUID: "GPU-1", DriverVersion: "1.0"}},
+		Samples: []record.Sample{{TimeNS: 1e18, Value: 97, Device: 0, Metric: catalog.MetricUtilGPU},
+			{TimeNS: 1e18, Value: 98, Device: 1, Metric: catalog.MetricUtilGPU}},
+	})
+	want := `nvidia_smi,index=1,uuid=GPU-1 utilization_gpu=98i,driver_version="1.0" 1000000000000000000` + "\n"
+	if got := string(e.Bytes()); got != want {
+		t.Errorf("got\n%s\nwant\n%s", got, want)
+	}
+	if err := e.Err(); err == nil || !strings.Contains(err.Error(), "device 0: field serial") {
+		t.Errorf("err = %v, want one naming device 0's serial field", err)
+	}
+}
