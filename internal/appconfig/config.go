@@ -130,7 +130,8 @@ type Sampler struct {
 	SlowInterval  time.Duration
 	RareInterval  time.Duration
 	GPMInterval   time.Duration
-	// RingSize is the per-device ring capacity in samples.
+	// RingSize is the per-device ring capacity in samples (each output's
+	// lane in a ring holds that many): see sampler.DefaultRingSize.
 	RingSize int
 	// Processes turns per-process sampling on (default) or off;
 	// ProcessInterval is its period (≥ sampler.MinProcessInterval);
