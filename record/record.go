@@ -90,6 +90,12 @@ type Device struct {
 	PersistenceMode string `json:"persistence_mode,omitempty"`
 	ECCMode         string `json:"ecc_mode,omitempty"`
 	MIGMode         string `json:"mig_mode,omitempty"`
+	// Architecture and ComputeMode are the GPU's architecture and compute
+	// mode as nvidia-smi spells them ("Hopper", "Ada Lovelace"; "Default",
+	// "Exclusive_Process", "Prohibited"), "" when unknown. A MIG instance
+	// reports its parent GPU's.
+	Architecture string `json:"architecture,omitempty"`
+	ComputeMode  string `json:"compute_mode,omitempty"`
 	// Attribution names whose work the device runs (Kubernetes pod, Slurm
 	// job); empty when unattributed. A change is an identity change.
 	Attribution

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,10 +22,30 @@ import (
 type syncBuf struct {
 	mu sync.Mutex
 	b  bytes.Buffer
+	// wrote, when set, gets a value (if it has room) after each Write.
+	wrote chan struct{}
 }
 
-func (s *syncBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
-func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n, err := s.b.Write(p)
+	if s.wrote != nil {
+		select {
+		case s.wrote <- struct{}{}:
+		default:
+		}
+	}
+	return n, err
+}
+
+// waitLines waits until s holds at least n lines (s.wrote must be set).
+func (s *syncBuf) waitLines(n int) {
+	for strings.Count(s.String(), "\n") < n {
+		<-s.wrote
+	}
+}
+func (s *syncBuf) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 func TestConformanceStream(t *testing.T) {
 	var buf *syncBuf
@@ -100,11 +121,12 @@ func TestSignalErrors(t *testing.T) {
 // and clocks; the newest value for state), state seen once repeated on every
 // later line (memory_used/memory_total has rows), and no host tag.
 func TestGatherNvidiaSMIShape(t *testing.T) {
-	buf := &syncBuf{}
+	buf := &syncBuf{wrote: make(chan struct{}, 1)}
 	trig := make(chan struct{})
-	now := time.Unix(100, 0)
+	var now atomic.Int64 // the gather goroutine reads it
+	now.Store(time.Unix(100, 0).UnixNano())
 	out, err := execd.New(buf, execd.Options{Signal: execd.SignalStdin, Trigger: trig, Host: "h", Shape: execd.ShapeNvidiaSMI,
-		Now: func() time.Time { return now }})
+		Now: func() time.Time { return time.Unix(0, now.Load()) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,20 +142,22 @@ func TestGatherNvidiaSMIShape(t *testing.T) {
 	samples = append(samples, record.Sample{TimeNS: t0, Value: 81559, Metric: catalog.MetricMemoryTotal})
 	dev := outputtest.Device
 	dev.Serial, dev.ECCMode = "1650000000000", record.ModeEnabled
+	dev.Architecture, dev.ComputeMode = "Hopper", "Default"
 	if err := out.Write(context.Background(), &record.Batch{Seq: 1, Devices: []record.Device{dev}, Samples: samples}); err != nil {
 		t.Fatal(err)
 	}
-	now = time.Unix(110, 0)
+	now.Store(time.Unix(110, 0).UnixNano())
 	trig <- struct{}{}
+	buf.waitLines(1) // the first gather is written before the next window's samples arrive
 	// The next window has power only: memory_total and memory_used are held.
 	if err := out.Write(context.Background(), &record.Batch{Seq: 2, Samples: []record.Sample{
 		{TimeNS: t0 + int64(10*time.Second), Value: 200, Metric: catalog.MetricPowerDraw}}}); err != nil {
 		t.Fatal(err)
 	}
-	now = time.Unix(120, 0)
+	now.Store(time.Unix(120, 0).UnixNano())
 	trig <- struct{}{}
-	trig <- struct{}{} // waits for the second gather
-	tags := `nvidia_smi,index=0,name=Test\ GPU,pci_bus_id=00000000:17:00.0,uuid=GPU-00000000-1111-2222-3333-444444444444 `
+	buf.waitLines(2)
+	tags := `nvidia_smi,arch=Hopper,compute_mode=Default,index=0,name=Test\ GPU,pci_bus_id=00000000:17:00.0,uuid=GPU-00000000-1111-2222-3333-444444444444 `
 	got := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
 	if len(got) < 2 {
 		t.Fatalf("gathers wrote %q", buf.String())

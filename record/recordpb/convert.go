@@ -24,7 +24,8 @@ func FromDevice(d *record.Device) *Device {
 		MemoryMaxTempC: d.MemoryMaxTempC, Generation: d.Generation, Mig: d.MIG, Parent: uint32(d.Parent),
 		GpuInstanceId: uint32(d.GPUInstanceID), ComputeInstanceId: uint32(d.ComputeInstanceID), MigProfile: d.MIGProfile,
 		Pod: d.Pod, Namespace: d.Namespace, Container: d.Container, HpcJob: d.HPCJob,
-		PersistenceMode: d.PersistenceMode, EccMode: d.ECCMode, MigMode: d.MIGMode}
+		PersistenceMode: d.PersistenceMode, EccMode: d.ECCMode, MigMode: d.MIGMode,
+		Architecture: d.Architecture, ComputeMode: d.ComputeMode}
 }
 
 // ToSampler converts the identity back.
@@ -36,7 +37,8 @@ func (d *Device) ToSampler() record.Device {
 		MemoryMaxTempC: d.GetMemoryMaxTempC(), Generation: d.GetGeneration(), MIG: d.GetMig(), Parent: int(d.GetParent()),
 		GPUInstanceID: int(d.GetGpuInstanceId()), ComputeInstanceID: int(d.GetComputeInstanceId()), MIGProfile: d.GetMigProfile(),
 		Attribution:     record.Attribution{Pod: d.GetPod(), Namespace: d.GetNamespace(), Container: d.GetContainer(), HPCJob: d.GetHpcJob()},
-		PersistenceMode: d.GetPersistenceMode(), ECCMode: d.GetEccMode(), MIGMode: d.GetMigMode()}
+		PersistenceMode: d.GetPersistenceMode(), ECCMode: d.GetEccMode(), MIGMode: d.GetMigMode(),
+		Architecture: d.GetArchitecture(), ComputeMode: d.GetComputeMode()}
 }
 
 // FromEvent converts an event (attributes and fields are copied).

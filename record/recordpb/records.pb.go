@@ -393,6 +393,10 @@ type Device struct {
 	PersistenceMode string `protobuf:"bytes,20,opt,name=persistence_mode,json=persistenceMode,proto3" json:"persistence_mode,omitempty"`
 	EccMode         string `protobuf:"bytes,21,opt,name=ecc_mode,json=eccMode,proto3" json:"ecc_mode,omitempty"`
 	MigMode         string `protobuf:"bytes,22,opt,name=mig_mode,json=migMode,proto3" json:"mig_mode,omitempty"`
+	// architecture and compute_mode as nvidia-smi spells them ("Hopper",
+	// "Default"); "" when unknown.
+	Architecture string `protobuf:"bytes,27,opt,name=architecture,proto3" json:"architecture,omitempty"`
+	ComputeMode  string `protobuf:"bytes,28,opt,name=compute_mode,json=computeMode,proto3" json:"compute_mode,omitempty"`
 	// pod, namespace and container name the Kubernetes pod the device is
 	// allocated to, hpc_job the HPC (Slurm) job running on it; "" when
 	// unknown (dcgm-exporter's label names).
@@ -584,6 +588,20 @@ func (x *Device) GetEccMode() string {
 func (x *Device) GetMigMode() string {
 	if x != nil {
 		return x.MigMode
+	}
+	return ""
+}
+
+func (x *Device) GetArchitecture() string {
+	if x != nil {
+		return x.Architecture
+	}
+	return ""
+}
+
+func (x *Device) GetComputeMode() string {
+	if x != nil {
+		return x.ComputeMode
 	}
 	return ""
 }
@@ -933,7 +951,7 @@ const file_recordpb_records_proto_rawDesc = "" +
 	"\x04last\x18\x06 \x03(\x01R\x04last\x12\x14\n" +
 	"\x05count\x18\a \x03(\rR\x05count\x12\x16\n" +
 	"\x06device\x18\b \x03(\rR\x06device\x12\x16\n" +
-	"\x06metric\x18\t \x03(\rR\x06metric\"\xbc\x06\n" +
+	"\x06metric\x18\t \x03(\rR\x06metric\"\x83\a\n" +
 	"\x06Device\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x12\n" +
 	"\x04uuid\x18\x02 \x01(\tR\x04uuid\x12\x12\n" +
@@ -961,7 +979,9 @@ const file_recordpb_records_proto_rawDesc = "" +
 	"migProfile\x12)\n" +
 	"\x10persistence_mode\x18\x14 \x01(\tR\x0fpersistenceMode\x12\x19\n" +
 	"\becc_mode\x18\x15 \x01(\tR\aeccMode\x12\x19\n" +
-	"\bmig_mode\x18\x16 \x01(\tR\amigMode\x12\x10\n" +
+	"\bmig_mode\x18\x16 \x01(\tR\amigMode\x12\"\n" +
+	"\farchitecture\x18\x1b \x01(\tR\farchitecture\x12!\n" +
+	"\fcompute_mode\x18\x1c \x01(\tR\vcomputeMode\x12\x10\n" +
 	"\x03pod\x18\x17 \x01(\tR\x03pod\x12\x1c\n" +
 	"\tnamespace\x18\x18 \x01(\tR\tnamespace\x12\x1c\n" +
 	"\tcontainer\x18\x19 \x01(\tR\tcontainer\x12\x17\n" +

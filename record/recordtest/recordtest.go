@@ -28,6 +28,7 @@ func FullBatch() *record.Batch {
 				SlowdownTempC: 90, ShutdownTempC: 95, MaxOperatingTempC: 87, MemoryMaxTempC: 105,
 				MIG: true, Parent: 2, GPUInstanceID: 7, ComputeInstanceID: 3, MIGProfile: "1g.18gb",
 				PersistenceMode: record.ModeEnabled, ECCMode: record.ModeDisabled, MIGMode: record.ModeUnsupported,
+				Architecture: "Hopper", ComputeMode: "Default",
 				Attribution: record.Attribution{Pod: "train-7", Namespace: "ml", Container: "trainer", HPCJob: "4711"},
 				Generation:  3},
 		},

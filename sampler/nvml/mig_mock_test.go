@@ -69,7 +69,8 @@ func TestMockMIGInstancesAsDevices(t *testing.T) {
 	id, _ := m.Identity()
 	want := record.Device{Index: 9, UUID: "MIG-bbbb", Name: "NVIDIA H200 MIG 1g.18gb", MemoryTotalMiB: 16384, Backend: "nvml",
 		DriverVersion: id.DriverVersion, MIG: true, Parent: 1, GPUInstanceID: 9, ComputeInstanceID: 0, MIGProfile: "1g.18gb",
-		PersistenceMode: record.ModeEnabled, ECCMode: record.ModeEnabled} // the parent's; no MIG mode on an instance
+		PersistenceMode: record.ModeEnabled, ECCMode: record.ModeEnabled, // the parent's; no MIG mode on an instance
+		Architecture: "Hopper", ComputeMode: "Default"}
 	if id != want {
 		t.Fatalf("MIG identity\n got %+v\nwant %+v", id, want)
 	}

@@ -67,6 +67,8 @@ func mockServer(t *testing.T, nvmlVersion string) *server.Server {
 		d.GetFanSpeedFunc = func() (uint32, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED }
 		d.GetEnforcedPowerLimitFunc = func() (uint32, nvml.Return) { return 700000, nvml.SUCCESS }
 		d.GetPersistenceModeFunc = func() (nvml.EnableState, nvml.Return) { return nvml.FEATURE_ENABLED, nvml.SUCCESS }
+		d.GetArchitectureFunc = func() (nvml.DeviceArchitecture, nvml.Return) { return nvml.DEVICE_ARCH_HOPPER, nvml.SUCCESS }
+		d.GetComputeModeFunc = func() (nvml.ComputeMode, nvml.Return) { return nvml.COMPUTEMODE_DEFAULT, nvml.SUCCESS }
 		d.GetEccModeFunc = func() (nvml.EnableState, nvml.EnableState, nvml.Return) {
 			return nvml.FEATURE_ENABLED, nvml.FEATURE_ENABLED, nvml.SUCCESS
 		}
@@ -104,6 +106,10 @@ func u64(x uint64) [8]byte {
 
 func TestMockOpen(t *testing.T) {
 	s := mockServer(t, "")
+	// GPU 2: no architecture read; another compute mode.
+	d2 := s.Devices[2].(*server.Device)
+	d2.GetArchitectureFunc = func() (nvml.DeviceArchitecture, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED }
+	d2.GetComputeModeFunc = func() (nvml.ComputeMode, nvml.Return) { return nvml.COMPUTEMODE_EXCLUSIVE_PROCESS, nvml.SUCCESS }
 	src, devs := openMock(t, s)
 	if src.Name() != "nvml" {
 		t.Errorf("Name = %q", src.Name())
@@ -126,6 +132,12 @@ func TestMockOpen(t *testing.T) {
 	if id.Index != 3 || id.UUID != want.UUID || id.Backend != "nvml" || id.PCIBusID != want.PciBusID ||
 		!strings.Contains(id.Name, "H200") || id.Serial != "serial-3" || id.DriverVersion != "550.54.15" {
 		t.Errorf("identity = %+v", id)
+	}
+	if id.Architecture != "Hopper" || id.ComputeMode != "Default" {
+		t.Errorf("identity architecture/compute mode = %q/%q, want Hopper/Default", id.Architecture, id.ComputeMode)
+	}
+	if id2, _ := devs[2].Identity(); id2.Architecture != "" || id2.ComputeMode != "Exclusive_Process" {
+		t.Errorf("GPU 2 architecture/compute mode = %q/%q, want unknown/Exclusive_Process", id2.Architecture, id2.ComputeMode)
 	}
 	if id.MemoryTotalMiB == 0 || id.SlowdownTempC != 89 || id.ShutdownTempC != 92 || id.MaxOperatingTempC != 87 || id.MemoryMaxTempC != 0 {
 		t.Errorf("identity thresholds/memory = %+v", id)

@@ -23,9 +23,25 @@ func modeOf(enabled bool, ret nvml.Return) string {
 	return ""
 }
 
-// modeIdentity reads persistence mode, current ECC mode and MIG mode into
-// id, each only when the library has its symbol. A MIG instance reports
-// its parent GPU's persistence and ECC modes (they are the GPU's settings)
+// archNames and computeModeNames spell NVML's architectures and compute
+// modes as nvidia-smi -q -x does (product_architecture, compute_mode); a
+// value missing here (newer than this table) is left unknown.
+var (
+	archNames = map[nvml.DeviceArchitecture]string{
+		nvml.DEVICE_ARCH_KEPLER: "Kepler", nvml.DEVICE_ARCH_MAXWELL: "Maxwell", nvml.DEVICE_ARCH_PASCAL: "Pascal",
+		nvml.DEVICE_ARCH_VOLTA: "Volta", nvml.DEVICE_ARCH_TURING: "Turing", nvml.DEVICE_ARCH_AMPERE: "Ampere",
+		nvml.DEVICE_ARCH_ADA: "Ada Lovelace", nvml.DEVICE_ARCH_HOPPER: "Hopper", nvml.DEVICE_ARCH_BLACKWELL: "Blackwell",
+	}
+	computeModeNames = map[nvml.ComputeMode]string{
+		nvml.COMPUTEMODE_DEFAULT: "Default", nvml.COMPUTEMODE_EXCLUSIVE_THREAD: "Exclusive_Thread",
+		nvml.COMPUTEMODE_PROHIBITED: "Prohibited", nvml.COMPUTEMODE_EXCLUSIVE_PROCESS: "Exclusive_Process",
+	}
+)
+
+// modeIdentity reads persistence mode, current ECC mode, architecture,
+// compute mode and MIG mode into id, each only when the library has its
+// symbol. A MIG instance reports its parent GPU's persistence and ECC
+// modes, architecture and compute mode (they are the GPU's settings)
 // and no MIG mode. The MIG mode read while enumerating MIG instances is
 // reused.
 func (d *device) modeIdentity(id *record.Device) {
@@ -45,6 +61,22 @@ func (d *device) modeIdentity(id *record.Device) {
 		cur, _, ret := h.GetEccMode()
 		d.account("GetEccMode", 1, start)
 		id.ECCMode = modeOf(cur == nvml.FEATURE_ENABLED, ret)
+	}
+	if has["nvmlDeviceGetArchitecture"] {
+		start := now()
+		a, ret := h.GetArchitecture()
+		d.account("GetArchitecture", 1, start)
+		if ret == nvml.SUCCESS {
+			id.Architecture = archNames[a]
+		}
+	}
+	if has["nvmlDeviceGetComputeMode"] {
+		start := now()
+		m, ret := h.GetComputeMode()
+		d.account("GetComputeMode", 1, start)
+		if ret == nvml.SUCCESS {
+			id.ComputeMode = computeModeNames[m]
+		}
 	}
 	if d.mig {
 		return

@@ -265,6 +265,8 @@ func (d *Device) Identity() (record.Device, error) {
 		// A well-kept datacenter GPU.
 		PersistenceMode: record.ModeEnabled,
 		ECCMode:         record.ModeEnabled,
+		Architecture:    "Hopper",
+		ComputeMode:     "Default",
 		MIGMode:         record.ModeDisabled,
 	}, nil
 }

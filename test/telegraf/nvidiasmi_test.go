@@ -142,6 +142,13 @@ func TestExecdNvidiaSMIDropIn(t *testing.T) {
 				t.Fatalf("tag %s missing: %v", k, m.Tags())
 			}
 		}
+		// nvidia_smi's arch and compute_mode tags, spelled as its parser
+		// passes on nvidia-smi's (the simulator is H100-like).
+		for k, want := range map[string]string{"arch": "Hopper", "compute_mode": "Default"} {
+			if got, _ := m.GetTag(k); got != want {
+				t.Fatalf("tag %s = %q, want %q: %v", k, got, want, m.Tags())
+			}
+		}
 		// nvidia_smi's string fields the simulator has data for, as
 		// Telegraf's parser writes them.
 		for k, want := range map[string]string{"driver_version": "sim", "current_ecc": "Enabled"} {

@@ -42,10 +42,11 @@ type Options struct {
 	GlobalTags []Tag
 	// Catalog defaults to catalog.Default().
 	Catalog *catalog.Catalog
-	// DeviceStrings adds to every sample line the device's string fields
-	// as Telegraf's nvidia_smi input writes them (driver_version, serial,
-	// current_ecc "Enabled" or "Disabled"), each where known: the drop-in
-	// shape, where every line stands for a whole nvidia-smi query.
+	// DeviceStrings adds to every sample line the device's strings as
+	// Telegraf's nvidia_smi input writes them, each where known: tags arch
+	// and compute_mode, string fields driver_version, serial and
+	// current_ecc ("Enabled" or "Disabled"). It is the drop-in shape, where
+	// every line stands for a whole nvidia-smi query.
 	DeviceStrings bool
 }
 
@@ -147,6 +148,10 @@ func (e *Encoder) rebuildTags(dt *deviceTags) {
 	}
 	if d.Simulated {
 		add("simulated", "true")
+	}
+	if e.opts.DeviceStrings {
+		add("arch", d.Architecture)
+		add("compute_mode", d.ComputeMode)
 	}
 	for i, v := range d.Attribution.Values() {
 		add(record.AttributionKeys()[i], v)
