@@ -72,6 +72,11 @@ type Options struct {
 	// for state, state metrics repeated on every line, and no host tag, so
 	// that Telegraf's agent adds its own).
 	Shape string
+	// MinMax adds to ShapeNvidiaSMI lines the window's extremes of each
+	// metric written as a mean (power, utilization, clocks): fields
+	// NAME_min and NAME_max, in NAME's unit and type, for the series the
+	// window saw. Off by default (nvidia_smi has no such fields).
+	MinMax bool
 }
 
 // Gather shapes.
@@ -144,6 +149,9 @@ func New(w io.Writer, opts Options) (*Output, error) {
 	case ShapeSummary, ShapeNvidiaSMI:
 	default:
 		return nil, fmt.Errorf("execd: unknown shape %q (want %q or %q)", opts.Shape, ShapeSummary, ShapeNvidiaSMI)
+	}
+	if opts.MinMax && opts.Shape != ShapeNvidiaSMI {
+		return nil, fmt.Errorf("execd: min_max applies to shape %q only", ShapeNvidiaSMI)
 	}
 	var tags []lineproto.Tag
 	for _, k := range slices.Sorted(maps.Keys(opts.GlobalTags)) {
@@ -285,11 +293,16 @@ func (o *Output) gatherNvidiaSMI(now int64) error {
 	if cat == nil {
 		cat = catalog.Default()
 	}
+	stats := map[uint16][]lineproto.Stat{}
 	for k, a := range o.window {
 		v := a.Last
 		if m, ok := cat.Get(k.metric); ok && m.Kind == catalog.Gauge &&
 			(m.Group == catalog.GroupPower || m.Group == catalog.GroupUtilization || m.Group == catalog.GroupClocks) {
 			v = a.Mean()
+			if o.opts.MinMax {
+				stats[k.dev] = append(stats[k.dev], lineproto.Stat{Metric: k.metric, Suffix: "_min", Value: a.Min},
+					lineproto.Stat{Metric: k.metric, Suffix: "_max", Value: a.Max})
+			}
 		}
 		o.held[k] = v
 	}
@@ -302,6 +315,13 @@ func (o *Output) gatherNvidiaSMI(now int64) error {
 		samples = append(samples, record.Sample{TimeNS: now, Value: o.held[k], Device: k.dev, Metric: k.metric})
 	}
 	o.shapeEnc.Reset()
+	for dev := range devicesOf(keys) {
+		s := stats[dev]
+		slices.SortFunc(s, func(a, b lineproto.Stat) int {
+			return cmp.Or(cmp.Compare(a.Metric, b.Metric), cmp.Compare(a.Suffix, b.Suffix))
+		})
+		o.shapeEnc.SetStats(int(dev), s)
+	}
 	o.shapeEnc.Encode(&record.Batch{Samples: samples})
 	if err := o.shapeEnc.Err(); err != nil {
 		// A skipped line: count the values it held.
@@ -316,6 +336,15 @@ func (o *Output) gatherNvidiaSMI(now int64) error {
 		return fmt.Errorf("execd: stdout: %w", err)
 	}
 	return nil
+}
+
+// devicesOf returns the devices of keys.
+func devicesOf(keys []seriesKey) map[uint16]struct{} {
+	devs := map[uint16]struct{}{}
+	for _, k := range keys {
+		devs[k.dev] = struct{}{}
+	}
+	return devs
 }
 
 func (o *Output) flushLocked() error {
@@ -361,6 +390,10 @@ func Kind() outputs.Kind {
 			t.OneOf("shape", &o.Shape, ShapeSummary, ShapeNvidiaSMI)
 			if t.Has("shape") && o.Signal != SignalStdin {
 				t.Errorf("shape", "applies to signal = %q (gather) only", SignalStdin)
+			}
+			t.Bool("min_max", &o.MinMax)
+			if t.Has("min_max") && o.Shape != ShapeNvidiaSMI {
+				t.Errorf("min_max", "applies to shape = %q only", ShapeNvidiaSMI)
 			}
 			return o
 		},

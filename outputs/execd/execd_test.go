@@ -175,17 +175,70 @@ func TestGatherNvidiaSMIShape(t *testing.T) {
 	}
 }
 
+// With MinMax the drop-in lines also carry NAME_min and NAME_max, in NAME's
+// type, for the metrics written as the window's mean, and only for series
+// the window saw; state gets none.
+func TestGatherNvidiaSMIMinMax(t *testing.T) {
+	buf := &syncBuf{wrote: make(chan struct{}, 1)}
+	trig := make(chan struct{})
+	var now atomic.Int64 // the gather goroutine reads it
+	now.Store(time.Unix(100, 0).UnixNano())
+	out, err := execd.New(buf, execd.Options{Signal: execd.SignalStdin, Trigger: trig, Shape: execd.ShapeNvidiaSMI, MinMax: true,
+		Now: func() time.Time { return time.Unix(0, now.Load()) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	t0 := time.Unix(101, 0).UnixNano()
+	var samples []record.Sample
+	for i := range 4 {
+		ts := t0 + int64(i)*int64(time.Millisecond)
+		samples = append(samples, record.Sample{TimeNS: ts, Value: 100 + 10*float64(i), Metric: catalog.MetricPowerDraw},
+			record.Sample{TimeNS: ts, Value: 50 + float64(i), Metric: catalog.MetricUtilGPU},
+			record.Sample{TimeNS: ts, Value: 1000 + 100*float64(i), Metric: catalog.MetricMemoryUsed})
+	}
+	if err := out.Write(context.Background(), &record.Batch{Seq: 1, Devices: []record.Device{outputtest.Device}, Samples: samples}); err != nil {
+		t.Fatal(err)
+	}
+	now.Store(time.Unix(110, 0).UnixNano())
+	trig <- struct{}{}
+	buf.waitLines(1)
+	if err := out.Write(context.Background(), &record.Batch{Seq: 2, Samples: []record.Sample{
+		{TimeNS: t0 + int64(10*time.Second), Value: 200, Metric: catalog.MetricPowerDraw}}}); err != nil {
+		t.Fatal(err)
+	}
+	now.Store(time.Unix(120, 0).UnixNano())
+	trig <- struct{}{}
+	buf.waitLines(2)
+	tags := `nvidia_smi,index=0,name=Test\ GPU,pci_bus_id=00000000:17:00.0,uuid=GPU-00000000-1111-2222-3333-444444444444 `
+	got := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
+	for i, want := range []string{
+		tags + `power_draw=115,power_draw_min=100,power_draw_max=130,utilization_gpu=52i,utilization_gpu_min=50i,utilization_gpu_max=53i,memory_used=1300i,driver_version="1.0" 110000000000`,
+		tags + `power_draw=200,power_draw_min=200,power_draw_max=200,utilization_gpu=52i,memory_used=1300i,driver_version="1.0" 120000000000`,
+	} {
+		if !sameFields(got[i], want) {
+			t.Errorf("gather %d wrote\n%s\nwant (fields in any order)\n%s", i+1, got[i], want)
+		}
+	}
+}
+
 // sameFields compares two lines of line protocol: measurement and tags
 // exactly, fields as a set, timestamp exactly.
 func sameFields(got, want string) bool {
 	split := func(l string) (string, []string, string) {
-		p := strings.Split(l, " ")
-		if len(p) != 3 {
+		// the first space not escaped ends the tags; the last one starts
+		// the timestamp (these lines' string fields have no spaces)
+		head := 0
+		for head < len(l) && (l[head] != ' ' || head > 0 && l[head-1] == '\\') {
+			head++
+		}
+		ts := strings.LastIndexByte(l, ' ')
+		if head >= ts {
 			return l, nil, ""
 		}
-		f := strings.Split(p[1], ",")
+		f := strings.Split(l[head+1:ts], ",")
 		slices.Sort(f)
-		return p[0], f, p[2]
+		return l[:head], f, l[ts+1:]
 	}
 	gh, gf, gt := split(got)
 	wh, wf, wt := split(want)
@@ -206,12 +259,16 @@ func TestShapeConfig(t *testing.T) {
 	if o, err := parse("signal = \"STDIN\"\nshape = \"nvidia_smi\""); err != nil || o.Shape != execd.ShapeNvidiaSMI {
 		t.Fatalf("nvidia_smi: %+v %v", o, err)
 	}
-	if o, err := parse("signal = \"STDIN\""); err != nil || o.Shape != execd.ShapeSummary {
+	if o, err := parse("signal = \"STDIN\"\nshape = \"nvidia_smi\"\nmin_max = true"); err != nil || !o.MinMax {
+		t.Fatalf("min_max: %+v %v", o, err)
+	}
+	if o, err := parse("signal = \"STDIN\""); err != nil || o.Shape != execd.ShapeSummary || o.MinMax {
 		t.Fatalf("default: %+v %v", o, err)
 	}
 	for block, want := range map[string]string{
 		"shape = \"nvidia_smi\"":                   `outputs.execd[0].shape: applies to signal = "STDIN"`,
 		"signal = \"STDIN\"\nshape = \"telegraf\"": `outputs.execd[0].shape`,
+		"signal = \"STDIN\"\nmin_max = true":       `outputs.execd[0].min_max: applies to shape = "nvidia_smi"`,
 	} {
 		if _, err := parse(block); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: err %v, want %q", block, err, want)

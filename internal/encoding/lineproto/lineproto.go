@@ -63,6 +63,25 @@ type deviceTags struct {
 	// commas (Options.DeviceStrings), strErr its error.
 	strFields []byte
 	strErr    error
+	// stats are the window statistics the device's sample lines carry
+	// (SetStats).
+	stats []Stat
+}
+
+// Stat is one window statistic of a metric, written on a device's sample
+// lines as the field NAME+Suffix (the metric's Influx name, unit and type).
+type Stat struct {
+	Metric catalog.MetricID
+	Suffix string // "_min", "_max": letters, digits and underscores
+	Value  float64
+}
+
+// SetStats sets the statistics every later sample line of device index
+// carries, until the next SetStats (nil: none). Metrics the catalog lacks
+// are left out.
+func (e *Encoder) SetStats(index int, stats []Stat) {
+	dt := e.device(index)
+	dt.stats = append(dt.stats[:0], stats...)
 }
 
 // fieldKey caches a metric's Influx naming and its escaped field key.
@@ -363,6 +382,21 @@ func (e *Encoder) appendLine(buf []byte, dt *deviceTags, run []record.Sample) []
 			buf = append(buf, '=')
 			buf = v.AppendBytes(buf)
 			sep = ','
+		}
+	}
+	if sep == ',' {
+		for _, st := range dt.stats {
+			k := e.fieldKey(st.Metric)
+			if k == nil || k.err != nil {
+				continue // the metric's own field reports a bad key
+			}
+			if v, ok := FieldValue(k.n, st.Value); ok {
+				buf = append(buf, ',')
+				buf = append(buf, k.key...)
+				buf = append(buf, st.Suffix...)
+				buf = append(buf, '=')
+				buf = v.AppendBytes(buf)
+			}
 		}
 	}
 	if sep == ',' && len(dt.strFields) > 0 {
