@@ -26,6 +26,7 @@ func TestTelegrafConfig(t *testing.T) {
   metrics_include = ["power*"]
   metrics_exclude = ["power_limit"]
   shape = "nvidia_smi"
+  min_max = true
 `), config.EmptySourcePath)
 	if err != nil {
 		t.Fatal(err)
@@ -39,7 +40,7 @@ func TestTelegrafConfig(t *testing.T) {
 	}
 	got.Log = nil
 	want := &GPUSampler{Backend: BackendSim, SimGPUs: 3, SimProfile: "training", SimSeed: 9, Devices: []string{"0", "2"},
-		MetricsInclude: []string{"power*"}, MetricsExclude: []string{"power_limit"}, Shape: ShapeNvidiaSMI}
+		MetricsInclude: []string{"power*"}, MetricsExclude: []string{"power_limit"}, Shape: ShapeNvidiaSMI, MinMax: true}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("loaded %+v\nwant   %+v", got, want)
 	}

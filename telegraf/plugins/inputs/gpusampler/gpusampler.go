@@ -64,6 +64,9 @@ type GPUSampler struct {
 	MetricsInclude []string `toml:"metrics_include"`
 	MetricsExclude []string `toml:"metrics_exclude"`
 	Shape          string   `toml:"shape"`
+	// MinMax (shape "nvidia_smi" only) adds each gather window's
+	// NAME_min and NAME_max for the metrics written as its mean.
+	MinMax bool `toml:"min_max"`
 
 	// Log is set by Telegraf.
 	Log telegraf.Logger `toml:"-"`
@@ -112,6 +115,9 @@ func (p *GPUSampler) Init() error {
 	case ShapeRaw, ShapeNvidiaSMI:
 	default:
 		return fmt.Errorf("gpusampler: shape %q: want %q or %q", p.Shape, ShapeRaw, ShapeNvidiaSMI)
+	}
+	if p.MinMax && p.Shape != ShapeNvidiaSMI {
+		return fmt.Errorf("gpusampler: min_max applies to shape %q only", ShapeNvidiaSMI)
 	}
 	if p.SimProfile == "" {
 		p.SimProfile = "training"
@@ -185,6 +191,7 @@ func (p *GPUSampler) Start(acc telegraf.Accumulator) error {
 		// Gathers come from Telegraf's Gather, not from a trigger; the
 		// channel only satisfies the output's gather mode.
 		opts.Signal, opts.Shape, opts.Trigger = execd.SignalStdin, execd.ShapeNvidiaSMI, make(chan struct{})
+		opts.MinMax = p.MinMax
 	}
 	out, err := execd.New(sink, opts)
 	if err != nil {

@@ -96,6 +96,7 @@ func TestInitRejectsBadKeys(t *testing.T) {
 	}{
 		{"backend", func(p *GPUSampler) { p.Backend = "cuda" }, `backend "cuda"`},
 		{"shape", func(p *GPUSampler) { p.Shape = "summary" }, `shape "summary"`},
+		{"min_max", func(p *GPUSampler) { p.MinMax = true }, `min_max applies to shape "nvidia_smi"`},
 		{"profile", func(p *GPUSampler) { p.SimProfile = "gaming" }, `sim_profile "gaming"`},
 		{"gpus", func(p *GPUSampler) { p.SimGPUs = 65 }, "sim_gpus 65"},
 	} {

@@ -16,7 +16,7 @@ import (
 // no host tag.
 func TestNvidiaSMIShape(t *testing.T) {
 	p := New()
-	p.Backend, p.SimSeed, p.SimGPUs, p.Shape = BackendSim, 3, 2, ShapeNvidiaSMI
+	p.Backend, p.SimSeed, p.SimGPUs, p.Shape, p.MinMax = BackendSim, 3, 2, ShapeNvidiaSMI, true
 	if err := p.Init(); err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +39,8 @@ func TestNvidiaSMIShape(t *testing.T) {
 				points = append(points, m)
 			}
 		}
-		if len(points) >= 2 {
+		// and (min_max) until a window saw power samples
+		if len(points) >= 2 && slices.ContainsFunc(points, func(m telegraf.Metric) bool { return m.HasField("power_draw_min") }) {
 			break
 		}
 		acc.ClearMetrics()
@@ -59,6 +60,20 @@ func TestNvidiaSMIShape(t *testing.T) {
 		}
 		if total, _ := m.GetField("memory_total"); total == int64(0) {
 			t.Errorf("GPU %s: memory_total is 0: %v", idx, m)
+		}
+		// min_max: the window's extremes bracket its mean, in its type;
+		// state (memory_total) has none.
+		if m.HasField("memory_total_min") || m.HasField("memory_total_max") {
+			t.Errorf("GPU %s: extremes of a state metric: %v", idx, m)
+		}
+		if mean, ok := m.GetField("power_draw"); ok && m.HasField("power_draw_min") {
+			lo, _ := m.GetField("power_draw_min")
+			hi, _ := m.GetField("power_draw_max")
+			l, okL := lo.(float64)
+			h, okH := hi.(float64)
+			if v := mean.(float64); !okL || !okH || l > v || v > h {
+				t.Errorf("GPU %s: power_draw_min %v ≤ power_draw %v ≤ power_draw_max %v does not hold", idx, lo, mean, hi)
+			}
 		}
 	}
 	slices.Sort(indexes)
