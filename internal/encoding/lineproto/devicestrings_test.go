@@ -61,3 +61,25 @@ func TestEncodeDeviceStringsInvalid(t *testing.T) {
 		t.Errorf("err = %v, want one naming device 0's serial field", err)
 	}
 }
+
+// SetStats puts NAME+Suffix fields, in the metric's naming and type, on
+// every later sample line of the device until the next SetStats; metrics
+// the catalog lacks are left out, and nil clears them.
+func TestEncodeStats(t *testing.T) {
+	e := New(Options{})
+	line := func(v float64) {
+		e.Encode(&record.Batch{Samples: []record.Sample{{TimeNS: 1e18, Value: v, Device: 0, Metric: catalog.MetricUtilGPU}}})
+	}
+	e.SetStats(0, []Stat{{Metric: catalog.MetricUtilGPU, Suffix: "_min", Value: 40}, {Metric: catalog.MetricUtilGPU, Suffix: "_max", Value: 99},
+		{Metric: catalog.MetricID(60000), Suffix: "_min", Value: 1}})
+	line(70)
+	line(71)
+	e.SetStats(0, nil)
+	line(72)
+	want := `nvidia_smi,index=0 utilization_gpu=70i,utilization_gpu_min=40i,utilization_gpu_max=99i 1000000000000000000` + "\n" +
+		`nvidia_smi,index=0 utilization_gpu=71i,utilization_gpu_min=40i,utilization_gpu_max=99i 1000000000000000000` + "\n" +
+		`nvidia_smi,index=0 utilization_gpu=72i 1000000000000000000` + "\n"
+	if got := string(e.Bytes()); got != want || e.Err() != nil {
+		t.Errorf("got\n%s(err %v)\nwant\n%s", got, e.Err(), want)
+	}
+}
