@@ -195,7 +195,16 @@ listen = "127.0.0.1:0"
 				return
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("no %s within 5 minutes", what)
+				mu.Lock()
+				defer mu.Unlock()
+				t.Fatalf("no %s within 5 minutes (prometheus listening %v, webhook-env failed %v, webhook-inline failed %v, "+
+					"nats-user %v, nats-token %v, stats rounds %d, self-metrics on stdout %v); stderr ends:\n%s", what,
+					strings.Contains(errText.String(), `msg="Listening on" output=prometheus`),
+					strings.Contains(errText.String(), `msg="webhook post failed; alerts lost" output=webhook-env`),
+					strings.Contains(errText.String(), `msg="webhook post failed; alerts lost" output=webhook-inline`),
+					strings.Contains(errText.String(), "output=nats-user"), strings.Contains(errText.String(), "output=nats-token"),
+					strings.Count(errText.String(), "gpusampler stats:"), strings.Contains(outText.String(), "gpusampler_self,"),
+					tail(errText.String(), 8000))
 			}
 			time.Sleep(20 * time.Millisecond) // polling the process's output, not timing it
 		}
