@@ -106,6 +106,12 @@ func TestRunNetworkOutputsShareOneChildIntegration(t *testing.T) {
 		for {
 			if kids := childrenOf(t, pid); len(kids) == 1 && kids[0] != old {
 				args, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", kids[0]))
+				if parent, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); len(args) == 0 || string(args) == string(parent) {
+					// Forked but not yet exec'd (its command line is
+					// still its parent's), or already gone: look again.
+					time.Sleep(10 * time.Millisecond)
+					continue
+				}
 				if got := strings.Split(strings.TrimRight(string(args), "\x00"), "\x00"); !slices.Equal(got[1:], []string{"plugin", "serve"}) {
 					t.Fatalf("child runs %q, want gpusampler plugin serve", got)
 				}
