@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"io"
 	"net/http"
 	"os"
@@ -9,9 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 )
 
 // A run with a plugin that cannot start (its binary does not match its
@@ -43,49 +40,11 @@ health_fail_on_outputs = true
 		t.Fatal(err)
 	}
 
-	cmd := exec.Command(bin, "run", "--config", cfg, "--stats", "--log-level", "info")
-	stdout, _ := cmd.StdoutPipe()
-	stderr, _ := cmd.StderrPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	var mu sync.Mutex
-	var outLines, errLines []string
-	read := func(r io.Reader, dst *[]string) {
-		sc := bufio.NewScanner(r)
-		sc.Buffer(nil, 1<<20)
-		for sc.Scan() {
-			mu.Lock()
-			*dst = append(*dst, sc.Text())
-			mu.Unlock()
-		}
-	}
-	go read(stdout, &outLines)
-	go read(stderr, &errLines)
-	// waitFor polls cond (mu held) until it holds; it fails only on a hang.
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(5 * time.Minute)
-		for {
-			mu.Lock()
-			ok := cond()
-			mu.Unlock()
-			if ok {
-				return
-			}
-			if time.Now().After(deadline) {
-				mu.Lock()
-				defer mu.Unlock()
-				t.Fatalf("no %s within 5 minutes; stderr:\n%s", what, strings.Join(errLines, "\n"))
-			}
-			time.Sleep(20 * time.Millisecond) // polling the process's output, not timing it
-		}
-	}
+	r := startE2E(t, bin, nil, "run", "--config", cfg, "--stats", "--log-level", "info")
 	addrRE := regexp.MustCompile(`msg="Listening on" output=prometheus address=(127\.0\.0\.1:\d+)`)
 	var addr string
-	waitFor("prometheus address", func() bool {
-		for _, l := range errLines {
+	r.waitFor("prometheus address", func() bool {
+		for _, l := range r.stderr {
 			if m := addrRE.FindStringSubmatch(l); m != nil {
 				addr = m[1]
 				return true
@@ -94,30 +53,30 @@ health_fail_on_outputs = true
 		return false
 	})
 	notStarted := regexp.MustCompile(`^  output broken +NOT STARTED: \d+ failed start attempts; retrying with backoff \(the log says why\)$`)
-	waitFor("--stats line naming the broken output", func() bool {
-		for _, l := range errLines {
+	r.waitFor("--stats line naming the broken output", func() bool {
+		for _, l := range r.stderr {
 			if notStarted.MatchString(l) {
 				return true
 			}
 		}
 		return false
 	})
-	mu.Lock()
-	n := len(outLines)
-	mu.Unlock()
-	waitFor("stdout lines", func() bool { return len(outLines) > n+100 })
-	mu.Lock()
-	for _, l := range outLines[n : n+100] {
+	r.mu.Lock()
+	n := len(r.stdout)
+	r.mu.Unlock()
+	r.waitFor("stdout lines", func() bool { return len(r.stdout) > n+100 })
+	r.mu.Lock()
+	for _, l := range r.stdout[n : n+100] {
 		if !strings.Contains(l, "simulated=true") && !strings.HasPrefix(l, "gpusampler_self,") {
 			t.Errorf("stdout line %q", l)
 		}
 	}
-	mu.Unlock()
+	r.mu.Unlock()
 
 	healthRE := regexp.MustCompile(`^2 devices sampled within 10s, but outputs are failing:\noutput broken: not started, \d+ failed attempts\n$`)
 	var body string
 	var code int
-	waitFor("/healthz naming the broken output", func() bool {
+	r.waitFor("/healthz naming the broken output", func() bool {
 		resp, err := http.Get("http://" + addr + "/healthz")
 		if err != nil {
 			return false
@@ -128,9 +87,9 @@ health_fail_on_outputs = true
 		return code == http.StatusServiceUnavailable && healthRE.MatchString(body)
 	})
 
-	mu.Lock()
-	errText := strings.Join(errLines, "\n")
-	mu.Unlock()
+	r.mu.Lock()
+	errText := strings.Join(r.stderr, "\n")
+	r.mu.Unlock()
 	if n := strings.Count(errText, "checksum mismatch"); n != 1 {
 		t.Errorf("the failure was logged %d times, want once:\n%s", n, errText)
 	}

@@ -27,6 +27,8 @@ type e2eRun struct {
 	mu       sync.Mutex
 	json, lp []string // stdout lines of the json and the influx output
 	logs     []string // stderr lines mentioning a reload
+	stdout   []string // every stdout line
+	stderr   []string // every stderr line
 	progress chan struct{}
 	done     chan struct{}
 }
@@ -77,6 +79,7 @@ func startE2E(t *testing.T, bin string, stdin *os.File, args ...string) *e2eRun 
 		}
 	}
 	go read(stdout.(*os.File), func(l string) {
+		r.stdout = append(r.stdout, l)
 		if strings.HasPrefix(l, "{") {
 			r.json = append(r.json, l)
 		} else {
@@ -84,6 +87,7 @@ func startE2E(t *testing.T, bin string, stdin *os.File, args ...string) *e2eRun 
 		}
 	})
 	go read(stderr.(*os.File), func(l string) {
+		r.stderr = append(r.stderr, l)
 		if strings.Contains(l, "reload") {
 			r.logs = append(r.logs, l)
 		}
