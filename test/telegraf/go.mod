@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/gpusampler/gpusampler v0.0.0
+	github.com/gpusampler/gpusampler/telegraf v0.0.0
 	github.com/influxdata/telegraf v1.37.2
 	github.com/nats-io/nats-server/v2 v2.15.2
 )
@@ -86,3 +87,5 @@ require (
 )
 
 replace github.com/gpusampler/gpusampler => ../..
+
+replace github.com/gpusampler/gpusampler/telegraf => ../../telegraf

@@ -101,7 +101,7 @@ func TestNATSConsumerReceivesWhatStdoutPrinted(t *testing.T) {
 	defer nc.Stop()
 	// Core NATS delivers only to subscriptions the server has: wait until
 	// it has the consumer's before the node publishes.
-	waitFor(t, 10*time.Second, "nats_consumer's subscription", func() bool {
+	waitFor(t, liveness, "nats_consumer's subscription", func() bool {
 		return s.GlobalAccount().SubscriptionInterest("gpusampler.node1.0.power")
 	})
 
@@ -136,7 +136,7 @@ format = "influx"
 	go func() { done <- a.Run(ctx) }()
 	// Run until the twin printed a few hundred lines, then stop: the final
 	// flush reaches both outputs.
-	waitFor(t, 60*time.Second, "300 lines on stdout", func() bool { return stdout.lines() >= 300 })
+	waitFor(t, liveness, "300 lines on stdout", func() bool { return stdout.lines() >= 300 })
 	cancel()
 	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
 		t.Fatal(err)
@@ -147,7 +147,7 @@ format = "influx"
 		t.Fatalf("stdout twin: %v", err)
 	}
 	want := canonical(printed)
-	waitFor(t, 60*time.Second, fmt.Sprintf("%d points from nats_consumer", len(want)), func() bool {
+	waitFor(t, liveness, fmt.Sprintf("%d points from nats_consumer", len(want)), func() bool {
 		ms, _ := acc.snapshot()
 		n := 0
 		for _, m := range ms {

@@ -7,14 +7,19 @@ import (
 
 	"github.com/influxdata/telegraf"
 	"github.com/influxdata/telegraf/testutil"
+
+	"github.com/gpusampler/gpusampler/telegraf/nvidiasmitest"
 )
 
 // TestNvidiaSMIShape runs the plugin with shape "nvidia_smi" into Telegraf's
 // test accumulator: each Gather writes one nvidia_smi metric per GPU, all
 // its fields on one timestamp, memory_used and memory_total together (the
 // dashboard's memory_used/memory_total has rows), nvidia_smi's tags, and
-// no host tag.
+// no host tag. Its tags and fields have the names and types Telegraf's own
+// nvidia_smi input writes on its fixtures (nvidiasmitest; -v logs the
+// table).
 func TestNvidiaSMIShape(t *testing.T) {
+	ref := nvidiasmitest.Load(t)
 	p := New()
 	p.Backend, p.SimSeed, p.SimGPUs, p.Shape, p.MinMax = BackendSim, 3, 2, ShapeNvidiaSMI, true
 	if err := p.Init(); err != nil {
@@ -46,6 +51,7 @@ func TestNvidiaSMIShape(t *testing.T) {
 		acc.ClearMetrics()
 		time.Sleep(20 * time.Millisecond)
 	}
+	nvidiasmitest.Check(t, ref, acc.GetTelegrafMetrics())
 	var indexes []string
 	for _, m := range points {
 		idx, _ := m.GetTag("index")
