@@ -15,7 +15,7 @@ import (
 
 // addExecd adds the execd output for `run --execd MODE` and checks that
 // nothing else writes to stdout.
-func addExecd(cfg *appconfig.Config, mode string, fromFile bool) error {
+func addExecd(cfg *appconfig.Config, mode string, minMax, fromFile bool) error {
 	signal, shape := "", execd.ShapeSummary
 	switch mode {
 	case "stream":
@@ -36,9 +36,13 @@ func addExecd(cfg *appconfig.Config, mode string, fromFile bool) error {
 	} else {
 		cfg.Outputs = nil // the default stdout output
 	}
+	raw := map[string]any{"signal": signal, "shape": shape}
+	if minMax {
+		raw["min_max"] = true
+	}
 	cfg.Outputs = append(cfg.Outputs, &appconfig.Output{
 		Block: outputs.Block{Kind: "execd", Name: "execd",
-			Options: execd.Options{Signal: signal, Shape: shape}, Raw: map[string]any{"signal": signal, "shape": shape}},
+			Options: execd.Options{Signal: signal, Shape: shape, MinMax: minMax}, Raw: raw},
 		FlushInterval: cfg.Agent.FlushInterval, MaxBatch: sampler.DefaultMaxBatch, WriteTimeout: record.DefaultWriteTimeout})
 	return nil
 }

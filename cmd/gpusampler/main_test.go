@@ -30,6 +30,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"run", "--backend", "cuda"}, `unknown backend "cuda"`},
 		{[]string{"run", "--gpus", "0"}, "--gpus 0: must be between 1 and 64"},
 		{[]string{"run", "extra"}, `unexpected argument "extra"`},
+		{[]string{"run", "--min-max"}, "--min-max applies only with --execd nvidia_smi"},
+		{[]string{"run", "--execd", "gather", "--min-max"}, "--min-max applies only with --execd nvidia_smi"},
 		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

@@ -196,6 +196,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, out, stderr io.
 	cfgPath := fs.String("config", "", "config file (see gpusampler config); SIGHUP reloads it")
 	stats := fs.Bool("stats", false, "print a self-metrics summary to stderr every stats interval")
 	execdMode := fs.String("execd", "", `run as a Telegraf inputs.execd program: "stream" (signal = "none"), "gather" (signal = "STDIN", window summaries) or "nvidia_smi" (signal = "STDIN", a drop-in for Telegraf's nvidia_smi input); exits when stdin closes`)
+	minMax := fs.Bool("min-max", false, "with --execd nvidia_smi: each line also carries the window's NAME_min and NAME_max of the metrics written as a mean")
 	strict := fs.Bool("strict", false, "exit at start when an output cannot start (default: run the others, report it failing in self-metrics, --stats and /healthz, and retry it with backoff)")
 	diag := fs.Bool("diagnose", false, "live diagnoses: emit finding events (overheating, throttling, memory nearly full, launch-bound, periodic stalls, communication-bound, XID)")
 	if err := parseFlags(fs, args, out); err != nil {
@@ -223,7 +224,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, out, stderr io.
 	var cancelRun context.CancelFunc
 	ctx, cancelRun = context.WithCancel(ctx)
 	defer cancelRun()
-	rf := &runFlags{set: set, backend: bf, host: *host, devices: *devices, execd: *execdMode, drain: drain, field: field,
+	rf := &runFlags{set: set, backend: bf, host: *host, devices: *devices, execd: *execdMode, minMax: *minMax, drain: drain, field: field,
 		fromFile: *cfgPath != "", wiring: newExecdWiring(ctx, stdin, cancelRun)}
 	var cfg *appconfig.Config
 	if *cfgPath != "" {
@@ -250,6 +251,9 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, out, stderr io.
 	}
 	if set["execd"] && set["format"] {
 		return usagef("--format does not apply with --execd (line protocol is what Telegraf reads)")
+	}
+	if set["min-max"] && *execdMode != "nvidia_smi" {
+		return usagef("--min-max applies only with --execd nvidia_smi")
 	}
 	if err := rf.apply(cfg); err != nil {
 		return err
@@ -305,6 +309,7 @@ type runFlags struct {
 	host         string
 	devices      string
 	execd        string
+	minMax       bool // --min-max (with --execd nvidia_smi)
 	drain, field positiveDuration
 	fromFile     bool // the config came from --config
 	wiring       *execdWiring
@@ -347,7 +352,7 @@ func (f *runFlags) apply(cfg *appconfig.Config) error {
 		cfg.Agent.Hostname = f.host
 	}
 	if f.set["execd"] {
-		if err := addExecd(cfg, f.execd, f.fromFile); err != nil {
+		if err := addExecd(cfg, f.execd, f.minMax, f.fromFile); err != nil {
 			return err
 		}
 	}
