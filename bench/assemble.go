@@ -110,13 +110,18 @@ func assemble(col *Collector, devs []record.Device, opts Options, created time.T
 			if ex.cmd != ci {
 				continue
 			}
-			b.Runs = append(b.Runs, runOf(ex, devs, windows, idle))
+			r := runOf(ex, devs, windows, idle)
+			for _, fp := range foreign {
+				if slices.Contains(fp.during, runPhase(ex, names)) {
+					r.others = append(r.others, fmt.Sprintf("pid %d %s on GPU %d", fp.pid, fp.name, fp.dev))
+				}
+			}
+			b.Runs = append(b.Runs, r)
 		}
 		if len(b.Runs) == 0 {
 			continue
 		}
 		summarize(&b)
-		res.Warnings = append(res.Warnings, coarseEnergyWarnings(&b)...)
 		b.Diagnoses = append(diagnoses(col.Events(), &b), fragmentation(execs, ci, devs, windows)...)
 		b.Diagnoses = append(b.Diagnoses, numaPlacement(execs, ci, devs, pi.gpuCPUs)...)
 		for _, dg := range b.Diagnoses {
@@ -129,6 +134,7 @@ func assemble(col *Collector, devs []record.Device, opts Options, created time.T
 		}
 		res.Benchmarks = append(res.Benchmarks, b)
 	}
+	res.Warnings = append(res.Warnings, coarseEnergyWarnings(res.Benchmarks)...)
 	for _, e := range col.Events() {
 		if e.Kind == record.EventSampleLoss {
 			res.Warnings = append(res.Warnings, fmt.Sprintf("GPU %d: driver sample buffer %s overran (samples lost)", e.Device, attr(e, "buffer")))
@@ -487,37 +493,50 @@ func hygiene(devs []record.Device, windows map[int]*deviceWindow, baseFrom, base
 	return h
 }
 
-// coarseEnergyWarnings says, once per GPU, that its energy counter was too
-// coarse for some of b's runs, so integrated power was used for them.
-func coarseEnergyWarnings(b *Benchmark) []string {
+// coarseEnergyWarnings says, once per GPU for the whole result, that its
+// energy counter was too coarse for some runs, so integrated power was used
+// for them.
+func coarseEnergyWarnings(bs []Benchmark) []string {
 	type coarse struct {
 		updateMS    float64
-		runs        []int
+		runs        [][]int // per benchmark
 		longestRunS float64
 	}
 	byDev := map[int]*coarse{}
 	var order []int
-	for _, r := range b.Runs {
-		for _, d := range r.Devices {
-			if !d.Energy.Coarse {
-				continue
+	for bi, b := range bs {
+		for _, r := range b.Runs {
+			for _, d := range r.Devices {
+				if !d.Energy.Coarse {
+					continue
+				}
+				c := byDev[d.Index]
+				if c == nil {
+					c = &coarse{runs: make([][]int, len(bs))}
+					byDev[d.Index] = c
+					order = append(order, d.Index)
+				}
+				c.updateMS = max(c.updateMS, float64(d.Energy.CounterUpdateMS))
+				c.runs[bi] = append(c.runs[bi], r.Index)
+				c.longestRunS = max(c.longestRunS, float64(r.WallS))
 			}
-			c := byDev[d.Index]
-			if c == nil {
-				c = &coarse{}
-				byDev[d.Index] = c
-				order = append(order, d.Index)
-			}
-			c.updateMS = max(c.updateMS, float64(d.Energy.CounterUpdateMS))
-			c.runs = append(c.runs, r.Index)
-			c.longestRunS = max(c.longestRunS, float64(r.WallS))
 		}
 	}
 	var out []string
 	for _, dev := range order {
 		c := byDev[dev]
-		out = append(out, fmt.Sprintf("%s, GPU %d: energy counter updates every %.0f ms, too coarse for %s (up to %.3f s): integrated power used",
-			b.Name, dev, c.updateMS, runList(c.runs, len(b.Runs)), c.longestRunS))
+		var which []string
+		for bi, runs := range c.runs {
+			switch {
+			case len(runs) == 0:
+			case len(bs) == 1:
+				which = append(which, runList(runs, len(bs[bi].Runs)))
+			default:
+				which = append(which, runList(runs, len(bs[bi].Runs))+" of "+bs[bi].Name)
+			}
+		}
+		out = append(out, fmt.Sprintf("GPU %d: energy counter updates every %.0f ms, too coarse for %s (up to %.3f s): integrated power used",
+			dev, c.updateMS, strings.Join(which, " and "), c.longestRunS))
 	}
 	return out
 }
@@ -563,11 +582,8 @@ func outlierReason(b *Benchmark, i int) string {
 			reasons = append(reasons, fmt.Sprintf("GPU %d ran hotter (peak %.0f °C against a median of %.0f °C)", d.Index, float64(d.TempPeakC), med))
 		}
 	}
-	for _, w := range r.Warnings {
-		if strings.Contains(w, "another process") {
-			reasons = append(reasons, "another process used the GPU")
-			break
-		}
+	if len(r.others) > 0 {
+		reasons = append(reasons, "another process used the GPU ("+strings.Join(r.others, ", ")+")")
 	}
 	if i == 0 && len(reasons) == 0 {
 		reasons = append(reasons, "the first run: a warm-up effect (consider --warmup)")

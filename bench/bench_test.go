@@ -209,37 +209,46 @@ func TestNumJSONRoundTrip(t *testing.T) {
 }
 
 // The verdicts are pinned on fixed, synthetic wall times: no test depends on
-// how fast this machine runs anything.
+// how fast this machine runs anything. Each summary is compared whole; its
+// numbers are checked against an independent computation in
+// TestStatisticsAgainstReference. (runs gives every run energy = 100 × wall
+// time, so the energy ratio is the inverse of the speedup.)
 func TestCompareVerdicts(t *testing.T) {
 	for _, tc := range []struct {
-		name   string
-		a, b   []float64
-		want   string
-		forbid string
+		name string
+		a, b []float64
+		want string
 	}{
 		// The case a reader was told "the same within noise (4.33 ± 5.79×)".
 		{"disjoint ranges, two runs", []float64{0.424, 0.517}, []float64{0.105, 0.113},
-			"B looks 4.32× faster than A (the run ranges do not overlap), but 2 runs each are too few to conclude (p = 0.", "same"},
+			"B looks 4.32× faster than A (the run ranges do not overlap), but 2 runs each are too few to conclude " +
+				"(Welch's t-test on wall time: p = 0.080); about 3 runs each would be needed at the observed spread. " +
+				"B uses 0.23 ± 0.31× the energy of A"},
+		// sleep 0.1 against sleep 0.4, two runs each, on a quiet machine.
+		{"two tight runs", []float64{0.102, 0.101}, []float64{0.407, 0.403},
+			"B is 3.99 ± 0.35× slower than A and uses 3.99 ± 0.35× the energy (95% intervals; Welch's t-test on wall time: p = 0.002)"},
+		// The same with ten runs each on a loaded machine.
+		{"ten noisy runs", []float64{0.103, 0.131, 0.108, 0.187, 0.112, 0.104, 0.151, 0.109, 0.122, 0.106},
+			[]float64{0.405, 0.433, 0.412, 0.498, 0.407, 0.451, 0.409, 0.404, 0.428, 0.415},
+			"B is 3.46 ± 0.53× slower than A and uses 3.46 ± 0.53× the energy (95% intervals; Welch's t-test on wall time: p < 0.001)"},
 		{"significant", []float64{1.00, 1.02, 0.98, 1.01, 0.99}, []float64{0.85, 0.84, 0.86, 0.85, 0.85},
-			"B is 1.18 ± 0.02× faster than A", "too few"},
+			"B is 1.18 ± 0.02× faster than A and uses 0.85 ± 0.02× the energy (95% intervals; Welch's t-test on wall time: p < 0.001)"},
 		{"slower", []float64{0.85, 0.84, 0.86, 0.85, 0.85}, []float64{1.00, 1.02, 0.98, 1.01, 0.99},
-			"B is 1.18 ± 0.02× slower than A", "too few"},
+			"B is 1.18 ± 0.02× slower than A and uses 1.18 ± 0.02× the energy (95% intervals; Welch's t-test on wall time: p < 0.001)"},
 		{"same, tight", []float64{1.00, 1.02, 0.98, 1.01, 0.99}, []float64{1.01, 0.99, 1.0, 1.02, 0.98},
-			"B and A take the same time within noise", "too few"},
+			"B and A take the same time within noise: B is 1.00 ± 0.02× as fast as A (95% interval; Welch's t-test on wall time: p = 1.000). " +
+				"B uses 1.00 ± 0.02× the energy of A"},
 		{"wide and overlapping", []float64{1, 3, 2}, []float64{1.5, 2.5, 4},
-			"too few runs to conclude: B is 0.75 ± ", "same"},
-		{"one run", []float64{1}, []float64{2}, "1 run per side is too few to conclude", "same"},
+			"too few runs to conclude: B is 0.75 ± 0.95× as fast as A (95% interval; Welch's t-test on wall time: p = 0.514); " +
+				"about 47 runs each would be needed at the observed spread. B uses 1.33 ± 1.68× the energy of A"},
+		{"one run", []float64{1}, []float64{2},
+			"B is 0.50× as fast as A, but 1 run per side is too few to conclude (at least 2 each, more for a verdict). B uses 2.00× the energy of A"},
 	} {
 		a, b := runs(tc.a...), runs(tc.b...)
 		a.Name, b.Name = "A", "B"
-		c := Compare(a, b)
-		if !strings.Contains(c.Summary, tc.want) || strings.Contains(c.Summary, tc.forbid) {
-			t.Errorf("%s: %q\nwant %q, not %q", tc.name, c.Summary, tc.want, tc.forbid)
+		if c := Compare(a, b); c.Summary != tc.want {
+			t.Errorf("%s:\n got %q\nwant %q", tc.name, c.Summary, tc.want)
 		}
-	}
-	c := Compare(runs(0.424, 0.517), runs(0.105, 0.113))
-	if c.RangesOverlap || c.Significant || c.RunsNeeded < 3 || !strings.Contains(c.Summary, "runs each would be needed") {
-		t.Fatalf("%+v", c)
 	}
 }
 
@@ -264,9 +273,15 @@ func TestRunNumbersOutlierReasonsCoarseOnce(t *testing.T) {
 	if r := b.Runs[6].OutlierReason; !strings.Contains(r, "sw_thermal_slowdown 420 ms") || !strings.Contains(r, "peak 75 °C against a median of 60 °C") {
 		t.Fatalf("reason %q", r)
 	}
-	w := coarseEnergyWarnings(b)
-	if len(w) != 1 || !strings.Contains(w[0], "GPU 0: energy counter updates every 100 ms, too coarse for all 10 runs") {
-		t.Fatalf("coarse warnings %q", w)
+	w := coarseEnergyWarnings([]Benchmark{*b})
+	if want := []string{"GPU 0: energy counter updates every 100 ms, too coarse for all 10 runs (up to 1.500 s): integrated power used"}; !slices.Equal(w, want) {
+		t.Fatalf("coarse warnings %q, want %q", w, want)
+	}
+	// In an A/B, still one warning per GPU, naming both sides.
+	other := Benchmark{Name: "B", Runs: slices.Clone(b.Runs[:2])}
+	w = coarseEnergyWarnings([]Benchmark{*b, other})
+	if want := []string{"GPU 0: energy counter updates every 100 ms, too coarse for all 10 runs of A and all 2 runs of B (up to 1.500 s): integrated power used"}; !slices.Equal(w, want) {
+		t.Fatalf("A/B coarse warnings %q, want %q", w, want)
 	}
 	var sb strings.Builder
 	r := &Result{Schema: Schema, SchemaVersion: SchemaVersion, Benchmarks: []Benchmark{*b}}
@@ -275,6 +290,17 @@ func TestRunNumbersOutlierReasonsCoarseOnce(t *testing.T) {
 	}
 	if !strings.Contains(sb.String(), "outliers (beyond 1.5 IQR): run 7 (GPU 0 clocks throttled") {
 		t.Fatalf("table:\n%s", sb.String())
+	}
+	// A foreign process on the GPU during the slow run is its reason.
+	busy := &Benchmark{}
+	for i := range 6 {
+		busy.Runs = append(busy.Runs, Run{Index: i + 1, WallS: 1})
+	}
+	busy.Runs[3].WallS = 1.4
+	busy.Runs[3].others = []string{"pid 1234 python3 on GPU 0"}
+	summarize(busy)
+	if want := "another process used the GPU (pid 1234 python3 on GPU 0)"; busy.Runs[3].OutlierReason != want {
+		t.Fatalf("foreign-process reason %q, want %q", busy.Runs[3].OutlierReason, want)
 	}
 	// A first run that is slow for no known reason is called a warm-up.
 	first := &Benchmark{Runs: []Run{{Index: 1, WallS: 2}, {Index: 2, WallS: 1}, {Index: 3, WallS: 1.001}, {Index: 4, WallS: 1.002}, {Index: 5, WallS: 1}}}

@@ -130,24 +130,33 @@ func (c Comparison) needText() string {
 	return ""
 }
 
-// words renders the comparison the way a person acts on it:
-// "B is 1.18 ± 0.03× faster than A and uses 0.91× the energy".
+// words renders the comparison the way a person acts on it: "B is 1.18 ±
+// 0.03× faster than A and uses 0.91 ± 0.02× the energy (95% intervals;
+// Welch's t-test on wall time: p < 0.001)". A verdict that is not a
+// difference says why, and how many runs would settle it.
 func (c Comparison) words() string {
 	var b strings.Builder
 	sp, ci := float64(c.Speedup), float64(c.SpeedupCI95)
-	suffix := ""
+	welch := "Welch's t-test on wall time: " + c.pText()
 	switch {
 	case math.IsNaN(sp):
 		fmt.Fprintf(&b, "%s and %s cannot be compared (no wall times)", c.B, c.A)
 	case c.Runs < 2:
 		fmt.Fprintf(&b, "%s is %.2f× as fast as %s, but %d run per side is too few to conclude (at least 2 each, more for a verdict)",
 			c.B, sp, c.A, c.Runs)
-	case c.Significant && sp >= 1:
-		fmt.Fprintf(&b, "%s is %.2f ± %.2f× faster than %s", c.B, sp, ci, c.A)
 	case c.Significant:
-		// Slower: say it as a slowdown factor with the interval mapped
-		// through 1/x (approximately symmetric for small intervals).
-		fmt.Fprintf(&b, "%s is %.2f ± %.2f× slower than %s", c.B, 1/sp, ci/(sp*sp), c.A)
+		dir, f, fci := "faster", sp, ci
+		if sp < 1 {
+			// Slower: said as a slowdown factor, the interval mapped
+			// through 1/x (about symmetric for small intervals).
+			dir, f, fci = "slower", 1/sp, ci/(sp*sp)
+		}
+		fmt.Fprintf(&b, "%s is %.2f ± %.2f× %s than %s", c.B, f, fci, dir, c.A)
+		if e := c.energyText(); e != "" {
+			b.WriteString(" and " + e)
+		}
+		fmt.Fprintf(&b, " (95%% intervals; %s)", welch)
+		return b.String()
 	case !c.RangesOverlap:
 		// Every run of one side beat every run of the other, yet the test
 		// cannot conclude: never call that "the same".
@@ -155,28 +164,30 @@ func (c Comparison) words() string {
 		if sp < 1 {
 			dir, f = "slower", 1/sp
 		}
-		fmt.Fprintf(&b, "%s looks %.2f× %s than %s (the run ranges do not overlap), but %d runs each are too few to conclude (%s)",
-			c.B, f, dir, c.A, c.Runs, c.pText())
-		suffix = c.needText()
+		fmt.Fprintf(&b, "%s looks %.2f× %s than %s (the run ranges do not overlap), but %d runs each are too few to conclude (%s)%s",
+			c.B, f, dir, c.A, c.Runs, welch, c.needText())
 	case c.SpeedupCI95.Known() && ci <= sameWithin*sp:
-		fmt.Fprintf(&b, "%s and %s take the same time within noise (%s is %.2f ± %.2f× as fast, %s)", c.B, c.A, c.B, sp, ci, c.pText())
+		fmt.Fprintf(&b, "%s and %s take the same time within noise: %s is %.2f ± %.2f× as fast as %s (95%% interval; %s)",
+			c.B, c.A, c.B, sp, ci, c.A, welch)
 	default:
-		fmt.Fprintf(&b, "too few runs to conclude: %s is %.2f ± %.2f× as fast as %s (%s)", c.B, sp, ci, c.A, c.pText())
-		suffix = c.needText()
+		fmt.Fprintf(&b, "too few runs to conclude: %s is %.2f ± %.2f× as fast as %s (95%% interval; %s)%s",
+			c.B, sp, ci, c.A, welch, c.needText())
 	}
-	if c.EnergyRatio.Known() {
-		er := float64(c.EnergyRatio)
-		if c.EnergyRatioCI95.Known() {
-			fmt.Fprintf(&b, " and uses %.2f ± %.2f× the energy", er, float64(c.EnergyRatioCI95))
-		} else {
-			fmt.Fprintf(&b, " and uses %.2f× the energy", er)
-		}
+	if e := c.energyText(); e != "" {
+		fmt.Fprintf(&b, ". %s %s of %s", c.B, e, c.A)
 	}
-	if c.Significant {
-		fmt.Fprintf(&b, " (Welch's t-test on wall time: %s)", c.pText())
-	}
-	b.WriteString(suffix)
 	return b.String()
+}
+
+// energyText is "uses 0.91 ± 0.02× the energy", "" when unknown.
+func (c Comparison) energyText() string {
+	if !c.EnergyRatio.Known() {
+		return ""
+	}
+	if c.EnergyRatioCI95.Known() {
+		return fmt.Sprintf("uses %.2f ± %.2f× the energy", float64(c.EnergyRatio), float64(c.EnergyRatioCI95))
+	}
+	return fmt.Sprintf("uses %.2f× the energy", float64(c.EnergyRatio))
 }
 
 // SlowerBy returns how much slower B is than A, in percent of A's mean

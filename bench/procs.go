@@ -104,13 +104,19 @@ func phase(t, baseFrom, baseTo int64, execs []execution, names []string) string 
 	}
 	for _, ex := range execs {
 		if t >= ex.start.UnixNano() && t <= ex.end.UnixNano() {
-			if len(names) > 1 {
-				return fmt.Sprintf("run %s%d", names[ex.cmd], ex.run+1)
-			}
-			return fmt.Sprintf("run %d", ex.run+1)
+			return runPhase(ex, names)
 		}
 	}
 	return ""
+}
+
+// runPhase names a measured run as phase does: "run 3", or "run A3" with
+// two commands.
+func runPhase(ex execution, names []string) string {
+	if len(names) > 1 {
+		return fmt.Sprintf("run %s%d", names[ex.cmd], ex.run+1)
+	}
+	return fmt.Sprintf("run %d", ex.run+1)
 }
 
 // foreignProcesses collects the process events of devices in devs between

@@ -193,6 +193,9 @@ type Run struct {
 	OutlierReason string   `json:"outlier_reason,omitempty"`
 	Findings      []string `json:"findings,omitempty"`
 	Warnings      []string `json:"warnings,omitempty"`
+	// others names the foreign processes seen on the GPUs during the run
+	// ("pid 1234 python3 on GPU 0"), for its outlier reason.
+	others []string
 }
 
 // Energy is one device's energy over a window.

@@ -103,7 +103,8 @@ type Options struct {
 	// Progress, when set, is called after every run from the runner's
 	// goroutine.
 	Progress func(ProgressEvent)
-	// Live, when set, is called every LiveInterval while a command runs.
+	// Live, when set, is called when a command starts and every
+	// LiveInterval while it runs, from a goroutine of the runner's.
 	Live func(LiveStatus)
 	// Stop, when closed, ends the benchmark after the current run; what was
 	// measured is returned, marked partial (a first Ctrl-C). The end of
@@ -307,6 +308,14 @@ func Execute(ctx context.Context, src sampler.Source, opts Options) (*Result, er
 	for i, d := range devs {
 		idx[i] = d.Index
 	}
+	// Nothing is measured before every GPU has delivered readings newer
+	// than the engine's start (its sample buffers drained once, its fields
+	// read): a run or baseline that began earlier would miss its first
+	// readings, and the live display would have none to show. A GPU that
+	// never reports both kinds only delays the start by ReadyTimeout.
+	if !col.WaitPast(ctx, idx, created.UnixNano(), ReadyTimeout) && ctx.Err() == nil {
+		opts.Logger.Info("sampler not reporting every GPU yet; starting anyway", "waited", ReadyTimeout)
+	}
 	// Baseline: idle, before the runs.
 	var baseFrom, baseTo int64
 	if opts.Baseline > 0 {
@@ -370,6 +379,10 @@ func Execute(ctx context.Context, src sampler.Source, opts Options) (*Result, er
 	}
 	return res, runErr
 }
+
+// ReadyTimeout bounds the wait, before the baseline, for every GPU's first
+// readings.
+const ReadyTimeout = 2 * time.Second
 
 // ErrInterrupted: the benchmark was stopped before any run completed.
 var ErrInterrupted = errors.New("bench: interrupted before any run completed")
@@ -502,12 +515,15 @@ func (rl *runLoop) runOne(ctx context.Context, ci int, c Command, warm bool, i i
 	return ex, nil
 }
 
-// live calls Options.Live every LiveInterval while a command runs, until the
-// returned function is called.
+// live calls Options.Live when a command starts and every LiveInterval while
+// it runs, until the returned function is called.
 func (rl *runLoop) live(name string, warm bool, i int, start time.Time) func() {
 	if rl.opts.Live == nil {
 		return func() {}
 	}
+	// The first status at once, so that even a run shorter than
+	// LiveInterval shows what it is.
+	rl.opts.Live(rl.status(name, warm, i, time.Since(start)))
 	done := make(chan struct{})
 	finished := make(chan struct{})
 	go func() {

@@ -78,7 +78,9 @@ func RatioCI95(a, b []float64) (ratio, half float64) {
 	if math.IsNaN(df) || df < 1 {
 		df = float64(min(len(a), len(b)) - 1)
 	}
-	return ratio, tCrit95(int(df)) * ratio * math.Sqrt(rel)
+	// df rounded down to a table row; the epsilon keeps 6 computed as
+	// 5.9999999 on row 6.
+	return ratio, tCrit95(int(df+1e-9)) * ratio * math.Sqrt(rel)
 }
 
 // Welch is the result of Welch's unequal-variance t-test on two samples.

@@ -182,7 +182,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	res, runErr := bench.Execute(runCtx, src, opts)
 	if res == nil {
 		if errors.Is(runErr, bench.ErrInterrupted) {
-			return errInterrupted{runErr}
+			return errInterrupted{errors.New("interrupted before any run completed: nothing to report")}
 		}
 		return runErr
 	}

@@ -65,6 +65,8 @@ func TestRunShowsTableOnTerminal(t *testing.T) {
 
 // On a terminal, bench shows the running command live: the run and its
 // elapsed time, the time left, and each GPU's power, utilization and clock.
+// Nothing here waits on the wall clock: each run's first status is drawn as
+// it starts, and bench starts only once every GPU has readings.
 func TestBenchLiveProgressOnTerminal(t *testing.T) {
 	t.Setenv("TERM", "xterm")
 	ctl, term := openPTY(t)
@@ -74,7 +76,7 @@ func TestBenchLiveProgressOnTerminal(t *testing.T) {
 		got <- string(b)
 	}()
 	var out bytes.Buffer
-	code := Main(t.Context(), []string{"bench", "--backend", "sim", "--gpus", "2", "--baseline", "0", "--runs", "2", "--", "sleep", "1"},
+	code := Main(t.Context(), []string{"bench", "--backend", "sim", "--gpus", "2", "--baseline", "0", "--runs", "2", "--", "sleep", "0.5"},
 		nil, &out, term)
 	term.Close()
 	screen := <-got
