@@ -84,7 +84,7 @@ func WriteTable(w io.Writer, r *Result) error {
 			}
 		}
 		if s.Failed > 0 {
-			fmt.Fprintf(bw, "; %d run(s) failed", s.Failed)
+			fmt.Fprintf(bw, "; %d run(s) with a non-zero exit status", s.Failed)
 		}
 		fmt.Fprintln(bw)
 		tw = tabwriter.NewWriter(bw, 2, 4, 2, ' ', 0)

@@ -122,11 +122,15 @@ type Options struct {
 	Logger  *slog.Logger
 }
 
-// CommandError is a run that could not start or exited non-zero.
+// CommandError is a run that could not start, exited non-zero or was
+// killed by a signal from outside gpusampler.
 type CommandError struct {
 	Command  string
 	Run      int
 	ExitCode int
+	// Signal is the signal that ended the command (ExitCode is then 128 +
+	// its number, as a shell reports it), 0 when it exited by itself.
+	Signal syscall.Signal
 	// Tail is the end of the command's stderr (when hidden).
 	Tail string
 	Err  error
@@ -135,8 +139,16 @@ type CommandError struct {
 func (e *CommandError) Error() string {
 	var b strings.Builder
 	switch {
+	case e.Signal != 0:
+		// Not a failure of the command: something stopped it (the kernel's
+		// out-of-memory killer, a kill, a job scheduler).
+		fmt.Fprintf(&b, "command %q run %d was killed by signal %d (%v) from outside gpusampler, so it did not complete "+
+			"(exit status %d; --ignore-failure keeps going)", e.Command, e.Run, int(e.Signal), e.Signal, e.ExitCode)
 	case e.ExitCode == 127:
 		fmt.Fprintf(&b, "command %q run %d: exit status 127 (command not found?)", e.Command, e.Run)
+	case e.ExitCode > 128 && e.ExitCode <= 128+64:
+		fmt.Fprintf(&b, "command %q run %d ended with exit status %d, which a shell reports for a program killed by signal %d (%v) "+
+			"(--ignore-failure keeps going)", e.Command, e.Run, e.ExitCode, e.ExitCode-128, syscall.Signal(e.ExitCode-128))
 	case e.ExitCode > 0:
 		fmt.Fprintf(&b, "command %q run %d failed: exit status %d (use --ignore-failure to keep going)", e.Command, e.Run, e.ExitCode)
 	default:
@@ -213,11 +225,13 @@ func benchMetric(m *catalog.Metric) bool {
 
 // execution is one run (or warmup) as it happened.
 type execution struct {
-	cmd            int
-	warmup         bool
-	run            int
-	start, end     time.Time
-	exitCode       int
+	cmd        int
+	warmup     bool
+	run        int
+	start, end time.Time
+	exitCode   int
+	// signal ended the command from outside, 0 when it exited by itself.
+	signal         syscall.Signal
 	marks          []Mark
 	badMarks       int
 	runtimeWarning string
@@ -440,7 +454,7 @@ func (rl *runLoop) runAll(ctx context.Context) (execs []execution, runErr error,
 					execs = append(execs, ex)
 				}
 				if ex.exitCode != 0 && (!opts.IgnoreFailure || ex.exitCode == 127) {
-					return execs, &CommandError{Command: c.String(), Run: i + 1, ExitCode: ex.exitCode, Tail: ex.tail}, ""
+					return execs, &CommandError{Command: c.String(), Run: i + 1, ExitCode: ex.exitCode, Signal: ex.signal, Tail: ex.tail}, ""
 				}
 			}
 		}
@@ -498,9 +512,9 @@ func (rl *runLoop) runOne(ctx context.Context, ci int, c Command, warm bool, i i
 	case errors.As(err, &ee):
 		ex.exitCode = ee.ExitCode()
 		if ex.exitCode < 0 {
-			ex.exitCode = 128 + 9 // killed by a signal
+			ex.exitCode, ex.signal = 128+9, syscall.SIGKILL // killed by a signal
 			if ws, ok := ee.Sys().(interface{ Signal() syscall.Signal }); ok {
-				ex.exitCode = 128 + int(ws.Signal())
+				ex.exitCode, ex.signal = 128+int(ws.Signal()), ws.Signal()
 			}
 		}
 	default:

@@ -512,3 +512,20 @@ func TestBenchInterrupts(t *testing.T) {
 		t.Fatalf("second Ctrl-C: exit %d\n%s\n%s", code, out, errs)
 	}
 }
+
+// A workload killed by a signal from outside (the out-of-memory killer, a
+// kill) is said to be that, not a failed command; one whose shell reports
+// a signalled child (exit status 128+N) is explained the same way.
+func TestBenchSignalledWorkload(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ script, want string }{
+		{`kill -KILL $$`, `command "kill -KILL $$" run 1 was killed by signal 9 (killed) from outside gpusampler, so it did not complete (exit status 137; --ignore-failure keeps going)`},
+		{`sh -c 'kill -TERM $$'; exit $?`, `command "sh -c 'kill -TERM $$'; exit $?" run 1 ended with exit status 143, which a shell reports for a program killed by signal 15 (terminated) (--ignore-failure keeps going)`},
+	} {
+		code, out, errs := runCLI(t, "bench", "--backend", "sim", "--gpus", "1", "--baseline", "0s", "--runs", "2", "--no-progress", "--", tc.script)
+		// (the shell may add its own "Terminated" under the stderr tail)
+		if code != 1 || !strings.HasPrefix(errs, "gpusampler bench: "+tc.want+"\n") || strings.Contains(out+errs, "failed") {
+			t.Errorf("%s: exit %d\nstderr %q\nwant   %q\n%s", tc.script, code, errs, "gpusampler bench: "+tc.want+"\n", out)
+		}
+	}
+}
