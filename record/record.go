@@ -57,6 +57,11 @@ type Device struct {
 	MemoryTotalMiB uint64 `json:"memory_total_mib"`
 	// DriverVersion is the kernel driver's version.
 	DriverVersion string `json:"driver_version"`
+	// CUDAVersion is the CUDA version the driver supports, as nvidia-smi
+	// prints it ("12.8"); VBIOSVersion is the board's video BIOS version
+	// ("96.00.89.00.01"). Each is empty when the driver does not say.
+	CUDAVersion  string `json:"cuda_version,omitempty"`
+	VBIOSVersion string `json:"vbios_version,omitempty"`
 	// Backend names the source that produced the device ("nvml", "sim").
 	Backend string `json:"backend"`
 	// Simulated is true for devices that are not real GPUs. Every output

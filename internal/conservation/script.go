@@ -51,10 +51,12 @@ func ScriptDevices() []record.Device {
 	return []record.Device{
 		{Index: 0, UUID: "GPU-5c1e7a2d-0000-4000-8000-00000000c0de", Name: "Scripted H200", PCIBusID: "00000000:17:00.0",
 			Serial: "1650924061234", MemoryTotalMiB: 143771, DriverVersion: "570.86.15", Backend: "script", Simulated: true,
+			CUDAVersion: "12.8", VBIOSVersion: "96.00.89.00.01",
 			SlowdownTempC: 87, ShutdownTempC: 92, MaxOperatingTempC: 85, MemoryMaxTempC: 95,
 			PersistenceMode: record.ModeEnabled, ECCMode: record.ModeEnabled, MIGMode: record.ModeEnabled, Generation: 1},
 		{Index: 1, UUID: "MIG-9a1b2c3d-0000-4000-8000-00000000beef", Name: "Scripted H200 MIG 1g.18gb", PCIBusID: "00000000:17:00.0",
 			Serial: "1650924061234", MemoryTotalMiB: 16384, DriverVersion: "570.86.15", Backend: "script", Simulated: true,
+			CUDAVersion: "12.8", VBIOSVersion: "96.00.89.00.01",
 			SlowdownTempC: 87, ShutdownTempC: 92, MaxOperatingTempC: 85, MemoryMaxTempC: 95,
 			MIG: true, Parent: 0, GPUInstanceID: 3, ComputeInstanceID: 1, MIGProfile: "1g.18gb",
 			PersistenceMode: record.ModeEnabled, ECCMode: record.ModeDisabled, MIGMode: record.ModeUnsupported, Generation: 1},

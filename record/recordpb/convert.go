@@ -19,7 +19,8 @@ var ErrFormat = errors.New("records: malformed batch")
 // FromDevice converts a device identity.
 func FromDevice(d *record.Device) *Device {
 	return &Device{Index: uint32(d.Index), Uuid: d.UUID, Name: d.Name, PciBusId: d.PCIBusID, Serial: d.Serial,
-		MemoryTotalMib: d.MemoryTotalMiB, DriverVersion: d.DriverVersion, Backend: d.Backend, Simulated: d.Simulated,
+		MemoryTotalMib: d.MemoryTotalMiB, DriverVersion: d.DriverVersion, CudaVersion: d.CUDAVersion, VbiosVersion: d.VBIOSVersion,
+		Backend: d.Backend, Simulated: d.Simulated,
 		SlowdownTempC: d.SlowdownTempC, ShutdownTempC: d.ShutdownTempC, MaxOperatingTempC: d.MaxOperatingTempC,
 		MemoryMaxTempC: d.MemoryMaxTempC, Generation: d.Generation, Mig: d.MIG, Parent: uint32(d.Parent),
 		GpuInstanceId: uint32(d.GPUInstanceID), ComputeInstanceId: uint32(d.ComputeInstanceID), MigProfile: d.MIGProfile,
@@ -32,6 +33,7 @@ func FromDevice(d *record.Device) *Device {
 func (d *Device) ToSampler() record.Device {
 	return record.Device{Index: int(d.GetIndex()), UUID: d.GetUuid(), Name: d.GetName(), PCIBusID: d.GetPciBusId(),
 		Serial: d.GetSerial(), MemoryTotalMiB: d.GetMemoryTotalMib(), DriverVersion: d.GetDriverVersion(),
+		CUDAVersion: d.GetCudaVersion(), VBIOSVersion: d.GetVbiosVersion(),
 		Backend: d.GetBackend(), Simulated: d.GetSimulated(), SlowdownTempC: d.GetSlowdownTempC(),
 		ShutdownTempC: d.GetShutdownTempC(), MaxOperatingTempC: d.GetMaxOperatingTempC(),
 		MemoryMaxTempC: d.GetMemoryMaxTempC(), Generation: d.GetGeneration(), MIG: d.GetMig(), Parent: int(d.GetParent()),

@@ -400,10 +400,15 @@ type Device struct {
 	// pod, namespace and container name the Kubernetes pod the device is
 	// allocated to, hpc_job the HPC (Slurm) job running on it; "" when
 	// unknown (dcgm-exporter's label names).
-	Pod           string `protobuf:"bytes,23,opt,name=pod,proto3" json:"pod,omitempty"`
-	Namespace     string `protobuf:"bytes,24,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	Container     string `protobuf:"bytes,25,opt,name=container,proto3" json:"container,omitempty"`
-	HpcJob        string `protobuf:"bytes,26,opt,name=hpc_job,json=hpcJob,proto3" json:"hpc_job,omitempty"`
+	Pod       string `protobuf:"bytes,23,opt,name=pod,proto3" json:"pod,omitempty"`
+	Namespace string `protobuf:"bytes,24,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Container string `protobuf:"bytes,25,opt,name=container,proto3" json:"container,omitempty"`
+	HpcJob    string `protobuf:"bytes,26,opt,name=hpc_job,json=hpcJob,proto3" json:"hpc_job,omitempty"`
+	// cuda_version is the CUDA version the driver supports, as nvidia-smi
+	// prints it ("12.8"); vbios_version the board's video BIOS version
+	// ("96.00.89.00.01"); "" when unknown.
+	CudaVersion   string `protobuf:"bytes,29,opt,name=cuda_version,json=cudaVersion,proto3" json:"cuda_version,omitempty"`
+	VbiosVersion  string `protobuf:"bytes,30,opt,name=vbios_version,json=vbiosVersion,proto3" json:"vbios_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -630,6 +635,20 @@ func (x *Device) GetContainer() string {
 func (x *Device) GetHpcJob() string {
 	if x != nil {
 		return x.HpcJob
+	}
+	return ""
+}
+
+func (x *Device) GetCudaVersion() string {
+	if x != nil {
+		return x.CudaVersion
+	}
+	return ""
+}
+
+func (x *Device) GetVbiosVersion() string {
+	if x != nil {
+		return x.VbiosVersion
 	}
 	return ""
 }
@@ -951,7 +970,7 @@ const file_recordpb_records_proto_rawDesc = "" +
 	"\x04last\x18\x06 \x03(\x01R\x04last\x12\x14\n" +
 	"\x05count\x18\a \x03(\rR\x05count\x12\x16\n" +
 	"\x06device\x18\b \x03(\rR\x06device\x12\x16\n" +
-	"\x06metric\x18\t \x03(\rR\x06metric\"\x83\a\n" +
+	"\x06metric\x18\t \x03(\rR\x06metric\"\xcb\a\n" +
 	"\x06Device\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x12\n" +
 	"\x04uuid\x18\x02 \x01(\tR\x04uuid\x12\x12\n" +
@@ -985,7 +1004,9 @@ const file_recordpb_records_proto_rawDesc = "" +
 	"\x03pod\x18\x17 \x01(\tR\x03pod\x12\x1c\n" +
 	"\tnamespace\x18\x18 \x01(\tR\tnamespace\x12\x1c\n" +
 	"\tcontainer\x18\x19 \x01(\tR\tcontainer\x12\x17\n" +
-	"\ahpc_job\x18\x1a \x01(\tR\x06hpcJob\"\xe6\x01\n" +
+	"\ahpc_job\x18\x1a \x01(\tR\x06hpcJob\x12!\n" +
+	"\fcuda_version\x18\x1d \x01(\tR\vcudaVersion\x12#\n" +
+	"\rvbios_version\x18\x1e \x01(\tR\fvbiosVersion\"\xe6\x01\n" +
 	"\x05Event\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x16\n" +
 	"\x06device\x18\x02 \x01(\x05R\x06device\x12\x19\n" +

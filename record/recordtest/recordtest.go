@@ -24,7 +24,8 @@ func FullBatch() *record.Batch {
 		Seq: 1<<40 + 7,
 		Devices: []record.Device{
 			{Index: 1, UUID: "GPU-5a1b", Name: "NVIDIA H200", PCIBusID: "00000000:19:00.0", Serial: "1654922006536",
-				MemoryTotalMiB: 143771, DriverVersion: "570.86.15", Backend: "nvml", Simulated: true,
+				MemoryTotalMiB: 143771, DriverVersion: "570.86.15", CUDAVersion: "12.8", VBIOSVersion: "96.00.89.00.01",
+				Backend: "nvml", Simulated: true,
 				SlowdownTempC: 90, ShutdownTempC: 95, MaxOperatingTempC: 87, MemoryMaxTempC: 105,
 				MIG: true, Parent: 2, GPUInstanceID: 7, ComputeInstanceID: 3, MIGProfile: "1g.18gb",
 				PersistenceMode: record.ModeEnabled, ECCMode: record.ModeDisabled, MIGMode: record.ModeUnsupported,

@@ -159,7 +159,7 @@ func (d *device) CallsByFunction() map[string]uint64 {
 
 // Identity reads the device's identity and temperature thresholds.
 func (d *device) Identity() (record.Device, error) {
-	id := record.Device{Index: d.index, Backend: "nvml", DriverVersion: d.src.driver}
+	id := record.Device{Index: d.index, Backend: "nvml", DriverVersion: d.src.driver, CUDAVersion: d.src.cuda}
 	if d.dev == nil {
 		return id, d.noHandle()
 	}
@@ -193,6 +193,18 @@ func (d *device) Identity() (record.Device, error) {
 			id.Serial = serial
 		}
 		d.account("GetSerial", 1, start)
+	}
+	if has["nvmlDeviceGetVbiosVersion"] {
+		// The board's: a MIG instance reports its parent GPU's.
+		h := d.dev
+		if d.mig {
+			h = d.migInfo.parent.dev
+		}
+		start = now()
+		if v, ret := h.GetVbiosVersion(); ret == nvml.SUCCESS {
+			id.VBIOSVersion = v
+		}
+		d.account("GetVbiosVersion", 1, start)
 	}
 	if has["nvmlDeviceGetMemoryInfo"] {
 		start = now()

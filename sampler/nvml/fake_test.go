@@ -142,17 +142,21 @@ func TestFakeDriverVersions(t *testing.T) {
 	}
 }
 
+// The identity's modes, CUDA and VBIOS versions as the driver reports
+// them; what it does not support is left empty.
 func TestFakeDriverModes(t *testing.T) {
 	for _, tc := range []struct {
-		env  []string
-		want string // persistence, ECC and MIG mode
+		env      []string
+		want     string // persistence, ECC and MIG mode
+		versions string // CUDA and VBIOS version
 	}{
-		{nil, "enabled/enabled/disabled"},
-		{[]string{"FAKENVML_PERSISTENCE=0", "FAKENVML_ECC=ns", "FAKENVML_MIG_MODE=ns"}, "disabled/unsupported/unsupported"},
-		{[]string{"FAKENVML_ECC=0", "FAKENVML_MIG_MODE=1"}, "enabled/disabled/enabled"},
+		{nil, "enabled/enabled/disabled", "13.0/96.00.89.00.01"},
+		{[]string{"FAKENVML_PERSISTENCE=0", "FAKENVML_ECC=ns", "FAKENVML_MIG_MODE=ns", "FAKENVML_CUDA=ns", "FAKENVML_VBIOS=ns"},
+			"disabled/unsupported/unsupported", "/"},
+		{[]string{"FAKENVML_ECC=0", "FAKENVML_MIG_MODE=1", "FAKENVML_CUDA=12080"}, "enabled/disabled/enabled", "12.8/96.00.89.00.01"},
 	} {
 		t.Run(tc.want, func(t *testing.T) {
-			runScenario(t, "modes", false, append(tc.env, "FAKENVML_WANT_MODES="+tc.want)...)
+			runScenario(t, "modes", false, append(tc.env, "FAKENVML_WANT_MODES="+tc.want, "FAKENVML_WANT_VERSIONS="+tc.versions)...)
 		})
 	}
 }
@@ -663,7 +667,8 @@ func childFields(t *testing.T, src *Source) {
 }
 
 // childModes checks the identity's persistence, ECC and MIG modes against
-// FAKENVML_WANT_MODES, and that the reads are counted.
+// FAKENVML_WANT_MODES, its CUDA and VBIOS versions against
+// FAKENVML_WANT_VERSIONS, and that the reads are counted.
 func childModes(t *testing.T, src *Source) {
 	devs, err := src.Devices()
 	if err != nil {
@@ -677,12 +682,15 @@ func childModes(t *testing.T, src *Source) {
 	if got, want := id.PersistenceMode+"/"+id.ECCMode+"/"+id.MIGMode, os.Getenv("FAKENVML_WANT_MODES"); got != want {
 		t.Fatalf("modes %s, want %s", got, want)
 	}
+	if got, want := id.CUDAVersion+"/"+id.VBIOSVersion, os.Getenv("FAKENVML_WANT_VERSIONS"); got != want {
+		t.Fatalf("CUDA/VBIOS versions %s, want %s", got, want)
+	}
 	if id.MIG || len(devs) != 1 {
 		t.Fatalf("MIG mode alone made MIG instances: %d devices, %+v", len(devs), id)
 	}
-	// UUID, name, PCI, serial, memory, 4 thresholds, persistence, ECC; MIG
-	// mode was read once already while enumerating or is read now.
-	if calls := devs[0].(sampler.CallCounter).CallStats().Calls - before; calls < 11 {
+	// UUID, name, PCI, serial, VBIOS, memory, 4 thresholds, persistence,
+	// ECC; MIG mode was read once already while enumerating or is read now.
+	if calls := devs[0].(sampler.CallCounter).CallStats().Calls - before; calls < 12 {
 		t.Fatalf("identity counted %d calls, want the mode reads counted too", calls)
 	}
 }

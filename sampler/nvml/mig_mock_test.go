@@ -68,7 +68,8 @@ func TestMockMIGInstancesAsDevices(t *testing.T) {
 	m := devs[9]
 	id, _ := m.Identity()
 	want := record.Device{Index: 9, UUID: "MIG-bbbb", Name: "NVIDIA H200 MIG 1g.18gb", MemoryTotalMiB: 16384, Backend: "nvml",
-		DriverVersion: id.DriverVersion, MIG: true, Parent: 1, GPUInstanceID: 9, ComputeInstanceID: 0, MIGProfile: "1g.18gb",
+		DriverVersion: id.DriverVersion, CUDAVersion: "12.4", VBIOSVersion: "96.00.74.00.02", // the parent GPU's board
+		MIG: true, Parent: 1, GPUInstanceID: 9, ComputeInstanceID: 0, MIGProfile: "1g.18gb",
 		PersistenceMode: record.ModeEnabled, ECCMode: record.ModeEnabled, // the parent's; no MIG mode on an instance
 		Architecture: "Hopper", ComputeMode: "Default"}
 	if id != want {

@@ -35,6 +35,7 @@ func mockServer(t *testing.T, nvmlVersion string) *server.Server {
 		}
 		return nil
 	}
+	s.SystemGetCudaDriverVersion_v2Func = func() (int, nvml.Return) { return 12040, nvml.SUCCESS }
 	for i, dd := range s.Devices {
 		d := dd.(*server.Device)
 		busID := d.PciBusID
@@ -46,6 +47,7 @@ func mockServer(t *testing.T, nvmlVersion string) *server.Server {
 			return p, nvml.SUCCESS
 		}
 		d.GetSerialFunc = func() (string, nvml.Return) { return "serial-" + string(rune('0'+i)), nvml.SUCCESS }
+		d.GetVbiosVersionFunc = func() (string, nvml.Return) { return "96.00.74.00.0" + string(rune('1'+i)), nvml.SUCCESS }
 		d.GetTemperatureThresholdFunc = func(th nvml.TemperatureThresholds) (uint32, nvml.Return) {
 			switch th {
 			case nvml.TEMPERATURE_THRESHOLD_SHUTDOWN:
@@ -130,7 +132,8 @@ func TestMockOpen(t *testing.T) {
 	}
 	want := s.Devices[3].(*server.Device)
 	if id.Index != 3 || id.UUID != want.UUID || id.Backend != "nvml" || id.PCIBusID != want.PciBusID ||
-		!strings.Contains(id.Name, "H200") || id.Serial != "serial-3" || id.DriverVersion != "550.54.15" {
+		!strings.Contains(id.Name, "H200") || id.Serial != "serial-3" || id.DriverVersion != "550.54.15" ||
+		id.CUDAVersion != "12.4" || id.VBIOSVersion != "96.00.74.00.04" {
 		t.Errorf("identity = %+v", id)
 	}
 	if id.Architecture != "Hopper" || id.ComputeMode != "Default" {

@@ -25,6 +25,7 @@ type Source struct {
 	opts    Options
 	version NVMLVersion
 	driver  string
+	cuda    string // the CUDA version the driver supports ("12.8"); "" unknown
 	has     map[string]bool
 	plans   []metricPlan // indexed by catalog.MetricID (catalog.Default())
 	// direct is the one-call GetSamples path; nil means go-nvml's.
@@ -99,6 +100,11 @@ func open(lib nvml.Interface, path string, opts Options) (*Source, error) {
 			s.driver = v
 		}
 	}
+	if s.has["nvmlSystemGetCudaDriverVersion_v2"] {
+		if v, ret := lib.SystemGetCudaDriverVersion_v2(); ret == nvml.SUCCESS {
+			s.cuda = cudaVersion(v)
+		}
+	}
 	raw := ""
 	if s.has["nvmlSystemGetNVMLVersion"] {
 		raw, _ = lib.SystemGetNVMLVersion()
@@ -121,6 +127,15 @@ func open(lib nvml.Interface, path string, opts Options) (*Source, error) {
 		log.Debug("nvml symbols absent from this driver; their metrics are reported unsupported", "symbols", missing)
 	}
 	return s, nil
+}
+
+// cudaVersion spells NVML's CUDA driver version (1000×major + 10×minor,
+// 12080) as nvidia-smi prints it ("12.8"); "" for a value that is none.
+func cudaVersion(v int) string {
+	if v <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d.%d", v/1000, v%1000/10)
 }
 
 // Name returns "nvml".

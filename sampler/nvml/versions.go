@@ -98,11 +98,13 @@ func ParseNVMLVersion(s string) (NVMLVersion, error) {
 var symbolSince = map[string]APIVersion{
 	"nvmlSystemGetDriverVersion":                {10, 0},
 	"nvmlSystemGetNVMLVersion":                  {10, 0},
+	"nvmlSystemGetCudaDriverVersion_v2":         {10, 0},
 	"nvmlDeviceGetCount_v2":                     {10, 0},
 	"nvmlDeviceGetHandleByIndex_v2":             {10, 0},
 	"nvmlDeviceGetUUID":                         {10, 0},
 	"nvmlDeviceGetName":                         {10, 0},
 	"nvmlDeviceGetSerial":                       {10, 0},
+	"nvmlDeviceGetVbiosVersion":                 {10, 0},
 	"nvmlDeviceGetPciInfo_v3":                   {10, 0},
 	"nvmlDeviceGetMemoryInfo":                   {10, 0},
 	"nvmlDeviceGetMemoryInfo_v2":                {11, 6},

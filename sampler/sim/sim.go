@@ -256,6 +256,8 @@ func (d *Device) Identity() (record.Device, error) {
 		Serial:            fmt.Sprintf("SIM%010d", h%1e10),
 		MemoryTotalMiB:    memoryTotalMiB,
 		DriverVersion:     "sim",
+		CUDAVersion:       "12.8",
+		VBIOSVersion:      "96.00.89.00.01",
 		Backend:           "sim",
 		Simulated:         true,
 		SlowdownTempC:     slowdownTempC,

@@ -93,7 +93,7 @@ func TestExecdNvidiaSMIDropIn(t *testing.T) {
 		}
 		// nvidia_smi's string fields the simulator has data for, as
 		// Telegraf's parser writes them.
-		for k, want := range map[string]string{"driver_version": "sim", "current_ecc": "Enabled"} {
+		for k, want := range map[string]string{"driver_version": "sim", "cuda_version": "12.8", "vbios_version": "96.00.89.00.01", "current_ecc": "Enabled"} {
 			if got, ok := m.GetField(k); !ok || got != want {
 				t.Fatalf("field %s = %#v, want %q: %v", k, got, want, m.Fields())
 			}

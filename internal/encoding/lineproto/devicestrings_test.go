@@ -10,12 +10,14 @@ import (
 
 // With DeviceStrings every sample line also carries the device's
 // nvidia_smi tags arch and compute_mode and string fields (driver_version,
-// serial, current_ecc), each where known, escaped; an unsupported ECC mode is left out as Telegraf
-// leaves out nvidia-smi's "N/A". Without it no line has them.
+// cuda_version, serial, vbios_version, current_ecc), each where known,
+// escaped; what the device lacks (an unsupported ECC mode, a driver without
+// the CUDA or VBIOS call) is left out as Telegraf leaves out nvidia-smi's
+// "N/A". Without it no line has them.
 func TestEncodeDeviceStrings(t *testing.T) {
 	devs := []record.Device{
 		{Index: 0, UUID: "GPU-0", DriverVersion: "550.54.15", Serial: `S"1 2`, ECCMode: record.ModeEnabled,
-			Architecture: "Ada Lovelace", ComputeMode: "Exclusive_Process"},
+			CUDAVersion: "12.4", VBIOSVersion: "95.02.5D.00.01", Architecture: "Ada Lovelace", ComputeMode: "Exclusive_Process"},
 		{Index: 1, UUID: "GPU-1", DriverVersion: "550.54.15", ECCMode: record.ModeDisabled},
 		{Index: 2, UUID: "GPU-2", ECCMode: record.ModeUnsupported},
 	}
@@ -28,7 +30,7 @@ func TestEncodeDeviceStrings(t *testing.T) {
 		strs bool
 		want string
 	}{
-		{true, `nvidia_smi,arch=Ada\ Lovelace,compute_mode=Exclusive_Process,index=0,uuid=GPU-0 utilization_gpu=97i,driver_version="550.54.15",serial="S\"1 2",current_ecc="Enabled" 1000000000000000000` + "\n" +
+		{true, `nvidia_smi,arch=Ada\ Lovelace,compute_mode=Exclusive_Process,index=0,uuid=GPU-0 utilization_gpu=97i,driver_version="550.54.15",cuda_version="12.4",serial="S\"1 2",vbios_version="95.02.5D.00.01",current_ecc="Enabled" 1000000000000000000` + "\n" +
 			`nvidia_smi,index=1,uuid=GPU-1 utilization_gpu=97i,driver_version="550.54.15",current_ecc="Disabled" 1000000000000000000` + "\n" +
 			`nvidia_smi,index=2,uuid=GPU-2 utilization_gpu=97i 1000000000000000000` + "\n"},
 		{false, `nvidia_smi,index=0,uuid=GPU-0 utilization_gpu=97i 1000000000000000000` + "\n" +

@@ -44,8 +44,9 @@ type Options struct {
 	Catalog *catalog.Catalog
 	// DeviceStrings adds to every sample line the device's strings as
 	// Telegraf's nvidia_smi input writes them, each where known: tags arch
-	// and compute_mode, string fields driver_version, serial and
-	// current_ecc ("Enabled" or "Disabled"). It is the drop-in shape, where
+	// and compute_mode, string fields driver_version, cuda_version, serial,
+	// vbios_version and current_ecc ("Enabled" or "Disabled"). It is the
+	// drop-in shape, where
 	// every line stands for a whole nvidia-smi query.
 	DeviceStrings bool
 }
@@ -191,14 +192,16 @@ func (e *Encoder) rebuildTags(dt *deviceTags) {
 
 // deviceStrings returns d's nvidia_smi string fields, escaped as the
 // lineprotocol encoder writes them and joined by commas: driver_version,
-// serial and current_ecc, each where known. An ECC mode the device does not
+// cuda_version, serial, vbios_version and current_ecc (Telegraf's order),
+// each where known. An ECC mode the device does not
 // support is left out, as Telegraf leaves out nvidia-smi's "N/A".
 func deviceStrings(d record.Device) ([]byte, error) {
 	ecc := map[string]string{record.ModeEnabled: "Enabled", record.ModeDisabled: "Disabled"}[d.ECCMode]
 	var p lineprotocol.Encoder
 	p.StartLine("m")
 	n := 0
-	for _, f := range []struct{ k, v string }{{"driver_version", d.DriverVersion}, {"serial", d.Serial}, {"current_ecc", ecc}} {
+	for _, f := range []struct{ k, v string }{{"driver_version", d.DriverVersion}, {"cuda_version", d.CUDAVersion},
+		{"serial", d.Serial}, {"vbios_version", d.VBIOSVersion}, {"current_ecc", ecc}} {
 		if f.v == "" {
 			continue
 		}

@@ -180,7 +180,7 @@ func validUTF8(m *recordpb.Batch) {
 	v := func(s *string) { *s = strings.ToValidUTF8(*s, "\uFFFD") }
 	v(&m.Host)
 	for _, d := range m.Devices {
-		for _, s := range []*string{&d.Uuid, &d.Name, &d.PciBusId, &d.Serial, &d.DriverVersion, &d.Backend} {
+		for _, s := range []*string{&d.Uuid, &d.Name, &d.PciBusId, &d.Serial, &d.DriverVersion, &d.CudaVersion, &d.VbiosVersion, &d.Backend} {
 			v(s)
 		}
 	}

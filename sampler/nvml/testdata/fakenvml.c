@@ -23,6 +23,8 @@
  *                       getters still answer
  *   FAKENVML_INIT_RET   return code of nvmlInit (default 0)
  *   FAKENVML_NO_GPM     "1": GPM query says the device is not supported
+ *   FAKENVML_CUDA       CUDA driver version (12080), or "ns": not supported
+ *   FAKENVML_VBIOS      "ns": the VBIOS version is not supported
  *   FAKENVML_CALLS_FILE at nvmlShutdown, write "<index> <calls>" per device
  *   FAKENVML_TIME_FILE  when this file exists, it holds the time (Unix µs,
  *                       decimal) that every clock of the fake reads: a
@@ -266,7 +268,14 @@ const char *nvmlErrorString(nvmlReturn_t r) { (void)r; return "fake nvml error";
 nvmlReturn_t nvmlSystemGetNVMLVersion(char *v, unsigned int n) { snprintf(v, n, "%s", version); return OK; }
 nvmlReturn_t nvmlSystemGetDriverVersion(char *v, unsigned int n) { snprintf(v, n, "%s", strchr(version, '.') + 1); return OK; }
 nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *v) { *v = major * 1000; return OK; }
-nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *v) { *v = major * 1000; return OK; }
+/* FAKENVML_CUDA: the CUDA driver version (1000*major + 10*minor; default
+ * major*1000) or "ns" (not supported). */
+nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *v) {
+	const char *s = getenv("FAKENVML_CUDA");
+	if (s && !strcmp(s, "ns")) return E_NOT_SUPPORTED;
+	*v = s ? atoi(s) : major * 1000;
+	return OK;
+}
 nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *n) { if (!initialized) return E_UNINIT; *n = ndev; return OK; }
 nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int i, void **h) {
 	countCall(__func__);
@@ -281,6 +290,14 @@ nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int i, void **h) {
 nvmlReturn_t nvmlDeviceGetUUID(void *h, char *s, unsigned int n) { snprintf(s, n, "GPU-fake-0000-%04d", D(h)->index); return OK; }
 nvmlReturn_t nvmlDeviceGetName(void *h, char *s, unsigned int n) { D(h); snprintf(s, n, "NVIDIA Fake H200"); return OK; }
 nvmlReturn_t nvmlDeviceGetSerial(void *h, char *s, unsigned int n) { snprintf(s, n, "FAKE%08d", D(h)->index); return OK; }
+/* FAKENVML_VBIOS=ns: the VBIOS version is not supported. */
+nvmlReturn_t nvmlDeviceGetVbiosVersion(void *h, char *v, unsigned int n) {
+	const char *s = getenv("FAKENVML_VBIOS");
+	int i = D(h)->index;
+	if (s && !strcmp(s, "ns")) return E_NOT_SUPPORTED;
+	snprintf(v, n, "96.00.89.00.%02d", i + 1);
+	return OK;
+}
 nvmlReturn_t nvmlDeviceGetIndex(void *h, unsigned int *i) { *i = D(h)->index; return OK; }
 nvmlReturn_t nvmlDeviceGetPciInfo_v3(void *h, nvmlPciInfo_t *p) {
 	int i = D(h)->index;
