@@ -2,7 +2,8 @@
 GO       ?= go
 BIN      := bin/gpusampler
 VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
-LDFLAGS  := -X main.version=$(VERSION)
+COMMIT   ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS  := -X main.version=$(VERSION) -X main.buildCommit=$(COMMIT)
 # go-nvml's headers mark many functions deprecated; gcc would print ~150
 # warnings on every cgo build. Silenced for our build only.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations

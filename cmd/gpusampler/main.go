@@ -22,8 +22,13 @@ import (
 	"syscall"
 )
 
-// version is set at build time (-ldflags "-X main.version=...").
-var version = "dev"
+// version and buildCommit are set at build time (-ldflags "-X
+// main.version=... -X main.buildCommit=..."); without them version says
+// dev and the commit comes from the toolchain's VCS stamp, if any.
+var (
+	version     = "dev"
+	buildCommit = ""
+)
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

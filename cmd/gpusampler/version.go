@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"runtime"
 	"runtime/debug"
 
@@ -20,9 +21,11 @@ func cmdVersion(stdout io.Writer) error {
 		for _, s := range bi.Settings {
 			switch s.Key {
 			case "vcs.revision":
-				commit = s.Value
+				if buildCommit == "" {
+					commit = s.Value
+				}
 			case "vcs.modified":
-				modified = s.Value == "true"
+				modified = modified || s.Value == "true"
 			case "CGO_ENABLED":
 				if s.Value == "1" {
 					cgo = "on"
@@ -30,12 +33,23 @@ func cmdVersion(stdout io.Writer) error {
 			}
 		}
 	}
+	if buildCommit != "" {
+		// Set by the Makefile from git: present even where the Go
+		// toolchain stamps no VCS information (-buildvcs=false).
+		commit = buildCommit
+	}
 	if modified {
 		commit += " (modified)"
 	}
 	fmt.Fprintf(stdout, "commit  %s\ngo      %s %s/%s, cgo %s\n", commit, runtime.Version(), runtime.GOOS, runtime.GOARCH, cgo)
 	src, err := openNVML(slog.New(slog.DiscardHandler))
 	if err != nil {
+		if lib := os.Getenv("GPUSAMPLER_NVML_LIBRARY"); lib != "" {
+			// The library the user named: run fails on it too, so no
+			// talk of a simulator.
+			fmt.Fprintf(stdout, "driver  not loaded: GPUSAMPLER_NVML_LIBRARY=%s: %v\n", lib, err)
+			return nil
+		}
 		why := "not loaded"
 		if errors.Is(err, sampler.ErrDriverNotLoaded) {
 			why = "library loads, kernel driver not loaded"

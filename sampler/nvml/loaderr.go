@@ -18,7 +18,12 @@ static const char *gs_try_load(const char *path) {
 */
 import "C"
 
-import "unsafe"
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/gpusampler/gpusampler/sampler"
+)
 
 // loaderMessage returns the dynamic loader's own message for why path does
 // not load ("cannot open shared object file: No such file or directory",
@@ -33,3 +38,17 @@ func loaderMessage(path string) string {
 	}
 	return ""
 }
+
+// unloadableError is a library file that exists but does not load
+// (corrupt, truncated, built for another architecture, a dependency
+// missing). It wraps sampler.ErrLibraryNotFound, as every library that
+// does not load does, but its text says what the loader said instead of
+// "not found".
+type unloadableError struct{ path, loader string }
+
+func (e *unloadableError) Error() string {
+	return fmt.Sprintf("nvml: cannot load %s: the file is there but does not load (loader: %s): "+
+		"point at the driver's own libnvidia-ml.so.1", e.path, e.loader)
+}
+
+func (e *unloadableError) Unwrap() error { return sampler.ErrLibraryNotFound }

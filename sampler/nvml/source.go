@@ -5,8 +5,10 @@ package nvml
 import (
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -70,8 +72,14 @@ func open(lib nvml.Interface, path string, opts Options) (*Source, error) {
 	switch ret := lib.Init(); ret {
 	case nvml.SUCCESS:
 	case nvml.ERROR_LIBRARY_NOT_FOUND:
+		msg := loaderMessage(path)
+		if st, err := os.Stat(path); err == nil && st.Mode().IsRegular() && msg != "" && strings.ContainsRune(path, '/') {
+			// The file is there: "not found" would send the user looking
+			// for it. The loader says what is wrong with it.
+			return nil, &unloadableError{path: path, loader: msg}
+		}
 		why := ""
-		if msg := loaderMessage(path); msg != "" {
+		if msg != "" {
 			why = " (loader: " + msg + ")"
 		}
 		return nil, fmt.Errorf("nvml: cannot load %s%s: %w: install the NVIDIA driver, run on a host with an NVIDIA GPU, or set the NVML library path to libnvidia-ml.so.1",
