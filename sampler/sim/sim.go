@@ -13,7 +13,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -80,6 +79,11 @@ type Options struct {
 	// BootClock makes buffer timestamps count from a simulated boot time
 	// instead of Unix time, like some drivers.
 	BootClock bool
+	// CPUs are the simulated machine's CPUs, which CPUAffinity splits
+	// between two NUMA nodes (default: the CPUs this process may run on,
+	// so that a process started unpinned is near every simulated GPU
+	// even where a container or taskset allows only some of the host's).
+	CPUs []int
 }
 
 // Source is a simulated backend.
@@ -112,6 +116,10 @@ func New(opts Options) (*Source, error) {
 			opts.Periods[i] = defaultPeriods[i]
 		}
 	}
+	if len(opts.CPUs) == 0 {
+		opts.CPUs = allowedCPUs()
+	}
+	opts.CPUs = slices.Compact(slices.Sorted(slices.Values(opts.CPUs)))
 	s := &Source{opts: opts, start: opts.Now(), cat: catalog.Default()}
 	for i := range opts.GPUs {
 		s.devs = append(s.devs, &Device{src: s, index: i})
@@ -274,23 +282,27 @@ func (d *Device) Identity() (record.Device, error) {
 }
 
 // CPUAffinity places the simulated GPUs on two NUMA nodes: even GPUs are
-// close to the first half of runtime.NumCPU()'s CPUs (numbered from 0),
-// odd GPUs to the second half; with one CPU, every GPU to it.
+// close to the first half of Options.CPUs, odd GPUs to the second half;
+// with one CPU, every GPU to it.
 func (d *Device) CPUAffinity() ([]int, error) {
-	n := runtime.NumCPU()
-	lo, hi := 0, n
-	if n >= 2 {
-		if d.index%2 == 0 {
-			hi = n / 2
-		} else {
-			lo = n / 2
-		}
+	cpus := d.src.opts.CPUs
+	n := len(cpus)
+	if n < 2 {
+		return slices.Clone(cpus), nil
 	}
-	out := make([]int, 0, hi-lo)
-	for c := lo; c < hi; c++ {
-		out = append(out, c)
+	if d.index%2 == 0 {
+		return slices.Clone(cpus[:n/2]), nil
 	}
-	return out, nil
+	return slices.Clone(cpus[n/2:]), nil
+}
+
+// firstCPUs returns 0..n-1.
+func firstCPUs(n int) []int {
+	out := make([]int, max(n, 1))
+	for i := range out {
+		out[i] = i
+	}
+	return out
 }
 
 // CallStats counts the simulated driver calls (Drain counts 1, like the

@@ -2,8 +2,11 @@ package sim
 
 import (
 	"errors"
+	"os"
 	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -293,26 +296,73 @@ func TestGPMProfiles(t *testing.T) {
 }
 
 // The simulated GPUs sit on two NUMA nodes: even GPUs on the first half of
-// the CPUs, odd ones on the second.
+// the machine's CPUs, odd ones on the second. The machine's CPUs are by
+// default the ones this process may run on (a container or taskset may
+// allow only some of the host's, numbered anywhere).
 func TestCPUAffinity(t *testing.T) {
-	clk := &fakeClock{time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
-	s := newSim(t, "training", clk)
-	n := runtime.NumCPU()
-	var want [2][]int
-	for c := range n {
-		switch {
-		case n < 2:
-			want[0], want[1] = append(want[0], c), append(want[1], c)
-		case c < n/2:
-			want[0] = append(want[0], c)
-		default:
-			want[1] = append(want[1], c)
-		}
+	for _, tc := range []struct {
+		name     string
+		cpus     []int
+		even     []int
+		odd      []int
+		fromHere bool
+	}{
+		{name: "allowed CPUs 2,3,5,9", cpus: []int{9, 3, 5, 2, 3}, even: []int{2, 3}, odd: []int{5, 9}},
+		{name: "three CPUs", cpus: []int{4, 5, 6}, even: []int{4}, odd: []int{5, 6}},
+		{name: "one CPU", cpus: []int{7}, even: []int{7}, odd: []int{7}},
+		{name: "this process's CPUs", cpus: allowedCPUs(), fromHere: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opts := Options{GPUs: 3, Profile: "training", CPUs: tc.cpus}
+			if tc.fromHere {
+				opts.CPUs = nil // the default
+				n := len(tc.cpus)
+				tc.even, tc.odd = tc.cpus[:max(n/2, 1)], tc.cpus[min(n/2, n-1):]
+			}
+			s, err := New(opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, want := range [][]int{tc.even, tc.odd, tc.even} {
+				got, err := device(t, s, i).CPUAffinity()
+				if err != nil || !slices.Equal(got, want) {
+					t.Errorf("GPU %d: CPUAffinity = %v, %v; want %v", i, got, err, want)
+				}
+			}
+		})
 	}
-	for i := range 2 {
-		got, err := device(t, s, i).CPUAffinity()
-		if err != nil || !slices.Equal(got, want[i]) {
-			t.Errorf("GPU %d: CPUAffinity = %v, %v; want %v", i, got, err, want[i])
+	if runtime.GOOS == "linux" {
+		// taskset-like check of the default against the kernel's own list.
+		b, err := os.ReadFile("/proc/self/status")
+		if err != nil {
+			t.Skip(err)
 		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "Cpus_allowed_list:"); ok {
+				if got := cpuRanges(allowedCPUs()); got != strings.TrimSpace(v) {
+					t.Fatalf("allowed CPUs %s, the kernel says %s", got, strings.TrimSpace(v))
+				}
+				return
+			}
+		}
+		t.Fatal("no Cpus_allowed_list in /proc/self/status")
 	}
+}
+
+// cpuRanges writes CPU numbers as the kernel does: "0-3,8".
+func cpuRanges(cpus []int) string {
+	var parts []string
+	for i := 0; i < len(cpus); {
+		j := i
+		for j+1 < len(cpus) && cpus[j+1] == cpus[j]+1 {
+			j++
+		}
+		if j > i {
+			parts = append(parts, strconv.Itoa(cpus[i])+"-"+strconv.Itoa(cpus[j]))
+		} else {
+			parts = append(parts, strconv.Itoa(cpus[i]))
+		}
+		i = j + 1
+	}
+	return strings.Join(parts, ",")
 }
