@@ -39,6 +39,12 @@ type tableEncoder struct {
 	// for it later (a late buffered metric) cannot be added to a row on
 	// screen, and must not print a second, half-empty row for that time.
 	printedTo map[uint16]int64
+	// cols is the metrics each device's last printed row had of its own
+	// (before held slow-query values filled it in). At the end (Flush)
+	// the newest window is usually cut short by the stop: when it lacks
+	// one of them it is partly observed and is not printed, as the first
+	// window is not.
+	cols map[uint16]map[catalog.MetricID]bool
 	// simulated is set once a simulated device is seen: the header then
 	// says so, so that nobody takes made-up numbers for a GPU's.
 	simulated bool
@@ -78,7 +84,7 @@ func newTableEncoder(loc *time.Location, color bool, cat *catalog.Catalog) *tabl
 		cat = catalog.Default()
 	}
 	return &tableEncoder{loc: loc, color: color, cat: cat, rows: map[rowKey]*row{}, newest: map[uint16]int64{},
-		devs: map[int]record.Device{}, since: time.Now().UnixNano(), printedTo: map[uint16]int64{}, held: map[uint16]map[catalog.MetricID]record.Summary{}}
+		devs: map[int]record.Device{}, since: time.Now().UnixNano(), printedTo: map[uint16]int64{}, cols: map[uint16]map[catalog.MetricID]bool{}, held: map[uint16]map[catalog.MetricID]record.Summary{}}
 }
 
 func (e *tableEncoder) Encode(b *record.Batch) {
@@ -125,6 +131,10 @@ func (e *tableEncoder) print(all bool) {
 	}
 	slices.SortFunc(ready, func(a, b rowKey) int { return cmp.Or(cmp.Compare(a.start, b.start), cmp.Compare(a.dev, b.dev)) })
 	for _, k := range ready {
+		if all && k.start == e.newest[k.dev] && e.partial(k.dev, e.rows[k]) {
+			delete(e.rows, k)
+			continue
+		}
 		if e.printed%tableHeaderEvery == 0 {
 			if e.simulated {
 				e.buf = append(e.buf, tableSimulated...)
@@ -133,10 +143,33 @@ func (e *tableEncoder) print(all bool) {
 		}
 		e.printed++
 		e.printedTo[k.dev] = max(e.printedTo[k.dev], k.start)
+		cols := map[catalog.MetricID]bool{}
+		for id := range e.rows[k].vals {
+			cols[id] = true
+		}
+		e.cols[k.dev] = cols
 		e.hold(k.dev, e.rows[k])
 		e.buf = e.appendRow(e.buf, k, e.rows[k])
 		delete(e.rows, k)
 	}
+}
+
+// partial reports whether r lacks a metric that device dev's last printed
+// row had of its own (slow-query metrics aside: those are held over).
+func (e *tableEncoder) partial(dev uint16, r *row) bool {
+	for id := range e.cols[dev] {
+		if _, ok := r.vals[id]; !ok && !e.slow(id) {
+			return true
+		}
+	}
+	return false
+}
+
+// slow reports whether id is a slow-query metric (read once a second,
+// held over in the windows between).
+func (e *tableEncoder) slow(id catalog.MetricID) bool {
+	m, ok := e.cat.Get(id)
+	return ok && m.Src.Kind == catalog.FromQuery
 }
 
 func (e *tableEncoder) appendRow(b []byte, k rowKey, r *row) []byte {
@@ -201,7 +234,7 @@ func (e *tableEncoder) hold(dev uint16, r *row) {
 		}
 	}
 	for id, s := range r.vals {
-		if m, ok := e.cat.Get(id); ok && m.Src.Kind == catalog.FromQuery {
+		if e.slow(id) {
 			h[id] = s
 		}
 	}
