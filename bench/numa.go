@@ -3,17 +3,17 @@ package bench
 import (
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
+	"github.com/gpusampler/gpusampler/internal/diagnose"
 	"github.com/gpusampler/gpusampler/record"
 )
 
 // FindingNUMA names the NUMA-placement diagnosis: the benchmarked process
-// ran on CPUs none of which is close to the GPU.
-const FindingNUMA = "numa_placement"
+// ran on CPUs none of which is close to the GPU (the same name as the live
+// finding of `run --diagnose`).
+const FindingNUMA = diagnose.FindingNUMA
 
 // affinityPoll is how often a running command's CPU affinity is read: a
 // launcher such as taskset or numactl sets it just before it executes the
@@ -26,7 +26,7 @@ func watchAffinity(pid int) func() []int {
 	var mu sync.Mutex
 	var last []int
 	read := func() {
-		if cpus, err := processCPUs(pid); err == nil && len(cpus) > 0 {
+		if cpus, err := diagnose.ProcessCPUs(pid); err == nil && len(cpus) > 0 {
 			mu.Lock()
 			last = cpus
 			mu.Unlock()
@@ -56,26 +56,6 @@ func watchAffinity(pid int) func() []int {
 	}
 }
 
-// cpuList writes CPU numbers as ranges: "0-7,16-23".
-func cpuList(cpus []int) string {
-	var b strings.Builder
-	for i := 0; i < len(cpus); {
-		j := i
-		for j+1 < len(cpus) && cpus[j+1] == cpus[j]+1 {
-			j++
-		}
-		if b.Len() > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(strconv.Itoa(cpus[i]))
-		if j > i {
-			b.WriteString("-" + strconv.Itoa(cpus[j]))
-		}
-		i = j + 1
-	}
-	return b.String()
-}
-
 // numaPlacement returns one diagnosis per device for the runs of command
 // ci whose process could run only on CPUs outside the device's CPU
 // affinity (gpuCPUs, from the backend): every copy and kernel launch then
@@ -99,7 +79,7 @@ func numaPlacement(execs []execution, ci int, devs []record.Device, gpuCPUs map[
 				out[i].EndNS = ex.end.UnixNano()
 				continue
 			}
-			pc, gc := cpuList(ex.cpus), cpuList(near)
+			pc, gc := diagnose.CPUList(ex.cpus), diagnose.CPUList(near)
 			byDev[d.Index] = len(out)
 			out = append(out, Diagnosis{Finding: FindingNUMA, Kind: "NUMA placement", Device: d.Index,
 				StartNS: ex.start.UnixNano(), EndNS: ex.end.UnixNano(),

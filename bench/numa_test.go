@@ -9,17 +9,6 @@ import (
 	"github.com/gpusampler/gpusampler/record"
 )
 
-func TestCPUList(t *testing.T) {
-	for _, tc := range []struct {
-		cpus []int
-		want string
-	}{{nil, ""}, {[]int{3}, "3"}, {[]int{0, 1, 2, 3, 8, 10, 11}, "0-3,8,10-11"}} {
-		if got := cpuList(tc.cpus); got != tc.want {
-			t.Errorf("cpuList(%v) = %q, want %q", tc.cpus, got, tc.want)
-		}
-	}
-}
-
 func TestNUMAPlacement(t *testing.T) {
 	t0 := time.Date(2026, 1, 2, 3, 4, 0, 0, time.UTC)
 	devs := []record.Device{{Index: 0}, {Index: 1}, {Index: 2}}

@@ -672,6 +672,9 @@ func (l *deviceLoop) pollProcesses(now time.Time) {
 		pids[i] = procs[i].PID
 	}
 	l.pids.Store(&pids)
+	if po, ok := l.e.cfg.Observer.(ProcessObserver); ok {
+		po.ObserveProcesses(l.identity.Load(), pids, nowNS)
+	}
 	l.processPolls.Add(1)
 	l.processesSeen.Store(uint64(len(procs)))
 }

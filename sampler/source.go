@@ -182,3 +182,11 @@ type Reopener interface {
 type Observer interface {
 	Observe(dev *record.Device, samples []record.Sample)
 }
+
+// ProcessObserver is an Observer that also sees each device's process list
+// after every process poll, on that device's loop goroutine: the PIDs on
+// the GPU at nowNS (engine clock). ObserveProcesses must be fast and must
+// neither modify nor retain pids.
+type ProcessObserver interface {
+	ObserveProcesses(dev *record.Device, pids []uint32, nowNS int64)
+}

@@ -198,7 +198,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, out, stderr io.
 	execdMode := fs.String("execd", "", `run as a Telegraf inputs.execd program: "stream" (signal = "none"), "gather" (signal = "STDIN", window summaries) or "nvidia_smi" (signal = "STDIN", a drop-in for Telegraf's nvidia_smi input); exits when stdin closes`)
 	minMax := fs.Bool("min-max", false, "with --execd nvidia_smi: each line also carries the window's NAME_min and NAME_max of the metrics written as a mean")
 	strict := fs.Bool("strict", false, "exit at start when an output cannot start (default: run the others, report it failing in self-metrics, --stats and /healthz, and retry it with backoff)")
-	diag := fs.Bool("diagnose", false, "live diagnoses: emit finding events (overheating, throttling, memory nearly full, launch-bound, periodic stalls, communication-bound, XID)")
+	diag := fs.Bool("diagnose", false, "live diagnoses: emit finding events (overheating, throttling, memory nearly full, launch-bound, periodic stalls, communication-bound, XID, NUMA placement of a GPU's processes)")
 	if err := parseFlags(fs, args, out); err != nil {
 		return err
 	}

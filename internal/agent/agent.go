@@ -113,7 +113,8 @@ func New(src sampler.Source, cfg *appconfig.Config, opts Options) (*Agent, error
 	scfg.BeforeFinalFlush = func() { a.selfTick(time.Now(), true) }
 	if opts.Diagnose {
 		// The engine emits the findings; it exists before the first sample.
-		scfg.Observer = diagnose.New(func(ev record.Event) { eng.Emit(ev) })
+		scfg.Observer = diagnose.New(func(ev record.Event) { eng.Emit(ev) },
+			diagnose.WithPlacement(func(dev int) ([]int, error) { return eng.CPUAffinity(dev) }, diagnose.ProcessCPUs))
 	}
 	eng, err := sampler.New(src, scfg)
 	if err != nil {

@@ -4,7 +4,8 @@
 // full, high utilization with low power (launch-bound: small kernels),
 // periodic utilization dips (input-pipeline stalls, with the period),
 // communication-bound multi-GPU work (NVLink or PCIe busy while the SMs
-// idle), and XID errors.
+// idle), XID errors, and, where it is given the CPUs (WithPlacement), a
+// process on a GPU that may run only on CPUs far from it (NUMA placement).
 //
 // A Detector implements sampler.Observer: set it as sampler.Config.Observer
 // and the engine feeds it every published sample; it reports each finding
@@ -29,6 +30,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/gpusampler/gpusampler/catalog"
@@ -44,6 +46,7 @@ const (
 	FindingPeriodicDips = "periodic_utilization_dips"
 	FindingXID          = "xid"
 	FindingCommBound    = "communication_bound"
+	FindingNUMA         = "numa_placement"
 )
 
 // Rules, with their reasons.
@@ -101,13 +104,32 @@ type Detector struct {
 	emit func(record.Event)
 	mu   sync.Mutex
 	devs map[int]*devState
+	// gpuCPUs and processCPUs, when set (WithPlacement), give a device's
+	// close CPUs and the CPUs a process may run on.
+	gpuCPUs     func(dev int) ([]int, error)
+	processCPUs func(pid int) ([]int, error)
+}
+
+// Option configures a Detector.
+type Option func(*Detector)
+
+// WithPlacement turns on the NUMA-placement finding for the processes seen
+// on each GPU (ObserveProcesses): gpuCPUs returns a device's close CPUs
+// (sampler.Engine.CPUAffinity), processCPUs the CPUs a process may run on
+// (ProcessCPUs). Both are called from ObserveProcesses' goroutine.
+func WithPlacement(gpuCPUs func(dev int) ([]int, error), processCPUs func(pid int) ([]int, error)) Option {
+	return func(d *Detector) { d.gpuCPUs, d.processCPUs = gpuCPUs, processCPUs }
 }
 
 // New returns a detector that reports findings through emit (typically
-// Engine.Emit). emit is called from the goroutine that calls Observe or
-// Flush.
-func New(emit func(record.Event)) *Detector {
-	return &Detector{emit: emit, devs: map[int]*devState{}}
+// Engine.Emit). emit is called from the goroutine that calls Observe,
+// ObserveProcesses or Flush.
+func New(emit func(record.Event), opts ...Option) *Detector {
+	d := &Detector{emit: emit, devs: map[int]*devState{}}
+	for _, o := range opts {
+		o(d)
+	}
+	return d
 }
 
 // finding is one open or quiet condition on one device.
@@ -141,6 +163,10 @@ type devState struct {
 	links         map[catalog.MetricID]*linkSeries
 	pcieGen       int
 	pcieWidth     int
+	// near is the device's close CPUs (nil: not read yet, or unknown
+	// after nearRead).
+	near     []int
+	nearRead bool
 }
 
 // linkSeries is one link metric's recent rates (bytes/s): a GPM rate as
@@ -256,6 +282,60 @@ func (d *Detector) observe(dev *record.Device, s *devState, x *record.Sample) {
 		s.lastXID, s.xidSeen = v, true
 	}
 	d.closeQuiet(dev, s, t)
+}
+
+// ObserveProcesses sees the processes on one device at nowNS (see
+// sampler.ProcessObserver): with WithPlacement, a process that may run only
+// on CPUs outside the device's CPU affinity is a NUMA-placement finding,
+// one per process, open while the process is seen so placed. Simulated
+// devices are skipped: their processes are made up, and their PIDs may
+// name unrelated processes of this machine.
+func (d *Detector) ObserveProcesses(dev *record.Device, pids []uint32, nowNS int64) {
+	if d.gpuCPUs == nil || d.processCPUs == nil || dev.Simulated {
+		return
+	}
+	s := d.state(dev.Index)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.nearRead {
+		s.near, _ = d.gpuCPUs(dev.Index)
+		s.nearRead = true
+	}
+	if len(s.near) > 0 {
+		for _, pid := range pids {
+			cpus, err := d.processCPUs(int(pid))
+			if err != nil || len(cpus) == 0 || slices.ContainsFunc(cpus, func(c int) bool { _, ok := slices.BinarySearch(s.near, c); return ok }) {
+				continue // gone, unreadable, or allowed on a close CPU
+			}
+			pc, gc := CPUList(cpus), CPUList(s.near)
+			d.cond(dev, s, FindingNUMA+"/"+strconv.FormatUint(uint64(pid), 10), true, nowNS, 0, func() []record.Attr {
+				return []record.Attr{{Key: "pid", Value: strconv.FormatUint(uint64(pid), 10)}, {Key: "process_cpus", Value: pc}, {Key: "gpu_cpus", Value: gc}}
+			}, fmt.Sprintf("process %d runs on CPUs %s, none of them close to GPU %d (its CPUs: %s): every copy and kernel launch "+
+				"crosses the socket interconnect. Bind it to the GPU's CPUs, as the field guide does: "+
+				"CUDA_VISIBLE_DEVICES=%d numactl -C %s CMD (or taskset -c %s CMD)", pid, pc, dev.Index, gc, dev.Index, gc, gc))
+		}
+	}
+	d.closeQuiet(dev, s, nowNS)
+}
+
+// CPUList writes CPU numbers (ascending) as ranges: "0-7,16-23".
+func CPUList(cpus []int) string {
+	var b strings.Builder
+	for i := 0; i < len(cpus); {
+		j := i
+		for j+1 < len(cpus) && cpus[j+1] == cpus[j]+1 {
+			j++
+		}
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.Itoa(cpus[i]))
+		if j > i {
+			b.WriteString("-" + strconv.Itoa(cpus[j]))
+		}
+		i = j + 1
+	}
+	return b.String()
 }
 
 // window drops entries older than launchWindowNS before t.
@@ -452,9 +532,12 @@ func (d *Detector) condSince(dev *record.Device, s *devState, name string, ok bo
 }
 
 func (d *Detector) closeQuiet(dev *record.Device, s *devState, t int64) {
-	for _, f := range s.findings {
+	for name, f := range s.findings {
 		if f.open && t-f.lastNS > int64(quietNS) {
 			d.close(dev.Index, f)
+			if strings.HasPrefix(name, FindingNUMA+"/") {
+				delete(s.findings, name) // a process's: PIDs come and go
+			}
 		}
 	}
 }
@@ -470,8 +553,11 @@ func (f *finding) event(idx int, end int64) record.Event {
 		state = "closed"
 	}
 	name, _, _ := cut(f.name)
-	attrs := append([]record.Attr{{Key: "finding", Value: name}, {Key: "state", Value: state}, {Key: "peak", Value: ftoa(math.Round(f.peak*100) / 100)}},
-		f.attrs...)
+	attrs := []record.Attr{{Key: "finding", Value: name}, {Key: "state", Value: state}}
+	if name != FindingNUMA { // a placement has no magnitude
+		attrs = append(attrs, record.Attr{Key: "peak", Value: ftoa(math.Round(f.peak*100) / 100)})
+	}
+	attrs = append(attrs, f.attrs...)
 	return record.Event{Kind: record.EventFinding, Device: idx, StartNS: f.startNS, EndNS: end, Message: f.evidence, Attrs: attrs}
 }
 

@@ -2,6 +2,7 @@ package diagnose_test
 
 import (
 	"maps"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -235,5 +236,59 @@ func TestCommBoundSynthetic(t *testing.T) {
 				t.Fatalf("finding on GPU %d %d..%d %v,\nwant GPU 1 2e9..7e9 %v", e.Device, e.StartNS, e.EndNS, got, tc.want)
 			}
 		})
+	}
+}
+
+// A process on a GPU that may run only on CPUs outside the GPU's affinity
+// is a NUMA-placement finding, one per process, open while it is seen so
+// placed and closed quietNS after; processes allowed on a close CPU, and
+// simulated devices' made-up processes, raise nothing.
+func TestNUMAPlacementLive(t *testing.T) {
+	var events []record.Event
+	det := diagnose.New(func(e record.Event) { events = append(events, e.Clone()) },
+		diagnose.WithPlacement(func(dev int) ([]int, error) {
+			return map[int][]int{0: {0, 1, 2, 3}, 1: {4, 5, 6, 7}}[dev], nil
+		}, func(pid int) ([]int, error) {
+			return map[int][]int{100: {5}, 101: {0, 1, 2, 3, 4, 5, 6, 7}, 102: {3, 4}, 103: {4, 6, 7}}[pid], nil
+		}))
+	gpu0, gpu1, simGPU := &record.Device{Index: 0}, &record.Device{Index: 1}, &record.Device{Index: 2, Simulated: true}
+	for s := int64(1); s <= 3; s++ {
+		det.ObserveProcesses(gpu0, []uint32{100, 101, 102, 999}, s*1e9) // 999: gone
+		det.ObserveProcesses(gpu1, []uint32{100, 103}, s*1e9)
+		det.ObserveProcesses(simGPU, []uint32{100}, s*1e9)
+	}
+	det.ObserveProcesses(gpu0, []uint32{101}, 9e9) // 100 is gone: its finding closes
+	det.Flush()
+	advice := "process 100 runs on CPUs 5, none of them close to GPU 0 (its CPUs: 0-3): every copy and kernel launch crosses the " +
+		"socket interconnect. Bind it to the GPU's CPUs, as the field guide does: CUDA_VISIBLE_DEVICES=0 numactl -C 0-3 CMD (or taskset -c 0-3 CMD)"
+	attrs := func(state string) []record.Attr {
+		return []record.Attr{{Key: "finding", Value: diagnose.FindingNUMA}, {Key: "state", Value: state},
+			{Key: "pid", Value: "100"}, {Key: "process_cpus", Value: "5"}, {Key: "gpu_cpus", Value: "0-3"}}
+	}
+	want := []record.Event{
+		{Kind: record.EventFinding, Device: 0, StartNS: 1e9, Message: advice, Attrs: attrs("open")},
+		{Kind: record.EventFinding, Device: 0, StartNS: 1e9, EndNS: 3e9, Message: advice, Attrs: attrs("closed")},
+	}
+	if !reflect.DeepEqual(events, want) {
+		t.Fatalf("events\n%+v\nwant\n%+v", events, want)
+	}
+	// Without WithPlacement, nothing is judged.
+	events = nil
+	plain := diagnose.New(func(e record.Event) { events = append(events, e) })
+	plain.ObserveProcesses(gpu0, []uint32{100}, 1e9)
+	plain.Flush()
+	if len(events) != 0 {
+		t.Fatalf("findings without WithPlacement: %+v", events)
+	}
+}
+
+func TestCPUList(t *testing.T) {
+	for _, tc := range []struct {
+		cpus []int
+		want string
+	}{{nil, ""}, {[]int{3}, "3"}, {[]int{0, 1, 2, 3, 8, 10, 11}, "0-3,8,10-11"}} {
+		if got := diagnose.CPUList(tc.cpus); got != tc.want {
+			t.Errorf("CPUList(%v) = %q, want %q", tc.cpus, got, tc.want)
+		}
 	}
 }

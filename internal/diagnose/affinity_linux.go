@@ -1,12 +1,12 @@
 //go:build linux
 
-package bench
+package diagnose
 
 import "golang.org/x/sys/unix"
 
-// processCPUs returns the CPUs process pid may run on (sched_getaffinity),
+// ProcessCPUs returns the CPUs process pid may run on (sched_getaffinity),
 // ascending.
-func processCPUs(pid int) ([]int, error) {
+func ProcessCPUs(pid int) ([]int, error) {
 	var set unix.CPUSet
 	if err := unix.SchedGetaffinity(pid, &set); err != nil {
 		return nil, err
