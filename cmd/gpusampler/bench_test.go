@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -55,6 +56,18 @@ func TestBenchAB(t *testing.T) {
 	}
 	if !strings.Contains(out, "\n"+want.Summary+"\n") {
 		t.Fatalf("comparison %q not on stdout:\n%s", want.Summary, out)
+	}
+	// Not on a terminal, progress is one plain line per execution, in
+	// order, warmups first: no redrawing, no escape sequences.
+	var progress []string
+	for _, l := range strings.Split(errs, "\n") {
+		if m := regexp.MustCompile(`^([AB] (?:warmup|run) \d): \d+\.\d{3} s (\[\d/8\])$`).FindStringSubmatch(l); m != nil {
+			progress = append(progress, m[1]+" "+m[2])
+		}
+	}
+	if want := []string{"A warmup 1 [1/8]", "B warmup 1 [2/8]", "A run 1 [3/8]", "B run 1 [4/8]", "A run 2 [5/8]", "B run 2 [6/8]",
+		"A run 3 [7/8]", "B run 3 [8/8]"}; !slices.Equal(progress, want) || strings.ContainsAny(errs, "\r\x1b") {
+		t.Fatalf("progress %q, want %q; stderr:\n%q", progress, want, errs)
 	}
 	// Interleaved: A B A B ...
 	a, b := res.Benchmarks[0].Runs, res.Benchmarks[1].Runs
