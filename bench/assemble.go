@@ -122,8 +122,12 @@ func assemble(col *Collector, devs []record.Device, opts Options, created time.T
 			continue
 		}
 		summarize(&b)
-		b.Diagnoses = append(diagnoses(col.Events(), &b), fragmentation(execs, ci, devs, windows)...)
-		b.Diagnoses = append(b.Diagnoses, numaPlacement(execs, ci, devs, pi.gpuCPUs)...)
+		judged := devs
+		if used := commandDevices(col.Events(), pi.ours, execs, ci); used != nil {
+			judged = slices.DeleteFunc(slices.Clone(devs), func(d record.Device) bool { return !used[d.Index] })
+		}
+		b.Diagnoses = append(diagnoses(col.Events(), &b), fragmentation(execs, ci, judged, windows)...)
+		b.Diagnoses = append(b.Diagnoses, numaPlacement(execs, ci, judged, pi.gpuCPUs)...)
 		for _, dg := range b.Diagnoses {
 			for _, n := range dg.Runs {
 				r := &b.Runs[n-1]

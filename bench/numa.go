@@ -91,3 +91,40 @@ func numaPlacement(execs []execution, ci int, devs []record.Device, gpuCPUs map[
 	}
 	return out
 }
+
+// commandDevices returns the devices on which a process of command ci was
+// seen while one of its executions ran: a process event (the engine's
+// process poll) of a PID that is the benchmark's (ours). It is nil when no
+// such process was seen: process lists unavailable, PIDs that do not match
+// ours (a container's PID namespace), simulated GPUs (their processes are
+// made up), or runs shorter than a poll. The command's own diagnoses
+// (fragmentation, NUMA placement) judge only these devices when known, so
+// that a job on GPU 1 is not said to be misplaced for GPU 0, nor
+// fragmented by another user's memory on it; else every sampled device.
+func commandDevices(events []record.Event, ours func(int) bool, execs []execution, ci int) map[int]bool {
+	var used map[int]bool
+	for _, e := range events {
+		if e.Kind != record.EventProcess {
+			continue
+		}
+		pid := -1
+		for _, f := range e.Fields {
+			if f.Key == record.ProcessFieldPID {
+				pid = int(f.Value)
+			}
+		}
+		if pid < 0 || !ours(pid) {
+			continue
+		}
+		for _, ex := range execs {
+			if ex.cmd == ci && e.StartNS >= ex.start.UnixNano() && e.StartNS <= ex.end.UnixNano() {
+				if used == nil {
+					used = map[int]bool{}
+				}
+				used[e.Device] = true
+				break
+			}
+		}
+	}
+	return used
+}

@@ -46,3 +46,41 @@ func TestNUMAPlacement(t *testing.T) {
 		})
 	}
 }
+
+// The command's diagnoses judge the GPUs its processes were seen on: a
+// benchmark PID in a device's process list during one of the command's
+// runs. Other users' processes, processes seen outside the command's runs,
+// and no process information at all leave the choice to every device (nil).
+func TestCommandDevices(t *testing.T) {
+	t0 := time.Date(2026, 1, 2, 3, 4, 0, 0, time.UTC)
+	execs := []execution{
+		{cmd: 0, run: 0, start: t0, end: t0.Add(2 * time.Second)},
+		{cmd: 1, run: 0, start: t0.Add(3 * time.Second), end: t0.Add(5 * time.Second)},
+	}
+	proc := func(dev, pid int, at time.Duration) record.Event {
+		return record.Event{Kind: record.EventProcess, Device: dev, StartNS: t0.Add(at).UnixNano(), EndNS: t0.Add(at).UnixNano(),
+			Fields: []record.Field{{Key: record.ProcessFieldPID, Value: float64(pid)}}}
+	}
+	ours := func(pid int) bool { return pid == 10 || pid == 11 }
+	events := []record.Event{
+		proc(1, 10, time.Second),           // command 0's process on GPU 1
+		proc(0, 20, time.Second),           // another user's on GPU 0
+		proc(0, 11, 4*time.Second),         // command 1's on GPU 0
+		proc(2, 10, 2500*time.Millisecond), // between runs
+		{Kind: record.EventFinding, Device: 3, StartNS: t0.Add(time.Second).UnixNano()},
+	}
+	for _, tc := range []struct {
+		ci     int
+		events []record.Event
+		want   map[int]bool
+	}{
+		{0, events, map[int]bool{1: true}},
+		{1, events, map[int]bool{0: true}},
+		{0, events[1:2], nil},
+		{0, nil, nil},
+	} {
+		if got := commandDevices(tc.events, ours, execs, tc.ci); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("command %d, %d events: devices %v, want %v", tc.ci, len(tc.events), got, tc.want)
+		}
+	}
+}
