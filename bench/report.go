@@ -39,6 +39,9 @@ func WriteTable(w io.Writer, r *Result) error {
 	if r.Simulated {
 		fmt.Fprintf(bw, "SIMULATED GPUs (profile %s): numbers describe the simulator, not hardware\n", r.Profile)
 	}
+	if r.Partial {
+		fmt.Fprintln(bw, "PARTIAL: interrupted; the numbers below cover the completed runs only")
+	}
 	for _, d := range r.Devices {
 		fmt.Fprintf(bw, "GPU %d  %s  %s  driver %s\n", d.Index, d.Name, d.UUID, d.DriverVersion)
 	}
@@ -201,6 +204,9 @@ func WriteMarkdown(w io.Writer, r *Result) error {
 	fmt.Fprintf(bw, "# gpusampler bench\n\n")
 	if r.Simulated {
 		fmt.Fprintf(bw, "> **Simulated GPUs** (profile `%s`): numbers describe the simulator, not hardware.\n\n", r.Profile)
+	}
+	if r.Partial {
+		fmt.Fprintf(bw, "> **Partial**: interrupted; the numbers cover the completed runs only.\n\n")
 	}
 	fmt.Fprintf(bw, "| GPU | name | UUID | driver |\n|---|---|---|---|\n")
 	for _, d := range r.Devices {

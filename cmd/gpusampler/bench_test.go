@@ -353,11 +353,19 @@ func TestBenchHygieneOtherProcesses(t *testing.T) {
 // signals itself ($PPID is gpusampler), so nothing here depends on timing.
 // Not parallel: SIGINT goes to the whole test process.
 func TestBenchInterrupts(t *testing.T) {
+	dir := t.TempDir()
+	md, js := filepath.Join(dir, "r.md"), filepath.Join(dir, "r.json")
 	code, out, errs := runCLI(t, "bench", "--backend", "sim", "--gpus", "1", "--baseline", "0", "--runs", "3", "--no-progress",
-		"--", `kill -INT $PPID; sleep 0.3`)
+		"--export-markdown", md, "--export-json", js, "--", `kill -INT $PPID; sleep 0.3`)
 	if code != 130 || !strings.Contains(out, "PARTIAL: interrupted after 1 of 3 measured runs") ||
+		!strings.Contains(out, "\nPARTIAL: interrupted; the numbers below cover the completed runs only\nGPU 0 ") ||
 		!strings.Contains(errs, "stopping after the current run") || strings.Contains(errs+out, "failed") {
 		t.Fatalf("first Ctrl-C: exit %d\n%s\n%s", code, out, errs)
+	}
+	mdb, _ := os.ReadFile(md)
+	jsb, _ := os.ReadFile(js)
+	if !strings.Contains(string(mdb), "> **Partial**: interrupted; the numbers cover the completed runs only.") || !strings.Contains(string(jsb), `"partial": true`) {
+		t.Fatalf("exports not marked partial:\n%s\n%.300s", mdb, jsb)
 	}
 	code, out, errs = runCLI(t, "bench", "--backend", "sim", "--gpus", "1", "--baseline", "0", "--runs", "3", "--no-progress",
 		"--", `while :; do kill -INT $PPID; sleep 0.2; done`)
