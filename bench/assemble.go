@@ -13,7 +13,6 @@ import (
 	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/internal/diagnose"
 	"github.com/gpusampler/gpusampler/record"
-	"github.com/gpusampler/gpusampler/sampler"
 )
 
 // edgeMargin is how far beyond a window samples are taken for
@@ -327,8 +326,8 @@ func diagnoses(events []record.Event, b *Benchmark) []Diagnosis {
 			continue
 		}
 		// A condition seen at the last reading holds until a reading says
-		// otherwise: slow state is read once per SlowInterval.
-		end := e.EndNS + int64(sampler.DefaultSlowInterval)
+		// otherwise: slow state is read once per slowInterval.
+		end := e.EndNS + int64(slowInterval)
 		var runs []int
 		for _, r := range b.Runs {
 			if e.StartNS <= r.EndNS && end >= r.StartNS {

@@ -29,6 +29,10 @@ const (
 	// DefaultDrainInterval is short so the buffers' samples of the last run
 	// arrive soon after it ends.
 	DefaultDrainInterval = 250 * time.Millisecond
+	// slowInterval is how often a benchmark reads slow state, GPM and
+	// processes: once a second, above the long-running defaults, because
+	// its runs are short.
+	slowInterval = time.Second
 )
 
 // Command is one benchmarked command.
@@ -277,9 +281,12 @@ func Execute(ctx context.Context, src sampler.Source, opts Options) (*Result, er
 	owner := newProcOwner()
 	det := diagnose.New(col.AddEvent)
 	// Select picks metrics only: per-process polling (events, for the
-	// hygiene's other processes) stays on at its default period.
+	// hygiene's other processes) stays on. Every buffer is held to the
+	// drain interval, and slow state, GPM and processes are read every
+	// slowInterval.
 	eng, err := sampler.New(src, sampler.Config{FieldInterval: opts.FieldInterval, DrainInterval: opts.DrainInterval,
-		ProcessInterval: sampler.DefaultProcessInterval,
+		SecondaryDrainInterval: opts.DrainInterval, SlowInterval: slowInterval, GPMInterval: slowInterval,
+		ProcessInterval: slowInterval,
 		Observer:        det, Devices: opts.Devices, Select: benchMetric, Logger: opts.Logger})
 	if err != nil {
 		src.Close()

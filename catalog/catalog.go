@@ -103,6 +103,20 @@ func (t BufferType) String() string {
 	return fmt.Sprintf("buffer(%d)", uint8(t))
 }
 
+// ParseBufferType returns the buffer type named name (as String writes
+// it); ok is false for any other name.
+func ParseBufferType(name string) (t BufferType, ok bool) {
+	for i, n := range bufferTypeNames {
+		if n == name {
+			return BufferType(i), true
+		}
+	}
+	return 0, false
+}
+
+// BufferTypeNames returns the names of every buffer type, in type order.
+func BufferTypeNames() []string { return bufferTypeNames[:] }
+
 // Origin describes where a metric's values come from.
 type Origin struct {
 	Kind SourceKind

@@ -18,9 +18,22 @@ import (
 // Default rates. The driver buffers give the resolution; the fast fields and
 // slow state stay modest because every NVML call costs the workload time.
 const (
+	// DefaultDrainInterval is the freshness limit of the primary buffers
+	// (Config.PrimaryBuffers).
 	DefaultDrainInterval = time.Second
-	DefaultFieldInterval = 200 * time.Millisecond // 5 Hz
-	DefaultSlowInterval  = time.Second
+	// DefaultSecondaryDrainInterval is the freshness limit of the other
+	// buffers: memory clock and the media engines (encoder, decoder, JPEG,
+	// OFA; idle on most GPUs). Each is still drained at half its span
+	// when that is sooner, so none loses a sample.
+	DefaultSecondaryDrainInterval = 10 * time.Second
+	// DefaultFieldInterval: most fields are counters (energy, throttle
+	// time), which lose nothing read once a second; instant power comes
+	// from the power buffer at full driver resolution.
+	DefaultFieldInterval = time.Second
+	// DefaultSlowInterval: slow state (temperature, pstate, memory used,
+	// graphics and video clocks, throttle reasons) is one point query per
+	// value, and changes on a scale of seconds.
+	DefaultSlowInterval = 3 * time.Second
 	// DefaultRareInterval is how often rarely-changing slow state (metrics
 	// marked Rare: limits, link settings, health counters) is read.
 	DefaultRareInterval = 30 * time.Second
@@ -36,8 +49,9 @@ const (
 	MinSlowInterval = time.Second
 	// DefaultGPMInterval is the GPM (profiling) read period: each read
 	// takes one snapshot and yields the metrics over the time since the
-	// previous one.
-	DefaultGPMInterval = time.Second
+	// previous one, so a longer period averages over more, and loses
+	// nothing.
+	DefaultGPMInterval = 5 * time.Second
 	// MinGPMInterval: GPM needs snapshots at least this far apart.
 	MinGPMInterval = 100 * time.Millisecond
 	// MinDrainInterval is the shortest drain interval: a buffer whose half
@@ -60,12 +74,23 @@ const (
 
 // Config holds the engine's settings. The zero value means the defaults.
 type Config struct {
-	// DrainInterval is the freshness limit: the longest time between two
-	// drains of one sample buffer. Each buffer type is drained on its own
-	// schedule, at half its measured span (depth × period, the capacity
-	// the backend reports when it does) but at least MinDrainInterval and
-	// at most this; a suspected loss halves that buffer's limit.
+	// DrainInterval is the freshness limit of the primary buffers
+	// (PrimaryBuffers): the longest time between two drains of one of
+	// them. Each buffer type is drained on its own schedule, at half its
+	// measured span (depth × period, the capacity the backend reports when
+	// it does) but at least MinDrainInterval and at most its class's
+	// freshness limit; a suspected loss halves that buffer's limit. Until
+	// a buffer's span is known (an idle engine's buffer stays empty) it is
+	// drained at its class's freshness limit; the first drain to find it
+	// full counts what the driver may have overwritten.
 	DrainInterval time.Duration
+	// SecondaryDrainInterval is the freshness limit of every buffer type
+	// not in PrimaryBuffers (default DefaultSecondaryDrainInterval, or
+	// DrainInterval when that is longer; at least DrainInterval).
+	SecondaryDrainInterval time.Duration
+	// PrimaryBuffers are the buffer types held to DrainInterval; nil means
+	// DefaultPrimaryBuffers.
+	PrimaryBuffers []catalog.BufferType
 	// FieldInterval is the fast-field period (one batched read per tick).
 	FieldInterval time.Duration
 	// SlowInterval is the slow-state period (≥ MinSlowInterval).
@@ -132,10 +157,24 @@ type Config struct {
 	Clock Clock
 }
 
+// DefaultPrimaryBuffers returns the buffer types held to
+// Config.DrainInterval by default: board and module power, GPU and memory
+// utilization, and the SM clock, what a person reads first.
+func DefaultPrimaryBuffers() []catalog.BufferType {
+	return []catalog.BufferType{catalog.BufferTotalPower, catalog.BufferModulePower, catalog.BufferGPUUtil,
+		catalog.BufferMemoryUtil, catalog.BufferSMClock}
+}
+
 func (c *Config) withDefaults() (Config, error) {
 	out := *c
 	if out.DrainInterval == 0 {
 		out.DrainInterval = DefaultDrainInterval
+	}
+	if out.SecondaryDrainInterval == 0 {
+		out.SecondaryDrainInterval = max(DefaultSecondaryDrainInterval, out.DrainInterval)
+	}
+	if out.PrimaryBuffers == nil {
+		out.PrimaryBuffers = DefaultPrimaryBuffers()
 	}
 	if out.FieldInterval == 0 {
 		out.FieldInterval = DefaultFieldInterval
@@ -179,6 +218,8 @@ func (c *Config) withDefaults() (Config, error) {
 	switch {
 	case out.DrainInterval < 0:
 		return out, fmt.Errorf("drain interval %v: must be positive", out.DrainInterval)
+	case out.SecondaryDrainInterval < out.DrainInterval:
+		return out, fmt.Errorf("secondary drain interval %v: must be at least the drain interval %v", out.SecondaryDrainInterval, out.DrainInterval)
 	case out.FieldInterval < 0:
 		return out, fmt.Errorf("field interval %v: must be positive", out.FieldInterval)
 	case out.SlowInterval < MinSlowInterval:

@@ -79,6 +79,7 @@ type fakeDevice struct {
 
 	mu        sync.Mutex
 	readCalls map[catalog.MetricID]int
+	drained   map[catalog.BufferType][]time.Time // when each buffer was drained
 	calls     atomic.Uint64
 }
 
@@ -88,7 +89,7 @@ func newFakeDevice(index int) *fakeDevice {
 		idle:      map[catalog.BufferType]bool{},
 		fields:    map[catalog.MetricID]float64{catalog.MetricPowerInstant: 500, catalog.MetricEnergy: 1e6},
 		fieldErr:  map[catalog.MetricID]error{},
-		readCalls: map[catalog.MetricID]int{}}
+		readCalls: map[catalog.MetricID]int{}, drained: map[catalog.BufferType][]time.Time{}}
 }
 
 func (d *fakeDevice) Identity() (record.Device, error) {
@@ -105,7 +106,13 @@ func (d *fakeDevice) Drain(t catalog.BufferType, cursor uint64, dst []sampler.Ra
 	if !ok {
 		return dst, sampler.ErrNotSupported
 	}
-	if d.idle[t] {
+	d.mu.Lock()
+	d.drained[t] = append(d.drained[t], d.now())
+	d.mu.Unlock()
+	d.mu.Lock()
+	idle := d.idle[t]
+	d.mu.Unlock()
+	if idle {
 		return dst, sampler.ErrNothingNew
 	}
 	newest := int64(d.now().Sub(d.start) / p)

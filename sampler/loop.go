@@ -58,11 +58,21 @@ type bufferState struct {
 	capacity  int           // the backend's reported capacity; 0 unknown
 	periodUS  uint64        // measured sample period
 	interval  time.Duration // this buffer's drain interval
-	// limit bounds interval: the freshness limit (Config.DrainInterval),
-	// halved by each suspected loss down to MinDrainInterval.
+	// limit bounds interval: the freshness limit of the buffer's class
+	// (Config.DrainInterval or Config.SecondaryDrainInterval), halved by
+	// each suspected loss down to MinDrainInterval.
 	limit time.Duration
 	// spanned: the interval has been set from the buffer's span once.
 	spanned bool
+	// resumed: the cursor comes from before a gap in sampling (the last
+	// run, or a lost device) and no drain has delivered since: samples
+	// missing after it were taken while nothing drained, not because the
+	// interval is too long, so they are counted but do not shorten it.
+	resumed bool
+	// emptyAtNS is when a drain last found the buffer empty before it ever
+	// held a sample (an idle engine's buffer): the first drain that finds
+	// samples checks what the driver may have overwritten since.
+	emptyAtNS int64
 	next    time.Time
 	// published is the cursor of the newest sample published into the
 	// ring (read by the engine to save the cursors).
@@ -160,8 +170,13 @@ func newDeviceLoop(e *Engine, src DeviceSource, id record.Device) *deviceLoop {
 		}
 		switch m.Src.Kind {
 		case catalog.FromBuffer:
+			limit := e.cfg.SecondaryDrainInterval
+			if slices.Contains(e.cfg.PrimaryBuffers, m.Src.Buffer) {
+				limit = e.cfg.DrainInterval
+			}
+			// Drained at its freshness limit until its span is known.
 			l.buffers = append(l.buffers, &bufferState{typ: m.Src.Buffer, metric: m.ID, supported: true,
-				interval: e.cfg.DrainInterval, limit: e.cfg.DrainInterval})
+				interval: limit, limit: limit})
 		case catalog.FromField:
 			if m.Rare {
 				l.rareIDs = append(l.rareIDs, m.ID) // health counters: one batch per RareInterval
@@ -245,6 +260,7 @@ func (l *deviceLoop) run(ctx context.Context) {
 			l.restoreCursors()
 			for _, b := range l.buffers {
 				b.next = now
+				b.resumed = b.cursor != 0
 			}
 			nextField, nextSlow = now, now
 		}
@@ -327,6 +343,7 @@ func (l *deviceLoop) restoreCursors() {
 	for _, b := range l.buffers {
 		if c, ok := saved[b.typ]; ok && b.cursor == 0 {
 			b.cursor = c
+			b.resumed = true
 			b.published.Store(c)
 			n++
 		}
@@ -413,6 +430,9 @@ func (l *deviceLoop) drain(b *bufferState, now time.Time) bool {
 	case err == nil:
 	case errors.Is(err, ErrNothingNew):
 		l.nothingNew.Add(1)
+		if b.cursor == 0 {
+			b.emptyAtNS = now.UnixNano()
+		}
 		return true
 	case errors.Is(err, ErrNotSupported):
 		b.supported = false
@@ -433,9 +453,11 @@ func (l *deviceLoop) drain(b *bufferState, now time.Time) bool {
 	raw = raw[start:]
 	if len(raw) == 0 {
 		l.nothingNew.Add(1)
+		if b.cursor == 0 {
+			b.emptyAtNS = now.UnixNano()
+		}
 		return true
 	}
-	l.checkLoss(b, raw)
 	if l.tb.Observe(raw[len(raw)-1].TimeUS) {
 		l.clockKind.Store(uint32(l.tb.Kind))
 	}
@@ -446,6 +468,8 @@ func (l *deviceLoop) drain(b *bufferState, now time.Time) bool {
 			Message: "realtime clock stepped against the boot-time clock; driver timestamps re-anchored",
 			Attrs:   []record.Attr{{Key: "step_ns", Value: strconv.FormatInt(step, 10)}, {Key: "scope", Value: "host"}}})
 	}
+	l.checkLoss(b, raw)
+	b.resumed = false
 	prev := uint64(0)
 	for _, r := range raw {
 		if r.TimeUS == prev {
@@ -526,7 +550,11 @@ func (l *deviceLoop) checkLoss(b *bufferState, raw []RawSample) {
 	if b.periodUS > 0 && depth >= 4 {
 		l.schedule(b, depth)
 	}
-	if b.cursor == 0 || !full || b.periodUS == 0 {
+	if b.cursor == 0 {
+		l.checkFirstFill(b, raw)
+		return
+	}
+	if !full || b.periodUS == 0 {
 		return
 	}
 	gap := raw[0].TimeUS - b.cursor
@@ -536,6 +564,16 @@ func (l *deviceLoop) checkLoss(b *bufferState, raw []RawSample) {
 	lost := gap/b.periodUS - 1
 	l.suspectedLosses.Add(1)
 	l.lostEstimate.Add(lost)
+	if b.resumed {
+		// Taken while nothing drained (before a restart, or while the
+		// device was lost) and no longer held: counted, but the interval
+		// was not the cause.
+		l.e.log.Warn("sample buffer overran while the device was not sampled; samples lost", "device", l.index,
+			"buffer", b.typ.String(), "lost_estimate", lost)
+		l.e.Emit(record.Event{Kind: record.EventSampleLoss, Device: int(l.index), StartNS: l.tb.ToNS(b.cursor), EndNS: l.tb.ToNS(raw[0].TimeUS),
+			Message: "driver sample buffer overran while the device was not sampled", Attrs: []record.Attr{{Key: "buffer", Value: b.typ.String()}}})
+		return
+	}
 	b.limit = max(b.interval/2, MinDrainInterval)
 	if b.capacity > n {
 		// The buffer held less than the backend said: trust what was seen.
@@ -547,6 +585,31 @@ func (l *deviceLoop) checkLoss(b *bufferState, raw []RawSample) {
 		"buffer", b.typ.String(), "lost_estimate", lost, "interval", b.interval)
 	l.e.Emit(record.Event{Kind: record.EventSampleLoss, Device: int(l.index), StartNS: l.tb.ToNS(b.cursor), EndNS: l.tb.ToNS(raw[0].TimeUS),
 		Message: "driver sample buffer overran between drains", Attrs: []record.Attr{{Key: "buffer", Value: b.typ.String()}}})
+}
+
+// checkFirstFill counts a suspected loss when the first drain to find
+// samples in a buffer that was empty before (an idle engine's buffer,
+// drained at its class's freshness limit while its span was unknown) comes
+// back full, its oldest sample later than the last empty drain: what the
+// driver took in between may have been overwritten. The estimate is an
+// upper bound (the engine may have started later than the empty drain).
+func (l *deviceLoop) checkFirstFill(b *bufferState, raw []RawSample) {
+	emptyAt := b.emptyAtNS
+	b.emptyAtNS = 0
+	if emptyAt == 0 || b.capacity == 0 || len(raw) < b.capacity || b.periodUS == 0 {
+		return
+	}
+	gapUS := (l.tb.ToNS(raw[0].TimeUS) - emptyAt) / 1000
+	if gapUS <= 0 || uint64(gapUS)*2 <= b.periodUS*3 {
+		return
+	}
+	lost := uint64(gapUS)/b.periodUS - 1
+	l.suspectedLosses.Add(1)
+	l.lostEstimate.Add(lost)
+	l.e.log.Warn("sample buffer filled up while first becoming active; samples may be lost", "device", l.index,
+		"buffer", b.typ.String(), "lost_estimate", lost, "interval", b.interval)
+	l.e.Emit(record.Event{Kind: record.EventSampleLoss, Device: int(l.index), StartNS: emptyAt, EndNS: l.tb.ToNS(raw[0].TimeUS),
+		Message: "driver sample buffer filled up between drains as its engine became active", Attrs: []record.Attr{{Key: "buffer", Value: b.typ.String()}}})
 }
 
 // schedule sets buffer b's drain interval from its span (depth × period):

@@ -10,10 +10,12 @@ import (
 
 // Process defaults and limits.
 const (
-	// DefaultProcessInterval: process queries cost milliseconds per GPU, so
-	// they run at most once per second.
-	DefaultProcessInterval = time.Second
-	// MinProcessInterval bounds Config.ProcessInterval.
+	// DefaultProcessInterval: process queries cost milliseconds per GPU
+	// (two lists, and utilization while processes run); every 5 s keeps
+	// the default config within 10 NVML calls per GPU per second.
+	DefaultProcessInterval = 5 * time.Second
+	// MinProcessInterval bounds Config.ProcessInterval: process queries
+	// run at most once per second.
 	MinProcessInterval = time.Second
 	// DefaultCmdlineMax is how many bytes of a command line are kept when
 	// command lines are enabled.

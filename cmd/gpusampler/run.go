@@ -259,6 +259,9 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, out, stderr io.
 		return err
 	}
 	s := &cfg.Sampler
+	if *cfgPath == "" && *format == "table" {
+		watchingRates(s)
+	}
 	bf.backend, bf.profile, bf.gpus, bf.seed = s.Backend, s.Profile, s.GPUs, s.Seed
 	if err := bf.validate(); err != nil {
 		return err
@@ -298,6 +301,18 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, out, stderr io.
 		}()
 	}
 	return a.Run(ctx)
+}
+
+// watchingRates sets what the live table shows to move once a second: a
+// person watching expects every value to, at more NVML calls than the
+// defaults make (the secondary buffers, slow state, GPM and processes are
+// read less often by default).
+func watchingRates(s *appconfig.Sampler) {
+	s.SecondaryDrainInterval = s.DrainInterval
+	s.SlowInterval = max(time.Second, sampler.MinSlowInterval)
+	s.RareInterval = max(s.RareInterval, s.SlowInterval)
+	s.GPMInterval = time.Second
+	s.ProcessInterval = time.Second
 }
 
 // runFlags are the flags of `gpusampler run` that change the config. apply
@@ -341,6 +356,7 @@ func (f *runFlags) apply(cfg *appconfig.Config) error {
 	}
 	if f.drain.set {
 		s.DrainInterval = f.drain.d
+		s.SecondaryDrainInterval = max(s.SecondaryDrainInterval, f.drain.d)
 	}
 	if f.field.set {
 		s.FieldInterval = f.field.d

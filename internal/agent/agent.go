@@ -98,7 +98,8 @@ func New(src sampler.Source, cfg *appconfig.Config, opts Options) (*Agent, error
 		return nil, errors.New("agent: no output registry")
 	}
 	s := cfg.Sampler
-	scfg := sampler.Config{DrainInterval: s.DrainInterval, FieldInterval: s.FieldInterval,
+	scfg := sampler.Config{DrainInterval: s.DrainInterval, SecondaryDrainInterval: s.SecondaryDrainInterval,
+		PrimaryBuffers: s.PrimaryBuffers, FieldInterval: s.FieldInterval,
 		SlowInterval: s.SlowInterval, RareInterval: s.RareInterval, GPMInterval: s.GPMInterval, RingSize: s.RingSize, Select: appconfig.Selector(s.Include, s.Exclude),
 		Devices: s.DeviceFilter(), Logger: opts.Logger, ShutdownTimeout: cfg.Agent.ShutdownTimeout,
 		ProcessInterval: s.ProcessInterval, ProcessCmdline: s.ProcessCmdline, ProcessCmdlineMax: s.ProcessCmdlineMax}
@@ -432,7 +433,8 @@ func (a *Agent) Reload(cfg *appconfig.Config) error {
 
 // samplerKeys names the [sampler] keys by Sampler field.
 var samplerKeys = map[string]string{"Backend": "backend", "Profile": "profile", "GPUs": "gpus", "Seed": "seed",
-	"Devices": "devices", "DrainInterval": "drain_interval", "FieldInterval": "field_interval",
+	"Devices": "devices", "DrainInterval": "drain_interval", "SecondaryDrainInterval": "secondary_drain_interval",
+	"PrimaryBuffers": "primary_buffers", "FieldInterval": "field_interval",
 	"SlowInterval": "slow_interval", "RareInterval": "rare_interval", "GPMInterval": "gpm_interval",
 	"RingSize": "ring_size", "Processes": "processes", "ProcessInterval": "process_interval",
 	"ProcessCmdline": "process_cmdline", "ProcessCmdlineMax": "process_cmdline_max",

@@ -123,9 +123,12 @@ type Sampler struct {
 	// Devices limits sampling to these devices, each an index ("0") or a
 	// UUID ("GPU-..."); empty means all.
 	Devices []string
-	// DrainInterval, FieldInterval, SlowInterval, RareInterval and
-	// GPMInterval: see sampler.Config.
-	DrainInterval time.Duration
+	// DrainInterval, SecondaryDrainInterval, PrimaryBuffers,
+	// FieldInterval, SlowInterval, RareInterval and GPMInterval: see
+	// sampler.Config.
+	DrainInterval          time.Duration
+	SecondaryDrainInterval time.Duration
+	PrimaryBuffers         []catalog.BufferType
 	FieldInterval time.Duration
 	SlowInterval  time.Duration
 	RareInterval  time.Duration
@@ -390,6 +393,7 @@ func parseAttribution(t *config.Table) Attribution {
 func parseSampler(t *config.Table, cat *catalog.Catalog) Sampler {
 	s := Sampler{Backend: "auto", Profile: "training", GPUs: 2, Seed: 1,
 		DrainInterval: sampler.DefaultDrainInterval, FieldInterval: sampler.DefaultFieldInterval,
+		PrimaryBuffers: sampler.DefaultPrimaryBuffers(),
 		SlowInterval: sampler.DefaultSlowInterval, RareInterval: sampler.DefaultRareInterval,
 		GPMInterval: sampler.DefaultGPMInterval, RingSize: sampler.DefaultRingSize,
 		Processes: true, ProcessInterval: sampler.DefaultProcessInterval, ProcessCmdlineMax: sampler.DefaultCmdlineMax}
@@ -404,6 +408,26 @@ func parseSampler(t *config.Table, cat *catalog.Catalog) Sampler {
 		}
 	}
 	t.Duration("drain_interval", &s.DrainInterval)
+	s.SecondaryDrainInterval = max(sampler.DefaultSecondaryDrainInterval, s.DrainInterval)
+	t.Duration("secondary_drain_interval", &s.SecondaryDrainInterval)
+	if t.Has("secondary_drain_interval") && s.SecondaryDrainInterval < s.DrainInterval {
+		t.Errorf("secondary_drain_interval", "%v: must be at least drain_interval (%v)", s.SecondaryDrainInterval, s.DrainInterval)
+	}
+	var primary []string
+	t.Strings("primary_buffers", &primary)
+	if t.Has("primary_buffers") {
+		s.PrimaryBuffers = []catalog.BufferType{}
+		for i, name := range primary {
+			typ, ok := catalog.ParseBufferType(name)
+			if !ok {
+				t.Errorf("primary_buffers["+strconv.Itoa(i)+"]", "%q is not a sample buffer (want one of: %s)", name, strings.Join(catalog.BufferTypeNames(), ", "))
+				continue
+			}
+			if !slices.Contains(s.PrimaryBuffers, typ) {
+				s.PrimaryBuffers = append(s.PrimaryBuffers, typ)
+			}
+		}
+	}
 	t.Duration("field_interval", &s.FieldInterval)
 	t.Duration("slow_interval", &s.SlowInterval)
 	t.Duration("rare_interval", &s.RareInterval)

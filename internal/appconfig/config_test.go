@@ -64,6 +64,8 @@ const fullDoc = `
   seed = 7
   devices = ["0", "GPU-abc"]
   drain_interval = "500ms"
+  secondary_drain_interval = "4s"
+  primary_buffers = ["total_power", "gpu_util", "encoder_util", "gpu_util"]
   field_interval = "100ms"
   slow_interval = "2s"
 rare_interval = "1m"
@@ -103,9 +105,11 @@ func TestParseFull(t *testing.T) {
 		t.Errorf("global tags = %v", c.GlobalTags)
 	}
 	wantSampler := appconfig.Sampler{Backend: "sim", Profile: "thermal", GPUs: 4, Seed: 7, Devices: []string{"0", "GPU-abc"},
-		DrainInterval: 500 * time.Millisecond, FieldInterval: 100 * time.Millisecond, SlowInterval: 2 * time.Second,
+		DrainInterval: 500 * time.Millisecond, SecondaryDrainInterval: 4 * time.Second,
+		PrimaryBuffers: []catalog.BufferType{catalog.BufferTotalPower, catalog.BufferGPUUtil, catalog.BufferEncoderUtil},
+		FieldInterval: 100 * time.Millisecond, SlowInterval: 2 * time.Second,
 		RareInterval: time.Minute, GPMInterval: 500 * time.Millisecond,
-		RingSize: 1024, Processes: true, ProcessInterval: time.Second, ProcessCmdlineMax: 128,
+		RingSize: 1024, Processes: true, ProcessInterval: sampler.DefaultProcessInterval, ProcessCmdlineMax: 128,
 		Include: []string{"power", "utilization_*"}, Exclude: []string{"module_power_draw"}}
 	if !reflect.DeepEqual(c.Sampler, wantSampler) {
 		t.Errorf("sampler = %+v\nwant %+v", c.Sampler, wantSampler)
@@ -115,7 +119,7 @@ func TestParseFull(t *testing.T) {
 	}
 	a, b, o := c.Outputs[0], c.Outputs[1], c.Outputs[2]
 	if a.Name != "fake" || a.Kind != "fake" || a.Aggregate != 10*time.Second || a.FlushInterval != 50*time.Millisecond ||
-		a.Options != (testOpts{URL: "http://a", Token: "s3cret"}) || a.Line != 27 {
+		a.Options != (testOpts{URL: "http://a", Token: "s3cret"}) || a.Line != 29 {
 		t.Errorf("first output = %+v", a)
 	}
 	if b.Name != "second" || b.Aggregate != 0 || b.FlushInterval != time.Second || b.MaxBatch != 100 ||
@@ -205,6 +209,12 @@ func TestParseErrors(t *testing.T) {
 		{"bad aggregate", "[[outputs.fake]]\naggregate = \"mean\"\n", `test.toml:2: outputs.fake[0].aggregate: "mean": want "raw" or an interval such as "10s"`},
 		{"slow interval too short", "[sampler]\nslow_interval = \"100ms\"\n", "test.toml:2: sampler.slow_interval: 100ms: must be at least 1s (slow queries cost milliseconds)"},
 		{"gpm interval too short", "[sampler]\ngpm_interval = \"50ms\"\n", "test.toml:2: sampler.gpm_interval: 50ms: must be at least 100ms (GPM snapshots need that much apart)"},
+		{"secondary drain below drain", "[sampler]\ndrain_interval = \"2s\"\nsecondary_drain_interval = \"1s\"\n",
+			"test.toml:3: sampler.secondary_drain_interval: 1s: must be at least drain_interval (2s)"},
+		{"unknown primary buffer", "[sampler]\nprimary_buffers = [\"total_power\", \"power\"]\n",
+			`test.toml:2: sampler.primary_buffers[1]: "power" is not a sample buffer (want one of: total_power, gpu_util, memory_util, encoder_util, decoder_util, sm_clock, memory_clock, module_power, jpeg_util, ofa_util)`},
+		{"primary buffers not strings", "[sampler]\nprimary_buffers = \"gpu_util\"\n",
+			`test.toml:2: sampler.primary_buffers: want an array of strings, got a string`},
 		{"rare below slow", "[sampler]\nslow_interval = \"5s\"\nrare_interval = \"2s\"\n", "test.toml:3: sampler.rare_interval: 2s: must be at least slow_interval (5s)"},
 		{"out of range", "[sampler]\ngpus = 0\n", "test.toml:2: sampler.gpus: 0 is out of range (want 1 to 64)"},
 		{"unknown backend", "[sampler]\nbackend = \"dcgm\"\n", `test.toml:2: sampler.backend: unknown value "dcgm" (want one of: auto, nvml, sim)`},
@@ -341,7 +351,7 @@ func TestProcessSettings(t *testing.T) {
 	}{
 		{"defaults", "", appconfig.Sampler{Processes: true, ProcessInterval: sampler.DefaultProcessInterval, ProcessCmdlineMax: sampler.DefaultCmdlineMax}, ""},
 		{"off", "[sampler]\nprocesses = false\n", appconfig.Sampler{Processes: false, ProcessInterval: sampler.DefaultProcessInterval, ProcessCmdlineMax: sampler.DefaultCmdlineMax}, ""},
-		{"cmdline", "[sampler]\nprocess_interval = \"5s\"\nprocess_cmdline = true\nprocess_cmdline_max = 64\n", appconfig.Sampler{Processes: true, ProcessInterval: 5 * time.Second, ProcessCmdline: true, ProcessCmdlineMax: 64}, ""},
+		{"cmdline", "[sampler]\nprocess_interval = \"10s\"\nprocess_cmdline = true\nprocess_cmdline_max = 64\n", appconfig.Sampler{Processes: true, ProcessInterval: 10 * time.Second, ProcessCmdline: true, ProcessCmdlineMax: 64}, ""},
 		{"too fast", "[sampler]\nprocess_interval = \"100ms\"\n", appconfig.Sampler{}, "sampler.process_interval: 100ms: must be at least 1s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

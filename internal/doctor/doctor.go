@@ -147,7 +147,10 @@ type Latency struct {
 
 // Recommendation is interval advice, with the reason for each.
 type Recommendation struct {
-	DrainInterval time.Duration `json:"drain_interval_ns"`
+	// DrainInterval is the primary buffers' freshness limit and
+	// SecondaryDrainInterval the other buffers' (sampler.Config).
+	DrainInterval          time.Duration `json:"drain_interval_ns"`
+	SecondaryDrainInterval time.Duration `json:"secondary_drain_interval_ns"`
 	FieldInterval time.Duration `json:"field_interval_ns"`
 	SlowInterval  time.Duration `json:"slow_interval_ns"`
 	RareInterval  time.Duration `json:"rare_interval_ns"`
@@ -158,7 +161,7 @@ type Recommendation struct {
 	Why []string `json:"why"`
 	// Cost is the NVML calls per second per GPU these intervals cost, by
 	// kind of read, as the engine schedules them (each buffer type at half
-	// its measured span within the drain interval), for the costliest
+	// its measured span within its class's freshness limit), for the costliest
 	// device; driver event waits (about one per second for the host) are
 	// not included.
 	Cost []CallCost `json:"calls_per_gpu_per_s,omitempty"`
@@ -444,13 +447,15 @@ func measureLatency(ds sampler.DeviceSource, opts *Options) Latency {
 	return l
 }
 
-// recommend derives intervals: drain at most half the shortest buffer span
-// (and at most the default 1 s); field and slow reads no more often than
-// keeps each kind's driver time under 1 % of wall time (and no more often
-// than the defaults); rare state at the default.
+// recommend derives intervals: drain the primary buffers at most half the
+// shortest primary buffer span apart (and at most the default 1 s), the
+// others at the default secondary limit (each at half its span when
+// sooner); field and slow reads no more often than keeps each kind's
+// driver time under 1 % of wall time (and no more often than the
+// defaults); rare state at the default.
 func recommend(devs []DeviceReport, cat *catalog.Catalog) Recommendation {
-	rec := Recommendation{DrainInterval: sampler.DefaultDrainInterval, FieldInterval: sampler.DefaultFieldInterval,
-		SlowInterval: sampler.DefaultSlowInterval, RareInterval: sampler.DefaultRareInterval}
+	rec := Recommendation{DrainInterval: sampler.DefaultDrainInterval, SecondaryDrainInterval: sampler.DefaultSecondaryDrainInterval,
+		FieldInterval: sampler.DefaultFieldInterval, SlowInterval: sampler.DefaultSlowInterval, RareInterval: sampler.DefaultRareInterval}
 	var shortest time.Duration
 	var which string
 	var p99 time.Duration
@@ -458,7 +463,7 @@ func recommend(devs []DeviceReport, cat *catalog.Catalog) Recommendation {
 	for _, d := range devs {
 		for _, b := range d.Buffers {
 			buffers = buffers || b.Supported
-			if b.Depth < 4 || b.Period <= 0 {
+			if b.Depth < 4 || b.Period <= 0 || !primaryBuffer(b.Type) {
 				continue
 			}
 			span := time.Duration(b.Depth) * b.Period
@@ -471,7 +476,7 @@ func recommend(devs []DeviceReport, cat *catalog.Catalog) Recommendation {
 	if shortest > 0 {
 		half := (shortest / 2).Truncate(10 * time.Millisecond)
 		rec.DrainInterval = max(min(rec.DrainInterval, half), sampler.MinDrainInterval)
-		rec.Why = append(rec.Why, fmt.Sprintf("drain %v: at most half the shortest buffer span (%s = %v), at most %v",
+		rec.Why = append(rec.Why, fmt.Sprintf("drain %v: at most half the shortest primary buffer span (%s = %v), at most %v",
 			rec.DrainInterval, which, shortest, sampler.DefaultDrainInterval))
 	} else if !buffers && len(devs) > 0 {
 		rec.Why = append(rec.Why, fmt.Sprintf("drain %v: no sample buffer is supported on these devices; their metrics come from point reads at the field interval where a point getter exists",
@@ -480,6 +485,8 @@ func recommend(devs []DeviceReport, cat *catalog.Catalog) Recommendation {
 		rec.Why = append(rec.Why, fmt.Sprintf("drain %v: the default; no buffer held samples to measure (idle GPU? run doctor under load)",
 			rec.DrainInterval))
 	}
+	rec.Why = append(rec.Why, fmt.Sprintf("secondary drain %v: the other buffers (%s) each at half its span when sooner, so none loses a sample",
+		rec.SecondaryDrainInterval, strings.Join(secondaryBuffers(), ", ")))
 	slow := 0
 	for _, m := range cat.All() {
 		if m.Src.Kind == catalog.FromQuery && !m.Rare {
@@ -555,7 +562,13 @@ func estimateCost(devs []DeviceReport, cat *catalog.Catalog, rec *Recommendation
 			if !b.Supported {
 				continue
 			}
-			every := sampler.DefaultDrainInterval // the freshness limit
+			// At its class's freshness limit while the span is unknown
+			// (an idle engine's empty buffer), else at half the span
+			// within that limit.
+			every := rec.SecondaryDrainInterval
+			if primaryBuffer(b.Type) {
+				every = rec.DrainInterval
+			}
 			if b.Depth >= 4 && b.Period > 0 {
 				every = min(max(time.Duration(b.Depth)*b.Period/2, sampler.MinDrainInterval), every)
 			}
@@ -597,6 +610,24 @@ func estimateCost(devs []DeviceReport, cat *catalog.Catalog, rec *Recommendation
 		}
 	}
 	return worst
+}
+
+// primaryBuffer reports whether the buffer type named typ is held to the
+// drain interval by default.
+func primaryBuffer(typ string) bool {
+	t, ok := catalog.ParseBufferType(typ)
+	return ok && slices.Contains(sampler.DefaultPrimaryBuffers(), t)
+}
+
+// secondaryBuffers names the buffer types not primary by default.
+func secondaryBuffers() []string {
+	var out []string
+	for _, n := range catalog.BufferTypeNames() {
+		if !primaryBuffer(n) {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // costLine renders a cost estimate.

@@ -85,6 +85,7 @@ func WriteText(w io.Writer, r *Report) error {
 	p("\nrecommended:\n")
 	rc := r.Recommend
 	p("  drain interval\t%v\n", rc.DrainInterval)
+	p("  secondary drain interval\t%v\n", rc.SecondaryDrainInterval)
 	p("  field interval\t%v\n", rc.FieldInterval)
 	p("  slow interval\t%v\n", rc.SlowInterval)
 	p("  rare interval\t%v\n", rc.RareInterval)

@@ -11,6 +11,8 @@
  *   FAKENVML_DEVICES    number of GPUs (default 1)
  *   FAKENVML_CLOCK      "realtime" (default) or "boottime" sample timestamps
  *   FAKENVML_PERIOD_US  sample period of every buffer (default 20000)
+ *   FAKENVML_PERIODS_US per-type periods overriding FAKENVML_PERIOD_US,
+ *                       comma-separated "<type>:<µs>" (e.g. "1:166667,5:100000")
  *   FAKENVML_DEPTH      samples a buffer holds (default 100)
  *   FAKENVML_REPORTED_DEPTH  what the size query (samples == NULL) answers
  *                       (default FAKENVML_DEPTH); a larger value fakes a
@@ -52,7 +54,7 @@
  *                                   NOT_SUPPORTED, except the power and
  *                                   GPU-utilization buffers
  *
- * Samples of every buffer are taken at the multiples of the period; like a
+ * Samples of every buffer are taken at the multiples of its period; like a
  * real driver's, the buffers are already full of history at nvmlInit; sample k of type t has value fakeValue(t, k), so a test can
  * check that each one is delivered exactly once. The module-power buffer is
  * not supported. Field ids outside the configured NVML version's range
@@ -98,7 +100,8 @@ static struct fakedev devs[MAXDEV];
 static int ndev = 1, initialized, branch = 590, major = 13, idle;
 static char version[64] = "13.590.44.01";
 static clockid_t clk = CLOCK_REALTIME;
-static unsigned long long period = 20000, depth = 100, reported, startK;
+static unsigned long long period = 20000, depth = 100, reported;
+static unsigned long long periods[10], startK[10]; /* per buffer type */
 static unsigned int unsupported[64];
 static int nunsupported;
 static unsigned int bufferNS; /* bit t: buffer type t is not supported */
@@ -241,8 +244,20 @@ nvmlReturn_t nvmlInit_v2(void) {
 		counting = 1;
 		countFromUS = initMonoUS + ((s = getenv("FAKENVML_COUNT_FROM_MS")) ? strtoull(s, 0, 10) * 1000ull : 0);
 	}
-	startK = nowUS(clk) / period + 1;
-	startK = startK > depth ? startK - depth : 0; /* full of history */
+	for (int t = 0; t < 10; t++) periods[t] = period;
+	if ((s = getenv("FAKENVML_PERIODS_US"))) {
+		char buf[256], *tok, *save;
+		snprintf(buf, sizeof buf, "%s", s);
+		for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(0, ",", &save)) {
+			unsigned t = 0;
+			unsigned long long us = 0;
+			if (sscanf(tok, "%u:%llu", &t, &us) == 2 && t < 10 && us > 0) periods[t] = us;
+		}
+	}
+	for (int t = 0; t < 10; t++) {
+		unsigned long long k = nowUS(clk) / periods[t] + 1;
+		startK[t] = k > depth ? k - depth : 0; /* full of history */
+	}
 	initialized = 1;
 	return OK;
 }
@@ -355,9 +370,10 @@ nvmlReturn_t nvmlDeviceGetSamples(void *h, int type, unsigned long long last, in
 		return OK;
 	}
 	if (idle && (type == 1 || type == 2)) return E_NOT_FOUND;
+	unsigned long long period = periods[type];
 	unsigned long long newest = nowUS(clk) / period;
 	unsigned long long oldest = newest + 1 >= depth ? newest + 1 - depth : 0;
-	if (oldest < startK) oldest = startK;
+	if (oldest < startK[type]) oldest = startK[type];
 	unsigned long long first = last / period + 1;
 	if (first < oldest) first = oldest;
 	if (first > newest) return E_NOT_FOUND;
