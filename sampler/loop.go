@@ -73,7 +73,7 @@ type bufferState struct {
 	// held a sample (an idle engine's buffer): the first drain that finds
 	// samples checks what the driver may have overwritten since.
 	emptyAtNS int64
-	next    time.Time
+	next      time.Time
 	// published is the cursor of the newest sample published into the
 	// ring (read by the engine to save the cursors).
 	published atomic.Uint64

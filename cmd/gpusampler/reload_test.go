@@ -78,3 +78,35 @@ func osPipe(t *testing.T) (*os.File, *os.File) {
 	t.Cleanup(func() { r.Close() })
 	return r, w
 }
+
+// The live table reads every buffer at the drain interval and slow state,
+// GPM and processes once a second, whatever the long-running defaults;
+// --drain-interval still sets the drain interval, for every buffer.
+func TestWatchingRates(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		drain positiveDuration
+		want  time.Duration
+	}{
+		{"defaults", positiveDuration{}, time.Second},
+		{"--drain-interval 15s", positiveDuration{d: 15 * time.Second, set: true}, 15 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := appconfig.Parse("(flags)", nil, appconfig.Options{Registry: registry.Builtin()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := cfg.Sampler
+			want.DrainInterval, want.SecondaryDrainInterval = tc.want, tc.want
+			want.SlowInterval, want.GPMInterval, want.ProcessInterval = time.Second, time.Second, time.Second
+			f := &runFlags{set: map[string]bool{}, backend: backendFlags{backend: "auto", profile: "training", gpus: 2, seed: 1}, drain: tc.drain}
+			if err := f.apply(cfg); err != nil {
+				t.Fatal(err)
+			}
+			watchingRates(&cfg.Sampler)
+			if !reflect.DeepEqual(cfg.Sampler, want) {
+				t.Errorf("sampler %+v\nwant %+v", cfg.Sampler, want)
+			}
+		})
+	}
+}

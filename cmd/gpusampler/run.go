@@ -187,8 +187,8 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, out, stderr io.
 	bf.register(fs)
 	var duration, drain, field positiveDuration
 	fs.Var(&duration, "duration", "stop after this long (default: until SIGINT/SIGTERM)")
-	fs.Var(&drain, "drain-interval", "sample-buffer drain interval (default 1s; shortened automatically)")
-	fs.Var(&field, "field-interval", "fast-field read interval (default 200ms = 5 Hz)")
+	fs.Var(&drain, "drain-interval", "freshness limit of the primary sample buffers (default 1s; shortened automatically to half a buffer's span)")
+	fs.Var(&field, "field-interval", "field read interval: energy, throttle counters, instant power (default 1s)")
 	format := fs.String("format", "influx", "stdout format without --config: "+strings.Join(stdout.Formats, ", ")+" (default: table on a terminal, influx when piped)")
 	host := fs.String("host", "", "host name in records (default: [agent] hostname, else the machine's hostname)")
 	devices := fs.String("devices", "", "GPUs to sample: indexes or UUIDs, comma-separated (default: [sampler] devices, else all)")

@@ -129,10 +129,10 @@ type Sampler struct {
 	DrainInterval          time.Duration
 	SecondaryDrainInterval time.Duration
 	PrimaryBuffers         []catalog.BufferType
-	FieldInterval time.Duration
-	SlowInterval  time.Duration
-	RareInterval  time.Duration
-	GPMInterval   time.Duration
+	FieldInterval          time.Duration
+	SlowInterval           time.Duration
+	RareInterval           time.Duration
+	GPMInterval            time.Duration
 	// RingSize is the per-device ring capacity in samples (each output's
 	// lane in a ring holds that many): see sampler.DefaultRingSize.
 	RingSize int
@@ -392,9 +392,8 @@ func parseAttribution(t *config.Table) Attribution {
 
 func parseSampler(t *config.Table, cat *catalog.Catalog) Sampler {
 	s := Sampler{Backend: "auto", Profile: "training", GPUs: 2, Seed: 1,
-		DrainInterval: sampler.DefaultDrainInterval, FieldInterval: sampler.DefaultFieldInterval,
-		PrimaryBuffers: sampler.DefaultPrimaryBuffers(),
-		SlowInterval: sampler.DefaultSlowInterval, RareInterval: sampler.DefaultRareInterval,
+		DrainInterval: sampler.DefaultDrainInterval, PrimaryBuffers: sampler.DefaultPrimaryBuffers(),
+		FieldInterval: sampler.DefaultFieldInterval, SlowInterval: sampler.DefaultSlowInterval, RareInterval: sampler.DefaultRareInterval,
 		GPMInterval: sampler.DefaultGPMInterval, RingSize: sampler.DefaultRingSize,
 		Processes: true, ProcessInterval: sampler.DefaultProcessInterval, ProcessCmdlineMax: sampler.DefaultCmdlineMax}
 	t.OneOf("backend", &s.Backend, "auto", "nvml", "sim")

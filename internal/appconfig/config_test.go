@@ -106,9 +106,9 @@ func TestParseFull(t *testing.T) {
 	}
 	wantSampler := appconfig.Sampler{Backend: "sim", Profile: "thermal", GPUs: 4, Seed: 7, Devices: []string{"0", "GPU-abc"},
 		DrainInterval: 500 * time.Millisecond, SecondaryDrainInterval: 4 * time.Second,
-		PrimaryBuffers: []catalog.BufferType{catalog.BufferTotalPower, catalog.BufferGPUUtil, catalog.BufferEncoderUtil},
 		FieldInterval: 100 * time.Millisecond, SlowInterval: 2 * time.Second,
-		RareInterval: time.Minute, GPMInterval: 500 * time.Millisecond,
+		PrimaryBuffers: []catalog.BufferType{catalog.BufferTotalPower, catalog.BufferGPUUtil, catalog.BufferEncoderUtil},
+		RareInterval:   time.Minute, GPMInterval: 500 * time.Millisecond,
 		RingSize: 1024, Processes: true, ProcessInterval: sampler.DefaultProcessInterval, ProcessCmdlineMax: 128,
 		Include: []string{"power", "utilization_*"}, Exclude: []string{"module_power_draw"}}
 	if !reflect.DeepEqual(c.Sampler, wantSampler) {

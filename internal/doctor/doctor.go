@@ -151,9 +151,9 @@ type Recommendation struct {
 	// SecondaryDrainInterval the other buffers' (sampler.Config).
 	DrainInterval          time.Duration `json:"drain_interval_ns"`
 	SecondaryDrainInterval time.Duration `json:"secondary_drain_interval_ns"`
-	FieldInterval time.Duration `json:"field_interval_ns"`
-	SlowInterval  time.Duration `json:"slow_interval_ns"`
-	RareInterval  time.Duration `json:"rare_interval_ns"`
+	FieldInterval          time.Duration `json:"field_interval_ns"`
+	SlowInterval           time.Duration `json:"slow_interval_ns"`
+	RareInterval           time.Duration `json:"rare_interval_ns"`
 	// GPMInterval is 0 when no device supports GPM profiling.
 	GPMInterval time.Duration `json:"gpm_interval_ns,omitempty"`
 	// Why has one line per recommendation, in the order above, then one

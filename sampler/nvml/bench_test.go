@@ -4,7 +4,9 @@ package nvml
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -18,7 +20,8 @@ import (
 
 // Benchmarks load the fake library into the benchmark process itself (the
 // tests never do: their scenarios run in child processes), once, with 8
-// GPUs whose buffers sample every 20 ms and hold 100 samples.
+// GPUs whose buffers hold 100 samples taken like a real driver's
+// (driverPeriodsUS: power every 20 ms, utilization 1/6 s, clocks 100 ms).
 var (
 	benchOnce sync.Once
 	benchSrc  *Source
@@ -29,7 +32,12 @@ func benchSource(b *testing.B) *Source {
 	b.Helper()
 	benchOnce.Do(func() {
 		lib := buildFake(b, b.TempDir(), false)
-		for k, v := range map[string]string{"FAKENVML_DEVICES": "8", "FAKENVML_PERIOD_US": "20000", "FAKENVML_DEPTH": "100"} {
+		var periods []string
+		for typ, us := range driverPeriodsUS {
+			periods = append(periods, fmt.Sprintf("%d:%d", typ, us))
+		}
+		for k, v := range map[string]string{"FAKENVML_DEVICES": "8", "FAKENVML_PERIOD_US": "20000", "FAKENVML_DEPTH": "100",
+			"FAKENVML_PERIODS_US": strings.Join(periods, ",")} {
 			os.Setenv(k, v)
 		}
 		var s sampler.Source

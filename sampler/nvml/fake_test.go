@@ -245,6 +245,8 @@ func TestFakeDriverChild(t *testing.T) {
 		childNoProcesses(t, src)
 	case "short-buffer":
 		childShortBuffer(t, src, clk)
+	case "call-budget":
+		childCallBudget(t, src, clk)
 	default:
 		t.Fatalf("unknown scenario %q", scenario)
 	}
