@@ -17,8 +17,11 @@
 //
 // The engine reads the metrics of a catalog.Catalog (Config.Catalog) on
 // the schedules of Config: sample buffers are drained at half their span,
-// field values, slow state, rare state, GPM and processes each at their own
-// interval. Events (driver events, losses, hangs, self-metrics, live
+// at most their class's freshness limit apart (the primary buffers, power,
+// utilization and SM clock, within DrainInterval; the others within
+// SecondaryDrainInterval), field values, slow state, rare state, GPM and
+// processes each at their own interval. The defaults keep one GPU's NVML
+// calls near 9 per second. Events (driver events, losses, hangs, self-metrics, live
 // findings) go into one bounded event log that every pump reads.
 //
 // # Goroutines
