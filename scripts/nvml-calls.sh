@@ -24,8 +24,10 @@
 # Figures: calls/GPU/s = calls in the window / GPUs / window seconds;
 # samples/call = buffer samples the driver handed out by
 # nvmlDeviceGetSamples / all NVML calls; nvmlDeviceGetSamples.size is the
-# part of nvmlDeviceGetSamples that were size queries.
+# part of nvmlDeviceGetSamples that were size queries; the last line counts
+# the engine's warnings of suspected sample losses (0: none lost).
 set -eu
+if [ -n "${CONFIG:-}" ]; then CONFIG="$(realpath "$CONFIG")"; fi
 cd "$(dirname "$0")/.."
 GPUS="${GPUS:-8}"
 DURATION="${DURATION:-60s}"
@@ -74,3 +76,5 @@ END {
 	printf "  driver samples per NVML call                  %8.2f\n", (total ? s / total : 0)
 	if (g["buffers (GetSamples)"]) printf "  driver samples per GetSamples call            %8.2f\n", s / g["buffers (GetSamples)"]
 }' "$tmp/funcs"
+# Every loss the engine suspects is logged once as a warning.
+printf "  sample-loss warnings in the log               %5d\n" "$(grep -c -e 'sample buffer overran' -e 'sample buffer filled up' "$tmp/stderr" || true)"
