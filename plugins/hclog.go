@@ -1,10 +1,12 @@
 package plugins
 
 import (
+	"cmp"
 	"context"
 	"io"
 	"log"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -21,6 +23,8 @@ import (
 // plugin's line becomes the record's time (the zero time an SDK plugin
 // sends is dropped: the record keeps the time it arrived); an "output"
 // attribute from the plugin is dropped (the host's logger carries it);
+// a call's attributes are sorted by key (a shared process's "output"
+// first), since go-plugin hands a plugin's attributes over in map order;
 // the executable shows as its real path, not the /proc/self/fd/N it is
 // started through; and go-plugin's "plugin process exited" is logged at
 // debug level (the supervisor logs unexpected exits itself, and
@@ -69,7 +73,7 @@ func (h *slogHCLog) Log(level hclog.Level, msg string, args ...interface{}) {
 	}
 	r := slog.NewRecord(time.Now(), lv, msg, 0)
 	// hclog args are key/value pairs like slog's.
-	all := append(append([]any(nil), h.args...), args...)
+	all := append(append([]any(nil), h.args...), inOrder(args)...)
 	for i := 0; i+1 < len(all); i += 2 {
 		key, _ := all[i].(string)
 		v := all[i+1]
@@ -95,6 +99,39 @@ func (h *slogHCLog) Log(level hclog.Level, msg string, args ...interface{}) {
 		r.Add(all[len(all)-1])
 	}
 	_ = h.l.Handler().Handle(context.Background(), r)
+}
+
+// inOrder returns the key/value pairs of args with "output" first and the
+// others sorted by key. go-plugin decodes a plugin's JSON line into a map,
+// so its attributes arrive in a random order; sorted, the same line always
+// reads the same (and a reader, or a test, finds "output=NAME" right after
+// the message, as in the host's own lines).
+func inOrder(args []any) []any {
+	n := len(args) / 2
+	pairs := make([][2]any, n)
+	for i := range n {
+		pairs[i] = [2]any{args[2*i], args[2*i+1]}
+	}
+	rank := func(p [2]any) (int, string) {
+		k, _ := p[0].(string)
+		if k == "output" {
+			return 0, k
+		}
+		return 1, k
+	}
+	slices.SortStableFunc(pairs, func(a, b [2]any) int {
+		ra, ka := rank(a)
+		rb, kb := rank(b)
+		return cmp.Or(cmp.Compare(ra, rb), cmp.Compare(ka, kb))
+	})
+	out := make([]any, 0, len(args))
+	for _, p := range pairs {
+		out = append(out, p[0], p[1])
+	}
+	if len(args)%2 == 1 {
+		out = append(out, args[len(args)-1])
+	}
+	return out
 }
 
 func (h *slogHCLog) Trace(msg string, args ...interface{}) { h.Log(hclog.Trace, msg, args...) }
