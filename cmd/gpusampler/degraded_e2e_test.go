@@ -40,7 +40,7 @@ health_fail_on_outputs = true
 		t.Fatal(err)
 	}
 
-	r := startE2E(t, bin, nil, "run", "--config", cfg, "--stats", "--log-level", "info")
+	r := startE2E(t, exec.Command(bin, "run", "--config", cfg, "--stats", "--log-level", "info"))
 	addrRE := regexp.MustCompile(`msg="Listening on" output=prometheus address=(127\.0\.0\.1:\d+)`)
 	var addr string
 	r.waitFor("prometheus address", func() bool {

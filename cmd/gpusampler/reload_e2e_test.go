@@ -44,12 +44,12 @@ func buildGpusampler(t *testing.T) string {
 	return bin
 }
 
-func startE2E(t *testing.T, bin string, stdin *os.File, args ...string) *e2eRun {
+// startE2E starts cmd (a built gpusampler; its Stdin and Env as the caller
+// set them) with its stdout and stderr read into lines; the process is
+// killed when the test ends.
+func startE2E(t *testing.T, cmd *exec.Cmd) *e2eRun {
 	t.Helper()
-	r := &e2eRun{t: t, cmd: exec.Command(bin, args...), progress: make(chan struct{}, 1), done: make(chan struct{})}
-	if stdin != nil {
-		r.cmd.Stdin = stdin
-	}
+	r := &e2eRun{t: t, cmd: cmd, progress: make(chan struct{}, 1), done: make(chan struct{})}
 	stdout, err := r.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -96,10 +96,15 @@ func startE2E(t *testing.T, bin string, stdin *os.File, args ...string) *e2eRun 
 	return r
 }
 
-// waitFor waits until cond (called with r.mu held) holds; it fails only on
-// a hang (the process ended, or nothing happened for minutes).
+// waitFor waits until cond (called with r.mu held) holds, checking it
+// again on each new line of output. It fails if the process ends first, or
+// if cond has not held after 5 minutes: a liveness bound, far above what
+// the slowest machine needs, that ends a hang with gpusampler's latest
+// stderr instead of the test binary's timeout.
 func (r *e2eRun) waitFor(what string, cond func() bool) {
 	r.t.Helper()
+	bound := time.NewTimer(5 * time.Minute)
+	defer bound.Stop()
 	for {
 		r.mu.Lock()
 		ok := cond()
@@ -110,11 +115,37 @@ func (r *e2eRun) waitFor(what string, cond func() bool) {
 		select {
 		case <-r.progress:
 		case <-r.done:
-			r.t.Fatalf("gpusampler ended while waiting for %s", what)
-		case <-time.After(5 * time.Minute):
-			r.t.Fatalf("nothing new for 5 minutes while waiting for %s", what)
+			r.fatalf("gpusampler ended while waiting for %s", what)
+		case <-bound.C:
+			r.fatalf("no %s after 5 minutes", what)
 		}
 	}
+}
+
+// fatalf fails the test with msg and the last lines gpusampler wrote to
+// stderr.
+func (r *e2eRun) fatalf(format string, args ...any) {
+	r.t.Helper()
+	r.mu.Lock()
+	lines := r.stderr[max(0, len(r.stderr)-60):]
+	r.mu.Unlock()
+	r.t.Fatalf(format+"; stderr ends:\n%s", append(args, strings.Join(lines, "\n"))...)
+}
+
+// exit waits until gpusampler, told to stop by the caller, has exited, and
+// returns cmd.Wait's error. A process still running after 3 minutes (a
+// liveness bound, not a timing) is sent SIGQUIT, which makes it print its
+// goroutines, and the test fails with its stderr.
+func (r *e2eRun) exit() error {
+	r.t.Helper()
+	select {
+	case <-r.done:
+	case <-time.After(3 * time.Minute):
+		r.cmd.Process.Signal(syscall.SIGQUIT)
+		<-r.done
+		r.fatalf("gpusampler did not exit within 3 minutes")
+	}
+	return r.cmd.Wait()
 }
 
 // more waits for n more json lines (when json) and n more line-protocol
@@ -208,7 +239,7 @@ flush_interval = %q
 		}
 	}
 	writeCfg("200ms", "gpus = 2")
-	r := startE2E(t, bin, nil, "run", "--config", cfgPath, "--log-level", "info", "--host", "e2e-host")
+	r := startE2E(t, exec.Command(bin, "run", "--config", cfgPath, "--log-level", "info", "--host", "e2e-host"))
 	r.more(100, true)
 
 	steps := []struct {
@@ -231,8 +262,7 @@ flush_interval = %q
 	if err := r.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	<-r.done
-	if err := r.cmd.Wait(); err != nil {
+	if err := r.exit(); err != nil {
 		t.Fatalf("exit: %v", err)
 	}
 
@@ -290,8 +320,10 @@ func TestSIGHUPKeepsExecdIntegration(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stdinW.Close()
-	r := startE2E(t, bin, stdin, "run", "--config", cfgPath, "--execd", "stream", "--host", "e2e-host",
+	cmd := exec.Command(bin, "run", "--config", cfgPath, "--execd", "stream", "--host", "e2e-host",
 		"--drain-interval", "300ms", "--log-level", "info")
+	cmd.Stdin = stdin
+	r := startE2E(t, cmd)
 	stdin.Close()
 	r.more(50, false)
 	line := r.reload()
@@ -304,8 +336,7 @@ func TestSIGHUPKeepsExecdIntegration(t *testing.T) {
 	r.mu.Unlock()
 	r.more(200, false)
 	stdinW.Close() // Telegraf stops us
-	<-r.done
-	if err := r.cmd.Wait(); err != nil {
+	if err := r.exit(); err != nil {
 		t.Fatalf("exit: %v", err)
 	}
 	r.mu.Lock()

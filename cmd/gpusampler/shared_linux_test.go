@@ -3,11 +3,12 @@ package main
 import (
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -65,20 +66,16 @@ func TestRunNetworkOutputsShareOneChildIntegration(t *testing.T) {
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	defer influx.Close()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	promAddr := l.Addr().String()
-	l.Close()
+	// Prometheus listens on a port of its own choosing, each child anew:
+	// the test scrapes the address of the newest "Listening on" line.
 	cfg := filepath.Join(t.TempDir(), "gpusampler.toml")
 	doc := fmt.Sprintf("[sampler]\nbackend = \"sim\"\ngpus = 2\n"+
 		"[[outputs.influxdb]]\nurl = %q\ndatabase = \"db\"\nflush_interval = \"100ms\"\n"+
-		"[[outputs.prometheus]]\nlisten = %q\n", influx.URL, promAddr)
+		"[[outputs.prometheus]]\nlisten = \"127.0.0.1:0\"\n", influx.URL)
 	if err := os.WriteFile(cfg, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	r := startE2E(t, bin, nil, "run", "--config", cfg)
+	r := startE2E(t, exec.Command(bin, "run", "--config", cfg, "--log-level", "info"))
 	pid := r.cmd.Process.Pid
 	// waitWrites waits until the sink has taken more than n writes.
 	waitWrites := func(n int) {
@@ -93,9 +90,9 @@ func TestRunNetworkOutputsShareOneChildIntegration(t *testing.T) {
 			select {
 			case <-wrote:
 			case <-r.done:
-				t.Fatal("gpusampler ended")
+				r.fatalf("gpusampler ended")
 			case <-time.After(5 * time.Minute):
-				t.Fatal("no write for 5 minutes")
+				r.fatalf("no write for 5 minutes")
 			}
 		}
 	}
@@ -103,6 +100,7 @@ func TestRunNetworkOutputsShareOneChildIntegration(t *testing.T) {
 	// old, and returns it after checking that it serves every kind.
 	oneChild := func(old int) int {
 		t.Helper()
+		bound := time.After(5 * time.Minute) // liveness only
 		for {
 			if kids := childrenOf(t, pid); len(kids) == 1 && kids[0] != old {
 				args, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", kids[0]))
@@ -125,25 +123,42 @@ func TestRunNetworkOutputsShareOneChildIntegration(t *testing.T) {
 			}
 			select {
 			case <-r.done:
-				t.Fatal("gpusampler ended")
+				r.fatalf("gpusampler ended")
+			case <-bound:
+				r.fatalf("no single new child for 5 minutes")
 			case <-time.After(10 * time.Millisecond): // polling /proc
 			}
 		}
 	}
+	addrRE := regexp.MustCompile(`msg="Listening on" output=prometheus address=(127\.0\.0\.1:\d+)`)
+	// scrape waits until the newest prometheus listener serves the
+	// device metrics.
 	scrape := func() {
 		t.Helper()
+		bound := time.After(5 * time.Minute) // liveness only
 		for {
-			resp, err := http.Get("http://" + promAddr + "/metrics")
-			if err == nil {
-				body, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				if strings.Contains(string(body), "DCGM_FI_DEV_POWER_USAGE") {
-					return
+			addr := ""
+			r.mu.Lock()
+			for _, l := range r.stderr {
+				if m := addrRE.FindStringSubmatch(l); m != nil {
+					addr = m[1]
+				}
+			}
+			r.mu.Unlock()
+			if addr != "" {
+				if resp, err := http.Get("http://" + addr + "/metrics"); err == nil {
+					body, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					if strings.Contains(string(body), "DCGM_FI_DEV_POWER_USAGE") {
+						return
+					}
 				}
 			}
 			select {
 			case <-r.done:
-				t.Fatal("gpusampler ended")
+				r.fatalf("gpusampler ended")
+			case <-bound:
+				r.fatalf("prometheus served no device metrics for 5 minutes")
 			case <-time.After(50 * time.Millisecond): // polling the listener
 			}
 		}
