@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	natsgo "github.com/nats-io/nats.go"
+
 	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/internal/appconfig"
 	"github.com/gpusampler/gpusampler/internal/natstest"
@@ -122,10 +124,15 @@ func TestCloseQuietIntegration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// nats.go runs the connection's handlers one after another on its own
+	// goroutine, the closed handler last: once it has run, so has any
+	// disconnect handler that Close set off.
+	closed := make(chan struct{})
+	out.Conn().SetClosedHandler(func(*natsgo.Conn) { close(closed) })
 	if err := out.Close(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(50 * time.Millisecond) // nats.go calls the handlers on its own goroutine
+	<-closed
 	mu.Lock()
 	defer mu.Unlock()
 	if strings.Contains(logs.String(), "disconnected") || out.Stats().Disconnects != 0 {
