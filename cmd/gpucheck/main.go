@@ -1,8 +1,7 @@
 // Command gpucheck validates the NVML backend against a real NVIDIA driver
-// under a torch matrix-multiply load and idle, and writes a short report
-// (DESIGN.md §7). scripts/gpu-check.sh runs it; it never changes the GPU's
-// settings. Exit status: 0 all checks passed, 1 a check failed, 2 it could
-// not run.
+// under a torch matrix-multiply load and idle, and writes a short report.
+// scripts/gpu-check.sh runs it; it never changes the GPU's settings. Exit
+// status: 0 all checks passed, 1 a check failed, 2 it could not run.
 package main
 
 import (
@@ -157,8 +156,8 @@ type sampling struct {
 	eng    *sampler.Engine
 }
 
-func startSampling(src sampler.Source, rec *recorder, log *slog.Logger) (*sampling, error) {
-	eng, err := sampler.New(keepOpen{src}, sampler.Config{Logger: log})
+func startSampling(src sampler.Source, cat *catalog.Catalog, rec *recorder, log *slog.Logger) (*sampling, error) {
+	eng, err := sampler.New(keepOpen{src}, sampler.Config{Logger: log, Catalog: cat})
 	if err != nil {
 		return nil, err
 	}
@@ -191,8 +190,9 @@ func run(r *report, log *slog.Logger, lib, loadCmd string, pairs int, window, lo
 		r.Failures = append(r.Failures, "devices: "+err.Error())
 		return 2
 	}
+	cat := catalog.Default() // the one catalog every check below names metrics by
 	var ids []catalog.MetricID
-	for _, m := range catalog.Default().All() {
+	for _, m := range cat.All() {
 		if m.Src.Kind != catalog.FromBuffer { // buffers are probed by doctor.ProbeBuffers
 			ids = append(ids, m.ID)
 		}
@@ -204,7 +204,7 @@ func run(r *report, log *slog.Logger, lib, loadCmd string, pairs int, window, lo
 			continue
 		}
 		r.Devices = append(r.Devices, id)
-		for _, p := range doctor.ProbeBuffers(d, doctor.Options{}) {
+		for _, p := range doctor.ProbeBuffers(d, doctor.Options{Catalog: cat}) {
 			clock := p.Clock
 			if clock == "" { // not classified: no samples
 				clock = sampler.ClockUnknown.String()
@@ -223,7 +223,7 @@ func run(r *report, log *slog.Logger, lib, loadCmd string, pairs int, window, lo
 			r.Failures = append(r.Failures, fmt.Sprintf("gpu%d read all metrics: %v", id.Index, err))
 		}
 		for i, o := range out {
-			name := catalog.Default().Name(ids[i])
+			name := cat.Name(ids[i])
 			switch {
 			case errors.Is(o.Err, sampler.ErrNotSupported):
 				r.Unsupported = append(r.Unsupported, fmt.Sprintf("gpu%d %s: %v", id.Index, name, o.Err))
@@ -231,7 +231,7 @@ func run(r *report, log *slog.Logger, lib, loadCmd string, pairs int, window, lo
 				r.Failures = append(r.Failures, fmt.Sprintf("gpu%d %s: %v", id.Index, name, o.Err))
 			}
 		}
-		checkGPM(r, d, id.Index)
+		checkGPM(r, cat, d, id.Index)
 		checkProcesses(r, d, id.Index, "before load", 0)
 		checkEvents(r, d, id.Index, time.Second)
 	}
@@ -245,7 +245,7 @@ func run(r *report, log *slog.Logger, lib, loadCmd string, pairs int, window, lo
 		r.Unsupported = append(r.Unsupported, "torch load: "+err.Error())
 	}
 	// Phase 1: continuous load with sampling, compared with nvidia-smi.
-	samp, err := startSampling(src, rec, log)
+	samp, err := startSampling(src, cat, rec, log)
 	if err != nil {
 		r.Failures = append(r.Failures, "start sampling: "+err.Error())
 		return 2
@@ -259,7 +259,7 @@ func run(r *report, log *slog.Logger, lib, loadCmd string, pairs int, window, lo
 	}
 	for time.Since(t0) < loaded {
 		time.Sleep(2 * time.Second)
-		compareSMI(r, rec, "load")
+		compareSMI(r, cat, rec, "load")
 	}
 	if loadDone != nil {
 		if err := <-loadDone; err != nil {
@@ -292,7 +292,7 @@ func run(r *report, log *slog.Logger, lib, loadCmd string, pairs int, window, lo
 	if r.Losses > 0 {
 		r.Failures = append(r.Failures, fmt.Sprintf("%d suspected buffer overruns under load", r.Losses))
 	}
-	gapsAndDuplicates(r, rec)
+	gapsAndDuplicates(r, cat, rec)
 
 	// Phase 2: throughput with and without sampling, interleaved ABBA.
 	if ld != nil {
@@ -301,7 +301,7 @@ func run(r *report, log *slog.Logger, lib, loadCmd string, pairs int, window, lo
 			on := (i%4 == 0) || (i%4 == 3)
 			var sp *sampling
 			if on {
-				if sp, err = startSampling(src, &recorder{}, log); err != nil {
+				if sp, err = startSampling(src, cat, &recorder{}, log); err != nil {
 					r.Failures = append(r.Failures, "start sampling: "+err.Error())
 					break
 				}
@@ -328,9 +328,9 @@ func run(r *report, log *slog.Logger, lib, loadCmd string, pairs int, window, lo
 	rec.mu.Lock()
 	rec.samples = rec.samples[:0]
 	rec.mu.Unlock()
-	if samp, err = startSampling(src, rec, log); err == nil {
+	if samp, err = startSampling(src, cat, rec, log); err == nil {
 		time.Sleep(idle / 2)
-		compareSMI(r, rec, "idle")
+		compareSMI(r, cat, rec, "idle")
 		time.Sleep(idle / 2)
 		for _, d := range samp.stop().Devices {
 			if d.ReadErrors > 0 {
@@ -438,7 +438,7 @@ var smiFields = []struct {
 	{"memory.used", catalog.MetricMemoryUsed, 256, 0.02},
 }
 
-func compareSMI(r *report, rec *recorder, phase string) {
+func compareSMI(r *report, cat *catalog.Catalog, rec *recorder, phase string) {
 	fields := []string{"index"}
 	for _, f := range smiFields {
 		fields = append(fields, f.field)
@@ -473,7 +473,7 @@ func compareSMI(r *report, rec *recorder, phase string) {
 				continue
 			}
 			tol := math.Max(f.abs, f.rel*v)
-			c := comparison{Phase: phase, Metric: catalog.Default().Name(f.metric), SMI: f.field, Device: dev, SMIValue: v,
+			c := comparison{Phase: phase, Metric: cat.Name(f.metric), SMI: f.field, Device: dev, SMIValue: v,
 				OursMin: lo, OursMax: hi, Tolerance: tol, OK: v >= lo-tol && v <= hi+tol}
 			r.Comparisons = append(r.Comparisons, c)
 			if !c.OK {
@@ -485,11 +485,11 @@ func compareSMI(r *report, rec *recorder, phase string) {
 
 // gapsAndDuplicates checks every buffer series: a step more than 3× the
 // median step is a gap; an equal timestamp a duplicate.
-func gapsAndDuplicates(r *report, rec *recorder) {
+func gapsAndDuplicates(r *report, cat *catalog.Catalog, rec *recorder) {
 	rec.mu.Lock()
 	series := map[string][]int64{}
 	for _, s := range rec.samples {
-		m, _ := catalog.Default().Get(s.Metric)
+		m, _ := cat.Get(s.Metric)
 		if m.Src.Kind == catalog.FromBuffer && s.Flags&record.FlagPointRead == 0 {
 			k := fmt.Sprintf("gpu%d %s", s.Device, m.Name)
 			series[k] = append(series[k], s.TimeNS)
@@ -618,9 +618,9 @@ func write(r *report, dir string) error {
 // snapshot interval (the first read above took the first snapshot), and
 // notes their values. Runtimes that refuse profiling counters (no
 // permission, not supported) are "unsupported here", not failures.
-func checkGPM(r *report, d sampler.DeviceSource, gpu int) {
+func checkGPM(r *report, cat *catalog.Catalog, d sampler.DeviceSource, gpu int) {
 	var ids []catalog.MetricID
-	for _, m := range catalog.Default().All() {
+	for _, m := range cat.All() {
 		if m.Src.Kind == catalog.FromGPM {
 			ids = append(ids, m.ID)
 		}
@@ -633,7 +633,7 @@ func checkGPM(r *report, d sampler.DeviceSource, gpu int) {
 	}
 	var vals []string
 	for i, o := range out {
-		name := catalog.Default().Name(ids[i])
+		name := cat.Name(ids[i])
 		switch {
 		case o.Err == nil:
 			vals = append(vals, fmt.Sprintf("%s=%.4g", name, o.Value))
