@@ -5,10 +5,9 @@ import (
 	"context"
 	"log/slog"
 	"maps"
-	"net"
-	"net/http/httptest"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -20,47 +19,12 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gpusampler/gpusampler/catalog"
+	"github.com/gpusampler/gpusampler/internal/attribution/attributiontest"
 	"github.com/gpusampler/gpusampler/internal/attribution/podresources"
 	"github.com/gpusampler/gpusampler/internal/encoding/lineproto"
 	"github.com/gpusampler/gpusampler/outputs/prometheus"
 	"github.com/gpusampler/gpusampler/record"
 )
-
-// fakeTarget is a set of devices whose attribution the resolver sets.
-type fakeTarget struct {
-	devs []record.Device
-	pids map[int][]uint32
-}
-
-func (f *fakeTarget) Devices() []record.Device   { return append([]record.Device(nil), f.devs...) }
-func (f *fakeTarget) ProcessPIDs(i int) []uint32 { return f.pids[i] }
-func (f *fakeTarget) SetAttribution(i int, a record.Attribution) bool {
-	for k := range f.devs {
-		if f.devs[k].Index == i && f.devs[k].Attribution != a {
-			f.devs[k].Attribution = a
-			f.devs[k].Generation++
-			return true
-		}
-	}
-	return false
-}
-
-func (f *fakeTarget) attribution() map[int]record.Attribution {
-	out := map[int]record.Attribution{}
-	for _, d := range f.devs {
-		if !d.IsZero() {
-			out[d.Index] = d.Attribution
-		}
-	}
-	return out
-}
-
-func twoGPUs() *fakeTarget {
-	return &fakeTarget{devs: []record.Device{
-		{Index: 0, UUID: "GPU-aaaa", Name: "NVIDIA H200", Generation: 1},
-		{Index: 1, UUID: "GPU-bbbb", Name: "NVIDIA H200", Generation: 1},
-	}}
-}
 
 // kubelet serves the real pod-resources v1 service from a pod list the
 // test edits.
@@ -97,18 +61,7 @@ func (k *kubelet) Get(_ context.Context, in *podresources.GetPodResourcesRequest
 func startKubelet(t *testing.T, k *kubelet) (socket string, stop func()) {
 	t.Helper()
 	socket = filepath.Join(t.TempDir(), "kubelet.sock")
-	ln, err := net.Listen("unix", socket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := grpc.NewServer()
-	podresources.Register(s, k)
-	done := make(chan struct{})
-	go func() { defer close(done); _ = s.Serve(ln) }()
-	var once sync.Once
-	stop = func() { once.Do(func() { s.Stop(); <-done }) }
-	t.Cleanup(stop)
-	return socket, stop
+	return socket, attributiontest.ServeUnix(t, socket, func(s *grpc.Server) { podresources.Register(s, k) })
 }
 
 func pod(name, ns, container, resource string, ids ...string) *podresources.PodResources {
@@ -117,7 +70,7 @@ func pod(name, ns, container, resource string, ids ...string) *podresources.PodR
 }
 
 // t0 is the resolvers' clock unless a test sets its own.
-var t0 = time.Unix(1_700_000_000, 0)
+var t0 = attributiontest.T0
 
 func newResolver(t *testing.T, cfg Config) (*Resolver, *bytes.Buffer) {
 	t.Helper()
@@ -134,20 +87,6 @@ func newResolver(t *testing.T, cfg Config) (*Resolver, *bytes.Buffer) {
 	return r, &logs
 }
 
-// utilLines returns the DCGM_FI_DEV_GPU_UTIL sample lines of a scrape.
-func utilLines(t *testing.T, o *prometheus.Output) []string {
-	t.Helper()
-	rec := httptest.NewRecorder()
-	o.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
-	var out []string
-	for _, l := range strings.Split(rec.Body.String(), "\n") {
-		if strings.HasPrefix(l, "DCGM_FI_DEV_GPU_UTIL{") {
-			out = append(out, l)
-		}
-	}
-	return out
-}
-
 // The issue's case: the kubelet allocates GPU 1 to pod train-7 in
 // namespace ml. /metrics and the line protocol carry pod, namespace and
 // container on GPU 1 only; after the pod ends, the next refresh removes them.
@@ -157,10 +96,10 @@ func TestKubernetesPodLabels(t *testing.T) {
 		pod("web-1", "default", "nginx", "cpu", "0"))
 	socket, _ := startKubelet(t, k)
 	r, _ := newResolver(t, Config{PodResourcesSocket: socket})
-	tgt := twoGPUs()
+	tgt := attributiontest.TwoGPUs()
 	r.Refresh(context.Background(), tgt)
 	want := map[int]record.Attribution{1: {Pod: "train-7", Namespace: "ml", Container: "trainer"}}
-	if got := tgt.attribution(); !maps.Equal(got, want) {
+	if got := tgt.Attribution(); !maps.Equal(got, want) {
 		t.Fatalf("attribution %v, want %v", got, want)
 	}
 
@@ -184,7 +123,7 @@ func TestKubernetesPodLabels(t *testing.T) {
 		`DCGM_FI_DEV_GPU_UTIL{Hostname="node7",UUID="GPU-aaaa",device="nvidia0",gpu="0",modelName="NVIDIA H200",pci_bus_id=""} 40`,
 		`DCGM_FI_DEV_GPU_UTIL{Hostname="node7",UUID="GPU-bbbb",container="trainer",device="nvidia1",gpu="1",modelName="NVIDIA H200",namespace="ml",pci_bus_id="",pod="train-7"} 97`,
 	}
-	if got := utilLines(t, o); !equalUnordered(got, wantLines) {
+	if got := attributiontest.UtilLines(o); !slices.Equal(got, wantLines) {
 		t.Fatalf("/metrics:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(wantLines, "\n"))
 	}
 
@@ -201,34 +140,15 @@ func TestKubernetesPodLabels(t *testing.T) {
 	// The pod ends; one refresh later the labels are gone.
 	k.set(pod("web-1", "default", "nginx", "cpu", "0"))
 	r.Refresh(context.Background(), tgt)
-	if got := tgt.attribution(); len(got) != 0 {
+	if got := tgt.Attribution(); len(got) != 0 {
 		t.Fatalf("attribution after the pod ended: %v", got)
 	}
 	now = now.Add(time.Second)
 	write()
 	wantLines[1] = `DCGM_FI_DEV_GPU_UTIL{Hostname="node7",UUID="GPU-bbbb",device="nvidia1",gpu="1",modelName="NVIDIA H200",pci_bus_id=""} 97`
-	if got := utilLines(t, o); !equalUnordered(got, wantLines) {
+	if got := attributiontest.UtilLines(o); !slices.Equal(got, wantLines) {
 		t.Fatalf("/metrics after the pod ended:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(wantLines, "\n"))
 	}
-}
-
-func equalUnordered(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	m := map[string]int{}
-	for _, s := range a {
-		m[s]++
-	}
-	for _, s := range b {
-		m[s]--
-	}
-	for _, n := range m {
-		if n != 0 {
-			return false
-		}
-	}
-	return true
 }
 
 // Pods come and go; an allocation naming a device gpusampler does not
@@ -238,7 +158,7 @@ func TestKubernetesPodsComeAndGo(t *testing.T) {
 	k := &kubelet{}
 	socket, _ := startKubelet(t, k)
 	r, logs := newResolver(t, Config{PodResourcesSocket: socket})
-	tgt := twoGPUs()
+	tgt := attributiontest.TwoGPUs()
 	steps := []struct {
 		pods []*podresources.PodResources
 		want map[int]record.Attribution
@@ -255,7 +175,7 @@ func TestKubernetesPodsComeAndGo(t *testing.T) {
 	for i, s := range steps {
 		k.set(s.pods...)
 		r.Refresh(context.Background(), tgt)
-		if got := tgt.attribution(); !maps.Equal(got, s.want) {
+		if got := tgt.Attribution(); !maps.Equal(got, s.want) {
 			t.Fatalf("step %d: attribution %v, want %v", i, got, s.want)
 		}
 	}
@@ -275,15 +195,15 @@ func TestKubernetesSocketDisappears(t *testing.T) {
 	k.set(pod("train-7", "ml", "trainer", "nvidia.com/gpu", "GPU-bbbb"))
 	socket, stop := startKubelet(t, k)
 	r, logs := newResolver(t, Config{PodResourcesSocket: socket})
-	tgt := twoGPUs()
+	tgt := attributiontest.TwoGPUs()
 	r.Refresh(context.Background(), tgt)
-	if len(tgt.attribution()) != 1 {
-		t.Fatalf("attribution %v", tgt.attribution())
+	if len(tgt.Attribution()) != 1 {
+		t.Fatalf("attribution %v", tgt.Attribution())
 	}
 	stop()
 	r.Refresh(context.Background(), tgt)
 	r.Refresh(context.Background(), tgt)
-	if got := tgt.attribution(); len(got) != 0 {
+	if got := tgt.Attribution(); len(got) != 0 {
 		t.Fatalf("attribution with the kubelet gone: %v", got)
 	}
 	if n := strings.Count(logs.String(), "kubelet pod-resources unavailable"); n != 1 {
@@ -360,7 +280,7 @@ func TestLastSuccessAge(t *testing.T) {
 	dir := t.TempDir()
 	now := t0
 	r, _ := newResolver(t, Config{PodResourcesSocket: socket, HPCJobMappingDir: dir, Now: func() time.Time { return now }})
-	tgt := twoGPUs()
+	tgt := attributiontest.TwoGPUs()
 	now = now.Add(time.Second)
 	r.Refresh(context.Background(), tgt)
 	st := r.Stats()

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpusampler/gpusampler/internal/attribution/attributiontest"
 	"github.com/gpusampler/gpusampler/record"
 )
 
@@ -29,27 +30,27 @@ func writeFiles(t *testing.T, root string, files map[string]string) {
 func TestJobMappingDir(t *testing.T) {
 	dir := t.TempDir()
 	writeFiles(t, dir, map[string]string{"1": "4711\n", "0.7": "815\n90\n", "2": "", "README": "not a GPU"})
-	tgt := &fakeTarget{devs: []record.Device{
+	tgt := &attributiontest.Target{Devs: []record.Device{
 		{Index: 0, UUID: "GPU-aaaa"}, {Index: 1, UUID: "GPU-bbbb"},
 		{Index: 2, UUID: "MIG-cccc", MIG: true, Parent: 0, GPUInstanceID: 7}}}
 	r, _ := newResolver(t, Config{HPCJobMappingDir: dir})
 	r.Refresh(context.Background(), tgt)
 	want := map[int]record.Attribution{1: {HPCJob: "4711"}, 2: {HPCJob: "815,90"}}
-	if got := tgt.attribution(); !maps.Equal(got, want) {
+	if got := tgt.Attribution(); !maps.Equal(got, want) {
 		t.Fatalf("attribution %v, want %v", got, want)
 	}
 	// The job ends: the prolog's epilog empties the file.
 	writeFiles(t, dir, map[string]string{"1": ""})
 	r.Refresh(context.Background(), tgt)
 	delete(want, 1)
-	if got := tgt.attribution(); !maps.Equal(got, want) {
+	if got := tgt.Attribution(); !maps.Equal(got, want) {
 		t.Fatalf("after the job ended: attribution %v, want %v", got, want)
 	}
 	// A missing directory: one log line, no labels.
 	r2, logs := newResolver(t, Config{HPCJobMappingDir: filepath.Join(dir, "gone")})
 	r2.Refresh(context.Background(), tgt)
 	r2.Refresh(context.Background(), tgt)
-	if got := tgt.attribution(); len(got) != 0 {
+	if got := tgt.Attribution(); len(got) != 0 {
 		t.Fatalf("attribution %v with the directory missing", got)
 	}
 	if n := strings.Count(logs.String(), "HPC job mapping unreadable"); n != 1 || r2.Stats().MappingErrors != 2 {
@@ -67,12 +68,12 @@ func TestSlurmCgroups(t *testing.T) {
 		"200/cgroup": "0::/system.slice/slurmstepd.scope/job_815/step_batch/user/task_0\n",
 		"300/cgroup": "0::/user.slice/user-1000.slice/session-3.scope\n",
 	})
-	tgt := &fakeTarget{devs: []record.Device{{Index: 0, UUID: "GPU-aaaa"}, {Index: 1, UUID: "GPU-bbbb"}, {Index: 2, UUID: "GPU-cccc"}},
-		pids: map[int][]uint32{0: {300, 999}, 1: {100}, 2: {200, 100}}}
+	tgt := &attributiontest.Target{Devs: []record.Device{{Index: 0, UUID: "GPU-aaaa"}, {Index: 1, UUID: "GPU-bbbb"}, {Index: 2, UUID: "GPU-cccc"}},
+		PIDs: map[int][]uint32{0: {300, 999}, 1: {100}, 2: {200, 100}}}
 	r, _ := newResolver(t, Config{SlurmCgroups: true, ProcRoot: proc})
 	r.Refresh(context.Background(), tgt)
 	want := map[int]record.Attribution{1: {HPCJob: "4711"}, 2: {HPCJob: "4711,815"}}
-	if got := tgt.attribution(); !maps.Equal(got, want) {
+	if got := tgt.Attribution(); !maps.Equal(got, want) {
 		t.Fatalf("attribution %v, want %v", got, want)
 	}
 	// The mapping directory, when it names a GPU, wins over cgroups.
@@ -81,7 +82,7 @@ func TestSlurmCgroups(t *testing.T) {
 	r2, _ := newResolver(t, Config{SlurmCgroups: true, ProcRoot: proc, HPCJobMappingDir: dir})
 	r2.Refresh(context.Background(), tgt)
 	want[1] = record.Attribution{HPCJob: "5000"}
-	if got := tgt.attribution(); !maps.Equal(got, want) {
+	if got := tgt.Attribution(); !maps.Equal(got, want) {
 		t.Fatalf("attribution %v, want %v", got, want)
 	}
 }

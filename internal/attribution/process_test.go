@@ -5,33 +5,21 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/gpusampler/gpusampler/internal/attribution/attributiontest"
 	"github.com/gpusampler/gpusampler/internal/encoding/jsonl"
 	"github.com/gpusampler/gpusampler/internal/encoding/lineproto"
 	"github.com/gpusampler/gpusampler/record"
 )
 
 const (
-	uidA = "1f3a9c2e-5b7d-4e8f-9a0b-1c2d3e4f5a6b"
-	uidB = "7e6d5c4b-3a29-4180-8f7e-6d5c4b3a2918"
+	uidA = attributiontest.PodUIDA
+	uidB = attributiontest.PodUIDB
 )
 
-func cid(c byte) string { return strings.Repeat(string(c), 64) }
-
-// writeProc writes a fixture /proc/PID/cgroup.
-func writeProc(t *testing.T, root string, pid uint32, cgroup string) {
-	t.Helper()
-	dir := filepath.Join(root, strconv.FormatUint(uint64(pid), 10))
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "cgroup"), []byte(cgroup), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
+var cid = attributiontest.ContainerID
 
 // The container of a process, from its cgroup, under each cgroup driver
 // and runtime; none for host and Slurm processes.
@@ -52,7 +40,7 @@ func TestKubeContainer(t *testing.T) {
 	}
 	for i, c := range cases {
 		pid := uint32(100 + i)
-		writeProc(t, root, pid, c.cgroup)
+		attributiontest.WriteCgroup(t, root, pid, c.cgroup)
 		uid, id, err := KubeContainer(root, pid)
 		if err != nil || uid != c.uid || id != c.id {
 			t.Errorf("%s: (%q, %q, %v), want (%q, %q, nil)", c.name, uid, id, err, c.uid, c.id)
@@ -63,20 +51,8 @@ func TestKubeContainer(t *testing.T) {
 	}
 }
 
-// writeLogDir writes a fixture of the kubelet's container log links.
-func writeLogDir(t *testing.T, names ...string) string {
-	t.Helper()
-	dir := t.TempDir()
-	for _, n := range names {
-		if err := os.Symlink("/var/log/pods/x/"+n, filepath.Join(dir, n)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir
-}
-
 func TestReadContainerLogDir(t *testing.T) {
-	dir := writeLogDir(t,
+	dir := attributiontest.LogLinks(t,
 		"train-7_ml_trainer-"+cid('a')+".log",
 		"eval-2_ml_eval-sidecar-"+cid('b')+".log",
 		"not-a-container.log", "x_y_z-123.log")
@@ -96,16 +72,6 @@ func TestReadContainerLogDir(t *testing.T) {
 	}
 }
 
-// processTarget is a fakeTarget that keeps the per-process attribution.
-type processTarget struct {
-	*fakeTarget
-	procs map[int]map[uint32]record.Attribution
-}
-
-func (p *processTarget) SetProcessAttribution(i int, byPID map[uint32]record.Attribution) {
-	p.procs[i] = byPID
-}
-
 // Time-slicing: the kubelet hands replicas of GPU 1 to two pods. The
 // device carries no pod labels; each process carries its own pod's, from
 // its cgroup and the container log links; a host process and a process of
@@ -117,25 +83,24 @@ func TestSharedGPUProcessAttribution(t *testing.T) {
 		pod("eval-2", "ml", "eval", "nvidia.com/gpu", "GPU-bbbb::1"))
 	socket, _ := startKubelet(t, k)
 	procRoot := t.TempDir()
-	under := strings.ReplaceAll(uidB, "-", "_")
-	writeProc(t, procRoot, 100, "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"+strings.ReplaceAll(uidA, "-", "_")+".slice/cri-containerd-"+cid('a')+".scope\n")
-	writeProc(t, procRoot, 200, "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"+under+".slice/cri-containerd-"+cid('b')+".scope\n")
-	writeProc(t, procRoot, 300, "0::/user.slice/user-1000.slice/session-3.scope\n")
-	writeProc(t, procRoot, 400, "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"+under+".slice/cri-containerd-"+cid('c')+".scope\n")
-	logDir := writeLogDir(t, "train-7_ml_trainer-"+cid('a')+".log", "eval-2_ml_eval-"+cid('b')+".log")
+	attributiontest.WriteCgroup(t, procRoot, 100, attributiontest.SystemdContainerd(uidA, cid('a')))
+	attributiontest.WriteCgroup(t, procRoot, 200, attributiontest.SystemdContainerd(uidB, cid('b')))
+	attributiontest.WriteCgroup(t, procRoot, 300, "0::/user.slice/user-1000.slice/session-3.scope\n")
+	attributiontest.WriteCgroup(t, procRoot, 400, attributiontest.SystemdContainerd(uidB, cid('c')))
+	logDir := attributiontest.LogLinks(t, "train-7_ml_trainer-"+cid('a')+".log", "eval-2_ml_eval-"+cid('b')+".log")
 	r, _ := newResolver(t, Config{PodResourcesSocket: socket, ContainerLogDir: logDir, ProcRoot: procRoot})
-	ft := twoGPUs()
-	ft.pids = map[int][]uint32{1: {100, 200, 300, 400, 500}} // 500 ended since the poll
-	tgt := &processTarget{fakeTarget: ft, procs: map[int]map[uint32]record.Attribution{}}
+	ft := attributiontest.TwoGPUs()
+	ft.PIDs = map[int][]uint32{1: {100, 200, 300, 400, 500}} // 500 ended since the poll
+	tgt := &attributiontest.ProcessTarget{Target: ft}
 	r.Refresh(context.Background(), tgt)
-	if got := ft.attribution(); len(got) != 0 {
+	if got := ft.Attribution(); len(got) != 0 {
 		t.Fatalf("device attribution of a shared GPU: %v", got)
 	}
 	train := record.Attribution{Pod: "train-7", Namespace: "ml", Container: "trainer"}
 	eval := record.Attribution{Pod: "eval-2", Namespace: "ml", Container: "eval"}
 	want := map[int]map[uint32]record.Attribution{0: {}, 1: {100: train, 200: eval}}
-	if len(tgt.procs) != len(want) || !maps.Equal(tgt.procs[0], want[0]) || !maps.Equal(tgt.procs[1], want[1]) {
-		t.Fatalf("process attribution %v, want %v", tgt.procs, want)
+	if len(tgt.Procs) != len(want) || !maps.Equal(tgt.Procs[0], want[0]) || !maps.Equal(tgt.Procs[1], want[1]) {
+		t.Fatalf("process attribution %v, want %v", tgt.Procs, want)
 	}
 	if st, want := r.Stats(), (Stats{Refreshes: 1, SharedDevices: 1, Successes: 1, LastSuccess: t0, Since: t0}); st != want {
 		t.Fatalf("stats %+v, want %+v", st, want)
@@ -179,15 +144,15 @@ func TestSharedGPUProcessAttribution(t *testing.T) {
 // per-process labels; the refresh is not a success.
 func TestContainerLogDirMissing(t *testing.T) {
 	procRoot := t.TempDir()
-	writeProc(t, procRoot, 100, "0::/kubepods/pod"+uidA+"/"+cid('a')+"\n")
+	attributiontest.WriteCgroup(t, procRoot, 100, "0::/kubepods/pod"+uidA+"/"+cid('a')+"\n")
 	r, logs := newResolver(t, Config{ContainerLogDir: filepath.Join(t.TempDir(), "none"), ProcRoot: procRoot})
-	ft := twoGPUs()
-	ft.pids = map[int][]uint32{0: {100}}
-	tgt := &processTarget{fakeTarget: ft, procs: map[int]map[uint32]record.Attribution{}}
+	ft := attributiontest.TwoGPUs()
+	ft.PIDs = map[int][]uint32{0: {100}}
+	tgt := &attributiontest.ProcessTarget{Target: ft}
 	r.Refresh(context.Background(), tgt)
 	r.Refresh(context.Background(), tgt)
-	if len(tgt.procs[0]) != 0 || len(tgt.procs[1]) != 0 {
-		t.Fatalf("process attribution %v", tgt.procs)
+	if len(tgt.Procs[0]) != 0 || len(tgt.Procs[1]) != 0 {
+		t.Fatalf("process attribution %v", tgt.Procs)
 	}
 	if st, want := r.Stats(), (Stats{Refreshes: 2, ContainerLogErrors: 2, Since: t0}); st != want {
 		t.Fatalf("stats %+v, want %+v", st, want)

@@ -5,8 +5,6 @@ import (
 	"context"
 	"log/slog"
 	"maps"
-	"net"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -25,6 +23,7 @@ import (
 
 	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/internal/attribution"
+	"github.com/gpusampler/gpusampler/internal/attribution/attributiontest"
 	"github.com/gpusampler/gpusampler/internal/attribution/podresources"
 	"github.com/gpusampler/gpusampler/internal/encoding/lineproto"
 	"github.com/gpusampler/gpusampler/outputs/prometheus"
@@ -66,18 +65,7 @@ func (k *kubelet) Get(_ context.Context, in *kubeapi.GetPodResourcesRequest) (*k
 // ends); stopping closes the listener, which removes the socket file.
 func serve(t *testing.T, socket string, k *kubelet) (stop func()) {
 	t.Helper()
-	ln, err := net.Listen("unix", socket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := grpc.NewServer()
-	kubeapi.RegisterPodResourcesListerServer(s, k)
-	done := make(chan struct{})
-	go func() { defer close(done); _ = s.Serve(ln) }()
-	var once sync.Once
-	stop = func() { once.Do(func() { s.Stop(); <-done }) }
-	t.Cleanup(stop)
-	return stop
+	return attributiontest.ServeUnix(t, socket, func(s *grpc.Server) { kubeapi.RegisterPodResourcesListerServer(s, k) })
 }
 
 // gpuPod is a pod as a real kubelet reports it: besides the GPU, CPU IDs,
@@ -96,41 +84,8 @@ func gpuPod(name, ns, container, resource string, ids ...string) *kubeapi.PodRes
 	}}}
 }
 
-// target is a set of devices whose attribution the resolver sets.
-type target struct{ devs []record.Device }
-
-func (f *target) Devices() []record.Device { return append([]record.Device(nil), f.devs...) }
-func (f *target) ProcessPIDs(int) []uint32 { return nil }
-func (f *target) SetAttribution(i int, a record.Attribution) bool {
-	for k := range f.devs {
-		if f.devs[k].Index == i && f.devs[k].Attribution != a {
-			f.devs[k].Attribution = a
-			f.devs[k].Generation++
-			return true
-		}
-	}
-	return false
-}
-
-func (f *target) attribution() map[int]record.Attribution {
-	out := map[int]record.Attribution{}
-	for _, d := range f.devs {
-		if !d.IsZero() {
-			out[d.Index] = d.Attribution
-		}
-	}
-	return out
-}
-
-func twoGPUs() *target {
-	return &target{devs: []record.Device{
-		{Index: 0, UUID: "GPU-aaaa", Name: "NVIDIA H200", Generation: 1},
-		{Index: 1, UUID: "GPU-bbbb", Name: "NVIDIA H200", Generation: 1},
-	}}
-}
-
 // t0 is the resolvers' clock.
-var t0 = time.Unix(1_700_000_000, 0)
+var t0 = attributiontest.T0
 
 func newResolver(t *testing.T, socket string) (*attribution.Resolver, *bytes.Buffer) {
 	t.Helper()
@@ -144,21 +99,6 @@ func newResolver(t *testing.T, socket string) (*attribution.Resolver, *bytes.Buf
 	return r, &logs
 }
 
-// utilLines returns the DCGM_FI_DEV_GPU_UTIL sample lines of a scrape,
-// sorted.
-func utilLines(o *prometheus.Output) []string {
-	rec := httptest.NewRecorder()
-	o.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
-	var out []string
-	for _, l := range strings.Split(rec.Body.String(), "\n") {
-		if strings.HasPrefix(l, "DCGM_FI_DEV_GPU_UTIL{") {
-			out = append(out, l)
-		}
-	}
-	slices.Sort(out)
-	return out
-}
-
 // The issue's case against the real kubelet service: GPU 1 allocated to
 // pod train-7 in namespace ml puts pod, namespace and container on GPU 1's
 // /metrics series and line-protocol points only; after the pod ends, one
@@ -169,10 +109,10 @@ func TestRealKubeletPodLabels(t *testing.T) {
 	k.set(gpuPod("train-7", "ml", "trainer", "nvidia.com/gpu", "GPU-bbbb"), gpuPod("web-1", "default", "nginx", "example.com/nic", "eth1"))
 	serve(t, socket, k)
 	r, _ := newResolver(t, socket)
-	tgt := twoGPUs()
+	tgt := attributiontest.TwoGPUs()
 	r.Refresh(context.Background(), tgt)
 	want := map[int]record.Attribution{1: {Pod: "train-7", Namespace: "ml", Container: "trainer"}}
-	if got := tgt.attribution(); !maps.Equal(got, want) {
+	if got := tgt.Attribution(); !maps.Equal(got, want) {
 		t.Fatalf("attribution %v, want %v", got, want)
 	}
 
@@ -194,7 +134,7 @@ func TestRealKubeletPodLabels(t *testing.T) {
 		`DCGM_FI_DEV_GPU_UTIL{Hostname="node7",UUID="GPU-aaaa",device="nvidia0",gpu="0",modelName="NVIDIA H200",pci_bus_id=""} 40`,
 		`DCGM_FI_DEV_GPU_UTIL{Hostname="node7",UUID="GPU-bbbb",container="trainer",device="nvidia1",gpu="1",modelName="NVIDIA H200",namespace="ml",pci_bus_id="",pod="train-7"} 97`,
 	}
-	if got := utilLines(o); !slices.Equal(got, wantLines) {
+	if got := attributiontest.UtilLines(o); !slices.Equal(got, wantLines) {
 		t.Fatalf("/metrics:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(wantLines, "\n"))
 	}
 	enc := lineproto.New(lineproto.Options{Host: "node7"})
@@ -207,7 +147,7 @@ func TestRealKubeletPodLabels(t *testing.T) {
 
 	k.set(gpuPod("web-1", "default", "nginx", "example.com/nic", "eth1"))
 	r.Refresh(context.Background(), tgt)
-	if got := tgt.attribution(); len(got) != 0 {
+	if got := tgt.Attribution(); len(got) != 0 {
 		t.Fatalf("attribution after the pod ended: %v", got)
 	}
 	now = now.Add(time.Second)
@@ -215,7 +155,7 @@ func TestRealKubeletPodLabels(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantLines[1] = `DCGM_FI_DEV_GPU_UTIL{Hostname="node7",UUID="GPU-bbbb",device="nvidia1",gpu="1",modelName="NVIDIA H200",pci_bus_id=""} 97`
-	if got := utilLines(o); !slices.Equal(got, wantLines) {
+	if got := attributiontest.UtilLines(o); !slices.Equal(got, wantLines) {
 		t.Fatalf("/metrics after the pod ended:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(wantLines, "\n"))
 	}
 }
@@ -228,7 +168,7 @@ func TestRealKubeletLifecycle(t *testing.T) {
 	k := &kubelet{}
 	stop := serve(t, socket, k)
 	r, logs := newResolver(t, socket)
-	tgt := twoGPUs()
+	tgt := attributiontest.TwoGPUs()
 	trainer := record.Attribution{Pod: "train-7", Namespace: "ml", Container: "trainer"}
 	steps := []struct {
 		name string
@@ -262,7 +202,7 @@ func TestRealKubeletLifecycle(t *testing.T) {
 		}
 		k.set(s.pods...)
 		r.Refresh(context.Background(), tgt)
-		if got := tgt.attribution(); !maps.Equal(got, s.want) {
+		if got := tgt.Attribution(); !maps.Equal(got, s.want) {
 			t.Fatalf("%s: attribution %v, want %v", s.name, got, s.want)
 		}
 	}
@@ -335,18 +275,6 @@ func dropUnknown(m protoreflect.Message) {
 	})
 }
 
-// procTarget also keeps each device's per-process attribution.
-type procTarget struct {
-	*target
-	procs map[int]map[uint32]record.Attribution
-	pids  map[int][]uint32
-}
-
-func (p *procTarget) ProcessPIDs(i int) []uint32 { return p.pids[i] }
-func (p *procTarget) SetProcessAttribution(i int, byPID map[uint32]record.Attribution) {
-	p.procs[i] = byPID
-}
-
 // A GPU time-sliced between two pods by the real service's replica IDs:
 // no pod labels on the device; each process gets its own pod's from its
 // cgroup (fixture /proc) and the kubelet's container log links (fixture
@@ -357,58 +285,43 @@ func TestRealKubeletSharedGPU(t *testing.T) {
 	k := &kubelet{}
 	k.set(gpuPod("train-7", "ml", "trainer", "nvidia.com/gpu", "GPU-bbbb::0"), gpuPod("eval-2", "ml", "eval", "nvidia.com/gpu", "GPU-bbbb::1"))
 	serve(t, socket, k)
-	procRoot, logDir := t.TempDir(), t.TempDir()
-	idA, idB := strings.Repeat("a", 64), strings.Repeat("b", 64)
-	for pid, cg := range map[string]string{
-		"100": "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1f3a9c2e_5b7d_4e8f_9a0b_1c2d3e4f5a6b.slice/cri-containerd-" + idA + ".scope\n",
-		"200": "12:memory:/kubepods/besteffort/pod7e6d5c4b-3a29-4180-8f7e-6d5c4b3a2918/" + idB + "\n",
-	} {
-		if err := os.MkdirAll(filepath.Join(procRoot, pid), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(procRoot, pid, "cgroup"), []byte(cg), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	link := func(name string) string {
-		p := filepath.Join(logDir, name)
-		if err := os.Symlink("/var/log/pods/"+name, p); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	link("train-7_ml_trainer-" + idA + ".log")
-	evalLink := link("eval-2_ml_eval-" + idB + ".log")
+	procRoot := t.TempDir()
+	idA, idB := attributiontest.ContainerID('a'), attributiontest.ContainerID('b')
+	attributiontest.WriteCgroup(t, procRoot, 100, attributiontest.SystemdContainerd(attributiontest.PodUIDA, idA))
+	attributiontest.WriteCgroup(t, procRoot, 200, "12:memory:/kubepods/besteffort/pod"+attributiontest.PodUIDB+"/"+idB+"\n")
+	evalLog := "eval-2_ml_eval-" + idB + ".log"
+	logDir := attributiontest.LogLinks(t, "train-7_ml_trainer-"+idA+".log", evalLog)
 	r, err := attribution.New(attribution.Config{PodResourcesSocket: socket, ContainerLogDir: logDir, ProcRoot: procRoot,
 		Log: slog.New(slog.DiscardHandler), Now: func() time.Time { return t0 }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	tgt := &procTarget{target: twoGPUs(), procs: map[int]map[uint32]record.Attribution{}, pids: map[int][]uint32{1: {100, 200}}}
+	tgt := &attributiontest.ProcessTarget{Target: attributiontest.TwoGPUs()}
+	tgt.PIDs = map[int][]uint32{1: {100, 200}}
 	r.Refresh(context.Background(), tgt)
-	if got := tgt.attribution(); len(got) != 0 {
+	if got := tgt.Attribution(); len(got) != 0 {
 		t.Fatalf("device attribution of the shared GPU: %v", got)
 	}
 	train := record.Attribution{Pod: "train-7", Namespace: "ml", Container: "trainer"}
 	eval := record.Attribution{Pod: "eval-2", Namespace: "ml", Container: "eval"}
 	check := func(step string, want1 map[uint32]record.Attribution) {
 		t.Helper()
-		if len(tgt.procs) != 2 || len(tgt.procs[0]) != 0 || !maps.Equal(tgt.procs[1], want1) {
-			t.Fatalf("%s: process attribution %v, want GPU 1 %v and none on GPU 0", step, tgt.procs, want1)
+		if len(tgt.Procs) != 2 || len(tgt.Procs[0]) != 0 || !maps.Equal(tgt.Procs[1], want1) {
+			t.Fatalf("%s: process attribution %v, want GPU 1 %v and none on GPU 0", step, tgt.Procs, want1)
 		}
 	}
 	check("both pods", map[uint32]record.Attribution{100: train, 200: eval})
 
 	// eval-2 ends: the kubelet drops it and removes its container's link.
 	k.set(gpuPod("train-7", "ml", "trainer", "nvidia.com/gpu", "GPU-bbbb::0"))
-	if err := os.Remove(evalLink); err != nil {
+	if err := os.Remove(filepath.Join(logDir, evalLog)); err != nil {
 		t.Fatal(err)
 	}
 	r.Refresh(context.Background(), tgt)
 	check("eval-2 ended", map[uint32]record.Attribution{100: train})
 	// Only one holder left: the device has its labels again.
-	if got := tgt.attribution(); !maps.Equal(got, map[int]record.Attribution{1: train}) {
+	if got := tgt.Attribution(); !maps.Equal(got, map[int]record.Attribution{1: train}) {
 		t.Fatalf("device attribution with one holder: %v", got)
 	}
 	want := attribution.Stats{Refreshes: 2, Changes: 1, SharedDevices: 1, Successes: 2, LastSuccess: t0, Since: t0}
