@@ -183,6 +183,14 @@ func (s *fakeSource) Devices() ([]sampler.DeviceSource, error) {
 }
 func (s *fakeSource) Close() error { return nil }
 
+// published returns the samples e's device loops have published.
+func published(e *sampler.Engine) (n uint64) {
+	for _, d := range e.Stats().Devices {
+		n += d.Published
+	}
+	return n
+}
+
 // runUntil runs the engine until cond holds (checked every 10 ms) or two
 // minutes pass (a hang, not a slow machine), then stops it and returns
 // Run's error.
@@ -200,7 +208,7 @@ func runUntil(t *testing.T, e *sampler.Engine, cond func() bool) {
 		t.Fatalf("Run: %v", err)
 	}
 	if !cond() {
-		t.Fatalf("condition not reached within 10s")
+		t.Fatalf("condition not reached within 2 minutes")
 	}
 }
 
@@ -745,7 +753,14 @@ func TestEngineReplaceOutputWith(t *testing.T) {
 				if !closed {
 					t.Error("new output built before the old one was closed")
 				}
-				time.Sleep(50 * time.Millisecond) // samples keep coming meanwhile
+				// Samples keep coming meanwhile: wait until 100 more
+				// are published, while no output is attached.
+				for p0, giveUp := published(e), time.Now().Add(2*time.Minute); published(e) < p0+100; time.Sleep(time.Millisecond) {
+					if time.Now().After(giveUp) { // a hang, not a slow machine
+						t.Error("nothing published while the output was replaced")
+						break
+					}
+				}
 				return second, nil
 			})
 			if err != nil {
@@ -757,12 +772,8 @@ func TestEngineReplaceOutputWith(t *testing.T) {
 		}
 		return false
 	})
-	var published uint64
-	for _, d := range e.Stats().Devices {
-		published += d.Published
-	}
-	if got := uint64(len(first.snapshot()) + len(second.snapshot())); got != published {
-		t.Fatalf("old+new received %d, published %d", got, published)
+	if got, p := uint64(len(first.snapshot())+len(second.snapshot())), published(e); got != p {
+		t.Fatalf("old+new received %d, published %d", got, p)
 	}
 
 	// a failing build removes the output

@@ -3,7 +3,6 @@ package nats_test
 import (
 	"context"
 	"net"
-	"sync"
 	"testing"
 	"time"
 
@@ -42,32 +41,30 @@ func TestServerRestartJetStreamIntegration(t *testing.T) {
 	}
 	const batches, perBatch = 300, 20
 	ctx := context.Background()
-	var wg sync.WaitGroup
-	restartAt := make(chan struct{})
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for seq := 1; seq <= batches; seq++ {
-			b := &record.Batch{Seq: uint64(seq), Devices: []record.Device{{Index: 0, UUID: "GPU-r"}}}
-			for i := range perBatch {
-				b.Samples = append(b.Samples, record.Sample{TimeNS: int64(seq*perBatch + i), Value: float64(i), Metric: catalog.MetricPowerDraw})
-			}
-			if err := buf.Write(ctx, b); err != nil {
-				t.Error(err)
-				return
-			}
-			if seq == batches/3 {
-				close(restartAt)
-			}
-			time.Sleep(2 * time.Millisecond)
+	write := func(seq int) bool {
+		b := &record.Batch{Seq: uint64(seq), Devices: []record.Device{{Index: 0, UUID: "GPU-r"}}}
+		for i := range perBatch {
+			b.Samples = append(b.Samples, record.Sample{TimeNS: int64(seq*perBatch + i), Value: float64(i), Metric: catalog.MetricPowerDraw})
 		}
-	}()
-	<-restartAt
+		if err := buf.Write(ctx, b); err != nil {
+			t.Error(err)
+			return false
+		}
+		return true
+	}
+	// The first third of the batches goes to the first server, the second
+	// third is written while no server runs (the buffer retries it), the
+	// last third after the restart.
+	seq := 1
+	for ; seq <= batches/3 && write(seq); seq++ {
+	}
 	s.Shutdown()
 	s.WaitForShutdown()
-	time.Sleep(300 * time.Millisecond) // publishing goes on meanwhile
+	for ; seq <= 2*batches/3 && write(seq); seq++ {
+	}
 	s2 := natstest.Start(t, natstest.WithPort(port), natstest.WithStoreDir(dir))
-	wg.Wait()
+	for ; seq <= batches && write(seq); seq++ {
+	}
 	if err := buf.Close(); err != nil {
 		t.Fatal(err)
 	}
