@@ -223,4 +223,9 @@ func TestRunDevices(t *testing.T) {
 	if code, _, errs := runCLI(t, "run", "--backend", "sim", "--devices", "zero", "--duration", "1s"); code != 2 || !strings.Contains(errs, `"zero" is neither an index nor a UUID`) {
 		t.Fatalf("bad --devices: exit %d %s", code, errs)
 	}
+	// A GPU asked for that is not there is an error, never silently left out.
+	code, out, errs = runCLI(t, "run", "--backend", "sim", "--gpus", "3", "--devices", "0,7,GPU-nope", "--duration", "1s")
+	if want := "gpusampler run: --devices \"0,7,GPU-nope\": no GPU 7, GPU-nope here (GPUs: 0, 1, 2)\n"; code != 2 || out != "" || errs != want {
+		t.Fatalf("missing GPU in --devices: exit %d, stdout %.100q, stderr %q, want %q", code, out, errs, want)
+	}
 }

@@ -272,6 +272,12 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, out, stderr io.
 	if err != nil {
 		return err
 	}
+	if set["devices"] {
+		if err := checkDevicesExist(src, s.Devices); err != nil {
+			src.Close()
+			return usagef("--devices %q: %v", *devices, err)
+		}
+	}
 	aopts := agent.Options{Registry: reg, Stdout: out, Hostname: machine, Logger: log, Diagnose: *diag, Strict: *strict}
 	if *stats {
 		aopts.StatsWriter = stderr
@@ -419,4 +425,31 @@ func parseDeviceList(v string) (idx []int, uuids, all []string, err error) {
 		return nil, nil, nil, errors.New("no devices listed")
 	}
 	return idx, uuids, all, nil
+}
+
+// checkDevicesExist reports the entries of a device list (indexes or
+// UUIDs) that name no device of src: a GPU asked for by name is never
+// silently left out.
+func checkDevicesExist(src sampler.Source, list []string) error {
+	devs, err := src.Devices()
+	if err != nil {
+		return err
+	}
+	var have []string
+	found := map[string]bool{}
+	for _, d := range devs {
+		id, _ := d.Identity() // a GPU that does not answer still has its index
+		found[strconv.Itoa(id.Index)], found[id.UUID] = true, true
+		have = append(have, strconv.Itoa(id.Index))
+	}
+	var missing []string
+	for _, e := range list {
+		if !found[e] {
+			missing = append(missing, e)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("no GPU %s here (GPUs: %s)", strings.Join(missing, ", "), strings.Join(have, ", "))
+	}
+	return nil
 }
