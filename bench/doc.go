@@ -14,12 +14,18 @@
 //   - Execute runs the commands, the idle baseline and the step-mark FIFO
 //     and returns a Result.
 //   - Result is the stable JSON schema (SchemaVersion); README.md documents
-//     it. Compare compares two benchmarks with 95% confidence intervals.
+//     it. Compare compares two benchmarks: ratios of means with 95%
+//     confidence intervals and Welch's t-test on the wall times, in words
+//     that never call disjoint run ranges the same.
 //   - WriteTable, WriteMarkdown, WriteCSV and WriteSVG render a Result.
 //
 // It also holds the statistics shared with `make bench` (Median,
-// MeanStd, MeanCI95, RatioCI95).
+// MeanStd, MeanCI95, RatioCI95, WelchTest, RunsNeeded).
 //
-// Concurrency: Execute runs the commands from its caller's goroutine; the Collector is written
-// by the engine's pump and read under its own lock.
+// Concurrency: Execute runs the commands from its caller's goroutine;
+// Options.Progress is called from that goroutine after each run;
+// Options.Live while a command runs, from that goroutine as it starts and
+// then from a ticker goroutine, never at the same time as another Live or
+// Progress call. The Collector is written by the engine's pump and read
+// under its own lock.
 package bench

@@ -107,8 +107,9 @@ type Options struct {
 	// Progress, when set, is called after every run from the runner's
 	// goroutine.
 	Progress func(ProgressEvent)
-	// Live, when set, is called when a command starts and every
-	// LiveInterval while it runs, from a goroutine of the runner's.
+	// Live, when set, is called when a command starts (from Execute's
+	// goroutine) and every LiveInterval while it runs (from a ticker
+	// goroutine); calls never overlap each other or Progress.
 	Live func(LiveStatus)
 	// Stop, when closed, ends the benchmark after the current run; what was
 	// measured is returned, marked partial (a first Ctrl-C). The end of
