@@ -3,11 +3,13 @@ package main
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -32,6 +34,7 @@ func TestShutdownWithStalledReader(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer r.Close() // open to the end, never read: the writer blocks
+			// a small pipe fills fast; the size is only an optimisation
 			size, err := unix.FcntlInt(r.Fd(), unix.F_SETPIPE_SZ, 4096)
 			if err != nil {
 				t.Fatal(err)
@@ -46,19 +49,31 @@ func TestShutdownWithStalledReader(t *testing.T) {
 			w.Close()
 			exited := make(chan error, 1)
 			go func() { exited <- cmd.Wait() }()
-			// wait until the pipe is full: gpusampler is blocked writing
-			for full := false; !full; {
+			// Wait until gpusampler is blocked writing: a thread of it
+			// sleeps in write(2) on fd 1 and the pipe holds data. A full
+			// pipe is not the test: a write of at most PIPE_BUF bytes is
+			// atomic, so the writer blocks with the pipe only partly full.
+			liveness := time.Now().Add(5 * time.Minute)
+			n := 0
+			for blocked := false; !blocked; {
 				select {
 				case err := <-exited:
-					t.Fatalf("exited before the pipe filled: %v\n%s", err, stderr.String())
-				case <-time.After(10 * time.Millisecond):
+					t.Fatalf("exited before it blocked writing: %v\n%s", err, stderr.String())
+				case <-time.After(10 * time.Millisecond): // polling /proc
 				}
-				n, err := unix.IoctlGetInt(int(r.Fd()), unix.TIOCINQ)
-				if err != nil {
+				if n, err = unix.IoctlGetInt(int(r.Fd()), unix.TIOCINQ); err != nil {
 					t.Fatal(err)
 				}
-				full = n >= size
+				writing, states := sleepsInWrite(cmd.Process.Pid, 1)
+				blocked = writing && n > 0
+				if !blocked && time.Now().After(liveness) {
+					cmd.Process.Kill()
+					<-exited
+					t.Fatalf("not blocked writing to the stalled pipe after 5 minutes (%d bytes in the pipe; threads' syscalls %q)\n%s",
+						n, states, stderr.String())
+				}
 			}
+			t.Logf("blocked writing with %d of %d bytes in the pipe", n, size)
 			if err := cmd.Process.Signal(sig); err != nil {
 				t.Fatal(err)
 			}
@@ -77,7 +92,7 @@ func TestShutdownWithStalledReader(t *testing.T) {
 			if m == nil {
 				t.Fatalf("stderr does not report the unflushed output:\n%s", stderr.String())
 			}
-			n, _ := strconv.Atoi(m[1])
+			n, _ = strconv.Atoi(m[1])
 			if n == 0 {
 				t.Fatalf("0 samples reported unflushed:\n%s", stderr.String())
 			}
@@ -98,4 +113,30 @@ func TestShutdownWithStalledReader(t *testing.T) {
 				sig, n, c[0], c[1], c[2], c[3], c[4])
 		})
 	}
+}
+
+// sleepsInWrite reports whether a thread of process pid sleeps in write(2)
+// on file descriptor fd, from /proc/PID/task/*/syscall (a thread that runs
+// reads "running" there), and returns each thread's line for a failure
+// message.
+func sleepsInWrite(pid, fd int) (bool, []string) {
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/syscall", pid))
+	var states []string
+	writing := false
+	for _, p := range tasks {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue // the thread ended
+		}
+		line := strings.TrimSpace(string(b))
+		states = append(states, line)
+		f := strings.Fields(line)
+		if len(f) < 2 || f[0] != strconv.Itoa(unix.SYS_WRITE) {
+			continue
+		}
+		if arg, err := strconv.ParseUint(strings.TrimPrefix(f[1], "0x"), 16, 64); err == nil && arg == uint64(fd) {
+			writing = true
+		}
+	}
+	return writing, states
 }
