@@ -124,7 +124,10 @@ type Options struct {
 	Tool string
 	// Profile is the simulator's profile, recorded when simulated.
 	Profile string
-	Logger  *slog.Logger
+	// ReadyTimeout bounds the wait, before the baseline, for every GPU's
+	// first readings (0: DefaultReadyTimeout).
+	ReadyTimeout time.Duration
+	Logger       *slog.Logger
 }
 
 // CommandError is a run that could not start, exited non-zero or was
@@ -334,9 +337,13 @@ func Execute(ctx context.Context, src sampler.Source, opts Options) (*Result, er
 	// than the engine's start (its sample buffers drained once, its fields
 	// read): a run or baseline that began earlier would miss its first
 	// readings, and the live display would have none to show. A GPU that
-	// never reports both kinds only delays the start by ReadyTimeout.
-	if !col.WaitPast(ctx, idx, created.UnixNano(), ReadyTimeout) && ctx.Err() == nil {
-		opts.Logger.Info("sampler not reporting every GPU yet; starting anyway", "waited", ReadyTimeout)
+	// never reports both kinds only delays the start by the ready timeout.
+	ready := opts.ReadyTimeout
+	if ready <= 0 {
+		ready = DefaultReadyTimeout
+	}
+	if !col.WaitPast(ctx, idx, created.UnixNano(), ready) && ctx.Err() == nil {
+		opts.Logger.Info("sampler not reporting every GPU yet; starting anyway", "waited", ready)
 	}
 	// Baseline: idle, before the runs.
 	var baseFrom, baseTo int64
@@ -402,9 +409,9 @@ func Execute(ctx context.Context, src sampler.Source, opts Options) (*Result, er
 	return res, runErr
 }
 
-// ReadyTimeout bounds the wait, before the baseline, for every GPU's first
-// readings.
-const ReadyTimeout = 2 * time.Second
+// DefaultReadyTimeout bounds the wait, before the baseline, for every GPU's
+// first readings when Options.ReadyTimeout is 0.
+const DefaultReadyTimeout = 2 * time.Second
 
 // ErrInterrupted: the benchmark was stopped before any run completed.
 var ErrInterrupted = errors.New("bench: interrupted before any run completed")

@@ -166,7 +166,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	opts := bench.Options{Commands: cmds, Runs: o.runs, Warmup: o.warmup, Baseline: o.baseline,
 		FieldInterval: o.field.d, DrainInterval: o.drain.d, Devices: devFilter, Selection: selection,
 		ShowOutput: o.showOutput, Output: stderr, IgnoreFailure: o.ignoreFail, Tool: "gpusampler " + version,
-		Profile: o.bf.profile, Logger: log}
+		Profile: o.bf.profile, ReadyTimeout: benchReadyTimeout, Logger: log}
 	if !o.noProgress {
 		opts.Progress = newProgress(stderr)
 		if isTerminal(stderr) {
@@ -217,6 +217,11 @@ func agedClock(d time.Duration) func() time.Time {
 		return time.Now()
 	}
 }
+
+// benchReadyTimeout is how long bench waits for every GPU's first readings
+// before it starts anyway (a test that asserts the live values of the first
+// run raises it, so that a loaded machine cannot start a run before them).
+var benchReadyTimeout = bench.DefaultReadyTimeout
 
 var simpleWord = regexp.MustCompile(`^[A-Za-z0-9_./+-]+$`)
 

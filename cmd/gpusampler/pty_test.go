@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -68,7 +69,11 @@ func TestRunShowsTableOnTerminal(t *testing.T) {
 // Nothing here waits on the wall clock: each run's first status is drawn as
 // it starts, and bench starts only once every GPU has readings.
 func TestBenchLiveProgressOnTerminal(t *testing.T) {
-	t.Setenv("TERM", "xterm")
+	t.Setenv("TERM", "xterm") // also keeps this test out of the parallel ones, so the variable below is not raced
+	// The first run's line must carry live values: wait for them however
+	// loaded the machine is (bench alone starts anyway after 2 s).
+	defer func(d time.Duration) { benchReadyTimeout = d }(benchReadyTimeout)
+	benchReadyTimeout = 2 * time.Minute
 	ctl, term := openPTY(t)
 	got := make(chan string, 1)
 	go func() {
