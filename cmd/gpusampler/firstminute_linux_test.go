@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -88,12 +89,22 @@ func TestMakeRunFirstMinuteIntegration(t *testing.T) {
 		t.Fatalf("make build wrote to stderr (compiler warnings?):\n%s", stderr.String())
 	}
 
-	// version: the commit the Makefile passed.
+	// version: the commit the Makefile passed, the Go toolchain, and the
+	// driver and NVML versions of the library it loads (the fake driver's,
+	// told to report 595.12.03).
 	if head, err := exec.Command("git", "-C", root, "rev-parse", "HEAD").Output(); err == nil {
-		out, err := exec.Command(bin, "version").Output()
-		want := "commit  " + strings.TrimSpace(string(head)) + "\n"
-		if err != nil || !strings.Contains(string(out), want) {
-			t.Fatalf("version: %v\n%s\nwant a line %q", err, out, want)
+		fake := filepath.Join(t.TempDir(), "libnvidia-ml.so.1")
+		if b, err := exec.Command("gcc", "-shared", "-fPIC", "-O1", "-o", fake, filepath.Join(root, "sampler/nvml/testdata/fakenvml.c")).CombinedOutput(); err != nil {
+			t.Fatalf("gcc fakenvml.c: %v\n%s", err, b)
+		}
+		ver := exec.Command(bin, "version")
+		ver.Env = append(withoutEnv(os.Environ(), "GPUSAMPLER_NVML_LIBRARY"), "GPUSAMPLER_NVML_LIBRARY="+fake, "FAKENVML_VERSION=13.595.12.03")
+		out, err := ver.Output()
+		_, rest, _ := strings.Cut(string(out), "\n")
+		want := "commit  " + strings.TrimSpace(string(head)) + "\ngo      " + runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH +
+			", cgo on\ndriver  595.12.03\nnvml    13.595.12.03\n"
+		if err != nil || !strings.HasPrefix(string(out), "gpusampler ") || rest != want {
+			t.Fatalf("version: %v\n%s\nwant after the first line\n%s", err, out, want)
 		}
 	}
 
