@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/gpusampler/gpusampler/bench"
 	"github.com/gpusampler/gpusampler/record"
+	"github.com/gpusampler/gpusampler/sampler"
 	"github.com/gpusampler/gpusampler/sampler/sim"
 )
 
@@ -144,7 +146,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	devFilter, selection, err := deviceSelection(o.devices, o.devicesSet, stderr)
+	devFilter, selection, devList, err := deviceSelection(o.devices, o.devicesSet, stderr)
 	if err != nil {
 		return err
 	}
@@ -162,6 +164,12 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	src, err := o.bf.open(stderr, log)
 	if err != nil {
 		return err
+	}
+	if devList != "" {
+		if err := selectsEveryEntry(src, devList); err != nil {
+			src.Close()
+			return usagef("%s: %v", selection, err)
+		}
 	}
 	opts := bench.Options{Commands: cmds, Runs: o.runs, Warmup: o.warmup, Baseline: o.baseline,
 		FieldInterval: o.field.d, DrainInterval: o.drain.d, Devices: devFilter, Selection: selection,
@@ -260,22 +268,24 @@ func checkWritable(path string) error {
 // deviceSelection builds the device filter: --devices, else
 // CUDA_VISIBLE_DEVICES, else all. Entries are indexes (NVML's order, which
 // is PCI bus order; CUDA's default order differs unless
-// CUDA_DEVICE_ORDER=PCI_BUS_ID) or UUIDs (unique prefixes, like CUDA).
-func deviceSelection(flagVal string, flagSet bool, stderr io.Writer) (func(record.Device) bool, string, error) {
+// CUDA_DEVICE_ORDER=PCI_BUS_ID) or UUIDs (unique prefixes, like CUDA). It
+// also returns where the selection came from and the list itself ("" for
+// all GPUs).
+func deviceSelection(flagVal string, flagSet bool, stderr io.Writer) (func(record.Device) bool, string, string, error) {
 	list, origin := flagVal, "--devices "+flagVal
 	if !flagSet {
 		v, ok := os.LookupEnv("CUDA_VISIBLE_DEVICES")
 		if !ok {
-			return nil, "all", nil
+			return nil, "all", "", nil
 		}
 		list, origin = v, "CUDA_VISIBLE_DEVICES="+v
 		if strings.TrimSpace(v) == "" || strings.TrimSpace(v) == "-1" {
-			return nil, "", usagef("CUDA_VISIBLE_DEVICES=%q hides every GPU: nothing to sample (unset it or pass --devices)", v)
+			return nil, "", "", usagef("CUDA_VISIBLE_DEVICES=%q hides every GPU: nothing to sample (unset it or pass --devices)", v)
 		}
 	}
 	idx, uuids, _, err := parseDeviceList(list)
 	if err != nil {
-		return nil, "", usagef("%s: %v", origin, err)
+		return nil, "", "", usagef("%s: %v", origin, err)
 	}
 	if len(idx) > 0 && !flagSet && os.Getenv("CUDA_DEVICE_ORDER") != "PCI_BUS_ID" {
 		fmt.Fprintln(stderr, "gpusampler bench: note: CUDA_VISIBLE_DEVICES indexes are taken in NVML (PCI bus) order; set CUDA_DEVICE_ORDER=PCI_BUS_ID so CUDA agrees")
@@ -290,7 +300,26 @@ func deviceSelection(flagVal string, flagSet bool, stderr io.Writer) (func(recor
 			}
 		}
 		return false
-	}, origin, nil
+	}, origin, list, nil
+}
+
+// selectsEveryEntry reports the entries of a device list (indexes, or UUID
+// prefixes as deviceSelection takes them) that select no GPU of src: a
+// benchmark of GPUs 0 and 7 on a machine without GPU 7 is an error, not a
+// benchmark of GPU 0.
+func selectsEveryEntry(src sampler.Source, list string) error {
+	idx, uuids, _, err := parseDeviceList(list)
+	if err != nil {
+		return err
+	}
+	var entries []string
+	for _, i := range idx {
+		entries = append(entries, strconv.Itoa(i))
+	}
+	entries = append(entries, uuids...)
+	return checkDevicesExist(src, entries, func(e string, d record.Device) bool {
+		return e == strconv.Itoa(d.Index) || strings.HasPrefix(d.UUID, e)
+	})
 }
 
 // newProgress returns a progress reporter: a bar redrawn in place on a

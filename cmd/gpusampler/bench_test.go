@@ -268,6 +268,8 @@ func TestBenchBadInput(t *testing.T) {
 		{"missing file", []string{"bench", "compare", filepath.Join(dir, "nope.json"), bad}, 2, "no such file"},
 		{"one file", []string{"bench", "compare", bad}, 2, "two result files"},
 		{"bad devices", []string{"bench", "--backend", "sim", "--devices", "x", "--", "true"}, 2, `"x" is neither an index nor a UUID`},
+		{"absent devices", []string{"bench", "--backend", "sim", "--gpus", "2", "--devices", "0,7,GPU-nope", "--", "true"}, 2,
+			"gpusampler bench: --devices 0,7,GPU-nope: no GPU 7, GPU-nope here (GPUs: 0, 1)\n"},
 		{"fail-if-slower without vs", []string{"bench", "--backend", "sim", "--fail-if-slower", "5", "--", "true"}, 2, "needs --vs"},
 	} {
 		code, out, errs := runCLI(t, tc.args...)

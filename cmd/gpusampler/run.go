@@ -273,7 +273,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, out, stderr io.
 		return err
 	}
 	if set["devices"] {
-		if err := checkDevicesExist(src, s.Devices); err != nil {
+		if err := checkDevicesExist(src, s.Devices, nil); err != nil {
 			src.Close()
 			return usagef("--devices %q: %v", *devices, err)
 		}
@@ -427,24 +427,29 @@ func parseDeviceList(v string) (idx []int, uuids, all []string, err error) {
 	return idx, uuids, all, nil
 }
 
-// checkDevicesExist reports the entries of a device list (indexes or
-// UUIDs) that name no device of src: a GPU asked for by name is never
-// silently left out.
-func checkDevicesExist(src sampler.Source, list []string) error {
+// checkDevicesExist reports the entries of a device list that select no
+// GPU of src (selects says whether an entry selects a device; nil: the
+// entry is the device's index or its whole UUID, as [sampler] devices
+// takes them): a run of GPUs 0 and 7 on a machine without GPU 7 is an
+// error, not a run of GPU 0.
+func checkDevicesExist(src sampler.Source, list []string, selects func(entry string, d record.Device) bool) error {
+	if selects == nil {
+		selects = func(e string, d record.Device) bool { return e == strconv.Itoa(d.Index) || e == d.UUID }
+	}
 	devs, err := src.Devices()
 	if err != nil {
 		return err
 	}
-	var have []string
-	found := map[string]bool{}
+	ids := make([]record.Device, 0, len(devs))
+	have := make([]string, 0, len(devs))
 	for _, d := range devs {
 		id, _ := d.Identity() // a GPU that does not answer still has its index
-		found[strconv.Itoa(id.Index)], found[id.UUID] = true, true
+		ids = append(ids, id)
 		have = append(have, strconv.Itoa(id.Index))
 	}
 	var missing []string
 	for _, e := range list {
-		if !found[e] {
+		if !slices.ContainsFunc(ids, func(d record.Device) bool { return selects(e, d) }) {
 			missing = append(missing, e)
 		}
 	}
