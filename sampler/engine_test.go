@@ -618,20 +618,22 @@ func (d *gpmDevice) Read(ids []catalog.MetricID, out []sampler.Reading) error {
 	return nil
 }
 
-type gpmSource struct{ dev *gpmDevice }
+// oneDevice is a Source of one device of another kind than fakeDevice
+// (one that adds a method the engine looks for).
+type oneDevice struct{ dev sampler.DeviceSource }
 
-func (s gpmSource) Name() string { return "fake" }
-func (s gpmSource) Devices() ([]sampler.DeviceSource, error) {
+func (s oneDevice) Name() string { return "fake" }
+func (s oneDevice) Devices() ([]sampler.DeviceSource, error) {
 	return []sampler.DeviceSource{s.dev}, nil
 }
-func (s gpmSource) Close() error { return nil }
+func (s oneDevice) Close() error { return nil }
 
 // GPM metrics are read together, once per GPMInterval: the first snapshot
 // yields nothing, unsupported metrics are dropped, the rest flow.
 func TestEngineGPMReadAtItsInterval(t *testing.T) {
 	clk := clocktest.New(clockStart)
 	dev := &gpmDevice{fakeDevice: newFakeDevice(0).onClock(clk)}
-	e, err := sampler.New(gpmSource{dev}, sampler.Config{FieldInterval: 5 * time.Millisecond, GPMInterval: 100 * time.Millisecond,
+	e, err := sampler.New(oneDevice{dev}, sampler.Config{FieldInterval: 5 * time.Millisecond, GPMInterval: 100 * time.Millisecond,
 		Clock: clk, CallTimeout: -1,
 		Select: func(m *catalog.Metric) bool {
 			return m.Src.Kind == catalog.FromGPM || m.ID == catalog.MetricPowerInstant
@@ -666,7 +668,7 @@ func TestEngineGPMReadAtItsInterval(t *testing.T) {
 	if n := dev.reads(catalog.MetricTensorActive); n != 2 {
 		t.Errorf("unsupported GPM metric read %d times, want twice (nothing new, then not supported)", n)
 	}
-	if _, err := sampler.New(gpmSource{dev}, sampler.Config{GPMInterval: 10 * time.Millisecond}); err == nil {
+	if _, err := sampler.New(oneDevice{dev}, sampler.Config{GPMInterval: 10 * time.Millisecond}); err == nil {
 		t.Error("GPM interval 10ms accepted")
 	}
 }

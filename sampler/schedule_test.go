@@ -192,14 +192,6 @@ type capDevice struct{ *fakeDevice }
 
 func (d capDevice) BufferCapacity(catalog.BufferType) int { return d.depth }
 
-type capSource struct{ dev capDevice }
-
-func (s capSource) Name() string { return "fake" }
-func (s capSource) Devices() ([]sampler.DeviceSource, error) {
-	return []sampler.DeviceSource{s.dev}, nil
-}
-func (s capSource) Close() error { return nil }
-
 // An idle engine's secondary buffer stays empty, so its span is unknown:
 // it is drained at the secondary limit, not every DrainInterval. When the
 // engine becomes active and the first drain finds the buffer full, what
@@ -213,7 +205,7 @@ func TestEngineIdleSecondaryBuffer(t *testing.T) {
 	dev.period = map[catalog.BufferType]time.Duration{catalog.BufferEncoderUtil: 50 * time.Millisecond,
 		catalog.BufferDecoderUtil: 50 * time.Millisecond}
 	dev.idle[catalog.BufferEncoderUtil], dev.idle[catalog.BufferDecoderUtil] = true, true
-	e, err := sampler.New(capSource{capDevice{dev}}, sampler.Config{DrainInterval: time.Second, SecondaryDrainInterval: 10 * time.Second,
+	e, err := sampler.New(oneDevice{capDevice{dev}}, sampler.Config{DrainInterval: time.Second, SecondaryDrainInterval: 10 * time.Second,
 		Select: onlyBuffers(catalog.BufferEncoderUtil, catalog.BufferDecoderUtil), Clock: clk, CallTimeout: -1})
 	if err != nil {
 		t.Fatal(err)
