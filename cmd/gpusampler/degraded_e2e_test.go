@@ -41,17 +41,7 @@ health_fail_on_outputs = true
 	}
 
 	r := startE2E(t, exec.Command(bin, "run", "--config", cfg, "--stats", "--log-level", "info"))
-	addrRE := regexp.MustCompile(`msg="Listening on" output=prometheus address=(127\.0\.0\.1:\d+)`)
-	var addr string
-	r.waitFor("prometheus address", func() bool {
-		for _, l := range r.stderr {
-			if m := addrRE.FindStringSubmatch(l); m != nil {
-				addr = m[1]
-				return true
-			}
-		}
-		return false
-	})
+	addr := r.waitPromAddr()
 	notStarted := regexp.MustCompile(`^  output broken +NOT STARTED: \d+ failed start attempts; retrying with backoff \(the log says why\)$`)
 	r.waitFor("--stats line naming the broken output", func() bool {
 		for _, l := range r.stderr {

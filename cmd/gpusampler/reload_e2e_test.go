@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -130,6 +132,28 @@ func (r *e2eRun) fatalf(format string, args ...any) {
 	lines := r.stderr[max(0, len(r.stderr)-60):]
 	r.mu.Unlock()
 	r.t.Fatalf(format+"; stderr ends:\n%s", append(args, strings.Join(lines, "\n"))...)
+}
+
+var listeningRE = regexp.MustCompile(`msg="Listening on" output=prometheus address=(127\.0\.0\.1:\d+)`)
+
+// promAddr returns the address of the prometheus output's newest
+// "Listening on" line ("" before the first). r.mu held.
+func (r *e2eRun) promAddr() string {
+	for _, l := range slices.Backward(r.stderr) {
+		if m := listeningRE.FindStringSubmatch(l); m != nil {
+			return m[1]
+		}
+	}
+	return ""
+}
+
+// waitPromAddr waits for the prometheus output's first "Listening on" line
+// and returns its address.
+func (r *e2eRun) waitPromAddr() string {
+	r.t.Helper()
+	var addr string
+	r.waitFor("prometheus's listening address", func() bool { addr = r.promAddr(); return addr != "" })
+	return addr
 }
 
 // exit waits until gpusampler, told to stop by the caller, has exited, and

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -165,17 +164,7 @@ listen = "127.0.0.1:0"
 	has := func(lines []string, sub string) bool {
 		return slices.ContainsFunc(lines, func(l string) bool { return strings.Contains(l, sub) })
 	}
-	addrRE := regexp.MustCompile(`msg="Listening on" output=prometheus address=(127\.0\.0\.1:\d+)`)
-	var addr string
-	r.waitFor("prometheus's listening address", func() bool {
-		for _, l := range r.stderr {
-			if m := addrRE.FindStringSubmatch(l); m != nil {
-				addr = m[1]
-				return true
-			}
-		}
-		return false
-	})
+	addr := r.waitPromAddr()
 	// Both webhook plugins failed a post and logged it; every sink's
 	// connection error is in; several rounds of --stats went by.
 	for _, o := range []string{"webhook-env", "webhook-inline"} {

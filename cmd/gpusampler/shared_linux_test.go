@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -130,20 +129,14 @@ func TestRunNetworkOutputsShareOneChildIntegration(t *testing.T) {
 			}
 		}
 	}
-	addrRE := regexp.MustCompile(`msg="Listening on" output=prometheus address=(127\.0\.0\.1:\d+)`)
 	// scrape waits until the newest prometheus listener serves the
 	// device metrics.
 	scrape := func() {
 		t.Helper()
 		bound := time.After(5 * time.Minute) // liveness only
 		for {
-			addr := ""
 			r.mu.Lock()
-			for _, l := range r.stderr {
-				if m := addrRE.FindStringSubmatch(l); m != nil {
-					addr = m[1]
-				}
-			}
+			addr := r.promAddr()
 			r.mu.Unlock()
 			if addr != "" {
 				if resp, err := http.Get("http://" + addr + "/metrics"); err == nil {
