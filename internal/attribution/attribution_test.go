@@ -9,7 +9,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -29,31 +28,19 @@ import (
 // kubelet serves the real pod-resources v1 service from a pod list the
 // test edits.
 type kubelet struct {
-	mu   sync.Mutex
-	pods []*podresources.PodResources
-}
-
-func (k *kubelet) set(pods ...*podresources.PodResources) {
-	k.mu.Lock()
-	k.pods = pods
-	k.mu.Unlock()
+	attributiontest.Pods[*podresources.PodResources]
 }
 
 func (k *kubelet) List(context.Context, *podresources.ListPodResourcesRequest) (*podresources.ListPodResourcesResponse, error) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return &podresources.ListPodResourcesResponse{PodResources: k.pods}, nil
+	return &podresources.ListPodResourcesResponse{PodResources: k.All()}, nil
 }
 
 func (k *kubelet) Get(_ context.Context, in *podresources.GetPodResourcesRequest) (*podresources.GetPodResourcesResponse, error) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	for _, p := range k.pods {
-		if p.Name == in.PodName && p.Namespace == in.PodNamespace {
-			return &podresources.GetPodResourcesResponse{PodResources: p}, nil
-		}
+	p, err := k.Find(in.PodName, in.PodNamespace)
+	if err != nil {
+		return nil, err
 	}
-	return nil, status.Errorf(codes.NotFound, "pod %s/%s not found", in.PodNamespace, in.PodName)
+	return &podresources.GetPodResourcesResponse{PodResources: p}, nil
 }
 
 // startKubelet serves k on a Unix socket; stop ends the server and removes
@@ -92,7 +79,7 @@ func newResolver(t *testing.T, cfg Config) (*Resolver, *bytes.Buffer) {
 // container on GPU 1 only; after the pod ends, the next refresh removes them.
 func TestKubernetesPodLabels(t *testing.T) {
 	k := &kubelet{}
-	k.set(pod("train-7", "ml", "trainer", "nvidia.com/gpu", "GPU-bbbb"),
+	k.Set(pod("train-7", "ml", "trainer", "nvidia.com/gpu", "GPU-bbbb"),
 		pod("web-1", "default", "nginx", "cpu", "0"))
 	socket, _ := startKubelet(t, k)
 	r, _ := newResolver(t, Config{PodResourcesSocket: socket})
@@ -138,7 +125,7 @@ func TestKubernetesPodLabels(t *testing.T) {
 	}
 
 	// The pod ends; one refresh later the labels are gone.
-	k.set(pod("web-1", "default", "nginx", "cpu", "0"))
+	k.Set(pod("web-1", "default", "nginx", "cpu", "0"))
 	r.Refresh(context.Background(), tgt)
 	if got := tgt.Attribution(); len(got) != 0 {
 		t.Fatalf("attribution after the pod ended: %v", got)
@@ -173,7 +160,7 @@ func TestKubernetesPodsComeAndGo(t *testing.T) {
 			map[int]record.Attribution{}},
 	}
 	for i, s := range steps {
-		k.set(s.pods...)
+		k.Set(s.pods...)
 		r.Refresh(context.Background(), tgt)
 		if got := tgt.Attribution(); !maps.Equal(got, s.want) {
 			t.Fatalf("step %d: attribution %v, want %v", i, got, s.want)
@@ -192,7 +179,7 @@ func TestKubernetesPodsComeAndGo(t *testing.T) {
 // back, labels return.
 func TestKubernetesSocketDisappears(t *testing.T) {
 	k := &kubelet{}
-	k.set(pod("train-7", "ml", "trainer", "nvidia.com/gpu", "GPU-bbbb"))
+	k.Set(pod("train-7", "ml", "trainer", "nvidia.com/gpu", "GPU-bbbb"))
 	socket, stop := startKubelet(t, k)
 	r, logs := newResolver(t, Config{PodResourcesSocket: socket})
 	tgt := attributiontest.TwoGPUs()
@@ -251,7 +238,7 @@ func TestMatchDevice(t *testing.T) {
 func TestPodResourcesGet(t *testing.T) {
 	k := &kubelet{}
 	want := pod("train-7", "ml", "trainer", "nvidia.com/gpu", "GPU-bbbb")
-	k.set(want)
+	k.Set(want)
 	socket, _ := startKubelet(t, k)
 	r, _ := newResolver(t, Config{PodResourcesSocket: socket})
 	kube, err := r.kubeClient()

@@ -79,7 +79,7 @@ func TestReadContainerLogDir(t *testing.T) {
 // process records carry the process's attribution, the device records none.
 func TestSharedGPUProcessAttribution(t *testing.T) {
 	k := &kubelet{}
-	k.set(pod("train-7", "ml", "trainer", "nvidia.com/gpu", "GPU-bbbb::0"),
+	k.Set(pod("train-7", "ml", "trainer", "nvidia.com/gpu", "GPU-bbbb::0"),
 		pod("eval-2", "ml", "eval", "nvidia.com/gpu", "GPU-bbbb::1"))
 	socket, _ := startKubelet(t, k)
 	procRoot := t.TempDir()

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -34,31 +33,19 @@ import (
 // types and service registration) over a pod list the test edits.
 type kubelet struct {
 	kubeapi.UnimplementedPodResourcesListerServer
-	mu   sync.Mutex
-	pods []*kubeapi.PodResources
-}
-
-func (k *kubelet) set(pods ...*kubeapi.PodResources) {
-	k.mu.Lock()
-	k.pods = pods
-	k.mu.Unlock()
+	attributiontest.Pods[*kubeapi.PodResources]
 }
 
 func (k *kubelet) List(context.Context, *kubeapi.ListPodResourcesRequest) (*kubeapi.ListPodResourcesResponse, error) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return &kubeapi.ListPodResourcesResponse{PodResources: k.pods}, nil
+	return &kubeapi.ListPodResourcesResponse{PodResources: k.All()}, nil
 }
 
 func (k *kubelet) Get(_ context.Context, in *kubeapi.GetPodResourcesRequest) (*kubeapi.GetPodResourcesResponse, error) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	for _, p := range k.pods {
-		if p.Name == in.PodName && p.Namespace == in.PodNamespace {
-			return &kubeapi.GetPodResourcesResponse{PodResources: p}, nil
-		}
+	p, err := k.Find(in.PodName, in.PodNamespace)
+	if err != nil {
+		return nil, err
 	}
-	return nil, status.Errorf(codes.NotFound, "pod %s/%s not found", in.PodNamespace, in.PodName)
+	return &kubeapi.GetPodResourcesResponse{PodResources: p}, nil
 }
 
 // serve serves k on socket until the returned stop is called (or the test
@@ -106,7 +93,7 @@ func newResolver(t *testing.T, socket string) (*attribution.Resolver, *bytes.Buf
 func TestRealKubeletPodLabels(t *testing.T) {
 	socket := filepath.Join(t.TempDir(), "kubelet.sock")
 	k := &kubelet{}
-	k.set(gpuPod("train-7", "ml", "trainer", "nvidia.com/gpu", "GPU-bbbb"), gpuPod("web-1", "default", "nginx", "example.com/nic", "eth1"))
+	k.Set(gpuPod("train-7", "ml", "trainer", "nvidia.com/gpu", "GPU-bbbb"), gpuPod("web-1", "default", "nginx", "example.com/nic", "eth1"))
 	serve(t, socket, k)
 	r, _ := newResolver(t, socket)
 	tgt := attributiontest.TwoGPUs()
@@ -145,7 +132,7 @@ func TestRealKubeletPodLabels(t *testing.T) {
 		t.Fatalf("line protocol:\n%s\nwant:\n%s", got, wantLP)
 	}
 
-	k.set(gpuPod("web-1", "default", "nginx", "example.com/nic", "eth1"))
+	k.Set(gpuPod("web-1", "default", "nginx", "example.com/nic", "eth1"))
 	r.Refresh(context.Background(), tgt)
 	if got := tgt.Attribution(); len(got) != 0 {
 		t.Fatalf("attribution after the pod ended: %v", got)
@@ -200,7 +187,7 @@ func TestRealKubeletLifecycle(t *testing.T) {
 		if s.up {
 			stop = serve(t, socket, k)
 		}
-		k.set(s.pods...)
+		k.Set(s.pods...)
 		r.Refresh(context.Background(), tgt)
 		if got := tgt.Attribution(); !maps.Equal(got, s.want) {
 			t.Fatalf("%s: attribution %v, want %v", s.name, got, s.want)
@@ -223,7 +210,7 @@ func TestRealKubeletLifecycle(t *testing.T) {
 func TestReducedAPIReadsRealAnswers(t *testing.T) {
 	socket := filepath.Join(t.TempDir(), "kubelet.sock")
 	k := &kubelet{}
-	k.set(gpuPod("train-7", "ml", "trainer", "nvidia.com/mig-1g.18gb", "MIG-cccc", "MIG-dddd"))
+	k.Set(gpuPod("train-7", "ml", "trainer", "nvidia.com/mig-1g.18gb", "MIG-cccc", "MIG-dddd"))
 	serve(t, socket, k)
 	conn, err := grpc.NewClient("unix:"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -283,7 +270,7 @@ func dropUnknown(m protoreflect.Message) {
 func TestRealKubeletSharedGPU(t *testing.T) {
 	socket := filepath.Join(t.TempDir(), "kubelet.sock")
 	k := &kubelet{}
-	k.set(gpuPod("train-7", "ml", "trainer", "nvidia.com/gpu", "GPU-bbbb::0"), gpuPod("eval-2", "ml", "eval", "nvidia.com/gpu", "GPU-bbbb::1"))
+	k.Set(gpuPod("train-7", "ml", "trainer", "nvidia.com/gpu", "GPU-bbbb::0"), gpuPod("eval-2", "ml", "eval", "nvidia.com/gpu", "GPU-bbbb::1"))
 	serve(t, socket, k)
 	procRoot := t.TempDir()
 	idA, idB := attributiontest.ContainerID('a'), attributiontest.ContainerID('b')
@@ -314,7 +301,7 @@ func TestRealKubeletSharedGPU(t *testing.T) {
 	check("both pods", map[uint32]record.Attribution{100: train, 200: eval})
 
 	// eval-2 ends: the kubelet drops it and removes its container's link.
-	k.set(gpuPod("train-7", "ml", "trainer", "nvidia.com/gpu", "GPU-bbbb::0"))
+	k.Set(gpuPod("train-7", "ml", "trainer", "nvidia.com/gpu", "GPU-bbbb::0"))
 	if err := os.Remove(filepath.Join(logDir, evalLog)); err != nil {
 		t.Fatal(err)
 	}

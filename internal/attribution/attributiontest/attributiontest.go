@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/gpusampler/gpusampler/outputs/prometheus"
 	"github.com/gpusampler/gpusampler/record"
@@ -91,6 +93,48 @@ func (p *ProcessTarget) SetProcessAttribution(i int, byPID map[uint32]record.Att
 		p.Procs = map[int]map[uint32]record.Attribution{}
 	}
 	p.Procs[i] = byPID
+}
+
+// Pod is a pod-resources message of either copy of the API: gpusampler's
+// reduced one or the kubelet's own.
+type Pod interface {
+	GetName() string
+	GetNamespace() string
+}
+
+// Pods is the pod list of a fake kubelet, which the test edits while the
+// server answers from it. Safe for concurrent use.
+type Pods[P Pod] struct {
+	mu   sync.Mutex
+	pods []P
+}
+
+// Set replaces the list.
+func (k *Pods[P]) Set(pods ...P) {
+	k.mu.Lock()
+	k.pods = pods
+	k.mu.Unlock()
+}
+
+// All returns the list (a List answer).
+func (k *Pods[P]) All() []P {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.pods
+}
+
+// Find returns the pod named name in namespace ns (a Get answer), or the
+// kubelet's NotFound status.
+func (k *Pods[P]) Find(name, ns string) (P, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, p := range k.pods {
+		if p.GetName() == name && p.GetNamespace() == ns {
+			return p, nil
+		}
+	}
+	var zero P
+	return zero, status.Errorf(codes.NotFound, "pod %s/%s not found", ns, name)
 }
 
 // ServeUnix serves a gRPC server, with the services register adds, on a
