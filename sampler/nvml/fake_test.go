@@ -5,6 +5,7 @@ package nvml
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -289,6 +290,7 @@ type collector struct {
 	mu      sync.Mutex
 	samples []record.Sample
 	events  []record.Event
+	wrote   chan struct{} // when not nil: a token after each Write
 }
 
 func (c *collector) Write(_ context.Context, b *record.Batch) error {
@@ -298,7 +300,42 @@ func (c *collector) Write(_ context.Context, b *record.Batch) error {
 		c.events = append(c.events, e.Clone())
 	}
 	c.mu.Unlock()
+	if c.wrote != nil {
+		select {
+		case c.wrote <- struct{}{}:
+		default:
+		}
+	}
 	return nil
+}
+
+// keepUp waits until the collector holds all but at most slack of the
+// samples the engine's devices published. A stepped engine publishes as
+// fast as the test moves the clock, but the output's pump flushes on real
+// time: a pump not scheduled for a while would let the rings overrun and
+// drop what the test means to count. Each step publishes far less than
+// the slack, so waiting here keeps every ring from overrunning however
+// the machine schedules the pump.
+func (c *collector) keepUp(t *testing.T, eng *sampler.Engine, slack uint64) {
+	t.Helper()
+	liveness := time.After(2 * time.Minute)
+	for {
+		var published uint64
+		for _, d := range eng.Stats().Devices {
+			published += d.Published
+		}
+		c.mu.Lock()
+		got := uint64(len(c.samples))
+		c.mu.Unlock()
+		if got+slack >= published {
+			return
+		}
+		select {
+		case <-c.wrote:
+		case <-liveness: // a failure guard, not a timing check
+			t.Fatalf("the output took %d of %d published samples and nothing more in 2 minutes", got, published)
+		}
+	}
 }
 
 func (c *collector) Close() error { return nil }
@@ -341,16 +378,18 @@ func runEngineHooked(t *testing.T, src sampler.Source, cfg sampler.Config, clk *
 	if err != nil {
 		t.Fatal(err)
 	}
-	col := &collector{}
+	col := &collector{wrote: make(chan struct{}, 1)}
 	if err := eng.AddOutput("collect", col, sampler.PumpOptions{FlushInterval: 20 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
+	ring := uint64(cmp.Or(cfg.RingSize, sampler.DefaultRingSize))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- eng.Run(ctx) }()
 	end := clk.Now().Add(d)
 	for {
 		clk.BlockUntil(armed)
+		col.keepUp(t, eng, ring/4)
 		if hook != nil {
 			hook(clk.Now())
 		}
@@ -362,6 +401,11 @@ func runEngineHooked(t *testing.T, src sampler.Source, cfg sampler.Config, clk *
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+	for _, o := range eng.Stats().Outputs {
+		if o.Dropped != 0 {
+			t.Errorf("output %s dropped %d samples: the stepped run outran its pump", o.Name, o.Dropped)
+		}
 	}
 	return eng, col
 }
