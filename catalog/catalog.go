@@ -210,6 +210,29 @@ func (n Naming) Convert(v float64) float64 {
 	return v
 }
 
+// TextNaming is how Telegraf's nvidia_smi input writes a two-state metric
+// as a string field: Values[0] for the value 0, Values[1] for 1 ("No",
+// "Yes"; "Disabled", "Enabled"). Also, when set, is a second field name
+// Telegraf writes with the same string (nvidia-smi renamed the element and
+// Telegraf reads both). An empty Name means no such field.
+type TextNaming struct {
+	Name   string
+	Also   string
+	Values [2]string
+}
+
+// Text returns the string for v; ok is false for a value other than 0 or 1
+// (left out, as Telegraf leaves out nvidia-smi's "N/A").
+func (t TextNaming) Text(v float64) (s string, ok bool) {
+	switch v {
+	case 0:
+		return t.Values[0], true
+	case 1:
+		return t.Values[1], true
+	}
+	return "", false
+}
+
 // Metric is one catalog entry.
 type Metric struct {
 	ID    MetricID
@@ -228,6 +251,12 @@ type Metric struct {
 	// Telegraf is the nvidia_smi input's naming (measurement nvidia_smi):
 	// set only for fields Telegraf's parser really emits.
 	Telegraf Naming
+	// TelegrafText is the nvidia_smi input's string field for a two-state
+	// metric it writes as text ("Yes"/"No"). The nvidia_smi drop-in shape
+	// writes it instead of the number; other line-protocol outputs keep the
+	// number under Influx()'s naming (an integer, our own name, so it
+	// never clashes with Telegraf's string).
+	TelegrafText TextNaming
 	// Line is the line-protocol field naming of a metric Telegraf lacks,
 	// when it differs from ours (kept stable for dashboards written against
 	// earlier versions); empty means our own naming.
@@ -341,6 +370,18 @@ const (
 	MetricPCIeRxRate
 	MetricNVLinkTxRate
 	MetricNVLinkRxRate
+	// Added for the nvidia_smi drop-in (read at the rare interval):
+	// display state, encoder and frame-buffer-capture session statistics,
+	// pending page retirement.
+	MetricDisplayMode
+	MetricDisplayActive
+	MetricEncoderSessions
+	MetricEncoderFPS
+	MetricEncoderLatency
+	MetricFBCSessions
+	MetricFBCFPS
+	MetricFBCLatency
+	MetricRetiredPagesPending
 	numMetrics
 )
 
@@ -409,6 +450,17 @@ const (
 
 func nm(name, unit string, scale float64, t ValueType) Naming {
 	return Naming{Name: name, Unit: unit, Scale: scale, Type: t}
+}
+
+// yesNo is Telegraf's text for a flag nvidia-smi prints as "No"/"Yes".
+func yesNo(name, also string) TextNaming {
+	return TextNaming{Name: name, Also: also, Values: [2]string{"No", "Yes"}}
+}
+
+// enabled is Telegraf's text for a state nvidia-smi prints as
+// "Disabled"/"Enabled".
+func enabled(name string) TextNaming {
+	return TextNaming{Name: name, Values: [2]string{"Disabled", "Enabled"}}
 }
 
 func buildCatalog() []Metric {
@@ -582,9 +634,11 @@ func buildCatalog() []Metric {
 		// our names differ so an integer never clashes with them.
 		MetricRowRemapPending: {Name: "row_remap_pending", Unit: "bool", Group: GroupHealth, Kind: State, Type: Int,
 			Help: "1 when a row remapping is pending (the GPU needs a reset to apply it; field 144).", Src: field("NVML_FI_DEV_REMAPPED_PENDING"), Rare: true,
+			TelegrafText: yesNo("remapped_rows_pending", ""),
 			DCGM: nm("DCGM_FI_DEV_ROW_REMAP_PENDING", "bool", 1, Int)},
 		MetricRowRemapFailure: {Name: "row_remap_failure", Unit: "bool", Group: GroupHealth, Kind: State, Type: Int,
 			Help: "1 when a row remapping failed (the GPU should be serviced; field 145).", Src: field("NVML_FI_DEV_REMAPPED_FAILURE"), Rare: true,
+			TelegrafText: yesNo("remapped_rows_failure", ""),
 			DCGM: nm("DCGM_FI_DEV_ROW_REMAP_FAILURE", "bool", 1, Int)},
 		MetricRetiredPagesSingle: {Name: "retired_pages_single_bit", Unit: "pages", Group: GroupHealth, Kind: Counter, Type: Int,
 			Help: "Pages retired for multiple single-bit ECC errors (pre-Ampere page retirement; field 29).", Src: field("NVML_FI_DEV_RETIRED_SBE"), Rare: true,
@@ -635,6 +689,36 @@ func buildCatalog() []Metric {
 			"GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC", "DCGM_FI_PROF_NVLINK_TX_BYTES"),
 		MetricNVLinkRxRate: rate("nvlink_rx_rate", "NVLink bytes per second received, all links (GPM; MiB/s in NVML).",
 			"GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC", "DCGM_FI_PROF_NVLINK_RX_BYTES"),
+
+		MetricDisplayMode: {Name: "display_enabled", Unit: "bool", Group: GroupHealth, Kind: State, Type: Int,
+			Help: "1 when a display can be attached to the GPU (display mode enabled).", Src: query("GetDisplayMode"), Rare: true,
+			TelegrafText: enabled("display_mode")},
+		MetricDisplayActive: {Name: "display_in_use", Unit: "bool", Group: GroupHealth, Kind: State, Type: Int,
+			Help: "1 when a display is initialized on the GPU (e.g. an X server has a screen on it).", Src: query("GetDisplayActive"), Rare: true,
+			TelegrafText: enabled("display_active")},
+		MetricEncoderSessions: {Name: "encoder_sessions", Unit: "count", Group: GroupUtilization, Kind: Gauge, Type: Int,
+			Help: "Active video encoder sessions.", Src: query("GetEncoderStats"), Rare: true,
+			Telegraf: nm("encoder_stats_session_count", "count", 1, Int)},
+		MetricEncoderFPS: {Name: "encoder_average_fps", Unit: "fps", Group: GroupUtilization, Kind: Gauge, Type: Int,
+			Help: "Frames per second averaged over the active encoder sessions.", Src: query("GetEncoderStats"), Rare: true,
+			Telegraf: nm("encoder_stats_average_fps", "fps", 1, Int)},
+		MetricEncoderLatency: {Name: "encoder_average_latency", Unit: "us", Group: GroupUtilization, Kind: Gauge, Type: Int,
+			Help: "Encode latency averaged over the active encoder sessions.", Src: query("GetEncoderStats"), Rare: true,
+			Telegraf: nm("encoder_stats_average_latency", "us", 1, Int)},
+		MetricFBCSessions: {Name: "fbc_sessions", Unit: "count", Group: GroupUtilization, Kind: Gauge, Type: Int,
+			Help: "Active frame buffer capture sessions.", Src: query("GetFBCStats"), Rare: true,
+			Telegraf: nm("fbc_stats_session_count", "count", 1, Int)},
+		MetricFBCFPS: {Name: "fbc_average_fps", Unit: "fps", Group: GroupUtilization, Kind: Gauge, Type: Int,
+			Help: "Frames per second averaged over the frame buffer capture sessions.", Src: query("GetFBCStats"), Rare: true,
+			Telegraf: nm("fbc_stats_average_fps", "fps", 1, Int)},
+		MetricFBCLatency: {Name: "fbc_average_latency", Unit: "us", Group: GroupUtilization, Kind: Gauge, Type: Int,
+			Help: "Capture latency averaged over the frame buffer capture sessions.", Src: query("GetFBCStats"), Rare: true,
+			Telegraf: nm("fbc_stats_average_latency", "us", 1, Int)},
+		MetricRetiredPagesPending: {Name: "page_retirement_pending", Unit: "bool", Group: GroupHealth, Kind: State, Type: Int,
+			Help: "1 when pages are waiting to be retired at the next driver reload (pre-Ampere page retirement).", Src: query("GetRetiredPagesPendingStatus"), Rare: true,
+			// nvidia-smi called it "pending blacklist" before "pending
+			// retirement"; Telegraf reads both elements.
+			TelegrafText: yesNo("retired_pages_pending", "retired_pages_blacklist")},
 		numMetrics: {},
 	}[:numMetrics]
 }

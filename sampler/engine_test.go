@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -411,6 +412,57 @@ func TestEngineProbeOnceAndIdlePointRead(t *testing.T) {
 	}
 	if st := e.Stats().Devices[0]; st.NothingNew == 0 {
 		t.Fatal("nothing-new not counted")
+	}
+}
+
+// A media engine's dry utilization buffer (an idle encoder) gets one marked
+// point read per RareInterval, not one per drain; a buffer with samples
+// (the decoder) gets none; a metric the device has no point read for (JPEG)
+// is asked once and never again.
+func TestEngineDryMediaBufferPointRead(t *testing.T) {
+	dev := newFakeDevice(0)
+	for _, b := range []catalog.BufferType{catalog.BufferEncoderUtil, catalog.BufferDecoderUtil, catalog.BufferJPEGUtil} {
+		dev.period[b] = 50 * time.Millisecond
+	}
+	dev.idle[catalog.BufferEncoderUtil] = true
+	dev.idle[catalog.BufferJPEGUtil] = true
+	dev.fields[catalog.MetricUtilEncoder] = 0
+	dev.fieldErr[catalog.MetricUtilJPEG] = fmt.Errorf("jpeg utilization: %w", sampler.ErrNotSupported)
+	media := []catalog.MetricID{catalog.MetricUtilEncoder, catalog.MetricUtilDecoder, catalog.MetricUtilJPEG}
+	e, err := sampler.New(&fakeSource{devs: []*fakeDevice{dev}}, sampler.Config{
+		DrainInterval: 10 * time.Millisecond, RareInterval: time.Hour,
+		Select: func(m *catalog.Metric) bool { return slices.Contains(media, m.ID) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := &collector{}
+	e.AddOutput("c", out, sampler.PumpOptions{FlushInterval: 5 * time.Millisecond})
+	// 30 drains of three buffers: ten rounds at least.
+	runUntil(t, e, func() bool { return e.Stats().Devices[0].Drains >= 30 && len(out.snapshot()) > 1 })
+	reads := map[string]int{}
+	for _, id := range media {
+		reads[catalog.Default().Name(id)] = dev.reads(id)
+	}
+	if want := map[string]int{"utilization_encoder": 1, "utilization_decoder": 0, "utilization_jpeg": 1}; !maps.Equal(reads, want) {
+		t.Fatalf("point reads %v, want %v", reads, want)
+	}
+	var enc []record.Sample
+	dec := 0
+	for _, s := range out.snapshot() {
+		switch s.Metric {
+		case catalog.MetricUtilEncoder:
+			enc = append(enc, s)
+		case catalog.MetricUtilDecoder:
+			if s.Flags&record.FlagPointRead != 0 {
+				t.Fatalf("decoder sample marked as a point read: %+v", s)
+			}
+			dec++
+		case catalog.MetricUtilJPEG:
+			t.Fatalf("JPEG sample from a device without its point read: %+v", s)
+		}
+	}
+	if len(enc) != 1 || enc[0].Value != 0 || enc[0].Flags != record.FlagPointRead || dec == 0 {
+		t.Fatalf("encoder samples %+v (want one marked point read of 0), %d decoder samples", enc, dec)
 	}
 }
 

@@ -74,6 +74,14 @@ type bufferState struct {
 	// samples checks what the driver may have overwritten since.
 	emptyAtNS int64
 	next      time.Time
+	// media: a video, JPEG or optical-flow engine's utilization buffer,
+	// dry while its engine idles (see readDryMedia); dryRead is when its
+	// metric may be point-read next (a RareInterval after the last drain
+	// that found samples or the last point read), noDryRead set once the
+	// device said it has no point read for it.
+	media     bool
+	dryRead   time.Time
+	noDryRead bool
 	// published is the cursor of the newest sample published into the
 	// ring (read by the engine to save the cursors).
 	published atomic.Uint64
@@ -113,6 +121,10 @@ type deviceLoop struct {
 	// record.FlagPointRead).
 	fbIDs []catalog.MetricID
 	fbOut []Reading
+	// dryIDs are the dry media buffers' metrics to point-read in this
+	// round of drains (readDryMedia); dryAsk and dryOut its scratch.
+	dryIDs, dryAsk []catalog.MetricID
+	dryOut         []Reading
 
 	raw []RawSample
 	pub []record.Sample
@@ -176,7 +188,7 @@ func newDeviceLoop(e *Engine, src DeviceSource, id record.Device) *deviceLoop {
 			}
 			// Drained at its freshness limit until its span is known.
 			l.buffers = append(l.buffers, &bufferState{typ: m.Src.Buffer, metric: m.ID, supported: true,
-				interval: limit, limit: limit})
+				interval: limit, limit: limit, media: isMedia(m.Src.Buffer)})
 		case catalog.FromField:
 			if m.Rare {
 				l.rareIDs = append(l.rareIDs, m.ID) // health counters: one batch per RareInterval
@@ -409,6 +421,16 @@ func (l *deviceLoop) drainDue(now time.Time, force bool) {
 		if empty && b.typ == catalog.BufferGPUUtil {
 			idle = true
 		}
+		switch {
+		case !b.media:
+		case !empty:
+			// Samples: the engine works; a point read is due only after a
+			// whole RareInterval without any.
+			b.dryRead = now.Add(l.e.cfg.RareInterval)
+		case !b.noDryRead && !force && !now.Before(b.dryRead):
+			l.dryIDs = append(l.dryIDs, b.metric)
+			b.dryRead = now.Add(l.e.cfg.RareInterval)
+		}
 		b.next = advance(b.next, b.interval, now)
 	}
 	if idle && len(l.pointID) > 0 && !force {
@@ -417,6 +439,46 @@ func (l *deviceLoop) drainDue(now time.Time, force bool) {
 		l.readInto(l.pointID, l.pointOut, now, record.FlagPointRead, &l.pointID, &l.pointOut)
 		l.pointReads.Add(1)
 	}
+	if len(l.dryIDs) > 0 && !l.lost {
+		l.readDryMedia(now)
+	}
+}
+
+// isMedia reports whether t is a video, JPEG or optical-flow engine's
+// utilization buffer.
+func isMedia(t catalog.BufferType) bool {
+	switch t {
+	case catalog.BufferEncoderUtil, catalog.BufferDecoderUtil, catalog.BufferJPEGUtil, catalog.BufferOFAUtil:
+		return true
+	}
+	return false
+}
+
+// readDryMedia point-reads the metrics of the media buffers that drained
+// dry (l.dryIDs), marked record.FlagPointRead: the engines idle on most
+// GPUs, and their buffers then hold nothing, so the point read (the
+// engine's current utilization, usually 0) keeps a dashboard at 0% rather
+// than a gap, as nvidia-smi shows it. A buffer is point-read when it drains
+// dry a RareInterval after it last had samples (at once when it is dry from
+// the start), then at most every RareInterval while it stays dry: one C call
+// per engine per interval on NVML. A metric the device has no point read
+// for is not asked again.
+func (l *deviceLoop) readDryMedia(now time.Time) {
+	l.dryAsk = append(l.dryAsk[:0], l.dryIDs...)
+	if cap(l.dryOut) < len(l.dryAsk) {
+		l.dryOut = make([]Reading, len(l.dryAsk))
+	}
+	ids, out := l.dryAsk, l.dryOut[:len(l.dryAsk)]
+	l.readInto(ids, out, now, record.FlagPointRead, &ids, &out)
+	l.pointReads.Add(1)
+	if len(ids) < len(l.dryIDs) { // some said not supported
+		for _, b := range l.buffers {
+			if b.media && slices.Contains(l.dryIDs, b.metric) && !slices.Contains(ids, b.metric) {
+				b.noDryRead = true
+			}
+		}
+	}
+	l.dryIDs = l.dryIDs[:0]
 }
 
 // drain drains one buffer and reports whether it held nothing new.

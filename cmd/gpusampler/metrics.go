@@ -142,6 +142,22 @@ func probeProcesses(d sampler.DeviceSource) string {
 	return "error: " + err.Error()
 }
 
+// telegrafNaming is the TELEGRAF column: the numeric naming, or for a
+// two-state metric Telegraf writes as text its field(s) and strings
+// ("remapped_rows_pending (string, No/Yes)"), which the nvidia_smi drop-in
+// writes.
+func telegrafNaming(m *catalog.Metric) string {
+	t := m.TelegrafText
+	if t.Name == "" {
+		return naming(m.Telegraf)
+	}
+	name := t.Name
+	if t.Also != "" {
+		name += "+" + t.Also
+	}
+	return name + " (string, " + t.Values[0] + "/" + t.Values[1] + ")"
+}
+
 func naming(n catalog.Naming) string {
 	if n.Name == "" {
 		return "-"
@@ -158,13 +174,14 @@ func naming(n catalog.Naming) string {
 
 // printCatalog prints one row per metric: our name, unit, group, kind,
 // source, and with their type, unit and scale: the field Telegraf's
-// nvidia_smi input emits ("-" where it has none), the field our line
+// nvidia_smi input emits ("-" where it has none; its string for two-state
+// metrics it writes as text), the field our line
 // protocol writes (Telegraf's where it has one), and dcgm-exporter's name.
 func printCatalog(w io.Writer, c *catalog.Catalog) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "METRIC\tUNIT\tGROUP\tKIND\tSOURCE\tTELEGRAF nvidia_smi\tLINE PROTOCOL\tDCGM")
 	for _, m := range c.All() {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.Name, m.Unit, m.Group, m.Kind, m.Src, naming(m.Telegraf),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.Name, m.Unit, m.Group, m.Kind, m.Src, telegrafNaming(&m),
 			naming(m.Influx()), naming(m.DCGM))
 	}
 	return tw.Flush()

@@ -486,9 +486,41 @@ type queryState struct {
 	remapRet                     nvml.Return
 	util                         nvml.Utilization
 	utilRet                      nvml.Return
+	encDone, fbcDone             bool
+	enc                          nvml.FBCStats // GetEncoderStats' three values
+	encRet                       nvml.Return
+	fbc                          nvml.FBCStats
+	fbcRet                       nvml.Return
 }
 
 const mib = 1 << 20
+
+// enableValue is an nvmlEnableState_t as the catalog's two-state value (1
+// enabled, 0 disabled); any other state is "no data".
+func enableValue(v nvml.EnableState, r nvml.Return) (float64, nvml.Return) {
+	if r != nvml.SUCCESS {
+		return 0, r
+	}
+	switch v {
+	case nvml.FEATURE_ENABLED:
+		return 1, r
+	case nvml.FEATURE_DISABLED:
+		return 0, r
+	}
+	return 0, nvml.ERROR_NO_DATA
+}
+
+// statsValue is one of a session statistics triple: 0 sessions, 1 average
+// fps, 2 average latency (µs).
+func statsValue(s nvml.FBCStats, i query) float64 {
+	switch i {
+	case 0:
+		return float64(s.SessionsCount)
+	case 1:
+		return float64(s.AverageFPS)
+	}
+	return float64(s.AverageLatency)
+}
 
 // query performs point query k (or reuses its result within this Read).
 func (d *device) query(q *queryState, k query) (float64, nvml.Return) {
@@ -603,6 +635,55 @@ func (d *device) query(q *queryState, k query) (float64, nvml.Return) {
 			return 0, nvml.ERROR_NOT_SUPPORTED
 		}
 		return 0, nvml.ERROR_NO_DATA
+	case qUtilEncoder, qUtilDecoder, qUtilJPEG, qUtilOFA:
+		var v uint32
+		var r nvml.Return
+		switch k {
+		case qUtilEncoder:
+			v, _, r = dev.GetEncoderUtilization()
+			d.account("GetEncoderUtilization", 1, start)
+		case qUtilDecoder:
+			v, _, r = dev.GetDecoderUtilization()
+			d.account("GetDecoderUtilization", 1, start)
+		case qUtilJPEG:
+			v, _, r = dev.GetJpgUtilization()
+			d.account("GetJpgUtilization", 1, start)
+		default:
+			v, _, r = dev.GetOfaUtilization()
+			d.account("GetOfaUtilization", 1, start)
+		}
+		return float64(v), r
+	case qDisplayMode, qDisplayActive, qRetiredPending:
+		var v nvml.EnableState
+		var r nvml.Return
+		switch k {
+		case qDisplayMode:
+			v, r = dev.GetDisplayMode()
+			d.account("GetDisplayMode", 1, start)
+		case qDisplayActive:
+			v, r = dev.GetDisplayActive()
+			d.account("GetDisplayActive", 1, start)
+		default:
+			v, r = dev.GetRetiredPagesPendingStatus()
+			d.account("GetRetiredPagesPendingStatus", 1, start)
+		}
+		return enableValue(v, r)
+	case qEncSessions, qEncFPS, qEncLatency:
+		if !q.encDone {
+			q.encDone = true
+			var n int
+			n, q.enc.AverageFPS, q.enc.AverageLatency, q.encRet = dev.GetEncoderStats()
+			q.enc.SessionsCount = uint32(n)
+			d.account("GetEncoderStats", 1, start)
+		}
+		return statsValue(q.enc, k-qEncSessions), q.encRet
+	case qFBCSessions, qFBCFPS, qFBCLatency:
+		if !q.fbcDone {
+			q.fbcDone = true
+			q.fbc, q.fbcRet = dev.GetFBCStats()
+			d.account("GetFBCStats", 1, start)
+		}
+		return statsValue(q.fbc, k-qFBCSessions), q.fbcRet
 	case qUtilGPU, qUtilMemory:
 		if !q.utilDone {
 			q.utilDone = true

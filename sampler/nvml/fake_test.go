@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -162,6 +163,38 @@ func TestFakeDriverModes(t *testing.T) {
 	}
 }
 
+// The nvidia_smi drop-in's extra reads (fan, display, encoder and
+// frame-buffer-capture statistics, pending page retirement, media-engine
+// utilization point reads) as the driver answers them, each left out
+// (not supported) where the driver says so; a second read asks the
+// driver only for what it supports (probe once, cache).
+func TestFakeDriverDropInReads(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  []string
+		want string
+	}{
+		{"defaults", nil,
+			"fan_speed=ns display_enabled=0 display_in_use=0 encoder_sessions=0 encoder_average_fps=0 encoder_average_latency=0 " +
+				"fbc_sessions=0 fbc_average_fps=0 fbc_average_latency=0 page_retirement_pending=ns " +
+				"utilization_encoder=0 utilization_decoder=0 utilization_jpeg=0 utilization_ofa=0"},
+		{"present", []string{"FAKENVML_FAN=46", "FAKENVML_DISPLAY_MODE=1", "FAKENVML_DISPLAY_ACTIVE=1", "FAKENVML_RETIRED_PENDING=1",
+			"FAKENVML_ENCODER_STATS=2,60,1500", "FAKENVML_FBC_STATS=1,30,900", "FAKENVML_MEDIA_UTIL=12,34,5,6"},
+			"fan_speed=46 display_enabled=1 display_in_use=1 encoder_sessions=2 encoder_average_fps=60 encoder_average_latency=1500 " +
+				"fbc_sessions=1 fbc_average_fps=30 fbc_average_latency=900 page_retirement_pending=1 " +
+				"utilization_encoder=12 utilization_decoder=34 utilization_jpeg=5 utilization_ofa=6"},
+		{"absent", []string{"FAKENVML_DISPLAY_MODE=ns", "FAKENVML_DISPLAY_ACTIVE=ns", "FAKENVML_RETIRED_PENDING=ns",
+			"FAKENVML_ENCODER_STATS=ns", "FAKENVML_FBC_STATS=ns", "FAKENVML_MEDIA_UTIL=ns"},
+			"fan_speed=ns display_enabled=ns display_in_use=ns encoder_sessions=ns encoder_average_fps=ns encoder_average_latency=ns " +
+				"fbc_sessions=ns fbc_average_fps=ns fbc_average_latency=ns page_retirement_pending=ns " +
+				"utilization_encoder=ns utilization_decoder=ns utilization_jpeg=ns utilization_ofa=ns"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			runScenario(t, "drop-in-reads", false, append(tc.env, "FAKENVML_WANT_READS="+tc.want)...)
+		})
+	}
+}
+
 func TestFakeDriverNotLoaded(t *testing.T) {
 	runScenario(t, "driver-not-loaded", false, "FAKENVML_INIT_RET=9")
 }
@@ -240,6 +273,8 @@ func TestFakeDriverChild(t *testing.T) {
 		childProcessesNotSupported(t, src)
 	case "modes":
 		childModes(t, src)
+	case "drop-in-reads":
+		childDropInReads(t, src)
 	case "fallback":
 		childFallback(t, src)
 	case "processes-none":
@@ -738,6 +773,68 @@ func childModes(t *testing.T, src *Source) {
 	// ECC; MIG mode was read once already while enumerating or is read now.
 	if calls := devs[0].(sampler.CallCounter).CallStats().Calls - before; calls < 12 {
 		t.Fatalf("identity counted %d calls, want the mode reads counted too", calls)
+	}
+}
+
+// childDropInReads reads the drop-in's extra metrics twice and checks the
+// values against FAKENVML_WANT_READS ("name=value" or "name=ns", in order);
+// the second read makes one C call per supported function and none for
+// what the device said it does not support.
+func childDropInReads(t *testing.T, src *Source) {
+	devs, err := src.Devices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := devs[0]
+	ids := []catalog.MetricID{catalog.MetricFanSpeed, catalog.MetricDisplayMode, catalog.MetricDisplayActive,
+		catalog.MetricEncoderSessions, catalog.MetricEncoderFPS, catalog.MetricEncoderLatency,
+		catalog.MetricFBCSessions, catalog.MetricFBCFPS, catalog.MetricFBCLatency, catalog.MetricRetiredPagesPending,
+		catalog.MetricUtilEncoder, catalog.MetricUtilDecoder, catalog.MetricUtilJPEG, catalog.MetricUtilOFA}
+	out := make([]sampler.Reading, len(ids))
+	render := func() string {
+		var parts []string
+		for i, id := range ids {
+			v := strconv.FormatFloat(out[i].Value, 'f', -1, 64)
+			switch {
+			case errors.Is(out[i].Err, sampler.ErrNotSupported):
+				v = "ns"
+			case out[i].Err != nil:
+				t.Fatalf("%s: %v", catalog.Default().Name(id), out[i].Err)
+			}
+			parts = append(parts, catalog.Default().Name(id)+"="+v)
+		}
+		return strings.Join(parts, " ")
+	}
+	if err := d.Read(ids, out); err != nil {
+		t.Fatal(err)
+	}
+	want := os.Getenv("FAKENVML_WANT_READS")
+	if got := render(); got != want {
+		t.Fatalf("reads\n got %s\nwant %s", got, want)
+	}
+	// Functions that answered: encoder and FBC stats once each for their
+	// three metrics, the others once per metric.
+	calls := 0
+	for _, p := range []string{"fan_speed=", "display_enabled=", "display_in_use=", "page_retirement_pending=",
+		"utilization_encoder=", "utilization_decoder=", "utilization_jpeg=", "utilization_ofa="} {
+		if strings.Contains(want, p) && !strings.Contains(want, p+"ns") {
+			calls++
+		}
+	}
+	for _, p := range []string{"encoder_sessions=", "fbc_sessions="} {
+		if !strings.Contains(want, p+"ns") {
+			calls++
+		}
+	}
+	before := d.(sampler.CallCounter).CallStats().Calls
+	if err := d.Read(ids, out); err != nil {
+		t.Fatal(err)
+	}
+	if got := render(); got != want {
+		t.Fatalf("second read\n got %s\nwant %s", got, want)
+	}
+	if n := d.(sampler.CallCounter).CallStats().Calls - before; n != uint64(calls) {
+		t.Fatalf("second read made %d C calls, want %d (one per supported function)", n, calls)
 	}
 }
 

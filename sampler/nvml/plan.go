@@ -50,6 +50,19 @@ const (
 	qUtilGPU
 	qUtilMemory
 	qXIDCount
+	qUtilEncoder
+	qUtilDecoder
+	qUtilJPEG
+	qUtilOFA
+	qDisplayMode
+	qDisplayActive
+	qEncSessions
+	qEncFPS
+	qEncLatency
+	qFBCSessions
+	qFBCFPS
+	qFBCLatency
+	qRetiredPending
 )
 
 // metricPlan is how one metric is read on this driver. Plans are built once
@@ -83,6 +96,9 @@ var queriesByName = map[string]query{
 	"GetTotalEccErrors(CORRECTED,VOLATILE)":   qECCCorrected,
 	"GetTotalEccErrors(UNCORRECTED,VOLATILE)": qECCUncorrected,
 	"XidEvents":                               qXIDCount,
+	"GetDisplayMode":                          qDisplayMode,
+	"GetDisplayActive":                        qDisplayActive,
+	"GetRetiredPagesPendingStatus":            qRetiredPending,
 }
 
 // queryByMetric covers query names shared by several metrics, and the point
@@ -93,6 +109,12 @@ var queryByMetric = map[catalog.MetricID]query{
 	catalog.MetricMemoryTotal:           qMemTotal,
 	catalog.MetricRemappedCorrectable:   qRemappedCor,
 	catalog.MetricRemappedUncorrectable: qRemappedUnc,
+	catalog.MetricEncoderSessions:       qEncSessions,
+	catalog.MetricEncoderFPS:            qEncFPS,
+	catalog.MetricEncoderLatency:        qEncLatency,
+	catalog.MetricFBCSessions:           qFBCSessions,
+	catalog.MetricFBCFPS:                qFBCFPS,
+	catalog.MetricFBCLatency:            qFBCLatency,
 	// Point reads ("current value") of buffer metrics. The engine asks for
 	// utilization when an idle GPU's buffers run dry.
 	catalog.MetricUtilGPU:     qUtilGPU,
@@ -100,6 +122,10 @@ var queryByMetric = map[catalog.MetricID]query{
 	catalog.MetricPowerDraw:   qPowerUsage,
 	catalog.MetricClockSM:     qClockSM,
 	catalog.MetricClockMemory: qClockMemory,
+	catalog.MetricUtilEncoder: qUtilEncoder,
+	catalog.MetricUtilDecoder: qUtilDecoder,
+	catalog.MetricUtilJPEG:    qUtilJPEG,
+	catalog.MetricUtilOFA:     qUtilOFA,
 }
 
 // fieldForQuery lists slow-state metrics that a field reads as well as a
@@ -138,6 +164,19 @@ var querySymbols = map[query][]string{
 	qUtilGPU:        {"nvmlDeviceGetUtilizationRates"},
 	qUtilMemory:     {"nvmlDeviceGetUtilizationRates"},
 	qXIDCount:       {"nvmlDeviceRegisterEvents"},
+	qUtilEncoder:    {"nvmlDeviceGetEncoderUtilization"},
+	qUtilDecoder:    {"nvmlDeviceGetDecoderUtilization"},
+	qUtilJPEG:       {"nvmlDeviceGetJpgUtilization"},
+	qUtilOFA:        {"nvmlDeviceGetOfaUtilization"},
+	qDisplayMode:    {"nvmlDeviceGetDisplayMode"},
+	qDisplayActive:  {"nvmlDeviceGetDisplayActive"},
+	qEncSessions:    {"nvmlDeviceGetEncoderStats"},
+	qEncFPS:         {"nvmlDeviceGetEncoderStats"},
+	qEncLatency:     {"nvmlDeviceGetEncoderStats"},
+	qFBCSessions:    {"nvmlDeviceGetFBCStats"},
+	qFBCFPS:         {"nvmlDeviceGetFBCStats"},
+	qFBCLatency:     {"nvmlDeviceGetFBCStats"},
+	qRetiredPending: {"nvmlDeviceGetRetiredPagesPendingStatus"},
 }
 
 func notSupported(what string) error {

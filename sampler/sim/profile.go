@@ -197,12 +197,15 @@ func (d *Device) value(id catalog.MetricID, at time.Time) (float64, bool) {
 	case catalog.MetricPCIeReplays, catalog.MetricECCSingleVolatile, catalog.MetricECCDoubleVolatile,
 		catalog.MetricRemappedCorrectable, catalog.MetricRemappedUncorrectable,
 		catalog.MetricECCDoubleAggregate, catalog.MetricRowRemapPending, catalog.MetricRowRemapFailure,
-		catalog.MetricRetiredPagesDouble, catalog.MetricNVLinkCRCDataErrors, catalog.MetricNVLinkRecoveryErrors:
+		catalog.MetricRetiredPagesDouble, catalog.MetricRetiredPagesSingle, catalog.MetricNVLinkCRCDataErrors, catalog.MetricNVLinkRecoveryErrors:
 		return 0, true
+	case catalog.MetricDisplayMode, catalog.MetricDisplayActive:
+		return 0, true // a headless datacenter GPU
+	case catalog.MetricEncoderSessions, catalog.MetricEncoderFPS, catalog.MetricEncoderLatency,
+		catalog.MetricFBCSessions, catalog.MetricFBCFPS, catalog.MetricFBCLatency:
+		return 0, true // no video work in any profile
 	case catalog.MetricECCSingleAggregate:
 		return 3, true // a few corrected errors over the board's life
-	case catalog.MetricRetiredPagesSingle:
-		return 0, false // H100/H200 remap rows; page retirement is pre-Ampere
 	case catalog.MetricNVLinkCRCFlitErrors, catalog.MetricNVLinkReplayErrors:
 		return 1, true
 	}

@@ -415,9 +415,10 @@ func (d *Device) Read(ids []catalog.MetricID, out []sampler.Reading) error {
 // simulated H200 does not support.
 func (d *Device) pointValue(id catalog.MetricID, now time.Time) (float64, bool) {
 	switch id {
-	case catalog.MetricModulePower, catalog.MetricFanSpeed, catalog.MetricUtilJPEG, catalog.MetricUtilOFA:
-		return 0, false // H200 SXM: no module power, no fan
-	case catalog.MetricUtilGPU, catalog.MetricUtilMemory, catalog.MetricUtilEncoder, catalog.MetricUtilDecoder:
+	case catalog.MetricModulePower, catalog.MetricFanSpeed, catalog.MetricRetiredPagesPending:
+		return 0, false // H200 SXM: no module power, no fan, rows remapped instead of pages retired
+	case catalog.MetricUtilGPU, catalog.MetricUtilMemory, catalog.MetricUtilEncoder, catalog.MetricUtilDecoder,
+		catalog.MetricUtilJPEG, catalog.MetricUtilOFA:
 		v, ok := d.value(id, now)
 		if !ok {
 			return 0, true // the point query answers 0 on an idle engine

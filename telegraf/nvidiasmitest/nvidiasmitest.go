@@ -249,6 +249,18 @@ func Compare(ref Reference, ms []telegraf.Metric) Comparison {
 	return c
 }
 
+// TelegrafOnly returns the names only Telegraf's nvidia_smi writes, in the
+// rows' order: what a dashboard would miss.
+func (c Comparison) TelegrafOnly() []string {
+	var names []string
+	for _, r := range c.Rows {
+		if r.Status() == "Telegraf only" {
+			names = append(names, r.Name)
+		}
+	}
+	return names
+}
+
 func isTag(r Row) bool { return r.Telegraf == TagType || strings.Contains(r.GPUSampler, TagType) }
 
 // Table renders the rows as a Markdown table: tag or field name, Telegraf

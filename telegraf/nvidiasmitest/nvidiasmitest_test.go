@@ -47,6 +47,15 @@ func TestCompare(t *testing.T) {
 			if !reflect.DeepEqual(c.Rows, tc.rows) {
 				t.Errorf("rows\n got %v\nwant %v", c.Rows, tc.rows)
 			}
+			var only []string
+			for _, r := range tc.rows {
+				if r.GPUSampler == "" {
+					only = append(only, r.Name)
+				}
+			}
+			if got := c.TelegrafOnly(); !reflect.DeepEqual(got, only) {
+				t.Errorf("Telegraf only %v, want %v", got, only)
+			}
 			if !reflect.DeepEqual(c.Problems, tc.problem) {
 				t.Errorf("problems\n got %q\nwant %q", c.Problems, tc.problem)
 			}

@@ -1,6 +1,8 @@
 package lineproto
 
 import (
+	"cmp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -83,5 +85,39 @@ func TestEncodeStats(t *testing.T) {
 		`nvidia_smi,index=0 utilization_gpu=72i 1000000000000000000` + "\n"
 	if got := string(e.Bytes()); got != want || e.Err() != nil {
 		t.Errorf("got\n%s(err %v)\nwant\n%s", got, e.Err(), want)
+	}
+}
+
+// With DeviceStrings a two-state metric Telegraf writes as text is
+// Telegraf's string field (both of its names where it has two), a value
+// other than 0 or 1 is left out like nvidia-smi's "N/A", and a line with
+// only such a value still has its other fields; without DeviceStrings the
+// metric is its integer under our own name.
+func TestEncodeTelegrafText(t *testing.T) {
+	at := int64(1e18)
+	samples := []record.Sample{
+		{TimeNS: at, Value: 1, Device: 0, Metric: catalog.MetricRowRemapPending},
+		{TimeNS: at, Value: 0, Device: 0, Metric: catalog.MetricRowRemapFailure},
+		{TimeNS: at, Value: 0, Device: 0, Metric: catalog.MetricRetiredPagesPending},
+		{TimeNS: at, Value: 1, Device: 0, Metric: catalog.MetricDisplayMode},
+		{TimeNS: at, Value: 7, Device: 0, Metric: catalog.MetricDisplayActive},
+		{TimeNS: at, Value: 2, Device: 0, Metric: catalog.MetricEncoderSessions},
+	}
+	for _, tc := range []struct {
+		strs bool
+		want string
+	}{
+		{true, `nvidia_smi,index=0,uuid=GPU-0 remapped_rows_pending="Yes",remapped_rows_failure="No",display_mode="Enabled",` +
+			`encoder_stats_session_count=2i,retired_pages_pending="No",retired_pages_blacklist="No" 1000000000000000000` + "\n"},
+		{false, `nvidia_smi,index=0,uuid=GPU-0 row_remap_pending=1i,row_remap_failure=0i,display_enabled=1i,display_in_use=7i,` +
+			`encoder_stats_session_count=2i,page_retirement_pending=0i 1000000000000000000` + "\n"},
+	} {
+		e := New(Options{DeviceStrings: tc.strs})
+		sorted := slices.Clone(samples)
+		slices.SortStableFunc(sorted, func(a, b record.Sample) int { return cmp.Compare(a.Metric, b.Metric) })
+		e.Encode(&record.Batch{Devices: []record.Device{{Index: 0, UUID: "GPU-0"}}, Samples: sorted})
+		if got := string(e.Bytes()); got != tc.want || e.Err() != nil {
+			t.Errorf("DeviceStrings=%v: got\n%s(err %v)\nwant\n%s", tc.strs, got, e.Err(), tc.want)
+		}
 	}
 }

@@ -45,9 +45,11 @@ type Options struct {
 	// DeviceStrings adds to every sample line the device's strings as
 	// Telegraf's nvidia_smi input writes them, each where known: tags arch
 	// and compute_mode, string fields driver_version, cuda_version, serial,
-	// vbios_version and current_ecc ("Enabled" or "Disabled"). It is the
-	// drop-in shape, where
-	// every line stands for a whole nvidia-smi query.
+	// vbios_version and current_ecc ("Enabled" or "Disabled"); and it
+	// writes two-state metrics that Telegraf writes as text (catalog
+	// TelegrafText: remapped_rows_pending="No") as Telegraf's string field
+	// instead of their number. It is the drop-in shape, where every line
+	// stands for a whole nvidia-smi query.
 	DeviceStrings bool
 }
 
@@ -92,6 +94,11 @@ type fieldKey struct {
 	n     catalog.Naming
 	key   []byte // escaped, as the lineprotocol encoder writes it
 	err   error  // the key is invalid: lines holding it are skipped
+	// text is set for a metric written as Telegraf's string field
+	// (Options.DeviceStrings and catalog TelegrafText): key is its escaped
+	// name, also the second name's (nil when none).
+	text catalog.TextNaming
+	also []byte
 }
 
 // Encoder turns batches into line protocol. It remembers device identities
@@ -229,12 +236,15 @@ func (e *Encoder) fieldKey(id catalog.MetricID) *fieldKey {
 		k.done = true
 		if m, ok := e.opts.Catalog.Get(id); ok {
 			k.known, k.n = true, m.Influx()
-			var p lineprotocol.Encoder
-			p.StartLine("m")
-			p.AddField(k.n.Name, lineprotocol.BoolValue(true))
-			if k.err = p.Err(); k.err == nil {
-				b := p.Bytes() // "m KEY=true"
-				k.key = slices.Clone(b[len("m ") : len(b)-len("=true")])
+			name := k.n.Name
+			if e.opts.DeviceStrings && m.TelegrafText.Name != "" {
+				k.text, name = m.TelegrafText, m.TelegrafText.Name
+				if k.text.Also != "" {
+					k.also, k.err = escapedKey(k.text.Also)
+				}
+			}
+			if k.err == nil {
+				k.key, k.err = escapedKey(name)
 			}
 		}
 	}
@@ -242,6 +252,45 @@ func (e *Encoder) fieldKey(id catalog.MetricID) *fieldKey {
 		return nil
 	}
 	return k
+}
+
+// escapedKey returns name escaped as the lineprotocol encoder writes a
+// field key, or its error when name is not a valid key.
+func escapedKey(name string) ([]byte, error) {
+	var p lineprotocol.Encoder
+	p.StartLine("m")
+	p.AddField(name, lineprotocol.BoolValue(true))
+	if err := p.Err(); err != nil {
+		return nil, err
+	}
+	b := p.Bytes() // "m KEY=true"
+	return slices.Clone(b[len("m ") : len(b)-len("=true")]), nil
+}
+
+// appendText appends k's string field(s) for value v, each preceded by
+// sep; ok is false when v has no text (nothing appended).
+func appendText(buf []byte, sep byte, k *fieldKey, v float64) ([]byte, bool) {
+	t, ok := k.text.Text(v)
+	if !ok {
+		return buf, false
+	}
+	sv, ok := lineprotocol.StringValue(t)
+	if !ok {
+		return buf, false
+	}
+	for i, key := range [][]byte{k.key, k.also} {
+		if key == nil {
+			continue
+		}
+		if i > 0 {
+			sep = ','
+		}
+		buf = append(buf, sep)
+		buf = append(buf, key...)
+		buf = append(buf, '=')
+		buf = sv.AppendBytes(buf)
+	}
+	return buf, true
 }
 
 // setErr keeps the first error since Reset.
@@ -379,6 +428,13 @@ func (e *Encoder) appendLine(buf []byte, dt *deviceTags, run []record.Sample) []
 			e.setErr(k.err)
 			return buf[:start]
 		}
+		if k.text.Name != "" {
+			var ok bool
+			if buf, ok = appendText(buf, sep, k, s.Value); ok {
+				sep = ','
+			}
+			continue
+		}
 		if v, ok := FieldValue(k.n, s.Value); ok {
 			buf = append(buf, sep)
 			buf = append(buf, k.key...)
@@ -390,8 +446,8 @@ func (e *Encoder) appendLine(buf []byte, dt *deviceTags, run []record.Sample) []
 	if sep == ',' {
 		for _, st := range dt.stats {
 			k := e.fieldKey(st.Metric)
-			if k == nil || k.err != nil {
-				continue // the metric's own field reports a bad key
+			if k == nil || k.err != nil || k.text.Name != "" {
+				continue // the metric's own field reports a bad key; text has no extremes
 			}
 			if v, ok := FieldValue(k.n, st.Value); ok {
 				buf = append(buf, ',')

@@ -25,6 +25,15 @@
  *                       getters still answer
  *   FAKENVML_INIT_RET   return code of nvmlInit (default 0)
  *   FAKENVML_NO_GPM     "1": GPM query says the device is not supported
+ *   FAKENVML_FAN        fan speed percent, or "ns" (default: not supported,
+ *                       a passively cooled board)
+ *   FAKENVML_DISPLAY_MODE, FAKENVML_DISPLAY_ACTIVE  0, 1 or "ns" (default 0)
+ *   FAKENVML_RETIRED_PENDING  pending page retirement: 0, 1 or "ns"
+ *                       (default "ns": page retirement is pre-Ampere)
+ *   FAKENVML_ENCODER_STATS, FAKENVML_FBC_STATS  "<sessions>,<fps>,<latency µs>"
+ *                       or "ns" (default "0,0,0")
+ *   FAKENVML_MEDIA_UTIL "<encoder>,<decoder>,<jpeg>,<ofa>" point-read
+ *                       utilization percent, or "ns" (default "0,0,0,0")
  *   FAKENVML_CUDA       CUDA driver version (12080), or "ns": not supported
  *   FAKENVML_VBIOS      "ns": the VBIOS version is not supported
  *   FAKENVML_CALLS_FILE at nvmlShutdown, write "<index> <calls>" per device
@@ -449,7 +458,6 @@ nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(void *h, unsigned long lo
 nvmlReturn_t nvmlDeviceGetClockInfo(void *h, int t, unsigned int *c) { D(h); NS(); *c = t == 2 ? 2619 : 1980; return OK; }
 nvmlReturn_t nvmlDeviceGetPerformanceState(void *h, int *p) { D(h); NS(); *p = 0; return OK; }
 nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(void *h, unsigned int *p) { D(h); NS(); *p = 700000; return OK; }
-nvmlReturn_t nvmlDeviceGetFanSpeed(void *h, unsigned int *f) { D(h); (void)f; return E_NOT_SUPPORTED; }
 nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(void *h, unsigned int *g) { D(h); NS(); *g = 5; return OK; }
 nvmlReturn_t nvmlDeviceGetCurrPcieLinkWidth(void *h, unsigned int *w) { D(h); NS(); *w = 16; return OK; }
 nvmlReturn_t nvmlDeviceGetPcieReplayCounter(void *h, unsigned int *c) { D(h); NS(); *c = 0; return OK; }
@@ -466,6 +474,59 @@ static nvmlReturn_t fakeMode(const char *env, int def, unsigned int *v) {
 	return OK;
 }
 nvmlReturn_t nvmlDeviceGetPersistenceMode(void *h, unsigned int *m) { D(h); return fakeMode("FAKENVML_PERSISTENCE", 1, m); }
+nvmlReturn_t nvmlDeviceGetDisplayMode(void *h, unsigned int *m) { D(h); NS(); return fakeMode("FAKENVML_DISPLAY_MODE", 0, m); }
+nvmlReturn_t nvmlDeviceGetDisplayActive(void *h, unsigned int *m) { D(h); NS(); return fakeMode("FAKENVML_DISPLAY_ACTIVE", 0, m); }
+nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(void *h, unsigned int *m) {
+	D(h); NS();
+	const char *s = getenv("FAKENVML_RETIRED_PENDING");
+	if (!s) return E_NOT_SUPPORTED;
+	return fakeMode("FAKENVML_RETIRED_PENDING", 0, m);
+}
+nvmlReturn_t nvmlDeviceGetFanSpeed(void *h, unsigned int *f) {
+	D(h); NS();
+	const char *s = getenv("FAKENVML_FAN");
+	if (!s) return E_NOT_SUPPORTED;
+	return fakeMode("FAKENVML_FAN", 0, f);
+}
+/* fakeList parses env's comma-separated numbers into v[0..n-1] (missing
+ * ones 0; default all 0); "ns" is NOT_SUPPORTED. */
+static nvmlReturn_t fakeList(const char *env, unsigned int *v, int n) {
+	const char *s = getenv(env);
+	for (int i = 0; i < n; i++) v[i] = 0;
+	if (!s) return OK;
+	if (!strcmp(s, "ns")) return E_NOT_SUPPORTED;
+	for (int i = 0; i < n && *s; i++) {
+		v[i] = (unsigned int)strtoul(s, (char **)&s, 10);
+		if (*s == ',') s++;
+	}
+	return OK;
+}
+nvmlReturn_t nvmlDeviceGetEncoderStats(void *h, unsigned int *n, unsigned int *fps, unsigned int *lat) {
+	unsigned int v[3];
+	D(h); NS();
+	nvmlReturn_t r = fakeList("FAKENVML_ENCODER_STATS", v, 3);
+	if (r == OK) { *n = v[0]; *fps = v[1]; *lat = v[2]; }
+	return r;
+}
+typedef struct { unsigned int sessionsCount, averageFPS, averageLatency; } nvmlFBCStats_t;
+nvmlReturn_t nvmlDeviceGetFBCStats(void *h, nvmlFBCStats_t *st) {
+	unsigned int v[3];
+	D(h); NS();
+	nvmlReturn_t r = fakeList("FAKENVML_FBC_STATS", v, 3);
+	if (r == OK) { st->sessionsCount = v[0]; st->averageFPS = v[1]; st->averageLatency = v[2]; }
+	return r;
+}
+static nvmlReturn_t mediaUtil(void *h, int i, unsigned int *u, unsigned int *period) {
+	unsigned int v[4];
+	D(h); NS();
+	nvmlReturn_t r = fakeList("FAKENVML_MEDIA_UTIL", v, 4);
+	if (r == OK) { *u = v[i]; *period = 166667; }
+	return r;
+}
+nvmlReturn_t nvmlDeviceGetEncoderUtilization(void *h, unsigned int *u, unsigned int *p) { return mediaUtil(h, 0, u, p); }
+nvmlReturn_t nvmlDeviceGetDecoderUtilization(void *h, unsigned int *u, unsigned int *p) { return mediaUtil(h, 1, u, p); }
+nvmlReturn_t nvmlDeviceGetJpgUtilization(void *h, unsigned int *u, unsigned int *p) { return mediaUtil(h, 2, u, p); }
+nvmlReturn_t nvmlDeviceGetOfaUtilization(void *h, unsigned int *u, unsigned int *p) { return mediaUtil(h, 3, u, p); }
 nvmlReturn_t nvmlDeviceGetEccMode(void *h, unsigned int *cur, unsigned int *pending) {
 	D(h);
 	nvmlReturn_t r = fakeMode("FAKENVML_ECC", 1, cur);

@@ -1,6 +1,7 @@
 package gpusampler
 
 import (
+	"context"
 	"slices"
 	"testing"
 	"time"
@@ -8,6 +9,9 @@ import (
 	"github.com/influxdata/telegraf"
 	"github.com/influxdata/telegraf/testutil"
 
+	"github.com/gpusampler/gpusampler/catalog"
+	"github.com/gpusampler/gpusampler/outputs/execd"
+	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/telegraf/nvidiasmitest"
 )
 
@@ -51,7 +55,14 @@ func TestNvidiaSMIShape(t *testing.T) {
 		acc.ClearMetrics()
 		time.Sleep(20 * time.Millisecond)
 	}
-	nvidiasmitest.Check(t, ref, acc.GetTelegrafMetrics())
+	c := nvidiasmitest.Check(t, ref, acc.GetTelegrafMetrics())
+	// What the simulated H200 SXM lacks, as nvidia-smi shows N/A for it on
+	// such a board: a fan, Grace-Hopper module power, page retirement
+	// (rows are remapped instead). Everything else Telegraf writes, the
+	// drop-in writes.
+	if got, want := c.TelegrafOnly(), []string{"fan_speed", "module_power_draw", "retired_pages_blacklist", "retired_pages_pending"}; !slices.Equal(got, want) {
+		t.Errorf("names only Telegraf's nvidia_smi writes: %v, want %v", got, want)
+	}
 	var indexes []string
 	for _, m := range points {
 		idx, _ := m.GetTag("index")
@@ -88,5 +99,45 @@ func TestNvidiaSMIShape(t *testing.T) {
 	}
 	if a, b := points[0].Time(), points[1].Time(); !a.Equal(b) {
 		t.Errorf("one gather's points on %v and %v, want one timestamp", a, b)
+	}
+}
+
+// Every name Telegraf's nvidia_smi writes, the drop-in shape can write, with
+// Telegraf's type: one value of every catalog metric (1, so two-state
+// metrics have their text) and a device with every identity string,
+// gathered by the execd output in shape nvidia_smi and parsed by Telegraf's
+// influx parser, leaves no name only Telegraf writes and no clash. This
+// covers what the simulator has no data for (fan, module power, pending
+// page retirement).
+func TestNvidiaSMIShapeEveryName(t *testing.T) {
+	ref := nvidiasmitest.Load(t)
+	acc := &testutil.Accumulator{}
+	sink, err := newLineSink(acc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := execd.New(sink, execd.Options{Signal: execd.SignalStdin, Shape: execd.ShapeNvidiaSMI, Trigger: make(chan struct{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	dev := record.Device{Index: 0, UUID: "GPU-0", Name: "NVIDIA H100", PCIBusID: "00000000:18:00.0", Serial: "1650", DriverVersion: "570.86.15",
+		CUDAVersion: "12.8", VBIOSVersion: "96.00.89.00.01", ECCMode: record.ModeEnabled, Architecture: "Hopper", ComputeMode: "Default"}
+	var samples []record.Sample
+	for _, m := range catalog.Default().All() {
+		samples = append(samples, record.Sample{TimeNS: 1e18, Value: 1, Device: 0, Metric: m.ID})
+	}
+	if err := out.Write(context.Background(), &record.Batch{Devices: []record.Device{dev}, Samples: samples}); err != nil {
+		t.Fatal(err)
+	}
+	if err := out.Gather(); err != nil {
+		t.Fatal(err)
+	}
+	if len(acc.Errors) > 0 {
+		t.Fatalf("parser errors: %v", acc.Errors)
+	}
+	c := nvidiasmitest.Check(t, ref, acc.GetTelegrafMetrics())
+	if only := c.TelegrafOnly(); len(only) > 0 {
+		t.Errorf("names only Telegraf's nvidia_smi writes: %v", only)
 	}
 }
