@@ -418,7 +418,8 @@ func TestEngineProbeOnceAndIdlePointRead(t *testing.T) {
 // A media engine's dry utilization buffer (an idle encoder) gets one marked
 // point read per RareInterval, not one per drain; a buffer with samples
 // (the decoder) gets none; a metric the device has no point read for (JPEG)
-// is asked once and never again.
+// is asked once and never again; a media buffer the device lacks (OFA) is
+// point-read per RareInterval too, not per field tick.
 func TestEngineDryMediaBufferPointRead(t *testing.T) {
 	dev := newFakeDevice(0)
 	for _, b := range []catalog.BufferType{catalog.BufferEncoderUtil, catalog.BufferDecoderUtil, catalog.BufferJPEGUtil} {
@@ -427,11 +428,13 @@ func TestEngineDryMediaBufferPointRead(t *testing.T) {
 	dev.idle[catalog.BufferEncoderUtil] = true
 	dev.idle[catalog.BufferJPEGUtil] = true
 	dev.fields[catalog.MetricUtilEncoder] = 0
+	dev.fields[catalog.MetricUtilOFA] = 3
 	dev.fieldErr[catalog.MetricUtilJPEG] = fmt.Errorf("jpeg utilization: %w", sampler.ErrNotSupported)
-	media := []catalog.MetricID{catalog.MetricUtilEncoder, catalog.MetricUtilDecoder, catalog.MetricUtilJPEG}
+	media := []catalog.MetricID{catalog.MetricUtilEncoder, catalog.MetricUtilDecoder, catalog.MetricUtilJPEG, catalog.MetricUtilOFA}
 	e, err := sampler.New(&fakeSource{devs: []*fakeDevice{dev}}, sampler.Config{
-		DrainInterval: 10 * time.Millisecond, RareInterval: time.Hour,
-		Select: func(m *catalog.Metric) bool { return slices.Contains(media, m.ID) }})
+		DrainInterval: 10 * time.Millisecond, SecondaryDrainInterval: 10 * time.Millisecond, FieldInterval: 10 * time.Millisecond,
+		RareInterval: time.Hour,
+		Select:       func(m *catalog.Metric) bool { return slices.Contains(media, m.ID) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -443,15 +446,17 @@ func TestEngineDryMediaBufferPointRead(t *testing.T) {
 	for _, id := range media {
 		reads[catalog.Default().Name(id)] = dev.reads(id)
 	}
-	if want := map[string]int{"utilization_encoder": 1, "utilization_decoder": 0, "utilization_jpeg": 1}; !maps.Equal(reads, want) {
+	if want := map[string]int{"utilization_encoder": 1, "utilization_decoder": 0, "utilization_jpeg": 1, "utilization_ofa": 1}; !maps.Equal(reads, want) {
 		t.Fatalf("point reads %v, want %v", reads, want)
 	}
-	var enc []record.Sample
+	var enc, ofa []record.Sample
 	dec := 0
 	for _, s := range out.snapshot() {
 		switch s.Metric {
 		case catalog.MetricUtilEncoder:
 			enc = append(enc, s)
+		case catalog.MetricUtilOFA:
+			ofa = append(ofa, s)
 		case catalog.MetricUtilDecoder:
 			if s.Flags&record.FlagPointRead != 0 {
 				t.Fatalf("decoder sample marked as a point read: %+v", s)
@@ -463,6 +468,9 @@ func TestEngineDryMediaBufferPointRead(t *testing.T) {
 	}
 	if len(enc) != 1 || enc[0].Value != 0 || enc[0].Flags != record.FlagPointRead || dec == 0 {
 		t.Fatalf("encoder samples %+v (want one marked point read of 0), %d decoder samples", enc, dec)
+	}
+	if len(ofa) != 1 || ofa[0].Value != 3 || ofa[0].Flags != record.FlagPointRead {
+		t.Fatalf("OFA samples %+v, want one marked point read of 3", ofa)
 	}
 }
 

@@ -414,6 +414,11 @@ func (l *deviceLoop) drainDue(now time.Time, force bool) {
 		if l.lost {
 			return
 		}
+		if !b.supported && b.media && !b.noDryRead && !force && !now.Before(b.dryRead) {
+			// No buffer: the engine's point read every RareInterval.
+			l.dryIDs = append(l.dryIDs, b.metric)
+			b.dryRead = now.Add(l.e.cfg.RareInterval)
+		}
 		if !b.supported || (!force && now.Before(b.next)) {
 			continue
 		}
@@ -547,7 +552,8 @@ func (l *deviceLoop) drain(b *bufferState, now time.Time) bool {
 // fallBack is called once when a device answers that buffer b is not
 // supported (some platforms and virtualised GPUs have no sample buffers):
 // the buffer's metric is read with its point query at the field interval
-// from now on, marked as a point read, when the device answers one.
+// from now on (a media engine's at the rare interval, see readDryMedia),
+// marked as a point read, when the device answers one.
 func (l *deviceLoop) fallBack(b *bufferState, now time.Time) {
 	name := l.e.cfg.Catalog.Name(b.metric)
 	ids := []catalog.MetricID{b.metric}
@@ -561,6 +567,7 @@ func (l *deviceLoop) fallBack(b *bufferState, now time.Time) {
 	case errors.Is(out[0].Err, ErrNotSupported):
 		l.e.log.Info("sample buffer not supported, and no point read for its metric: not sampled", "device", l.index,
 			"buffer", b.typ.String(), "metric", name)
+		b.noDryRead = true
 		return
 	case out[0].Err == nil:
 		t := out[0].TimeNS
@@ -570,9 +577,17 @@ func (l *deviceLoop) fallBack(b *bufferState, now time.Time) {
 		l.pub = append(l.pub, record.Sample{TimeNS: t, Value: out[0].Value, Device: l.index, Metric: b.metric, Flags: record.FlagPointRead})
 		l.pointReads.Add(1)
 	}
+	l.pointFallbacks.Add(1)
+	if b.media {
+		// An idle engine on most GPUs: read like a dry media buffer
+		// (readDryMedia), not every field tick.
+		b.dryRead = now.Add(l.e.cfg.RareInterval)
+		l.e.log.Info("sample buffer not supported; its metric comes from point reads at the rare interval", "device", l.index,
+			"buffer", b.typ.String(), "metric", name, "interval", l.e.cfg.RareInterval)
+		return
+	}
 	l.fbIDs = append(l.fbIDs, b.metric)
 	l.fbOut = append(l.fbOut, Reading{})
-	l.pointFallbacks.Add(1)
 	l.e.log.Info("sample buffer not supported; its metric comes from point reads at the field interval", "device", l.index,
 		"buffer", b.typ.String(), "metric", name, "interval", l.e.cfg.FieldInterval)
 }

@@ -24,7 +24,7 @@ func TestFakeDriverDoctor(t *testing.T) {
 // metrics come from point reads, which are not sampled at all, and does not
 // advise running under load.
 func TestFakeDriverDoctorPointReads(t *testing.T) {
-	runScenario(t, "doctor-fallback", false, "FAKENVML_BUFFER_NS=all")
+	runScenario(t, "doctor-fallback", false, "FAKENVML_BUFFER_NS=all", "FAKENVML_MEDIA_UTIL=ns")
 }
 
 func childDoctorFallback(t *testing.T, src *Source) {

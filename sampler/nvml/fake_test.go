@@ -122,9 +122,10 @@ func TestFakeDriverShortBuffer(t *testing.T) {
 
 // TestFakeDriverPointFallback: without sample buffers, the buffer metrics
 // that have a point getter come from point reads at the field interval,
-// marked as such; the others are not sampled; both are logged once.
+// marked as such; the others (here the media engines, whose point getters
+// say not supported) are not sampled; both are logged once.
 func TestFakeDriverPointFallback(t *testing.T) {
-	runScenario(t, "fallback", false, "FAKENVML_BUFFER_NS=all")
+	runScenario(t, "fallback", false, "FAKENVML_BUFFER_NS=all", "FAKENVML_MEDIA_UTIL=ns")
 }
 
 func TestFakeDriverVersions(t *testing.T) {
