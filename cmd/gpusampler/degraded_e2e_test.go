@@ -43,14 +43,7 @@ health_fail_on_outputs = true
 	r := startE2E(t, exec.Command(bin, "run", "--config", cfg, "--stats", "--log-level", "info"))
 	addr := r.waitPromAddr()
 	notStarted := regexp.MustCompile(`^  output broken +NOT STARTED: \d+ failed start attempts; retrying with backoff \(the log says why\)$`)
-	r.waitFor("--stats line naming the broken output", func() bool {
-		for _, l := range r.stderr {
-			if notStarted.MatchString(l) {
-				return true
-			}
-		}
-		return false
-	})
+	r.waitLine("--stats line naming the broken output", true, notStarted.MatchString)
 	r.mu.Lock()
 	n := len(r.stdout)
 	r.mu.Unlock()
@@ -66,7 +59,7 @@ health_fail_on_outputs = true
 	healthRE := regexp.MustCompile(`^2 devices sampled within 10s, but outputs are failing:\noutput broken: not started, \d+ failed attempts\n$`)
 	var body string
 	var code int
-	r.waitFor("/healthz naming the broken output", func() bool {
+	r.poll("/healthz naming the broken output", func() bool {
 		resp, err := http.Get("http://" + addr + "/healthz")
 		if err != nil {
 			return false

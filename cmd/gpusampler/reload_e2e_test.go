@@ -124,6 +124,26 @@ func (r *e2eRun) waitFor(what string, cond func() bool) {
 	}
 }
 
+// poll calls cond (without r.mu) every 100 ms until it holds, for a
+// condition outside gpusampler's output (an HTTP endpoint); the same
+// liveness bound and end-of-process failure as waitFor.
+func (r *e2eRun) poll(what string, cond func() bool) {
+	r.t.Helper()
+	bound := time.NewTimer(5 * time.Minute)
+	defer bound.Stop()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-tick.C:
+		case <-r.done:
+			r.fatalf("gpusampler ended while waiting for %s", what)
+		case <-bound.C:
+			r.fatalf("no %s after 5 minutes", what)
+		}
+	}
+}
+
 // fatalf fails the test with msg and the last lines gpusampler wrote to
 // stderr.
 func (r *e2eRun) fatalf(format string, args ...any) {
@@ -151,9 +171,37 @@ func (r *e2eRun) promAddr() string {
 // and returns its address.
 func (r *e2eRun) waitPromAddr() string {
 	r.t.Helper()
-	var addr string
-	r.waitFor("prometheus's listening address", func() bool { addr = r.promAddr(); return addr != "" })
-	return addr
+	return listeningRE.FindStringSubmatch(r.waitLine("prometheus's listening address", true, listeningRE.MatchString))[1]
+}
+
+// waitLine waits for a line of gpusampler's stderr (or stdout) that match
+// accepts and returns it. Each line is looked at once: gpusampler writes
+// lines far faster than a loaded machine could rescan them all on each
+// new one (a wait that rescanned every line fell behind for good).
+func (r *e2eRun) waitLine(what string, stderr bool, match func(string) bool) string {
+	r.t.Helper()
+	return r.waitLines(what, stderr, 1, match)
+}
+
+// waitLines waits until n lines of stderr (or stdout) that match accepts
+// have been written, looking at each line once, and returns the n-th.
+func (r *e2eRun) waitLines(what string, stderr bool, n int, match func(string) bool) string {
+	r.t.Helper()
+	var next, seen int
+	var last string
+	r.waitFor(what, func() bool {
+		lines := r.stdout
+		if stderr {
+			lines = r.stderr
+		}
+		for ; next < len(lines) && seen < n; next++ {
+			if match(lines[next]) {
+				seen, last = seen+1, lines[next]
+			}
+		}
+		return seen >= n
+	})
+	return last
 }
 
 // exit waits until gpusampler, told to stop by the caller, has exited, and

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -161,30 +160,18 @@ listen = "127.0.0.1:0"
 	r := startE2E(t, cmd)
 	// Each wait is for a line that appears once what it stands for has
 	// happened: the order of the waits is not the order of the events.
-	has := func(lines []string, sub string) bool {
-		return slices.ContainsFunc(lines, func(l string) bool { return strings.Contains(l, sub) })
-	}
+	has := func(sub string) func(string) bool { return func(l string) bool { return strings.Contains(l, sub) } }
 	addr := r.waitPromAddr()
 	// Both webhook plugins failed a post and logged it; every sink's
 	// connection error is in; several rounds of --stats went by.
 	for _, o := range []string{"webhook-env", "webhook-inline"} {
-		r.waitFor(o+"'s failed post", func() bool {
-			return has(r.stderr, `msg="webhook post failed; alerts lost" output=`+o)
-		})
+		r.waitLine(o+"'s failed post", true, has(`msg="webhook post failed; alerts lost" output=`+o))
 	}
 	for _, o := range []string{"nats-user", "nats-token"} {
-		r.waitFor(o+"'s connection error", func() bool { return has(r.stderr, "output="+o) })
+		r.waitLine(o+"'s connection error", true, has("output="+o))
 	}
-	r.waitFor("three rounds of --stats", func() bool {
-		n := 0
-		for _, l := range r.stderr {
-			if strings.Contains(l, "gpusampler stats:") {
-				n++
-			}
-		}
-		return n >= 3
-	})
-	r.waitFor("self-metrics on stdout", func() bool { return has(r.stdout, "gpusampler_self,") })
+	r.waitLines("three rounds of --stats", true, 3, has("gpusampler stats:"))
+	r.waitLine("self-metrics on stdout", false, has("gpusampler_self,"))
 	for _, path := range []string{"/metrics", "/healthz"} {
 		resp, err := http.Get("http://" + addr + path)
 		if err != nil {

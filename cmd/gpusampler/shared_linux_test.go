@@ -133,28 +133,21 @@ func TestRunNetworkOutputsShareOneChildIntegration(t *testing.T) {
 	// device metrics.
 	scrape := func() {
 		t.Helper()
-		bound := time.After(5 * time.Minute) // liveness only
-		for {
+		r.poll("device metrics from the newest prometheus listener", func() bool {
 			r.mu.Lock()
 			addr := r.promAddr()
 			r.mu.Unlock()
-			if addr != "" {
-				if resp, err := http.Get("http://" + addr + "/metrics"); err == nil {
-					body, _ := io.ReadAll(resp.Body)
-					resp.Body.Close()
-					if strings.Contains(string(body), "DCGM_FI_DEV_POWER_USAGE") {
-						return
-					}
-				}
+			if addr == "" {
+				return false
 			}
-			select {
-			case <-r.done:
-				r.fatalf("gpusampler ended")
-			case <-bound:
-				r.fatalf("prometheus served no device metrics for 5 minutes")
-			case <-time.After(50 * time.Millisecond): // polling the listener
+			resp, err := http.Get("http://" + addr + "/metrics")
+			if err != nil {
+				return false
 			}
-		}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			return strings.Contains(string(body), "DCGM_FI_DEV_POWER_USAGE")
+		})
 	}
 	waitWrites(0)
 	scrape()
