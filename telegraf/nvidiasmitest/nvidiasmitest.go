@@ -84,7 +84,7 @@ func Load(tb testing.TB) Reference {
 			tb.Fatal(err)
 		}
 		in := &nvidia_smi.NvidiaSMI{BinPath: script, Timeout: config.Duration(time.Minute), Log: discard{}}
-		var acc accumulator
+		var acc Accumulator
 		if err := in.Gather(&acc); err != nil {
 			tb.Fatalf("nvidiasmitest: %s: %v", name, err)
 		}
@@ -299,16 +299,16 @@ func Check(tb testing.TB, ref Reference, ms []telegraf.Metric) Comparison {
 	return c
 }
 
-// accumulator collects what the nvidia_smi input gathers (a stand-in for
-// Telegraf's agent). Gather runs on the caller's goroutine; the mutex
-// covers an input that adds from others.
-type accumulator struct {
+// Accumulator collects what an input gathers: a stand-in for Telegraf's
+// agent, without telegraf/testutil and what that links. The mutex covers
+// an input that adds from goroutines of its own.
+type Accumulator struct {
 	mu      sync.Mutex
 	metrics []telegraf.Metric
 	errs    []error
 }
 
-func (a *accumulator) add(name string, fields map[string]any, tags map[string]string, ts ...time.Time) {
+func (a *Accumulator) add(name string, fields map[string]any, tags map[string]string, ts ...time.Time) {
 	tm := time.Now()
 	if len(ts) > 0 {
 		tm = ts[0]
@@ -316,34 +316,51 @@ func (a *accumulator) add(name string, fields map[string]any, tags map[string]st
 	a.AddMetric(metric.New(name, tags, fields, tm))
 }
 
-func (a *accumulator) AddFields(m string, f map[string]any, t map[string]string, ts ...time.Time) {
+// AddFields adds a metric (telegraf.Accumulator).
+func (a *Accumulator) AddFields(m string, f map[string]any, t map[string]string, ts ...time.Time) {
 	a.add(m, f, t, ts...)
 }
-func (a *accumulator) AddGauge(m string, f map[string]any, t map[string]string, ts ...time.Time) {
+// AddGauge adds a metric (telegraf.Accumulator).
+func (a *Accumulator) AddGauge(m string, f map[string]any, t map[string]string, ts ...time.Time) {
 	a.add(m, f, t, ts...)
 }
-func (a *accumulator) AddCounter(m string, f map[string]any, t map[string]string, ts ...time.Time) {
+// AddCounter adds a metric (telegraf.Accumulator).
+func (a *Accumulator) AddCounter(m string, f map[string]any, t map[string]string, ts ...time.Time) {
 	a.add(m, f, t, ts...)
 }
-func (a *accumulator) AddSummary(m string, f map[string]any, t map[string]string, ts ...time.Time) {
+// AddSummary adds a metric (telegraf.Accumulator).
+func (a *Accumulator) AddSummary(m string, f map[string]any, t map[string]string, ts ...time.Time) {
 	a.add(m, f, t, ts...)
 }
-func (a *accumulator) AddHistogram(m string, f map[string]any, t map[string]string, ts ...time.Time) {
+// AddHistogram adds a metric (telegraf.Accumulator).
+func (a *Accumulator) AddHistogram(m string, f map[string]any, t map[string]string, ts ...time.Time) {
 	a.add(m, f, t, ts...)
 }
-func (a *accumulator) AddMetric(m telegraf.Metric) {
+// AddMetric adds m (telegraf.Accumulator).
+func (a *Accumulator) AddMetric(m telegraf.Metric) {
 	a.mu.Lock()
 	a.metrics = append(a.metrics, m)
 	a.mu.Unlock()
 }
-func (*accumulator) SetPrecision(time.Duration) {}
-func (a *accumulator) AddError(err error) {
+// SetPrecision does nothing: metrics keep their timestamps.
+func (*Accumulator) SetPrecision(time.Duration) {}
+// AddError records err (telegraf.Accumulator).
+func (a *Accumulator) AddError(err error) {
 	a.mu.Lock()
 	a.errs = append(a.errs, err)
 	a.mu.Unlock()
 }
-func (a *accumulator) WithTracking(int) telegraf.TrackingAccumulator {
-	panic("nvidiasmitest: the nvidia_smi input does not track metrics")
+// WithTracking is not supported: the inputs tested here do not track
+// metrics (a test that needs tracking wraps the Accumulator).
+func (a *Accumulator) WithTracking(int) telegraf.TrackingAccumulator {
+	panic("nvidiasmitest: tracking accumulator not supported")
+}
+
+// Snapshot returns copies of the metrics and errors added so far.
+func (a *Accumulator) Snapshot() ([]telegraf.Metric, []error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]telegraf.Metric(nil), a.metrics...), append([]error(nil), a.errs...)
 }
 
 // discard is a telegraf.Logger that drops everything: the input's own log

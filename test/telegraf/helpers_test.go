@@ -2,63 +2,16 @@ package telegraf_test
 
 import (
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/gpusampler/gpusampler/telegraf/nvidiasmitest"
 	"github.com/influxdata/telegraf"
-	"github.com/influxdata/telegraf/metric"
 )
 
 // accumulator collects metrics (a stand-in for Telegraf's agent, without
 // telegraf/testutil).
-type accumulator struct {
-	mu      sync.Mutex
-	metrics []telegraf.Metric
-	errs    []error
-}
-
-func (a *accumulator) add(m string, f map[string]any, tags map[string]string, t ...time.Time) {
-	tm := time.Now()
-	if len(t) > 0 {
-		tm = t[0]
-	}
-	a.AddMetric(metric.New(m, tags, f, tm))
-}
-
-func (a *accumulator) AddFields(m string, f map[string]any, t map[string]string, ts ...time.Time) {
-	a.add(m, f, t, ts...)
-}
-func (a *accumulator) AddGauge(m string, f map[string]any, t map[string]string, ts ...time.Time) {
-	a.add(m, f, t, ts...)
-}
-func (a *accumulator) AddCounter(m string, f map[string]any, t map[string]string, ts ...time.Time) {
-	a.add(m, f, t, ts...)
-}
-func (a *accumulator) AddSummary(m string, f map[string]any, t map[string]string, ts ...time.Time) {
-	a.add(m, f, t, ts...)
-}
-func (a *accumulator) AddHistogram(m string, f map[string]any, t map[string]string, ts ...time.Time) {
-	a.add(m, f, t, ts...)
-}
-func (a *accumulator) AddMetric(m telegraf.Metric) {
-	a.mu.Lock()
-	a.metrics = append(a.metrics, m)
-	a.mu.Unlock()
-}
-func (*accumulator) SetPrecision(time.Duration) {}
-func (a *accumulator) AddError(err error) {
-	a.mu.Lock()
-	a.errs = append(a.errs, err)
-	a.mu.Unlock()
-}
-func (*accumulator) WithTracking(int) telegraf.TrackingAccumulator { panic("tracking not used") }
-
-func (a *accumulator) snapshot() ([]telegraf.Metric, []error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return append([]telegraf.Metric(nil), a.metrics...), append([]error(nil), a.errs...)
-}
+type accumulator = nvidiasmitest.Accumulator
 
 // waitFor polls until cond holds or d passes.
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {

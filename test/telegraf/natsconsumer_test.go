@@ -148,14 +148,14 @@ format = "influx"
 	}
 	want := canonical(printed)
 	waitFor(t, liveness, fmt.Sprintf("%d points from nats_consumer", len(want)), func() bool {
-		ms, _ := acc.snapshot()
+		ms, _ := acc.Snapshot()
 		n := 0
 		for _, m := range ms {
 			n += len(m.FieldList())
 		}
 		return n >= len(want)
 	})
-	received, errs := acc.snapshot()
+	received, errs := acc.Snapshot()
 	if len(errs) > 0 {
 		t.Fatalf("nats_consumer errors: %v", errs)
 	}

@@ -70,7 +70,7 @@ func TestExecdNvidiaSMIDropIn(t *testing.T) {
 	}
 	gatherUntil(t, e, acc, "2 gathers with both GPUs' memory", func(ms []telegraf.Metric) bool { return complete(ms) >= 2 })
 	stopOnStdinClose(t, e)
-	ms, errs := acc.snapshot()
+	ms, errs := acc.Snapshot()
 	if errs = withoutShutdownRace(errs); len(errs) > 0 {
 		t.Fatalf("accumulator errors: %v", errs)
 	}

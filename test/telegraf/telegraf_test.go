@@ -129,7 +129,7 @@ func gatherUntil(t *testing.T, e *execd.Execd, acc *accumulator, what string, do
 			t.Fatal(err)
 		}
 		time.Sleep(100 * time.Millisecond)
-		if ms, _ := acc.snapshot(); done(ms) {
+		if ms, _ := acc.Snapshot(); done(ms) {
 			return time.Now(), ms
 		}
 		if time.Now().After(deadline) {
@@ -181,7 +181,7 @@ func TestExecdGather(t *testing.T) {
 			t.Fatalf("window stamped %v, want its start, between %v and %v, when its lines had arrived", ts, t0, seenAt)
 		}
 	}
-	ms, errs := acc.snapshot()
+	ms, errs := acc.Snapshot()
 	if errs = withoutShutdownRace(errs); len(errs) > 0 {
 		t.Fatalf("accumulator errors: %v", errs)
 	}
@@ -230,7 +230,7 @@ func TestExecdStream(t *testing.T) {
 	bin := buildBinary(t)
 	e, acc := startExecd(t, bin, "stream", "none")
 	seen := func(f string) bool {
-		ms, _ := acc.snapshot()
+		ms, _ := acc.Snapshot()
 		for _, m := range ms {
 			if _, ok := m.GetField(f); ok {
 				return true
@@ -242,7 +242,7 @@ func TestExecdStream(t *testing.T) {
 		return seen("power_draw") && seen("utilization_gpu") && seen("temperature_gpu") && seen("clocks_current_sm")
 	})
 	stopOnStdinClose(t, e)
-	ms, errs := acc.snapshot()
+	ms, errs := acc.Snapshot()
 	if errs = withoutShutdownRace(errs); len(errs) > 0 {
 		t.Fatalf("accumulator errors: %v", errs)
 	}
@@ -339,8 +339,8 @@ func TestListeners(t *testing.T) {
 			if err := build(tc.good).Write(ctx, &record.Batch{Seq: 1, Devices: []record.Device{dev}, Samples: samples}); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, liveness, strconv.Itoa(n)+" metrics", func() bool { m, _ := acc.snapshot(); return len(m) >= n })
-			ms, errs := acc.snapshot()
+			waitFor(t, liveness, strconv.Itoa(n)+" metrics", func() bool { m, _ := acc.Snapshot(); return len(m) >= n })
+			ms, errs := acc.Snapshot()
 			if len(ms) != n || len(errs) > 0 {
 				t.Fatalf("%d metrics (want %d), errors %v", len(ms), n, errs)
 			}
