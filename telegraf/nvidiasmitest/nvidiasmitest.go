@@ -320,36 +320,44 @@ func (a *Accumulator) add(name string, fields map[string]any, tags map[string]st
 func (a *Accumulator) AddFields(m string, f map[string]any, t map[string]string, ts ...time.Time) {
 	a.add(m, f, t, ts...)
 }
+
 // AddGauge adds a metric (telegraf.Accumulator).
 func (a *Accumulator) AddGauge(m string, f map[string]any, t map[string]string, ts ...time.Time) {
 	a.add(m, f, t, ts...)
 }
+
 // AddCounter adds a metric (telegraf.Accumulator).
 func (a *Accumulator) AddCounter(m string, f map[string]any, t map[string]string, ts ...time.Time) {
 	a.add(m, f, t, ts...)
 }
+
 // AddSummary adds a metric (telegraf.Accumulator).
 func (a *Accumulator) AddSummary(m string, f map[string]any, t map[string]string, ts ...time.Time) {
 	a.add(m, f, t, ts...)
 }
+
 // AddHistogram adds a metric (telegraf.Accumulator).
 func (a *Accumulator) AddHistogram(m string, f map[string]any, t map[string]string, ts ...time.Time) {
 	a.add(m, f, t, ts...)
 }
+
 // AddMetric adds m (telegraf.Accumulator).
 func (a *Accumulator) AddMetric(m telegraf.Metric) {
 	a.mu.Lock()
 	a.metrics = append(a.metrics, m)
 	a.mu.Unlock()
 }
+
 // SetPrecision does nothing: metrics keep their timestamps.
 func (*Accumulator) SetPrecision(time.Duration) {}
+
 // AddError records err (telegraf.Accumulator).
 func (a *Accumulator) AddError(err error) {
 	a.mu.Lock()
 	a.errs = append(a.errs, err)
 	a.mu.Unlock()
 }
+
 // WithTracking is not supported: the inputs tested here do not track
 // metrics (a test that needs tracking wraps the Accumulator).
 func (a *Accumulator) WithTracking(int) telegraf.TrackingAccumulator {
