@@ -434,10 +434,6 @@ func (r *running) awaitSelf() {
 // disk buffer need only be seen empty once.)
 func (r *running) settle(skip func(cell) bool) []string {
 	r.e.t.Helper()
-	r.markers++
-	marker := fmt.Sprintf("settle %d run %d", r.markers, r.e.run)
-	r.a.Engine().Emit(record.Event{Kind: "matrix_marker", Device: -1, StartNS: r.src.Start.UnixNano() - int64(r.markers),
-		EndNS: r.src.Start.UnixNano() - int64(r.markers), Message: marker})
 	var names []string
 	for _, c := range r.e.cells {
 		if skip == nil || !skip(c) {
@@ -445,13 +441,31 @@ func (r *running) settle(skip func(cell) bool) []string {
 		}
 	}
 	names = append(names, "witness")
-	drained := map[string]bool{}
+	// A marker may be lost with its batch (a buffer dropping at its cap, a
+	// pump failing the batch): then the output counted a drop, and a new
+	// marker, emitted after it, is waited for instead.
+	var marker string
+	drops := map[string]uint64{}
+	var drained map[string]bool
+	emit := func() {
+		r.markers++
+		marker = fmt.Sprintf("settle %d run %d", r.markers, r.e.run)
+		for _, n := range names {
+			drops[n] = r.countsOf(n).dropped()
+		}
+		drained = map[string]bool{}
+		r.a.Engine().Emit(record.Event{Kind: "matrix_marker", Device: -1, StartNS: r.src.Start.UnixNano() - int64(r.markers),
+			EndNS: r.src.Start.UnixNano() - int64(r.markers), Message: marker})
+	}
+	emit()
 	var left []string
 	waitFor(func() bool {
 		left = left[:0]
+		lost := false
 		for _, n := range names {
 			if !r.hasMarker(n, marker) {
 				left = append(left, n+" (no marker)")
+				lost = lost || r.countsOf(n).dropped() > drops[n]
 				continue
 			}
 			if b := r.a.Buffers()[n]; b != nil && !drained[n] {
@@ -461,6 +475,10 @@ func (r *running) settle(skip func(cell) bool) []string {
 				}
 				drained[n] = true
 			}
+		}
+		if lost {
+			r.e.t.Logf("%s lost with a batch an output counted dropped; waiting for the next marker", marker)
+			emit()
 		}
 		return len(left) == 0
 	})
@@ -489,6 +507,10 @@ type counts struct {
 	// because its output refused them.
 	AggDropped uint64
 }
+
+// dropped is total less what is still on disk (not lost, and not final
+// while the output runs).
+func (c counts) dropped() uint64 { return c.total() - uint64(c.OnDisk) }
 
 func (c counts) total() uint64 {
 	return c.RingDropped + c.PumpFailed + c.EventsDropped + c.BufferDropped.Total() + uint64(c.OnDisk) + c.Late + c.AggDropped
