@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"fmt"
 	"io"
-	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,10 +12,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/influxdata/telegraf"
 	"github.com/influxdata/telegraf/plugins/common/shim"
-	"github.com/influxdata/telegraf/plugins/parsers/influx"
 
+	"github.com/gpusampler/gpusampler/telegraf/internal/metrictest"
 	"github.com/gpusampler/gpusampler/telegraf/plugins/inputs/gpusampler"
 )
 
@@ -40,37 +38,6 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	os.Exit(m.Run())
-}
-
-// points flattens metrics into one sorted "measurement,tags field=value
-// timestamp" string per field: the whole content, independent of how the
-// fields of one timestamp were split between lines.
-func points(t *testing.T, text string) []string {
-	t.Helper()
-	p := &influx.Parser{}
-	if err := p.Init(); err != nil {
-		t.Fatal(err)
-	}
-	ms, err := p.Parse([]byte(text))
-	if err != nil {
-		t.Fatalf("line protocol does not parse: %v", err)
-	}
-	return flatten(ms)
-}
-
-func flatten(ms []telegraf.Metric) []string {
-	var out []string
-	for _, m := range ms {
-		var tags strings.Builder
-		for _, k := range slices.Sorted(maps.Keys(m.Tags())) {
-			fmt.Fprintf(&tags, ",%s=%s", k, m.Tags()[k])
-		}
-		for _, f := range m.FieldList() {
-			out = append(out, fmt.Sprintf("%s%s %s=%#v %d", m.Name(), tags.String(), f.Key, f.Value, m.Time().UnixNano()))
-		}
-	}
-	slices.Sort(out)
-	return out
 }
 
 // TestShimMatchesTwin runs the plugin through Telegraf's execd shim in a
@@ -124,7 +91,7 @@ func TestShimMatchesTwin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gp, wp := points(t, got.String()), points(t, string(wantText))
+	gp, wp := metrictest.Points(metrictest.Parse(t, got.String())), metrictest.Points(metrictest.Parse(t, string(wantText)))
 	if !slices.Equal(gp, wp) {
 		t.Fatalf("shim stdout and twin differ:\nshim (%d points): %.2000s\ntwin (%d points): %.2000s", len(gp), strings.Join(gp, "\n"), len(wp), strings.Join(wp, "\n"))
 	}

@@ -2,23 +2,20 @@ package gpusampler
 
 import (
 	"bytes"
-	"fmt"
 	"io"
-	"maps"
 	"reflect"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 
-	"github.com/influxdata/telegraf"
 	"github.com/influxdata/telegraf/plugins/inputs"
-	"github.com/influxdata/telegraf/plugins/parsers/influx"
 	"github.com/influxdata/telegraf/testutil"
 
 	"github.com/gpusampler/gpusampler/outputs/execd"
 	"github.com/gpusampler/gpusampler/sampler"
 	"github.com/gpusampler/gpusampler/sampler/sim"
+	"github.com/gpusampler/gpusampler/telegraf/internal/metrictest"
 )
 
 // syncBuffer is a bytes.Buffer safe for one writer and a later reader.
@@ -37,38 +34,6 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
-}
-
-// points flattens metrics into one sorted "measurement,tags field=value
-// timestamp" string per field: the whole content, independent of how the
-// fields of one timestamp were split between lines.
-func points(ms []telegraf.Metric) []string {
-	var out []string
-	for _, m := range ms {
-		var tags strings.Builder
-		for _, k := range slices.Sorted(maps.Keys(m.Tags())) {
-			fmt.Fprintf(&tags, ",%s=%s", k, m.Tags()[k])
-		}
-		for _, f := range m.FieldList() {
-			out = append(out, fmt.Sprintf("%s%s %s=%#v %d", m.Name(), tags.String(), f.Key, f.Value, m.Time().UnixNano()))
-		}
-	}
-	slices.Sort(out)
-	return out
-}
-
-// parseLines parses line protocol with Telegraf's parser.
-func parseLines(t *testing.T, text string) []telegraf.Metric {
-	t.Helper()
-	p := &influx.Parser{}
-	if err := p.Init(); err != nil {
-		t.Fatal(err)
-	}
-	ms, err := p.Parse([]byte(text))
-	if err != nil {
-		t.Fatalf("twin output does not parse: %v", err)
-	}
-	return ms
 }
 
 func TestRegistered(t *testing.T) {
@@ -135,8 +100,8 @@ func TestAccumulatorMatchesTwin(t *testing.T) {
 		t.Fatalf("accumulator errors: %v", acc.Errors)
 	}
 	got := acc.GetTelegrafMetrics()
-	want := parseLines(t, twin.String())
-	gp, wp := points(got), points(want)
+	want := metrictest.Parse(t, twin.String())
+	gp, wp := metrictest.Points(got), metrictest.Points(want)
 	if !slices.Equal(gp, wp) {
 		t.Fatalf("accumulator and twin differ:\naccumulator (%d points): %.2000s\ntwin (%d points): %.2000s", len(gp), strings.Join(gp, "\n"), len(wp), strings.Join(wp, "\n"))
 	}
@@ -167,7 +132,7 @@ func TestLineSink(t *testing.T) {
 			t.Fatalf("Write(%q) = %d, %v", chunk, n, err)
 		}
 	}
-	got := points(acc.GetTelegrafMetrics())
+	got := metrictest.Points(acc.GetTelegrafMetrics())
 	want := []string{
 		"nvidia_smi,index=0 memory_used=7 100",
 		"nvidia_smi,index=0 power_draw=1.5 100",
