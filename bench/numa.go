@@ -1,8 +1,6 @@
 package bench
 
 import (
-	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -71,7 +69,7 @@ func numaPlacement(execs []execution, ci int, devs []record.Device, gpuCPUs map[
 		}
 		for _, d := range devs {
 			near := gpuCPUs[d.Index]
-			if len(near) == 0 || slices.ContainsFunc(ex.cpus, func(c int) bool { _, ok := slices.BinarySearch(near, c); return ok }) {
+			if !diagnose.PlacedAway(ex.cpus, near) {
 				continue
 			}
 			if i, ok := byDev[d.Index]; ok {
@@ -83,9 +81,7 @@ func numaPlacement(execs []execution, ci int, devs []record.Device, gpuCPUs map[
 			byDev[d.Index] = len(out)
 			out = append(out, Diagnosis{Finding: FindingNUMA, Kind: "NUMA placement", Device: d.Index,
 				StartNS: ex.start.UnixNano(), EndNS: ex.end.UnixNano(),
-				Message: fmt.Sprintf("the command ran on CPUs %s, none of them close to GPU %d (its CPUs: %s): every copy and "+
-					"kernel launch crosses the socket interconnect. Bind it to the GPU's CPUs, as the field guide does: "+
-					"CUDA_VISIBLE_DEVICES=%d numactl -C %s CMD (or taskset -c %s CMD)", pc, d.Index, gc, d.Index, gc, gc),
+				Message:  diagnose.NUMAMessage("the command ran", ex.cpus, d.Index, near),
 				Evidence: map[string]string{"process_cpus": pc, "gpu_cpus": gc}, Runs: []int{ex.run + 1}})
 		}
 	}

@@ -301,21 +301,37 @@ func (d *Detector) ObserveProcesses(dev *record.Device, pids []uint32, nowNS int
 		s.near, _ = d.gpuCPUs(dev.Index)
 		s.nearRead = true
 	}
-	if len(s.near) > 0 {
-		for _, pid := range pids {
-			cpus, err := d.processCPUs(int(pid))
-			if err != nil || len(cpus) == 0 || slices.ContainsFunc(cpus, func(c int) bool { _, ok := slices.BinarySearch(s.near, c); return ok }) {
-				continue // gone, unreadable, or allowed on a close CPU
-			}
-			pc, gc := CPUList(cpus), CPUList(s.near)
-			d.cond(dev, s, FindingNUMA+"/"+strconv.FormatUint(uint64(pid), 10), true, nowNS, 0, func() []record.Attr {
-				return []record.Attr{{Key: "pid", Value: strconv.FormatUint(uint64(pid), 10)}, {Key: "process_cpus", Value: pc}, {Key: "gpu_cpus", Value: gc}}
-			}, fmt.Sprintf("process %d runs on CPUs %s, none of them close to GPU %d (its CPUs: %s): every copy and kernel launch "+
-				"crosses the socket interconnect. Bind it to the GPU's CPUs, as the field guide does: "+
-				"CUDA_VISIBLE_DEVICES=%d numactl -C %s CMD (or taskset -c %s CMD)", pid, pc, dev.Index, gc, dev.Index, gc, gc))
+	for _, pid := range pids {
+		if len(s.near) == 0 {
+			break // the GPU's affinity is unknown: nothing to read
 		}
+		cpus, err := d.processCPUs(int(pid))
+		if err != nil || !PlacedAway(cpus, s.near) {
+			continue // gone, unreadable, or allowed on a close CPU
+		}
+		pc, gc := CPUList(cpus), CPUList(s.near)
+		d.cond(dev, s, FindingNUMA+"/"+strconv.FormatUint(uint64(pid), 10), true, nowNS, 0, func() []record.Attr {
+			return []record.Attr{{Key: "pid", Value: strconv.FormatUint(uint64(pid), 10)}, {Key: "process_cpus", Value: pc}, {Key: "gpu_cpus", Value: gc}}
+		}, NUMAMessage(fmt.Sprintf("process %d runs", pid), cpus, dev.Index, s.near))
 	}
 	d.closeQuiet(dev, s, nowNS)
+}
+
+// PlacedAway reports whether a process allowed only on cpus can run on
+// none of near, a GPU's close CPUs (ascending): the NUMA-placement
+// condition. An unknown affinity on either side is never placed away.
+func PlacedAway(cpus, near []int) bool {
+	return len(cpus) > 0 && len(near) > 0 &&
+		!slices.ContainsFunc(cpus, func(c int) bool { _, ok := slices.BinarySearch(near, c); return ok })
+}
+
+// NUMAMessage is the NUMA-placement finding's text and the field guide's
+// advice; who says who ran on cpus ("process 42 runs", "the command ran").
+func NUMAMessage(who string, cpus []int, gpu int, near []int) string {
+	pc, gc := CPUList(cpus), CPUList(near)
+	return fmt.Sprintf("%s on CPUs %s, none of them close to GPU %d (its CPUs: %s): every copy and kernel launch "+
+		"crosses the socket interconnect. Bind it to the GPU's CPUs, as the field guide does: "+
+		"CUDA_VISIBLE_DEVICES=%d numactl -C %s CMD (or taskset -c %s CMD)", who, pc, gpu, gc, gpu, gc, gc)
 }
 
 // CPUList writes CPU numbers (ascending) as ranges: "0-7,16-23".
