@@ -2,6 +2,7 @@ package record
 
 import (
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/gpusampler/gpusampler/catalog"
@@ -106,6 +107,23 @@ type Device struct {
 	Attribution
 	// Generation increases each time the identity changes.
 	Generation uint64 `json:"generation"`
+}
+
+// SimulatedMark is what DisplayName appends to a simulated device's name.
+const SimulatedMark = "(simulated)"
+
+// DisplayName returns the device's name for people to read: Name, followed
+// by SimulatedMark when the device is simulated and its name does not
+// already say so (the simulator names its devices "NVIDIA H200
+// (simulated)"; a device is marked once, never twice).
+func (d *Device) DisplayName() string {
+	if !d.Simulated || strings.Contains(d.Name, SimulatedMark) {
+		return d.Name
+	}
+	if d.Name == "" {
+		return SimulatedMark
+	}
+	return d.Name + " " + SimulatedMark
 }
 
 // Attribution says whose work runs on a device: the Kubernetes pod,

@@ -41,3 +41,23 @@ func TestFieldValue(t *testing.T) {
 		t.Errorf("FieldValue(nil) = %v, want 0", got)
 	}
 }
+
+// A simulated device is marked once in its display name: the simulator's
+// own names already carry the mark and are not marked again.
+func TestDisplayNameMarksSimulatedOnce(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		sim  bool
+		want string
+	}{
+		{"NVIDIA H200", false, "NVIDIA H200"},
+		{"NVIDIA H200", true, "NVIDIA H200 (simulated)"},
+		{"NVIDIA H200 (simulated)", true, "NVIDIA H200 (simulated)"},
+		{"", true, "(simulated)"},
+	} {
+		d := record.Device{Name: c.name, Simulated: c.sim}
+		if got := d.DisplayName(); got != c.want {
+			t.Errorf("Device{Name: %q, Simulated: %v}.DisplayName() = %q, want %q", c.name, c.sim, got, c.want)
+		}
+	}
+}

@@ -975,6 +975,9 @@ func (l *deviceLoop) setAttribution(a record.Attribution) bool {
 type DeviceStats struct {
 	Index int
 	UUID  string
+	// Simulated is the device identity's mark: its self-metrics are marked
+	// as the device's other records are.
+	Simulated bool
 	// Published samples into the device's ring.
 	Published uint64
 	// Drains is the number of buffer drain calls; NothingNew those that
@@ -1023,7 +1026,7 @@ type DeviceStats struct {
 
 func (l *deviceLoop) stats() DeviceStats {
 	id := l.identity.Load()
-	s := DeviceStats{Index: id.Index, UUID: id.UUID, Published: l.published.Load(), Drains: l.drains.Load(),
+	s := DeviceStats{Index: id.Index, UUID: id.UUID, Simulated: id.Simulated, Published: l.published.Load(), Drains: l.drains.Load(),
 		NothingNew: l.nothingNew.Load(), SuspectedLosses: l.suspectedLosses.Load(), LostEstimate: l.lostEstimate.Load(),
 		PointReads: l.pointReads.Load(), FieldReads: l.fieldReads.Load(), ReadErrors: l.readErrors.Load(),
 		NewestNS: l.newestNS.Load(), Clock: ClockKind(l.clockKind.Load()), MinDrainInterval: time.Duration(l.minDrainNS.Load()),

@@ -141,9 +141,13 @@ func SelfEvents(st sampler.Stats, now time.Time, elapsed time.Duration, prevCall
 		for _, fn := range slices.Sorted(maps.Keys(d.CallsByFunction)) {
 			fields = append(fields, intField("nvml_calls_"+fieldName(fn), d.CallsByFunction[fn]))
 		}
+		attrs := []record.Attr{{Key: "scope", Value: "device"}, {Key: "gpu", Value: strconv.Itoa(d.Index)}, {Key: "uuid", Value: d.UUID}}
+		if d.Simulated {
+			// marked as every other record of a simulated device
+			attrs = append(attrs, record.Attr{Key: "simulated", Value: "true"})
+		}
 		evs = append(evs, record.Event{Kind: record.EventSelf, Device: d.Index, StartNS: ns, EndNS: ns,
-			Attrs:  []record.Attr{{Key: "scope", Value: "device"}, {Key: "gpu", Value: strconv.Itoa(d.Index)}, {Key: "uuid", Value: d.UUID}},
-			Fields: fields})
+			Attrs: attrs, Fields: fields})
 	}
 	return evs
 }

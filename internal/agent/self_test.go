@@ -49,6 +49,27 @@ func TestSelfEvents(t *testing.T) {
 	}
 }
 
+// A simulated device's self-metrics carry simulated=true, as its other
+// records do; a real device's carry no such attribute.
+func TestSelfEventsMarkSimulatedDevices(t *testing.T) {
+	st := sampler.Stats{Devices: []sampler.DeviceStats{{Index: 0, UUID: "GPU-real"}, {Index: 1, UUID: "GPU-sim", Simulated: true}}}
+	evs := agent.SelfEvents(st, time.Unix(100, 0), time.Second, map[int]uint64{})
+	if len(evs) != 2 {
+		t.Fatalf("%d events, want 2", len(evs))
+	}
+	marked := func(ev record.Event) bool {
+		for _, a := range ev.Attrs {
+			if a == (record.Attr{Key: "simulated", Value: "true"}) {
+				return true
+			}
+		}
+		return false
+	}
+	if marked(evs[0]) || !marked(evs[1]) {
+		t.Errorf("simulated marks: real %v (want false), simulated %v (want true): %+v", marked(evs[0]), marked(evs[1]), evs)
+	}
+}
+
 // reportingOut is an output with counters of its own.
 type reportingOut struct{ memOut }
 

@@ -188,11 +188,7 @@ func (o *Output) deviceName(i int) string {
 	if !ok {
 		return fmt.Sprintf("[%s] GPU %d", o.host, i)
 	}
-	sim := ""
-	if d.Simulated {
-		sim = " (simulated)"
-	}
-	return fmt.Sprintf("[%s] GPU %d %s%s", o.host, i, d.Name, sim)
+	return fmt.Sprintf("[%s] GPU %d %s", o.host, i, d.DisplayName())
 }
 
 func (o *Output) enqueue(alert string) {

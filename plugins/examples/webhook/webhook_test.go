@@ -150,3 +150,29 @@ func TestWebhookPluginIntegration(t *testing.T) {
 		t.Fatalf("posted %q", got)
 	}
 }
+
+// A simulated device's alert names it once as simulated: the simulator's
+// name already says "(simulated)" and is not marked a second time.
+func TestWebhookMarksSimulatedOnce(t *testing.T) {
+	h := &hook{}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	out, err := sdktest.Start(t, webhook.New(), map[string]any{"url": srv.URL, "batch_interval": "1h", "thresholds": []any{"temperature_gpu > 85"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev := outputtest.Device
+	dev.Name, dev.Simulated = "NVIDIA H200 (simulated)", true
+	t0 := int64(1_700_000_000_000_000_000)
+	b := &record.Batch{Seq: 1, Devices: []record.Device{dev}, Samples: []record.Sample{{TimeNS: t0, Value: 90, Metric: catalog.MetricTempGPU}}}
+	if err := out.Write(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	if err := out.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got := h.all()
+	if !strings.Contains(got, "GPU 0 NVIDIA H200 (simulated) ALERT") || strings.Count(got, "(simulated)") != 1 {
+		t.Errorf("posted %q: want the device named \"NVIDIA H200 (simulated)\", marked once", got)
+	}
+}
