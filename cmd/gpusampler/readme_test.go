@@ -70,51 +70,172 @@ func TestReadmeBenchExamplesPutFlagsBeforeCommand(t *testing.T) {
 	}
 }
 
-// readmeSkips are README commands that cannot run in a test here, each with
-// the reason (and where the behaviour is tested instead). A README command
-// that is neither run nor skipped fails the test: the docs and the tests
-// move together.
-var readmeSkips = []struct{ pattern, why string }{
-	{`^make `, "make targets: CI runs them itself"},
-	{`…|\[|CMD|PATH\b`, "a synopsis with placeholders"},
-	{`\bsubscribe\b`, "needs a NATS server (subscribe_test.go runs one)"},
-	{`--backend nvml`, "needs an NVIDIA driver (make gpu-check)"},
-	{`python train\.py`, "needs the user's training script (flag order: TestReadmeBenchExamplesPutFlagsBeforeCommand)"},
-	{`^/usr/bin/`, "a path inside a Telegraf config, not a command"},
-}
-
-// readmeCommands returns the gpusampler command lines of README.md: in
-// shell code blocks, and in backticks in the prose.
-func readmeCommands(t *testing.T) []string {
+// readmeDocs returns the docs whose commands TestReadmeCommandsRun runs,
+// relative to the repository root, by a rule rather than a list so that a
+// new output's README is picked up without editing this test: README.md,
+// every outputs/*/README.md, every README.md under telegraf/ (the Telegraf
+// module's docs) and every Markdown file under deploy/.
+func readmeDocs(t *testing.T) []string {
 	t.Helper()
-	b, err := os.ReadFile("../../README.md")
+	docs := []string{"README.md"}
+	outputs, err := filepath.Glob("../../outputs/*/README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var cmds []string
-	inBlock, shell := false, false
-	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, "```") {
-			inBlock = !inBlock
-			shell = inBlock && (line == "```sh" || line == "```bash")
-			continue
-		}
-		if inBlock {
-			if shell {
-				l := strings.TrimSpace(strings.SplitN(line, " # ", 2)[0])
-				if strings.HasPrefix(l, "gpusampler ") || strings.HasPrefix(l, "bin/gpusampler ") || strings.Contains(l, " gpusampler ") {
-					cmds = append(cmds, l)
-				}
+	for _, f := range outputs {
+		docs = append(docs, strings.TrimPrefix(filepath.ToSlash(f), "../../"))
+	}
+	for _, tree := range []struct{ dir, name string }{{"telegraf", "README.md"}, {"deploy", "*.md"}} {
+		err := filepath.WalkDir(filepath.Join("../..", tree.dir), func(path string, d os.DirEntry, err error) error {
+			if err != nil {
+				return err
 			}
-			continue
+			if ok, _ := filepath.Match(tree.name, d.Name()); ok && !d.IsDir() {
+				docs = append(docs, strings.TrimPrefix(filepath.ToSlash(path), "../../"))
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
 		}
-		for _, m := range regexp.MustCompile("`((?:bin/)?gpusampler [^`]+)`").FindAllStringSubmatch(line, -1) {
-			if strings.Contains(m[1], " --") || strings.Count(m[1], " ") >= 2 {
-				cmds = append(cmds, m[1])
+	}
+	if len(outputs) < 5 || !slices.Contains(docs, "deploy/README.md") {
+		t.Fatalf("docs %v: has the layout moved?", docs)
+	}
+	return docs
+}
+
+// readmeCommand is one command line of a doc: where it is, and what it says.
+type readmeCommand struct {
+	where string // file:line, the file relative to the repository root
+	line  string
+	stdin string // what the command reads (a Telegraf execd command: one gather request)
+}
+
+// readmeSkips are doc commands that cannot run in a test here, each with the
+// reason (and where the behaviour is tested instead). A command that is
+// neither run nor skipped fails the test, and so does a skip that matches
+// no command any more: the docs and the tests move together.
+var readmeSkips = []struct{ pattern, why string }{
+	{`^make `, "make targets: CI runs them itself"},
+	{`…|\[|\b(CMD|ARGS|PATH|FILE|DIR|NAME)\b|[a-z]\|[a-z]`, "a synopsis with placeholders or alternatives"},
+	{`\bsubscribe\b`, "needs a NATS server (subscribe_test.go runs one)"},
+	{`--backend nvml`, "needs an NVIDIA driver (make gpu-check)"},
+	{`python train\.py`, "needs the user's training script (flag order: TestReadmeBenchExamplesPutFlagsBeforeCommand)"},
+	{`^sudo `, "changes this machine as root (test/deploy verifies the systemd unit and the deploy configs)"},
+	{`^journalctl `, "reads a running service's journal"},
+	{`^docker `, "needs Docker (test/deploy checks the container's config)"},
+	{`^kubectl `, "needs a Kubernetes cluster (test/deploy decodes the manifests strictly)"},
+	{`^curl .*localhost:9400`, "needs the container started by the docker command before it (prometheus tests scrape the endpoint)"},
+}
+
+// readmeShell are the programs besides gpusampler whose doc commands the
+// test runs with sh, in its working directory.
+var readmeShell = []string{"printf", "echo", "cat", "grep", "test"}
+
+// readmeCommands returns the command lines of the docs, by one rule:
+//   - every line of a fenced block labelled sh, bash, shell or console (a
+//     "$ " prompt and a " # " comment removed; a line that starts with a
+//     blank, or follows one ending in "\", continues the command before);
+//   - in prose, a backquoted "gpusampler ..." or "bin/gpusampler ..." with a
+//     flag or at least two arguments;
+//   - in a toml block, a Telegraf execd command whose program is gpusampler
+//     (command = ["/usr/bin/gpusampler", "run", ...]).
+func readmeCommands(t *testing.T, root string, docs []string) []readmeCommand {
+	t.Helper()
+	prose := regexp.MustCompile("`((?:bin/)?gpusampler [^`]+)`")
+	execd := regexp.MustCompile(`^\s*command\s*=\s*\[(.*)\]`)
+	var cmds []readmeCommand
+	for _, doc := range docs {
+		b, err := os.ReadFile(filepath.Join(root, doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		inBlock, lang, joining := false, "", false
+		for n, line := range strings.Split(string(b), "\n") {
+			where := doc + ":" + strconv.Itoa(n+1)
+			if strings.HasPrefix(line, "```") {
+				inBlock = !inBlock
+				lang, _, _ = strings.Cut(strings.TrimPrefix(line, "```"), " ")
+				joining = false
+				continue
+			}
+			switch {
+			case inBlock && (lang == "sh" || lang == "bash" || lang == "shell" || lang == "console"):
+				l := strings.TrimPrefix(line, "$ ")
+				if i := strings.Index(l, " # "); i >= 0 {
+					l = l[:i]
+				}
+				cont := joining || (l != "" && (l[0] == ' ' || l[0] == '\t'))
+				l = strings.TrimSpace(l)
+				joining = strings.HasSuffix(l, "\\")
+				l = strings.TrimSpace(strings.TrimSuffix(l, "\\"))
+				switch {
+				case l == "" || strings.HasPrefix(l, "#"):
+				case cont && len(cmds) > 0:
+					cmds[len(cmds)-1].line += " " + l
+				default:
+					cmds = append(cmds, readmeCommand{where: where, line: l})
+				}
+			case inBlock && lang == "toml":
+				m := execd.FindStringSubmatch(line)
+				if m == nil {
+					continue
+				}
+				var words []string
+				for _, w := range strings.Split(m[1], ",") {
+					words = append(words, strings.Trim(strings.TrimSpace(w), `"`))
+				}
+				if filepath.Base(words[0]) == "gpusampler" {
+					cmds = append(cmds, readmeCommand{where: where, line: strings.Join(words, " "), stdin: "\n"})
+				}
+			case !inBlock:
+				for _, m := range prose.FindAllStringSubmatch(line, -1) {
+					if strings.Contains(m[1], " --") || strings.Count(m[1], " ") >= 2 {
+						cmds = append(cmds, readmeCommand{where: where, line: m[1]})
+					}
+				}
 			}
 		}
 	}
 	return cmds
+}
+
+// The extraction rule, pinned on a doc that has each kind of command and
+// each kind of text that is not one.
+func TestReadmeCommandsRule(t *testing.T) {
+	dir := t.TempDir()
+	doc := "Run `gpusampler run --stats` or `gpusampler version`, not `gpusampler`.\n" +
+		"```sh\n" +
+		"$ gpusampler config --check a.toml   # check it\n" +
+		"# a comment line\n" +
+		"gpusampler run --config a.toml \\\n" +
+		"  --stats\n" +
+		"gpusampler run [--x]\n" +
+		"               [--y]\n" +
+		"```\n" +
+		"```\n" +
+		"gpusampler stats: output of a command, not a command\n" +
+		"```\n" +
+		"```toml\n" +
+		"[[inputs.execd]]\n" +
+		"  command = [\"/usr/bin/gpusampler\", \"run\", \"--execd\", \"gather\"]\n" +
+		"  command = [\"/usr/bin/other\"]\n" +
+		"```\n"
+	if err := os.WriteFile(filepath.Join(dir, "README.md"), []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := readmeCommands(t, dir, []string{"README.md"})
+	want := []readmeCommand{
+		{"README.md:1", "gpusampler run --stats", ""},
+		{"README.md:3", "gpusampler config --check a.toml", ""},
+		{"README.md:5", "gpusampler run --config a.toml --stats", ""},
+		{"README.md:7", "gpusampler run [--x] [--y]", ""},
+		{"README.md:15", "/usr/bin/gpusampler run --execd gather", "\n"},
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("commands:\n got %q\nwant %q", got, want)
+	}
 }
 
 // splitWords splits a command line on blanks, keeping single-quoted words.
@@ -143,9 +264,19 @@ func splitWords(s string) []string {
 	return out
 }
 
-// Every README command that can run without a GPU runs, as written, on the
-// simulator: exit 0, and `| grep X` finds X. Not parallel: it changes the
-// working directory (commands name files relative to it).
+// isGpusampler says whether word names the gpusampler program: as on PATH,
+// as make builds it, or installed (/usr/bin/gpusampler in a Telegraf config).
+func isGpusampler(word string) bool {
+	return word == "gpusampler" || word == "bin/gpusampler" || word == "./bin/gpusampler" ||
+		strings.HasPrefix(word, "/") && filepath.Base(word) == "gpusampler"
+}
+
+// Every command of the docs (readmeDocs, readmeCommands) that can run
+// without a GPU runs, as written, on the simulator: exit 0, and `| grep X`
+// finds X. Each command is a subtest named by its file and line; one that
+// cannot run here is skipped with the reason (go test -v lists them). Not
+// parallel: it changes the working directory (commands name files relative
+// to it).
 func TestReadmeCommandsRun(t *testing.T) {
 	dir := t.TempDir()
 	example, err := os.ReadFile("../../config.example.toml")
@@ -155,61 +286,94 @@ func TestReadmeCommandsRun(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "config.example.toml"), example, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmds := readmeCommands(t)
+	cmds := readmeCommands(t, "../..", readmeDocs(t))
 	t.Chdir(dir)
 	t.Setenv("GPUSAMPLER_NVML_LIBRARY", "")
 	ran := 0
-next:
-	for _, line := range cmds {
+	skipUsed := make([]bool, len(readmeSkips))
+	for _, c := range cmds {
 		// An optional flag ("[--stats]") is run with the flag.
-		line = regexp.MustCompile(`\[(--[a-z-]+)\]`).ReplaceAllString(line, "$1")
-		for _, s := range readmeSkips {
+		line := regexp.MustCompile(`\[(--[a-z-]+)\]`).ReplaceAllString(c.line, "$1")
+		why := ""
+		for i, s := range readmeSkips {
 			if regexp.MustCompile(s.pattern).MatchString(line) {
-				t.Logf("skip %q: %s", line, s.why)
-				continue next
+				why, skipUsed[i] = s.why, true
+				break
 			}
 		}
 		pipeline := strings.SplitN(line, " | ", 2)
 		words := splitWords(pipeline[0])
-		if why := cannotRunHere(words); why != "" {
-			t.Logf("skip %q: %s", line, why)
-			continue
+		for len(words) > 1 && strings.Contains(words[0], "=") && !strings.HasPrefix(words[0], "-") {
+			words = words[1:] // VAR=value before the program
 		}
-		redirect := ""
-		if i := slices.Index(words, ">"); i >= 0 && i+1 < len(words) {
-			redirect, words = words[i+1], words[:i]
+		if why == "" {
+			why = cannotRunHere(words)
 		}
-		args := words[1:]
-		if args[0] == "run" && !slices.Contains(args, "--duration") {
-			args = append(args, "--duration", "1s") // run runs until stopped
-		}
-		compare := len(args) > 1 && args[0] == "bench" && args[1] == "compare" // reads files, samples nothing
-		if (args[0] == "run" || args[0] == "bench" || args[0] == "doctor" || args[0] == "metrics") && !compare {
-			if !slices.Contains(args, "--backend") {
-				args = append(args, "--backend", "sim") // this machine has no driver
+		t.Run(c.where, func(t *testing.T) {
+			if why != "" {
+				t.Skipf("%q: %s", c.line, why)
 			}
-		}
-		var out, errb bytes.Buffer
-		code := Main(t.Context(), args, strings.NewReader(""), &out, &errb)
-		if code != 0 {
-			t.Errorf("README command %q: exit %d\n%s", line, code, errb.String())
-			continue
-		}
-		if redirect != "" {
-			if err := os.WriteFile(redirect, out.Bytes(), 0o644); err != nil {
-				t.Fatal(err)
+			switch {
+			case isGpusampler(words[0]):
+				runReadmeGpusampler(t, c, words, pipeline)
+			case slices.Contains(readmeShell, words[0]):
+				cmd := exec.Command("sh", "-c", line)
+				cmd.Stdin = strings.NewReader(c.stdin)
+				if out, err := cmd.CombinedOutput(); err != nil {
+					t.Errorf("%s: %q: %v\n%s", c.where, c.line, err, out)
+				}
+			default:
+				t.Errorf("%s: %q is neither run nor skipped: run it (readmeShell) or add the reason it cannot run here to readmeSkips", c.where, c.line)
 			}
+		})
+		if why == "" {
+			ran++
 		}
-		if len(pipeline) == 2 {
-			grep := strings.Trim(strings.TrimPrefix(pipeline[1], "grep "), `'"`)
-			if !strings.Contains(out.String(), grep) {
-				t.Errorf("README command %q: output has no %q", line, grep)
-			}
-		}
-		ran++
 	}
-	if ran < 6 {
-		t.Fatalf("ran only %d README commands", ran)
+	for i, used := range skipUsed {
+		if !used {
+			t.Errorf("readmeSkips %q (%s) matches no doc command: remove it", readmeSkips[i].pattern, readmeSkips[i].why)
+		}
+	}
+	if ran < 8 {
+		t.Fatalf("ran only %d doc commands", ran)
+	}
+}
+
+// runReadmeGpusampler runs a doc's gpusampler command in process: run gets
+// --duration 1s unless it has one, the commands that sample get --backend
+// sim unless they name a backend, "> FILE" is written, and "| grep X" must
+// find X.
+func runReadmeGpusampler(t *testing.T, c readmeCommand, words, pipeline []string) {
+	redirect := ""
+	if i := slices.Index(words, ">"); i >= 0 && i+1 < len(words) {
+		redirect, words = words[i+1], words[:i]
+	}
+	args := slices.Clone(words[1:])
+	if args[0] == "run" && !slices.Contains(args, "--duration") {
+		args = append(args, "--duration", "1s") // run runs until stopped
+	}
+	compare := len(args) > 1 && args[0] == "bench" && args[1] == "compare" // reads files, samples nothing
+	if (args[0] == "run" || args[0] == "bench" || args[0] == "doctor" || args[0] == "metrics") && !compare {
+		if !slices.Contains(args, "--backend") {
+			args = append(args, "--backend", "sim") // this machine has no driver
+		}
+	}
+	var out, errb bytes.Buffer
+	code := Main(t.Context(), args, strings.NewReader(c.stdin), &out, &errb)
+	if code != 0 {
+		t.Fatalf("%s: %q: exit %d\n%s", c.where, c.line, code, errb.String())
+	}
+	if redirect != "" {
+		if err := os.WriteFile(redirect, out.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(pipeline) == 2 {
+		grep := strings.Trim(strings.TrimPrefix(pipeline[1], "grep "), `'"`)
+		if !strings.Contains(out.String(), grep) {
+			t.Errorf("%s: %q: output has no %q", c.where, c.line, grep)
+		}
 	}
 }
 
