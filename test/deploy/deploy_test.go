@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -111,8 +112,26 @@ func TestKubernetesManifestsDecodeStrictly(t *testing.T) {
 		sm.Spec.Endpoints[0].Port != "metrics" {
 		t.Errorf("ServiceMonitor does not select the Service's metrics port: %+v", sm.Spec)
 	}
-	// The config the DaemonSet mounts passes gpusampler's own check.
-	checkConfig(t, "configmap.yaml", cm.Data["gpusampler.toml"])
+	// The config the DaemonSet mounts passes gpusampler's own check, with
+	// the environment the DaemonSet gives the container, and takes its host
+	// name from the node's (NODE_NAME from spec.nodeName), not the pod's.
+	env := map[string]string{}
+	for _, e := range c.Env {
+		switch {
+		case e.ValueFrom == nil:
+			env[e.Name] = e.Value
+		case e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "spec.nodeName":
+			env[e.Name] = "gpu-node-7"
+		}
+	}
+	if env["NODE_NAME"] != "gpu-node-7" {
+		t.Errorf("DaemonSet: NODE_NAME must come from spec.nodeName: %+v", c.Env)
+	}
+	cfg := checkConfig(t, "configmap.yaml", cm.Data["gpusampler.toml"], env)
+	if cfg.Agent.Hostname != "gpu-node-7" {
+		t.Errorf("configmap.yaml: [agent] hostname = %q with NODE_NAME=gpu-node-7, want the node name", cfg.Agent.Hostname)
+	}
+	checkNoStdout(t, "configmap.yaml", cfg)
 	found := false
 	for _, v := range spec.Volumes {
 		found = found || v.ConfigMap != nil && v.ConfigMap.Name == cm.Name
@@ -131,13 +150,32 @@ func TestStrictDecodingRefusesUnknownFields(t *testing.T) {
 	}
 }
 
-func checkConfig(t *testing.T, where, text string) {
+// checkConfig parses a shipped config as gpusampler's config check does,
+// with env the only environment variables defined, and returns it.
+func checkConfig(t *testing.T, where, text string, env map[string]string) *appconfig.Config {
 	t.Helper()
 	if text == "" {
 		t.Fatalf("%s: no gpusampler.toml", where)
 	}
-	if _, err := appconfig.Parse(where, []byte(text), appconfig.Options{Registry: registry.Builtin()}); err != nil {
+	lookup := func(name string) (string, bool) { v, ok := env[name]; return v, ok }
+	cfg, err := appconfig.Parse(where, []byte(text), appconfig.Options{Registry: registry.Builtin(), LookupEnv: lookup})
+	if err != nil {
 		t.Fatalf("%s: gpusampler.toml: %v", where, err)
+	}
+	return cfg
+}
+
+// A service's stdout is its log (the journal, the container log): a
+// shipped config writes samples to a network sink, none to stdout.
+func checkNoStdout(t *testing.T, where string, cfg *appconfig.Config) {
+	t.Helper()
+	if len(cfg.Outputs) == 0 {
+		t.Errorf("%s: no outputs", where)
+	}
+	for _, o := range cfg.Outputs {
+		if o.Kind == "stdout" || o.Kind == "execd" {
+			t.Errorf("%s:%d: [[outputs.%s]] writes every sample to stdout, the service's log", where, o.Line, o.Kind)
+		}
 	}
 }
 
@@ -146,7 +184,7 @@ func TestContainerConfigChecks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkConfig(t, "deploy/container/gpusampler.toml", string(b))
+	checkNoStdout(t, "deploy/container/gpusampler.toml", checkConfig(t, "deploy/container/gpusampler.toml", string(b), nil))
 	df, err := os.ReadFile(filepath.Join(root, "deploy", "container", "Dockerfile"))
 	if err != nil {
 		t.Fatal(err)
@@ -157,13 +195,38 @@ func TestContainerConfigChecks(t *testing.T) {
 	if len(stages) < 2 || strings.Contains(runtime, "golang") || !strings.Contains(runtime, "\nUSER 10001") {
 		t.Fatalf("Dockerfile: want a multi-stage build whose last stage has no Go toolchain and runs as USER 10001")
 	}
+	// https sinks with public CAs verify only with a CA bundle; Debian slim
+	// has none until ca-certificates is installed.
+	if !regexp.MustCompile(`(?m)^RUN .*apt-get install [^\n]*ca-certificates`).MatchString(strings.ReplaceAll(runtime, "\\\n", " ")) {
+		t.Errorf("Dockerfile: the runtime stage must install ca-certificates:\n%s", runtime)
+	}
+}
+
+// The systemd steps install deploy/systemd/gpusampler.toml, a config a
+// service should run (a Prometheus endpoint), not config.example.toml, whose
+// only output writes every sample to stdout, the journal.
+func TestSystemdConfig(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(root, "deploy", "systemd", "gpusampler.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkNoStdout(t, "deploy/systemd/gpusampler.toml", checkConfig(t, "deploy/systemd/gpusampler.toml", string(b), nil))
+	readme, err := os.ReadFile(filepath.Join(root, "deploy", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(readme), "install -D -m 0644 deploy/systemd/gpusampler.toml /etc/gpusampler/gpusampler.toml") ||
+		strings.Contains(string(readme), "install -D -m 0644 config.example.toml") {
+		t.Error("deploy/README.md: the systemd steps must install deploy/systemd/gpusampler.toml as /etc/gpusampler/gpusampler.toml")
+	}
 }
 
 // The systemd unit passes systemd-analyze verify (where systemd is
-// installed), with ExecStart pointed at a real binary.
+// installed) through deploy/systemd/verify.sh, the check deploy/README.md
+// documents before installing: its copy of the unit names the binary given
+// (here a stand-in) as ExecStart. A unit with a mistake fails it.
 func TestSystemdUnitVerifies(t *testing.T) {
-	sa, err := exec.LookPath("systemd-analyze")
-	if err != nil {
+	if _, err := exec.LookPath("systemd-analyze"); err != nil {
 		t.Skip("systemd-analyze not installed (Debian: systemd)")
 	}
 	unit, err := os.ReadFile(filepath.Join(root, "deploy", "systemd", "gpusampler.service"))
@@ -176,24 +239,36 @@ func TestSystemdUnitVerifies(t *testing.T) {
 			t.Errorf("unit lacks %s", want)
 		}
 	}
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "gpusampler")
+	bin := filepath.Join(t.TempDir(), "gpusampler")
 	if err := os.WriteFile(bin, []byte("#!/bin/sh\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(dir, "gpusampler.service")
-	os.WriteFile(path, bytes.ReplaceAll(unit, []byte("/usr/local/bin/gpusampler"), []byte(bin)), 0o644)
-	out, err := exec.Command(sa, "verify", path).CombinedOutput()
-	// verify prints problems and exits non-zero; on a machine that is not
-	// booted with systemd it may also note that, which is not the unit's.
-	var problems []string
-	for _, l := range strings.Split(string(out), "\n") {
-		if strings.Contains(l, "gpusampler.service") {
-			problems = append(problems, l)
+	script, err := filepath.Abs(filepath.Join(root, "deploy", "systemd", "verify.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(script, bin).CombinedOutput()
+	if err != nil {
+		t.Fatalf("deploy/systemd/verify.sh: %v\n%s", err, out)
+	}
+	t.Logf("%s", bytes.TrimSpace(out))
+
+	// The check is not a formality: a unit with an unknown directive in a
+	// copy of the script's directory fails it.
+	dir := t.TempDir()
+	for _, f := range []string{"verify.sh", "gpusampler.service"} {
+		b, err := os.ReadFile(filepath.Join(root, "deploy", "systemd", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f == "gpusampler.service" {
+			b = bytes.Replace(b, []byte("Restart=on-failure"), []byte("Restart=sometimes"), 1)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o755); err != nil {
+			t.Fatal(err)
 		}
 	}
-	if len(problems) > 0 {
-		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
+	if out, err := exec.Command(filepath.Join(dir, "verify.sh"), bin).CombinedOutput(); err == nil {
+		t.Errorf("verify.sh passed a unit with Restart=sometimes:\n%s", out)
 	}
-	t.Logf("systemd-analyze verify: ok (%s)", strings.TrimSpace(string(out)))
 }
