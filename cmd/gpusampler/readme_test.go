@@ -126,6 +126,7 @@ var readmeSkips = []struct{ pattern, why string }{
 	{`^journalctl `, "reads a running service's journal"},
 	{`^docker `, "needs Docker (test/deploy checks the container's config)"},
 	{`^kubectl `, "needs a Kubernetes cluster (test/deploy decodes the manifests strictly)"},
+	{`^deploy/systemd/verify\.sh`, "verifies the unit with a gpusampler binary in bin/ (test/deploy's TestSystemdUnitVerifies runs the script)"},
 	{`^curl .*localhost:9400`, "needs the container started by the docker command before it (prometheus tests scrape the endpoint)"},
 }
 
@@ -284,6 +285,15 @@ func TestReadmeCommandsRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "config.example.toml"), example, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The deploy docs check the shipped configs by their paths in the
+	// repository (deploy/systemd/gpusampler.toml).
+	deploy, err := filepath.Abs("../../deploy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(deploy, filepath.Join(dir, "deploy")); err != nil {
 		t.Fatal(err)
 	}
 	cmds := readmeCommands(t, "../..", readmeDocs(t))
