@@ -38,6 +38,9 @@ func assemble(col *Collector, devs []record.Device, opts Options, created time.T
 	if res.Settings.Selection == "" {
 		res.Settings.Selection = "all"
 	}
+	if len(opts.Commands) == 2 {
+		res.Settings.Order = PairOrder
+	}
 	for _, d := range devs {
 		res.Devices = append(res.Devices, DeviceInfo{Index: d.Index, UUID: d.UUID, Name: d.Name, PCIBusID: d.PCIBusID,
 			MemoryTotalMiB: float64(d.MemoryTotalMiB), DriverVersion: d.DriverVersion, Simulated: d.Simulated})
@@ -144,7 +147,10 @@ func assemble(col *Collector, devs []record.Device, opts Options, created time.T
 		}
 	}
 	if len(res.Benchmarks) == 2 {
-		c := CompareResults(res, &res.Benchmarks[0], res, &res.Benchmarks[1])
+		// The runner interleaved them: run i of A and run i of B are a pair.
+		o := opts.Compare
+		o.Paired = true
+		c := CompareResults(res, &res.Benchmarks[0], res, &res.Benchmarks[1], o)
 		res.Comparison = &c
 	}
 	return res

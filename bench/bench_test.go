@@ -154,23 +154,19 @@ func TestCompareWords(t *testing.T) {
 	a := runs(1.00, 1.02, 0.98, 1.01, 0.99)
 	b := runs(0.85, 0.84, 0.86, 0.85, 0.85)
 	a.Name, b.Name = "A", "B"
-	c := Compare(a, b)
-	if !c.Significant || float64(c.Speedup) < 1.15 || float64(c.Speedup) > 1.2 {
+	c := Compare(a, b, CompareOptions{})
+	if c.Verdict != VerdictFaster || !c.Significant || float64(c.Speedup) < 1.15 || float64(c.Speedup) > 1.2 {
 		t.Fatalf("%+v", c)
 	}
-	if !strings.HasPrefix(c.Summary, "B is 1.18 ± 0.0") || !strings.Contains(c.Summary, "faster than A and uses 0.85") {
+	if !strings.HasPrefix(c.Summary, "B is 15 % faster than A: 1.18× as fast") || !strings.Contains(c.Summary, "Energy: B uses 15 % less") {
 		t.Fatalf("summary %q", c.Summary)
 	}
 	if c.SlowerBy() > 0 {
 		t.Fatalf("slower by %v", c.SlowerBy())
 	}
-	slow := Compare(b, a)
-	if !strings.Contains(slow.Summary, "slower") || slow.SlowerBy() < 15 {
+	slow := Compare(b, a, CompareOptions{})
+	if slow.Verdict != VerdictSlower || !strings.Contains(slow.Summary, "slower") || slow.SlowerBy() < 15 {
 		t.Fatalf("%+v", slow)
-	}
-	same := Compare(a, runs(1.01, 0.99, 1.0, 1.02, 0.98))
-	if same.Significant || !strings.Contains(same.Summary, "within noise") {
-		t.Fatalf("%+v", same)
 	}
 }
 
@@ -212,41 +208,48 @@ func TestNumJSONRoundTrip(t *testing.T) {
 // how fast this machine runs anything. Each summary is compared whole; its
 // numbers are checked against an independent computation in
 // TestStatisticsAgainstReference. (runs gives every run energy = 100 × wall
-// time, so the energy ratio is the inverse of the speedup.)
+// time, so the energy ratio is the time ratio.)
 func TestCompareVerdicts(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		a, b []float64
-		want string
+		name   string
+		a, b   []float64
+		paired bool
+		want   string
 	}{
-		// The case a reader was told "the same within noise (4.33 ± 5.79×)".
-		{"disjoint ranges, two runs", []float64{0.424, 0.517}, []float64{0.105, 0.113},
-			"B looks 4.32× faster than A (the run ranges do not overlap), but 2 runs each are too few to conclude " +
-				"(Welch's t-test on wall time: p = 0.080); about 3 runs each would be needed at the observed spread. " +
-				"B uses 0.23 ± 0.31× the energy of A"},
+		// The case a reader was once told "the same within noise (4.33 ± 5.79×)".
+		{"disjoint ranges, two runs", []float64{0.424, 0.517}, []float64{0.105, 0.113}, false,
+			"B is 77 % faster than A: 4.30× as fast (time B/A 0.233, 95% interval 0.102–0.532; Welch's t-test on log wall times, unpaired (runs not interleaved), 2 runs each: p = 0.024). Energy: B uses 77 % less (energy B/A 0.233, 95% interval 0.102–0.532)"},
 		// sleep 0.1 against sleep 0.4, two runs each, on a quiet machine.
-		{"two tight runs", []float64{0.102, 0.101}, []float64{0.407, 0.403},
-			"B is 3.99 ± 0.35× slower than A and uses 3.99 ± 0.35× the energy (95% intervals; Welch's t-test on wall time: p = 0.002)"},
+		{"two tight runs", []float64{0.102, 0.101}, []float64{0.407, 0.403}, false,
+			"B is 299 % slower than A (time B/A 3.990, 95% interval 3.872–4.112; Welch's t-test on log wall times, unpaired (runs not interleaved), 2 runs each: p < 0.001). Energy: B uses 299 % more (energy B/A 3.990, 95% interval 3.872–4.112)"},
 		// The same with ten runs each on a loaded machine.
 		{"ten noisy runs", []float64{0.103, 0.131, 0.108, 0.187, 0.112, 0.104, 0.151, 0.109, 0.122, 0.106},
-			[]float64{0.405, 0.433, 0.412, 0.498, 0.407, 0.451, 0.409, 0.404, 0.428, 0.415},
-			"B is 3.46 ± 0.53× slower than A and uses 3.46 ± 0.53× the energy (95% intervals; Welch's t-test on wall time: p < 0.001)"},
-		{"significant", []float64{1.00, 1.02, 0.98, 1.01, 0.99}, []float64{0.85, 0.84, 0.86, 0.85, 0.85},
-			"B is 1.18 ± 0.02× faster than A and uses 0.85 ± 0.02× the energy (95% intervals; Welch's t-test on wall time: p < 0.001)"},
-		{"slower", []float64{0.85, 0.84, 0.86, 0.85, 0.85}, []float64{1.00, 1.02, 0.98, 1.01, 0.99},
-			"B is 1.18 ± 0.02× slower than A and uses 1.18 ± 0.02× the energy (95% intervals; Welch's t-test on wall time: p < 0.001)"},
-		{"same, tight", []float64{1.00, 1.02, 0.98, 1.01, 0.99}, []float64{1.01, 0.99, 1.0, 1.02, 0.98},
-			"B and A take the same time within noise: B is 1.00 ± 0.02× as fast as A (95% interval; Welch's t-test on wall time: p = 1.000). " +
-				"B uses 1.00 ± 0.02× the energy of A"},
-		{"wide and overlapping", []float64{1, 3, 2}, []float64{1.5, 2.5, 4},
-			"too few runs to conclude: B is 0.75 ± 0.95× as fast as A (95% interval; Welch's t-test on wall time: p = 0.514); " +
-				"about 47 runs each would be needed at the observed spread. B uses 1.33 ± 1.68× the energy of A"},
-		{"one run", []float64{1}, []float64{2},
-			"B is 0.50× as fast as A, but 1 run per side is too few to conclude (at least 2 each, more for a verdict). B uses 2.00× the energy of A"},
+			[]float64{0.405, 0.433, 0.412, 0.498, 0.407, 0.451, 0.409, 0.404, 0.428, 0.415}, true,
+			"B is 251 % slower than A (time B/A 3.514, 95% interval 3.136–3.937; paired t-test on the log time ratios of 10 interleaved A/B pairs: p < 0.001). Energy: B uses 251 % more (energy B/A 3.514, 95% interval 3.136–3.937)"},
+		{"faster", []float64{1.00, 1.02, 0.98, 1.01, 0.99}, []float64{0.85, 0.84, 0.86, 0.85, 0.85}, false,
+			"B is 15 % faster than A: 1.18× as fast (time B/A 0.850, 95% interval 0.834–0.867; Welch's t-test on log wall times, unpaired (runs not interleaved), 5 runs each: p < 0.001). Energy: B uses 15 % less (energy B/A 0.850, 95% interval 0.834–0.867)"},
+		{"slower, paired", []float64{0.85, 0.84, 0.86, 0.85, 0.85}, []float64{1.00, 1.02, 0.98, 1.01, 0.99}, true,
+			"B is 18 % slower than A (time B/A 1.176, 95% interval 1.142–1.211; paired t-test on the log time ratios of 5 interleaved A/B pairs: p < 0.001). Energy: B uses 18 % more (energy B/A 1.176, 95% interval 1.142–1.211)"},
+		{"8% slower, pair noise shared", fixtureA, scaled(1.08, nil), true,
+			"B is 8.0 % slower than A (time B/A 1.080, 95% interval 1.080–1.080; paired t-test on the log time ratios of 10 interleaved A/B pairs: p < 0.001). Energy: B uses 8.0 % more (energy B/A 1.080, 95% interval 1.080–1.080)"},
+		{"8% slower, unpaired", fixtureA, scaled(1.08, nil), false,
+			"no difference detected between B and A; the interval cannot rule out ±19 % (time B/A 1.080, 95% interval 0.982–1.188; Welch's t-test on log wall times, unpaired (runs not interleaved), 10 runs each: p = 0.108; margin ±1.0 %, the default: what these runs resolve (14 %), at most 1 %; --same-within sets it); about 29 runs each would settle it at the observed spread. Energy: no difference detected; the interval cannot rule out ±19 % (energy B/A 1.080, 95% interval 0.982–1.188)"},
+		{"2% slower, 0.5% pair noise", fixtureA, scaled(1.02, fixtureE), true,
+			"B is 2.0 % slower than A (time B/A 1.020, 95% interval 1.016–1.024; paired t-test on the log time ratios of 10 interleaved A/B pairs: p < 0.001). Energy: B uses 2.0 % more (energy B/A 1.020, 95% interval 1.016–1.024)"},
+		{"true null", fixtureA, scaled(1, fixtureE), true,
+			"B and A take the same time within ±0.51 % (time B/A 1.000, 95% interval 0.996–1.004; paired t-test on the log time ratios of 10 interleaved A/B pairs: p = 0.994; margin ±0.51 %, the default: what these runs resolve (0.51 %), at most 1 %; --same-within sets it). Energy: the same within ±0.51 % (energy B/A 1.000, 95% interval 0.996–1.004)"},
+		{"wide and overlapping", []float64{1, 3, 2}, []float64{1.5, 2.5, 4}, false,
+			"no difference detected between B and A; the interval cannot rule out ±348 % (time B/A 1.357, 95% interval 0.411–4.485; Welch's t-test on log wall times, unpaired (runs not interleaved), 3 runs each: p = 0.515; margin ±1.0 %, the default: what these runs resolve (395 %), at most 1 %; --same-within sets it); about 48 runs each would settle it at the observed spread. Energy: no difference detected; the interval cannot rule out ±348 % (energy B/A 1.357, 95% interval 0.411–4.485)"},
+		// Every run of B beat every run of A, yet the test cannot
+		// conclude: never the same.
+		{"disjoint, inconclusive", []float64{0.3, 0.6}, []float64{0.1, 0.28}, false,
+			"no difference detected between B and A, although every run of B was faster than every run of A; the interval cannot rule out ±747 % (time B/A 0.394, 95% interval 0.018–8.473; Welch's t-test on log wall times, unpaired (runs not interleaved), 2 runs each: p = 0.289; margin ±1.0 %, the default: what these runs resolve (4148 %), at most 1 %; --same-within sets it); about 9 runs each would settle it at the observed spread. Energy: no difference detected; the interval cannot rule out ±747 % (energy B/A 0.394, 95% interval 0.018–8.473)"},
+		{"one run", []float64{1}, []float64{2}, true,
+			"B takes 2.00× A's time, but one run per side is too few to conclude (at least 2 each, more for a verdict). Energy: B uses 2.00× A's energy"},
 	} {
 		a, b := runs(tc.a...), runs(tc.b...)
 		a.Name, b.Name = "A", "B"
-		if c := Compare(a, b); c.Summary != tc.want {
+		if c := Compare(a, b, CompareOptions{Paired: tc.paired}); c.Summary != tc.want {
 			t.Errorf("%s:\n got %q\nwant %q", tc.name, c.Summary, tc.want)
 		}
 	}

@@ -55,7 +55,11 @@ func WriteTable(w io.Writer, r *Result) error {
 	for i := range r.Benchmarks {
 		b := &r.Benchmarks[i]
 		s := &b.Summary
-		fmt.Fprintf(bw, "\nBenchmark %s: %s\n", b.Name, commandString(b))
+		how := ""
+		if b.Shell {
+			how = "  (started through sh -c)"
+		}
+		fmt.Fprintf(bw, "\nBenchmark %s: %s%s\n", b.Name, commandString(b), how)
 		tw := tabwriter.NewWriter(bw, 2, 4, 2, ' ', 0)
 		fmt.Fprintf(tw, "  \tmean ± sd\tmin\tmax\n")
 		row := func(name string, st Stat, prec int, unit string) {

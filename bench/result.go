@@ -106,6 +106,9 @@ type Settings struct {
 	Selection string `json:"selection"`
 	// MarksEnv is the environment variable naming the step-mark FIFO.
 	MarksEnv string `json:"marks_env"`
+	// Order is how an A/B benchmark ordered each pair of runs: PairOrder
+	// ("ABBA": A B, then B A, alternating); empty for one command.
+	Order string `json:"order,omitempty"`
 }
 
 // DeviceInfo identifies one sampled GPU.

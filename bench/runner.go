@@ -84,7 +84,9 @@ type ProgressEvent struct {
 }
 
 // Options configure a benchmark. Commands holds A, and B for an A/B
-// comparison (runs are interleaved: A B A B ...).
+// comparison: the runs are interleaved in pairs whose order alternates (A
+// B, B A, A B, ...: PairOrder), so that neither command always runs first,
+// and run i of A and run i of B are analysed as a pair.
 type Options struct {
 	Commands []Command
 	// Runs measured per command (≥ 1) and Warmup runs before them.
@@ -124,6 +126,9 @@ type Options struct {
 	Tool string
 	// Profile is the simulator's profile, recorded when simulated.
 	Profile string
+	// Compare configures the A/B comparison (its margin of "the same", the
+	// --fail-if-slower limit); Paired is set by Execute.
+	Compare CompareOptions
 	// ReadyTimeout bounds the wait, before the baseline, for every GPU's
 	// first readings (0: DefaultReadyTimeout).
 	ReadyTimeout time.Duration
@@ -416,8 +421,16 @@ const DefaultReadyTimeout = 2 * time.Second
 // ErrInterrupted: the benchmark was stopped before any run completed.
 var ErrInterrupted = errors.New("bench: interrupted before any run completed")
 
+// PairOrder names the order of an A/B benchmark's runs: pairs alternate
+// between A B and B A (A B B A A B ...), warmups too, so that an order
+// effect (the second of two runs finding warm caches, or a clock that
+// ramped up during the first) falls on both commands alike instead of
+// reading as a difference between them.
+const PairOrder = "ABBA"
+
 // runLoop runs the executions of a benchmark: warmups, then the measured
-// runs, interleaving the commands (A B A B ...).
+// runs, interleaving the commands in pairs of alternating order
+// (PairOrder).
 type runLoop struct {
 	opts  *Options
 	col   *Collector
@@ -454,7 +467,8 @@ func (rl *runLoop) runAll(ctx context.Context) (execs []execution, runErr error,
 			n = opts.Warmup
 		}
 		for i := range n {
-			for ci, c := range opts.Commands {
+			for _, ci := range pairOrder(len(opts.Commands), i) {
+				c := opts.Commands[ci]
 				if stopped() {
 					return execs, nil, rl.partial(len(execs))
 				}
@@ -475,6 +489,19 @@ func (rl *runLoop) runAll(ctx context.Context) (execs []execution, runErr error,
 		}
 	}
 	return execs, nil, ""
+}
+
+// pairOrder is the order of the commands in pair i: 0 1 for even i, 1 0
+// for odd i (one command: 0).
+func pairOrder(commands, i int) []int {
+	order := make([]int, commands)
+	for k := range order {
+		order[k] = k
+		if i%2 == 1 {
+			order[k] = commands - 1 - k
+		}
+	}
+	return order
 }
 
 func (rl *runLoop) partial(measured int) string {

@@ -62,27 +62,6 @@ func MeanCI95(xs []float64) (mean, half float64) {
 	return mean, tCrit95(len(xs)-1) * sd / math.Sqrt(float64(len(xs)))
 }
 
-// RatioCI95 returns mean(b)/mean(a) and the half-width of its 95%
-// confidence interval (delta method with Welch's degrees of freedom).
-func RatioCI95(a, b []float64) (ratio, half float64) {
-	ma, sa := MeanStd(a)
-	mb, sb := MeanStd(b)
-	ratio = mb / ma
-	if len(a) < 2 || len(b) < 2 {
-		return ratio, math.NaN()
-	}
-	va, vb := sa*sa/float64(len(a)), sb*sb/float64(len(b))
-	// relative variance of a ratio of independent means
-	rel := va/(ma*ma) + vb/(mb*mb)
-	df := (va + vb) * (va + vb) / (va*va/float64(len(a)-1) + vb*vb/float64(len(b)-1))
-	if math.IsNaN(df) || df < 1 {
-		df = float64(min(len(a), len(b)) - 1)
-	}
-	// df rounded down to a table row; the epsilon keeps 6 computed as
-	// 5.9999999 on row 6.
-	return ratio, tCrit95(int(df+1e-9)) * ratio * math.Sqrt(rel)
-}
-
 // Welch is the result of Welch's unequal-variance t-test on two samples.
 type Welch struct {
 	// T is the t statistic of mean(b) − mean(a).
@@ -183,26 +162,196 @@ func betaCF(a, b, x float64) float64 {
 	return h
 }
 
-// RunsNeeded estimates how many runs per side would show the observed
-// difference between a and b at 95% confidence with 80% power, at the
-// observed spread. It returns 0 when there is no difference or no spread
-// to work from.
-func RunsNeeded(a, b []float64) int {
-	ma, sa := MeanStd(a)
-	mb, sb := MeanStd(b)
-	d := math.Abs(mb - ma)
-	v := sa*sa + sb*sb
-	if d == 0 || math.IsNaN(d) || v == 0 || math.IsNaN(v) {
-		return 0
+// TQuantile returns the p quantile of Student's t distribution with df
+// degrees of freedom (0.5 ≤ p < 1; df may be fractional, as Welch's is),
+// found by bisection on the exact tail (studentTwoSided), so that a t
+// statistic beyond TQuantile(0.975, df) and a p-value below 0.05 are the
+// same statement. NaN for df ≤ 0.
+func TQuantile(p, df float64) float64 {
+	if math.IsNaN(df) || df <= 0 || math.IsNaN(p) || p < 0.5 || p >= 1 {
+		return math.NaN()
 	}
-	const zPower = 0.8416 // one-sided 80% power
-	for n := 2; n <= 10000; n++ {
-		fn := float64(n)
-		va, vb := sa*sa/fn, sb*sb/fn
-		df := (va + vb) * (va + vb) / (va*va/(fn-1) + vb*vb/(fn-1))
-		if d/math.Sqrt(v/fn) >= tCrit95(int(df))+zPower {
-			return n
+	tail := 2 * (1 - p) // two-sided tail beyond the quantile
+	lo, hi := 0.0, 1.0
+	for studentTwoSided(hi, df) > tail && hi < 1e15 {
+		lo, hi = hi, hi*2
+	}
+	for hi-lo > 1e-13*hi {
+		mid := (lo + hi) / 2
+		if studentTwoSided(mid, df) > tail {
+			lo = mid
+		} else {
+			hi = mid
 		}
 	}
-	return 10000
+	return (lo + hi) / 2
+}
+
+// powerQuantile is the quantile of t whose one-sided tail is 1 − the power
+// (80%) a difference is detected with.
+const powerQuantile = 0.80
+
+// LogRatio is B against A on the log scale: an estimate of ln(B/A) with its
+// standard error and Student t degrees of freedom, from pairs (PairedLogRatio)
+// or from two independent samples (WelchLogRatio). exp of the mean is the
+// ratio; exp of the interval's ends is the ratio's 95% interval, which is
+// why it is not symmetric around the ratio.
+type LogRatio struct {
+	// Paired is true for a per-pair analysis, false for Welch's.
+	Paired bool
+	// N is the number of pairs (paired) or the smaller sample's size.
+	N int
+	// Mean estimates ln(B/A); SE is its standard error, DF the degrees of
+	// freedom of its t statistic (n−1 for pairs, Welch–Satterthwaite's
+	// otherwise).
+	Mean, SE, DF float64
+	// T is Mean/SE; P its two-sided p-value against "no difference".
+	T, P float64
+	// Half is the half-width of Mean's 95% interval, TQuantile(0.975, DF)·SE.
+	Half float64
+	// sd is the per-pair (paired) spread of the log ratios; sa and sb the
+	// per-run spreads of the log values (unpaired): for RunsNeeded.
+	sd, sa, sb float64
+}
+
+// Ratio is exp(Mean): the geometric mean of the pairs' B/A ratios (paired)
+// or the ratio of the geometric means (unpaired).
+func (l LogRatio) Ratio() float64 { return math.Exp(l.Mean) }
+
+// Interval returns the 95% interval of the ratio B/A (NaN when fewer than
+// two pairs or runs a side).
+func (l LogRatio) Interval() (lo, hi float64) {
+	return math.Exp(l.Mean - l.Half), math.Exp(l.Mean + l.Half)
+}
+
+// Resolution is the smallest relative difference these runs would detect
+// at 95% confidence with 80% power at their spread: exp((t₀.₉₇₅ + t₀.₈₀)·SE)
+// − 1 (0.02 is 2 %). NaN when there is no spread estimate.
+func (l LogRatio) Resolution() float64 {
+	if math.IsNaN(l.SE) {
+		return math.NaN()
+	}
+	if l.SE == 0 {
+		return 0
+	}
+	return math.Exp((TQuantile(0.975, l.DF)+TQuantile(powerQuantile, l.DF))*l.SE) - 1
+}
+
+// logs are the logs of the values of xs that are positive and finite.
+func logs(xs []float64) []float64 {
+	out := make([]float64, 0, len(xs))
+	for _, x := range xs {
+		if x > 0 && !math.IsInf(x, 0) {
+			out = append(out, math.Log(x))
+		}
+	}
+	return out
+}
+
+// PairedLogRatio analyses a[i] and b[i] as pairs (run i of A and run i of
+// B, interleaved): the differences d = ln b[i] − ln a[i] cancel what the
+// pair shared (machine drift, a noisy neighbour), and Student's paired t on
+// d gives the estimate and interval. Pairs with a value that is not
+// positive and finite are left out; beyond the shorter slice there are no
+// pairs. With fewer than two pairs SE, T, P and Half are NaN.
+func PairedLogRatio(a, b []float64) LogRatio {
+	var d []float64
+	for i := range min(len(a), len(b)) {
+		if a[i] > 0 && b[i] > 0 && !math.IsInf(a[i], 0) && !math.IsInf(b[i], 0) {
+			d = append(d, math.Log(b[i])-math.Log(a[i]))
+		}
+	}
+	l := LogRatio{Paired: true, N: len(d)}
+	l.Mean, l.sd = MeanStd(d)
+	if len(d) < 2 {
+		l.SE, l.DF, l.T, l.P, l.Half = math.NaN(), math.NaN(), math.NaN(), math.NaN(), math.NaN()
+		return l
+	}
+	n := float64(len(d))
+	l.SE, l.DF = l.sd/math.Sqrt(n), n-1
+	l.T, l.P, l.Half = tTest(l.Mean, l.SE, l.DF)
+	return l
+}
+
+// WelchLogRatio analyses a and b as independent samples (runs made at
+// different times, e.g. two saved results): Welch's t-test on the log
+// values, whose mean difference is the log of the ratio of geometric
+// means. Values that are not positive and finite are left out.
+func WelchLogRatio(a, b []float64) LogRatio {
+	la, lb := logs(a), logs(b)
+	l := LogRatio{N: min(len(la), len(lb))}
+	ma, sa := MeanStd(la)
+	mb, sb := MeanStd(lb)
+	l.Mean, l.sa, l.sb = mb-ma, sa, sb
+	if len(la) < 2 || len(lb) < 2 {
+		l.SE, l.DF, l.T, l.P, l.Half = math.NaN(), math.NaN(), math.NaN(), math.NaN(), math.NaN()
+		return l
+	}
+	va, vb := sa*sa/float64(len(la)), sb*sb/float64(len(lb))
+	l.SE = math.Sqrt(va + vb)
+	if l.SE > 0 {
+		l.DF = (va + vb) * (va + vb) / (va*va/float64(len(la)-1) + vb*vb/float64(len(lb)-1))
+	} else {
+		l.DF = float64(len(la) + len(lb) - 2)
+	}
+	l.T, l.P, l.Half = tTest(l.Mean, l.SE, l.DF)
+	return l
+}
+
+// tTest is the t statistic of mean against 0, its two-sided p-value and
+// the half-width of mean's 95% interval. No spread at all (se = 0) is a
+// certain difference unless mean is 0.
+func tTest(mean, se, df float64) (t, p, half float64) {
+	if se == 0 {
+		if mean == 0 {
+			return 0, 1, 0
+		}
+		return math.Inf(sign(mean)), 0, 0
+	}
+	t = mean / se
+	return t, studentTwoSided(t, df), TQuantile(0.975, df) * se
+}
+
+// RunsNeeded estimates how many runs per side (pairs, when paired) would
+// settle a comparison at the spread and difference observed: either show
+// the difference at 95% confidence with 80% power, or fit the 95%
+// interval within ±margin (a fraction) around no difference, whichever
+// needs fewer. 0 when there is no spread to work from; at most 10000.
+func (l LogRatio) RunsNeeded(margin float64) int {
+	se := func(n float64) (float64, float64) {
+		if l.Paired {
+			return l.sd / math.Sqrt(n), n - 1
+		}
+		va, vb := l.sa*l.sa/n, l.sb*l.sb/n
+		if va+vb == 0 {
+			return 0, 2*n - 2
+		}
+		return math.Sqrt(va + vb), (va + vb) * (va + vb) / ((va*va + vb*vb) / (n - 1))
+	}
+	if s, _ := se(2); s == 0 || math.IsNaN(s) || math.IsNaN(l.Mean) {
+		return 0
+	}
+	d := math.Abs(l.Mean)
+	bound := math.Log1p(margin) // the tighter side of [1−m, 1+m] on the log scale
+	settled := func(n int) bool {
+		s, df := se(float64(n))
+		t := TQuantile(0.975, df)
+		return (d > 0 && d >= (t+TQuantile(powerQuantile, df))*s) || (margin > 0 && d+t*s <= bound)
+	}
+	// Both conditions only get easier as n grows (the standard error and
+	// the t quantiles shrink): bisect for the smallest n.
+	const most = 10000
+	if !settled(most) {
+		return most
+	}
+	lo, hi := 1, most // settled(hi), and lo is below every n that settles
+	for hi-lo > 1 {
+		mid := (lo + hi) / 2
+		if mid >= 2 && settled(mid) {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	return hi
 }

@@ -48,7 +48,7 @@ func TestMemorySwapFinding(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ra, a := side("A", tc.aPeak, tc.aWalls...)
 			rb, b := side("B", tc.bPeak, tc.bWalls...)
-			c := CompareResults(ra, a, rb, b)
+			c := CompareResults(ra, a, rb, b, CompareOptions{})
 			for i := range c.Diagnoses {
 				if m := c.Diagnoses[i].Message; !strings.Contains(m, "gradient accumulation") || !strings.Contains(m, "ResNet-50") {
 					t.Errorf("message without the field guide's story and advice: %s", m)

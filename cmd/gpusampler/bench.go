@@ -26,14 +26,16 @@ import (
 )
 
 const benchUsage = `usage: gpusampler bench [flags] -- CMD [ARGS...]
-       gpusampler bench compare [--fail-if-slower PCT] A.json B.json
+       gpusampler bench compare [--fail-if-slower PCT] [--same-within PCT] A.json B.json
 
 Runs CMD --runs times (after --warmup runs) while sampling the GPUs at
 sub-second resolution, after an idle baseline; reports wall time, energy,
 power, utilization and clock distributions, throttling, per-step numbers
 (step marks: see bench/README.md) and diagnoses. --vs 'CMD B' runs a second
-command interleaved (A B A B ...) and compares them. One argument containing
-spaces runs through sh -c, like --vs.
+command interleaved in pairs of alternating order (A B, B A, A B, ...) and
+compares them pair by pair. One argument containing spaces or shell syntax
+runs through sh -c; A and B are always started the same way (both executed
+directly, or both through sh -c when either needs a shell).
 
 GPUs: --devices (indexes or UUIDs), else CUDA_VISIBLE_DEVICES, else all.
 --gpus is the number of SIMULATED GPUs, as for run.
@@ -50,6 +52,7 @@ type benchFlags struct {
 	field, drain           positiveDuration
 	vs                     string
 	failIfSlower           float64
+	sameWithin             float64
 	showOutput, ignoreFail bool
 	exportJSON, exportMD   string
 	exportCSV, exportSVG   string
@@ -73,8 +76,9 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&o.baseline, "baseline", bench.DefaultBaseline, "idle baseline measured before the runs (0 for none)")
 	fs.Var(&o.field, "field-interval", "fast-field read interval: power, energy, throttle counters (default 100ms = 10 Hz)")
 	fs.Var(&o.drain, "drain-interval", "sample-buffer drain interval (default 250ms)")
-	fs.StringVar(&o.vs, "vs", "", "a second command (B, run through sh -c), interleaved with the first (A): A B A B ...")
-	fs.Float64Var(&o.failIfSlower, "fail-if-slower", 0, "with --vs: exit 1 when B is more than PCT percent slower than A (for CI)")
+	fs.StringVar(&o.vs, "vs", "", "a second command (B), interleaved with the first (A) in pairs of alternating order: A B, B A, ...")
+	fs.Float64Var(&o.failIfSlower, "fail-if-slower", 0, "with --vs: exit 1 when the comparison calls B slower than A by more than PCT percent (for CI)")
+	fs.Float64Var(&o.sameWithin, "same-within", 0, "with --vs: the margin in percent within which A and B are called the same (default: what the runs resolve, at most 1)")
 	fs.BoolVar(&o.showOutput, "show-output", false, "pass the command's stdout and stderr through (to stderr); hidden by default")
 	fs.BoolVar(&o.ignoreFail, "ignore-failure", false, "keep going when a run exits non-zero (default: stop and report it)")
 	fs.StringVar(&o.exportJSON, "export-json", "", "write the results as JSON (schema: bench/README.md) to FILE")
@@ -123,20 +127,16 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if o.failIfSlower < 0 {
 		return usagef("--fail-if-slower %g: must not be negative", o.failIfSlower)
 	}
+	if o.sameWithin < 0 || math.IsNaN(o.sameWithin) || math.IsInf(o.sameWithin, 0) {
+		return usagef("--same-within %g: must be a positive percentage", o.sameWithin)
+	}
 	if o.vsSet && strings.TrimSpace(o.vs) == "" {
 		return usagef("--vs: empty command")
 	}
 	if err := o.bf.validate(); err != nil {
 		return err
 	}
-	cmdA := bench.Command{Name: "A", Argv: argv}
-	if len(argv) == 1 && strings.ContainsAny(argv[0], " \t|;&<>()$`'\"*?") {
-		cmdA.Shell = true
-	}
-	cmds := []bench.Command{cmdA}
-	if o.vsSet {
-		cmds = append(cmds, bench.Command{Name: "B", Argv: []string{o.vs}, Shell: true})
-	}
+	cmds := commands(argv, o.vs, o.vsSet)
 	for _, c := range cmds {
 		if err := checkCommand(c); err != nil {
 			return err
@@ -174,7 +174,8 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	opts := bench.Options{Commands: cmds, Runs: o.runs, Warmup: o.warmup, Baseline: o.baseline,
 		FieldInterval: o.field.d, DrainInterval: o.drain.d, Devices: devFilter, Selection: selection,
 		ShowOutput: o.showOutput, Output: stderr, IgnoreFailure: o.ignoreFail, Tool: "gpusampler " + version,
-		Profile: o.bf.profile, ReadyTimeout: benchReadyTimeout, Logger: log}
+		Profile: o.bf.profile, ReadyTimeout: benchReadyTimeout, Logger: log,
+		Compare: bench.CompareOptions{SameWithinPct: o.sameWithin, FailIfSlower: o.failIfSlowerSet, FailIfSlowerPct: o.failIfSlower}}
 	if !o.noProgress {
 		opts.Progress = newProgress(stderr)
 		if isTerminal(stderr) {
@@ -207,7 +208,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return errInterrupted{errors.New("interrupted: the report above covers the completed runs only (partial)")}
 	}
 	if o.failIfSlowerSet && res.Comparison != nil {
-		return checkSlower(res.Comparison, o.failIfSlower)
+		return checkSlower(res.Comparison, o.failIfSlower, stderr)
 	}
 	return nil
 }
@@ -232,6 +233,58 @@ func agedClock(d time.Duration) func() time.Time {
 var benchReadyTimeout = bench.DefaultReadyTimeout
 
 var simpleWord = regexp.MustCompile(`^[A-Za-z0-9_./+-]+$`)
+
+// shellSyntax are the characters that make a command line need a shell.
+const shellSyntax = "|;&<>()$`'\"*?[]{}~\\#"
+
+// needsShell reports whether a command line needs sh -c: shell syntax, a
+// variable assignment before the program, or a shell builtin or keyword.
+func needsShell(line string) bool {
+	words := strings.Fields(line)
+	return len(words) == 0 || strings.ContainsAny(line, shellSyntax) || strings.Contains(words[0], "=") ||
+		slices.Contains(shellWords, words[0])
+}
+
+// commands builds A (argv, after --) and B (--vs, a command line) so that
+// both start the same way: a shell's start costs time, and a side that pays
+// it when the other does not is measured slower for it. A single argument
+// with spaces or shell syntax is a command line for sh -c; B's line is
+// split into words and executed directly when it has no shell syntax. When
+// either side needs the shell, both run through sh -c (A's words quoted).
+func commands(argv []string, vs string, vsSet bool) []bench.Command {
+	a := bench.Command{Name: "A", Argv: argv}
+	if len(argv) == 1 && (strings.ContainsAny(argv[0], " \t\n") || needsShell(argv[0])) {
+		a.Shell = true
+	}
+	if !vsSet {
+		return []bench.Command{a}
+	}
+	b := bench.Command{Name: "B", Argv: []string{vs}, Shell: true}
+	if !needsShell(vs) {
+		b = bench.Command{Name: "B", Argv: strings.Fields(vs)}
+	}
+	if a.Shell != b.Shell {
+		if !a.Shell {
+			a = bench.Command{Name: "A", Argv: []string{shellQuote(argv)}, Shell: true}
+		}
+		b = bench.Command{Name: "B", Argv: []string{vs}, Shell: true}
+	}
+	return []bench.Command{a, b}
+}
+
+// shellQuote joins words into a command line sh -c runs as those words:
+// each word that is not plain is single-quoted.
+func shellQuote(words []string) string {
+	q := make([]string, len(words))
+	for i, w := range words {
+		if w != "" && simpleWord.MatchString(w) {
+			q[i] = w
+			continue
+		}
+		q[i] = "'" + strings.ReplaceAll(w, "'", `'\''`) + "'"
+	}
+	return strings.Join(q, " ")
+}
 
 // shellWords that are not programs on PATH.
 var shellWords = []string{"cd", "exec", ".", "true", "false", "exit", "export", "set", ":", "[", "test", "echo", "printf",
@@ -386,24 +439,31 @@ type errSlower struct{ msg string }
 
 func (e *errSlower) Error() string { return e.msg }
 
-func checkSlower(c *bench.Comparison, pct float64) error {
-	if slower := c.SlowerBy(); slower > pct {
-		sig := "significant at 95%"
-		if !c.Significant {
-			sig = "not significant at 95%"
-		}
-		return &errSlower{msg: fmt.Sprintf("regression: %s is %.1f%% slower than %s (limit %g%%, %s)", c.B, slower, c.A, pct, sig)}
+// checkSlower applies --fail-if-slower PCT: the comparison's own verdict
+// decides (bench.Comparison.Regression), so that the exit status never
+// contradicts the summary printed above it. A comparison that did not
+// fail but could not rule out a slowdown beyond the limit says so on
+// stderr.
+func checkSlower(c *bench.Comparison, pct float64, stderr io.Writer) error {
+	failed, msg := c.Regression(pct)
+	if failed {
+		return &errSlower{msg: msg}
+	}
+	if msg != "" {
+		fmt.Fprintf(stderr, "gpusampler bench: --fail-if-slower %g: %s\n", pct, msg)
 	}
 	return nil
 }
 
 func cmdBenchCompare(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("bench compare", stderr)
-	pct := fs.Float64("fail-if-slower", 0, "exit 1 when B is more than PCT percent slower than A")
+	pct := fs.Float64("fail-if-slower", 0, "exit 1 when the comparison calls B slower than A by more than PCT percent")
+	sameWithin := fs.Float64("same-within", 0, "the margin in percent within which A and B are called the same (default: what the runs resolve, at most 1)")
 	err := fs.Parse(args)
 	if errors.Is(err, flag.ErrHelp) {
 		fs.SetOutput(stdout)
-		fmt.Fprint(stdout, "usage: gpusampler bench compare [--fail-if-slower PCT] A.json B.json\n\nflags:\n")
+		fmt.Fprint(stdout, "usage: gpusampler bench compare [--fail-if-slower PCT] [--same-within PCT] A.json B.json\n\n"+
+			"The files' runs were not interleaved: they are compared as independent samples (Welch's t-test on log wall times).\n\nflags:\n")
 		fs.PrintDefaults()
 		return errHelp
 	}
@@ -414,6 +474,12 @@ func cmdBenchCompare(args []string, stdout, stderr io.Writer) error {
 	fs.Visit(func(f *flag.Flag) { set = set || f.Name == "fail-if-slower" })
 	if fs.NArg() != 2 {
 		return usagef("compare needs two result files (from --export-json), got %d", fs.NArg())
+	}
+	if *pct < 0 {
+		return usagef("--fail-if-slower %g: must not be negative", *pct)
+	}
+	if *sameWithin < 0 || math.IsNaN(*sameWithin) || math.IsInf(*sameWithin, 0) {
+		return usagef("--same-within %g: must be a positive percentage", *sameWithin)
 	}
 	var bs [2]*bench.Benchmark
 	var rs [2]*bench.Result
@@ -432,7 +498,8 @@ func cmdBenchCompare(args []string, stdout, stderr io.Writer) error {
 		b.Name = fs.Arg(i)
 		bs[i] = &b
 	}
-	c := bench.CompareResults(rs[0], bs[0], rs[1], bs[1])
+	// Runs from two files were made at different times: not pairs.
+	c := bench.CompareResults(rs[0], bs[0], rs[1], bs[1], bench.CompareOptions{SameWithinPct: *sameWithin, FailIfSlower: set, FailIfSlowerPct: *pct})
 	for i, r := range rs {
 		if r.Simulated {
 			fmt.Fprintf(stdout, "note: %s was measured on SIMULATED GPUs\n", fs.Arg(i))
@@ -446,7 +513,7 @@ func cmdBenchCompare(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintln(stdout, c.Summary)
 	bench.WriteComparisonDiagnoses(stdout, &c)
 	if set {
-		return checkSlower(&c, *pct)
+		return checkSlower(&c, *pct, stderr)
 	}
 	return nil
 }

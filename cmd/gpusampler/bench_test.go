@@ -5,6 +5,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -49,7 +50,7 @@ func TestBenchAB(t *testing.T) {
 	}
 	// The reported comparison is the one the recorded runs give, in words
 	// on stdout.
-	want := bench.CompareResults(res, &res.Benchmarks[0], res, &res.Benchmarks[1])
+	want := bench.CompareResults(res, &res.Benchmarks[0], res, &res.Benchmarks[1], bench.CompareOptions{Paired: true})
 	// (the file keeps 10 significant digits)
 	if got := *res.Comparison; got.Summary != want.Summary || math.Abs(float64(got.Speedup/want.Speedup)-1) > 1e-8 || got.Significant != want.Significant {
 		t.Fatalf("comparison %+v\nfrom the runs %+v", got, want)
@@ -65,16 +66,26 @@ func TestBenchAB(t *testing.T) {
 			progress = append(progress, m[1]+" "+m[2])
 		}
 	}
-	if want := []string{"A warmup 1 [1/8]", "B warmup 1 [2/8]", "A run 1 [3/8]", "B run 1 [4/8]", "A run 2 [5/8]", "B run 2 [6/8]",
+	if want := []string{"A warmup 1 [1/8]", "B warmup 1 [2/8]", "A run 1 [3/8]", "B run 1 [4/8]", "B run 2 [5/8]", "A run 2 [6/8]",
 		"A run 3 [7/8]", "B run 3 [8/8]"}; !slices.Equal(progress, want) || strings.ContainsAny(errs, "\r\x1b") {
 		t.Fatalf("progress %q, want %q; stderr:\n%q", progress, want, errs)
 	}
-	// Interleaved: A B A B ...
+	// Interleaved in pairs of alternating order: A B, B A, A B; analysed
+	// as pairs, both started the same way (executed directly).
 	a, b := res.Benchmarks[0].Runs, res.Benchmarks[1].Runs
 	for i := range a {
-		if a[i].EndNS > b[i].StartNS || (i+1 < len(a) && b[i].EndNS > a[i+1].StartNS) {
-			t.Fatalf("runs not interleaved at %d", i)
+		first, second := a[i], b[i]
+		if i%2 == 1 {
+			first, second = b[i], a[i]
 		}
+		if first.EndNS > second.StartNS || (i+1 < len(a) && second.EndNS > min(a[i+1].StartNS, b[i+1].StartNS)) {
+			t.Fatalf("pair %d not in order", i+1)
+		}
+	}
+	if res.Settings.Order != bench.PairOrder || res.Comparison.Analysis != bench.AnalysisPaired || res.Comparison.Pairs != 3 ||
+		res.Benchmarks[0].Shell || res.Benchmarks[1].Shell || !slices.Equal(res.Benchmarks[1].Command, []string{"sleep", "0.3"}) {
+		t.Fatalf("order %q, analysis %q of %d pairs, A %q shell %v, B %q shell %v", res.Settings.Order, res.Comparison.Analysis,
+			res.Comparison.Pairs, res.Benchmarks[0].Command, res.Benchmarks[0].Shell, res.Benchmarks[1].Command, res.Benchmarks[1].Shell)
 	}
 	// --fail-if-slower exits 1 exactly when the recorded runs put B more
 	// than PCT percent behind A (B sleeps 1 s, A runs true: it does).
@@ -90,8 +101,11 @@ func TestBenchAB(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if slower := r.Comparison.SlowerBy(); (code == 1) != (slower > 10) || (code == 1) != strings.Contains(errs, "regression: B is") {
-		t.Fatalf("--fail-if-slower 10 with B %.1f%% slower: exit %d: %s", slower, code, errs)
+	// The exit status follows the printed verdict: 1 exactly when the
+	// comparison calls B slower by more than the limit.
+	c := r.Comparison
+	if fail := c.Verdict == bench.VerdictSlower && c.SlowerBy() > 10; (code == 1) != fail || (code == 1) != strings.Contains(errs, "regression: B is") {
+		t.Fatalf("--fail-if-slower 10 with verdict %q, B %.1f%% slower: exit %d: %s", c.Verdict, c.SlowerBy(), code, errs)
 	}
 }
 
@@ -171,16 +185,32 @@ func TestBenchCompareSavedFiles(t *testing.T) {
 	code, out, errs := runCLI(t, "bench", "compare", a, b)
 	want := a + ": 4 runs, wall 0.102 ± 0.001 s, energy 10.2 J\n" +
 		b + ": 4 runs, wall 0.203 ± 0.001 s, energy 20.2 J\n" +
-		b + " is 1.98 ± 0.03× slower than " + a + " and uses 1.98 ± 0.03× the energy (95% intervals; Welch's t-test on wall time: p < 0.001)\n"
+		b + " is 98 % slower than " + a + " (time B/A 1.976, 95% interval 1.939–2.013; Welch's t-test on log wall times, unpaired " +
+		"(runs not interleaved), 4 runs each: p < 0.001). Energy: " + b + " uses 98 % more (energy B/A 1.976, 95% interval 1.939–2.013)\n"
 	if code != 0 || out != want {
 		t.Fatalf("exit %d\n got %q\nwant %q\n%s", code, out, want, errs)
 	}
 	if code, _, errs := runCLI(t, "bench", "compare", "--fail-if-slower", "20", a, b); code != 1 ||
-		errs != "gpusampler bench: regression: "+b+" is 97.6% slower than "+a+" (limit 20%, significant at 95%)\n" {
+		errs != "gpusampler bench: regression: "+b+" is 98 % slower than "+a+" (limit 20 %; 95% interval +94 % to +101 %, p < 0.001)\n" {
 		t.Fatalf("compare --fail-if-slower: exit %d: %q", code, errs)
 	}
-	if code, out, _ := runCLI(t, "bench", "compare", "--fail-if-slower", "20", b, a); code != 0 || !strings.Contains(out, a+" is 1.98 ± 0.03× faster than "+b) {
+	if code, out, _ := runCLI(t, "bench", "compare", "--fail-if-slower", "20", b, a); code != 0 || !strings.Contains(out, a+" is 49 % faster than "+b+": 1.98× as fast") {
 		t.Fatalf("reverse compare: %d\n%s", code, out)
+	}
+	// Files whose runs cannot settle a 3 % limit: no difference detected,
+	// not failed, and stderr says the interval reaches past the limit; a
+	// stated margin is printed with the verdict.
+	c1, c2 := filepath.Join(dir, "c1.json"), filepath.Join(dir, "c2.json")
+	savedResult(t, c1, 1.00, 0.90, 1.10, 1.05)
+	savedResult(t, c2, 1.02, 0.95, 1.12, 1.01)
+	if code, out, errs := runCLI(t, "bench", "compare", "--fail-if-slower", "3", "--same-within", "5", c1, c2); code != 0 ||
+		!strings.Contains(out, "no difference detected between "+c2+" and "+c1+"; the interval cannot rule out ±") ||
+		!strings.Contains(out, "margin ±3.0 %, from --fail-if-slower") ||
+		!strings.HasPrefix(errs, "gpusampler bench: --fail-if-slower 3: not failed: no difference detected, but the interval allows "+c2+" up to +") {
+		t.Fatalf("inconclusive compare: exit %d\n%s\n%s", code, out, errs)
+	}
+	if code, _, errs := runCLI(t, "bench", "compare", "--same-within", "-1", c1, c2); code != 2 || !strings.Contains(errs, "--same-within -1") {
+		t.Fatalf("--same-within -1: exit %d: %s", code, errs)
 	}
 	live := filepath.Join(dir, "live.json")
 	if code, out, errs := runCLI(t, "bench", "--backend", "sim", "--gpus", "1", "--baseline", "0s", "--runs", "2",
@@ -190,6 +220,50 @@ func TestBenchCompareSavedFiles(t *testing.T) {
 	if code, out, errs := runCLI(t, "bench", "compare", live, a); code != 0 ||
 		!strings.HasPrefix(out, "note: "+live+" was measured on SIMULATED GPUs\n"+live+": 2 runs, wall ") {
 		t.Fatalf("compare a live export: exit %d\n%s\n%s", code, out, errs)
+	}
+}
+
+// A and B start the same way: both executed directly when neither needs a
+// shell, both through sh -c when either does (A's words quoted), so that
+// neither side alone pays a shell's start.
+func TestBenchCommandsStartAlike(t *testing.T) {
+	for _, tc := range []struct {
+		argv   []string
+		vs     string
+		wantA  []string
+		wantB  []string
+		shell  bool
+		noVs   bool
+		shellA bool
+	}{
+		{argv: []string{"sleep", "0.1"}, vs: "sleep 0.1", wantA: []string{"sleep", "0.1"}, wantB: []string{"sleep", "0.1"}},
+		{argv: []string{"sleep", "0.1"}, vs: "sleep  0.108 ", wantA: []string{"sleep", "0.1"}, wantB: []string{"sleep", "0.108"}},
+		{argv: []string{"sleep", "0.1"}, vs: "sleep 0.1 && true", wantA: []string{"sleep 0.1"}, wantB: []string{"sleep 0.1 && true"}, shell: true},
+		{argv: []string{"python3", "-c", "print('a b')"}, vs: "FOO=1 python3 x.py", wantA: []string{`python3 -c 'print('\''a b'\'')'`},
+			wantB: []string{"FOO=1 python3 x.py"}, shell: true},
+		{argv: []string{"sleep 0.1"}, vs: "sleep 0.1", wantA: []string{"sleep 0.1"}, wantB: []string{"sleep 0.1"}, shell: true},
+		{argv: []string{"sleep", "0.1"}, vs: "cd /tmp", wantA: []string{"sleep 0.1"}, wantB: []string{"cd /tmp"}, shell: true},
+		{argv: []string{"sleep 0.1"}, noVs: true, wantA: []string{"sleep 0.1"}, shellA: true},
+		{argv: []string{"sleep", "0.1"}, noVs: true, wantA: []string{"sleep", "0.1"}},
+	} {
+		cmds := commands(tc.argv, tc.vs, !tc.noVs)
+		if tc.noVs {
+			if len(cmds) != 1 || !slices.Equal(cmds[0].Argv, tc.wantA) || cmds[0].Shell != tc.shellA {
+				t.Errorf("%q alone: %+v", tc.argv, cmds)
+			}
+			continue
+		}
+		a, b := cmds[0], cmds[1]
+		if !slices.Equal(a.Argv, tc.wantA) || !slices.Equal(b.Argv, tc.wantB) || a.Shell != tc.shell || b.Shell != tc.shell {
+			t.Errorf("%q --vs %q: A %q (shell %v), B %q (shell %v); want A %q B %q shell %v", tc.argv, tc.vs, a.Argv, a.Shell,
+				b.Argv, b.Shell, tc.wantA, tc.wantB, tc.shell)
+		}
+	}
+	// the quoting is what sh reads back as the same words
+	line := shellQuote([]string{"printf", "%s|", "it's", "a b", ""})
+	out, err := exec.Command("/bin/sh", "-c", line).Output()
+	if err != nil || string(out) != "it's|a b||" {
+		t.Fatalf("sh -c %q: %q %v", line, out, err)
 	}
 }
 
