@@ -21,16 +21,21 @@ run: build
 	./$(BIN) run
 
 ## test: everything, with the race detector, integration tests included.
+## First scripts/test-deps.sh: as root it installs the Debian packages whose
+## programs the tests start (silent when all are there); otherwise it stops
+## with the one command to run.
 ## TEST_TIMEOUT is a liveness bound per test binary (a hung test fails
 ## there), far above what any package takes on a loaded machine.
 TEST_TIMEOUT ?= 25m
 test:
+	@scripts/test-deps.sh
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 	@for m in $(NESTED); do echo "== $$m"; (cd $$m && $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...) || exit 1; done
 
 ## test-nocgo: everything but the NVML backend builds and passes without cgo.
 test-nocgo:
+	@scripts/test-deps.sh
 	CGO_ENABLED=0 $(GO) build ./...
 	CGO_ENABLED=0 $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 

@@ -22,7 +22,7 @@ import (
 )
 
 // pythonPlugin returns the Python example plugin's path, or skips when the
-// Debian Python it runs on lacks its modules (.ci/run installs them).
+// Debian Python it runs on lacks its modules (scripts/test-deps.sh installs them).
 func pythonPlugin(t *testing.T) string {
 	t.Helper()
 	if out, err := exec.Command("/usr/bin/python3", "-c", "import grpc, google.protobuf, cryptography").CombinedOutput(); err != nil {

@@ -59,7 +59,7 @@ func Start(tb testing.TB, opts Options) *Server {
 		if testing.Short() {
 			tb.Skipf("%s not installed (Debian package influxdb); skipped under -short", Binary)
 		}
-		tb.Fatalf("%s not installed: install Debian's influxdb package (apt-get install -y influxdb), as .ci/run does", Binary)
+		tb.Fatalf("%s not installed: install Debian's influxdb package (as root: scripts/test-deps.sh, which make test runs first)", Binary)
 	}
 	dir := tb.TempDir()
 	httpPort, rpcPort := FreePort(tb), FreePort(tb)

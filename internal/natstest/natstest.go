@@ -76,7 +76,7 @@ func Start(tb testing.TB, opts ...Option) *Server {
 		if testing.Short() {
 			tb.Skipf("%s not installed (Debian package nats-server); skipped under -short", Binary)
 		}
-		tb.Fatalf("%s not installed: install Debian's nats-server package (apt-get install -y nats-server), as .ci/run does", Binary)
+		tb.Fatalf("%s not installed: install Debian's nats-server package (as root: scripts/test-deps.sh, which make test runs first)", Binary)
 	}
 	o := options{port: -1}
 	for _, f := range opts {
