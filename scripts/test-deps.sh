@@ -17,8 +17,21 @@ set -eu
 
 PYTHON=${TEST_DEPS_PYTHON:-/usr/bin/python3}
 
-need=""
-missing=""
+check() { # sets need (Debian packages) and missing (what the tests lack)
+	need=""
+	missing=""
+	want gcc gcc
+	want promtool prometheus
+	want influxd influxdb
+	want nats-server nats-server
+	want rsvg-convert librsvg2-bin
+	want systemd-analyze systemd
+	if ! "$PYTHON" -c 'import grpc, google.protobuf, cryptography' >/dev/null 2>&1; then
+		missing="$missing python3-modules(grpc,protobuf,cryptography)"
+		need="$need python3 python3-grpcio python3-protobuf python3-cryptography"
+	fi
+	need=${need# }
+}
 want() { # want PROGRAM PACKAGE...: PACKAGE... unless PROGRAM is on PATH
 	if ! command -v "$1" >/dev/null 2>&1; then
 		missing="$missing $1"
@@ -26,22 +39,12 @@ want() { # want PROGRAM PACKAGE...: PACKAGE... unless PROGRAM is on PATH
 		need="$need $*"
 	fi
 }
-want gcc gcc
-want promtool prometheus
-want influxd influxdb
-want nats-server nats-server
-want rsvg-convert librsvg2-bin
-want systemd-analyze systemd
-if ! "$PYTHON" -c 'import grpc, google.protobuf, cryptography' >/dev/null 2>&1; then
-	missing="$missing python3-modules(grpc,protobuf,cryptography)"
-	need="$need python3 python3-grpcio python3-protobuf python3-cryptography"
-fi
 
+check
 [ -z "$need" ] && exit 0
 
-need=${need# }
 if ! command -v apt-get >/dev/null 2>&1; then
-	echo "test-deps: the tests need:$missing; this machine has no apt-get: install the equivalents of Debian's$need yourself" >&2
+	echo "test-deps: the tests need:$missing; this machine has no apt-get: install the equivalents of Debian's $need yourself" >&2
 	exit 1
 fi
 if [ "$(id -u)" -ne 0 ]; then
@@ -52,3 +55,8 @@ echo "test-deps: installing $need" >&2
 apt-get update -q
 # shellcheck disable=SC2086 # one word per package
 DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $need
+check
+if [ -n "$need" ]; then
+	echo "test-deps: still missing after apt-get install:$missing" >&2
+	exit 1
+fi
