@@ -218,7 +218,12 @@ func (a *Agent) build(cfg *appconfig.Config, blocks []*appconfig.Output) ([]buil
 			return fail(fmt.Errorf("%s:%d: outputs.%s: output kind cannot be built", cfg.File, o.Line, o.Kind))
 		}
 		out, err := k.Build(&o.Block, a.env(cfg, o))
+		if err == nil && isNil(out) {
+			err = errors.New("output kind built no output")
+		}
 		if err != nil {
+			// A Build that failed may still hand back a typed nil (or a
+			// half-built output): nothing of it is used, Close included.
 			return fail(fmt.Errorf("%s:%d: output %s: %w", cfg.File, o.Line, o.Name, err))
 		}
 		// pump → aggregate → buffer → dead letter → output: summaries are
@@ -248,14 +253,33 @@ func (a *Agent) build(cfg *appconfig.Config, blocks []*appconfig.Output) ([]buil
 				// The open windows survive a crash with the queue they feed.
 				opts.Journal, opts.LastAppended = filepath.Join(o.Buffer.Dir, aggregateJournal), buf.LastAppended
 			}
-			if out, err = aggregate.New(out, opts); err != nil {
+			// aggregate.New returns a nil *Output with its error: out keeps
+			// the output it wraps until the wrapper exists, so that the
+			// failure closes what was built, never a typed nil.
+			agg, err := aggregate.New(out, opts)
+			if err != nil {
 				out.Close()
-				return fail(err)
+				return fail(fmt.Errorf("%s:%d: output %s: aggregate: %w", cfg.File, o.Line, o.Name, err))
 			}
+			out = agg
 		}
 		built = append(built, builtOutput{o, out, buf})
 	}
 	return built, nil
+}
+
+// isNil reports whether out is nil, a nil interface or an interface
+// holding a nil pointer (a typed nil, on which any method may panic).
+func isNil(out record.Output) bool {
+	if out == nil {
+		return true
+	}
+	v := reflect.ValueOf(out)
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan, reflect.Interface:
+		return v.IsNil()
+	}
+	return false
 }
 
 // aggregateJournal is the aggregate wrapper's journal file in the
