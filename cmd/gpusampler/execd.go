@@ -58,8 +58,9 @@ func hasExecd(cfg *appconfig.Config) bool {
 
 // execdWiring connects execd outputs to stdin: one reader goroutine,
 // started by the first config that has an execd output, turns each line
-// into a gather on the shared trigger; EOF (Telegraf stopping us) calls
-// stop. Every config (at start and at each reload) is wired to the same
+// into a gather on the shared trigger; EOF (Telegraf stopping us) closes
+// the trigger, so each execd output writes a final gather of what it holds
+// when it closes, and calls stop. Every config (at start and at each reload) is wired to the same
 // trigger, so a reloaded execd output keeps hearing Telegraf.
 type execdWiring struct {
 	ctx     context.Context
@@ -96,4 +97,7 @@ func (w *execdWiring) read() {
 		default: // a gather is pending already
 		}
 	}
+	// The end of stdin: the samples since the last gather are written as a
+	// final one, after the run's last flush (execd.Options.Trigger).
+	close(w.trigger)
 }

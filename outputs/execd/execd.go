@@ -56,7 +56,11 @@ type Options struct {
 	// Signal is SignalNone (stream, default) or SignalStdin (gather).
 	Signal string
 	// Trigger delivers one value per gather request (a newline on stdin);
-	// required for SignalStdin. The output stops reading it at Close.
+	// required for SignalStdin. The sender closes it when stdin ends: Close
+	// then writes one final gather of the open window (as it does for a
+	// request still waiting in Trigger), after the last samples were
+	// written to the output. Otherwise the open window is not written at
+	// Close (Telegraf stopped asking).
 	Trigger <-chan struct{}
 	// Host, GlobalTags and Catalog shape the lines (see lineproto).
 	Host       string
@@ -235,6 +239,11 @@ func (o *Output) Gather() error {
 	if o.closed {
 		return record.ErrClosed
 	}
+	return o.gatherLocked()
+}
+
+// gatherLocked is Gather with o.mu held.
+func (o *Output) gatherLocked() error {
 	now := o.opts.Now().UnixNano()
 	start := o.windowStart
 	o.windowStart = now
@@ -357,8 +366,10 @@ func (o *Output) flushLocked() error {
 	return nil
 }
 
-// Close stops gathering and flushes; the open window is not written (Telegraf
-// stopped asking). A second Close does nothing.
+// Close stops gathering and flushes. In gather mode, when the trigger was
+// closed (stdin ended) or holds a request not served yet, the open window
+// is written as one final gather first; otherwise it is not written
+// (Telegraf stopped asking). A second Close does nothing.
 func (o *Output) Close() error {
 	o.mu.Lock()
 	if o.closed {
@@ -371,10 +382,26 @@ func (o *Output) Close() error {
 	<-o.done
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if err := o.w.Flush(); err != nil {
-		return fmt.Errorf("execd: stdout: %w", err)
+	var err error
+	if o.opts.Signal == SignalStdin && o.gatherAsked() {
+		err = o.gatherLocked()
 	}
-	return nil
+	if ferr := o.w.Flush(); ferr != nil && err == nil {
+		err = fmt.Errorf("execd: stdout: %w", ferr)
+	}
+	return err
+}
+
+// gatherAsked reports whether the trigger holds a request or was closed
+// (the end of stdin, which asks for a final gather). The gather loop has
+// stopped: nothing else reads the trigger.
+func (o *Output) gatherAsked() bool {
+	select {
+	case <-o.opts.Trigger:
+		return true
+	default:
+		return false
+	}
 }
 
 // Kind describes the execd output to the config registry. The command

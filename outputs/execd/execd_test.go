@@ -107,6 +107,35 @@ func TestGather(t *testing.T) {
 	}
 }
 
+// When stdin ends (the trigger is closed), Close writes the window since
+// the last gather as one final gather; a Close without that (the run
+// stopped while Telegraf still reads) writes no window.
+func TestGatherAtEndOfInput(t *testing.T) {
+	for _, ended := range []bool{true, false} {
+		buf := &syncBuf{}
+		trig := make(chan struct{})
+		out, err := execd.New(buf, execd.Options{Signal: execd.SignalStdin, Trigger: trig, Host: "h",
+			Now: func() time.Time { return time.Unix(100, 0) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := &record.Batch{Seq: 1, Devices: []record.Device{outputtest.Device}, Samples: outputtest.Samples(10)}
+		if err := out.Write(context.Background(), b); err != nil {
+			t.Fatal(err)
+		}
+		if ended {
+			close(trig)
+		}
+		if err := out.Close(); err != nil {
+			t.Fatal(err)
+		}
+		got := strings.Count(buf.String(), "power_draw_count=10i")
+		if want := map[bool]int{true: 1, false: 0}[ended]; got != want {
+			t.Errorf("stdin ended %v: %d windows written at Close, want %d; wrote %q", ended, got, want, buf.String())
+		}
+	}
+}
+
 func TestSignalErrors(t *testing.T) {
 	if _, err := execd.New(&syncBuf{}, execd.Options{Signal: execd.SignalStdin}); err == nil || !strings.Contains(err.Error(), "--execd gather") {
 		t.Fatalf("STDIN without trigger: %v", err)
