@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"os/exec"
 	"sync"
 	"time"
@@ -14,6 +13,7 @@ import (
 	toml "github.com/pelletier/go-toml/v2"
 
 	"github.com/gpusampler/gpusampler/catalog"
+	"github.com/gpusampler/gpusampler/internal/appconfig"
 	"github.com/gpusampler/gpusampler/internal/registry"
 	"github.com/gpusampler/gpusampler/outputs"
 	"github.com/gpusampler/gpusampler/plugins"
@@ -80,9 +80,9 @@ func cmdPluginTest(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	var cfg map[string]any
 	if *cfgPath != "" {
-		data, err := os.ReadFile(*cfgPath)
+		data, err := appconfig.ReadFile(*cfgPath)
 		if err != nil {
-			return fmt.Errorf("read config: %w", err)
+			return err
 		}
 		if err := toml.Unmarshal(data, &cfg); err != nil {
 			return fmt.Errorf("%s: %w", *cfgPath, err)

@@ -272,11 +272,12 @@ type Options struct {
 	Catalog *catalog.Catalog
 }
 
-// Load reads and parses the file at name.
+// Load reads (ReadFile: a regular file of at most MaxFileBytes) and parses
+// the file at name.
 func Load(name string, opts Options) (*Config, error) {
-	data, err := os.ReadFile(name)
+	data, err := ReadFile(name)
 	if err != nil {
-		return nil, fmt.Errorf("read config: %w", err)
+		return nil, err
 	}
 	return Parse(name, data, opts)
 }
