@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -348,16 +347,16 @@ func (c *Client) configure(oc proto.OutputClient) (*rpc.Client, error) {
 }
 
 // discard ends cn after it was found dead or wedged: its own process is
-// killed by pid; a shared process is killed too (every Client on it
-// restarts) and this Client's reference to it dropped.
+// killed with its process group; a shared process is killed too (every
+// Client on it restarts) and this Client's reference to it dropped.
 func (c *Client) discard(cn *conn) {
 	if cn.shared != nil {
 		c.opts.Shared.kill(cn.shared)
 		go c.opts.Shared.release(cn.shared, c.opts.CallTimeout)
 		return
 	}
-	_ = syscall.Kill(cn.pid, syscall.SIGKILL)
-	go cn.pc.Kill()
+	killGroup(cn.pid)
+	go endProcess(cn.pc, cn.pid, c.opts.CallTimeout)
 }
 
 // end ends cn's process once its output is closed: a process of its own
@@ -368,8 +367,13 @@ func (c *Client) end(cn *conn) {
 		c.opts.Shared.release(cn.shared, c.opts.CallTimeout)
 		return
 	}
-	endProcess(cn.pc, cn.pid, c.opts.CallTimeout)
+	if !endProcess(cn.pc, cn.pid, c.opts.CallTimeout) {
+		c.log.Warn(leftPipesHeld, "pid", cn.pid)
+	}
 }
+
+// leftPipesHeld is logged when endProcess gave up on a plugin's cleanup.
+const leftPipesHeld = "plugin killed with its process group, but a process it started outside the group still holds its output; not waiting for it"
 
 // killProcess ends a plugin process at once (killPluginProcess), waiting
 // up to CallTimeout for go-plugin's cleanup.

@@ -1,17 +1,35 @@
 package plugins
 
 import (
+	"bytes"
+	"os"
 	"os/exec"
+	"strconv"
 	"syscall"
 )
 
-// setParentDeathSignal asks the kernel to SIGKILL the plugin when the host
-// dies, so that a host killed with SIGKILL leaves no orphan. (The SDK's
-// parent watch covers the rest: Pdeathsig follows the thread that started
-// the child, not the whole process.)
-func setParentDeathSignal(cmd *exec.Cmd) {
+// setProcessAttrs starts the plugin as the leader of a process group of its
+// own, so that the host can end the plugin with every descendant that stays
+// in its group (killGroup), and asks the kernel to SIGKILL the plugin when
+// the host dies, so that a host killed with SIGKILL leaves no orphan. (The
+// SDK's parent watch covers the rest: Pdeathsig follows the thread that
+// started the child, not the whole process.)
+func setProcessAttrs(cmd *exec.Cmd) {
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
 	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	cmd.SysProcAttr.Setpgid = true
+}
+
+// processExited reports whether process pid has exited (a zombie not yet
+// reaped, or gone), from /proc/PID/stat.
+func processExited(pid int) bool {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true
+	}
+	// pid (comm) state ...: comm may hold spaces and parentheses.
+	i := bytes.LastIndexByte(data, ')')
+	return i < 0 || i+2 >= len(data) || data[i+2] == 'Z' || data[i+2] == 'X'
 }

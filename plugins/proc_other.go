@@ -2,8 +2,21 @@
 
 package plugins
 
-import "os/exec"
+import (
+	"os/exec"
+	"syscall"
+)
 
-// setParentDeathSignal has no equivalent here; the SDK's parent watch ends
-// orphaned plugins.
-func setParentDeathSignal(*exec.Cmd) {}
+// setProcessAttrs starts the plugin as the leader of a process group of its
+// own (killGroup). A parent-death signal has no equivalent here; the SDK's
+// parent watch ends orphaned plugins.
+func setProcessAttrs(cmd *exec.Cmd) {
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Setpgid = true
+}
+
+// processExited is not known here without reaping the process: false, and
+// endProcess waits out its timeout.
+func processExited(int) bool { return false }

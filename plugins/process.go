@@ -24,14 +24,14 @@ func withParentPID(env []string) []string {
 }
 
 // newPluginProcess returns the go-plugin client that starts cmd (its
-// environment already set; it dies with the host where the platform
-// allows) and speaks the output protocol over gRPC with AutoMTLS, within
+// environment already set; the leader of a process group of its own, which
+// dies with the host where the platform allows) and speaks the output protocol over gRPC with AutoMTLS, within
 // startTimeout for the handshake. The plugin's stdout and stderr reach
 // only log: stdout carries the handshake, stderr is the plugin's log.
 // Both the per-output client and the shared process start plugins this
 // way.
 func newPluginProcess(cmd *exec.Cmd, startTimeout time.Duration, log hclog.Logger) *plugin.Client {
-	setParentDeathSignal(cmd)
+	setProcessAttrs(cmd)
 	return plugin.NewClient(&plugin.ClientConfig{
 		SkipHostEnv:      true,
 		HandshakeConfig:  rpc.Handshake,
@@ -63,15 +63,31 @@ func dispenseOutput(cp plugin.ClientProtocol) (proto.OutputClient, error) {
 }
 
 // killPluginProcess ends a plugin process that must go at once (a failed
-// start, a wedged or crashed plugin): SIGKILL by pid first (go-plugin's own
-// Kill tries a graceful shutdown first and can block on a stopped
-// process), then go-plugin's cleanup, waited for up to timeout
+// start, a wedged or crashed plugin): its process group is SIGKILLed first
+// (go-plugin's own Kill tries a graceful shutdown first and can block on a
+// stopped process, and waits for the plugin's stderr to close, which a
+// descendant may hold), then go-plugin's cleanup, waited for up to timeout
 // (endProcess).
 func killPluginProcess(pc *plugin.Client, cmd *exec.Cmd, timeout time.Duration) {
 	pid := 0
-	if cmd.Process != nil && !pc.Exited() {
+	if cmd.Process != nil {
 		pid = cmd.Process.Pid
-		_ = syscall.Kill(pid, syscall.SIGKILL)
+		if !pc.Exited() {
+			killGroup(pid)
+		}
 	}
 	endProcess(pc, pid, timeout)
+}
+
+// killGroup SIGKILLs plugin pid's process group: the plugin, started as its
+// leader, and every descendant still in it (a process a plugin started that
+// holds the plugin's stdout or stderr keeps go-plugin waiting for their
+// end). The plugin itself is killed by pid as well, in case it left its
+// group.
+func killGroup(pid int) {
+	if pid <= 0 {
+		return
+	}
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	_ = syscall.Kill(pid, syscall.SIGKILL)
 }

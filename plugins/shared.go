@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	plugin "github.com/hashicorp/go-plugin"
@@ -120,8 +119,8 @@ func (s *SharedProcess) release(p *sharedProc, timeout time.Duration) {
 		s.cur = nil
 	}
 	s.mu.Unlock()
-	if last {
-		endProcess(p.pc, p.pid, timeout)
+	if last && !endProcess(p.pc, p.pid, timeout) {
+		s.logger.Warn(leftPipesHeld, "pid", p.pid)
 	}
 }
 
@@ -135,25 +134,50 @@ func (s *SharedProcess) kill(p *sharedProc) {
 	}
 	s.mu.Unlock()
 	if !p.pc.Exited() {
-		_ = syscall.Kill(p.pid, syscall.SIGKILL)
+		killGroup(p.pid)
 	}
 }
 
 // endProcess ends a plugin process gracefully through go-plugin (the
-// plugin exits when the host closes the connection); one still there after
-// timeout is killed by pid.
-func endProcess(pc *plugin.Client, pid int, timeout time.Duration) {
+// plugin exits when the host closes the connection). One still there after
+// timeout is killed with its process group (killGroup), and so is the group
+// of one that exited while go-plugin still waits for its stdout or stderr
+// to close (a descendant holds them). endProcess returns within about twice
+// timeout whatever the plugin did: when a process that left the group
+// still holds the pipes after the kill, go-plugin's cleanup is left to end
+// with that process, and endProcess returns false.
+func endProcess(pc *plugin.Client, pid int, timeout time.Duration) bool {
 	exited := make(chan struct{})
 	go func() {
 		defer close(exited)
 		pc.Kill()
 	}()
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	poll := time.NewTicker(endPoll)
+	defer poll.Stop()
+	for waiting := true; waiting; {
+		select {
+		case <-exited:
+			// Descendants the plugin left behind in its group go with it.
+			killGroup(pid)
+			return true
+		case <-poll.C:
+			waiting = pid <= 0 || !processExited(pid)
+		case <-deadline.C:
+			waiting = false
+		}
+	}
+	killGroup(pid)
+	deadline.Reset(timeout)
 	select {
 	case <-exited:
-	case <-time.After(timeout):
-		if pid > 0 {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-		<-exited
+		return true
+	case <-deadline.C:
+		return false
 	}
 }
+
+// endPoll is how often endProcess looks whether the plugin has exited
+// while go-plugin still waits for its pipes.
+const endPoll = 20 * time.Millisecond
