@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/influxdata/telegraf"
-	"github.com/influxdata/telegraf/plugins/inputs"
+	"github.com/influxdata/telegraf/config"
 	"github.com/influxdata/telegraf/plugins/inputs/nats_consumer"
 	"github.com/influxdata/telegraf/plugins/parsers/influx"
 	"github.com/nats-io/nats-server/v2/server"
@@ -80,20 +80,34 @@ func TestNATSConsumerReceivesWhatStdoutPrinted(t *testing.T) {
 	}
 	defer s.Shutdown()
 
-	creator, ok := inputs.Inputs["nats_consumer"]
-	if !ok {
-		t.Fatal("inputs.nats_consumer not registered")
+	// The block outputs/nats/README.md shows, loaded by Telegraf's own
+	// config loader; tagexclude drops the subject tag nats_consumer adds.
+	tc := config.NewConfig()
+	if err := tc.LoadConfigData([]byte(fmt.Sprintf(`
+[agent]
+  omit_hostname = true
+[[inputs.nats_consumer]]
+  servers = [%q]
+  subjects = ["gpusampler.>"]
+  queue_group = "telegraf"
+  data_format = "influx"
+  tagexclude = ["subject"]
+`, s.ClientURL())), config.EmptySourcePath); err != nil {
+		t.Fatal(err)
 	}
-	nc := creator().(*nats_consumer.NatsConsumer)
-	nc.Servers = []string{s.ClientURL()}
-	nc.Subjects = []string{"gpusampler.>"}
-	nc.QueueGroup = "telegraf"
+	if len(tc.Inputs) != 1 {
+		t.Fatalf("%d inputs loaded", len(tc.Inputs))
+	}
+	running := tc.Inputs[0]
+	nc, ok := running.Input.(*nats_consumer.NatsConsumer)
+	if !ok {
+		t.Fatalf("input %T, want nats_consumer", running.Input)
+	}
 	nc.Log = testLogger{t}
 	parser := &influx.Parser{}
 	if err := parser.Init(); err != nil {
 		t.Fatal(err)
 	}
-	nc.SetParser(parser)
 	acc := &accumulator{}
 	if err := nc.Start(trackingInput{acc}); err != nil {
 		t.Fatal(err)
@@ -160,13 +174,29 @@ format = "influx"
 		t.Fatalf("nats_consumer errors: %v", errs)
 	}
 	// nats_consumer tags every metric with the subject it came on: the
-	// one tag the twin cannot print. It must be the node's.
+	// one tag the twin cannot print, the node's, one per metric group, so
+	// a GPU's fields land in as many series as it has groups. Telegraf's
+	// tagexclude (applied by the running input, as the agent does) drops it.
+	subjects := map[string]bool{}
+	kept := received[:0]
 	for _, m := range received {
 		subj, _ := m.GetTag("subject")
 		if !strings.HasPrefix(subj, "gpusampler.node1.") {
 			t.Fatalf("metric on subject %q: %v", subj, m)
 		}
-		m.RemoveTag("subject")
+		subjects[subj] = true
+		m = running.MakeMetric(m)
+		if m == nil {
+			t.Fatal("tagexclude dropped a whole metric")
+		}
+		if _, ok := m.GetTag("subject"); ok {
+			t.Fatalf("tagexclude = [\"subject\"] left the subject tag: %v", m)
+		}
+		kept = append(kept, m)
+	}
+	received = kept
+	if len(subjects) < 2 {
+		t.Errorf("subjects %v: want several (one per metric group)", slices.Sorted(maps.Keys(subjects)))
 	}
 	got := canonical(received)
 	if !slices.Equal(got, want) {
