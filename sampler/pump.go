@@ -247,7 +247,10 @@ func (p *pump) flushAll(ctx context.Context) {
 		return
 	}
 	for i, l := range p.e.loops {
-		if id := l.identity.Load(); p.sentGen[i] != id.Generation+1 {
+		// A GPU that has not answered since the start has no UUID or name
+		// yet: the outputs first hear of it when it answers, with its
+		// identity (its lost event names it by index meanwhile).
+		if id := l.identity.Load(); p.sentGen[i] != id.Generation+1 && id.UUID != "" {
 			b.Devices = append(b.Devices, *id)
 		}
 	}

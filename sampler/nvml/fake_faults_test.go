@@ -312,6 +312,24 @@ func childLostAtStart(t *testing.T, src *Source, clk *clocktest.Clock) {
 	if id := eng.Devices()[1]; id.UUID != "GPU-fake-0000-0001" || id.Index != 1 || id.Name != "NVIDIA Fake H200" {
 		t.Errorf("gpu1 identity after recovery %+v", id)
 	}
+	// The outputs learn of GPU 1 once it answers, with its UUID and name:
+	// never first as a device record without them.
+	col.mu.Lock()
+	var recs []record.Device
+	for _, d := range col.devices {
+		if d.Index == 1 {
+			recs = append(recs, d)
+		}
+	}
+	col.mu.Unlock()
+	if len(recs) == 0 {
+		t.Errorf("gpu1: no device record delivered after it answered")
+	}
+	for _, d := range recs {
+		if d.UUID != "GPU-fake-0000-0001" || d.Name != "NVIDIA Fake H200" {
+			t.Errorf("gpu1 device record with uuid %q, name %q; want every record to carry the GPU's identity", d.UUID, d.Name)
+		}
+	}
 	lost := col.eventsOf(record.EventDeviceLost, 1)
 	rec := col.eventsOf(record.EventDeviceRecovery, 1)
 	wantRec := t0.Add(6 * every)

@@ -326,12 +326,14 @@ type collector struct {
 	mu      sync.Mutex
 	samples []record.Sample
 	events  []record.Event
-	wrote   chan struct{} // when not nil: a token after each Write
+	devices []record.Device // every device record delivered, in order
+	wrote   chan struct{}   // when not nil: a token after each Write
 }
 
 func (c *collector) Write(_ context.Context, b *record.Batch) error {
 	c.mu.Lock()
 	c.samples = append(c.samples, b.Samples...)
+	c.devices = append(c.devices, b.Devices...)
 	for _, e := range b.Events {
 		c.events = append(c.events, e.Clone())
 	}
