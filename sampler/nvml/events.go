@@ -23,9 +23,50 @@ import (
 const eventMask = nvml.EventTypeXidCriticalError | nvml.EventTypeSingleBitEccError | nvml.EventTypeDoubleBitEccError |
 	nvml.EventTypePowerSourceChange | nvml.EventTypeClock
 
-// eventWaitMS bounds one nvmlEventSetWait so that WatchEvents notices its
-// context ending.
-const eventWaitMS = 500
+// Driver events are polled, not waited for: once every eventPollEvery the
+// watcher asks the event set with a wait of eventPollWaitMS, takes every
+// event that is ready, and sleeps in Go until the next poll. A long
+// blocking wait (the driver sleeping in the kernel for up to its timeout)
+// costs more than the poll: while a goroutine sits in a long cgo call, Go's
+// sysmon thread keeps waking (about 0.25 % of a core for the one waiter,
+// measured with scripts/event-cpu.sh). A poll a second delays an event by
+// less than a second.
+//
+// The wait is 1 ms, not 0: NVML's timeout 0 is no poll (NVIDIA's Python
+// bindings document it as "wait indefinitely", and a real driver blocks
+// there), and go-nvml passes the value through unchanged.
+const (
+	eventPollEvery  = time.Second
+	eventPollWaitMS = 1
+)
+
+// pollEvents polls set every eventPollEvery until ctx ends, handing each
+// ready event to handle, and calls every (when not nil) after each poll.
+// It returns the first wait error other than a timeout.
+func pollEvents(ctx context.Context, set nvml.EventSet, handle func(nvml.EventData), every func()) error {
+	tick := time.NewTicker(eventPollEvery)
+	defer tick.Stop()
+	for ctx.Err() == nil {
+		for ctx.Err() == nil { // everything ready, then sleep
+			data, ret := set.Wait(eventPollWaitMS)
+			if ret == nvml.ERROR_TIMEOUT {
+				break
+			}
+			if ret != nvml.SUCCESS {
+				return newError("wait for events", ret)
+			}
+			handle(data)
+		}
+		if every != nil {
+			every()
+		}
+		select {
+		case <-ctx.Done():
+		case <-tick.C:
+		}
+	}
+	return nil
+}
 
 // xidHints are short meanings of common XIDs (NVIDIA's XID catalog).
 var xidHints = map[uint64]string{
@@ -97,18 +138,13 @@ func (d *device) WatchEvents(ctx context.Context, emit func(record.Event)) error
 		d.events.Store(eventsWatching)
 	}
 	d.src.log.Debug("watching driver events", "device", d.index, "mask", mask)
-	for ctx.Err() == nil {
-		data, ret := set.Wait(eventWaitMS)
-		switch ret {
-		case nvml.SUCCESS:
-		case nvml.ERROR_TIMEOUT:
-			continue
-		default:
-			return fmt.Errorf("watch events: %w", newError("wait for events", ret))
-		}
+	err := pollEvents(ctx, set, func(data nvml.EventData) {
 		if ev, ok := d.toEvent(data); ok {
 			emit(ev)
 		}
+	}, nil)
+	if err != nil {
+		return fmt.Errorf("watch events: %w", err)
 	}
 	return nil
 }
@@ -223,12 +259,6 @@ func (d *device) noHandle() error {
 	return fmt.Errorf("device %d has no handle (it did not answer at start): %w", d.index, sampler.ErrGPULost)
 }
 
-// eventWaitAllMS bounds one wait of the shared event set: long enough that
-// waiting costs about one NVML call per second for the whole host, short
-// enough that the watcher notices its context ending well within the
-// engine's shutdown bound.
-const eventWaitAllMS = 1000
-
 // reregisterEvery is how often the shared watcher retries registering the
 // devices that could not be registered (no handle yet, lost) and
 // re-registers those whose handle changed (recovered by UUID).
@@ -237,8 +267,9 @@ const reregisterEvery = 10 * time.Second
 // WatchAllEvents implements sampler.SourceEventWatcher: one event set for
 // the GPUs among indexes (MIG instances are covered by their GPU's events)
 // and one waiter for all of them, instead of a set and a waiting thread per
-// GPU. Each wait lasts up to eventWaitAllMS. Devices that cannot be
-// registered yet are retried every reregisterEvery. It returns
+// GPU. The set is polled once a second (see pollEvents): about one NVML
+// call per second for the whole host. Devices that cannot be registered
+// yet are retried every reregisterEvery. It returns
 // sampler.ErrNotSupported when the driver lacks the event functions or no
 // device supports an event of interest.
 func (s *Source) WatchAllEvents(ctx context.Context, indexes []int, emit func(record.Event)) error {
@@ -296,26 +327,23 @@ func (s *Source) WatchAllEvents(ctx context.Context, indexes []int, emit func(re
 		return fmt.Errorf("watch events: %w", notSupported("no device supports an event of interest"))
 	}
 	lastRegister := time.Now()
-	for ctx.Err() == nil {
-		data, ret := set.Wait(eventWaitAllMS)
-		switch ret {
-		case nvml.SUCCESS:
-			for i, d := range watch {
-				if registered[i] != nil && data.Device == registered[i] {
-					if ev, ok := d.toEvent(data); ok {
-						emit(ev)
-					}
-					break
+	err = pollEvents(ctx, set, func(data nvml.EventData) {
+		for i, d := range watch {
+			if registered[i] != nil && data.Device == registered[i] {
+				if ev, ok := d.toEvent(data); ok {
+					emit(ev)
 				}
+				break
 			}
-		case nvml.ERROR_TIMEOUT:
-		default:
-			return fmt.Errorf("watch events: %w", newError("wait for events", ret))
 		}
+	}, func() {
 		if time.Since(lastRegister) >= reregisterEvery {
 			register()
 			lastRegister = time.Now()
 		}
+	})
+	if err != nil {
+		return fmt.Errorf("watch events: %w", err)
 	}
 	return nil
 }
