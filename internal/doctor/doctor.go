@@ -101,8 +101,9 @@ type GroupSupport struct {
 	OldDriver    []string `json:"old_driver,omitempty"`
 	OldDriverWhy string   `json:"old_driver_why,omitempty"`
 	// PointReads names buffer metrics whose sample buffer the device lacks
-	// and which come from point reads at the field interval instead
-	// (counted in Supported).
+	// and which come from point reads instead (counted in Supported): at
+	// the field interval, a media engine's (video, JPEG, optical flow) at
+	// the rare interval.
 	PointReads []string `json:"point_reads,omitempty"`
 	// NoPermission names metrics refused for lack of privilege.
 	NoPermission []string `json:"no_permission,omitempty"`
@@ -311,8 +312,14 @@ func ProbeSupport(d sampler.DeviceSource, m *catalog.Metric) (pointReads bool, e
 	if m.Src.Kind == catalog.FromBuffer {
 		_, err = d.Drain(m.Src.Buffer, 0, nil)
 		if errors.Is(err, sampler.ErrNotSupported) {
-			if rerr := read(); rerr == nil || errors.Is(rerr, sampler.ErrNothingNew) {
+			switch rerr := read(); {
+			case rerr == nil || errors.Is(rerr, sampler.ErrNothingNew):
 				return true, nil
+			case errors.Is(rerr, sampler.ErrOldDriver) && !errors.Is(err, sampler.ErrOldDriver):
+				// The point getter is absent from this driver: a newer
+				// driver has it (and may have the buffer too), so the
+				// driver is why, not the device.
+				return false, fmt.Errorf("%s: sample buffer %s: %v, and its point read: %w", m.Name, m.Src.Buffer, err, rerr)
 			}
 		}
 	} else {
@@ -479,8 +486,8 @@ func recommend(devs []DeviceReport, cat *catalog.Catalog) Recommendation {
 		rec.Why = append(rec.Why, fmt.Sprintf("drain %v: at most half the shortest primary buffer span (%s = %v), at most %v",
 			rec.DrainInterval, which, shortest, sampler.DefaultDrainInterval))
 	} else if !buffers && len(devs) > 0 {
-		rec.Why = append(rec.Why, fmt.Sprintf("drain %v: no sample buffer is supported on these devices; their metrics come from point reads at the field interval where a point getter exists",
-			rec.DrainInterval))
+		rec.Why = append(rec.Why, fmt.Sprintf("drain %v: no sample buffer is supported on these devices; their metrics come from point reads where a point getter exists: at the field interval, the media engines' (%s) at the rare interval",
+			rec.DrainInterval, strings.Join(mediaBuffers(), ", ")))
 	} else {
 		rec.Why = append(rec.Why, fmt.Sprintf("drain %v: the default; no buffer held samples to measure (idle GPU? run doctor under load)",
 			rec.DrainInterval))
@@ -517,6 +524,7 @@ func recommend(devs []DeviceReport, cat *catalog.Catalog) Recommendation {
 			}
 		}
 	}
+	recent := gpmArchitecture(devs)
 	switch {
 	case gpm:
 		rec.GPMInterval = sampler.DefaultGPMInterval
@@ -524,6 +532,9 @@ func recommend(devs []DeviceReport, cat *catalog.Catalog) Recommendation {
 			rec.GPMInterval, sampler.MinGPMInterval))
 	case oldWhy != "":
 		rec.Why = append(rec.Why, "profiling (GPM): this driver lacks it, not the GPU: "+oldWhy+"; update the driver")
+	case recent != "":
+		rec.Why = append(rec.Why, "profiling (GPM): not offered here although the GPUs are "+recent+
+			" (GPM's generation): the driver answers that GPM is not supported on them (a vGPU or MIG without per-instance reads has none; otherwise update the driver)")
 	default:
 		rec.Why = append(rec.Why, "profiling (GPM): not supported by these devices (GPM needs Hopper or newer, and not under MIG without per-instance reads)")
 	}
@@ -533,8 +544,55 @@ func recommend(devs []DeviceReport, cat *catalog.Catalog) Recommendation {
 	return rec
 }
 
+// gpmArchitectures are the architectures (record.Device.Architecture, as
+// nvidia-smi names them) that have GPM: Hopper and newer.
+var gpmArchitectures = []string{"Hopper", "Blackwell"}
+
+// gpmArchitecture returns the architecture of the first device whose
+// generation has GPM ("" when none says so).
+func gpmArchitecture(devs []DeviceReport) string {
+	for _, d := range devs {
+		if slices.Contains(gpmArchitectures, d.Device.Architecture) {
+			return d.Device.Architecture
+		}
+	}
+	return ""
+}
+
+// isMedia reports whether the buffer type named typ is a media engine's
+// (video encoder and decoder, JPEG, optical flow): the engine point-reads
+// those at the rare interval when the device lacks the buffer or it runs
+// dry, not at the field interval.
+func isMedia(typ string) bool {
+	t, ok := catalog.ParseBufferType(typ)
+	if !ok {
+		return false
+	}
+	switch t {
+	case catalog.BufferEncoderUtil, catalog.BufferDecoderUtil, catalog.BufferJPEGUtil, catalog.BufferOFAUtil:
+		return true
+	}
+	return false
+}
+
+// mediaBuffers names the media engines' buffer types.
+func mediaBuffers() []string {
+	var out []string
+	for _, n := range catalog.BufferTypeNames() {
+		if isMedia(n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
 // estimateCost returns the calls per second per GPU of the costliest
-// device at rec's intervals.
+// device at rec's intervals, as the engine schedules its reads: each
+// supported buffer drained at half its span within its class's freshness
+// limit (at the limit while it is empty); a missing buffer's metric
+// point-read at the field interval, a media engine's at the rare interval;
+// an empty (idle) media buffer point-read at the rare interval too, and an
+// idle GPU's utilization (empty gpu_util buffer) once per drain.
 func estimateCost(devs []DeviceReport, cat *catalog.Catalog, rec *Recommendation) []CallCost {
 	per := func(d time.Duration) float64 { return float64(time.Second) / float64(d) }
 	var worst []CallCost
@@ -544,7 +602,7 @@ func estimateCost(devs []DeviceReport, cat *catalog.Catalog, rec *Recommendation
 			continue
 		}
 		missing := map[string]bool{}
-		point, gpm := 0, false
+		gpm := false
 		for _, g := range d.Groups {
 			for _, l := range [][]string{g.Unsupported, g.OldDriver, g.NoPermission} {
 				for _, n := range l {
@@ -554,11 +612,20 @@ func estimateCost(devs []DeviceReport, cat *catalog.Catalog, rec *Recommendation
 			for _, f := range g.Failed {
 				missing[strings.SplitN(f, ":", 2)[0]] = true
 			}
-			point += len(g.PointReads)
 			gpm = gpm || (g.Group == catalog.GroupProfiling && g.Supported > 0)
 		}
-		var buffers float64
+		var buffers, point float64
 		for _, b := range d.Buffers {
+			switch {
+			case !b.Supported && b.PointReads != "" && isMedia(b.Type):
+				point += per(rec.RareInterval)
+			case !b.Supported && b.PointReads != "":
+				point += per(rec.FieldInterval)
+			case b.Supported && b.Empty && isMedia(b.Type):
+				point += per(rec.RareInterval) // a dry engine's point read
+			case b.Supported && b.Empty && b.Type == catalog.BufferGPUUtil.String():
+				point += per(rec.DrainInterval) // an idle GPU's utilization, once per drain
+			}
 			if !b.Supported {
 				continue
 			}
@@ -590,7 +657,7 @@ func estimateCost(devs []DeviceReport, cat *catalog.Catalog, rec *Recommendation
 		}
 		cost := []CallCost{{"buffers (GetSamples)", buffers}}
 		if point > 0 {
-			cost = append(cost, CallCost{"point reads for missing buffers", float64(point) * per(rec.FieldInterval)})
+			cost = append(cost, CallCost{"point reads for missing or idle buffers", point})
 		}
 		if fields {
 			cost = append(cost, CallCost{"fields (GetFieldValues)", per(rec.FieldInterval)})

@@ -58,6 +58,8 @@ func WriteText(w io.Writer, r *Report) error {
 		for _, b := range d.Buffers {
 			var s string
 			switch {
+			case !b.Supported && b.PointReads != "" && isMedia(b.Type):
+				s = "not supported: " + b.PointReads + " comes from point reads at the rare interval"
 			case !b.Supported && b.PointReads != "":
 				s = "not supported: " + b.PointReads + " comes from point reads at the field interval"
 			case !b.Supported:

@@ -50,8 +50,19 @@ type device struct {
 
 	// Owned by the loop goroutine.
 	unsupported []bool // by MetricID: the device said not supported
-	fv          []nvml.FieldValue
-	slot        []int
+	// byGetter (by MetricID) is set once GetFieldValues answered NOT_SUPPORTED
+	// for a field metric that has a dedicated getter: it is read with the
+	// getter from then on. nsErr holds a device-specific "not supported"
+	// error (the field and its getter both refused); nil means the plan's.
+	byGetter []bool
+	nsErr    []error
+	// bufferNS is set per buffer type the device answered NOT_SUPPORTED.
+	bufferNS [catalog.NumBufferTypes]bool
+	// pcie is the state of the PCIe byte counters read with
+	// GetPcieThroughput (see pcieBytes).
+	pcie [2]pcieCounter
+	fv   []nvml.FieldValue
+	slot []int
 	// Prebuilt errors per buffer type, so an idle drain allocates nothing.
 	errNothingNew [catalog.NumBufferTypes]error
 	errBufferNS   [catalog.NumBufferTypes]error
@@ -80,7 +91,8 @@ var (
 )
 
 func newDevice(s *Source, index int) *device {
-	d := &device{src: s, index: index, unsupported: make([]bool, len(s.plans))}
+	d := &device{src: s, index: index, unsupported: make([]bool, len(s.plans)), byGetter: make([]bool, len(s.plans)),
+		nsErr: make([]error, len(s.plans))}
 	for t := catalog.BufferType(0); t < catalog.NumBufferTypes; t++ {
 		op := "get samples " + t.String()
 		d.errNothingNew[t] = &callError{op: op, ret: nvml.ERROR_NOT_FOUND, is: sampler.ErrNothingNew}
@@ -256,6 +268,8 @@ func (d *device) Drain(t catalog.BufferType, cursor uint64, dst []sampler.RawSam
 		return dst, notSupported("get samples " + t.String())
 	}
 	if !d.src.has["nvmlDeviceGetSamples"] || d.mig {
+		d.bufferNS[t] = true
+		d.src.warnBuffer(t, d.index)
 		return dst, d.errBufferNS[t]
 	}
 	if d.dev == nil {
@@ -285,7 +299,19 @@ func (d *device) Drain(t catalog.BufferType, cursor uint64, dst []sampler.RawSam
 	case nvml.ERROR_NOT_FOUND, nvml.ERROR_NO_DATA:
 		return dst, d.errNothingNew[t]
 	case nvml.ERROR_NOT_SUPPORTED:
+		d.bufferNS[t] = true
+		d.src.warnBuffer(t, d.index)
 		return dst, d.errBufferNS[t]
+	case nvml.ERROR_INVALID_ARGUMENT:
+		if t < catalog.BufferJPEGUtil {
+			return dst, newError("get samples "+t.String(), ret)
+		}
+		// The JPEG and optical-flow sample types are newer than the other
+		// buffers: a driver that does not know the type says "invalid
+		// argument". Not the device's doing: a newer driver has it.
+		d.bufferNS[t] = true
+		d.src.warnBuffer(t, d.index)
+		return dst, &absentError{what: "get samples " + t.String(), api: d.src.version.API}
 	default:
 		return dst, newError("get samples "+t.String(), ret)
 	}
@@ -391,9 +417,13 @@ func (d *device) Read(ids []catalog.MetricID, out []sampler.Reading) error {
 		p := &d.src.plans[id]
 		if d.unsupported[id] || p.kind == planUnsupported {
 			out[i].Err = p.errNS
+			if e := d.nsErr[id]; e != nil {
+				out[i].Err = e
+			}
+			d.warnUnreadable(id, out[i].Err)
 			continue
 		}
-		if p.kind != planField {
+		if p.kind != planField || d.byGetter[id] {
 			continue
 		}
 		k := -1
@@ -410,11 +440,13 @@ func (d *device) Read(ids []catalog.MetricID, out []sampler.Reading) error {
 		slot[i] = k
 	}
 	var batchErr error
+	batchRet := nvml.SUCCESS
 	if len(d.fv) > 0 {
 		start := now()
 		ret := d.dev.GetFieldValues(d.fv)
 		d.account("GetFieldValues", 1, start)
 		if ret != nvml.SUCCESS {
+			batchRet = ret
 			batchErr = newError("get field values", ret)
 			if sentinel(ret) == sampler.ErrGPULost {
 				return fmt.Errorf("read device %d: %w", d.index, batchErr)
@@ -430,8 +462,40 @@ func (d *device) Read(ids []catalog.MetricID, out []sampler.Reading) error {
 		p := &d.src.plans[id]
 		switch p.kind {
 		case planField:
+			if !d.byGetter[id] {
+				r := batchRet
+				if batchErr == nil {
+					r = nvml.Return(d.fv[slot[i]].NvmlReturn)
+				}
+				if r != nvml.SUCCESS && isNotSupported(r) && p.fallback != qNone {
+					// GetFieldValues does not give it here: its getter
+					// does, from now on.
+					d.byGetter[id] = true
+					d.src.log.Debug("field not supported; read with its getter", "device", d.index,
+						"metric", catalog.Default().Name(id), "field", p.name, "getter", querySymbols[p.fallback][0])
+				}
+			}
+			if d.byGetter[id] {
+				v, r := d.query(&q, p.fallback)
+				if r != nvml.SUCCESS {
+					if isNotSupported(r) {
+						d.unsupported[id] = true
+						d.nsErr[id] = p.errBothNS
+						out[i].Err = p.errBothNS
+						d.warnUnreadable(id, out[i].Err)
+						continue
+					}
+					out[i].Err = newError(querySymbols[p.fallback][0]+" (for "+p.name+")", r)
+					if sentinel(r) == sampler.ErrGPULost && lost == nil {
+						lost = fmt.Errorf("read device %d: %w", d.index, out[i].Err)
+					}
+					continue
+				}
+				out[i].Value = v
+				continue
+			}
 			if batchErr != nil {
-				out[i].Err = batchErr
+				out[i].Err = d.valueError(id, p, batchRet)
 				continue
 			}
 			fv := &d.fv[slot[i]]
@@ -469,11 +533,26 @@ func (d *device) Read(ids []catalog.MetricID, out []sampler.Reading) error {
 // valueError returns the error for one value; "not supported" is cached so
 // the device is not asked again.
 func (d *device) valueError(id catalog.MetricID, p *metricPlan, r nvml.Return) error {
-	if r == nvml.ERROR_NOT_SUPPORTED || r == nvml.ERROR_FUNCTION_NOT_FOUND {
+	if isNotSupported(r) {
 		d.unsupported[id] = true
+		d.warnUnreadable(id, p.errNS)
 		return p.errNS
 	}
 	return newError(p.name, r)
+}
+
+// warnUnreadable names a metric this device cannot give (see
+// Source.warnUnreadable). A buffer metric's point read counts only when the
+// buffer is not supported either: otherwise the buffer serves the metric.
+func (d *device) warnUnreadable(id catalog.MetricID, err error) {
+	if m, ok := catalog.Default().Get(id); ok && m.Src.Kind == catalog.FromBuffer && !d.bufferNS[m.Src.Buffer] {
+		return
+	}
+	d.src.warnUnreadable(id, d.index, err)
+}
+
+func isNotSupported(r nvml.Return) bool {
+	return r == nvml.ERROR_NOT_SUPPORTED || r == nvml.ERROR_FUNCTION_NOT_FOUND
 }
 
 // queryState holds the results of calls that serve several metrics within
@@ -491,6 +570,7 @@ type queryState struct {
 	encRet                       nvml.Return
 	fbc                          nvml.FBCStats
 	fbcRet                       nvml.Return
+	remapPending, remapFailure   bool
 }
 
 const mib = 1 << 20
@@ -617,16 +697,52 @@ func (d *device) query(q *queryState, k query) (float64, nvml.Return) {
 		v, r := dev.GetTotalEccErrors(typ, nvml.VOLATILE_ECC)
 		d.account("GetTotalEccErrors", 1, start)
 		return float64(v), r
-	case qRemappedCor, qRemappedUnc:
+	case qRemappedCor, qRemappedUnc, qRemappedPending, qRemappedFailure:
 		if !q.remapDone {
 			q.remapDone = true
-			q.remapCor, q.remapUnc, _, _, q.remapRet = dev.GetRemappedRows()
+			q.remapCor, q.remapUnc, q.remapPending, q.remapFailure, q.remapRet = dev.GetRemappedRows()
 			d.account("GetRemappedRows", 1, start)
 		}
-		if k == qRemappedCor {
+		switch k {
+		case qRemappedCor:
 			return float64(q.remapCor), q.remapRet
+		case qRemappedUnc:
+			return float64(q.remapUnc), q.remapRet
+		case qRemappedPending:
+			return boolValue(q.remapPending), q.remapRet
 		}
-		return float64(q.remapUnc), q.remapRet
+		return boolValue(q.remapFailure), q.remapRet
+	case qEnergy:
+		v, r := dev.GetTotalEnergyConsumption()
+		d.account("GetTotalEnergyConsumption", 1, start)
+		return float64(v), r // mJ
+	case qTempMemory:
+		ts, r := dev.GetThermalSettings(uint32(nvml.THERMAL_TARGET_ALL))
+		d.account("GetThermalSettings", 1, start)
+		if r != nvml.SUCCESS {
+			return 0, r
+		}
+		for _, s := range ts.Sensor[:min(int(ts.Count), len(ts.Sensor))] {
+			if nvml.ThermalTarget(s.Target) == nvml.THERMAL_TARGET_MEMORY {
+				return float64(s.CurrentTemp), nvml.SUCCESS
+			}
+		}
+		return 0, nvml.ERROR_NOT_SUPPORTED // no memory sensor on this board
+	case qViolPower, qViolThermal, qViolSyncBoost, qViolBoardLimit, qViolLowUtil, qViolReliability:
+		// nvmlPerfPolicyType_t 0-5 are the perf-policy fields 74-79.
+		v, r := dev.GetViolationStatus(nvml.PerfPolicyType(k - qViolPower))
+		d.account("GetViolationStatus", 1, start)
+		return float64(v.ViolationTime), r // ns
+	case qPCIeTx, qPCIeRx:
+		return d.pcieBytes(int(k-qPCIeTx), start)
+	case qECCAggCorrected, qECCAggUncorrected:
+		typ := nvml.MEMORY_ERROR_TYPE_CORRECTED
+		if k == qECCAggUncorrected {
+			typ = nvml.MEMORY_ERROR_TYPE_UNCORRECTED
+		}
+		v, r := dev.GetTotalEccErrors(typ, nvml.AGGREGATE_ECC)
+		d.account("GetTotalEccErrors", 1, start)
+		return float64(v), r
 	case qXIDCount: // counted by WatchEvents: no C call
 		switch d.events.Load() {
 		case eventsWatching:
@@ -696,4 +812,50 @@ func (d *device) query(q *queryState, k query) (float64, nvml.Return) {
 		return float64(q.util.Memory), q.utilRet
 	}
 	return 0, nvml.ERROR_NOT_SUPPORTED
+}
+
+func boolValue(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// pcieThroughputEvery is how often the PCIe byte counters are read with
+// nvmlDeviceGetPcieThroughput where GetFieldValues lacks them: the call
+// measures for 20 ms before it returns, so it is made at most this often
+// per direction, never at the field rate; reads in between answer "nothing
+// new".
+const pcieThroughputEvery = 10 * time.Second
+
+// pcieCounter integrates one direction's sampled PCIe throughput into a
+// byte counter: each read adds the mean of this throughput and the last
+// one over the time between them. It starts at 0 when first read; it is
+// an estimate from 20 ms samples, not the driver's count.
+type pcieCounter struct {
+	started bool
+	at      time.Time
+	rateBps float64 // bytes per second at the last read
+	bytes   float64
+}
+
+// pcieBytes reads the estimated PCIe byte counter of direction dir (0 TX,
+// 1 RX); the call was started at start.
+func (d *device) pcieBytes(dir int, start time.Time) (float64, nvml.Return) {
+	c := &d.pcie[dir]
+	at := d.src.opts.Now()
+	if c.started && at.Sub(c.at) < pcieThroughputEvery {
+		return 0, nvml.ERROR_NOT_FOUND // nothing new
+	}
+	kbps, r := d.dev.GetPcieThroughput(nvml.PcieUtilCounter(dir))
+	d.account("GetPcieThroughput", 1, start)
+	if r != nvml.SUCCESS {
+		return 0, r
+	}
+	rate := float64(kbps) * 1024 // KB/s (KiB) → B/s
+	if c.started {
+		c.bytes += (c.rateBps + rate) / 2 * at.Sub(c.at).Seconds()
+	}
+	c.started, c.at, c.rateBps = true, at, rate
+	return math.Round(c.bytes), nvml.SUCCESS
 }

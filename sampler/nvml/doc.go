@@ -19,7 +19,22 @@
 //     cursor; values are decoded by the type the driver returns and scaled to
 //     the catalog's base units. Fast fields are read in one GetFieldValues
 //     batch per tick, each value with its own return code; slow state with
-//     point queries, one call per query. GetPcieThroughput is never called.
+//     point queries, one call per query.
+//   - A field GetFieldValues does not give (NOT_SUPPORTED for it or for the
+//     whole call, or not defined in this driver's NVML version) is read with
+//     its dedicated getter where one exists and the driver has it
+//     (fallbackByField): energy (GetTotalEnergyConsumption), memory
+//     temperature (GetThermalSettings' memory sensor), perf-policy
+//     violation and power-cap/sync-boost throttle time (GetViolationStatus),
+//     aggregate ECC and row-remap state, and the slow state a field reads.
+//     PCIe bytes come from GetPcieThroughput, which measures for 20 ms
+//     before it returns: at most every 10 s per direction, integrated into
+//     an estimated counter. A metric nothing can read is named once per
+//     process at WARN with its reason (device, driver version, missing
+//     symbol); so is a sample buffer the device lacks whose metric is
+//     point-read instead.
+//   - Driver events are polled once a second with a 1 ms wait, not waited
+//     for (see pollEvents).
 //   - Processes (sampler.ProcessSource): the running-process lists and
 //     GetProcessUtilization drained with its own µs cursor, names from
 //     SystemGetProcessName else /proc/PID/comm (host PIDs), command lines

@@ -4,12 +4,18 @@ package nvml
 
 import (
 	"bytes"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
+
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/internal/doctor"
+	"github.com/gpusampler/gpusampler/sampler"
 )
 
 // TestFakeDriverDoctor runs doctor against the fake library on the real
@@ -17,7 +23,7 @@ import (
 // clock, and latency percentiles.
 func TestFakeDriverDoctor(t *testing.T) {
 	runScenario(t, "doctor", false, "FAKENVML_CLOCK=boottime", "FAKENVML_PERIOD_US=5000", "FAKENVML_DEVICES=2",
-		"FAKENVML_UNSUPPORTED=82")
+		"FAKENVML_UNSUPPORTED=82", "FAKENVML_GETTERS_NS=thermal")
 }
 
 // TestFakeDriverDoctorPointReads: without sample buffers doctor says which
@@ -115,4 +121,39 @@ func childDoctor(t *testing.T, src *Source) {
 		t.Fatal(err)
 	}
 	t.Logf("doctor report:\n%s", buf.String())
+}
+
+// TestDoctorMediaBufferDriverCause: a driver without the JPEG and
+// optical-flow point getters, whose sample buffers for them are refused
+// (NOT_SUPPORTED) or unknown (INVALID_ARGUMENT, a sampling type newer than
+// the driver), makes doctor name the driver as the cause, not the device.
+func TestDoctorMediaBufferDriverCause(t *testing.T) {
+	s := mockServer(t, "12.535.54.03")
+	s.LookupSymbolFunc = func(name string) error {
+		switch name {
+		case "nvmlDeviceGetJpgUtilization", "nvmlDeviceGetOfaUtilization", "nvmlDeviceGetTemperatureV":
+			return errors.New("absent")
+		}
+		return nil
+	}
+	_, devs := openMock(t, s)
+	s.Devices[0].(*server.Device).GetSamplesFunc = func(st nvml.SamplingType, _ uint64) (nvml.ValueType, []nvml.Sample, nvml.Return) {
+		switch st {
+		case nvml.JPG_UTILIZATION_SAMPLES:
+			return 0, nil, nvml.ERROR_NOT_SUPPORTED
+		case nvml.OFA_UTILIZATION_SAMPLES:
+			return 0, nil, nvml.ERROR_INVALID_ARGUMENT
+		}
+		return 0, nil, nvml.ERROR_NOT_FOUND
+	}
+	for id, why := range map[catalog.MetricID]string{
+		catalog.MetricUtilJPEG: "nvmlDeviceGetJpgUtilization is absent from this driver",
+		catalog.MetricUtilOFA:  "get samples ofa_util: not defined in NVML 12.2 (a newer driver has it)",
+	} {
+		m, _ := catalog.Default().Get(id)
+		point, err := doctor.ProbeSupport(devs[0], &m)
+		if point || !errors.Is(err, sampler.ErrOldDriver) || !errors.Is(err, sampler.ErrNotSupported) || !strings.Contains(err.Error(), why) {
+			t.Errorf("%s: point reads %v, %v; want the driver named as the cause (%q)", m.Name, point, err, why)
+		}
+	}
 }

@@ -117,6 +117,7 @@ func (d *device) readGPM(ids []catalog.MetricID, out []sampler.Reading) error {
 			if out[i].Err == nil && d.src.plans[id].kind == planGPM {
 				out[i].Err = g.errNS
 				d.unsupported[id] = true
+				d.warnUnreadable(id, g.errNS)
 			}
 		}
 		return nil

@@ -63,6 +63,22 @@ const (
 	qFBCFPS
 	qFBCLatency
 	qRetiredPending
+	// Dedicated getters that stand in for fields GetFieldValues does not
+	// give (fallbackByField).
+	qEnergy
+	qTempMemory
+	qViolPower
+	qViolThermal
+	qViolSyncBoost
+	qViolBoardLimit
+	qViolLowUtil
+	qViolReliability
+	qPCIeTx
+	qPCIeRx
+	qECCAggCorrected
+	qECCAggUncorrected
+	qRemappedPending
+	qRemappedFailure
 )
 
 // metricPlan is how one metric is read on this driver. Plans are built once
@@ -77,6 +93,40 @@ type metricPlan struct {
 	// errNS is the metric's prebuilt "not supported" error, returned without
 	// a C call once the device said so (probe once, cache).
 	errNS error
+	// fallback is the dedicated getter that reads a field metric when
+	// GetFieldValues answers NOT_SUPPORTED for it (qNone: none, or its
+	// function is absent from this driver: noFallback says which).
+	fallback   query
+	noFallback string
+	// errBothNS is the "not supported" error once the field and its
+	// getter both said so.
+	errBothNS error
+}
+
+// fallbackByField maps field symbols to the dedicated getter that reads the
+// same metric when GetFieldValues does not (NOT_SUPPORTED, or the field is
+// not defined in this driver's NVML version). Fields without one: instant
+// power (GetPowerUsage is a 1 s average, another metric), the thermal and
+// power-brake throttle-time counters (no getter), NVLink data bytes (the
+// per-link utilization counters need a control set on the device, which
+// gpusampler never changes) and the NVLink error totals.
+var fallbackByField = map[string]query{
+	"NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION":         qEnergy,
+	"NVML_FI_DEV_MEMORY_TEMP":                      qTempMemory,
+	"NVML_FI_DEV_PERF_POLICY_POWER":                qViolPower,
+	"NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP": qViolPower,
+	"NVML_FI_DEV_PERF_POLICY_THERMAL":              qViolThermal,
+	"NVML_FI_DEV_PERF_POLICY_SYNC_BOOST":           qViolSyncBoost,
+	"NVML_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST":   qViolSyncBoost,
+	"NVML_FI_DEV_PERF_POLICY_BOARD_LIMIT":          qViolBoardLimit,
+	"NVML_FI_DEV_PERF_POLICY_LOW_UTILIZATION":      qViolLowUtil,
+	"NVML_FI_DEV_PERF_POLICY_RELIABILITY":          qViolReliability,
+	"NVML_FI_DEV_PCIE_COUNT_TX_BYTES":              qPCIeTx,
+	"NVML_FI_DEV_PCIE_COUNT_RX_BYTES":              qPCIeRx,
+	"NVML_FI_DEV_ECC_SBE_AGG_TOTAL":                qECCAggCorrected,
+	"NVML_FI_DEV_ECC_DBE_AGG_TOTAL":                qECCAggUncorrected,
+	"NVML_FI_DEV_REMAPPED_PENDING":                 qRemappedPending,
+	"NVML_FI_DEV_REMAPPED_FAILURE":                 qRemappedFailure,
 }
 
 // queriesByName maps the catalog's query names to point queries. Memory and
@@ -140,44 +190,141 @@ var fieldForQuery = map[catalog.MetricID]string{
 
 // querySymbols names the NVML functions a query needs (any one of them).
 var querySymbols = map[query][]string{
-	qPowerLimit:     {"nvmlDeviceGetEnforcedPowerLimit"},
-	qPowerUsage:     {"nvmlDeviceGetPowerUsage"},
-	qClockGraphics:  {"nvmlDeviceGetClockInfo"},
-	qClockVideo:     {"nvmlDeviceGetClockInfo"},
-	qClockSM:        {"nvmlDeviceGetClockInfo"},
-	qClockMemory:    {"nvmlDeviceGetClockInfo"},
-	qEventReasons:   {"nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"},
-	qPState:         {"nvmlDeviceGetPerformanceState"},
-	qMemUsed:        {"nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetMemoryInfo"},
-	qMemFree:        {"nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetMemoryInfo"},
-	qMemTotal:       {"nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetMemoryInfo"},
-	qMemReserved:    {"nvmlDeviceGetMemoryInfo_v2"},
-	qTempGPU:        {"nvmlDeviceGetTemperatureV", "nvmlDeviceGetTemperature"},
-	qFan:            {"nvmlDeviceGetFanSpeed"},
-	qPCIeGen:        {"nvmlDeviceGetCurrPcieLinkGeneration"},
-	qPCIeWidth:      {"nvmlDeviceGetCurrPcieLinkWidth"},
-	qPCIeReplay:     {"nvmlDeviceGetPcieReplayCounter"},
-	qECCCorrected:   {"nvmlDeviceGetTotalEccErrors"},
-	qECCUncorrected: {"nvmlDeviceGetTotalEccErrors"},
-	qRemappedCor:    {"nvmlDeviceGetRemappedRows"},
-	qRemappedUnc:    {"nvmlDeviceGetRemappedRows"},
-	qUtilGPU:        {"nvmlDeviceGetUtilizationRates"},
-	qUtilMemory:     {"nvmlDeviceGetUtilizationRates"},
-	qXIDCount:       {"nvmlDeviceRegisterEvents"},
-	qUtilEncoder:    {"nvmlDeviceGetEncoderUtilization"},
-	qUtilDecoder:    {"nvmlDeviceGetDecoderUtilization"},
-	qUtilJPEG:       {"nvmlDeviceGetJpgUtilization"},
-	qUtilOFA:        {"nvmlDeviceGetOfaUtilization"},
-	qDisplayMode:    {"nvmlDeviceGetDisplayMode"},
-	qDisplayActive:  {"nvmlDeviceGetDisplayActive"},
-	qEncSessions:    {"nvmlDeviceGetEncoderStats"},
-	qEncFPS:         {"nvmlDeviceGetEncoderStats"},
-	qEncLatency:     {"nvmlDeviceGetEncoderStats"},
-	qFBCSessions:    {"nvmlDeviceGetFBCStats"},
-	qFBCFPS:         {"nvmlDeviceGetFBCStats"},
-	qFBCLatency:     {"nvmlDeviceGetFBCStats"},
-	qRetiredPending: {"nvmlDeviceGetRetiredPagesPendingStatus"},
+	qPowerLimit:        {"nvmlDeviceGetEnforcedPowerLimit"},
+	qPowerUsage:        {"nvmlDeviceGetPowerUsage"},
+	qClockGraphics:     {"nvmlDeviceGetClockInfo"},
+	qClockVideo:        {"nvmlDeviceGetClockInfo"},
+	qClockSM:           {"nvmlDeviceGetClockInfo"},
+	qClockMemory:       {"nvmlDeviceGetClockInfo"},
+	qEventReasons:      {"nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"},
+	qPState:            {"nvmlDeviceGetPerformanceState"},
+	qMemUsed:           {"nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetMemoryInfo"},
+	qMemFree:           {"nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetMemoryInfo"},
+	qMemTotal:          {"nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetMemoryInfo"},
+	qMemReserved:       {"nvmlDeviceGetMemoryInfo_v2"},
+	qTempGPU:           {"nvmlDeviceGetTemperatureV", "nvmlDeviceGetTemperature"},
+	qFan:               {"nvmlDeviceGetFanSpeed"},
+	qPCIeGen:           {"nvmlDeviceGetCurrPcieLinkGeneration"},
+	qPCIeWidth:         {"nvmlDeviceGetCurrPcieLinkWidth"},
+	qPCIeReplay:        {"nvmlDeviceGetPcieReplayCounter"},
+	qECCCorrected:      {"nvmlDeviceGetTotalEccErrors"},
+	qECCUncorrected:    {"nvmlDeviceGetTotalEccErrors"},
+	qRemappedCor:       {"nvmlDeviceGetRemappedRows"},
+	qRemappedUnc:       {"nvmlDeviceGetRemappedRows"},
+	qUtilGPU:           {"nvmlDeviceGetUtilizationRates"},
+	qUtilMemory:        {"nvmlDeviceGetUtilizationRates"},
+	qXIDCount:          {"nvmlDeviceRegisterEvents"},
+	qUtilEncoder:       {"nvmlDeviceGetEncoderUtilization"},
+	qUtilDecoder:       {"nvmlDeviceGetDecoderUtilization"},
+	qUtilJPEG:          {"nvmlDeviceGetJpgUtilization"},
+	qUtilOFA:           {"nvmlDeviceGetOfaUtilization"},
+	qDisplayMode:       {"nvmlDeviceGetDisplayMode"},
+	qDisplayActive:     {"nvmlDeviceGetDisplayActive"},
+	qEncSessions:       {"nvmlDeviceGetEncoderStats"},
+	qEncFPS:            {"nvmlDeviceGetEncoderStats"},
+	qEncLatency:        {"nvmlDeviceGetEncoderStats"},
+	qFBCSessions:       {"nvmlDeviceGetFBCStats"},
+	qFBCFPS:            {"nvmlDeviceGetFBCStats"},
+	qFBCLatency:        {"nvmlDeviceGetFBCStats"},
+	qRetiredPending:    {"nvmlDeviceGetRetiredPagesPendingStatus"},
+	qEnergy:            {"nvmlDeviceGetTotalEnergyConsumption"},
+	qTempMemory:        {"nvmlDeviceGetThermalSettings"},
+	qViolPower:         {"nvmlDeviceGetViolationStatus"},
+	qViolThermal:       {"nvmlDeviceGetViolationStatus"},
+	qViolSyncBoost:     {"nvmlDeviceGetViolationStatus"},
+	qViolBoardLimit:    {"nvmlDeviceGetViolationStatus"},
+	qViolLowUtil:       {"nvmlDeviceGetViolationStatus"},
+	qViolReliability:   {"nvmlDeviceGetViolationStatus"},
+	qPCIeTx:            {"nvmlDeviceGetPcieThroughput"},
+	qPCIeRx:            {"nvmlDeviceGetPcieThroughput"},
+	qECCAggCorrected:   {"nvmlDeviceGetTotalEccErrors"},
+	qECCAggUncorrected: {"nvmlDeviceGetTotalEccErrors"},
+	qRemappedPending:   {"nvmlDeviceGetRemappedRows"},
+	qRemappedFailure:   {"nvmlDeviceGetRemappedRows"},
 }
+
+// fallbackFor returns the getter that stands in for field metric sym (or
+// for a query metric that a field reads, its own query) when its symbol is
+// in the library; else qNone and the absent function ("" when there is no
+// getter at all).
+func fallbackFor(sym string, own query, has map[string]bool) (query, string) {
+	q := own
+	if f, ok := fallbackByField[sym]; ok {
+		q = f
+	}
+	if q == qNone {
+		return qNone, ""
+	}
+	for _, fn := range querySymbols[q] {
+		if has[fn] {
+			return q, ""
+		}
+	}
+	return qNone, querySymbols[q][0]
+}
+
+// fieldFallbackError is the error of a field metric GetFieldValues cannot
+// give on this driver (fieldErr says why) and no getter stands in for: the
+// getter's function is absent (missing), or there is none.
+func fieldFallbackError(what string, fieldErr error, missing string) error {
+	if missing != "" {
+		return &bothAbsentError{what: what, field: fieldErr, sym: missing}
+	}
+	return &noGetterError{field: fieldErr}
+}
+
+// noGetterError: a field this driver or device does not give, and no other
+// NVML function reads the metric. It is what the field's error is (an old
+// driver's or the device's), saying there is no other way.
+type noGetterError struct{ field error }
+
+func (e *noGetterError) Error() string {
+	return e.field.Error() + "; no other NVML function reads it"
+}
+func (e *noGetterError) Unwrap() error { return e.field }
+
+// bothAbsentError: the field is not given and the getter that would stand
+// in is absent from this driver: an old driver, whatever the device.
+type bothAbsentError struct {
+	what  string
+	field error
+	sym   string
+}
+
+func (e *bothAbsentError) Error() string {
+	return e.field.Error() + "; its getter " + (&absentError{what: e.what, sym: e.sym}).Error()
+}
+
+func (e *bothAbsentError) Unwrap() []error {
+	return []error{sampler.ErrNotSupported, sampler.ErrOldDriver}
+}
+
+// getterNSError: this driver cannot give the field (field says why) and
+// the device answered NOT_SUPPORTED for the getter that stands in for it: a
+// newer driver has the field.
+type getterNSError struct {
+	field  error
+	getter string
+}
+
+func (e *getterNSError) Error() string {
+	return e.field.Error() + "; " + e.getter + ": not supported by the device"
+}
+
+func (e *getterNSError) Unwrap() []error {
+	return []error{sampler.ErrNotSupported, sampler.ErrOldDriver}
+}
+
+// bothNSError: the device answered NOT_SUPPORTED for the field and for the
+// getter that stands in for it.
+type bothNSError struct {
+	field, getter string
+}
+
+func (e *bothNSError) Error() string {
+	return "field " + e.field + " and " + e.getter + ": not supported by the device"
+}
+func (e *bothNSError) Unwrap() error { return sampler.ErrNotSupported }
 
 func notSupported(what string) error {
 	return &callError{op: what, ret: nvml.ERROR_NOT_SUPPORTED, is: sampler.ErrNotSupported}
@@ -230,26 +377,53 @@ func buildPlans(cat *catalog.Catalog, api APIVersion, has map[string]bool) []met
 		case catalog.FromField:
 			p.name = "field " + m.Src.Field
 			id, scale, ok := FieldID(m.Src.Field, api)
+			fb, missing := fallbackFor(m.Src.Field, qNone, has)
+			p.fallback, p.noFallback = fb, missing
+			var fieldErr error
 			switch {
 			case !has["nvmlDeviceGetFieldValues"]:
-				p.kind, p.errNS = planUnsupported, &absentError{what: p.name, sym: "nvmlDeviceGetFieldValues"}
+				fieldErr = &absentError{what: p.name, sym: "nvmlDeviceGetFieldValues"}
 			case !ok && knownField(m.Src.Field):
-				p.kind, p.errNS = planUnsupported, &absentError{what: p.name, api: api}
+				fieldErr = &absentError{what: p.name, api: api}
 			case !ok:
 				p.kind, p.errNS = planUnsupported, notSupported(p.name+" (unknown to the nvml backend)")
+				continue
 			default:
 				p.kind, p.fieldID, p.scale, p.errNS = planField, id, scale, notSupported(p.name)
+				if fb != qNone {
+					p.errBothNS = &bothNSError{field: m.Src.Field, getter: querySymbols[fb][0]}
+				} else {
+					p.errNS = fieldFallbackError(p.name, p.errNS, missing)
+				}
+				continue
 			}
+			if fb != qNone {
+				// GetFieldValues cannot give it on this driver: the getter
+				// reads it from the start.
+				p.kind, p.query, p.name = planQuery, fb, querySymbols[fb][0]+" (for "+p.name+")"
+				p.errNS = &getterNSError{field: fieldErr, getter: querySymbols[fb][0]}
+				continue
+			}
+			p.kind, p.errNS = planUnsupported, fieldFallbackError(p.name, fieldErr, missing)
 			continue
 		case catalog.FromQuery:
 			p.name = "query " + m.Src.Query
+			p.query = queriesByName[m.Src.Query]
+			if q, ok := queryByMetric[m.ID]; ok {
+				p.query = q
+			}
 			if sym, ok := fieldForQuery[m.ID]; ok && has["nvmlDeviceGetFieldValues"] {
 				if id, scale, ok := FieldID(sym, api); ok {
 					p.kind, p.fieldID, p.scale, p.errNS = planField, id, scale, notSupported("field "+sym)
+					// The metric's own query stands in when the field is
+					// not supported.
+					if fb, _ := fallbackFor(sym, p.query, has); fb != qNone {
+						p.fallback = fb
+						p.errBothNS = &bothNSError{field: sym, getter: querySymbols[fb][0]}
+					}
 					continue
 				}
 			}
-			p.query = queriesByName[m.Src.Query]
 		case catalog.FromBuffer:
 			p.name = "point read " + m.Name
 		case catalog.FromGPM:

@@ -3,6 +3,7 @@
 package nvml
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -39,6 +40,79 @@ type Source struct {
 
 	closeOnce sync.Once
 	closeErr  error
+
+	// warned holds the metrics (by catalog.MetricID) and the buffer types
+	// (by -1 - type) already named at WARN: each once per process,
+	// whichever device finds it first.
+	warnMu sync.Mutex
+	warned map[int]bool
+}
+
+// warnOnce reports whether key is named for the first time.
+func (s *Source) warnOnce(key int) bool {
+	s.warnMu.Lock()
+	defer s.warnMu.Unlock()
+	if s.warned[key] {
+		return false
+	}
+	if s.warned == nil {
+		s.warned = make(map[int]bool)
+	}
+	s.warned[key] = true
+	return true
+}
+
+// warnUnreadable names metric id at WARN, once per process, when it cannot
+// be read on device dev: err says why, reasonOf sorts it (device, driver
+// version, missing symbol). doctor lists the same per device.
+func (s *Source) warnUnreadable(id catalog.MetricID, dev int, err error) {
+	if !s.warnOnce(int(id)) {
+		return
+	}
+	cat := catalog.Default()
+	m, _ := cat.Get(id)
+	reason, why := reasonOf(err), err.Error()
+	if m.Src.Kind == catalog.FromBuffer {
+		reason = "device"
+		why = "sample buffer " + m.Src.Buffer.String() + " not supported by the device, and no point read: " + why
+	}
+	s.log.Warn("metric cannot be read here; not sampled", "metric", m.Name, "device", dev, "reason", reason, "why", why)
+}
+
+// warnBuffer names a sample buffer type the device does not support at
+// WARN, once per process, when its metric comes from point reads instead
+// (one that cannot is named by warnUnreadable).
+func (s *Source) warnBuffer(t catalog.BufferType, dev int) {
+	cat := catalog.Default()
+	id := cat.BufferMetric(t)
+	if int(id) >= len(s.plans) || s.plans[id].kind != planQuery {
+		return
+	}
+	if !s.warnOnce(-1 - int(t)) {
+		return
+	}
+	s.log.Warn("sample buffer not supported; its metric comes from point reads instead, at the interval the engine logs",
+		"buffer", t.String(), "metric", cat.Name(id), "device", dev)
+}
+
+// reasonOf sorts why a metric cannot be read: "missing symbol" (a function
+// absent from this driver library), "driver version" (a field this NVML
+// version does not define) or "device".
+func reasonOf(err error) string {
+	var both *bothAbsentError
+	var getterNS *getterNSError
+	var absent *absentError
+	switch {
+	case errors.As(err, &both):
+		return "missing symbol"
+	case errors.As(err, &getterNS):
+		return "driver version"
+	case errors.As(err, &absent) && absent.sym != "":
+		return "missing symbol"
+	case errors.Is(err, sampler.ErrOldDriver):
+		return "driver version"
+	}
+	return "device"
 }
 
 var _ sampler.Source = (*Source)(nil)

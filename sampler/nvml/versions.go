@@ -135,11 +135,18 @@ var symbolSince = map[string]APIVersion{
 	"nvmlDeviceGetEncoderStats":                 {10, 0},
 	"nvmlDeviceGetFBCStats":                     {10, 0},
 	"nvmlDeviceGetRetiredPagesPendingStatus":    {10, 0},
-	"nvmlDeviceGetHandleByUUID":                 {10, 0},
-	"nvmlDeviceGetPersistenceMode":              {10, 0},
-	"nvmlDeviceGetEccMode":                      {10, 0},
-	"nvmlDeviceGetComputeMode":                  {10, 0},
-	"nvmlDeviceGetArchitecture":                 {11, 0},
+	// Getters standing in for fields GetFieldValues does not give
+	// (fallbackByField). GetViolationStatus is deprecated in the 13.0
+	// headers, still exported.
+	"nvmlDeviceGetTotalEnergyConsumption": {10, 0},
+	"nvmlDeviceGetThermalSettings":        {11, 0},
+	"nvmlDeviceGetViolationStatus":        {10, 0},
+	"nvmlDeviceGetPcieThroughput":         {10, 0},
+	"nvmlDeviceGetHandleByUUID":           {10, 0},
+	"nvmlDeviceGetPersistenceMode":        {10, 0},
+	"nvmlDeviceGetEccMode":                {10, 0},
+	"nvmlDeviceGetComputeMode":            {10, 0},
+	"nvmlDeviceGetArchitecture":           {11, 0},
 	// Processes. go-nvml binds the running-process lists to the newest
 	// version the library has (_v3, _v2, else the original).
 	"nvmlDeviceGetComputeRunningProcesses":     {10, 0},

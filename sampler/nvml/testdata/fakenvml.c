@@ -36,6 +36,17 @@
  *                       utilization percent, or "ns" (default "0,0,0,0")
  *   FAKENVML_CUDA       CUDA driver version (12080), or "ns": not supported
  *   FAKENVML_VBIOS      "ns": the VBIOS version is not supported
+ *   FAKENVML_FIELDS_NS  "1": nvmlDeviceGetFieldValues answers NOT_SUPPORTED
+ *                       for the whole call (the dedicated getters still
+ *                       answer)
+ *   FAKENVML_GETTERS_NS comma-separated dedicated getters answering
+ *                       NOT_SUPPORTED: energy (GetTotalEnergyConsumption),
+ *                       thermal (GetThermalSettings), violation
+ *                       (GetViolationStatus), pcie (GetPcieThroughput), ecc
+ *                       (GetTotalEccErrors), remap (GetRemappedRows)
+ *   FAKENVML_EVENTS     "ns": nvmlDeviceGetSupportedEventTypes answers
+ *                       NOT_SUPPORTED (driver events off: no event set is
+ *                       waited on)
  *   FAKENVML_CALLS_FILE at nvmlShutdown, write "<index> <calls>" per device
  *   FAKENVML_TIME_FILE  when this file exists, it holds the time (Unix µs,
  *                       decimal) that every clock of the fake reads: a
@@ -412,8 +423,22 @@ static int forbidden(unsigned int id) {
 	return 0;
 }
 
+/* getterNS reports whether FAKENVML_GETTERS_NS names getter g. */
+static int getterNS(const char *g) {
+	const char *s = getenv("FAKENVML_GETTERS_NS");
+	size_t n = strlen(g);
+	while (s && *s) {
+		if (!strncmp(s, g, n) && (s[n] == ',' || !s[n])) return 1;
+		s = strchr(s, ',');
+		if (s) s++;
+	}
+	return 0;
+}
+
 nvmlReturn_t nvmlDeviceGetFieldValues(void *h, int n, nvmlFieldValue_t *v) {
+	const char *fns = getenv("FAKENVML_FIELDS_NS");
 	D(h);
+	if (fns && atoi(fns)) return E_NOT_SUPPORTED;
 	unsigned long long now = nowUS(CLOCK_REALTIME);
 	for (int i = 0; i < n; i++) {
 		unsigned int id = v[i].fieldId;
@@ -461,8 +486,59 @@ nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(void *h, unsigned int *p) { D(h); N
 nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(void *h, unsigned int *g) { D(h); NS(); *g = 5; return OK; }
 nvmlReturn_t nvmlDeviceGetCurrPcieLinkWidth(void *h, unsigned int *w) { D(h); NS(); *w = 16; return OK; }
 nvmlReturn_t nvmlDeviceGetPcieReplayCounter(void *h, unsigned int *c) { D(h); NS(); *c = 0; return OK; }
-nvmlReturn_t nvmlDeviceGetTotalEccErrors(void *h, int e, int c, unsigned long long *n) { D(h); NS(); (void)e; (void)c; *n = 0; return OK; }
-nvmlReturn_t nvmlDeviceGetRemappedRows(void *h, unsigned int *c, unsigned int *u, unsigned int *p, unsigned int *f) { D(h); NS(); *c = 1; *u = 0; *p = 0; *f = 0; return OK; }
+/* Aggregate corrected ECC errors are 3, as field 5 says; the rest 0. */
+nvmlReturn_t nvmlDeviceGetTotalEccErrors(void *h, int e, int c, unsigned long long *n) {
+	D(h); NS();
+	if (getterNS("ecc")) return E_NOT_SUPPORTED;
+	*n = (e == 0 && c == 1) ? 3 : 0;
+	return OK;
+}
+nvmlReturn_t nvmlDeviceGetRemappedRows(void *h, unsigned int *c, unsigned int *u, unsigned int *p, unsigned int *f) {
+	D(h); NS();
+	if (getterNS("remap")) return E_NOT_SUPPORTED;
+	*c = 1; *u = 0; *p = 0; *f = 0;
+	return OK;
+}
+
+/* Dedicated getters for what the fields give, with the same values: energy
+ * (mJ, the field 83 clock), the memory sensor (48 °C, field 82), the
+ * perf-policy violation time of policy p (ns, 1000 × (74 + p), fields
+ * 74-79) and PCIe throughput (KB/s: TX 8192, RX 4096), which takes 20 ms
+ * like the real one. */
+typedef struct { int controller, defaultMinTemp, defaultMaxTemp, currentTemp, target; } nvmlGpuThermalSettingsSensor_t;
+typedef struct { unsigned int count; nvmlGpuThermalSettingsSensor_t sensor[3]; } nvmlGpuThermalSettings_t;
+typedef struct { unsigned long long referenceTime, violationTime; } nvmlViolationTime_t;
+nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(void *h, unsigned long long *e) {
+	D(h); NS();
+	if (getterNS("energy")) return E_NOT_SUPPORTED;
+	*e = nowUS(CLOCK_REALTIME) / 1000;
+	return OK;
+}
+nvmlReturn_t nvmlDeviceGetThermalSettings(void *h, unsigned int idx, nvmlGpuThermalSettings_t *t) {
+	D(h); NS();
+	if (getterNS("thermal")) return E_NOT_SUPPORTED;
+	if (idx != 15) return E_INVALID; /* NVML_THERMAL_TARGET_ALL */
+	memset(t, 0, sizeof *t);
+	t->count = 2;
+	t->sensor[0].target = 1; t->sensor[0].currentTemp = 42; /* GPU */
+	t->sensor[1].target = 2; t->sensor[1].currentTemp = 48; /* memory */
+	return OK;
+}
+nvmlReturn_t nvmlDeviceGetViolationStatus(void *h, int policy, nvmlViolationTime_t *v) {
+	D(h); NS();
+	if (getterNS("violation") || policy < 0 || policy > 5) return E_NOT_SUPPORTED;
+	v->referenceTime = nowUS(CLOCK_REALTIME);
+	v->violationTime = 1000ull * (74 + policy);
+	return OK;
+}
+nvmlReturn_t nvmlDeviceGetPcieThroughput(void *h, int counter, unsigned int *kbps) {
+	D(h); NS();
+	if (getterNS("pcie")) return E_NOT_SUPPORTED;
+	if (counter < 0 || counter > 1) return E_INVALID;
+	usleep(20000);
+	*kbps = counter == 0 ? 8192 : 4096;
+	return OK;
+}
 
 /* Modes: FAKENVML_PERSISTENCE, FAKENVML_ECC and FAKENVML_MIG_MODE are 0
  * (disabled), 1 (enabled) or "ns" (not supported); defaults 1, 1, 0. MIG
@@ -573,8 +649,10 @@ nvmlReturn_t nvmlEventSetCreate(struct fakeset **set) {
 }
 nvmlReturn_t nvmlEventSetFree(struct fakeset *set) { free(set); return OK; }
 nvmlReturn_t nvmlDeviceGetSupportedEventTypes(void *h, unsigned long long *types) {
+	const char *e = getenv("FAKENVML_EVENTS");
 	D(h);
 	NS();
+	if (e && !strcmp(e, "ns")) return E_NOT_SUPPORTED;
 	*types = EV_SBE | EV_DBE | EV_XID | EV_POWER_SOURCE;
 	return OK;
 }
@@ -585,9 +663,13 @@ nvmlReturn_t nvmlDeviceRegisterEvents(void *h, unsigned long long types, struct 
 	set->mask[d->index] |= types;
 	return OK;
 }
+/* A timeout of 0 waits until an event arrives, however long: NVIDIA's
+ * Python bindings document it so ("0 means to wait indefinitely") and a
+ * real driver blocks there; it is not a non-blocking poll. */
 nvmlReturn_t nvmlEventSetWait_v2(struct fakeset *set, nvmlEventData_t *data, unsigned int timeoutms) {
 	countCall(__func__);
 	if (!initialized) return E_UNINIT;
+	if (timeoutms == 0 && !ctl) for (;;) pause(); /* nothing can ever arrive */
 	for (unsigned int waited = 0;; waited++) {
 		for (int i = 0; i < ndev; i++) {
 			if (!(set->mask[i] & EV_XID)) continue;
@@ -607,7 +689,7 @@ nvmlReturn_t nvmlEventSetWait_v2(struct fakeset *set, nvmlEventData_t *data, uns
 			data->eventData = code;
 			return OK;
 		}
-		if (waited >= timeoutms) return E_TIMEOUT;
+		if (timeoutms && waited >= timeoutms) return E_TIMEOUT;
 		if (!ctl) {
 			/* nothing can ever be injected: block like the real driver */
 			usleep(timeoutms * 1000u);
