@@ -32,9 +32,35 @@ var (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	if len(os.Args) < 2 || (os.Args[1] != "bench" && os.Args[1] != "plugin") {
+		// bench has its own two stages (bench.go: benchInterrupts); a
+		// plugin process ends with its host.
+		exitOnSecondSignal(os.Stderr)
+	}
 	code := Main(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
+}
+
+// exitOnSecondSignal makes a second SIGINT or SIGTERM end the process at
+// once (exit 128+signal), without waiting for the outputs' final flush that
+// the first one started (bounded by [agent] shutdown_timeout): a person
+// pressing Ctrl-C twice wants it gone. The first says so on stderr.
+// Plugin processes started by this one die with it (Pdeathsig).
+func exitOnSecondSignal(stderr io.Writer) {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		first := <-sigs
+		fmt.Fprintf(stderr, "gpusampler: %v: flushing the outputs and exiting ([agent] shutdown_timeout bounds it); %v again to exit now\n", first, first)
+		second := <-sigs
+		fmt.Fprintf(stderr, "gpusampler: %v again: exiting now; what the outputs had not delivered is lost\n", second)
+		code := 130
+		if s, ok := second.(syscall.Signal); ok {
+			code = 128 + int(s)
+		}
+		os.Exit(code)
+	}()
 }
 
 // usageError is a bad command line: exit status 2 with a one-line reason.
@@ -89,6 +115,10 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	case "deadletter":
 		err = cmdDeadLetter(rest, stdout)
 	case "version", "--version", "-version":
+		if len(rest) > 0 {
+			err = usagef("unexpected argument %q (version takes none)", rest[0])
+			break
+		}
 		err = cmdVersion(stdout)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, topUsage)

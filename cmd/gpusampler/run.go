@@ -258,6 +258,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, out, stderr io.
 	if err := rf.apply(cfg); err != nil {
 		return err
 	}
+	warnNoOutputs(cfg, log)
 	s := &cfg.Sampler
 	if *cfgPath == "" && *format == "table" {
 		watchingRates(s)
@@ -291,21 +292,26 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, out, stderr io.
 		ctx, cancel = context.WithTimeout(ctx, duration.d)
 		defer cancel()
 	}
-	if *cfgPath != "" {
-		hup := make(chan os.Signal, 1)
-		signal.Notify(hup, syscall.SIGHUP)
-		defer signal.Stop(hup)
-		go func() {
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-hup:
-					_ = reloadFile(a, *cfgPath, copts, rf, log) // a refused config is logged; the running one stays
+	// SIGHUP reloads --config. Without one there is nothing to reload, and
+	// a hang-up (a closed terminal, a stray `kill -HUP`) is not a reason to
+	// stop sampling: it is logged and ignored.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				if *cfgPath == "" {
+					log.Warn("SIGHUP ignored: no --config to reload")
+					continue
 				}
+				_ = reloadFile(a, *cfgPath, copts, rf, log) // a refused config is logged; the running one stays
 			}
-		}()
-	}
+		}
+	}()
 	return a.Run(ctx)
 }
 
@@ -396,7 +402,16 @@ func reloadFile(a *agent.Agent, path string, copts appconfig.Options, f *runFlag
 		log.Error("config reload refused; the running config stays", "err", err)
 		return err
 	}
+	warnNoOutputs(cfg, log)
 	return a.Reload(cfg)
+}
+
+// warnNoOutputs logs a config (an empty file, say) that sends the samples
+// nowhere: run samples the GPUs anyway, which is rarely what was meant.
+func warnNoOutputs(cfg *appconfig.Config, log *slog.Logger) {
+	if len(cfg.Outputs) == 0 {
+		log.Warn("no outputs configured: samples are taken and go nowhere (gpusampler config prints every [[outputs.KIND]] block)", "config", cfg.File)
+	}
 }
 
 // parseDeviceList parses a device list (run's and bench's --devices,
