@@ -104,6 +104,11 @@ func TestMetricsListsCatalog(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d", code)
 	}
+	// The first column is the metric's ID (records.proto's MetricId).
+	if lines := strings.Split(out, "\n"); len(lines) < 3 || !strings.HasPrefix(lines[0], "ID  ") ||
+		!strings.HasPrefix(lines[1], "1   power_draw ") || !strings.HasPrefix(lines[2], "2   power_draw_instant ") {
+		t.Errorf("metrics output does not start with the ID column:\n%s", out)
+	}
 	for _, want := range []string{"power_draw_instant", "DCGM_FI_DEV_POWER_USAGE_INSTANT", "clocks_event_reasons_counters_hw_therm_slowdown (int, us, ×0.001)", "utilization_gpu"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("metrics output lacks %q", want)

@@ -179,9 +179,10 @@ func naming(n catalog.Naming) string {
 // protocol writes (Telegraf's where it has one), and dcgm-exporter's name.
 func printCatalog(w io.Writer, c *catalog.Catalog) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "METRIC\tUNIT\tGROUP\tKIND\tSOURCE\tTELEGRAF nvidia_smi\tLINE PROTOCOL\tDCGM")
+	// ID is the metric's number on the wire (records.proto's MetricId).
+	fmt.Fprintln(tw, "ID\tMETRIC\tUNIT\tGROUP\tKIND\tSOURCE\tTELEGRAF nvidia_smi\tLINE PROTOCOL\tDCGM")
 	for _, m := range c.All() {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.Name, m.Unit, m.Group, m.Kind, m.Src, telegrafNaming(&m),
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, m.Name, m.Unit, m.Group, m.Kind, m.Src, telegrafNaming(&m),
 			naming(m.Influx()), naming(m.DCGM))
 	}
 	return tw.Flush()

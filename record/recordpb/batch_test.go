@@ -101,33 +101,59 @@ func FuzzDecodeBatch(f *testing.F) {
 	})
 }
 
-var update = flag.Bool("update", false, "rewrite testdata/metric_ids.golden from the catalog")
+var update = flag.Bool("update", false, "append the catalog's new metrics to testdata/metric_ids.golden")
 
-// TestMetricIDsGolden pins every metric name to its wire ID. IDs travel on
-// the wire (disk buffers, the plugin protocol, NATS protobuf): a metric is
-// only ever appended to the catalog, never inserted, removed or moved.
+// TestMetricIDsGolden pins every metric ID to its name and unit. IDs travel
+// on the wire (disk buffers, the plugin protocol, NATS protobuf) and are
+// published as records.proto's MetricId enum for consumers in any language:
+// a metric is only ever appended to the catalog, never inserted, removed,
+// moved, renamed or given another unit. -update only appends: it refuses
+// to change a line that is there.
 func TestMetricIDsGolden(t *testing.T) {
 	var b strings.Builder
-	b.WriteString("# wire ID, metric name: one line per metric of sampler.DefaultCatalog\n")
-	for i, n := range MetricNames(catalog.Default()) {
-		fmt.Fprintf(&b, "%d %s\n", i+1, n)
+	b.WriteString("# metric ID, name, unit: one line per metric of catalog.Default(); lines are only ever appended\n")
+	for _, m := range catalog.Default().All() {
+		fmt.Fprintf(&b, "%d %s %s\n", m.ID, m.Name, m.Unit)
 	}
+	got := b.String()
 	path := filepath.Join("testdata", "metric_ids.golden")
-	if *update {
-		if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
 	want, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := b.String(); got != string(want) {
-		t.Fatalf("metric wire IDs differ from %s.\n"+
-			"IDs travel on the wire and in disk buffers: append new metrics at the end of the catalog, never\n"+
-			"insert, remove or reorder. If this change is deliberate (a new metric appended), update the file with\n"+
+	if !strings.HasPrefix(got, string(want)) {
+		t.Fatalf("metric IDs changed meaning against %s: an ID is published (records.proto's MetricId) and travels on\n"+
+			"the wire and in disk buffers. Append new metrics at the end of the catalog; never insert, remove,\n"+
+			"reorder, rename or change a unit.\n got:\n%s\nwant (a prefix of got):\n%s", path, got, want)
+	}
+	if got == string(want) {
+		return
+	}
+	if !*update {
+		t.Fatalf("the catalog has metrics %s lacks: append them with\n"+
 			"  go test ./record/recordpb -run TestMetricIDsGolden -update\n"+
-			"and commit it.\n got:\n%s\nwant:\n%s", path, got, want)
+			"(then go generate ./record/recordpb for the MetricId enum) and commit both.\nnew lines:\n%s", path, got[len(want):])
+	}
+	if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The MetricId enum compiled from records.proto names every catalog metric
+// by its ID, and nothing else: a consumer generating code from the .proto
+// reads the same table as `gpusampler metrics`.
+func TestMetricIdEnumMatchesCatalog(t *testing.T) {
+	cat := catalog.Default()
+	if len(MetricId_name) != cat.Len() {
+		t.Errorf("MetricId has %d values, the catalog %d metrics and METRIC_UNSPECIFIED: run go generate ./record/recordpb", len(MetricId_name), cat.Len())
+	}
+	if MetricId_name[0] != "METRIC_UNSPECIFIED" {
+		t.Errorf("MetricId 0 = %q", MetricId_name[0])
+	}
+	for _, m := range cat.All() {
+		if want := "METRIC_" + strings.ToUpper(m.Name); MetricId_name[int32(m.ID)] != want {
+			t.Errorf("MetricId %d = %q, want %q (catalog metric %s): run go generate ./record/recordpb", m.ID, MetricId_name[int32(m.ID)], want, m.Name)
+		}
 	}
 }
 
