@@ -182,7 +182,9 @@ func (a *Agent) reloadPending(cfg *appconfig.Config, envChanged bool) (map[strin
 // configured output, in name order: failing is 1 while the output has not
 // started or its plugin is in a crash storm (plugin_failing in detail),
 // started whether it runs, start_failures the failed start attempts of a
-// block that has not started. a.mu held.
+// block that has not started, buffer_degraded 1 while its disk buffer
+// cannot write to disk (it holds new batches in memory; failing too). a.mu
+// held.
 func (a *Agent) healthEvents(now time.Time, detail []record.Event) []record.Event {
 	ns := now.UnixNano()
 	stormy := map[string]bool{}
@@ -207,10 +209,14 @@ func (a *Agent) healthEvents(now time.Time, detail []record.Event) []record.Even
 		if p != nil {
 			failures = p.failures
 		}
+		degraded := false
+		if b := a.buffers[name]; b != nil && p == nil {
+			degraded = b.Stats().Degraded
+		}
 		evs = append(evs, record.Event{Kind: record.EventSelf, Device: -1, StartNS: ns, EndNS: ns,
 			Attrs: []record.Attr{{Key: "scope", Value: "output_health"}, {Key: "output", Value: name}},
-			Fields: []record.Field{intField("failing", b2u(p != nil || stormy[name])), intField("started", b2u(p == nil)),
-				intField("start_failures", failures)}})
+			Fields: []record.Field{intField("failing", b2u(p != nil || stormy[name] || degraded)), intField("started", b2u(p == nil)),
+				intField("start_failures", failures), intField("buffer_degraded", b2u(degraded))}})
 	}
 	return evs
 }

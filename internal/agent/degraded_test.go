@@ -189,8 +189,8 @@ func TestOutputThatCannotStartIsRetriedWhileOthersRun(t *testing.T) {
 	}
 	f.good.mu.Unlock()
 	want := map[string]map[string]string{
-		"good": {"output": "good", "failing": "0", "started": "1", "start_failures": "0"},
-		"sink": {"output": "sink", "failing": "0", "started": "1", "start_failures": "0"},
+		"good": {"output": "good", "failing": "0", "started": "1", "start_failures": "0", "buffer_degraded": "0"},
+		"sink": {"output": "sink", "failing": "0", "started": "1", "start_failures": "0", "buffer_degraded": "0"},
 	}
 	for name, w := range want {
 		if got := last[name]; !mapsEqual(got, w) {

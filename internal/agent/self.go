@@ -224,8 +224,10 @@ func FormatStats(st sampler.Stats, detail []record.Event) string {
 
 // BufferEvents turns per-output buffer stats into self-metrics events (scope
 // "buffer"): buffered records and bytes, the oldest record's age, replayed,
-// retries, dropped records by reason, and dropped corrupt and malformed
-// batches.
+// retries, dropped records by reason, dropped corrupt and malformed
+// batches, and for a disk buffer whether it is degraded (holding new
+// batches in memory because the disk refuses writes), the records it holds
+// in memory, its failed disk writes and the bytes its files use.
 func BufferEvents(bufs map[string]*buffer.Buffer, now time.Time) []record.Event {
 	ns := now.UnixNano()
 	var evs []record.Event
@@ -244,7 +246,11 @@ func BufferEvents(bufs map[string]*buffer.Buffer, now time.Time) []record.Event 
 				// Batches, for losses whose record count is unknown (a
 				// torn region of a disk segment).
 				intField("dropped_corrupt_batches", s.DroppedBatches.Corrupt),
-				intField("dropped_malformed_batches", s.DroppedBatches.Malformed)}})
+				intField("dropped_malformed_batches", s.DroppedBatches.Malformed),
+				// Disk: 1 while writes to disk fail and new batches are
+				// held in memory (held_records of the backlog).
+				intField("disk_degraded", b2u(s.Degraded)), intField("held_records", uint64(s.HeldRecords)),
+				intField("disk_errors", s.DiskErrors), intField("disk_bytes", uint64(s.DiskBytes))}})
 	}
 	return evs
 }

@@ -210,6 +210,10 @@ func parseBuffer(bt *config.Table) buffer.Config {
 		if c.Dir == "" {
 			bt.Errorf("buffer", "a disk buffer needs buffer_dir (a directory of its own per output)")
 		}
+		if c.MaxBytes < buffer.MinDiskBytes {
+			bt.Errorf("buffer_max_bytes", "%d is too small for a disk buffer (want at least %d: its files are counted in whole 4 KiB blocks, with room for the cursor and a segment)",
+				c.MaxBytes, buffer.MinDiskBytes)
+		}
 	}
 	if c.RetryInitial > 0 && c.RetryMax > 0 && c.RetryMax < c.RetryInitial {
 		bt.Errorf("retry_max", "%v is less than retry_initial %v", c.RetryMax, c.RetryInitial)

@@ -246,6 +246,7 @@ func TestParseErrors(t *testing.T) {
 		{"dead-letter cap without dir", "[[outputs.fake]]\ndead_letter_max_bytes = 4096\n", "test.toml:2: outputs.fake[0].dead_letter_max_bytes: set, but dead_letter_dir is not: set dead_letter_dir to keep refused batches"},
 		{"dead-letter cap too small", "[[outputs.fake]]\ndead_letter_dir = \"/tmp/x\"\ndead_letter_max_bytes = 10\n", "test.toml:3: outputs.fake[0].dead_letter_max_bytes: 10 is out of range (want 1024 to 1125899906842624)"},
 		{"buffer too small", "[[outputs.fake]]\nbuffer = \"memory\"\nbuffer_max_bytes = 10\n", "test.toml:3: outputs.fake[0].buffer_max_bytes: 10 is out of range (want 1024 to 1125899906842624)"},
+		{"disk buffer too small", "[[outputs.fake]]\nbuffer = \"disk\"\nbuffer_dir = \"/tmp/x\"\nbuffer_max_bytes = 4096\n", "test.toml:4: outputs.fake[0].buffer_max_bytes: 4096 is too small for a disk buffer (want at least 65536: its files are counted in whole 4 KiB blocks, with room for the cursor and a segment)"},
 		{"retry max below initial", "[[outputs.fake]]\nbuffer = \"memory\"\nretry_initial = \"1s\"\nretry_max = \"10ms\"\n", "test.toml:4: outputs.fake[0].retry_max: 10ms is less than retry_initial 1s"},
 	}
 	for _, tt := range tests {

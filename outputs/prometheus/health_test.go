@@ -25,8 +25,10 @@ func TestHealthNamesFailingOutputs(t *testing.T) {
 		o, clk := newTest(t, Options{HealthFailOnOutputs: failOn})
 		now := clk.Now().UnixNano()
 		b := fullBatch(devices(1), now)
+		degraded := healthEvent("nats", 1, 1, 0, now)
+		degraded.Fields = append(degraded.Fields, record.Field{Key: "buffer_degraded", Value: 1, Int: true})
 		b.Events = append(b.Events, healthEvent("stdout", 0, 1, 0, now), healthEvent("webhook", 1, 0, 3, now),
-			healthEvent("influx", 1, 1, 0, now))
+			healthEvent("influx", 1, 1, 0, now), degraded)
 		if err := o.Write(context.Background(), b); err != nil {
 			t.Fatal(err)
 		}
@@ -34,7 +36,9 @@ func TestHealthNamesFailingOutputs(t *testing.T) {
 		if failOn {
 			code, head = http.StatusServiceUnavailable, "1 devices sampled within 10s, but outputs are failing:\n"
 		}
-		want := head + "output influx: failing (plugin crash storm)\noutput webhook: not started, 3 failed attempts\n"
+		want := head + "output influx: failing (plugin crash storm)\n" +
+			"output nats: disk buffer cannot write to disk; new batches held in memory (lost on a crash)\n" +
+			"output webhook: not started, 3 failed attempts\n"
 		if got := get(t, o, "/healthz", code); got != want {
 			t.Errorf("health_fail_on_outputs=%v: /healthz\n%q\nwant\n%q", failOn, got, want)
 		}
@@ -43,7 +47,7 @@ func TestHealthNamesFailingOutputs(t *testing.T) {
 		now = clk.Now().UnixNano()
 		b = fullBatch(devices(1), now)
 		b.Events = append(b.Events, healthEvent("stdout", 0, 1, 0, now), healthEvent("webhook", 0, 1, 0, now),
-			healthEvent("influx", 0, 1, 0, now))
+			healthEvent("influx", 0, 1, 0, now), healthEvent("nats", 0, 1, 0, now))
 		if err := o.Write(context.Background(), b); err != nil {
 			t.Fatal(err)
 		}

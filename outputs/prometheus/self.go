@@ -106,6 +106,9 @@ func (o *Output) failingOutputs(now int64) []string {
 			continue
 		}
 		why := "failing (plugin crash storm)"
+		if record.FieldValue(ent.fields, "buffer_degraded") != 0 {
+			why = "disk buffer cannot write to disk; new batches held in memory (lost on a crash)"
+		}
 		if record.FieldValue(ent.fields, "started") == 0 {
 			why = fmt.Sprintf("not started, %d failed attempts", int64(record.FieldValue(ent.fields, "start_failures")))
 		}

@@ -49,6 +49,9 @@ type options struct {
 	rand        func() float64
 	disk        diskHooks
 	idle        func() // called each time the delivery goroutine finds the queue empty
+	// noDiskBudget leaves the disk queue bounded by its caps alone, not by
+	// what its files use (scenarios whose caps are a few hundred bytes).
+	noDiskBudget bool
 }
 
 // WithLogger sets the logger; the default discards. The buffer logs
@@ -127,6 +130,7 @@ type Buffer struct {
 	decodeRecords                                  atomic.Uint64
 	shutdownRecords                                atomic.Uint64
 	unmappedBatches, unmappedRecords               atomic.Uint64
+	syncErrors                                     atomic.Uint64
 	// writing is set while the delivery goroutine is inside the output's
 	// Write (or about to call it).
 	writing atomic.Bool
@@ -198,8 +202,12 @@ func New(out record.Output, cfg Config, opts ...Option) (*Buffer, error) {
 	case KindMemory:
 		b.q = newMemQueue(cfg.MaxBytes, cfg.MaxRecords)
 	case KindDisk:
+		budget := cfg.MaxBytes
+		if o.noDiskBudget {
+			budget = 0
+		}
 		dq, err := openDiskQueue(cfg.Dir, diskOptions{maxBytes: cfg.MaxBytes, maxRecords: cfg.MaxRecords,
-			segmentBytes: o.segmentBytes, header: b.segmentHeader(), log: b.log, hooks: o.disk})
+			diskBytes: budget, segmentBytes: o.segmentBytes, header: b.segmentHeader(), log: b.log, hooks: o.disk})
 		if err != nil {
 			return nil, err
 		}
@@ -555,11 +563,17 @@ func (b *Buffer) backoff(attempt int) time.Duration {
 func (b *Buffer) syncLoop() {
 	t := time.NewTicker(b.cfg.FsyncInterval)
 	defer t.Stop()
+	var last time.Time
 	for {
 		select {
 		case <-t.C:
 			if err := b.q.sync(); err != nil {
-				b.log.Error("buffer fsync failed", "err", err)
+				b.syncErrors.Add(1)
+				if now := b.opts.now(); now.Sub(last) >= logEvery {
+					last = now
+					b.log.Error("buffer fsync failed (logged at most once a minute)", "err", err,
+						"failures_total", b.syncErrors.Load())
+				}
 			}
 		case <-b.draining:
 			return
@@ -790,6 +804,17 @@ type Stats struct {
 	HandedOver, HandedOverRecords uint64
 	// DroppedBatches and DroppedRecords count losses by reason.
 	DroppedBatches, DroppedRecords Drops
+	// Disk only. Degraded is set while writes to disk fail (a full disk):
+	// new batches are then held in memory, within the caps; HeldBatches
+	// and HeldRecords (included in Buffered*) are held now. DiskErrors
+	// counts failed writes (appends, segment creates and fsyncs),
+	// Degradations the times the buffer degraded. DiskBytes is what its
+	// files use on disk (whole blocks, the reserve for the cursor
+	// included); it stays within max_bytes.
+	Degraded                 bool
+	HeldBatches, HeldRecords int64
+	DiskErrors, Degradations uint64
+	DiskBytes                int64
 }
 
 // ReportStats implements record.StatsReporter by passing on the wrapped
@@ -810,10 +835,12 @@ func (b *Buffer) Stats() Stats {
 		s.OldestAge = max(0, b.opts.now().Sub(time.Unix(0, qs.oldestNS)))
 	}
 	s.DroppedBatches = Drops{Cap: qs.capBatches, Malformed: b.malformedBatches.Load(),
-		Corrupt: qs.corruptBatches + b.decodeBatches.Load(), Shutdown: b.shutdownBatches.Load(),
+		Corrupt: qs.corruptBatches + b.decodeBatches.Load(), Shutdown: b.shutdownBatches.Load() + qs.shutdownBatches,
 		Unmapped: b.unmappedBatches.Load()}
 	s.DroppedRecords = Drops{Cap: qs.capRecords, Malformed: b.malformedRecords.Load(),
-		Corrupt: qs.corruptRecords + b.decodeRecords.Load(), Shutdown: b.shutdownRecords.Load(),
+		Corrupt: qs.corruptRecords + b.decodeRecords.Load(), Shutdown: b.shutdownRecords.Load() + qs.shutdownRecords,
 		Unmapped: b.unmappedRecords.Load()}
+	s.Degraded, s.HeldBatches, s.HeldRecords = qs.degraded, qs.heldNowBatches, qs.heldNowRecords
+	s.DiskErrors, s.Degradations, s.DiskBytes = qs.diskErrors+b.syncErrors.Load(), qs.degradedEpisodes, qs.diskBytes
 	return s
 }

@@ -46,7 +46,9 @@ func (env kindEnv) newBuffer(t *testing.T, out record.Output, cfg Config, opts .
 		cfg.CloseTimeout = time.Minute // never reached: the sinks answer
 	}
 	sr := &sleepRecorder{}
-	opts = append([]Option{withSleep(sr.Sleep), withRand(func() float64 { return 1 })}, opts...)
+	// The scenarios check the caps (some of a few hundred bytes) alone;
+	// TestDiskBudget checks what the files use.
+	opts = append([]Option{withSleep(sr.Sleep), withRand(func() float64 { return 1 }), withoutDiskBudget()}, opts...)
 	b, err := New(out, cfg, opts...)
 	if err != nil {
 		t.Fatalf("New: %v", err)

@@ -18,6 +18,11 @@ const (
 	KindDisk = "disk"
 )
 
+// MinDiskBytes is the smallest max_bytes a configured disk buffer takes:
+// its files are counted in whole 4 KiB blocks against max_bytes, three of
+// them for the cursor and the directory, and it needs room for segments.
+const MinDiskBytes = 64 << 10
+
 // Defaults applied by Wrap to zero durations.
 const (
 	DefaultFsyncInterval = time.Second

@@ -274,11 +274,12 @@ func TestDiskCorruptRecordSkipped(t *testing.T) {
 	}
 	var offs []int64
 	for seq := uint64(1); seq <= 10; seq++ {
-		offs = append(offs, q.active().size)
 		tb := testBatch(seq, 4)
 		if err := q.push(encode(tb), tb.Len(), 1); err != nil {
 			t.Fatal(err)
 		}
+		a := q.active()
+		offs = append(offs, a.frames[len(a.frames)-1].off)
 	}
 	path := q.active().path
 	q.close()

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // On-disk format (all integers little-endian). See README.md.
@@ -42,17 +43,40 @@ const (
 	cursorTmpName   = "cursor.tmp"
 	lockName        = "LOCK"
 
-	minSegmentBytes     = 64 << 10
+	minSegmentBytes     = 16 << 10
 	maxSegmentBytes     = 16 << 20
 	maxFramePayloadSize = 1<<31 - 1
+
+	// blockSize is the allocation unit the disk budget counts files in:
+	// a file of n bytes uses n rounded up to it (du's view on ext4, xfs
+	// and tmpfs).
+	blockSize = 4096
+	// reserveBlocks of the budget are kept for what is not a segment: the
+	// cursor, cursor.tmp while a commit replaces it, and the directory.
+	reserveBlocks = 3
+	// reclaimBytes: once every record of the active segment was delivered,
+	// a segment holding at least this much is closed and removed, so that
+	// a sink that keeps up needs about this much disk, whatever the
+	// segment size.
+	reclaimBytes = 64 << 10
+	// retryDiskEvery: how often a degraded queue (one whose disk write
+	// failed) tries the disk again, by the push's clock.
+	retryDiskEvery = int64(time.Second)
+	// maxCollisions bounds how many taken names roll skips (a file planted
+	// under the next segment's name) before it gives up.
+	maxCollisions = 64
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // diskOptions configure a diskQueue.
 type diskOptions struct {
-	maxBytes     int64
-	maxRecords   int
+	maxBytes   int64
+	maxRecords int
+	// diskBytes bounds what the queue's files use on disk (block-rounded
+	// segment files plus reserveBlocks); 0: unbounded (the queue is then
+	// bounded by maxBytes and maxRecords alone, plus the segment overhead).
+	diskBytes    int64
 	segmentBytes int64
 	// header is the segment header (an encoded records.BufferSegment)
 	// written at the start of every new segment until setHeader replaces
@@ -75,6 +99,17 @@ type diskHooks struct {
 	// noAckCommit leaves the cursor to the syncs, as before acknowledgements
 	// wrote it (the baseline of BenchmarkBuffer's disk-ack-commit ratio).
 	noAckCommit bool
+	// writeErr, when set, is asked before each segment create and record
+	// write; an error it returns is taken as that write's failure (a
+	// full disk without a small filesystem to fill).
+	writeErr func(op string) error
+}
+
+func (h diskHooks) fail(op string) error {
+	if h.writeErr != nil {
+		return h.writeErr(op)
+	}
+	return nil
 }
 
 func (h diskHooks) at(point string) {
@@ -146,8 +181,16 @@ type diskQueue struct {
 	opt  diskOptions
 	lock *os.File
 
-	mu          sync.Mutex
-	segs        []*segment // oldest first; the last is the active one
+	// pushMu serializes push (and the reclaim an ack may do) so that the
+	// room a push made on disk is still there when it writes. Taken before
+	// commitMu and mu.
+	pushMu sync.Mutex
+
+	mu sync.Mutex
+	// segs are oldest first; the last is the active one (appended to)
+	// when activeOpen.
+	segs        []*segment
+	activeOpen  bool
 	nextID      uint64
 	dirDirty    bool
 	broken      bool // the active segment has a failed write at its end
@@ -157,16 +200,38 @@ type diskQueue struct {
 	frameBuf    []byte
 	readBuf     []byte
 	header      []byte // for the next new segment
-	rollNext    bool   // the header changed: the next push starts a segment
-	qBytes      int64  // queued (not in flight)
+	qBytes      int64  // queued on disk (not in flight)
 	qRecords    int64
 	qBatches    int64
 	st          queueStats
 	closed      bool
 
+	// Degraded: a disk write failed (a full disk, an I/O error). New
+	// batches are held in memory (held, oldest first, after everything on
+	// disk) within the caps; what is on disk is still delivered. Every
+	// retryDiskEvery a push tries the disk again, moving what is held
+	// there first, in order.
+	degraded     bool
+	degradedErr  error
+	lastTry      int64 // push time of the last attempt (Unix ns)
+	held         []entry
+	heldBytes    int64
+	heldRecords  int64
+	heldSeg      uint64 // pseudo segment ID of held entries with the current header
+	heldHeader   []byte // the header heldSeg stands for
+	inflightHeld bool   // the entry in flight is held[0]'s predecessor, kept in heldCur
+	heldCur      entry
+	lastErrLog   int64 // push time of the last degraded error log (Unix ns)
+
 	// lastPayload is the newest record an earlier process appended, as
 	// found at open (delivered since or not); nil when none was found.
 	lastPayload []byte
+
+	// relMu is held while segments taken off segs are committed away and
+	// deleted (release); pendingBytes (under mu) is what they use until
+	// then, counted in the budget.
+	relMu        sync.Mutex
+	pendingBytes int64
 
 	commitMu  sync.Mutex // serializes commits; taken before mu
 	committed cursor
@@ -186,6 +251,9 @@ func openDiskQueue(dir string, opt diskOptions) (*diskQueue, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("open buffer dir: %w", err)
 	}
+	if err := checkDir(dir, opt.log); err != nil {
+		return nil, err
+	}
 	lock, err := lockDir(dir)
 	if err != nil {
 		return nil, err
@@ -195,30 +263,62 @@ func openDiskQueue(dir string, opt diskOptions) (*diskQueue, error) {
 		q.closeFiles()
 		return nil, err
 	}
-	if err := q.roll(); err != nil {
-		q.closeFiles()
-		return nil, err
-	}
+	// No active segment yet: the first push starts one (never appending
+	// after a possible torn tail), so that a full disk does not keep the
+	// queue from opening and delivering what it holds.
+	//
 	// A crash can bring back records dropped at the cap after the last
 	// commit: drop them again, so that the queue is within its caps.
+	var dels []*segment
 	dropped := false
-	for q.qBatches > 0 && (q.qBytes > opt.maxBytes || (opt.maxRecords > 0 && q.qRecords > int64(opt.maxRecords))) {
+	for q.qBatches > 0 && (q.qBytes > opt.maxBytes || (opt.maxRecords > 0 && q.qRecords > int64(opt.maxRecords)) ||
+		(opt.diskBytes > 0 && q.usageLocked() > opt.diskBytes)) {
 		_, fr := q.takeLocked()
 		q.st.capBatches++
 		q.st.capRecords += uint64(fr.records)
+		dels = append(dels, q.deletableLocked()...)
 		dropped = true
 	}
-	if dropped {
-		if err := q.release(q.deletableLocked()); err != nil {
-			q.closeFiles()
-			return nil, err
-		}
+	// Commit now, while there is likely room: a cursor file that exists can
+	// be overwritten in place on a full disk (commitCursor), so delivered
+	// segments can always be removed.
+	if _, err := os.Lstat(filepath.Join(dir, cursorName)); err != nil && !dropped {
 		if err := q.commit(); err != nil {
-			q.closeFiles()
-			return nil, err
+			opt.log.Warn("buffer could not write its cursor", "dir", dir, "err", err)
+		}
+	}
+	if dropped {
+		err := q.commit()
+		if err == nil {
+			err = q.release(dels)
+		}
+		if err != nil {
+			// The records are resolved all the same (a crash before the
+			// next commit brings them back, to be dropped again).
+			opt.log.Warn("buffer could not commit after dropping records over its caps", "dir", dir, "err", err)
 		}
 	}
 	return q, nil
+}
+
+// checkDir refuses a buffer directory that is not a directory and warns,
+// with its mode, about one that others may write to: they could plant,
+// change or remove segments. (Files in it are opened without following
+// symlinks and created exclusively, so a planted file is never written
+// through.)
+func checkDir(dir string, log *slog.Logger) error {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("open buffer dir: %w", err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("open buffer dir %s: not a directory", dir)
+	}
+	if perm := fi.Mode().Perm(); perm&0o022 != 0 {
+		log.Warn("buffer dir is writable by other users, who could plant, change or remove its files; chmod go-w it",
+			"dir", dir, "mode", fmt.Sprintf("%#o", perm))
+	}
+	return nil
 }
 
 // recover reads the cursor and the segments, indexes every record still to
@@ -236,7 +336,7 @@ func (q *diskQueue) recover() error {
 	// The newest record of all, resolved or not, before resolved segments
 	// go.
 	for _, id := range slices.Backward(ids) {
-		data, err := os.ReadFile(q.segPath(id))
+		data, err := readFileNoFollow(q.segPath(id))
 		if err != nil {
 			return fmt.Errorf("read segment: %w", err)
 		}
@@ -251,7 +351,7 @@ func (q *diskQueue) recover() error {
 	for _, id := range ids {
 		q.nextID = max(q.nextID, id+1)
 		path := q.segPath(id)
-		data, err := os.ReadFile(path)
+		data, err := readFileNoFollow(path)
 		if err != nil {
 			return fmt.Errorf("read segment: %w", err)
 		}
@@ -448,7 +548,7 @@ func (q *diskQueue) recoverSegment(id uint64, path string, data []byte, starts [
 		}
 		return nil, nil
 	}
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	f, err := os.OpenFile(path, os.O_RDWR|oNoFollow, 0)
 	if err != nil {
 		return nil, fmt.Errorf("open segment: %w", err)
 	}
@@ -574,31 +674,81 @@ func (q *diskQueue) segPath(id uint64) string {
 	return filepath.Join(q.dir, fmt.Sprintf("%020d%s", id, segExt))
 }
 
-// roll starts a new active segment. Called with mu held (or before the
-// queue is shared).
-func (q *diskQueue) roll() error {
-	id := q.nextID
-	path := q.segPath(id)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
+// roll starts a new active segment with header. A name already taken (a
+// file planted under the next segment's name) is skipped, logged once.
+// Called with mu held.
+func (q *diskQueue) roll(header []byte) error {
+	if err := q.opt.hooks.fail("create"); err != nil {
 		return fmt.Errorf("create segment: %w", err)
+	}
+	var f *os.File
+	var path string
+	var id uint64
+	for tries := 0; ; tries++ {
+		id = q.nextID
+		path = q.segPath(id)
+		var err error
+		f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL|oNoFollow, 0o600)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, os.ErrExist) || tries >= maxCollisions {
+			return fmt.Errorf("create segment: %w", err)
+		}
+		q.nextID++
+		q.opt.log.Warn("buffer segment name taken by a file this buffer did not write; skipping that name (the file is left alone and never read)",
+			"file", path)
 	}
 	q.nextID++
 	q.opt.hooks.at("roll.created")
-	head := appendSegmentHeader(nil, q.header)
+	head := appendSegmentHeader(nil, header)
 	if _, err := f.Write(head); err != nil {
 		f.Close()
 		os.Remove(path)
 		return fmt.Errorf("create segment: %w", err)
 	}
 	start := int64(len(head))
-	q.segs = append(q.segs, &segment{id: id, path: path, f: f, size: start, start: start, header: q.header, dirty: true})
+	q.segs = append(q.segs, &segment{id: id, path: path, f: f, size: start, start: start, header: header, dirty: true})
+	q.activeOpen = true
 	q.dirDirty = true
-	q.broken, q.rollNext = false, false
+	q.broken = false
 	return nil
 }
 
-func (q *diskQueue) active() *segment { return q.segs[len(q.segs)-1] }
+// active returns the segment being appended to, nil when there is none (a
+// push starts one).
+func (q *diskQueue) active() *segment {
+	if !q.activeOpen {
+		return nil
+	}
+	return q.segs[len(q.segs)-1]
+}
+
+// resolvedLocked reports whether every record of s was taken and none is
+// in flight.
+func (q *diskQueue) resolvedLocked(s *segment) bool {
+	return s.read == len(s.frames) && !(q.hasInflight && q.inflightSeg == s)
+}
+
+// usageLocked returns what the queue's files use on disk, as the budget
+// counts it: every segment rounded up to whole blocks, plus the reserve.
+func (q *diskQueue) usageLocked() int64 {
+	u := int64(reserveBlocks*blockSize) + q.pendingBytes
+	for _, s := range q.segs {
+		u += roundBlock(s.size)
+	}
+	return u
+}
+
+func roundBlock(n int64) int64 { return (n + blockSize - 1) / blockSize * blockSize }
+
+// needsRollLocked reports whether a record of total bytes read back with
+// header goes into a new segment.
+func (q *diskQueue) needsRollLocked(total int64, header []byte) bool {
+	a := q.active()
+	return a == nil || q.broken || !bytes.Equal(a.header, header) ||
+		(a.size-a.start+total > q.opt.segmentBytes && len(a.frames) > 0)
+}
 
 func (q *diskQueue) push(payload []byte, records int, nowNS int64) error {
 	total := frameHeaderSize + int64(len(payload))
@@ -606,20 +756,220 @@ func (q *diskQueue) push(payload []byte, records int, nowNS int64) error {
 		len(payload) > maxFramePayloadSize {
 		return tooLarge(total, records)
 	}
+	q.pushMu.Lock()
+	defer q.pushMu.Unlock()
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
 		return errQueueClosed
 	}
-	for q.qBatches > 0 && (q.qBytes+total > q.opt.maxBytes ||
-		(q.opt.maxRecords > 0 && q.qRecords+int64(records) > int64(q.opt.maxRecords))) {
+	for q.qBatches+int64(len(q.held)) > 0 && (q.qBytes+q.heldBytes+total > q.opt.maxBytes ||
+		(q.opt.maxRecords > 0 && q.qRecords+q.heldRecords+int64(records) > int64(q.opt.maxRecords))) {
+		q.dropOldestLocked()
+	}
+	header := q.header
+	dels := q.deletableLocked()
+	tryDisk := !q.degraded || nowNS-q.lastTry >= retryDiskEvery || nowNS < q.lastTry
+	if q.degraded && tryDisk {
+		q.lastTry = nowNS
+	}
+	q.mu.Unlock()
+	if err := q.release(dels); err != nil {
+		q.opt.log.Error("buffer segment cleanup failed", "err", err)
+	}
+	if tryDisk {
+		err := q.unhold()
+		if err == nil {
+			err = q.appendDisk(payload, records, nowNS, header, nil)
+		}
+		if err == nil {
+			q.mu.Lock()
+			if q.degraded {
+				q.degraded, q.degradedErr = false, nil
+				q.opt.log.Warn("disk buffer writes to disk again; what it held in memory was moved there", "dir", q.dir)
+			}
+			q.mu.Unlock()
+			return nil
+		}
+		if errors.Is(err, errQueueClosed) {
+			return err
+		}
+		q.degrade(err, nowNS)
+	}
+	q.mu.Lock()
+	q.holdLocked(entry{payload: slices.Clone(payload), records: records, timeNS: nowNS}, header)
+	q.mu.Unlock()
+	return nil
+}
+
+// degrade notes that a disk write failed: new batches are held in memory
+// until a later push finds the disk writable again. Logged at error level
+// once per episode (and at most once a minute).
+func (q *diskQueue) degrade(err error, nowNS int64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.st.diskErrors++
+	q.lastTry = nowNS
+	if q.degraded {
+		return
+	}
+	q.degraded, q.degradedErr = true, err
+	q.st.degradedEpisodes++
+	if q.lastErrLog == 0 || nowNS-q.lastErrLog >= int64(logEvery) {
+		q.lastErrLog = nowNS
+		q.opt.log.Error("disk buffer cannot write to disk; it keeps delivering what it holds and holds new batches in memory within its caps (the oldest dropped, counted) until the disk takes writes again",
+			"dir", q.dir, "err", err)
+	}
+}
+
+// holdLocked queues e in memory, after everything on disk. mu held.
+func (q *diskQueue) holdLocked(e entry, header []byte) {
+	if q.heldHeader == nil || !bytes.Equal(q.heldHeader, header) {
+		// A pseudo segment per header, so that the reader takes up each
+		// header once, as it does for a segment.
+		q.heldHeader, q.heldSeg = header, q.nextID
+		q.nextID++
+	}
+	e.header, e.segment = header, q.heldSeg
+	q.held = append(q.held, e)
+	q.heldBytes += int64(len(e.payload)) + frameHeaderSize
+	q.heldRecords += int64(e.records)
+	q.st.appended++
+	q.st.heldBatches++
+}
+
+// unhold moves the entries held in memory to disk, oldest first; the ones
+// it could not write stay held (after those it wrote, so order is kept).
+func (q *diskQueue) unhold() error {
+	for {
+		q.mu.Lock()
+		if len(q.held) == 0 {
+			q.mu.Unlock()
+			return nil
+		}
+		e := q.held[0]
+		q.mu.Unlock()
+		if err := q.appendDiskHeld(e); err != nil {
+			return err
+		}
+	}
+}
+
+// dropOldestLocked drops the oldest queued record, on disk or (after
+// everything on disk) held in memory, counted at the cap. mu held.
+func (q *diskQueue) dropOldestLocked() {
+	if q.qBatches > 0 {
 		_, fr := q.takeLocked()
 		q.st.capBatches++
 		q.st.capRecords += uint64(fr.records)
+		return
 	}
-	if a := q.active(); q.broken || q.rollNext || (a.size-a.start+total > q.opt.segmentBytes && len(a.frames) > 0) {
-		if err := q.roll(); err != nil {
+	e := q.popHeldLocked()
+	q.st.capBatches++
+	q.st.capRecords += uint64(e.records)
+}
+
+func (q *diskQueue) popHeldLocked() entry {
+	e := q.held[0]
+	q.held[0] = entry{}
+	q.held = q.held[1:]
+	q.heldBytes -= int64(len(e.payload)) + frameHeaderSize
+	q.heldRecords -= int64(e.records)
+	if len(q.held) == 0 {
+		q.held = nil
+	}
+	return e
+}
+
+// appendDiskHeld writes the oldest held entry e to disk and takes it off
+// the held queue, unless the delivery goroutine took it into flight
+// meanwhile (then there is nothing to move).
+func (q *diskQueue) appendDiskHeld(e entry) error {
+	return q.appendDisk(e.payload, e.records, e.timeNS, e.header, &e)
+}
+
+// appendDisk appends one record, read back with header, at the end of the
+// active segment (starting one when needed), within the disk budget:
+// it first drops the oldest queued records (counted at the cap) and
+// removes the segments that frees, and drops the record itself when what
+// is in flight leaves no room. pushMu held.
+func (q *diskQueue) appendDisk(payload []byte, records int, nowNS int64, header []byte, held *entry) error {
+	total := frameHeaderSize + int64(len(payload))
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return errQueueClosed
+	}
+	var dels []*segment
+	closeActive := func() {
+		// Every record of the active segment was resolved: close it, so
+		// that it goes.
+		if a := q.active(); a != nil && q.resolvedLocked(a) {
+			q.activeOpen = false
+			dels = append(dels, q.deletableLocked()...)
+		}
+	}
+	if q.needsRollLocked(total, header) {
+		closeActive()
+	}
+	if budget := q.opt.diskBytes; budget > 0 {
+		waits := 0
+		need := func() int64 {
+			if q.needsRollLocked(total, header) {
+				return roundBlock(segHeaderSize + int64(len(header)) + total)
+			}
+			a := q.active()
+			return roundBlock(a.size+total) - roundBlock(a.size)
+		}
+		for q.usageLocked()+need() > budget {
+			if q.qBatches > 0 {
+				_, fr := q.takeLocked()
+				q.st.capBatches++
+				q.st.capRecords += uint64(fr.records)
+				dels = append(dels, q.deletableLocked()...)
+				continue
+			}
+			if a := q.active(); a != nil && q.resolvedLocked(a) {
+				closeActive()
+				continue
+			}
+			if q.pendingBytes > 0 && waits < 2 {
+				// Segments on their way out (another goroutine commits
+				// before it deletes them): wait for that.
+				waits++
+				q.mu.Unlock()
+				q.relMu.Lock()
+				q.relMu.Unlock() //nolint:staticcheck // waits for a release in progress
+				q.mu.Lock()
+				continue
+			}
+			// Only the record in flight is left: no room for this one.
+			if held != nil {
+				if !q.isHeldHeadLocked(held) {
+					break
+				}
+				q.popHeldLocked()
+			}
+			q.st.capBatches++
+			q.st.capRecords += uint64(records)
 			q.mu.Unlock()
+			return q.release(dels)
+		}
+	}
+	q.mu.Unlock()
+	if err := q.release(dels); err != nil {
+		return err
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return errQueueClosed
+	}
+	if held != nil && !q.isHeldHeadLocked(held) {
+		return nil // taken into flight meanwhile: delivered from memory
+	}
+	if q.needsRollLocked(total, header) {
+		if err := q.roll(header); err != nil {
 			return err
 		}
 	}
@@ -629,13 +979,16 @@ func (q *diskQueue) push(payload []byte, records int, nowNS int64) error {
 		a.f.WriteAt(q.frameBuf[:len(q.frameBuf)/2], a.size)
 		q.opt.hooks.at("append.torn")
 	}
-	if _, err := a.f.WriteAt(q.frameBuf, a.size); err != nil {
+	err := q.opt.hooks.fail("write")
+	if err == nil {
+		_, err = a.f.WriteAt(q.frameBuf, a.size)
+	}
+	if err != nil {
 		// Cut the partial record off if we can; either way never append
 		// after it.
 		if a.f.Truncate(a.size) != nil {
 			q.broken = true
 		}
-		q.mu.Unlock()
 		return fmt.Errorf("append to buffer segment: %w", err)
 	}
 	a.frames = append(a.frames, frameInfo{off: a.size, size: uint32(len(payload)), records: uint32(records), timeNS: nowNS})
@@ -644,11 +997,20 @@ func (q *diskQueue) push(payload []byte, records int, nowNS int64) error {
 	q.qBytes += total
 	q.qRecords += int64(records)
 	q.qBatches++
-	q.st.appended++
-	dels := q.deletableLocked()
-	q.mu.Unlock()
+	if held != nil {
+		q.popHeldLocked() // counted as appended when it was held
+	} else {
+		q.st.appended++
+	}
 	q.opt.hooks.at("append.written")
-	return q.release(dels)
+	return nil
+}
+
+// isHeldHeadLocked reports whether e is still the oldest held entry. mu
+// held.
+func (q *diskQueue) isHeldHeadLocked(e *entry) bool {
+	return len(q.held) > 0 && len(e.payload) > 0 && len(q.held[0].payload) == len(e.payload) &&
+		&q.held[0].payload[0] == &e.payload[0]
 }
 
 // takeLocked takes the oldest queued record off the queue's accounting and
@@ -669,13 +1031,14 @@ func (q *diskQueue) takeLocked() (*segment, frameInfo) {
 
 // deletableLocked removes from q.segs every segment, other than the active
 // one and the one holding the record in flight, whose records were all
-// taken, and returns them for release.
+// taken, and returns them for release. mu held.
 func (q *diskQueue) deletableLocked() []*segment {
 	var dels []*segment
 	keep := q.segs[:0]
 	for i, s := range q.segs {
-		if i < len(q.segs)-1 && s.read == len(s.frames) && !(q.hasInflight && q.inflightSeg == s) {
+		if (i < len(q.segs)-1 || !q.activeOpen) && q.resolvedLocked(s) {
 			dels = append(dels, s)
+			q.pendingBytes += roundBlock(s.size)
 			continue
 		}
 		keep = append(keep, s)
@@ -690,6 +1053,8 @@ func (q *diskQueue) release(segs []*segment) error {
 	if len(segs) == 0 {
 		return nil
 	}
+	q.relMu.Lock()
+	defer q.relMu.Unlock()
 	if err := q.commit(); err != nil {
 		for _, s := range segs {
 			s.f.Close()
@@ -700,8 +1065,12 @@ func (q *diskQueue) release(segs []*segment) error {
 	var errs []error
 	for _, s := range segs {
 		s.f.Close()
-		if err := os.Remove(s.path); err != nil {
+		if err := os.Remove(s.path); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, fmt.Errorf("delete segment: %w", err))
+		} else {
+			q.mu.Lock()
+			q.pendingBytes -= roundBlock(s.size)
+			q.mu.Unlock()
 		}
 		q.opt.hooks.at("delete.removed")
 	}
@@ -730,11 +1099,14 @@ func (q *diskQueue) cursorLocked() cursor {
 	if len(found) > 0 {
 		c.hasFirst, c.first = true, found[0]
 	}
-	if len(found) > 1 {
+	switch a := q.active(); {
+	case len(found) > 1:
 		c.head = found[1]
-	} else {
-		a := q.active()
+	case a != nil:
 		c.head = position{a.id, a.size}
+	default:
+		// No active segment: the next one to be created starts there.
+		c.head = position{q.nextID, 0}
 	}
 	return c
 }
@@ -752,10 +1124,6 @@ func (q *diskQueue) commitCursor(durable bool) error {
 	q.commitMu.Lock()
 	defer q.commitMu.Unlock()
 	q.mu.Lock()
-	if len(q.segs) == 0 {
-		q.mu.Unlock()
-		return nil
-	}
 	c := q.cursorLocked()
 	q.mu.Unlock()
 	if q.hasCommit && c == q.committed && (q.durable || !durable) {
@@ -776,16 +1144,23 @@ func (q *diskQueue) commitCursor(durable bool) error {
 	buf = binary.LittleEndian.AppendUint32(buf, crc32.Checksum(buf, castagnoli))
 	tmp := filepath.Join(q.dir, cursorTmpName)
 	if err := writeFile(tmp, buf, durable); err != nil {
-		return err
-	}
-	q.opt.hooks.at("cursor.tmp")
-	if err := os.Rename(tmp, filepath.Join(q.dir, cursorName)); err != nil {
-		return fmt.Errorf("commit cursor: %w", err)
-	}
-	q.opt.hooks.at("cursor.renamed")
-	if durable {
-		if err := syncDir(q.dir); err != nil {
-			return err
+		os.Remove(tmp)
+		// A full disk has no block for cursor.tmp; the cursor's own block
+		// takes the new one in place (one write of 52 bytes, within one
+		// sector), so that delivered segments can still be deleted.
+		if ierr := overwriteCursor(filepath.Join(q.dir, cursorName), buf, durable); ierr != nil {
+			return errors.Join(err, ierr)
+		}
+	} else {
+		q.opt.hooks.at("cursor.tmp")
+		if err := os.Rename(tmp, filepath.Join(q.dir, cursorName)); err != nil {
+			return fmt.Errorf("commit cursor: %w", err)
+		}
+		q.opt.hooks.at("cursor.renamed")
+		if durable {
+			if err := syncDir(q.dir); err != nil {
+				return err
+			}
 		}
 	}
 	q.committed, q.hasCommit, q.durable = c, true, durable
@@ -795,9 +1170,29 @@ func (q *diskQueue) commitCursor(durable bool) error {
 	return nil
 }
 
+// overwriteCursor writes data over the existing cursor file at path, in
+// place (fsynced when sync is set).
+func overwriteCursor(path string, data []byte, sync bool) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|oNoFollow, 0)
+	if err != nil {
+		return fmt.Errorf("write cursor in place: %w", err)
+	}
+	_, err = f.WriteAt(data, 0)
+	if err == nil && sync {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("write cursor in place: %w", err)
+	}
+	return nil
+}
+
 // writeFile writes data to a new file at path, fsynced when sync is set.
 func writeFile(path string, data []byte, sync bool) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|oNoFollow, 0o600)
 	if err != nil {
 		return fmt.Errorf("write cursor: %w", err)
 	}
@@ -828,7 +1223,7 @@ func syncDir(dir string) error {
 }
 
 func readCursor(path string) (cursor, bool, error) {
-	data, err := os.ReadFile(path)
+	data, err := readFileNoFollow(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return cursor{}, false, nil
 	}
@@ -862,6 +1257,11 @@ func (q *diskQueue) next() (entry, bool, error) {
 		q.mu.Unlock()
 		return entry{}, false, nil
 	}
+	if q.inflightHeld {
+		e := q.heldCur
+		q.mu.Unlock()
+		return e, true, nil
+	}
 	if q.hasInflight {
 		e, err := q.readLocked(q.inflightSeg, q.inflightSeg.frames[q.inflightIdx])
 		q.mu.Unlock()
@@ -892,6 +1292,13 @@ func (q *diskQueue) next() (entry, bool, error) {
 		q.opt.log.Warn("buffer record failed its checksum; skipped", "segment", s.path, "offset", fr.off)
 	}
 	dels = q.deletableLocked()
+	if len(q.held) > 0 {
+		// Everything on disk is older than what is held in memory.
+		q.heldCur, q.inflightHeld = q.popHeldLocked(), true
+		e := q.heldCur
+		q.mu.Unlock()
+		return e, true, q.release(dels)
+	}
 	q.mu.Unlock()
 	return entry{}, false, q.release(dels)
 }
@@ -915,7 +1322,16 @@ func (q *diskQueue) readLocked(s *segment, fr frameInfo) (entry, error) {
 
 func (q *diskQueue) ack() {
 	q.mu.Lock()
-	if !q.hasInflight || q.closed {
+	if q.closed {
+		q.mu.Unlock()
+		return
+	}
+	if q.inflightHeld {
+		q.inflightHeld, q.heldCur = false, entry{}
+		q.mu.Unlock()
+		return
+	}
+	if !q.hasInflight {
 		q.mu.Unlock()
 		return
 	}
@@ -925,6 +1341,7 @@ func (q *diskQueue) ack() {
 	if err := q.release(dels); err != nil {
 		q.opt.log.Error("buffer segment cleanup failed", "err", err)
 	}
+	q.reclaim()
 	// The output took the record: a process crash from now on must not
 	// bring it back. The fsyncs wait for the next sync.
 	if q.opt.hooks.noAckCommit {
@@ -935,12 +1352,35 @@ func (q *diskQueue) ack() {
 	}
 }
 
-// setHeader sets the header of the segments started from now on (it keeps
-// header), and makes the next push start one: every record of a segment
-// is read back with the header that was current when it was pushed.
+// reclaim closes and removes the active segment once every record in it
+// was delivered and it holds reclaimBytes or more: a sink that keeps up
+// frees the disk as it goes, instead of when the segment is full. It skips
+// its turn while a push runs (that push, or the next ack, does it).
+func (q *diskQueue) reclaim() {
+	if !q.pushMu.TryLock() {
+		return
+	}
+	defer q.pushMu.Unlock()
+	q.mu.Lock()
+	a := q.active()
+	if a == nil || q.closed || q.qBatches > 0 || !q.resolvedLocked(a) || a.size-a.start < min(reclaimBytes, q.opt.segmentBytes) {
+		q.mu.Unlock()
+		return
+	}
+	q.activeOpen = false
+	dels := q.deletableLocked()
+	q.mu.Unlock()
+	if err := q.release(dels); err != nil {
+		q.opt.log.Error("buffer segment cleanup failed", "err", err)
+	}
+}
+
+// setHeader sets the header of the records pushed from now on (it keeps
+// header): a record is read back with the header that was current when it
+// was pushed, so a push with a new header starts a segment.
 func (q *diskQueue) setHeader(header []byte) {
 	q.mu.Lock()
-	q.header, q.rollNext = header, true
+	q.header = header
 	q.mu.Unlock()
 }
 
@@ -955,12 +1395,33 @@ func (q *diskQueue) stats() queueStats {
 			break
 		}
 	}
+	if st.oldestNS == 0 && len(q.held) > 0 {
+		st.oldestNS = q.held[0].timeNS
+	}
+	st.batches += int64(len(q.held))
+	st.bytes += q.heldBytes
+	st.records += q.heldRecords
+	st.heldNowBatches, st.heldNowRecords = int64(len(q.held)), q.heldRecords
 	if q.hasInflight {
 		fr := q.inflightSeg.frames[q.inflightIdx]
 		st.batches++
 		st.bytes += fr.total()
 		st.records += int64(fr.records)
 		st.oldestNS = fr.timeNS
+	}
+	if q.inflightHeld {
+		st.batches++
+		st.bytes += int64(len(q.heldCur.payload)) + frameHeaderSize
+		st.records += int64(q.heldCur.records)
+		st.oldestNS = q.heldCur.timeNS
+		st.heldNowBatches++
+		st.heldNowRecords += int64(q.heldCur.records)
+	}
+	st.degraded = q.degraded
+	if q.closed {
+		st.diskBytes = 0
+	} else {
+		st.diskBytes = q.usageLocked()
 	}
 	return st
 }
@@ -1008,9 +1469,38 @@ func (q *diskQueue) sync() error {
 }
 
 // close syncs, commits and closes every file. What is queued (and the
-// record in flight) stays for the next open.
+// record in flight) stays for the next open; what is held in memory is
+// written to disk first, and counted lost (shutdown) where the disk still
+// refuses it.
 func (q *diskQueue) close() error {
-	err := q.sync()
+	q.pushMu.Lock()
+	q.mu.Lock()
+	if q.inflightHeld {
+		// Not delivered: hold it again, first.
+		q.held = append([]entry{q.heldCur}, q.held...)
+		q.heldBytes += int64(len(q.heldCur.payload)) + frameHeaderSize
+		q.heldRecords += int64(q.heldCur.records)
+		q.inflightHeld, q.heldCur = false, entry{}
+	}
+	held := len(q.held) > 0
+	q.mu.Unlock()
+	var errs []error
+	if held {
+		if err := q.unhold(); err != nil {
+			q.mu.Lock()
+			q.st.shutdownBatches += uint64(len(q.held))
+			q.st.shutdownRecords += uint64(q.heldRecords)
+			q.opt.log.Error("disk buffer closing with batches held in memory that the disk refused; they are lost",
+				"dir", q.dir, "batches", len(q.held), "records", q.heldRecords, "err", err)
+			q.held, q.heldBytes, q.heldRecords = nil, 0, 0
+			q.mu.Unlock()
+		}
+	}
+	q.pushMu.Unlock()
+	if err := q.sync(); err != nil {
+		errs = append(errs, err)
+	}
+	err := errors.Join(errs...)
 	q.mu.Lock()
 	q.closed = true
 	q.mu.Unlock()
@@ -1053,6 +1543,9 @@ func (q *diskQueue) snapshot() ([]entry, error) {
 			return nil, err
 		}
 	}
+	if q.inflightHeld {
+		out = append(out, q.heldCur)
+	}
 	for _, s := range q.segs {
 		for _, fr := range s.frames[s.read:] {
 			if err := read(s, fr); err != nil {
@@ -1060,5 +1553,15 @@ func (q *diskQueue) snapshot() ([]entry, error) {
 			}
 		}
 	}
-	return out, nil
+	return append(out, q.held...), nil
+}
+
+// readFileNoFollow reads the file at path, refusing a symlink.
+func readFileNoFollow(path string) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|oNoFollow, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(f)
 }

@@ -23,6 +23,7 @@ func withSleep(f func(context.Context, time.Duration) error) Option {
 func withRand(f func() float64) Option { return func(o *options) { o.rand = f } }
 func withDiskHooks(h diskHooks) Option { return func(o *options) { o.disk = h } }
 func withIdle(f func()) Option         { return func(o *options) { o.idle = f } }
+func withoutDiskBudget() Option        { return func(o *options) { o.noDiskBudget = true } }
 
 // fakeClock is a manually advanced clock.
 type fakeClock struct {

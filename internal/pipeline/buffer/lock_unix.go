@@ -12,7 +12,7 @@ import (
 // processes (or two outputs configured with one directory) never share a
 // queue. The kernel releases it when the process dies.
 func lockDir(dir string) (*os.File, error) {
-	f, err := os.OpenFile(dir+"/"+lockName, os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := os.OpenFile(dir+"/"+lockName, os.O_RDWR|os.O_CREATE|oNoFollow, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("lock buffer dir: %w", err)
 	}

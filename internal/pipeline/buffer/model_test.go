@@ -234,6 +234,7 @@ func checkModel(t *testing.T, where string, q *diskQueue, m *queueModel, capB0, 
 			st.batches, st.bytes, st.records, len(want), bytesWant, recWant)
 	}
 	if st.capBatches != m.capB-capB0 || st.capRecords != m.capR-capR0 || st.corruptBatches != 0 {
+		dumpModel(t, q, m)
 		t.Fatalf("%s: drops cap %d/%d corrupt %d, model cap %d/%d", where, st.capBatches, st.capRecords,
 			st.corruptBatches, m.capB-capB0, m.capR-capR0)
 	}

@@ -62,6 +62,18 @@ type queueStats struct {
 	corruptBatches          uint64
 	corruptRecords          uint64 // known only where a header survived
 	corruptBytes            uint64
+	// Disk only: degraded is set while writes to disk fail and new
+	// batches are held in memory (heldNow*, included in the gauges);
+	// diskErrors counts failed writes, degradedEpisodes the times it
+	// degraded, heldBatches the batches held in memory since the start.
+	// shutdown* count held batches the disk still refused at close (lost).
+	// diskBytes is what the queue's files use, as its budget counts it.
+	degraded                         bool
+	heldNowBatches, heldNowRecords   int64
+	diskErrors, degradedEpisodes     uint64
+	heldBatches                      uint64
+	shutdownBatches, shutdownRecords uint64
+	diskBytes                        int64
 }
 
 // memQueue is the "memory" kind: a deque of copied payloads bounded by
