@@ -79,15 +79,17 @@ gpu-check-build:
 	CGO_ENABLED=1 $(GO) build -ldflags '$(LDFLAGS)' -o bin/gpucheck ./cmd/gpucheck
 	CGO_ENABLED=1 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/gpusampler
 
-## gpu-check: on a machine with an NVIDIA GPU: real-driver checks, report in
-## $$OUT (or ./gpu-check-report/). Never changes clocks, limits or modes.
+## gpu-check: on a machine with an NVIDIA GPU, one call of at most 10 minutes:
+## real-driver checks (every read, buffer periods, load/idle beside nvidia-smi,
+## NVML calls at the default config, bench overhead); one report in
+## $$OUT/report.md (or ./gpu-check-report/). Never changes clocks, limits or modes.
 gpu-check:
 	@test -x bin/gpucheck || $(MAKE) gpu-check-build
 	scripts/gpu-check.sh
 
-## gpu-check-bench: on a GPU machine, a second call of at most ~4 minutes:
-## bench's sampling overhead on a torch load (interleaved, ≥ 10 runs each,
-## 95% CI) and a full bench report in $$OUT.
+## gpu-check-bench: on a GPU machine, bench's sampling overhead alone (also
+## part of gpu-check) on a torch load (ABBA pairs, ≥ 10, paired 95% CI) and a
+## full bench report in $$OUT; at most ~4 minutes.
 gpu-check-bench:
 	@test -x $(BIN) || $(MAKE) gpu-check-build
 	scripts/gpu-check-bench.sh
