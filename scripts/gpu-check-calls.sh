@@ -10,10 +10,13 @@
 # gpu-check-build); BIN overrides. Prints a Markdown section.
 #
 # Figures: calls/GPU/s = calls between the two lines / GPUs / seconds
-# between them; published samples per NVML call = samples the engine
-# published / all NVML calls (the fake's "driver samples per NVML call"
-# counts what the driver handed out instead; on the fake the two agree
-# within the samples a drain returns twice at a cursor edge).
+# between them; published samples per NVML call = every sample the engine
+# published (buffer samples and field values) / all NVML calls. Two
+# differences from nvml-calls.sh's fake-driver count: the engine does not
+# count its driver event waits (nvmlEventSetWait, about 0.5 calls/GPU/s),
+# and nvml-calls.sh's "driver samples per NVML call" counts only buffer
+# samples. On the fake driver (2 GPUs, PERIODS=driver, 40 s) this script
+# gave 8.82 calls/GPU/s and nvml-calls.sh 9.57, of which 0.49 event waits.
 set -u
 cd "$(dirname "$0")/.."
 BIN="${BIN:-bin/gpusampler}"
@@ -66,7 +69,7 @@ END {
 	for (k in grp) printf "- group %-34s %8.2f calls/GPU/s\n", k, grp[k] / gpus / w | "sort"
 	close("sort")
 	pub = 0; for (g in first) pub += v1[g, "published"] - v0[g, "published"]
-	printf "- TOTAL                                    %8.2f calls/GPU/s\n", total / gpus / w
+	printf "- TOTAL (driver event waits not counted)  %8.2f calls/GPU/s\n", total / gpus / w
 	printf "- published samples per NVML call          %8.2f\n", (total ? pub / total : 0)
 	loss = 0; for (g in first) loss += v1[g, "suspected_losses"]
 	printf "- suspected sample losses                  %8d\n", loss
