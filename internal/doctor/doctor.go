@@ -85,6 +85,11 @@ type DeviceReport struct {
 	Clock string `json:"clock"`
 	// Latency of a cheap driver call on this device.
 	Latency Latency `json:"latency"`
+	// FieldCalls is how many driver calls one read of the field metrics
+	// takes, as counted by the backend (sampler.CallCounter) on a second
+	// read: 1 (one batch) where the driver gives every field, more where
+	// dedicated getters stand in for fields; 0 when not counted.
+	FieldCalls int `json:"field_calls,omitempty"`
 }
 
 // GroupSupport is how much of one metric group a device gives.
@@ -284,7 +289,42 @@ func examine(ds sampler.DeviceSource, index int, opts *Options) DeviceReport {
 	}
 	dr.Clock = clock.String()
 	dr.Latency = measureLatency(ds, opts)
+	dr.FieldCalls = countFieldCalls(ds, opts.Catalog)
 	return dr
+}
+
+// countFieldCalls reads the device's fast field metrics twice and returns
+// the driver calls the second read made (the first one settles which
+// metrics a getter reads), or 0 when the device does not count its calls.
+func countFieldCalls(ds sampler.DeviceSource, cat *catalog.Catalog) int {
+	cc, ok := ds.(sampler.CallCounter)
+	if !ok {
+		return 0
+	}
+	var ids []catalog.MetricID
+	for _, m := range cat.All() {
+		if m.Src.Kind == catalog.FromField && !m.Rare {
+			ids = append(ids, m.ID)
+		}
+	}
+	out := make([]sampler.Reading, len(ids))
+	if ds.Read(ids, out) != nil {
+		return 0
+	}
+	keep := ids[:0]
+	for i, id := range ids {
+		if !errors.Is(out[i].Err, sampler.ErrNotSupported) {
+			keep = append(keep, id)
+		}
+	}
+	if len(keep) == 0 {
+		return 0
+	}
+	before := cc.CallStats().Calls
+	if ds.Read(keep, out[:len(keep)]) != nil {
+		return 0
+	}
+	return int(cc.CallStats().Calls - before)
 }
 
 // ProbeMetric asks a device for one metric once (see ProbeSupport): nil
@@ -659,7 +699,10 @@ func estimateCost(devs []DeviceReport, cat *catalog.Catalog, rec *Recommendation
 		if point > 0 {
 			cost = append(cost, CallCost{"point reads for missing or idle buffers", point})
 		}
-		if fields {
+		switch {
+		case fields && d.FieldCalls > 1:
+			cost = append(cost, CallCost{"fields (GetFieldValues and the getters that stand in for fields)", float64(d.FieldCalls) * per(rec.FieldInterval)})
+		case fields:
 			cost = append(cost, CallCost{"fields (GetFieldValues)", per(rec.FieldInterval)})
 		}
 		cost = append(cost, CallCost{"slow state (point queries)", float64(len(slowQ)) * per(rec.SlowInterval)},

@@ -571,6 +571,9 @@ type queryState struct {
 	fbc                          nvml.FBCStats
 	fbcRet                       nvml.Return
 	remapPending, remapFailure   bool
+	violDone                     [6]bool // by nvmlPerfPolicyType_t
+	viol                         [6]nvml.ViolationTime
+	violRet                      [6]nvml.Return
 }
 
 const mib = 1 << 20
@@ -729,10 +732,15 @@ func (d *device) query(q *queryState, k query) (float64, nvml.Return) {
 		}
 		return 0, nvml.ERROR_NOT_SUPPORTED // no memory sensor on this board
 	case qViolPower, qViolThermal, qViolSyncBoost, qViolBoardLimit, qViolLowUtil, qViolReliability:
-		// nvmlPerfPolicyType_t 0-5 are the perf-policy fields 74-79.
-		v, r := dev.GetViolationStatus(nvml.PerfPolicyType(k - qViolPower))
-		d.account("GetViolationStatus", 1, start)
-		return float64(v.ViolationTime), r // ns
+		// nvmlPerfPolicyType_t 0-5 are the perf-policy fields 74-79; the
+		// power-cap and sync-boost throttle times share policies 0 and 2.
+		pol := k - qViolPower
+		if !q.violDone[pol] {
+			q.violDone[pol] = true
+			q.viol[pol], q.violRet[pol] = dev.GetViolationStatus(nvml.PerfPolicyType(pol))
+			d.account("GetViolationStatus", 1, start)
+		}
+		return float64(q.viol[pol].ViolationTime), q.violRet[pol] // ns
 	case qPCIeTx, qPCIeRx:
 		return d.pcieBytes(int(k-qPCIeTx), start)
 	case qECCAggCorrected, qECCAggUncorrected:

@@ -33,6 +33,58 @@ func TestFakeDriverDoctorPointReads(t *testing.T) {
 	runScenario(t, "doctor-fallback", false, "FAKENVML_BUFFER_NS=all", "FAKENVML_MEDIA_UTIL=ns")
 }
 
+// TestFakeDriverDoctorMedia: without the media engines' sample buffers,
+// doctor says their metrics come from point reads at the rare interval and
+// counts them so in its call estimate, as the engine reads them.
+func TestFakeDriverDoctorMedia(t *testing.T) {
+	runScenario(t, "doctor-media", false, "FAKENVML_BUFFER_NS=3,4,8,9")
+}
+
+// TestFakeDriverDoctorFieldsNotSupported: where GetFieldValues is not
+// supported, doctor counts the getters that stand in for the fields (one
+// call each per field tick) in its call estimate.
+func TestFakeDriverDoctorFieldsNotSupported(t *testing.T) {
+	runScenario(t, "doctor-fields-ns", false, "FAKENVML_FIELDS_NS=1")
+}
+
+func childDoctorCost(t *testing.T, src *Source, scenario string) {
+	r, err := doctor.Run(src, doctor.Options{LatencyCalls: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := doctor.WriteText(&buf, r); err != nil {
+		t.Fatal(err)
+	}
+	text := buf.String()
+	cost := map[string]float64{}
+	for _, c := range r.Recommend.Cost {
+		cost[c.Kind] = c.PerSecond
+	}
+	switch scenario {
+	case "doctor-media":
+		for _, m := range []string{"utilization_encoder", "utilization_decoder", "utilization_jpeg", "utilization_ofa"} {
+			if !strings.Contains(text, "not supported: "+m+" comes from point reads at the rare interval") {
+				t.Errorf("text does not say %s is point-read at the rare interval:\n%s", m, text)
+			}
+		}
+		// Four engines, one point read each per 30 s rare interval.
+		if got := cost["point reads for missing or idle buffers"]; got < 4.0/30-1e-9 || got > 4.0/30+1e-9 {
+			t.Errorf("point-read cost %v, want 4/30 per second: %+v", got, r.Recommend.Cost)
+		}
+	case "doctor-fields-ns":
+		// Energy, memory temperature and six perf-policy violation times:
+		// one getter call each (the throttle aliases share theirs).
+		if d := r.Devices[0]; d.FieldCalls != 8 {
+			t.Errorf("field calls per read %d, want 8", d.FieldCalls)
+		}
+		if got := cost["fields (GetFieldValues and the getters that stand in for fields)"]; got != 8 {
+			t.Errorf("field cost %+v, want 8 calls a second at the 1 s field interval", r.Recommend.Cost)
+		}
+	}
+	t.Logf("doctor report:\n%s", text)
+}
+
 func childDoctorFallback(t *testing.T, src *Source) {
 	r, err := doctor.Run(src, doctor.Options{LatencyCalls: 10})
 	if err != nil {

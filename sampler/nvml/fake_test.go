@@ -270,6 +270,8 @@ func TestFakeDriverChild(t *testing.T) {
 		childDoctor(t, src)
 	case "doctor-fallback":
 		childDoctorFallback(t, src)
+	case "doctor-media", "doctor-fields-ns":
+		childDoctorCost(t, src, scenario)
 	case "gpm":
 		childGPM(t, src)
 	case "processes":
