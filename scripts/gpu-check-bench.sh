@@ -34,7 +34,11 @@ def plain_run():
     r = subprocess.run(load, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     t1 = time.perf_counter()
     if r.returncode != 0:
-        print("load failed (unsupported here?):", r.stderr.decode()[-500:]); sys.exit(0)
+        why = (r.stderr.decode().strip().splitlines() or ["exit %d" % r.returncode])[-1]
+        print("load failed (unsupported here?):", r.stderr.decode()[-500:])
+        open(os.path.join(out, "bench-overhead.md"), "w").write(
+            f"## gpusampler bench overhead\nNOT RUN: the load could not start ({why}): nothing measured\n")
+        sys.exit(0)
     plain.append(t1 - t0)
 def sampled_run(i):
     js = os.path.join(tmp, f"{i}.json")
