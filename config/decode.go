@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	toml "github.com/pelletier/go-toml/v2"
 	"github.com/pelletier/go-toml/v2/unstable"
@@ -30,10 +31,36 @@ type Error struct {
 }
 
 func (e *Error) Error() string {
+	msg := elide(quoted.ReplaceAllStringFunc(e.Msg, func(q string) string { return elide(q, maxQuoted) }), maxMsg)
 	if e.Key == "" {
-		return fmt.Sprintf("%s:%d: %s", e.File, e.Line, e.Msg)
+		return fmt.Sprintf("%s:%d: %s", e.File, e.Line, msg)
 	}
-	return fmt.Sprintf("%s:%d: %s: %s", e.File, e.Line, e.Key, e.Msg)
+	return fmt.Sprintf("%s:%d: %s: %s", e.File, e.Line, elide(e.Key, maxKey), msg)
+}
+
+// An error's text shows at most this much of a key, of a quoted value in
+// its message and of the message: a 10 MB key or value is shown by its
+// start and its length, not echoed whole.
+const (
+	maxKey    = 200
+	maxQuoted = 200
+	maxMsg    = 2000
+)
+
+// quoted matches a double-quoted string as %q writes it.
+var quoted = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
+
+// elide returns s when it is at most max bytes long, else its first bytes
+// (whole UTF-8 characters) and how long it is.
+func elide(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	cut := max / 2
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s… (%d bytes)", s[:cut], len(s))
 }
 
 // Errors is every problem found in one file, in line order. Its text has one
@@ -80,7 +107,30 @@ func (d *document) redact(msg string) string {
 	for _, v := range vals {
 		msg = strings.ReplaceAll(msg, v, seen[v])
 	}
-	return msg
+	// A value can also appear quoted (%q escapes a '"' or a byte that is
+	// not UTF-8) or in part (a URL parser quotes the bad escape it met,
+	// "%zz"): in each quoted string the values are replaced after
+	// unquoting, and a quoted string that is part of a value (2 bytes or
+	// more) is replaced by the reference.
+	return quoted.ReplaceAllStringFunc(msg, func(q string) string {
+		u, err := strconv.Unquote(q)
+		if err != nil || len(u) < 2 {
+			return q
+		}
+		r := u
+		for _, v := range vals {
+			r = strings.ReplaceAll(r, v, seen[v])
+		}
+		if r != u {
+			return strconv.Quote(r)
+		}
+		for _, v := range vals {
+			if strings.Contains(v, u) {
+				return "(part of " + seen[v] + ")"
+			}
+		}
+		return q
+	})
 }
 
 // envRefsUnder returns the NAME=value of every ${NAME} referenced by a

@@ -2,7 +2,9 @@ package config_test
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -170,5 +172,55 @@ a = 2
 	first := out.Elem("x[0]", blocks[0].(map[string]any))
 	if refs := first.EnvRefs(); len(refs) != 0 {
 		t.Errorf("first block's EnvRefs() = %q, want none", refs)
+	}
+}
+
+// A value from ${NAME} never shows in a problem, in any form a message
+// holds it: as is, quoted by %q (a '"' escaped), or in part (the bad
+// escape a URL parser quotes).
+func TestErrorsNeverShowExpandedValues(t *testing.T) {
+	for _, tc := range []struct{ secret, msg, want string }{
+		{"hunter2", `"http://u:hunter2@h" is not a URL`, `"http://u:${PW}@h" is not a URL`},
+		{`sk"ret2x`, fmt.Sprintf("%q is not a URL: net/url: invalid userinfo", `http://u:sk"ret2x@h`),
+			`"http://u:${PW}@h" is not a URL: net/url: invalid userinfo`},
+		{"tok%en", `"http://u:${PW}@h" is not a URL: invalid URL escape "%en"`,
+			`"http://u:${PW}@h" is not a URL: invalid URL escape (part of ${PW})`},
+		{"pässwörd\xff", fmt.Sprintf("%q: bad", "pässwörd\xff"), `"${PW}": bad`},
+	} {
+		root, err := config.Decode("s.toml", []byte(`url = "http://u:${PW}@h"`), env(map[string]string{"PW": tc.secret}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var url string
+		root.String("url", &url)
+		root.Errorf("url", "%s", tc.msg)
+		got := root.Err().Error()
+		if want := "s.toml:1: url: " + tc.want; got != want {
+			t.Errorf("secret %q: got %s\nwant %s", tc.secret, got, want)
+		}
+	}
+}
+
+// A huge key or value is shown by its start and its length, not echoed
+// whole.
+func TestErrorsElideHugeKeysAndValues(t *testing.T) {
+	huge := strings.Repeat("k", 1<<20) // as large as a config file may be
+	doc := "[agent]\n" + huge + " = 1\nformat = \"" + huge + "\"\n"
+	root, err := config.Decode("s.toml", []byte(doc), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent := root.Sub("agent")
+	var format string
+	agent.OneOf("format", &format, "json", "influx")
+	agent.Finish()
+	got := root.Err().Error()
+	if len(got) > 1000 {
+		t.Fatalf("%d bytes of errors for a 1 MiB key and value: %.300s", len(got), got)
+	}
+	for _, want := range []string{"s.toml:2: agent.kkkk", "… (1048582 bytes)", "s.toml:3: agent.format", "… (1048578 bytes)"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("errors lack %q:\n%s", want, got)
+		}
 	}
 }

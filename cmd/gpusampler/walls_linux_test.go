@@ -181,3 +181,28 @@ func TestVersionExtraIsUsageError(t *testing.T) {
 		t.Errorf("exit %d, stdout %q, stderr %q: want 2 and one usage line", code, stdout, stderr)
 	}
 }
+
+// A secret from ${VAR} in a URL that does not parse is never printed, in
+// any form: config --check and run name the variable instead.
+func TestURLParseErrorHidesSecret(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "gpusampler.toml")
+	doc := "[[outputs.influxdb]]\ndatabase = \"gpu\"\nurl = \"http://gpusampler:${INFLUX_PW}@127.0.0.1:8086\"\n"
+	if err := os.WriteFile(cfg, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, secret := range []string{`sk"ret-value`, "secret%en"} {
+		t.Setenv("INFLUX_PW", secret)
+		for _, args := range [][]string{{"config", "--check", cfg}, {"run", "--config", cfg, "--backend", "sim", "--duration", "100ms"}} {
+			code, stdout, stderr := runCLI(t, args...)
+			out := stdout + stderr
+			if code == 0 || !strings.Contains(out, "${INFLUX_PW}") {
+				t.Errorf("%s with %q: exit %d, %q: want a failure naming ${INFLUX_PW}", args[0], secret, code, out)
+			}
+			for _, part := range []string{"ret-value", `sk\"ret`, "%en"} {
+				if strings.Contains(secret, strings.ReplaceAll(part, `\`, "")) && strings.Contains(out, part) {
+					t.Errorf("%s with %q: output shows %q of the secret: %s", args[0], secret, part, out)
+				}
+			}
+		}
+	}
+}
