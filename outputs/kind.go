@@ -40,6 +40,11 @@ type Kind struct {
 	// listening address): on reload the running output is closed before the
 	// new one is built, instead of after.
 	Exclusive bool
+	// Timeouts, when set, reports the kind's own steps of the deadline
+	// budget in a parsed block (see Deadlines): the call timeout of a plugin
+	// client the block sets, and the bound of one request to its sink.
+	// The application refuses a block whose steps do not nest.
+	Timeouts func(b *Block) KindTimeouts
 	// OutOfProcess marks a network output that the host runs in its own
 	// process: plugins.HostRegistry replaces Build with a plugin client
 	// that re-executes this binary as `gpusampler plugin serve KIND`,
@@ -67,6 +72,10 @@ type Block struct {
 	Line int
 	// Aggregate is the summary window; 0 means raw samples.
 	Aggregate time.Duration
+	// WriteTimeout is the block's write_timeout: the deadline the pump
+	// gives each Write, the top of the output's deadline budget (see
+	// Deadlines).
+	WriteTimeout time.Duration
 	// Options is what the kind's Parse returned: its own typed, validated
 	// settings.
 	Options any
@@ -105,6 +114,50 @@ func (b *Block) EnvRefs() []string {
 		return nil
 	}
 	return b.Table.EnvRefs()
+}
+
+// KindTimeouts are a block's own steps of its deadline budget. A zero
+// Timeout is not set by the block (a default that fits the budget applies).
+type KindTimeouts struct {
+	// Call is the host's bound on one plugin call (call_timeout).
+	Call Timeout
+	// Request is the bound on one request to the sink (an HTTP request's
+	// timeout, a JetStream ack's).
+	Request Timeout
+}
+
+// Timeout is one configured timeout and the key that sets it.
+type Timeout struct {
+	Key string
+	D   time.Duration
+}
+
+// Deadlines is one output's deadline budget: each step is shorter than the
+// one before, so that a slow sink returns an error before any caller gives
+// up on it (see record.HopMargin).
+type Deadlines struct {
+	// Write is the pump's bound on one Write (write_timeout).
+	Write time.Duration
+	// Call is the plugin client's bound on one call to its process (out
+	// of process outputs only; 0 otherwise).
+	Call time.Duration
+	// Output is the deadline the output itself receives.
+	Output time.Duration
+}
+
+// BudgetOf returns the deadline budget of an output whose pump gives each
+// Write write; outOfProcess adds the plugin call's step, call (0: write
+// less its margin).
+func BudgetOf(write, call time.Duration, outOfProcess bool) Deadlines {
+	d := Deadlines{Write: write, Output: write}
+	if outOfProcess {
+		if call <= 0 {
+			call = record.WithinBudget(write)
+		}
+		d.Call = call
+		d.Output = record.WithinBudget(call)
+	}
+	return d
 }
 
 // CommonKeys are the keys the application takes from every output block

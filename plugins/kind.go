@@ -52,7 +52,11 @@ type KindOptions struct {
 //	  [outputs.plugin.config]
 //	    url = "…"
 func Kind() outputs.Kind {
-	return outputs.Kind{Kind: "plugin", SampleConfig: sampleConf, Parse: parseKind, Build: buildKind, Check: checkKind}
+	return outputs.Kind{Kind: "plugin", SampleConfig: sampleConf, Parse: parseKind, Build: buildKind, Check: checkKind,
+		Timeouts: func(o *outputs.Block) outputs.KindTimeouts {
+			ko, _ := o.Options.(KindOptions)
+			return outputs.KindTimeouts{Call: outputs.Timeout{Key: "call_timeout", D: ko.CallTimeout}}
+		}}
 }
 
 // checkKind checks, for config --check, what starting the plugin would:
@@ -157,12 +161,26 @@ func buildKind(o *outputs.Block, env outputs.BuildEnv) (record.Output, error) {
 	c, err := Start(Options{Name: o.Name, Kind: o.Kind, Config: ko.Config, Host: env.Host, GlobalTags: env.GlobalTags,
 		Catalog: env.Catalog, Logger: env.Logger, Command: func() *exec.Cmd { return exec.Command(path) },
 		SHA256: ko.SHA256, Env: o.EnvRefs(),
-		CallTimeout: ko.CallTimeout, HealthInterval: ko.HealthInterval, HealthTimeout: ko.HealthTimeout,
+		CallTimeout: callTimeout(o, ko.CallTimeout), HealthInterval: ko.HealthInterval, HealthTimeout: ko.HealthTimeout,
 		BackoffMax: ko.RestartDelayMax})
 	if err != nil {
 		return nil, placeKeyErrors(o, "config.", err)
 	}
 	return c, nil
+}
+
+// callTimeout is the call timeout of o's plugin client: set (the plugin
+// kind's call_timeout), else its step of the deadline budget, the block's
+// write_timeout less its margin; without a write_timeout (a block built in
+// code), DefaultCallTimeout.
+func callTimeout(o *outputs.Block, set time.Duration) time.Duration {
+	if set > 0 {
+		return set
+	}
+	if o.WriteTimeout > 0 {
+		return outputs.BudgetOf(o.WriteTimeout, 0, true).Call
+	}
+	return DefaultCallTimeout
 }
 
 // placeKeyErrors turns a plugin's key errors into config errors at the
@@ -280,7 +298,7 @@ func outputBlock(o *outputs.Block) map[string]any {
 func sharedBuild(kind string, sp *SharedProcess) func(o *outputs.Block, env outputs.BuildEnv) (record.Output, error) {
 	return func(o *outputs.Block, env outputs.BuildEnv) (record.Output, error) {
 		c, err := Start(Options{Name: o.Name, Kind: kind, Config: outputBlock(o), Host: env.Host, GlobalTags: env.GlobalTags,
-			Catalog: env.Catalog, Logger: env.Logger, Shared: sp})
+			Catalog: env.Catalog, Logger: env.Logger, Shared: sp, CallTimeout: callTimeout(o, 0)})
 		if err != nil {
 			return nil, placeKeyErrors(o, "", err)
 		}
@@ -296,7 +314,8 @@ func hostBuild(kind string, h HostOptions) func(o *outputs.Block, env outputs.Bu
 		}
 		args := h.Args(kind)
 		c, err := Start(Options{Name: o.Name, Kind: kind, Config: outputBlock(o), Host: env.Host, GlobalTags: env.GlobalTags,
-			Catalog: env.Catalog, Logger: env.Logger, Env: append(slices.Clone(h.Env), o.EnvRefs()...), Command: func() *exec.Cmd {
+			Catalog: env.Catalog, Logger: env.Logger, CallTimeout: callTimeout(o, 0),
+			Env: append(slices.Clone(h.Env), o.EnvRefs()...), Command: func() *exec.Cmd {
 				cmd := exec.Command(exe, args...)
 				cmd.Args[0] = argv0
 				return cmd

@@ -11,6 +11,45 @@ import (
 // write on their own (the buffer's drain) use it too.
 const DefaultWriteTimeout = 10 * time.Second
 
+// The deadline budget. Each hop between the pump and a sink answers its
+// caller before the caller gives up on it: the pump gives a Write its
+// write_timeout; a plugin client (the host's side of an out-of-process
+// output) bounds its call by a shorter call timeout; the plugin's side hands
+// the output what is left of the call's deadline less HopMargin; and the
+// output makes one attempt at its sink bounded by a request timeout no
+// longer than that. A slow sink so returns an error (retryable or
+// unavailable) before any caller's deadline and is retried by the pump or
+// its buffer, never taken for a wedged process.
+
+// maxHopMargin caps HopMargin.
+const maxHopMargin = time.Second
+
+// HopMargin is what a hop keeps back of a budget d for answering its caller
+// in time: a fifth of d, at most 1 s. With the default write_timeout of
+// 10 s the plugin call timeout is 9 s and the output's own deadline 8 s.
+func HopMargin(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return min(d/5, maxHopMargin)
+}
+
+// WithinBudget returns d less its HopMargin: the budget of the next hop
+// down.
+func WithinBudget(d time.Duration) time.Duration { return d - HopMargin(d) }
+
+// HopContext returns ctx with its deadline moved earlier by the HopMargin
+// of what is left of it, for handing on to the next hop down (a context
+// without a deadline is returned as it is, with a no-op cancel).
+func HopContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return ctx, func() {}
+	}
+	left := time.Until(dl)
+	return context.WithDeadline(ctx, dl.Add(-HopMargin(left)))
+}
+
 // RetryableOffers is how many times in all a pump offers a batch whose
 // Writes fail with a retryable error (KindRetryable) before it counts the
 // batch as failed. A batch refused as unavailable is offered until it goes

@@ -42,8 +42,8 @@ func addExecd(cfg *appconfig.Config, mode string, minMax, fromFile bool) error {
 	}
 	cfg.Outputs = append(cfg.Outputs, &appconfig.Output{
 		Block: outputs.Block{Kind: "execd", Name: "execd",
-			Options: execd.Options{Signal: signal, Shape: shape, MinMax: minMax}, Raw: raw},
-		FlushInterval: cfg.Agent.FlushInterval, MaxBatch: sampler.DefaultMaxBatch, WriteTimeout: record.DefaultWriteTimeout})
+			Options: execd.Options{Signal: signal, Shape: shape, MinMax: minMax}, Raw: raw, WriteTimeout: record.DefaultWriteTimeout},
+		FlushInterval: cfg.Agent.FlushInterval, MaxBatch: sampler.DefaultMaxBatch})
 	return nil
 }
 

@@ -246,8 +246,9 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, out, stderr io.
 			return err
 		}
 		cfg.Outputs = []*appconfig.Output{{
-			Block:         outputs.Block{Kind: "stdout", Name: "stdout", Options: stdout.Options{Format: *format}, Raw: map[string]any{"format": *format}},
-			FlushInterval: cfg.Agent.FlushInterval, MaxBatch: sampler.DefaultMaxBatch, WriteTimeout: record.DefaultWriteTimeout}}
+			Block: outputs.Block{Kind: "stdout", Name: "stdout", Options: stdout.Options{Format: *format}, Raw: map[string]any{"format": *format},
+				WriteTimeout: record.DefaultWriteTimeout},
+			FlushInterval: cfg.Agent.FlushInterval, MaxBatch: sampler.DefaultMaxBatch}}
 	}
 	if set["execd"] && set["format"] {
 		return usagef("--format does not apply with --execd (line protocol is what Telegraf reads)")

@@ -155,10 +155,10 @@ type Output struct {
 	outputs.Block
 	// Include and Exclude select metrics by name or group (globs).
 	Include, Exclude []string
-	// FlushInterval, MaxBatch and WriteTimeout configure the pump.
+	// FlushInterval and MaxBatch configure the pump, with the Block's
+	// WriteTimeout.
 	FlushInterval time.Duration
 	MaxBatch      int
-	WriteTimeout  time.Duration
 	// Buffer configures the optional per-output buffer between the pump and
 	// the output (Kind "" or "none": none).
 	Buffer buffer.Config
@@ -517,8 +517,8 @@ func parseOutputs(t *config.Table, agent Agent, opts Options) []*Output {
 				continue
 			}
 			bt := t.Elem(key, m)
-			o := &Output{Block: outputs.Block{Kind: kind, Line: bt.Line(""), Raw: m, Table: bt},
-				FlushInterval: agent.FlushInterval, MaxBatch: sampler.DefaultMaxBatch, WriteTimeout: record.DefaultWriteTimeout}
+			o := &Output{Block: outputs.Block{Kind: kind, Line: bt.Line(""), Raw: m, Table: bt, WriteTimeout: record.DefaultWriteTimeout},
+				FlushInterval: agent.FlushInterval, MaxBatch: sampler.DefaultMaxBatch}
 			o.Name = kind
 			if i > 0 {
 				o.Name = kind + "." + strconv.Itoa(i+1)
@@ -556,12 +556,47 @@ func parseOutputs(t *config.Table, agent Agent, opts Options) []*Output {
 			if k.Parse != nil {
 				o.Options = k.Parse(bt)
 			}
+			checkDeadlines(bt, &o.Block, k)
 			bt.Finish()
 			outs = append(outs, o)
 		}
 	}
 	slices.SortStableFunc(outs, func(a, b *Output) int { return a.Line - b.Line })
 	return outs
+}
+
+// checkDeadlines refuses a block whose deadline budget does not nest (see
+// outputs.Deadlines and the README's deadline table): write_timeout >
+// the plugin call timeout > the output's own deadline >= the sink's
+// request timeout, each error at the key that breaks the order.
+func checkDeadlines(bt *config.Table, o *outputs.Block, k outputs.Kind) {
+	if o.WriteTimeout <= 0 {
+		if bt.Has("write_timeout") && !bt.HasErr("write_timeout") {
+			bt.Errorf("write_timeout", "%v: must be positive", o.WriteTimeout)
+		}
+		return
+	}
+	var kt outputs.KindTimeouts
+	if k.Timeouts != nil {
+		kt = k.Timeouts(o)
+	}
+	plugin := k.OutOfProcess || kt.Call.Key != ""
+	d := outputs.BudgetOf(o.WriteTimeout, kt.Call.D, plugin)
+	if kt.Call.D > 0 {
+		if most := record.WithinBudget(o.WriteTimeout); kt.Call.D > most {
+			bt.Errorf(kt.Call.Key, "%v: must be at most %v, write_timeout %v less its margin %v (each hop's deadline ends before its caller's)",
+				kt.Call.D, most, o.WriteTimeout, record.HopMargin(o.WriteTimeout))
+			return
+		}
+	}
+	if r := kt.Request; r.D > 0 && r.D > d.Output {
+		via := ""
+		if plugin {
+			via = fmt.Sprintf(" less the plugin call's margins: call timeout %v", d.Call)
+		}
+		bt.Errorf(r.Key, "%v: longer than the %v this output's writes get (write_timeout %v%s); a request must end before its write's deadline: lower %s or raise write_timeout",
+			r.D, d.Output, o.WriteTimeout, via, r.Key)
+	}
 }
 
 // matchAny reports whether any of patterns matches name (path.Match globs).

@@ -14,6 +14,9 @@ import (
 	"github.com/gpusampler/gpusampler/internal/appconfig"
 	"github.com/gpusampler/gpusampler/internal/pipeline/deadletter"
 	"github.com/gpusampler/gpusampler/outputs"
+	"github.com/gpusampler/gpusampler/outputs/influxdb"
+	"github.com/gpusampler/gpusampler/outputs/nats"
+	"github.com/gpusampler/gpusampler/plugins"
 	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler"
 )
@@ -477,5 +480,46 @@ func TestCommonKeysAreTheBlockKeys(t *testing.T) {
 	want := "t.toml:2: outputs.other[0].bogus: unknown key (known: " + strings.Join(outputs.CommonKeys(), ", ") + ")"
 	if err == nil || err.Error() != want {
 		t.Errorf("Parse: %v\nwant %s", err, want)
+	}
+}
+
+// The deadline budget nests (write_timeout > call_timeout > the output's
+// deadline >= the sink's request timeout): a block that inverts it is
+// refused at the key that breaks the order, with its file and line.
+func TestDeadlineBudget(t *testing.T) {
+	reg := outputs.NewRegistry(influxdb.Kind(), nats.Kind(), plugins.Kind())
+	parseReal := func(doc string) error {
+		_, err := appconfig.Parse("budget.toml", []byte(doc), appconfig.Options{Registry: reg})
+		return err
+	}
+	const plugin = "[[outputs.plugin]]\n  path = \"/bin/true\"\n  allow_unverified = true\n"
+	for _, tc := range []struct {
+		name, doc string
+		want      string // "" for a valid budget
+	}{
+		{"defaults", "[[outputs.influxdb]]\n  url = \"http://x:8086\"\n  database = \"gpu\"\n", ""},
+		{"influx timeout within", "[[outputs.influxdb]]\n  url = \"http://x:8086\"\n  database = \"gpu\"\n  timeout = \"8s\"\n", ""},
+		{"influx timeout past the output deadline", "[[outputs.influxdb]]\n  url = \"http://x:8086\"\n  database = \"gpu\"\n  timeout = \"9s\"\n",
+			`budget.toml:4: outputs.influxdb[0].timeout: 9s: longer than the 8s this output's writes get (write_timeout 10s less the plugin call's margins: call timeout 9s)`},
+		{"influx timeout past a short write_timeout", "[[outputs.influxdb]]\n  url = \"http://x:8086\"\n  database = \"gpu\"\n  write_timeout = \"2s\"\n  timeout = \"2s\"\n",
+			`budget.toml:5: outputs.influxdb[0].timeout: 2s: longer than the 1.28s`},
+		{"default timeout cut by a short write_timeout", "[[outputs.influxdb]]\n  url = \"http://x:8086\"\n  database = \"gpu\"\n  write_timeout = \"2s\"\n", ""},
+		{"nats ack_timeout", "[[outputs.nats]]\n  jetstream = true\n  write_timeout = \"5s\"\n  ack_timeout = \"5s\"\n",
+			`budget.toml:4: outputs.nats[0].ack_timeout: 5s: longer than the 3.2s`},
+		{"plugin call_timeout within", plugin + "  call_timeout = \"9s\"\n", ""},
+		{"plugin call_timeout past write_timeout", plugin + "  call_timeout = \"10s\"\n",
+			`budget.toml:4: outputs.plugin[0].call_timeout: 10s: must be at most 9s, write_timeout 10s less its margin 1s`},
+		{"plugin call_timeout past a raised write_timeout", plugin + "  write_timeout = \"20s\"\n  call_timeout = \"30s\"\n",
+			`budget.toml:5: outputs.plugin[0].call_timeout: 30s: must be at most 19s`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := parseReal(tc.doc)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("refused a budget that nests: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("error %v\nwant one containing %q", err, tc.want)
+			}
+		})
 	}
 }

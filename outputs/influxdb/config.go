@@ -60,6 +60,10 @@ func Kind() outputs.Kind {
 		OutOfProcess: true, // a network output: its own process (plugins.HostRegistry)
 		SampleConfig: SampleConfig,
 		Parse:        func(t *config.Table) any { return Parse(t) },
+		Timeouts: func(o *outputs.Block) outputs.KindTimeouts {
+			c, _ := o.Options.(Config)
+			return RequestTimeout(o, c.HTTP)
+		},
 		Build: func(o *outputs.Block, env outputs.BuildEnv) (record.Output, error) {
 			c, ok := o.Options.(Config)
 			if !ok {
@@ -166,6 +170,16 @@ func ParseHTTP(t *config.Table) HTTPConfig {
 		t.Errorf(k, "tls_cert and tls_key go together (a client certificate needs its key)")
 	}
 	return h
+}
+
+// RequestTimeout is the deadline-budget step of a block with ParseHTTP's
+// keys: its timeout, when the block sets it. (The default, DefaultTimeout,
+// is also cut short by the deadline each Write gets.)
+func RequestTimeout(o *outputs.Block, h HTTPConfig) outputs.KindTimeouts {
+	if _, set := o.Raw["timeout"]; !set {
+		return outputs.KindTimeouts{}
+	}
+	return outputs.KindTimeouts{Request: outputs.Timeout{Key: "timeout", D: h.Timeout}}
 }
 
 // DefaultURL is the server an influxdb block without url or urls writes to.

@@ -11,11 +11,12 @@
 //
 // Writer is the HTTP half, shared with outputs/telegraf (which pushes to
 // Telegraf's influxdb_listener and influxdb_v2_listener). It splits large
-// bodies at line boundaries, gzips on request, retries network errors, 5xx
-// and 429 (honouring Retry-After) within the Write's context deadline and
-// then returns the error as unavailable (no server, 429, 502–504: the pump
-// holds the batch) or retryable (other 5xx, a timeout); a configured buffer
-// keeps retrying either. Other 4xx are returned as record.Permanent, never
+// bodies at line boundaries, gzips on request, and makes one attempt per
+// request within the Write's context deadline: it does not retry, the
+// caller does (one retry owner per hop). It returns the error as
+// unavailable (no server, 429, 502–504: the pump holds the batch) or
+// retryable (other 5xx, a timeout); a configured buffer retries either with
+// its backoff. Other 4xx are returned as record.Permanent, never
 // retried (the pump fails the batch, a buffer drops it as malformed) — 400 is
 // InfluxDB's partial write: the valid lines were stored, the rejected ones
 // are counted (Stats) and logged. Errors name the output, the status and

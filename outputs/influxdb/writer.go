@@ -17,7 +17,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gpusampler/gpusampler/internal/backoff"
 	"github.com/gpusampler/gpusampler/record"
 )
 
@@ -42,8 +41,6 @@ var APIs = []string{APIv1, APIv2, APIv3}
 const (
 	DefaultTimeout         = 5 * time.Second
 	DefaultMaxPayloadBytes = 4 << 20
-	DefaultRetryInitial    = 100 * time.Millisecond
-	DefaultRetryMax        = 5 * time.Second
 )
 
 // WriterOptions configure a Writer. Only URL and the API's target (database
@@ -68,14 +65,11 @@ type WriterOptions struct {
 	// Gzip compresses request bodies (Content-Encoding: gzip).
 	Gzip bool
 	// Timeout bounds one HTTP request (default 5s); the Write's context
-	// bounds all its attempts together.
+	// bounds it too, whichever ends first.
 	Timeout time.Duration
 	// MaxPayloadBytes splits a larger body at line boundaries into several
 	// requests (default 4 MiB, before compression).
 	MaxPayloadBytes int
-	// RetryInitial and RetryMax bound the backoff between attempts within
-	// one Write (defaults 100ms, 5s); Retry-After overrides it.
-	RetryInitial, RetryMax time.Duration
 	// TLS is the client TLS configuration (nil: Go's defaults).
 	TLS *tls.Config
 	// Logger gets rare notes (partial writes); nil discards.
@@ -86,8 +80,8 @@ type WriterOptions struct {
 
 // WriterStats are a Writer's counters.
 type WriterStats struct {
-	// Requests counts HTTP requests made; Retries those that repeated a
-	// failed one.
+	// Requests counts HTTP requests made; Retries those made after a
+	// failed one (a batch offered again by the pump or buffer).
 	Requests, Retries uint64
 	// BytesSent counts request body bytes as sent (after compression).
 	BytesSent uint64
@@ -97,8 +91,9 @@ type WriterStats struct {
 	PartialWrites, RejectedPoints uint64
 }
 
-// Writer posts line protocol to one InfluxDB-compatible endpoint, retrying
-// what can succeed later. Its methods may be called from one goroutine at a
+// Writer posts line protocol to one InfluxDB-compatible endpoint: one
+// request per part of a Write, the error classified for the caller, which
+// owns retrying (record.Classify). Its methods may be called from one goroutine at a
 // time (the output's pump or buffer); Stats from any.
 type Writer struct {
 	opts     WriterOptions
@@ -110,9 +105,7 @@ type Writer struct {
 	zbuf     bytes.Buffer
 
 	requests, retries, bytesSent, partial, rejected atomic.Uint64
-
-	// sleep waits d or until ctx ends (tests replace it).
-	sleep func(ctx context.Context, d time.Duration) error
+	failedLast                                      atomic.Bool // the last request failed, not permanently
 }
 
 // NewWriter validates opts and returns a writer. It does no network I/O.
@@ -132,16 +125,10 @@ func NewWriter(opts WriterOptions) (*Writer, error) {
 	if opts.MaxPayloadBytes <= 0 {
 		opts.MaxPayloadBytes = DefaultMaxPayloadBytes
 	}
-	if opts.RetryInitial <= 0 {
-		opts.RetryInitial = DefaultRetryInitial
-	}
-	if opts.RetryMax <= 0 {
-		opts.RetryMax = DefaultRetryMax
-	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	w := &Writer{opts: opts, log: opts.Logger, sleep: backoff.Sleep}
+	w := &Writer{opts: opts, log: opts.Logger}
 	endpoint, auth, err := writeEndpoint(opts)
 	if err != nil {
 		return nil, w.errorf("%w", err)
@@ -221,19 +208,18 @@ func (w *Writer) Stats() WriterStats {
 func (w *Writer) CloseIdle() { w.client.CloseIdleConnections() }
 
 // Write posts body (newline-terminated lines of line protocol), split at
-// line boundaries into requests of at most MaxPayloadBytes. Network errors,
-// 5xx and 429 are retried with backoff (429/503 after Retry-After when the
-// server sends it) for as long as ctx's deadline allows; then Write returns
-// the last error, by its record.ErrorKind: unavailable when no server
+// line boundaries into requests of at most MaxPayloadBytes. Each request is
+// made once, bounded by Timeout and ctx's deadline: the first that fails
+// ends the Write with its error, by its record.ErrorKind, and the caller
+// decides whether to offer the batch again: unavailable when no server
 // answered (connection refused, DNS) or it answered 429, 502, 503 or 504 —
 // the sink is down or overloaded, the same batch should wait for it;
 // retryable for any other 5xx and for a request that timed out. A 4xx other
-// than 429 is returned at once, marked record.Permanent: resending the same
-// lines cannot succeed (400 is a partial write — the server stored the valid
-// lines). Parts already
-// accepted are not resent within this Write; a caller that retries the
-// whole body resends them, which InfluxDB treats as an idempotent
-// overwrite (same series and timestamp).
+// than 429 is marked record.Permanent: resending the same lines cannot
+// succeed (400 is a partial write — the server stored the valid lines).
+// Parts already accepted are not resent within this Write; a caller that
+// offers the whole body again resends them, which InfluxDB treats as an
+// idempotent overwrite (same series and timestamp).
 //
 // Write does not retain body.
 func (w *Writer) Write(ctx context.Context, body []byte) error {
@@ -257,7 +243,8 @@ func (w *Writer) Write(ctx context.Context, body []byte) error {
 	return nil
 }
 
-// post sends one request body with retries.
+// post sends one request body: one attempt, bounded by Timeout and by
+// ctx's deadline. Retrying is the caller's (the pump's or the buffer's).
 func (w *Writer) post(ctx context.Context, body []byte) error {
 	payload := body
 	if w.opts.Gzip {
@@ -271,34 +258,12 @@ func (w *Writer) post(ctx context.Context, body []byte) error {
 		w.gz.Close()
 		payload = w.zbuf.Bytes()
 	}
-	for attempt := 0; ; attempt++ {
-		if attempt > 0 {
-			w.retries.Add(1)
-		}
-		wait, err := w.attempt(ctx, payload)
-		if err == nil || record.IsPermanent(err) {
-			return err
-		}
-		if cv := (*tls.CertificateVerificationError)(nil); errors.As(err, &cv) {
-			// The same handshake fails the same way until the server's
-			// certificate or our CA changes: hand it back at once.
-			return err
-		}
-		if ctx.Err() != nil {
-			return err
-		}
-		if wait <= 0 {
-			wait = backoff.Delay(w.opts.RetryInitial, w.opts.RetryMax, attempt)
-		}
-		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
-			// Not worth starting: hand the retry to the caller (a buffer
-			// retries with its own backoff; the pump counts the batch).
-			return err
-		}
-		if w.sleep(ctx, wait) != nil {
-			return err
-		}
+	if w.failedLast.Load() {
+		w.retries.Add(1)
 	}
+	_, err := w.attempt(ctx, payload)
+	w.failedLast.Store(err != nil && !record.IsPermanent(err))
+	return err
 }
 
 // attempt makes one request. It returns the server's Retry-After (0 when

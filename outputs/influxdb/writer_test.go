@@ -71,7 +71,7 @@ func (r *recorder) requests() []request {
 	return append([]request(nil), r.reqs...)
 }
 
-func newTestWriter(t *testing.T, rec *recorder, opts WriterOptions) (*Writer, *[]time.Duration) {
+func newTestWriter(t *testing.T, rec *recorder, opts WriterOptions) *Writer {
 	t.Helper()
 	srv := httptest.NewServer(rec)
 	t.Cleanup(srv.Close)
@@ -83,12 +83,7 @@ func newTestWriter(t *testing.T, rec *recorder, opts WriterOptions) (*Writer, *[
 	if err != nil {
 		t.Fatal(err)
 	}
-	var slept []time.Duration
-	w.sleep = func(ctx context.Context, d time.Duration) error {
-		slept = append(slept, d)
-		return ctx.Err()
-	}
-	return w, &slept
+	return w
 }
 
 const twoLines = "m,t=a f=1i 1\nm,t=b f=2i 2\n"
@@ -109,7 +104,7 @@ func TestWriteAPIs(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := &recorder{}
-			w, _ := newTestWriter(t, rec, tc.opts)
+			w := newTestWriter(t, rec, tc.opts)
 			if err := w.Write(context.Background(), []byte(twoLines)); err != nil {
 				t.Fatal(err)
 			}
@@ -133,7 +128,7 @@ func TestWriteAPIs(t *testing.T) {
 
 func TestSplitPayload(t *testing.T) {
 	rec := &recorder{}
-	w, _ := newTestWriter(t, rec, WriterOptions{Database: "gpu", MaxPayloadBytes: 30})
+	w := newTestWriter(t, rec, WriterOptions{Database: "gpu", MaxPayloadBytes: 30})
 	var body strings.Builder
 	for i := range 10 {
 		body.WriteString("m,t=x f=" + strings.Repeat("1", i%3+1) + "i 1\n")
@@ -154,58 +149,71 @@ func TestSplitPayload(t *testing.T) {
 	}
 }
 
-func TestRetries(t *testing.T) {
+// A Write makes one request per part and hands a failure back at once,
+// classified: retrying is its caller's (the pump's or the buffer's). The
+// next Write after a failure counts as a retry.
+func TestOneAttempt(t *testing.T) {
 	ctx := context.Background()
 	t.Run("5xx then ok", func(t *testing.T) {
 		rec := &recorder{replies: []reply{{status: 503}, {status: 500}, {status: 204}}}
-		w, slept := newTestWriter(t, rec, WriterOptions{Database: "gpu", RetryInitial: time.Millisecond})
+		w := newTestWriter(t, rec, WriterOptions{Database: "gpu"})
+		for i, want := range []record.ErrorKind{record.KindUnavailable, record.KindRetryable} {
+			err := w.Write(ctx, []byte(twoLines))
+			if got := record.Classify(err); err == nil || got != want {
+				t.Fatalf("write %d: %v (%v), want %v", i, err, got, want)
+			}
+			if n := len(rec.requests()); n != i+1 {
+				t.Fatalf("write %d: %d requests, want %d (one attempt per Write)", i, n, i+1)
+			}
+		}
 		if err := w.Write(ctx, []byte(twoLines)); err != nil {
 			t.Fatal(err)
 		}
-		if n := len(rec.requests()); n != 3 || w.Stats().Retries != 2 {
-			t.Fatalf("%d requests, stats %+v; want 3 and 2 retries", n, w.Stats())
-		}
-		if len(*slept) != 2 || (*slept)[1] != 2*(*slept)[0] {
-			t.Fatalf("backoff %v, want doubling", *slept)
+		if st := w.Stats(); st.Requests != 3 || st.Retries != 2 {
+			t.Fatalf("stats %+v; want 3 requests, 2 retries", st)
 		}
 	})
-	t.Run("429 Retry-After honoured", func(t *testing.T) {
-		rec := &recorder{replies: []reply{{status: 429, headers: map[string]string{"Retry-After": "2"}}, {status: 204}}}
-		w, slept := newTestWriter(t, rec, WriterOptions{Database: "gpu"})
-		if err := w.Write(ctx, []byte(twoLines)); err != nil {
-			t.Fatal(err)
-		}
-		if len(*slept) != 1 || (*slept)[0] != 2*time.Second {
-			t.Fatalf("slept %v, want [2s]", *slept)
-		}
-	})
-	t.Run("Retry-After beyond the deadline", func(t *testing.T) {
+	t.Run("429 with Retry-After", func(t *testing.T) {
 		rec := &recorder{replies: []reply{{status: 503, body: `{"error":"overloaded"}`, headers: map[string]string{"Retry-After": "60"}}}}
-		w, slept := newTestWriter(t, rec, WriterOptions{Database: "gpu"})
-		dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		defer cancel()
-		err := w.Write(dctx, []byte(twoLines))
-		if record.Classify(err) != record.KindUnavailable || len(*slept) != 0 {
-			t.Fatalf("err %v (%v), slept %v; want an unavailable error at once", err, record.Classify(err), *slept)
+		w := newTestWriter(t, rec, WriterOptions{Database: "gpu"})
+		err := w.Write(ctx, []byte(twoLines))
+		if record.Classify(err) != record.KindUnavailable || len(rec.requests()) != 1 {
+			t.Fatalf("err %v (%v), %d requests; want one request, unavailable", err, record.Classify(err), len(rec.requests()))
 		}
 		if !strings.Contains(err.Error(), `influxdb "db1"`) || !strings.Contains(err.Error(), "503") || !strings.Contains(err.Error(), "overloaded") {
 			t.Fatalf("error %q does not name the output, status and message", err)
 		}
 	})
-	t.Run("network error retried until the deadline", func(t *testing.T) {
-		w, err := NewWriter(WriterOptions{Name: "down", URL: "http://127.0.0.1:1", Database: "gpu", RetryInitial: time.Millisecond})
+	t.Run("network error", func(t *testing.T) {
+		w, err := NewWriter(WriterOptions{Name: "down", URL: "http://127.0.0.1:1", Database: "gpu"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		dctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-		defer cancel()
-		err = w.Write(dctx, []byte(twoLines))
+		err = w.Write(ctx, []byte(twoLines))
 		if record.Classify(err) != record.KindUnavailable || !strings.Contains(err.Error(), `influxdb "down"`) ||
 			!strings.Contains(err.Error(), "connection refused") {
 			t.Fatalf("err %v", err)
 		}
-		if w.Stats().Retries == 0 {
-			t.Fatal("no retry")
+		if st := w.Stats(); st.Requests != 1 {
+			t.Fatalf("stats %+v: want one request", st)
+		}
+	})
+	t.Run("no answer: retryable, not past the deadline", func(t *testing.T) {
+		// a server that accepts and never answers, and a request timeout
+		// longer than the Write's deadline: the deadline ends the request
+		release := make(chan struct{})
+		srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { <-release }))
+		t.Cleanup(srv.Close)
+		t.Cleanup(func() { close(release) })
+		w, err := NewWriter(WriterOptions{Name: "hole", URL: srv.URL, Database: "gpu", Timeout: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		defer cancel()
+		err = w.Write(dctx, []byte(twoLines))
+		if record.Classify(err) != record.KindRetryable || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("err %v (%v): want retryable, the deadline's", err, record.Classify(err))
 		}
 	})
 }
@@ -223,8 +231,7 @@ func TestWriteErrorKinds(t *testing.T) {
 		{400, record.KindPermanent}, {404, record.KindPermanent}, {413, record.KindPermanent},
 	} {
 		rec := &recorder{replies: []reply{{status: tc.status, body: `{"error":"x"}`}}}
-		w, _ := newTestWriter(t, rec, WriterOptions{Database: "gpu", RetryInitial: time.Hour, RetryMax: time.Hour})
-		// a deadline shorter than the backoff: one attempt, then give up
+		w := newTestWriter(t, rec, WriterOptions{Database: "gpu"})
 		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		err := w.Write(dctx, []byte(twoLines))
 		cancel()
@@ -258,7 +265,7 @@ func TestClientErrorsNotRetried(t *testing.T) {
 			if tc.api == APIv2 {
 				opts.Database = ""
 			}
-			w, slept := newTestWriter(t, rec, opts)
+			w := newTestWriter(t, rec, opts)
 			err := w.Write(context.Background(), []byte(twoLines))
 			if !record.IsPermanent(err) {
 				t.Fatalf("err %v: want record.Permanent", err)
@@ -272,8 +279,8 @@ func TestClientErrorsNotRetried(t *testing.T) {
 					t.Errorf("error %q lacks %q", err, s)
 				}
 			}
-			if n := len(rec.requests()); n != 1 || len(*slept) != 0 {
-				t.Fatalf("%d requests, slept %v: want one request, no retry", n, *slept)
+			if n := len(rec.requests()); n != 1 {
+				t.Fatalf("%d requests: want one request, no retry", n)
 			}
 			if tc.status == 400 {
 				if st := w.Stats(); st.PartialWrites != 1 || st.RejectedPoints != 3 {
@@ -286,7 +293,7 @@ func TestClientErrorsNotRetried(t *testing.T) {
 
 func TestGzipBody(t *testing.T) {
 	rec := &recorder{}
-	w, _ := newTestWriter(t, rec, WriterOptions{Database: "gpu", Gzip: true})
+	w := newTestWriter(t, rec, WriterOptions{Database: "gpu", Gzip: true})
 	big := bytes.Repeat([]byte("nvidia_smi,index=0 power_draw=100 1\n"), 1000)
 	for range 2 { // the gzip writer is reused
 		if err := w.Write(context.Background(), big); err != nil {

@@ -281,6 +281,13 @@ func Kind() outputs.Kind {
 		OutOfProcess: true, // a network output: its own process (plugins.HostRegistry)
 		SampleConfig: SampleConfig,
 		Parse:        Parse,
+		Timeouts: func(o *outputs.Block) outputs.KindTimeouts {
+			if _, set := o.Raw["ack_timeout"]; !set {
+				return outputs.KindTimeouts{}
+			}
+			c, _ := o.Options.(Config)
+			return outputs.KindTimeouts{Request: outputs.Timeout{Key: "ack_timeout", D: c.AckTimeout}}
+		},
 		Build: func(o *outputs.Block, env outputs.BuildEnv) (record.Output, error) {
 			c, _ := o.Options.(Config)
 			// The agent names the file, line and output: no prefix of our own.

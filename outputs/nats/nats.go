@@ -29,10 +29,14 @@
 // Nats-Msg-Id (instance, Seq, subject and part), so the stream drops what
 // it already has within its duplicate window — at-least-once.
 //
-// Errors: Write marks rejections that cannot succeed on retry (a message
-// over the stream's size limit, a bad subject) with record.Permanent;
-// everything else (disconnected, ack timeout, no responders while JetStream
-// restarts) is retryable, for the per-output buffer to retry.
+// Errors: Write makes one attempt within its context's deadline (a full
+// window of unacknowledged publishes waits at most until then, and so do
+// the acks) and leaves retrying to the pump or the per-output buffer. It
+// marks rejections that cannot succeed on retry (a message over the
+// stream's size limit, a bad subject) with record.Permanent; a failure
+// while no server is connected with record.ErrUnavailable (the pump holds
+// the batch); everything else (ack timeout, no responders while JetStream
+// restarts) is retryable.
 //
 // Concurrency and ownership: one goroutine calls Write and Close (see
 // record.Output); Stats may be called from any goroutine. Write does not
@@ -40,6 +44,7 @@
 package nats
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -544,10 +549,20 @@ func (out *Output) publishJetStream(ctx context.Context, msgs []*natsgo.Msg) err
 	defer func() { clear(futures); out.futures = futures[:0] }()
 	var firstErr error
 	for _, m := range msgs {
+		// One attempt within the Write's deadline: a full window of
+		// unacknowledged publishes waits at most until then.
+		stall := out.cfg.AckTimeout
+		if dl, ok := ctx.Deadline(); ok {
+			stall = min(stall, time.Until(dl))
+		}
+		if ctx.Err() != nil || stall <= 0 {
+			firstErr = out.unavailable(fmt.Errorf("nats: output %s: publishing: %w", out.o.name, cmp.Or(ctx.Err(), context.DeadlineExceeded)))
+			break
+		}
 		f, err := out.js.PublishMsgAsync(m, jetstream.WithMsgID(m.Header.Get(natsgo.MsgIdHdr)),
-			jetstream.WithStallWait(out.cfg.AckTimeout))
+			jetstream.WithStallWait(stall))
 		if err != nil {
-			firstErr = out.classify(fmt.Errorf("publish %s: %w", m.Subject, err))
+			firstErr = out.unavailable(out.classify(fmt.Errorf("publish %s: %w", m.Subject, err)))
 			break
 		}
 		out.count(m)
@@ -563,15 +578,25 @@ func (out *Output) publishJetStream(ctx context.Context, msgs []*natsgo.Msg) err
 		case err := <-f.Err():
 			out.ackErrors.Add(1)
 			if firstErr == nil {
-				firstErr = out.classify(fmt.Errorf("ack %s: %w", f.Msg().Subject, err))
+				firstErr = out.unavailable(out.classify(fmt.Errorf("ack %s: %w", f.Msg().Subject, err)))
 			}
 		case <-ctx.Done():
 			// The remaining acks resolve (or time out) on their own; the
-			// batch is retried with the same message ids.
-			return fmt.Errorf("nats: output %s: waiting for acks: %w", out.o.name, ctx.Err())
+			// batch is offered again with the same message ids.
+			return out.unavailable(fmt.Errorf("nats: output %s: waiting for acks: %w", out.o.name, ctx.Err()))
 		}
 	}
 	return firstErr
+}
+
+// unavailable marks err (not permanent) as record.ErrUnavailable while the
+// connection has no server: the sink is down, the pump should hold the
+// batch rather than spend its offers.
+func (out *Output) unavailable(err error) error {
+	if err == nil || record.IsPermanent(err) || out.nc.IsConnected() {
+		return err
+	}
+	return record.Unavailable(err)
 }
 
 // classify prefixes err with the output's name and marks it permanent when

@@ -53,6 +53,10 @@ func Kind() outputs.Kind {
 		OutOfProcess: true, // a network output: its own process (plugins.HostRegistry)
 		SampleConfig: SampleConfig,
 		Parse:        func(t *config.Table) any { return Parse(t) },
+		Timeouts: func(o *outputs.Block) outputs.KindTimeouts {
+			c, _ := o.Options.(Config)
+			return influxdb.RequestTimeout(o, c.HTTP)
+		},
 		Build: func(o *outputs.Block, env outputs.BuildEnv) (record.Output, error) {
 			c, ok := o.Options.(Config)
 			if !ok {

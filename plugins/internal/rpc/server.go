@@ -128,7 +128,12 @@ func (s *Server) Write(ctx context.Context, req *proto.WriteRequest) (*proto.Wri
 		// The same bytes will not decode next time either.
 		return nil, WriteStatus(record.Permanent(fmt.Errorf("write: %w", err))).Err()
 	}
-	err := s.out.Write(ctx, &s.batch)
+	// The output's deadline ends before the host's call does (the deadline
+	// budget): a slow sink's error reaches the host in time, as an error,
+	// not as a call that ran past its timeout.
+	octx, cancel := record.HopContext(ctx)
+	err := s.out.Write(octx, &s.batch)
+	cancel()
 	s.batch.Reset()
 	if err != nil {
 		return nil, WriteStatus(err).Err()
