@@ -155,6 +155,9 @@ type Stats struct {
 	// Failing is set while the plugin is in a crash storm: at least
 	// StormRestarts restarts within StormWindow.
 	Failing bool
+	// Isolated is set once an output that shared a process wedged and was
+	// moved to a process of its own.
+	Isolated bool
 }
 
 // Client is an output that runs in a plugin process. It implements
@@ -177,6 +180,11 @@ type Client struct {
 	closed  bool
 	devices []record.Device // identities known to the last connection
 	remote  []record.Field  // the plugin output's counters, from its newest Health answer
+	// base sums the counters (Int fields) of the output's earlier
+	// processes, so that what ReportStats reports is cumulative across
+	// restarts; baseKeys keeps their order.
+	base     map[string]float64
+	baseKeys []string
 	storm   crashWindow     // restarts within the storm window
 
 	kick    chan struct{}
@@ -190,6 +198,9 @@ type Client struct {
 	// instance names this Client's output in its SharedProcess (fixed:
 	// a restart configures the same instance in the new process).
 	instance string
+	// isolated is set once the output wedged in a shared process and was
+	// moved to a process of its own (opts.Shared is then that process's).
+	isolated atomic.Bool
 }
 
 // conn is one running plugin process.
@@ -348,7 +359,8 @@ func (c *Client) configure(oc proto.OutputClient) (*rpc.Client, error) {
 
 // discard ends cn after it was found dead or wedged: its own process is
 // killed with its process group; a shared process is killed too (every
-// Client on it restarts) and this Client's reference to it dropped.
+// Client on it restarts: it crashed, does not answer, or served only this
+// output) and this Client's reference to it dropped.
 func (c *Client) discard(cn *conn) {
 	if cn.shared != nil {
 		c.opts.Shared.kill(cn.shared)
@@ -357,6 +369,23 @@ func (c *Client) discard(cn *conn) {
 	}
 	killGroup(cn.pid)
 	go endProcess(cn.pc, cn.pid, c.opts.CallTimeout)
+}
+
+// abandon gives up cn's instance alone, for a Client whose output wedged
+// in a process that serves other outputs and still answers: the process is
+// asked to forget the instance (its blocked call ends whenever it ends),
+// this Client's reference to it is dropped, and the output's next start is
+// in a process of its own, which no other output joins.
+func (c *Client) abandon(cn *conn) {
+	sp := c.opts.Shared
+	c.opts.Shared = sp.isolated()
+	c.isolated.Store(true)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), c.opts.CallTimeout)
+		_ = cn.rc.Close(ctx)
+		cancel()
+		sp.release(cn.shared, c.opts.CallTimeout)
+	}()
 }
 
 // end ends cn's process once its output is closed: a process of its own
@@ -459,6 +488,16 @@ func (c *Client) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), c.opts.CallTimeout)
 	err := cn.rc.Close(ctx)
 	cancel()
+	if err == nil {
+		// the output's final counters, its last flush included
+		hctx, cancel := context.WithTimeout(context.Background(), c.opts.HealthTimeout)
+		if stats, herr := cn.rc.HealthStats(hctx); herr == nil || errors.Is(herr, rpc.ErrNotHealthy) {
+			c.mu.Lock()
+			c.remote = stats
+			c.mu.Unlock()
+		}
+		cancel()
+	}
 	c.end(cn)
 	if err != nil {
 		return fmt.Errorf("plugin %s: %w", c.opts.Name, err)
@@ -469,7 +508,7 @@ func (c *Client) Close() error {
 // Stats returns the supervision counters.
 func (c *Client) Stats() Stats {
 	s := Stats{Starts: c.starts.Load(), Crashes: c.crashes.Load(), Wedges: c.wedges.Load(),
-		LastRestart: time.Duration(c.lastRst.Load()), StartFailures: c.failed.Load()}
+		LastRestart: time.Duration(c.lastRst.Load()), StartFailures: c.failed.Load(), Isolated: c.isolated.Load()}
 	c.mu.Lock()
 	if c.cur != nil {
 		s.PID = c.cur.pid
@@ -484,7 +523,10 @@ func (c *Client) Stats() Stats {
 // plugin_last_restart_ns, plugin_start_failures, and plugin_failing: 1
 // during a crash storm) followed by the counters the plugin's output
 // reported with its newest Health answer (at most one health interval
-// old; they count from the start of the current plugin process).
+// old; after Close, the final ones, read once the output has closed).
+// Those counters are cumulative across restarts: each process's last
+// reported counters are added to what the new one reports (what a crashed
+// process counted after its last answer is not known).
 func (c *Client) ReportStats(dst []record.Field) []record.Field {
 	s := c.Stats()
 	dst = append(dst, record.IntField("plugin_starts", s.Starts), record.IntField("plugin_restarts", s.Crashes+s.Wedges),
@@ -493,7 +535,38 @@ func (c *Client) ReportStats(dst []record.Field) []record.Field {
 		record.IntField("plugin_start_failures", s.StartFailures), record.IntField("plugin_failing", b2u(s.Failing)))
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return append(dst, c.remote...)
+	seen := make(map[string]bool, len(c.remote))
+	for _, f := range c.remote {
+		seen[f.Key] = true
+		if f.Int {
+			f.Value += c.base[f.Key]
+		}
+		dst = append(dst, f)
+	}
+	for _, k := range c.baseKeys {
+		if !seen[k] { // the new process has not answered a probe yet
+			dst = append(dst, record.Field{Key: k, Value: c.base[k], Int: true})
+		}
+	}
+	return dst
+}
+
+// foldRemote adds the counters of a process that is gone to the base; the
+// caller holds c.mu.
+func (c *Client) foldRemote() {
+	for _, f := range c.remote {
+		if !f.Int {
+			continue
+		}
+		if c.base == nil {
+			c.base = map[string]float64{}
+		}
+		if _, ok := c.base[f.Key]; !ok {
+			c.baseKeys = append(c.baseKeys, f.Key)
+		}
+		c.base[f.Key] += f.Value
+	}
+	c.remote = nil
 }
 
 func b2u(b bool) uint64 {
@@ -516,6 +589,7 @@ func (c *Client) supervise(cn *conn) {
 		c.mu.Lock()
 		c.cur = nil
 		c.devices = cn.rc.Devices()
+		c.foldRemote()
 		c.mu.Unlock()
 		// a process that just died may not be reaped yet: give it a moment
 		// before calling it wedged
@@ -528,6 +602,10 @@ func (c *Client) supervise(cn *conn) {
 		} else {
 			c.wedges.Add(1)
 		}
+		// A wedged output in a process that serves others and still
+		// answers is given up alone; otherwise the process goes.
+		alone := !crashed && cn.shared != nil && c.opts.Shared.others(cn.shared) &&
+			cn.shared.responsive(c.opts.HealthTimeout)
 		c.mu.Lock()
 		storm := c.storm.add(c.opts.Now())
 		c.mu.Unlock()
@@ -535,7 +613,11 @@ func (c *Client) supervise(cn *conn) {
 			c.log.Error("plugin crash storm: marked failing; restarts continue every restart_delay_max at most",
 				"restarts", c.opts.StormRestarts, "within", c.opts.StormWindow, "restart_delay_max", c.opts.BackoffMax)
 		}
-		c.discard(cn)
+		if alone {
+			c.abandon(cn)
+		} else {
+			c.discard(cn)
+		}
 		if time.Since(cn.started) >= c.opts.ResetAfter {
 			bo.Reset()
 		}
@@ -547,6 +629,10 @@ func (c *Client) supervise(cn *conn) {
 		}
 		if crashed {
 			reason = "exited"
+		}
+		if alone {
+			reason = strings.TrimSuffix(reason, ": killed") +
+				": given up alone (the process it shared serves the other outputs on), restarted in a process of its own"
 		}
 		c.log.Warn("plugin "+reason+"; restarting", "pid", cn.pid, "backoff", bo.Delay())
 		lastErr := ""

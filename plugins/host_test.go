@@ -21,7 +21,9 @@ import (
 
 // fileKind is a built-in-style kind marked OutOfProcess: it appends the
 // sample count of each batch and the build environment to a file. A batch
-// whose Seq is crash_at ends its process (exit status 3).
+// whose Seq is crash_at ends its process (exit status 3). With block_once
+// = FILE, the first Write that finds no FILE creates it (holding the pid)
+// and blocks forever, ignoring its context (a wedged output).
 func fileKind() outputs.Kind {
 	return outputs.Kind{Kind: "countfile", SampleConfig: "[[outputs.countfile]]\n  path = \"/tmp/x\"\n",
 		OutOfProcess: true,
@@ -32,6 +34,7 @@ func fileKind() outputs.Kind {
 				t.Errorf("path", "required")
 			}
 			t.Int("crash_at", &o.crashAt, 0, 1<<30)
+			t.String("block_once", &o.blockOnce)
 			return o
 		},
 		Build: func(o *outputs.Block, env outputs.BuildEnv) (record.Output, error) {
@@ -41,23 +44,32 @@ func fileKind() outputs.Kind {
 				return nil, err
 			}
 			f.WriteString("built in pid " + itoa(os.Getpid()) + " host " + env.Host + " name " + o.Name + "\n")
-			return &countFile{f: f, crashAt: opts.crashAt}, nil
+			return &countFile{f: f, crashAt: opts.crashAt, blockOnce: opts.blockOnce}, nil
 		}}
 }
 
 type fileOptions struct {
-	path    string
-	crashAt int
+	path      string
+	crashAt   int
+	blockOnce string
 }
 
 type countFile struct {
-	f       *os.File
-	crashAt int
+	f         *os.File
+	crashAt   int
+	blockOnce string
 }
 
 func (c *countFile) Write(_ context.Context, b *record.Batch) error {
 	if c.crashAt > 0 && b.Seq == uint64(c.crashAt) {
 		os.Exit(3)
+	}
+	if c.blockOnce != "" {
+		if f, err := os.OpenFile(c.blockOnce, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644); err == nil {
+			f.WriteString(itoa(os.Getpid()))
+			f.Close()
+			select {} // wedged: ignores its context
+		}
 	}
 	_, err := c.f.WriteString("samples " + itoa(len(b.Samples)) + "\n")
 	return err
@@ -230,5 +242,113 @@ func TestHostRegistrySharedProcess(t *testing.T) {
 		if string(data) != f.want {
 			t.Errorf("%s:\n%s\nwant\n%s", filepath.Base(f.path), data, f.want)
 		}
+	}
+}
+
+// sharedHost returns a registry whose countfile outputs share one process
+// (this test binary's TestHelperServeShared).
+func sharedHost(t *testing.T) *outputs.Registry {
+	exe, _ := os.Executable()
+	return plugins.HostRegistry(outputs.NewRegistry(fileKind()), plugins.HostOptions{Executable: exe, Shared: true,
+		Args: func(string) []string { return []string{"-test.run=^TestHelperServeShared$"} },
+		Env:  []string{"GPUSAMPLER_HELPER_SERVE_SHARED=1", "GPUSAMPLER_HELPER_PLUGIN=" + testPluginPath}})
+}
+
+// buildClients builds every output of doc with reg, closed at cleanup.
+func buildClients(t *testing.T, reg *outputs.Registry, doc string) []*plugins.Client {
+	t.Helper()
+	cfg, err := appconfig.Parse("t.toml", []byte(doc), appconfig.Options{Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var clients []*plugins.Client
+	for i := range cfg.Outputs {
+		k, _ := reg.Lookup(cfg.Outputs[i].Kind)
+		out, err := k.Build(&cfg.Outputs[i].Block, outputs.BuildEnv{Host: "node7"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := out.(*plugins.Client)
+		t.Cleanup(func() { c.Close() })
+		clients = append(clients, c)
+	}
+	return clients
+}
+
+// A wedged output in the shared process (its Write ignores its context) is
+// given up alone: the process it shared keeps serving the other output —
+// same pid, no crash or wedge counted for it, none of its batches refused —
+// and the wedged output is restarted in a process of its own, where the
+// batch it held is delivered. A wedge there, where it is alone, kills that
+// process.
+func TestSharedProcessWedgeGivenUpAlone(t *testing.T) {
+	dir := t.TempDir()
+	pathA, pathB := filepath.Join(dir, "a.txt"), filepath.Join(dir, "b.txt")
+	blockA := filepath.Join(dir, "a.blocked")
+	// write_timeout 1s: a call timeout of 800ms
+	clients := buildClients(t, sharedHost(t), "[[outputs.countfile]]\n  name = \"a\"\n  write_timeout = \"1s\"\n  path = \""+pathA+"\"\n  block_once = \""+blockA+"\"\n"+
+		"[[outputs.countfile]]\n  name = \"b\"\n  path = \""+pathB+"\"\n")
+	a, b := clients[0], clients[1]
+	shared := a.Stats().PID
+	if shared == 0 || b.Stats().PID != shared {
+		t.Fatalf("pids: a %d, b %d: want one shared process", shared, b.Stats().PID)
+	}
+	write := func(c *plugins.Client, seq uint64, n int) error {
+		return c.Write(context.Background(), &record.Batch{Seq: seq, Samples: outputtest.Samples(n)})
+	}
+	err := write(a, 1, 7)
+	if !errors.Is(err, record.ErrUnavailable) || !strings.Contains(err.Error(), "call_timeout") {
+		t.Fatalf("wedged write: %v, want unavailable past call_timeout", err)
+	}
+	// b writes on, in the same process, while a is given up and restarted
+	seq := uint64(0)
+	for bound := time.Now().Add(2 * time.Minute); a.Stats().PID == 0 || a.Stats().PID == shared; {
+		if time.Now().After(bound) {
+			t.Fatal("the wedged output was not restarted within 2 minutes")
+		}
+		seq++
+		if err := write(b, seq, 1); err != nil {
+			t.Fatalf("healthy output's write %d while its neighbour wedged: %v", seq, err)
+		}
+		if seq%50 == 0 {
+			time.Sleep(10 * time.Millisecond) // polling a's restart, not waiting for it
+		}
+	}
+	isolated := a.Stats().PID
+	if st := b.Stats(); st.PID != shared || st.Crashes != 0 || st.Wedges != 0 || st.Starts != 1 {
+		t.Fatalf("healthy output's stats %+v: want it still in %d, never restarted", st, shared)
+	}
+	if st := a.Stats(); st.Wedges != 1 || st.Crashes != 0 || !st.Isolated || isolated == shared {
+		t.Fatalf("wedged output's stats %+v: want 1 wedge, isolated in a new process", st)
+	}
+	if err := syscall.Kill(shared, 0); err != nil {
+		t.Fatalf("shared process %d: %v, want it alive", shared, err)
+	}
+	// the held batch goes to a's new process
+	if err := write(a, 1, 7); err != nil {
+		t.Fatal(err)
+	}
+	// a wedge where a is alone kills its process (b unaffected)
+	if err := os.Remove(blockA); err != nil {
+		t.Fatal(err)
+	}
+	if err := write(a, 2, 3); !errors.Is(err, record.ErrUnavailable) {
+		t.Fatalf("second wedged write: %v, want unavailable", err)
+	}
+	waitFor(t, func() bool { p := a.Stats().PID; return p != 0 && p != isolated })
+	waitFor(t, func() bool { return syscall.Kill(isolated, 0) != nil }) // killed (and reaped)
+	if err := write(b, seq+1, 2); err != nil || b.Stats().PID != shared {
+		t.Fatalf("healthy output after its neighbour's second wedge: %v, pid %d (want %d)", err, b.Stats().PID, shared)
+	}
+	data, err := os.ReadFile(pathA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(data), "samples 7\n"); n != 1 {
+		t.Fatalf("a's file:\n%s\nwant the held batch delivered once", data)
+	}
+	data, _ = os.ReadFile(pathB)
+	if n := strings.Count(string(data), "samples "); uint64(n) != seq+1 {
+		t.Fatalf("b delivered %d batches, want %d", n, seq+1)
 	}
 }

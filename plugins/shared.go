@@ -25,11 +25,19 @@ import (
 // What stays isolated: the host and its sampling (another process), and
 // each output's calls from the others' (an instance has its own lock, so a
 // Write blocked in one output does not delay another's Write or health
-// probe). What the outputs of one SharedProcess share is the process's
-// fate: when one of them crashes it, or wedges so that its Client kills
-// it, every Client it serves finds it gone, keeps its batches (Write
-// returns ErrUnavailable meanwhile) and reconfigures its output in a new
-// process, each counting a crash. External plugins ([[outputs.plugin]])
+// probe). A wedged output — a Write past its call timeout, or health
+// probes unanswered, while the process itself still answers go-plugin's
+// ping — is given up alone: its Client abandons its instance (the process
+// forgets it; the blocked call ends whenever it ends), drops its
+// reference, and restarts the output in a process of its own (isolated),
+// where a later wedge kills only that process. The process is killed only
+// when the wedged output is alone in it, or when it does not answer at
+// all. What the outputs of one SharedProcess still share is a crash: when
+// the process exits (a panic in an output's own goroutine, the kernel's
+// OOM killer), every Client it serves finds it gone, keeps its batches
+// (Write returns ErrUnavailable meanwhile) and reconfigures its output in
+// a new process, each counting a crash (a panic in a Write is recovered
+// and returned as a retryable error). External plugins ([[outputs.plugin]])
 // never share: each runs in its own verified process.
 //
 // The process starts with the first Client that needs it and ends with
@@ -121,6 +129,43 @@ func (s *SharedProcess) release(p *sharedProc, timeout time.Duration) {
 	s.mu.Unlock()
 	if last && !endProcess(p.pc, p.pid, timeout) {
 		s.logger.Warn(leftPipesHeld, "pid", p.pid)
+	}
+}
+
+// others reports whether Clients other than the caller are on p.
+func (s *SharedProcess) others(p *sharedProc) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return p.refs > 1
+}
+
+// isolated returns a SharedProcess of its own for one Client: the same
+// command, environment and logger as s, a process that no other output
+// joins.
+func (s *SharedProcess) isolated() *SharedProcess {
+	return NewSharedProcess(s.command, s.env, s.logger)
+}
+
+// responsive reports whether p's process answers go-plugin's ping (its
+// gRPC health service, which no output's call holds up) within timeout:
+// the process serves, whatever one of its outputs does.
+func (p *sharedProc) responsive(timeout time.Duration) bool {
+	if p.pc.Exited() {
+		return false
+	}
+	cp, err := p.pc.Client()
+	if err != nil {
+		return false
+	}
+	done := make(chan error, 1)
+	go func() { done <- cp.Ping() }() // ends with the connection, if it hangs
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err == nil
+	case <-t.C:
+		return false
 	}
 }
 

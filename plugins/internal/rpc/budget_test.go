@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -43,5 +44,26 @@ func TestServerWriteKeepsHopMargin(t *testing.T) {
 	}
 	if len(out.got) != 2 || !out.got[0].Equal(call.Add(-time.Second)) || !out.got[1].IsZero() {
 		t.Fatalf("output deadlines %v; want %v (the call's less 1 s), then none", out.got, call.Add(-time.Second))
+	}
+}
+
+type panicOutput struct{}
+
+func (panicOutput) Write(context.Context, *record.Batch) error { panic("boom") }
+func (panicOutput) Close() error                               { return nil }
+
+// A panic in an output's Write is returned as a retryable error: in a
+// process shared by several outputs it must not end the others.
+func TestServerWriteRecoversPanic(t *testing.T) {
+	s := NewServer(func(t *config.Table, _ Env) (record.Output, error) { t.Finish(); return panicOutput{}, nil }, nil)
+	ctx := context.Background()
+	if _, err := s.Configure(ctx, &proto.ConfigureRequest{ProtocolVersion: proto.ProtocolVersion_PROTOCOL_VERSION_1}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // the lock is released: a second Write is answered too
+		_, err := s.Write(ctx, &proto.WriteRequest{Seq: 1})
+		if err == nil || record.Classify(statusError(err)) != record.KindRetryable || !strings.Contains(err.Error(), "write panicked: boom") {
+			t.Fatalf("Write: %v, want a retryable error naming the panic", err)
+		}
 	}
 }

@@ -32,6 +32,9 @@ type MuxServer struct {
 
 	mu   sync.Mutex
 	outs map[string]*Server // by instance; removed on Close or a failed Configure
+	// closed holds instances closed since, until one Health call has read
+	// their final counters (the host's last look after the final flush).
+	closed map[string]*Server
 }
 
 // NewMuxServer returns a server that builds each instance's output with f
@@ -40,7 +43,7 @@ func NewMuxServer(f Factory, logger *slog.Logger) *MuxServer {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &MuxServer{factory: f, logger: logger, outs: map[string]*Server{}}
+	return &MuxServer{factory: f, logger: logger, outs: map[string]*Server{}, closed: map[string]*Server{}}
 }
 
 func instanceOf(ctx context.Context) (string, error) {
@@ -99,29 +102,54 @@ func (m *MuxServer) Write(ctx context.Context, req *proto.WriteRequest) (*proto.
 	return s.Write(ctx, req)
 }
 
-// Health implements proto.OutputServer.
+// Health implements proto.OutputServer. An instance closed since is
+// answered once more, with its output's final counters, then forgotten.
 func (m *MuxServer) Health(ctx context.Context, req *proto.HealthRequest) (*proto.HealthResponse, error) {
-	_, s, err := m.server(ctx)
+	id, s, err := m.server(ctx)
 	if err != nil {
-		return nil, err
+		m.mu.Lock()
+		c := m.closed[id]
+		delete(m.closed, id)
+		m.mu.Unlock()
+		if c == nil {
+			return nil, err
+		}
+		s = c
 	}
 	return s.Health(ctx, req)
 }
 
-// Close implements proto.OutputServer: it closes the instance's output and
-// forgets the instance. The process goes on serving the others.
+// Close implements proto.OutputServer: it forgets the instance, then
+// closes its output. The process goes on serving the others. An instance
+// whose Write is wedged is forgotten at once (the host gives it up); its
+// Close waits for that Write, up to the call's deadline, and the Write's
+// goroutine ends whenever the output returns.
 func (m *MuxServer) Close(ctx context.Context, req *proto.CloseRequest) (*proto.CloseResponse, error) {
 	id, s, err := m.server(ctx)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := s.Close(ctx, req)
 	m.mu.Lock()
 	if m.outs[id] == s {
 		delete(m.outs, id)
+		m.closed[id] = s
 	}
 	m.mu.Unlock()
-	return resp, err
+	type result struct {
+		resp *proto.CloseResponse
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		resp, err := s.Close(context.WithoutCancel(ctx), req)
+		done <- result{resp, err}
+	}()
+	select {
+	case r := <-done:
+		return r.resp, r.err
+	case <-ctx.Done():
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
 }
 
 // Instance returns an OutputClient whose every call names instance id

@@ -114,10 +114,19 @@ func (s *Server) Configure(ctx context.Context, req *proto.ConfigureRequest) (re
 	return &proto.ConfigureResponse{}, nil
 }
 
-// Write implements proto.OutputServer.
-func (s *Server) Write(ctx context.Context, req *proto.WriteRequest) (*proto.WriteResponse, error) {
+// Write implements proto.OutputServer. A panic in the output's Write is
+// recovered and returned as a retryable error (the stack is logged): in a
+// process shared by several outputs it must not end the others.
+func (s *Server) Write(ctx context.Context, req *proto.WriteRequest) (resp *proto.WriteResponse, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer func() {
+		if r := recover(); r != nil {
+			s.batch.Reset()
+			s.logger.Error("write panicked", "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			resp, err = nil, WriteStatus(fmt.Errorf("write panicked: %v", r)).Err()
+		}
+	}()
 	if s.closed {
 		return nil, status.Error(codes.FailedPrecondition, "write: output closed")
 	}
@@ -132,11 +141,11 @@ func (s *Server) Write(ctx context.Context, req *proto.WriteRequest) (*proto.Wri
 	// budget): a slow sink's error reaches the host in time, as an error,
 	// not as a call that ran past its timeout.
 	octx, cancel := record.HopContext(ctx)
-	err := s.out.Write(octx, &s.batch)
+	werr := s.out.Write(octx, &s.batch)
 	cancel()
 	s.batch.Reset()
-	if err != nil {
-		return nil, WriteStatus(err).Err()
+	if werr != nil {
+		return nil, WriteStatus(werr).Err()
 	}
 	return &proto.WriteResponse{}, nil
 }
@@ -174,7 +183,8 @@ func WriteStatus(err error) *status.Status {
 
 // Health implements proto.OutputServer. It does not wait for a Write in
 // progress. The reply carries the output's own counters when it is a
-// record.StatsReporter.
+// record.StatsReporter — after Close too: the host reads the final ones
+// then.
 func (s *Server) Health(ctx context.Context, _ *proto.HealthRequest) (*proto.HealthResponse, error) {
 	p := s.live.Load()
 	if p == nil {
