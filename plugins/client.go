@@ -185,7 +185,7 @@ type Client struct {
 	// restarts; baseKeys keeps their order.
 	base     map[string]float64
 	baseKeys []string
-	storm   crashWindow     // restarts within the storm window
+	storm    crashWindow // restarts within the storm window
 
 	kick    chan struct{}
 	stop    chan struct{}

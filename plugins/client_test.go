@@ -203,3 +203,57 @@ func TestClientReportsPluginStats(t *testing.T) {
 	}
 	var _ record.StatsReporter = c
 }
+
+// The plugin output's counters are cumulative across restarts (a wedged
+// process's last reported counters are added to the new process's), and
+// after Close they are the final ones, read once the output has closed:
+// no probe needs to come between the last Write and Close.
+func TestClientStatsSurviveRestartAndClose(t *testing.T) {
+	block := filepath.Join(t.TempDir(), "blocked")
+	opts := fastOptions(t, "stats-restart", map[string]any{"block_once": block})
+	opts.CallTimeout = 300 * time.Millisecond
+	opts.HealthInterval = time.Hour // only the restart and Close read the counters below
+	c, err := plugins.Start(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	writes := func() float64 {
+		for _, f := range c.ReportStats(nil) {
+			if f.Key == "test_writes" {
+				return f.Value
+			}
+		}
+		return -1
+	}
+	if err := os.WriteFile(block, nil, 0o644); err != nil { // no wedge yet
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if err := c.Write(context.Background(), &record.Batch{Seq: uint64(i + 1), Samples: outputtest.Samples(2)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.CheckNow() // one probe: the first process reports test_writes 2
+	waitFor(t, func() bool { return writes() == 2 })
+	os.Remove(block)
+	first := c.Stats().PID
+	if err := c.Write(context.Background(), &record.Batch{Seq: 3, Samples: outputtest.Samples(2)}); !errors.Is(err, record.ErrUnavailable) {
+		t.Fatalf("wedged write: %v", err)
+	}
+	waitFor(t, func() bool { p := c.Stats().PID; return p != 0 && p != first })
+	if got := writes(); got != 2 {
+		t.Fatalf("test_writes after the restart = %v, want the first process's 2", got)
+	}
+	for _, seq := range []uint64{3, 4} {
+		if err := c.Write(context.Background(), &record.Batch{Seq: seq, Samples: outputtest.Samples(2)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := writes(); got != 4 {
+		t.Fatalf("test_writes after Close = %v, want 4 (2 + the new process's 2, read after its close)", got)
+	}
+}

@@ -6,3 +6,6 @@ func WithAfterPin(o Options, f func()) Options {
 	o.afterPin = f
 	return o
 }
+
+// CheckNow asks the supervisor to probe the plugin now.
+func (c *Client) CheckNow() { c.check() }

@@ -185,7 +185,10 @@ func fieldName(fn string) string {
 }
 
 // FormatStats renders a short human summary of st (gpusampler run --stats):
-// a line per output, followed by the output's own non-zero counters from
+// a line per output — published, delivered (to the output, or to its
+// buffer when it has one), dropped, filtered, failed, held (a batch the
+// output refused for now, offered again) and unread (the ring's lag) —
+// followed by the output's own non-zero counters from
 // detail (DetailEvents) when it has any and its buffer's backlog (from a
 // BufferEvents event in detail: records, bytes and the oldest record's
 // age, which the output line's ring lag does not show), a line per output
@@ -200,8 +203,8 @@ func FormatStats(st sampler.Stats, detail []record.Event) string {
 		}
 	}
 	for _, o := range st.Outputs {
-		s += fmt.Sprintf("  output %-12s published %d delivered %d dropped %d filtered %d failed %d buffered %d write %v (max %v)\n",
-			o.Name, o.Published, o.Delivered, o.Dropped, o.Filtered, o.Failed, o.Lag,
+		s += fmt.Sprintf("  output %-12s published %d delivered %d dropped %d filtered %d failed %d held %d unread %d write %v (max %v)\n",
+			o.Name, o.Published, o.Delivered, o.Dropped, o.Filtered, o.Failed, o.Pending, o.Lag,
 			o.LastWriteLatency.Round(time.Microsecond), o.MaxWriteLatency.Round(time.Microsecond))
 		for _, ev := range detail {
 			if attr(ev, "output") == o.Name && attr(ev, "scope") == "buffer" {
@@ -223,11 +226,12 @@ func FormatStats(st sampler.Stats, detail []record.Event) string {
 }
 
 // BufferEvents turns per-output buffer stats into self-metrics events (scope
-// "buffer"): buffered records and bytes, the oldest record's age, replayed,
-// retries, dropped records by reason, dropped corrupt and malformed
-// batches, and for a disk buffer whether it is degraded (holding new
-// batches in memory because the disk refuses writes), the records it holds
-// in memory, its failed disk writes and the bytes its files use.
+// "buffer"): buffered records and bytes, the oldest record's age, batches
+// and records delivered to the sink, replayed, retries, dropped records by
+// reason, dropped corrupt and malformed batches, and for a disk buffer
+// whether it is degraded (holding new batches in memory because the disk
+// refuses writes), the records it holds in memory, its failed disk writes
+// and the bytes its files use.
 func BufferEvents(bufs map[string]*buffer.Buffer, now time.Time) []record.Event {
 	ns := now.UnixNano()
 	var evs []record.Event
@@ -238,7 +242,8 @@ func BufferEvents(bufs map[string]*buffer.Buffer, now time.Time) []record.Event 
 			Fields: []record.Field{intField("buffered_records", uint64(s.BufferedRecords)),
 				intField("buffered_bytes", uint64(s.BufferedBytes)),
 				{Key: "oldest_age_seconds", Value: s.OldestAge.Seconds()},
-				intField("delivered_batches", s.Delivered), intField("replayed_batches", s.Replayed),
+				intField("delivered_batches", s.Delivered), intField("delivered_records", s.DeliveredRecords),
+				intField("replayed_batches", s.Replayed),
 				intField("retries", s.Retries),
 				intField("dropped_cap", s.DroppedRecords.Cap), intField("dropped_malformed", s.DroppedRecords.Malformed),
 				intField("dropped_corrupt", s.DroppedRecords.Corrupt), intField("dropped_shutdown", s.DroppedRecords.Shutdown),

@@ -115,16 +115,20 @@ func TestDetailEvents(t *testing.T) {
 }
 
 // TestFormatStatsBufferBacklog: --stats shows what a buffer holds while its
-// sink is down (the output line's "buffered" is the ring's lag, 0 then).
+// sink is down apart from what reached the sink, and the output line what
+// the pump holds (a refused batch) apart from the ring's lag.
 func TestFormatStatsBufferBacklog(t *testing.T) {
 	ev := record.Event{Kind: record.EventSelf, Device: -1,
 		Attrs: []record.Attr{{Key: "scope", Value: "buffer"}, {Key: "output", Value: "influx"}, {Key: "buffer", Value: "disk"}},
 		Fields: []record.Field{{Key: "buffered_records", Value: 13536, Int: true}, {Key: "buffered_bytes", Value: 201300, Int: true},
-			{Key: "oldest_age_seconds", Value: 20.04}, {Key: "delivered_batches", Value: 0, Int: true},
+			{Key: "oldest_age_seconds", Value: 20.04}, {Key: "delivered_batches", Value: 3, Int: true},
+			{Key: "delivered_records", Value: 300, Int: true},
 			{Key: "retries", Value: 9, Int: true}, {Key: "dropped_malformed", Value: 4, Int: true}}}
-	st := sampler.Stats{Outputs: []sampler.OutputStats{{Name: "influx"}, {Name: "plain"}}}
+	st := sampler.Stats{Outputs: []sampler.OutputStats{{Name: "influx", Published: 14000, Delivered: 13840, Pending: 100, Lag: 60},
+		{Name: "plain"}}}
 	got := agent.FormatStats(st, []record.Event{ev})
-	want := "\n                      buffer disk backlog 13536 records 201.3 KB oldest 20s retries=9 dropped_malformed=4\n  output plain "
+	want := "  output influx       published 14000 delivered 13840 dropped 0 filtered 0 failed 0 held 100 unread 60 write 0s (max 0s)\n" +
+		"                      buffer disk backlog 13536 records 201.3 KB oldest 20s delivered_batches=3 delivered_records=300 retries=9 dropped_malformed=4\n  output plain "
 	if !strings.Contains(got, want) {
 		t.Errorf("FormatStats:\n%s\nwant the backlog under the influx line:\n%s", got, want)
 	}
