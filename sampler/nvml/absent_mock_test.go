@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
+
 	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/sampler"
 )
@@ -55,4 +58,26 @@ func TestOldDriverCause(t *testing.T) {
 func mustOpen(t *testing.T, version string) *Source {
 	src, _ := openMock(t, mockServer(t, version))
 	return src
+}
+
+// TestGPMDriverCause: a driver that exports the GPM functions but answers
+// nvmlGpmQueryDeviceSupport with FUNCTION_NOT_FOUND or
+// ARGUMENT_VERSION_MISMATCH lacks GPM as the driver, not the (Hopper) GPU:
+// the metric's error says so and wraps ErrOldDriver.
+func TestGPMDriverCause(t *testing.T) {
+	for _, ret := range []nvml.Return{nvml.ERROR_FUNCTION_NOT_FOUND, nvml.ERROR_ARGUMENT_VERSION_MISMATCH} {
+		s := mockServer(t, "12.535.54.03")
+		for _, dd := range s.Devices {
+			dd.(*server.Device).GpmQueryDeviceSupportFunc = func() (nvml.GpmSupport, nvml.Return) { return nvml.GpmSupport{}, ret }
+		}
+		_, devs := openMock(t, s)
+		out := make([]sampler.Reading, 1)
+		if err := devs[0].Read([]catalog.MetricID{catalog.MetricSMActive}, out); err != nil {
+			t.Fatal(err)
+		}
+		if err := out[0].Err; !errors.Is(err, sampler.ErrOldDriver) || !errors.Is(err, sampler.ErrNotSupported) ||
+			!strings.Contains(err.Error(), "a newer driver has it") {
+			t.Errorf("%v: %v; want the driver named as the cause", ret, err)
+		}
+	}
 }

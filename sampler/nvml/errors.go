@@ -74,6 +74,8 @@ func returnText(ret nvml.Return) string {
 		return "library not found"
 	case nvml.ERROR_FUNCTION_NOT_FOUND:
 		return "function not found in the driver library"
+	case nvml.ERROR_ARGUMENT_VERSION_MISMATCH:
+		return "argument version mismatch"
 	case nvml.ERROR_GPU_IS_LOST:
 		return "gpu is lost"
 	case nvml.ERROR_RESET_REQUIRED:

@@ -96,6 +96,10 @@ func (d *device) readGPM(ids []catalog.MetricID, out []sampler.Reading) error {
 		case sentinel(ret) == sampler.ErrGPULost:
 			g.state = gpmUnknown
 			return fmt.Errorf("read device %d: %w", d.index, newError("gpm query device support", ret))
+		case ret == nvml.ERROR_FUNCTION_NOT_FOUND || ret == nvml.ERROR_ARGUMENT_VERSION_MISMATCH:
+			// The library exports the function but its GPM does not
+			// answer this request: the driver's doing, not the GPU's.
+			g.errNS = &gpmDriverError{ret: ret}
 		case ret == nvml.SUCCESS && sup.IsSupportedDevice != 0:
 			g.state = gpmSupported
 			// Sample buffers are host allocations, not device calls: not
@@ -207,4 +211,17 @@ func (d *device) freeGPM() {
 			d.gpm.samples[k] = nil
 		}
 	}
+}
+
+// gpmDriverError: nvmlGpmQueryDeviceSupport is exported but answers that
+// the function is not there or that it does not know the request's
+// version: the driver's GPM is older than the request, whatever the GPU.
+type gpmDriverError struct{ ret nvml.Return }
+
+func (e *gpmDriverError) Error() string {
+	return "gpm: the driver answers nvmlGpmQueryDeviceSupport with \"" + returnText(e.ret) + "\" (its GPM is older than gpusampler asks for; a newer driver has it)"
+}
+
+func (e *gpmDriverError) Unwrap() []error {
+	return []error{sampler.ErrNotSupported, sampler.ErrOldDriver}
 }
