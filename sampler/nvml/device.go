@@ -136,6 +136,10 @@ func (d *device) CPUAffinity() ([]int, error) {
 	if dev == nil {
 		return nil, d.noHandle()
 	}
+	if !d.src.has["nvmlDeviceGetCpuAffinity"] {
+		// Calling a symbol the library lacks kills the process.
+		return nil, fmt.Errorf("get cpu affinity: %w (nvmlDeviceGetCpuAffinity absent from this driver)", sampler.ErrNotSupported)
+	}
 	start := now()
 	mask, r := dev.GetCpuAffinity(affinityCPUs)
 	d.account("GetCpuAffinity", 1, start)

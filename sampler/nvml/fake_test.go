@@ -196,6 +196,13 @@ func TestFakeDriverDropInReads(t *testing.T) {
 	}
 }
 
+// TestFakeDriverNoCPUAffinity: the fake library, like a driver without
+// nvmlDeviceGetCpuAffinity, answers the NUMA query as unsupported instead
+// of the process dying on the missing symbol (bench asks it on every run).
+func TestFakeDriverNoCPUAffinity(t *testing.T) {
+	runScenario(t, "no-cpu-affinity", false)
+}
+
 func TestFakeDriverNotLoaded(t *testing.T) {
 	runScenario(t, "driver-not-loaded", false, "FAKENVML_INIT_RET=9")
 }
@@ -282,6 +289,8 @@ func TestFakeDriverChild(t *testing.T) {
 		childModes(t, src)
 	case "drop-in-reads":
 		childDropInReads(t, src)
+	case "no-cpu-affinity":
+		childNoCPUAffinity(t, src)
 	case "fallback":
 		childFallback(t, src)
 	case "processes-none":
@@ -292,6 +301,27 @@ func TestFakeDriverChild(t *testing.T) {
 		childCallBudget(t, src, clk)
 	default:
 		t.Fatalf("unknown scenario %q", scenario)
+	}
+}
+
+// childNoCPUAffinity asks every GPU for its CPU affinity on a library that
+// lacks the symbol: unsupported, never a call.
+func childNoCPUAffinity(t *testing.T, src *Source) {
+	if src.has["nvmlDeviceGetCpuAffinity"] {
+		t.Fatal("the fake library exports nvmlDeviceGetCpuAffinity: this scenario needs a library without it")
+	}
+	devs, err := src.Devices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, d := range devs {
+		r, ok := d.(sampler.CPUAffinityReporter)
+		if !ok {
+			t.Fatalf("device %d: no CPUAffinity", i)
+		}
+		if cpus, err := r.CPUAffinity(); !errors.Is(err, sampler.ErrNotSupported) {
+			t.Fatalf("device %d: CPUAffinity = %v, %v; want ErrNotSupported", i, cpus, err)
+		}
 	}
 }
 

@@ -147,6 +147,8 @@ var symbolSince = map[string]APIVersion{
 	"nvmlDeviceGetEccMode":                {10, 0},
 	"nvmlDeviceGetComputeMode":            {10, 0},
 	"nvmlDeviceGetArchitecture":           {11, 0},
+	// The GPU's NUMA placement (bench and the live NUMA finding).
+	"nvmlDeviceGetCpuAffinity": {10, 0},
 	// Processes. go-nvml binds the running-process lists to the newest
 	// version the library has (_v3, _v2, else the original).
 	"nvmlDeviceGetComputeRunningProcesses":     {10, 0},
