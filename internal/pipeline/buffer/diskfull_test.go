@@ -395,3 +395,50 @@ func must[T any](v T, err error) T {
 	}
 	return v
 }
+
+// TestDiskPlantedSegmentNames: a regular file and a symlink planted under
+// the next segments' names (another user, in a directory they may write
+// to) do not stop the queue: their names are skipped, the file is never
+// read or changed, the symlink's target never written.
+func TestDiskPlantedSegmentNames(t *testing.T) {
+	dir := t.TempDir()
+	q, err := openDiskQueue(dir, diskOptions{maxBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.close()
+	push := func(seq uint64) {
+		tb := testBatch(seq, 4)
+		if err := q.push(encode(tb), tb.Len(), int64(seq)); err != nil {
+			t.Fatalf("push %d: %v", seq, err)
+		}
+	}
+	push(1)
+	next := q.nextID
+	planted := q.segPath(next)
+	if err := os.WriteFile(planted, []byte("not yours"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	target := filepath.Join(t.TempDir(), "victim")
+	if err := os.WriteFile(target, []byte("keep"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, q.segPath(next+1)); err != nil {
+		t.Fatal(err)
+	}
+	q.setHeader([]byte("another header")) // the next push starts a segment
+	push(2)
+	if a := q.active(); a.id != next+2 {
+		t.Fatalf("active segment %d, want %d (two names skipped)", a.id, next+2)
+	}
+	got, err := q.snapshot()
+	if err != nil || len(got) != 2 {
+		t.Fatalf("queue holds %d entries (%v), want 2", len(got), err)
+	}
+	if b, _ := os.ReadFile(planted); string(b) != "not yours" {
+		t.Fatalf("planted file changed: %q", b)
+	}
+	if b, _ := os.ReadFile(target); string(b) != "keep" {
+		t.Fatalf("symlink target changed: %q", b)
+	}
+}

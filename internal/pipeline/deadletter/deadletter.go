@@ -102,10 +102,17 @@ func New(inner record.Output, opts Options) (*Output, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	if err := os.MkdirAll(filepath.Dir(opts.File), 0o700); err != nil {
+	dir := filepath.Dir(opts.File)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("deadletter: %w", err)
 	}
-	f, err := os.OpenFile(opts.File, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if fi, err := os.Stat(dir); err == nil && fi.Mode().Perm()&0o022 != 0 {
+		opts.Logger.Warn("dead-letter dir is writable by other users, who could plant or change its files; chmod go-w it",
+			"dir", dir, "mode", fmt.Sprintf("%#o", fi.Mode().Perm()))
+	}
+	// O_NOFOLLOW: a symlink planted under the file's name is refused, never
+	// appended through.
+	f, err := os.OpenFile(opts.File, os.O_WRONLY|os.O_APPEND|os.O_CREATE|oNoFollow, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("deadletter: %w", err)
 	}
@@ -113,6 +120,10 @@ func New(inner record.Output, opts Options) (*Output, error) {
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("deadletter: %w", err)
+	}
+	if !st.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("deadletter: %s is not a regular file (%v)", opts.File, st.Mode().Type())
 	}
 	return &Output{inner: inner, opts: opts, f: f, size: st.Size()}, nil
 }

@@ -199,3 +199,24 @@ func TestNewBadDir(t *testing.T) {
 		t.Fatalf("err %v, want one naming %s", err, f)
 	}
 }
+
+// TestNewRefusesSymlink: a symlink planted under the dead-letter file's name
+// (another user, in a directory they may write to) is refused; its target
+// is never appended to.
+func TestNewRefusesSymlink(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(t.TempDir(), "victim")
+	if err := os.WriteFile(target, []byte("keep\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "influxdb.deadletter")
+	if err := os.Symlink(target, file); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := deadletter.New(&sink{}, deadletter.Options{File: file}); err == nil {
+		t.Fatal("a symlink as the dead-letter file was opened")
+	}
+	if got, _ := os.ReadFile(target); string(got) != "keep\n" {
+		t.Fatalf("the symlink's target was changed: %q", got)
+	}
+}
