@@ -25,7 +25,11 @@ type Config struct {
 	Username, Password        string
 	Organization, Bucket      string
 	Token                     string
-	HTTP                      HTTPConfig
+	// SkipDatabaseCreation (v1): never send CREATE DATABASE for a missing
+	// database (Telegraf's key; default false: a write that finds it
+	// missing creates it).
+	SkipDatabaseCreation bool
+	HTTP                 HTTPConfig
 }
 
 // HTTPConfig holds the transport keys shared with outputs/telegraf.
@@ -106,6 +110,7 @@ func Parse(t *config.Table) Config {
 	t.String("organization", &c.Organization)
 	t.String("bucket", &c.Bucket)
 	t.String("token", &c.Token)
+	t.Bool("skip_database_creation", &c.SkipDatabaseCreation)
 	c.HTTP = ParseHTTP(t)
 	for i, u := range c.URLs {
 		key := "url"
@@ -121,7 +126,7 @@ func Parse(t *config.Table) Config {
 			}
 		}
 	}
-	only(APIv1, "retention_policy", "username", "password")
+	only(APIv1, "retention_policy", "username", "password", "skip_database_creation")
 	only(APIv2, "organization", "bucket")
 	switch c.API {
 	case APIv1:
@@ -216,7 +221,8 @@ func (c Config) Options(kind, name string) (Options, error) {
 	return Options{URLs: c.URLs, WriterOptions: WriterOptions{Kind: kind, Name: name, URL: c.URLs[0], API: c.API,
 		Database: c.Database, RetentionPolicy: c.RetentionPolicy, Username: c.Username, Password: c.Password,
 		Organization: c.Organization, Bucket: c.Bucket, Token: c.Token, Gzip: c.HTTP.ContentEncoding == "gzip",
-		Timeout: c.HTTP.Timeout, MaxPayloadBytes: c.HTTP.MaxPayloadBytes, TLS: tlsConf}}, nil
+		Timeout: c.HTTP.Timeout, MaxPayloadBytes: c.HTTP.MaxPayloadBytes, TLS: tlsConf,
+		CreateDatabase: c.API == APIv1 && !c.SkipDatabaseCreation}}, nil
 }
 
 // Load builds the *tls.Config (nil when nothing is set), reading the files.

@@ -195,7 +195,8 @@ func TestTelegrafSchemaNoConflictIntegration(t *testing.T) {
 }
 
 // Unreachable server, missing database (404), wrong password (401): each a
-// clear error naming the output, the 4xx ones permanent.
+// clear error naming the output; not ready (404, 401) is unavailable, held
+// by a buffer like an outage.
 func TestErrorsIntegration(t *testing.T) {
 	ctx := context.Background()
 	b := &record.Batch{Seq: 1, Samples: mixedSamples(4, time.Now().UnixNano())}
@@ -211,8 +212,10 @@ func TestErrorsIntegration(t *testing.T) {
 	})
 	srv := influxtest.Start(t, influxtest.Options{})
 	t.Run("missing database", func(t *testing.T) {
-		err := newOutput(t, srv.URL, "nodb").Write(ctx, b)
-		if !record.IsPermanent(err) || !strings.Contains(err.Error(), `404 Not Found: database not found: "nodb" (database "nodb" does not exist`) {
+		wctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		err := newOutput(t, srv.URL, "nodb").Write(wctx, b)
+		if record.Classify(err) != record.KindUnavailable || !strings.Contains(err.Error(), `404 Not Found: database not found: "nodb" (database "nodb" does not exist`) {
 			t.Fatalf("err %v", err)
 		}
 	})
@@ -231,11 +234,13 @@ func TestErrorsIntegration(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			err = out.Write(ctx, b)
+			wctx, cancel := context.WithTimeout(ctx, time.Second)
+			err = out.Write(wctx, b)
+			cancel()
 			if tc.ok != (err == nil) {
 				t.Fatalf("password %s: %v", tc.password, err)
 			}
-			if !tc.ok && (!record.IsPermanent(err) || !strings.Contains(err.Error(), `influxdb "auth"`) ||
+			if !tc.ok && (record.Classify(err) != record.KindUnavailable || !strings.Contains(err.Error(), `influxdb "auth"`) ||
 				!strings.Contains(err.Error(), "401 Unauthorized") || !strings.Contains(err.Error(), "check username and password") ||
 				strings.Contains(err.Error(), "wrong")) {
 				t.Fatalf("err %v", err)
@@ -338,4 +343,66 @@ func runOutage(t *testing.T, srv *influxtest.Server, out record.Output) int {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return total
+}
+
+// A database that does not exist yet is "not ready", not malformed lines:
+// a disk buffer holds the backlog while writes get 404 (skip database
+// creation), and delivers all of it once the database is created. With
+// database creation (Telegraf's default) the first 404 creates it.
+func TestMissingDatabaseHeldIntegration(t *testing.T) {
+	for _, create := range []bool{false, true} {
+		srv := influxtest.Start(t, influxtest.Options{})
+		out, err := influxdb.New(influxdb.Options{WriterOptions: influxdb.WriterOptions{Name: "test", URL: srv.URL,
+			Database: "gpu", CreateDatabase: create}, Host: "node1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf, err := buffer.New(out, buffer.Config{Kind: buffer.KindDisk, Dir: t.TempDir(), MaxBytes: 64 << 20,
+			RetryInitial: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond, CloseTimeout: 30 * time.Second},
+			buffer.WithWriteTimeout(2*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t0 := time.Now().UnixNano()
+		total := 0
+		for seq := uint64(1); seq <= 200; seq++ {
+			b := &record.Batch{Seq: seq, Samples: make([]record.Sample, 50)}
+			for i := range b.Samples {
+				b.Samples[i] = record.Sample{TimeNS: t0 + int64(total+i)*1000, Value: float64(total + i), Metric: catalog.MetricPowerDraw}
+			}
+			if err := buf.Write(context.Background(), b); err != nil {
+				t.Fatal(err)
+			}
+			total += len(b.Samples)
+		}
+		deadline := time.Now().Add(2 * time.Minute) // liveness bound
+		if !create {
+			// Held through several refusals, then created.
+			for buf.Stats().Retries < 10 {
+				if time.Now().After(deadline) {
+					t.Fatalf("no retries: %+v", buf.Stats())
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if st := buf.Stats(); st.DroppedRecords.Total() != 0 || st.Delivered != 0 {
+				t.Fatalf("database missing: %+v, want everything held", st)
+			}
+			srv.CreateDatabase("gpu")
+		}
+		for buf.Stats().BufferedBatches > 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("backlog not delivered: %+v", buf.Stats())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if err := buf.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if st := buf.Stats(); st.DroppedRecords.Total() != 0 {
+			t.Fatalf("create=%v: drops %+v", create, st.DroppedRecords)
+		}
+		if got := srv.Count("gpu", "nvidia_smi", "power_draw"); got != int64(total) {
+			t.Fatalf("create=%v: InfluxDB holds %d samples, wrote %d", create, got, total)
+		}
+	}
 }

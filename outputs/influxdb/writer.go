@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -70,6 +71,10 @@ type WriterOptions struct {
 	// MaxPayloadBytes splits a larger body at line boundaries into several
 	// requests (default 4 MiB, before compression).
 	MaxPayloadBytes int
+	// CreateDatabase (v1) makes a write that finds the database missing
+	// (404) ask the server to create it (CREATE DATABASE), as Telegraf's
+	// influxdb output does unless skip_database_creation is set.
+	CreateDatabase bool
 	// TLS is the client TLS configuration (nil: Go's defaults).
 	TLS *tls.Config
 	// Logger gets rare notes (partial writes); nil discards.
@@ -105,7 +110,11 @@ type Writer struct {
 	zbuf     bytes.Buffer
 
 	requests, retries, bytesSent, partial, rejected atomic.Uint64
-	failedLast                                      atomic.Bool // the last request failed, not permanently
+	failedLast                                      atomic.Bool   // the last request failed, not permanently
+	created                                         atomic.Uint64 // databases created
+
+	createMu   sync.Mutex
+	lastCreate time.Time
 }
 
 // NewWriter validates opts and returns a writer. It does no network I/O.
@@ -304,6 +313,16 @@ func (w *Writer) attempt(ctx context.Context, payload []byte) (time.Duration, er
 	case http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
 		// Overloaded, or a proxy in front of a server that is down.
 		return retryAfter(resp.Header.Get("Retry-After")), record.Unavailable(werr)
+	case http.StatusUnauthorized, http.StatusForbidden:
+		// Not ready: credentials not (yet) valid. The lines are fine; a
+		// buffer holds them as in an outage.
+		return 0, record.Unavailable(werr)
+	case http.StatusNotFound:
+		if !notAnEndpoint(werr.Message) {
+			// Not ready: the database or bucket does not exist (yet).
+			w.maybeCreateDatabase(ctx)
+			return 0, record.Unavailable(werr)
+		}
 	}
 	switch {
 	case resp.StatusCode >= 500:
@@ -317,6 +336,61 @@ func (w *Writer) attempt(ctx context.Context, payload []byte) (time.Duration, er
 		return 0, record.Permanent(werr)
 	}
 	return 0, record.Permanent(werr)
+}
+
+// notAnEndpoint reports whether a 404's message says the server has no such
+// endpoint (a wrong url or api), rather than no such database or bucket.
+func notAnEndpoint(msg string) bool { return strings.Contains(strings.ToLower(msg), "page not found") }
+
+// createEvery bounds how often a writer asks the server to create its
+// database.
+const createEvery = 10 * time.Second
+
+// maybeCreateDatabase sends CREATE DATABASE for a v1 writer with
+// CreateDatabase set (Telegraf's skip_database_creation = false), at most
+// once per createEvery: the write that found it missing still fails, and
+// the next one (the buffer's or pump's retry) finds it. Its outcome is
+// logged, never returned.
+func (w *Writer) maybeCreateDatabase(ctx context.Context) {
+	if !w.opts.CreateDatabase || w.opts.API != APIv1 {
+		return
+	}
+	w.createMu.Lock()
+	if time.Since(w.lastCreate) < createEvery && !w.lastCreate.IsZero() {
+		w.createMu.Unlock()
+		return
+	}
+	w.lastCreate = time.Now()
+	w.createMu.Unlock()
+	u, err := url.Parse(w.opts.URL)
+	if err != nil {
+		return
+	}
+	u.Path = strings.TrimRight(u.Path, "/") + "/query"
+	form := url.Values{"q": {fmt.Sprintf("CREATE DATABASE %q", w.opts.Database)}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), strings.NewReader(form.Encode()))
+	if err != nil {
+		return
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("User-Agent", "gpusampler")
+	if w.auth != "" {
+		req.Header.Set("Authorization", w.auth)
+	}
+	resp, err := w.client.Do(req)
+	if err != nil {
+		w.log.Warn("database missing; creating it failed", "database", w.opts.Database, "err", unwrapURLError(err))
+		return
+	}
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 || bytes.Contains(msg, []byte(`"error"`)) {
+		w.log.Warn("database missing; creating it failed", "database", w.opts.Database, "status", resp.StatusCode,
+			"err", string(bytes.TrimSpace(msg)))
+		return
+	}
+	w.created.Add(1)
+	w.log.Warn("database missing; created it (skip_database_creation = true turns this off)", "database", w.opts.Database)
 }
 
 // redacted returns the endpoint for messages (it holds no secrets, but a
@@ -355,7 +429,7 @@ func (w *Writer) hint(e *WriteError) string {
 		if pageNotFound {
 			return fmt.Sprintf("the server has no %s write endpoint: check url and api (InfluxDB 1.x speaks only v1)", w.opts.API)
 		}
-		return target() + " does not exist: create it, or fix the output's settings"
+		return target() + " does not exist: the lines are kept (with a buffer) until it does; create it, or fix the output's settings"
 	case http.StatusRequestEntityTooLarge:
 		return "request too large: lower max_payload_bytes or max_batch"
 	case http.StatusTooManyRequests:
