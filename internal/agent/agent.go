@@ -82,6 +82,9 @@ type Agent struct {
 	pending map[string]*pendingOutput    // by name: configured, not started (retried)
 	buffers map[string]*buffer.Buffer    // by output name, for self-metrics
 	outputs map[string]record.Output     // by name: what the pump writes to, for self-metrics
+	// lateStart holds, by name, the engine's published samples when an
+	// output that started late was configured (its missed_not_started).
+	lateStart map[string]uint64
 
 	retryKick chan struct{} // wakes the retry loop of outputs that could not start
 
@@ -123,6 +126,7 @@ func New(src sampler.Source, cfg *appconfig.Config, opts Options) (*Agent, error
 	}
 	a = &Agent{opts: opts, log: opts.Logger, eng: eng, cfg: cfg, running: map[string]*appconfig.Output{},
 		pending: map[string]*pendingOutput{}, buffers: map[string]*buffer.Buffer{}, outputs: map[string]record.Output{},
+		lateStart: map[string]uint64{},
 		retryKick: make(chan struct{}, 1)}
 	var built []builtOutput
 	if opts.Strict {
@@ -176,6 +180,7 @@ func (a *Agent) setBuffer(b builtOutput) {
 func (a *Agent) forget(name string) {
 	delete(a.buffers, name)
 	delete(a.outputs, name)
+	delete(a.lateStart, name)
 }
 
 // Outputs returns the running outputs (what each pump writes to, wrappers

@@ -10,6 +10,7 @@ import (
 	"github.com/gpusampler/gpusampler/internal/appconfig"
 	"github.com/gpusampler/gpusampler/internal/backoff"
 	"github.com/gpusampler/gpusampler/record"
+	"github.com/gpusampler/gpusampler/sampler"
 )
 
 // Delays between start attempts of an output that could not start
@@ -31,13 +32,25 @@ type pendingOutput struct {
 	failures uint64            // failed attempts since the block was configured
 	delay    time.Duration     // before the next attempt
 	next     time.Time         // when the next attempt is due
+	// published0 is the engine's published samples when the block was
+	// configured: what was published since never reached this output.
+	published0 uint64
+}
+
+// publishedSamples returns the samples every device published so far.
+func (a *Agent) publishedSamples() uint64 {
+	var n uint64
+	for _, d := range a.eng.Stats().Devices {
+		n += d.Published
+	}
+	return n
 }
 
 // defer records that o could not be built from cfg at start (err) and logs
 // it once; the retry loop tries again after the backoff. a.mu held or not
 // yet shared.
 func (a *Agent) deferStart(cfg *appconfig.Config, o *appconfig.Output, err error) {
-	p := &pendingOutput{block: o, cfg: cfg, err: err, failures: 1, delay: a.retryMin()}
+	p := &pendingOutput{block: o, cfg: cfg, err: err, failures: 1, delay: a.retryMin(), published0: a.publishedSamples()}
 	p.next = time.Now().Add(p.delay)
 	a.pending[o.Name] = p
 	a.log.Error("output could not start; the other outputs run and it is retried with backoff (run --strict exits instead)",
@@ -115,6 +128,7 @@ func (a *Agent) retryLoop(ctx context.Context) {
 func (a *Agent) retry(ctx context.Context, p *pendingOutput) {
 	name := p.block.Name
 	built, err := a.build(p.cfg, []*appconfig.Output{p.block})
+	published := a.publishedSamples() // before the lock: the engine's own locks come first
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.pending[name] != p || ctx.Err() != nil {
@@ -129,7 +143,11 @@ func (a *Agent) retry(ctx context.Context, p *pendingOutput) {
 			delete(a.pending, name)
 			a.running[name] = b.block
 			a.setBuffer(b)
-			a.log.Info("output started", "output", name, "failed_attempts", p.failures)
+			a.lateStart[name] = p.published0
+			// What was published while it could not start never reaches
+			// it: counted (output_health missed_not_started).
+			a.log.Info("output started", "output", name, "failed_attempts", p.failures,
+				"samples_missed_meanwhile", published-min(published, p.published0))
 			return
 		}
 		b.out.Close()
@@ -173,7 +191,7 @@ func (a *Agent) reloadPending(cfg *appconfig.Config, envChanged bool) (map[strin
 			continue
 		}
 		next[o.Name] = &pendingOutput{block: o, cfg: cfg, err: p.err, failures: p.failures,
-			delay: a.retryMin(), next: time.Now()}
+			delay: a.retryMin(), next: time.Now(), published0: p.published0}
 	}
 	return next, covered
 }
@@ -183,9 +201,18 @@ func (a *Agent) reloadPending(cfg *appconfig.Config, envChanged bool) (map[strin
 // started or its plugin is in a crash storm (plugin_failing in detail),
 // started whether it runs, start_failures the failed start attempts of a
 // block that has not started, buffer_degraded 1 while its disk buffer
-// cannot write to disk (it holds new batches in memory; failing too). a.mu
-// held.
-func (a *Agent) healthEvents(now time.Time, detail []record.Event) []record.Event {
+// cannot write to disk (it holds new batches in memory; failing too),
+// missed_not_started the samples published (by st's devices) while the
+// output had not started, which never reach it. a.mu held.
+func (a *Agent) healthEvents(now time.Time, detail []record.Event, st sampler.Stats) []record.Event {
+	var published uint64
+	for _, d := range st.Devices {
+		published += d.Published
+	}
+	attached := map[string]uint64{} // published since each pump was attached
+	for _, o := range st.Outputs {
+		attached[o.Name] = o.Published
+	}
 	ns := now.UnixNano()
 	stormy := map[string]bool{}
 	for _, ev := range detail {
@@ -205,9 +232,14 @@ func (a *Agent) healthEvents(now time.Time, detail []record.Event) []record.Even
 	var evs []record.Event
 	for _, name := range names {
 		p := a.pending[name]
-		var failures uint64
+		var failures, missed uint64
 		if p != nil {
 			failures = p.failures
+			missed = published - min(published, p.published0)
+		} else if p0, late := a.lateStart[name]; late {
+			// Published between the block's configuration and its pump's
+			// attachment: all published since, less what the pump saw.
+			missed = published - min(published, p0+attached[name])
 		}
 		degraded := false
 		if b := a.buffers[name]; b != nil && p == nil {
@@ -216,7 +248,8 @@ func (a *Agent) healthEvents(now time.Time, detail []record.Event) []record.Even
 		evs = append(evs, record.Event{Kind: record.EventSelf, Device: -1, StartNS: ns, EndNS: ns,
 			Attrs: []record.Attr{{Key: "scope", Value: "output_health"}, {Key: "output", Value: name}},
 			Fields: []record.Field{intField("failing", b2u(p != nil || stormy[name] || degraded)), intField("started", b2u(p == nil)),
-				intField("start_failures", failures), intField("buffer_degraded", b2u(degraded))}})
+				intField("start_failures", failures), intField("buffer_degraded", b2u(degraded)),
+				intField("missed_not_started", missed)}})
 	}
 	return evs
 }
@@ -235,10 +268,11 @@ func (a *Agent) startHealth() {
 	if _, send := a.statsSettings(); !send {
 		return
 	}
+	st := a.eng.Stats()
 	a.mu.Lock()
 	var evs []record.Event
 	if len(a.pending) > 0 {
-		evs = a.healthEvents(time.Now(), nil)
+		evs = a.healthEvents(time.Now(), nil, st)
 	}
 	a.mu.Unlock()
 	for _, ev := range evs {

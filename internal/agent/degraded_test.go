@@ -188,8 +188,27 @@ func TestOutputThatCannotStartIsRetriedWhileOthersRun(t *testing.T) {
 		last[h["output"]] = h
 	}
 	f.good.mu.Unlock()
+	// Every sample the device published either reached sink's pump or
+	// was published while sink had not started (missed_not_started).
+	var published uint64
+	for _, d := range a.Engine().Stats().Devices {
+		published += d.Published
+	}
+	var sinkPublished uint64
+	for _, o := range a.Engine().Stats().Outputs {
+		if o.Name == "sink" {
+			sinkPublished = o.Published
+		}
+	}
+	missed, _ := strconv.ParseUint(last["sink"]["missed_not_started"], 10, 64)
+	if missed == 0 || missed+sinkPublished != published {
+		t.Errorf("sink: missed_not_started %d + published to its pump %d, want %d (every sample the device published)",
+			missed, sinkPublished, published)
+	}
+	delete(last["sink"], "missed_not_started")
 	want := map[string]map[string]string{
-		"good": {"output": "good", "failing": "0", "started": "1", "start_failures": "0", "buffer_degraded": "0"},
+		"good": {"output": "good", "failing": "0", "started": "1", "start_failures": "0", "buffer_degraded": "0",
+			"missed_not_started": "0"},
 		"sink": {"output": "sink", "failing": "0", "started": "1", "start_failures": "0", "buffer_degraded": "0"},
 	}
 	for name, w := range want {
@@ -265,14 +284,14 @@ func TestReloadKeepsNotStartedOutputPending(t *testing.T) {
 	}
 }
 
-// --stats names an output that has not started.
+// --stats names an output that has not started, with the samples it missed.
 func TestFormatStatsNotStarted(t *testing.T) {
 	ev := record.Event{Kind: record.EventSelf, Device: -1,
 		Attrs: []record.Attr{{Key: "scope", Value: "output_health"}, {Key: "output", Value: "sink"}},
 		Fields: []record.Field{{Key: "failing", Value: 1, Int: true}, {Key: "started", Value: 0, Int: true},
-			{Key: "start_failures", Value: 3, Int: true}}}
+			{Key: "start_failures", Value: 3, Int: true}, {Key: "missed_not_started", Value: 1380, Int: true}}}
 	got := agent.FormatStats(sampler.Stats{}, []record.Event{ev})
-	want := "gpusampler stats:\n  output sink         NOT STARTED: 3 failed start attempts; retrying with backoff (the log says why)\n"
+	want := "gpusampler stats:\n  output sink         NOT STARTED: 3 failed start attempts; retrying with backoff (the log says why); 1380 samples published meanwhile never reach it\n"
 	if got != want {
 		t.Errorf("FormatStats:\n%q\nwant\n%q", got, want)
 	}

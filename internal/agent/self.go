@@ -51,7 +51,7 @@ func (a *Agent) selfTick(now time.Time, final bool) {
 	detail := DetailEvents(a.Outputs(), now)
 	evs = append(evs, detail...)
 	a.mu.Lock()
-	health := a.healthEvents(now, detail)
+	health := a.healthEvents(now, detail, st)
 	a.mu.Unlock()
 	evs = append(evs, health...)
 	if r := a.attrib.Load(); r != nil {
@@ -84,14 +84,25 @@ func (a *Agent) finalStats() {
 			"delivered", o.Delivered, "dropped", o.Dropped, "failed", o.Failed, "filtered", o.Filtered,
 			"unflushed", o.Unflushed, "events_delivered", o.EventsDelivered, "events_dropped", o.EventsDropped)
 	}
+	var published uint64
+	for _, d := range st.Devices {
+		published += d.Published
+	}
+	a.mu.Lock()
+	missed := map[string]uint64{}
+	for name, p := range a.pending {
+		missed[name] = published - min(published, p.published0)
+	}
+	a.mu.Unlock()
 	for name, err := range a.NotStarted() {
-		a.log.Warn("final output stats: output never started; nothing was delivered to it", "output", name, "err", err)
+		a.log.Warn("final output stats: output never started; nothing was delivered to it", "output", name,
+			"samples_missed", missed[name], "err", err)
 	}
 	if w := a.opts.StatsWriter; w != nil {
 		now := time.Now()
 		detail := append(DetailEvents(a.Outputs(), now), BufferEvents(a.Buffers(), now)...)
 		a.mu.Lock()
-		detail = append(detail, a.healthEvents(now, detail)...)
+		detail = append(detail, a.healthEvents(now, detail, st)...)
 		a.mu.Unlock()
 		fmt.Fprint(w, strings.Replace(FormatStats(st, detail), "gpusampler stats:", "gpusampler final stats:", 1))
 	}
@@ -198,8 +209,8 @@ func FormatStats(st sampler.Stats, detail []record.Event) string {
 	s := "gpusampler stats:\n"
 	for _, ev := range detail {
 		if attr(ev, "scope") == "output_health" && field(ev, "started") == 0 {
-			s += fmt.Sprintf("  output %-12s NOT STARTED: %d failed start attempts; retrying with backoff (the log says why)\n",
-				attr(ev, "output"), int64(field(ev, "start_failures")))
+			s += fmt.Sprintf("  output %-12s NOT STARTED: %d failed start attempts; retrying with backoff (the log says why); %d samples published meanwhile never reach it\n",
+				attr(ev, "output"), int64(field(ev, "start_failures")), int64(field(ev, "missed_not_started")))
 		}
 	}
 	for _, o := range st.Outputs {

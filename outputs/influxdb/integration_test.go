@@ -211,10 +211,20 @@ func TestErrorsIntegration(t *testing.T) {
 		}
 	})
 	srv := influxtest.Start(t, influxtest.Options{})
+	// One attempt (the writer's own; retrying is the pump's or buffer's).
+	oneTry := func(name, url, db, user, password string) *influxdb.Output {
+		out, err := influxdb.New(influxdb.Options{WriterOptions: influxdb.WriterOptions{Name: name, URL: url,
+			Database: db, Username: user, Password: password}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { out.Close() })
+		return out
+	}
 	t.Run("missing database", func(t *testing.T) {
-		wctx, cancel := context.WithTimeout(ctx, time.Second)
+		wctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
-		err := newOutput(t, srv.URL, "nodb").Write(wctx, b)
+		err := oneTry("test", srv.URL, "nodb", "", "").Write(wctx, b)
 		if record.Classify(err) != record.KindUnavailable || !strings.Contains(err.Error(), `404 Not Found: database not found: "nodb" (database "nodb" does not exist`) {
 			t.Fatalf("err %v", err)
 		}
@@ -229,13 +239,9 @@ func TestErrorsIntegration(t *testing.T) {
 			password string
 			ok       bool
 		}{{"wrong", false}, {"right", true}} {
-			out, err := influxdb.New(influxdb.Options{WriterOptions: influxdb.WriterOptions{Name: "auth", URL: auth.URL,
-				Database: "gpu", Username: "admin", Password: tc.password}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			wctx, cancel := context.WithTimeout(ctx, time.Second)
-			err = out.Write(wctx, b)
+			out := oneTry("auth", auth.URL, "gpu", "admin", tc.password)
+			wctx, cancel := context.WithTimeout(ctx, time.Minute)
+			err := out.Write(wctx, b)
 			cancel()
 			if tc.ok != (err == nil) {
 				t.Fatalf("password %s: %v", tc.password, err)
