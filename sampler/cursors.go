@@ -9,6 +9,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -43,12 +44,24 @@ const CursorSaveInterval = 2 * time.Second
 const CursorFileName = "cursors.json"
 
 // CursorFile is a CursorStore in a JSON file, replaced atomically on each
-// save (a temporary file, fsync, rename, fsync of the directory). Cursors
-// saved under another boot of the machine are ignored: boot-time driver
-// clocks restart at each boot.
+// save (a temporary file, fsync, rename, fsync of the directory).
+//
+// One process owns a state directory: OpenCursorFile takes an exclusive
+// lock on its lock file (LockFileName) and holds it until Close or the
+// process's exit, so a second process on the host neither reads nor writes
+// the owner's cursors (each would skip what the other published).
+//
+// Cursors apply only where they were saved: a file saved under another
+// boot of the machine (boot-time driver clocks restart at each boot), on
+// another host (a copied or shared state directory) is ignored whole; the
+// cursors of one GPU are kept under its UUID and never apply to another.
 type CursorFile struct {
-	path string
-	boot string
+	path    string
+	boot    string
+	host    string
+	machine string
+	lock    *os.File
+	why     string // why the file's cursors were ignored ("" when not)
 
 	mu   sync.Mutex
 	gpus map[string]map[string]uint64 // uuid → buffer type name → cursor
@@ -56,19 +69,63 @@ type CursorFile struct {
 }
 
 type cursorDoc struct {
-	Version int                          `json:"version"`
-	BootID  string                       `json:"boot_id,omitempty"`
-	GPUs    map[string]map[string]uint64 `json:"gpus"`
+	Version   int                          `json:"version"`
+	BootID    string                       `json:"boot_id,omitempty"`
+	Host      string                       `json:"host,omitempty"`
+	MachineID string                       `json:"machine_id,omitempty"`
+	GPUs      map[string]map[string]uint64 `json:"gpus"`
 }
 
-// OpenCursorFile opens the cursor file in dir, creating dir (0700) if
-// needed. A missing file is an empty store; a file from another boot is
-// ignored (ignored reports it); a malformed one is an error naming it.
+// LockFileName is the lock file's name in a state directory: while a
+// process owns the directory it holds an exclusive flock on it, and the
+// file holds that process's PID.
+const LockFileName = "gpusampler.lock"
+
+// ErrStateDirInUse is wrapped by the error OpenCursorFile returns when
+// another process owns the state directory (see StateDirInUseError).
+var ErrStateDirInUse = errors.New("sampler: state dir in use")
+
+var errLocked = errors.New("locked")
+
+// StateDirInUseError says which process owns a state directory.
+type StateDirInUseError struct {
+	Dir string
+	// PID is the owner's process id as its lock file says (0 unknown).
+	PID int
+}
+
+func (e *StateDirInUseError) Error() string {
+	if e.PID == 0 {
+		return fmt.Sprintf("state dir %s is in use by another process", e.Dir)
+	}
+	return fmt.Sprintf("state dir %s is in use by PID %d", e.Dir, e.PID)
+}
+
+// Unwrap returns ErrStateDirInUse.
+func (e *StateDirInUseError) Unwrap() error { return ErrStateDirInUse }
+
+// OpenCursorFile takes ownership of the state directory dir (creating it,
+// 0700, if needed) and opens the cursor file in it. A missing file is an
+// empty store; a file saved under another boot or on another host is
+// ignored (ignored reports it, IgnoredReason says why); a malformed one is
+// an error naming it. When another process owns dir, the error is a
+// *StateDirInUseError. The caller calls Close when done (or exits).
 func OpenCursorFile(dir string) (f *CursorFile, ignored bool, err error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, false, fmt.Errorf("state dir: %w", err)
 	}
-	f = &CursorFile{path: filepath.Join(dir, CursorFileName), boot: bootID(), gpus: map[string]map[string]uint64{}}
+	lock, err := lockStateDir(dir)
+	if err != nil {
+		return nil, false, err
+	}
+	host, _ := os.Hostname()
+	f = &CursorFile{path: filepath.Join(dir, CursorFileName), boot: bootID(), host: host, machine: machineID(),
+		lock: lock, gpus: map[string]map[string]uint64{}}
+	defer func() {
+		if err != nil {
+			lock.Close()
+		}
+	}()
 	b, err := os.ReadFile(f.path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return f, false, nil
@@ -83,7 +140,15 @@ func OpenCursorFile(dir string) (f *CursorFile, ignored bool, err error) {
 	if doc.Version != 1 {
 		return nil, false, fmt.Errorf("read cursors %s: version %d, want 1", f.path, doc.Version)
 	}
-	if doc.BootID != f.boot {
+	switch {
+	case doc.BootID != f.boot:
+		f.why = "saved under another boot of the machine"
+	case doc.Host != "" && doc.Host != f.host:
+		f.why = fmt.Sprintf("saved on host %q, this is %q", doc.Host, f.host)
+	case doc.MachineID != "" && doc.MachineID != f.machine:
+		f.why = "saved on another machine (machine id)"
+	}
+	if f.why != "" {
 		return f, true, nil
 	}
 	if doc.GPUs != nil {
@@ -91,6 +156,46 @@ func OpenCursorFile(dir string) (f *CursorFile, ignored bool, err error) {
 	}
 	f.last = b
 	return f, false, nil
+}
+
+// lockStateDir takes the state directory's lock and writes this process's
+// PID into the lock file.
+func lockStateDir(dir string) (*os.File, error) {
+	path := filepath.Join(dir, LockFileName)
+	lf, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lock state dir: %w", err)
+	}
+	if err := lockFile(lf); err != nil {
+		lf.Close()
+		if errors.Is(err, errLocked) {
+			b, _ := os.ReadFile(path)
+			pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+			return nil, &StateDirInUseError{Dir: dir, PID: pid}
+		}
+		return nil, fmt.Errorf("lock state dir %s: %w", dir, err)
+	}
+	if err := lf.Truncate(0); err == nil {
+		lf.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	return lf, nil
+}
+
+// IgnoredReason says why the cursors the file held were ignored ("" when
+// they were not).
+func (f *CursorFile) IgnoredReason() string { return f.why }
+
+// Close gives up the state directory: another process may own it from now
+// on. The file's cursors stay on disk. Save must not be called after Close.
+func (f *CursorFile) Close() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.lock == nil {
+		return nil
+	}
+	err := f.lock.Close()
+	f.lock = nil
+	return err
 }
 
 // Path returns the file's path.
@@ -131,7 +236,7 @@ func (f *CursorFile) Save(cursors map[string]map[catalog.BufferType]uint64) erro
 		}
 		f.gpus[uuid] = m
 	}
-	b, err := json.Marshal(cursorDoc{Version: 1, BootID: f.boot, GPUs: f.gpus})
+	b, err := json.Marshal(cursorDoc{Version: 1, BootID: f.boot, Host: f.host, MachineID: f.machine, GPUs: f.gpus})
 	if err != nil {
 		return fmt.Errorf("save cursors: %w", err)
 	}
@@ -180,4 +285,16 @@ func bootID() string {
 		return ""
 	}
 	return strings.TrimSpace(string(b))
+}
+
+// machineID identifies the machine across boots ("" where unknown).
+func machineID() string {
+	for _, p := range []string{"/etc/machine-id", "/var/lib/dbus/machine-id"} {
+		if b, err := os.ReadFile(p); err == nil {
+			if id := strings.TrimSpace(string(b)); id != "" {
+				return id
+			}
+		}
+	}
+	return ""
 }

@@ -1,7 +1,10 @@
 package sampler_test
 
 import (
+	"bufio"
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -32,19 +35,21 @@ func TestCursorFileRoundTrip(t *testing.T) {
 	if err := f.Save(map[string]map[catalog.BufferType]uint64{"GPU-a": {catalog.BufferTotalPower: 150}}); err != nil {
 		t.Fatal(err)
 	}
+	f.Close()
 	g, ignored, err := sampler.OpenCursorFile(dir)
 	if err != nil || ignored {
 		t.Fatalf("reopen: %v, ignored %v", err, ignored)
 	}
+	defer g.Close()
 	if got, want := g.Load("GPU-a"), map[catalog.BufferType]uint64{catalog.BufferTotalPower: 150, catalog.BufferGPUUtil: 90}; !reflect.DeepEqual(got, want) {
 		t.Errorf("GPU-a cursors %v, want %v", got, want)
 	}
 	if got := g.Load("GPU-b"); !reflect.DeepEqual(got, b) {
 		t.Errorf("GPU-b cursors %v, want %v", got, b)
 	}
-	// Only the file itself is left: no temporary files.
+	// Only the file and the lock are left: no temporary files.
 	entries, _ := os.ReadDir(dir)
-	if len(entries) != 1 || entries[0].Name() != sampler.CursorFileName {
+	if len(entries) != 2 || entries[0].Name() != sampler.CursorFileName || entries[1].Name() != sampler.LockFileName {
 		t.Errorf("state dir holds %v", entries)
 	}
 }
@@ -59,6 +64,89 @@ func TestCursorFileBadInput(t *testing.T) {
 	os.WriteFile(path, []byte(`{"version":1,"boot_id":"another boot","gpus":{"GPU-a":{"total_power":5}}}`), 0o600)
 	f, ignored, err := sampler.OpenCursorFile(dir)
 	if err != nil || !ignored || f.Load("GPU-a") != nil {
-		t.Errorf("cursors of another boot: err %v, ignored %v, loaded %v; want them ignored", err, ignored, f.Load("GPU-a"))
+		t.Fatalf("cursors of another boot: err %v, ignored %v; want them ignored", err, ignored)
 	}
+	f.Close()
+}
+
+// A state file saved on another host (a copied or shared state directory)
+// is ignored whole, and a GPU's cursors never apply to another GPU.
+func TestCursorFileOtherHostAndGPU(t *testing.T) {
+	dir := t.TempDir()
+	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	doc := `{"version":1,"boot_id":"` + strings.TrimSpace(string(boot)) + `","host":"another-host","gpus":{"GPU-a":{"total_power":5}}}`
+	os.WriteFile(filepath.Join(dir, sampler.CursorFileName), []byte(doc), 0o600)
+	f, ignored, err := sampler.OpenCursorFile(dir)
+	if err != nil || !ignored || f.Load("GPU-a") != nil || !strings.Contains(f.IgnoredReason(), "another-host") {
+		t.Fatalf("cursors of another host: err %v, ignored %v, reason %q; want them ignored, naming the host", err, ignored, f.IgnoredReason())
+	}
+	if err := f.Save(map[string]map[catalog.BufferType]uint64{"GPU-a": {catalog.BufferTotalPower: 7}}); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	g, ignored, err := sampler.OpenCursorFile(dir)
+	if err != nil || ignored {
+		t.Fatalf("reopen after a save on this host: %v, ignored %v", err, ignored)
+	}
+	defer g.Close()
+	if got := g.Load("GPU-a")[catalog.BufferTotalPower]; got != 7 {
+		t.Errorf("GPU-a power cursor %d, want 7", got)
+	}
+	if got := g.Load("GPU-b"); got != nil {
+		t.Errorf("GPU-b loads GPU-a's cursors: %v", got)
+	}
+}
+
+// One process owns a state directory: a second opener, in another process,
+// gets a StateDirInUseError naming the owner's PID; once the owner is gone
+// (it exits, or closes the file) the directory can be had again.
+func TestCursorFileOneOwner(t *testing.T) {
+	if os.Getenv("GPUSAMPLER_TEST_HOLD_STATE") != "" {
+		f, _, err := sampler.OpenCursorFile(os.Getenv("GPUSAMPLER_TEST_HOLD_STATE"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.Stdout.WriteString("holding\n")
+		var b [1]byte
+		os.Stdin.Read(b[:]) // until the parent closes our stdin
+		f.Close()
+		return
+	}
+	dir := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestCursorFileOneOwner$")
+	cmd.Env = append(os.Environ(), "GPUSAMPLER_TEST_HOLD_STATE="+dir)
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, _ := bufio.NewReader(stdout).ReadString('\n')
+	if line != "holding\n" {
+		stdin.Close()
+		cmd.Wait()
+		t.Fatalf("child said %q", line)
+	}
+	_, _, err := sampler.OpenCursorFile(dir)
+	var inUse *sampler.StateDirInUseError
+	if !errors.As(err, &inUse) || !errors.Is(err, sampler.ErrStateDirInUse) || inUse.PID != cmd.Process.Pid {
+		t.Errorf("open while another process owns it: %v, want in use by PID %d", err, cmd.Process.Pid)
+	}
+	stdin.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	f, _, err := sampler.OpenCursorFile(dir)
+	if err != nil {
+		t.Fatalf("open once the owner is gone: %v", err)
+	}
+	// Within one process too, a second opener is refused until Close.
+	if _, _, err := sampler.OpenCursorFile(dir); !errors.Is(err, sampler.ErrStateDirInUse) {
+		t.Errorf("second open in the same process: %v, want ErrStateDirInUse", err)
+	}
+	f.Close()
+	g, _, err := sampler.OpenCursorFile(dir)
+	if err != nil {
+		t.Fatalf("open after Close: %v", err)
+	}
+	g.Close()
 }

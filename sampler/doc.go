@@ -58,6 +58,20 @@
 // a Write error asks of the pump (offer the batch again, hold it, give it
 // up) is read with record.Classify.
 //
+// # Losses
+//
+// Every sample the driver overwrote before a drain reached it is counted
+// (DeviceStats.SuspectedLosses, LostEstimate, a record.EventSampleLoss
+// event and one WARN line per loss): a drain that comes back full with a
+// gap after the cursor, the first drain of a buffer that was empty (or
+// whose device did not answer at start) that comes back full, and the gap
+// a restart or a lost device left. A drain is full when it returns what
+// the buffer holds: the capacity the backend reports, checked against the
+// most a drain from the start returned. An overrun shortens the buffer's
+// drain interval only when the drain came on schedule, not after a stall
+// (a slow driver call). A first backlog bigger than an output's lane is
+// published in lane-sized steps as the outputs read, so none is dropped.
+//
 // # Time
 //
 // Device loops, the watchdog and lost-device probes are scheduled by

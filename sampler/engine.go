@@ -57,7 +57,8 @@ const (
 	// MinDrainInterval is the shortest drain interval: a buffer whose half
 	// span is shorter is drained at this interval.
 	MinDrainInterval = 20 * time.Millisecond
-	// DefaultLostRetryInterval is the period of lost-device probes.
+	// DefaultLostRetryInterval bounds the period of lost-device probes
+	// (see Config.LostRetryInterval).
 	DefaultLostRetryInterval = 5 * time.Second
 	// DefaultCallTimeout is how long one driver call may take before the
 	// watchdog marks its device hung (NVML calls can hang for tens of
@@ -110,10 +111,14 @@ type Config struct {
 	// ProcessCmdlineMax bytes (default DefaultCmdlineMax).
 	ProcessCmdline    bool
 	ProcessCmdlineMax int
-	// LostRetryInterval is the period at which a lost device is probed
-	// again (default DefaultLostRetryInterval), from the moment it was lost
-	// on: a device that did not answer at start, or stopped answering. A
-	// probe re-acquires it by UUID (by index when it never answered).
+	// LostRetryInterval is the longest period at which a lost device is
+	// probed again (default DefaultLostRetryInterval), from the moment it
+	// was lost on: a device that did not answer at start, or stopped
+	// answering. For its first LostFastProbeWindow it is probed at half its
+	// shortest buffer span (DrainInterval while no span is known), at least
+	// MinProbeInterval apart, so that a device back within its buffers'
+	// span loses nothing; then every LostRetryInterval. A probe
+	// re-acquires it by UUID (by index when it never answered).
 	LostRetryInterval time.Duration
 	// CallTimeout is the watchdog's limit for one driver call (default
 	// DefaultCallTimeout; negative turns the watchdog off).
@@ -141,7 +146,10 @@ type Config struct {
 	// Cursors, when set, keeps the drain cursors across runs (see
 	// CursorStore): each GPU's buffers are drained from where the last run
 	// stopped, and the cursors are saved every CursorSaveInterval and at
-	// the end of Run.
+	// the end of Run. A restored cursor later than now, or than the newest
+	// sample its buffer holds (the wall clock was stepped back since it was
+	// saved), is discarded: that buffer is drained as at a fresh start,
+	// counted in DeviceStats.CursorsDiscarded and logged once.
 	Cursors CursorStore
 	// ShutdownTimeout bounds how long Run waits, once its context ends,
 	// for the outputs' final flush and Close (default
@@ -254,6 +262,7 @@ type Engine struct {
 	started atomic.Bool
 
 	cursorSaveErrors atomic.Uint64
+	cursorWarned     atomic.Bool // a discarded drain cursor was logged
 	host             *hostOffset // realtime − boottime, shared by the loops
 
 	mu      sync.Mutex

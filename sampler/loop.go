@@ -69,10 +69,21 @@ type bufferState struct {
 	// missing after it were taken while nothing drained, not because the
 	// interval is too long, so they are counted but do not shorten it.
 	resumed bool
-	// emptyAtNS is when a drain last found the buffer empty before it ever
-	// held a sample (an idle engine's buffer): the first drain that finds
-	// samples checks what the driver may have overwritten since.
+	// emptyAtNS is when the engine last knew the buffer to hold nothing it
+	// had not delivered, before it ever drained a sample: the last drain
+	// that found it empty (an idle engine's buffer), or the start of a run
+	// whose device did not answer. The first drain that finds samples
+	// checks what the driver may have overwritten since.
 	emptyAtNS int64
+	// verify: the cursor was restored from the cursor store and no drain
+	// has confirmed it yet; the first drain that finds nothing new checks
+	// it against what the buffer holds (checkRestored).
+	verify bool
+	// drainedAt is when the buffer was last drained (engine clock), 0
+	// before the first drain: a drain far later than its interval (a hung
+	// call, a stalled loop) does not shorten the interval when it finds an
+	// overrun.
+	drainedAt time.Time
 	next      time.Time
 	// media: a video, JPEG or optical-flow engine's utilization buffer,
 	// dry while its engine idles (see readDryMedia); dryRead is when its
@@ -128,6 +139,15 @@ type deviceLoop struct {
 
 	raw []RawSample
 	pub []record.Sample
+	// heldSince is when flush began holding samples back (a burst bigger
+	// than a lane); zero while none are held.
+	heldSince time.Time
+	// heldDepth is the most samples one drain from the start (cursor 0:
+	// everything the buffer holds) of any of the device's buffers
+	// returned: what a full buffer holds as measured (the driver's buffers
+	// of one device are alike in depth; a reported capacity can overstate
+	// it).
+	heldDepth int
 
 	// Per-process polling (ProcessSource); procs is nil when the source
 	// cannot list processes, per-process sampling is off, or the device
@@ -160,6 +180,7 @@ type deviceLoop struct {
 
 	// counters, read by Stats from other goroutines
 	drains, nothingNew, suspectedLosses, lostEstimate atomic.Uint64
+	cursorsDiscarded, held                            atomic.Uint64
 	pointReads, readErrors, published, fieldReads     atomic.Uint64
 	hung, recoveries, probes                          atomic.Uint64
 	abandoned                                         atomic.Bool
@@ -229,7 +250,13 @@ func (l *deviceLoop) run(ctx context.Context) {
 	clk := l.e.cfg.Clock
 	now := clk.Now()
 	if l.startErr != nil {
-		l.markLost(l.startErr, now, "device does not answer at start; probing it every lost retry interval")
+		l.markLost(l.startErr, now, "device does not answer at start; probing it")
+		// What the buffers take from now on is this run's to deliver: the
+		// first drain after the device answers counts what was overwritten
+		// before it.
+		for _, b := range l.buffers {
+			b.emptyAtNS = now.UnixNano()
+		}
 	}
 	for _, b := range l.buffers {
 		b.next = now
@@ -248,20 +275,26 @@ func (l *deviceLoop) run(ctx context.Context) {
 			// Final drain: deliver what the buffers took since the last one.
 			if !l.lost {
 				l.drainDue(clk.Now(), true)
-				l.flush()
 			}
+			l.finalFlush()
 			return
 		case <-timer.C():
 		}
 		now = clk.Now()
 		if l.lost {
+			if l.flush(now) { // samples held from before the loss
+				timer.Reset(min(MinDrainInterval, l.nextProbe.Sub(now)))
+				if now.Before(l.nextProbe) {
+					continue
+				}
+			}
 			if now.Before(l.nextProbe) {
 				timer.Reset(l.nextProbe.Sub(now))
 				continue
 			}
 			l.retryLost(now)
 			if l.lost {
-				l.nextProbe = advance(l.nextProbe, l.e.cfg.LostRetryInterval, now)
+				l.nextProbe = advance(l.nextProbe, l.probeInterval(now), now)
 				timer.Reset(l.nextProbe.Sub(now))
 				continue
 			}
@@ -287,8 +320,11 @@ func (l *deviceLoop) run(ctx context.Context) {
 			l.drainDue(now, false)
 		}
 		if l.lost { // found lost just now: nothing but probes from here
-			l.flush()
-			timer.Reset(l.nextProbe.Sub(now))
+			next := l.nextProbe
+			if l.flush(now) {
+				next = now.Add(MinDrainInterval)
+			}
+			timer.Reset(next.Sub(now))
 			continue
 		}
 		if (len(l.fastIDs) > 0 || len(l.fbIDs) > 0) && !now.Before(nextField) {
@@ -315,8 +351,10 @@ func (l *deviceLoop) run(ctx context.Context) {
 			l.pollProcesses(now)
 			nextProc = advance(nextProc, l.e.cfg.ProcessInterval, now)
 		}
-		l.flush()
 		next := now.Add(time.Minute)
+		if l.flush(now) {
+			next = now.Add(MinDrainInterval) // held samples: publish more soon
+		}
 		if l.procs != nil && nextProc.Before(next) {
 			next = nextProc
 		}
@@ -352,17 +390,90 @@ func (l *deviceLoop) restoreCursors() {
 	l.restored = true
 	saved := st.Load(uuid)
 	n := 0
+	now := l.e.cfg.Clock.Now()
 	for _, b := range l.buffers {
-		if c, ok := saved[b.typ]; ok && b.cursor == 0 {
-			b.cursor = c
-			b.resumed = true
-			b.published.Store(c)
-			n++
+		c, ok := saved[b.typ]
+		if !ok || b.cursor != 0 {
+			continue
 		}
+		if l.aheadOfNow(c, now) {
+			l.discardCursor(b, c, "later than now")
+			continue
+		}
+		b.cursor = c
+		b.resumed = true
+		b.verify = true
+		b.published.Store(c)
+		n++
 	}
 	if n > 0 {
 		l.e.log.Info("drain cursors restored from the last run", "device", l.index, "uuid", uuid, "buffers", n)
 	}
+}
+
+// cursorSlack is how far a restored cursor may lie ahead of the engine's
+// clock before it is taken for a cursor from a clock that has since been
+// stepped back.
+const cursorSlack = time.Second
+
+// aheadOfNow reports whether raw driver timestamp c lies in the future of
+// now, on the realtime clock or, for a boot-time-sized value, on the
+// boot-time clock: no sample the driver takes for a while can pass it.
+func (l *deviceLoop) aheadOfNow(c uint64, now time.Time) bool {
+	raw := time.Duration(c) * time.Microsecond
+	rt := time.Duration(now.UnixNano())
+	if raw > rt/2 { // Unix time
+		return raw > rt+cursorSlack
+	}
+	off, ok, _ := l.e.host.offset(now)
+	return ok && raw > rt-time.Duration(off)+cursorSlack
+}
+
+// discardCursor drops buffer b's restored cursor c, which cannot be right
+// (why: later than now, or than the newest sample the buffer holds): the
+// wall clock was stepped back since it was saved, or the state file was
+// edited or copied. Trusting it would skip every sample until the driver's
+// clock passes it; instead the buffer is drained as at a fresh start (its
+// whole content delivered). Counted per device (DeviceStats.CursorsDiscarded),
+// logged once per run.
+func (l *deviceLoop) discardCursor(b *bufferState, c uint64, why string) {
+	b.cursor, b.resumed, b.verify = 0, false, false
+	b.published.Store(0)
+	l.cursorsDiscarded.Add(1)
+	if l.e.cursorWarned.CompareAndSwap(false, true) {
+		l.e.log.Warn("drain cursor from the last run discarded: it is "+why+" (wall clock stepped back, or state copied); the buffer is drained as at a fresh start",
+			"device", l.index, "uuid", l.identity.Load().UUID, "buffer", b.typ.String(), "cursor_us", c)
+	}
+}
+
+// checkRestored checks a restored cursor that a drain found nothing newer
+// than: one drain from the start tells the newest sample the buffer holds.
+// A cursor later than it is discarded and what the buffer holds is
+// returned for delivery as at a fresh start; otherwise nothing is
+// returned and the cursor stands.
+func (l *deviceLoop) checkRestored(b *bufferState, now time.Time) []RawSample {
+	b.verify = false
+	l.enter(&opDrain)
+	raw, err := l.src.Drain(b.typ, 0, l.raw[:0])
+	l.exit()
+	l.raw = raw[:0]
+	l.drains.Add(1)
+	if err != nil {
+		if !errors.Is(err, ErrNothingNew) && !errors.Is(err, ErrNotSupported) {
+			l.callFailed(err, now)
+		}
+		return nil
+	}
+	newest := uint64(0)
+	for _, r := range raw {
+		newest = max(newest, r.TimeUS)
+	}
+	l.heldDepth = max(l.heldDepth, len(raw))
+	if len(raw) == 0 || newest >= b.cursor {
+		return nil
+	}
+	l.discardCursor(b, b.cursor, "later than the newest sample the driver's buffer holds")
+	return raw
 }
 
 // askCapacity asks the backend for each buffer's capacity it does not know
@@ -390,20 +501,69 @@ func advance(next time.Time, every time.Duration, now time.Time) time.Time {
 	return next
 }
 
-func (l *deviceLoop) flush() {
+// flush publishes what the loop collected (l.pub), oldest first. A burst
+// bigger than an output's lane (a first drain of very deep buffers) is not
+// offered whole, which would make every output drop most of it: it is
+// published in steps of what the fullest lane has room for, the rest held
+// back, before anything newer, and offered again on the next rounds, a
+// MinDrainInterval apart (the loop calls flush again), until none is left.
+// A lane whose output is stuck (no read for backlogHoldLimit) is not
+// waited for, and at most maxHeldLanes lanes' worth is held: beyond that
+// the oldest is published, and a lane without room drops it (counted), as
+// it would without a backlog. It reports whether samples are held.
+func (l *deviceLoop) flush(now time.Time) bool {
 	if len(l.pub) == 0 {
-		return
+		return false
 	}
-	l.ring.Publish(l.pub...)
-	l.published.Add(uint64(len(l.pub)))
+	n := len(l.pub)
+	if capa := l.ring.Cap(); !l.heldSince.IsZero() || n > capa {
+		if l.heldSince.IsZero() {
+			l.heldSince = now
+		}
+		n = min(n, l.ring.Room(now, backlogHoldLimit))
+		n = max(n, len(l.pub)-maxHeldLanes*capa)
+	}
+	if n > 0 {
+		out := l.pub[:n]
+		l.ring.Publish(out...)
+		l.published.Add(uint64(n))
+		if o := l.e.cfg.Observer; o != nil {
+			o.Observe(l.identity.Load(), out)
+		}
+		l.newestNS.Store(out[n-1].TimeNS)
+	}
+	if n < len(l.pub) {
+		l.pub = l.pub[:copy(l.pub, l.pub[n:])]
+		l.held.Store(uint64(len(l.pub)))
+		return true
+	}
+	l.pub = l.pub[:0]
+	l.heldSince = time.Time{}
+	l.held.Store(0)
+	// Everything drained so far is out: the cursors to save move on.
 	for _, b := range l.buffers {
 		b.published.Store(b.cursor)
 	}
-	if o := l.e.cfg.Observer; o != nil {
-		o.Observe(l.identity.Load(), l.pub)
+	return false
+}
+
+// backlogHoldLimit: an output lane that has read nothing for this long is
+// not waited for by a held backlog (see flush). A pump may spend this long
+// in one Write before it gives up on it: a lane is not stuck before.
+const backlogHoldLimit = record.DefaultWriteTimeout
+
+// maxHeldLanes bounds a held backlog, in lanes' worth of samples.
+const maxHeldLanes = 32
+
+// finalFlush publishes everything at the end of the run: held samples go
+// out as the outputs make room (the pumps outlive the loops and flush on
+// the system clock, so the wait runs on it too, from the engine clock's
+// now).
+func (l *deviceLoop) finalFlush() {
+	from, start := l.e.cfg.Clock.Now(), time.Now()
+	for l.flush(from.Add(time.Since(start))) {
+		time.Sleep(5 * time.Millisecond)
 	}
-	l.newestNS.Store(l.pub[len(l.pub)-1].TimeNS)
-	l.pub = l.pub[:0]
 }
 
 // drainDue drains every supported buffer whose time has come (all of them
@@ -488,11 +648,21 @@ func (l *deviceLoop) readDryMedia(now time.Time) {
 
 // drain drains one buffer and reports whether it held nothing new.
 func (l *deviceLoop) drain(b *bufferState, now time.Time) bool {
+	lastDrain := b.drainedAt
+	b.drainedAt = now
 	l.enter(&opDrain)
 	raw, err := l.src.Drain(b.typ, b.cursor, l.raw[:0])
 	l.exit()
 	l.raw = raw[:0]
 	l.drains.Add(1)
+	if err == nil && b.verify && !slices.ContainsFunc(raw, func(r RawSample) bool { return r.TimeUS > b.cursor }) {
+		err = ErrNothingNew
+	}
+	if errors.Is(err, ErrNothingNew) && b.verify {
+		if fresh := l.checkRestored(b, now); len(fresh) > 0 {
+			raw, err = fresh, nil
+		}
+	}
 	switch {
 	case err == nil:
 	case errors.Is(err, ErrNothingNew):
@@ -535,8 +705,8 @@ func (l *deviceLoop) drain(b *bufferState, now time.Time) bool {
 			Message: "realtime clock stepped against the boot-time clock; driver timestamps re-anchored",
 			Attrs:   []record.Attr{{Key: "step_ns", Value: strconv.FormatInt(step, 10)}, {Key: "scope", Value: "host"}}})
 	}
-	l.checkLoss(b, raw)
-	b.resumed = false
+	l.checkLoss(b, raw, lastDrain, l.e.cfg.Clock.Now())
+	b.resumed, b.verify = false, false
 	prev := uint64(0)
 	for _, r := range raw {
 		if r.TimeUS == prev {
@@ -606,17 +776,24 @@ func cmpRaw(a, b RawSample) int {
 // suspected loss: a drain that came back as full as the buffer gets, with a
 // gap after the cursor longer than the sample period, means the driver
 // overwrote samples we had not drained.
-func (l *deviceLoop) checkLoss(b *bufferState, raw []RawSample) {
+func (l *deviceLoop) checkLoss(b *bufferState, raw []RawSample, prev, end time.Time) {
 	n := len(raw)
 	if n >= 2 {
 		if p := (raw[n-1].TimeUS - raw[0].TimeUS) / uint64(n-1); p > 0 {
 			b.periodUS = p
 		}
 	}
-	full := n >= b.depth && n >= 4
+	full := n >= max(l.fullAt(b), 4)
 	if n > b.depth {
 		b.depth = n
 	}
+	if b.cursor == 0 {
+		l.heldDepth = max(l.heldDepth, n)
+	}
+	// Since the last drain: far longer than the interval means sampling
+	// stalled (a slow call, a loaded machine); an overrun then is not the
+	// interval's fault.
+	stalled := !prev.IsZero() && end.Sub(prev) > b.interval*3/2+MinDrainInterval
 	// The span is depth × period: the reported capacity when the backend
 	// knows it, else the largest drain seen (an underestimate while the
 	// buffer is still filling).
@@ -628,7 +805,7 @@ func (l *deviceLoop) checkLoss(b *bufferState, raw []RawSample) {
 		l.schedule(b, depth)
 	}
 	if b.cursor == 0 {
-		l.checkFirstFill(b, raw)
+		l.checkFirstFill(b, raw, full)
 		return
 	}
 	if !full || b.periodUS == 0 {
@@ -651,6 +828,13 @@ func (l *deviceLoop) checkLoss(b *bufferState, raw []RawSample) {
 			Message: "driver sample buffer overran while the device was not sampled", Attrs: []record.Attr{{Key: "buffer", Value: b.typ.String()}}})
 		return
 	}
+	if stalled {
+		l.e.log.Warn("sample buffer overran while sampling was stalled (a slow driver call); samples lost, drain interval kept", "device", l.index,
+			"buffer", b.typ.String(), "lost_estimate", lost, "since_last_drain", end.Sub(prev), "interval", b.interval)
+		l.e.Emit(record.Event{Kind: record.EventSampleLoss, Device: int(l.index), StartNS: l.tb.ToNS(b.cursor), EndNS: l.tb.ToNS(raw[0].TimeUS),
+			Message: "driver sample buffer overran while sampling was stalled", Attrs: []record.Attr{{Key: "buffer", Value: b.typ.String()}}})
+		return
+	}
 	b.limit = max(b.interval/2, MinDrainInterval)
 	if b.capacity > n {
 		// The buffer held less than the backend said: trust what was seen.
@@ -670,10 +854,10 @@ func (l *deviceLoop) checkLoss(b *bufferState, raw []RawSample) {
 // back full, its oldest sample later than the last empty drain: what the
 // driver took in between may have been overwritten. The estimate is an
 // upper bound (the engine may have started later than the empty drain).
-func (l *deviceLoop) checkFirstFill(b *bufferState, raw []RawSample) {
+func (l *deviceLoop) checkFirstFill(b *bufferState, raw []RawSample, full bool) {
 	emptyAt := b.emptyAtNS
 	b.emptyAtNS = 0
-	if emptyAt == 0 || b.capacity == 0 || len(raw) < b.capacity || b.periodUS == 0 {
+	if emptyAt == 0 || !full || b.periodUS == 0 {
 		return
 	}
 	gapUS := (l.tb.ToNS(raw[0].TimeUS) - emptyAt) / 1000
@@ -687,6 +871,25 @@ func (l *deviceLoop) checkFirstFill(b *bufferState, raw []RawSample) {
 		"buffer", b.typ.String(), "lost_estimate", lost, "interval", b.interval)
 	l.e.Emit(record.Event{Kind: record.EventSampleLoss, Device: int(l.index), StartNS: emptyAt, EndNS: l.tb.ToNS(raw[0].TimeUS),
 		Message: "driver sample buffer filled up between drains as its engine became active", Attrs: []record.Attr{{Key: "buffer", Value: b.typ.String()}}})
+}
+
+// fullAt is how many samples a drain of b returns when the buffer is full,
+// judged before the drain's own count is taken in: the capacity the
+// backend reports, but no more than a drain from the start of any of the
+// device's buffers returned (a driver can report more than it holds).
+// Without a reported capacity: the most this buffer returned, else the
+// most a drain from the start returned, else 0 (nothing known: a drain of
+// 4 or more is taken for full).
+func (l *deviceLoop) fullAt(b *bufferState) int {
+	switch {
+	case b.capacity > 0 && l.heldDepth >= 4:
+		return min(b.capacity, l.heldDepth)
+	case b.capacity > 0:
+		return b.capacity
+	case b.depth >= 4:
+		return b.depth
+	}
+	return l.heldDepth
 }
 
 // schedule sets buffer b's drain interval from its span (depth × period):
@@ -901,12 +1104,54 @@ func (l *deviceLoop) callFailed(err error, now time.Time) {
 func (l *deviceLoop) markLost(err error, now time.Time, msg string) {
 	l.lost = true
 	l.lostAt = now
-	l.nextProbe = now.Add(l.e.cfg.LostRetryInterval)
+	every := l.probeInterval(now)
+	l.nextProbe = now.Add(every)
 	l.state.Store(uint32(DeviceLost))
 	id := l.identity.Load()
-	l.e.log.Error(msg, "device", l.index, "uuid", id.UUID, "err", err, "probe_every", l.e.cfg.LostRetryInterval)
+	l.e.log.Error(msg, "device", l.index, "uuid", id.UUID, "err", err, "probe_every", every,
+		"then_every", l.e.cfg.LostRetryInterval, "after", LostFastProbeWindow)
 	l.e.Emit(record.Event{Kind: record.EventDeviceLost, Device: int(l.index), StartNS: now.UnixNano(), Message: err.Error(),
 		Attrs: []record.Attr{{Key: "uuid", Value: id.UUID}}})
+}
+
+// LostFastProbeWindow is how long a lost device is probed at the fast
+// pace (probeInterval); a device lost for longer is probed every
+// Config.LostRetryInterval: a GPU that is gone for good costs little.
+const LostFastProbeWindow = time.Minute
+
+// MinProbeInterval is the shortest time between two probes of a lost
+// device (each costs a few driver calls).
+const MinProbeInterval = 250 * time.Millisecond
+
+// probeInterval is the time to the next probe of the lost device: half its
+// shortest buffer's span (depth × period, as measured; the drain interval
+// while no span is known), so that a device that answers again within its
+// buffers' span loses nothing, at least MinProbeInterval and at most
+// Config.LostRetryInterval; once the device has been lost for
+// LostFastProbeWindow, LostRetryInterval.
+func (l *deviceLoop) probeInterval(now time.Time) time.Duration {
+	every := l.e.cfg.LostRetryInterval
+	if now.Sub(l.lostAt) >= LostFastProbeWindow {
+		return every
+	}
+	half := time.Duration(0)
+	for _, b := range l.buffers {
+		depth := b.depth
+		if b.capacity > 0 {
+			depth = l.fullAt(b)
+		}
+		if !b.supported || b.periodUS == 0 || depth < 4 {
+			continue
+		}
+		h := time.Duration(uint64(depth)*b.periodUS) * time.Microsecond / 2
+		if half == 0 || h < half {
+			half = h
+		}
+	}
+	if half == 0 {
+		half = l.e.cfg.DrainInterval
+	}
+	return min(every, max(half, MinProbeInterval))
 }
 
 // retryLost probes a lost device: re-acquire it by UUID (Reopener; by
@@ -986,6 +1231,15 @@ type DeviceStats struct {
 	// SuspectedLosses counts drains that found the buffer overrun;
 	// LostEstimate estimates the samples lost that way.
 	SuspectedLosses, LostEstimate uint64
+	// CursorsDiscarded counts drain cursors restored from the cursor
+	// store that could not be right (later than now, or than the newest
+	// sample the buffer held: the wall clock was stepped back since they
+	// were saved) and were dropped: those buffers were drained as at a
+	// fresh start.
+	CursorsDiscarded uint64
+	// Held is how many samples wait in the device loop for room in the
+	// outputs' lanes (a deep first backlog goes out in lane-sized steps).
+	Held uint64
 	// PointReads counts point reads of buffer metrics: idle utilization
 	// reads, and the reads standing in for unsupported buffers.
 	PointReads uint64
@@ -1032,7 +1286,7 @@ func (l *deviceLoop) stats() DeviceStats {
 		NewestNS: l.newestNS.Load(), Clock: ClockKind(l.clockKind.Load()), MinDrainInterval: time.Duration(l.minDrainNS.Load()),
 		State: DeviceState(l.state.Load()), Hangs: l.hung.Load(), Recoveries: l.recoveries.Load(), Probes: l.probes.Load(),
 		ProcessPolls: l.processPolls.Load(), Processes: l.processesSeen.Load(), Abandoned: l.abandoned.Load(),
-		PointFallbacks: l.pointFallbacks.Load()}
+		PointFallbacks: l.pointFallbacks.Load(), CursorsDiscarded: l.cursorsDiscarded.Load(), Held: l.held.Load()}
 	if cc, ok := l.src.(CallCounter); ok {
 		cs := cc.CallStats()
 		s.Calls, s.CallLatency = cs.Calls, cs.Latency

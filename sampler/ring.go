@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/gpusampler/gpusampler/record"
 )
@@ -58,6 +59,27 @@ func NewRing(size int) *Ring {
 
 // Cap returns how many unread samples one reader's lane holds.
 func (r *Ring) Cap() int { return r.size }
+
+// Room returns how many samples the owner can publish now without a
+// reader's lane dropping one: the free space of the fullest lane (Cap when
+// no reader is attached). A lane that holds unread samples and has read
+// none for stuckAfter (its output is stuck, not slow) is not waited for.
+// now is the owner's clock. Only the ring's owner may call it.
+func (r *Ring) Room(now time.Time, stuckAfter time.Duration) int {
+	room := uint64(r.size)
+	for _, c := range *r.lanes.Load() {
+		t := c.tail.Load()
+		lag := c.head.Load() - t
+		if lag == 0 || t != c.seenTail || c.seenAt.IsZero() {
+			c.seenTail, c.seenAt = t, now
+		}
+		if lag > 0 && now.Sub(c.seenAt) >= stuckAfter {
+			continue
+		}
+		room = min(room, uint64(r.size)-lag)
+	}
+	return int(room)
+}
 
 // Published returns how many samples were ever published.
 func (r *Ring) Published() uint64 { return r.published.Load() }
@@ -117,6 +139,10 @@ type Cursor struct {
 	_    [56]byte
 	// dropped is written by the producer only.
 	dropped atomic.Uint64
+	// seenTail and seenAt are the producer's own record of when the
+	// reader last made progress (Room).
+	seenTail uint64
+	seenAt   time.Time
 }
 
 // push is the producer side: copy what fits, drop and count the rest.

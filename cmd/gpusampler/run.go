@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -281,6 +282,19 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, out, stderr io.
 		}
 	}
 	aopts := agent.Options{Registry: reg, Stdout: out, Hostname: machine, Logger: log, Diagnose: *diag, Strict: *strict}
+	if *cfgPath == "" {
+		// Without a config file the run is not the service: it never
+		// touches the service's state (drain cursors). As a Telegraf execd
+		// program, which Telegraf restarts, it keeps its own cursors in a
+		// state directory of its own.
+		if *execdMode != "" && cfg.Agent.StateDir == "" {
+			if d, err := appconfig.DefaultStateDir(); err == nil {
+				cfg.Agent.StateDir = filepath.Join(d, "execd")
+			}
+		} else if cfg.Agent.StateDir == "" {
+			aopts.NoState = true
+		}
+	}
 	if *stats {
 		aopts.StatsWriter = stderr
 	}

@@ -57,6 +57,11 @@ type Options struct {
 	// (self-metrics scope "output_health", --stats, the Prometheus
 	// /healthz) and retried with backoff while the other outputs run.
 	Strict bool
+	// NoState keeps no drain cursors: the run delivers what the driver's
+	// buffers hold at its start and leaves the state directory alone
+	// (gpusampler run without --config: an ad-hoc look beside the service
+	// must not move the service's cursors).
+	NoState bool
 	// StartRetryMin and StartRetryMax bound the delay between start
 	// attempts of an output that could not start; it doubles per attempt
 	// (DefaultStartRetryMin, DefaultStartRetryMax when zero).
@@ -65,9 +70,10 @@ type Options struct {
 
 // Agent is a running configuration.
 type Agent struct {
-	opts Options
-	log  *slog.Logger
-	eng  *sampler.Engine
+	opts    Options
+	cursors *sampler.CursorFile // nil when the run keeps none
+	log     *slog.Logger
+	eng     *sampler.Engine
 
 	// selfMu serializes rounds of self-metrics (the stats loop, the final
 	// round); it guards selfPrev and selfLast.
@@ -109,7 +115,13 @@ func New(src sampler.Source, cfg *appconfig.Config, opts Options) (*Agent, error
 	if !s.Processes {
 		scfg.ProcessInterval = -1
 	}
-	scfg.Cursors = openCursors(src, cfg.Agent, opts.Logger)
+	var cursors *sampler.CursorFile
+	if !opts.NoState {
+		cursors = openCursors(src, cfg.Agent, opts.Logger)
+	}
+	if cursors != nil {
+		scfg.Cursors = cursors
+	}
 	var eng *sampler.Engine
 	var a *Agent
 	// The final self-metrics go out after the last samples are published
@@ -122,9 +134,12 @@ func New(src sampler.Source, cfg *appconfig.Config, opts Options) (*Agent, error
 	}
 	eng, err := sampler.New(src, scfg)
 	if err != nil {
+		if cursors != nil {
+			cursors.Close()
+		}
 		return nil, err
 	}
-	a = &Agent{opts: opts, log: opts.Logger, eng: eng, cfg: cfg, running: map[string]*appconfig.Output{},
+	a = &Agent{cursors: cursors, opts: opts, log: opts.Logger, eng: eng, cfg: cfg, running: map[string]*appconfig.Output{},
 		pending: map[string]*pendingOutput{}, buffers: map[string]*buffer.Buffer{}, outputs: map[string]record.Output{},
 		lateStart: map[string]uint64{},
 		retryKick: make(chan struct{}, 1)}
@@ -324,6 +339,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		}()
 	}
 	err := a.eng.Run(ctx)
+	if a.cursors != nil {
+		a.cursors.Close() // saved at the end of Run: the state dir is free
+	}
 	stop()
 	wg.Wait()
 	a.finalStats()
@@ -576,8 +594,11 @@ func (a *Agent) statsSettings() (time.Duration, bool) {
 // openCursors opens the drain-cursor file in the state directory, so that
 // a restart delivers no driver sample twice. Simulated GPUs keep none (their
 // history is made up). A state directory that cannot be used costs only
-// that: it is logged, and sampling runs without.
-func openCursors(src sampler.Source, a appconfig.Agent, log *slog.Logger) sampler.CursorStore {
+// that: it is logged, and sampling runs without. One owned by another
+// process (the service, when this is an ad-hoc run with the same
+// state_dir) is left alone: this run delivers what the driver's buffers
+// hold, and says once which process owns it.
+func openCursors(src sampler.Source, a appconfig.Agent, log *slog.Logger) *sampler.CursorFile {
 	if src.Name() == "sim" {
 		return nil
 	}
@@ -591,12 +612,18 @@ func openCursors(src sampler.Source, a appconfig.Agent, log *slog.Logger) sample
 		dir = d
 	}
 	f, ignored, err := sampler.OpenCursorFile(dir)
-	if err != nil {
+	var inUse *sampler.StateDirInUseError
+	switch {
+	case errors.As(err, &inUse):
+		log.Warn("state dir in use by another gpusampler process: not touching its drain cursors; this run delivers the driver buffers' history",
+			"state_dir", dir, "pid", inUse.PID)
+		return nil
+	case err != nil:
 		log.Warn("drain cursors not kept: a restart will deliver the driver buffers' history again", "state_dir", dir, "err", err)
 		return nil
 	}
 	if ignored {
-		log.Info("drain cursors from before the last boot ignored", "file", f.Path())
+		log.Info("drain cursors in the state dir ignored", "file", f.Path(), "reason", f.IgnoredReason())
 	}
 	return f
 }

@@ -143,7 +143,8 @@ func SelfEvents(st sampler.Stats, now time.Time, elapsed time.Duration, prevCall
 		}
 		fields := []record.Field{intField("published", d.Published), intField("drains", d.Drains),
 			intField("nothing_new", d.NothingNew), intField("suspected_losses", d.SuspectedLosses),
-			intField("lost_estimate", d.LostEstimate), intField("read_errors", d.ReadErrors),
+			intField("lost_estimate", d.LostEstimate), intField("cursors_discarded", d.CursorsDiscarded),
+			intField("held", d.Held), intField("read_errors", d.ReadErrors),
 			intField("nvml_calls", d.Calls), {Key: "nvml_calls_per_s", Value: callsPerS},
 			{Key: "samples_per_call", Value: d.SamplesPerCall}, {Key: "newest_sample_age_ns", Value: float64(age), Int: true},
 			intField("min_drain_interval_ns", uint64(d.MinDrainInterval))}

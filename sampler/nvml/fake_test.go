@@ -232,7 +232,7 @@ func TestFakeDriverChild(t *testing.T) {
 	}
 	calls := filepath.Join(t.TempDir(), "calls")
 	os.Setenv("FAKENVML_CALLS_FILE", calls)
-	if scenario == "lost-at-start" {
+	if scenario == "lost-at-start" || scenario == "lost-start-loss" {
 		ctlFile(t, "lost1", true, "") // before the library enumerates the GPUs
 	}
 	opts := Options{LibraryPath: lib}
@@ -300,7 +300,9 @@ func TestFakeDriverChild(t *testing.T) {
 	case "call-budget":
 		childCallBudget(t, src, clk)
 	default:
-		t.Fatalf("unknown scenario %q", scenario)
+		if !stateScenario(t, scenario, src, clk, lib) {
+			t.Fatalf("unknown scenario %q", scenario)
+		}
 	}
 }
 
@@ -996,11 +998,16 @@ func childShortBuffer(t *testing.T, src *Source, clk *clocktest.Clock) {
 // are counted as lost. Run 4 re-delivers the buffers' history.
 func childRestart(t *testing.T, src *Source, clk *clocktest.Clock, lib string) {
 	dir := t.TempDir()
+	var last *sampler.CursorFile
 	store := func() sampler.CursorStore {
+		if last != nil {
+			last.Close() // the last run's process is gone: the state dir is free
+		}
 		f, ignored, err := sampler.OpenCursorFile(dir)
 		if err != nil || ignored {
 			t.Fatalf("open cursors: %v (ignored %v)", err, ignored)
 		}
+		last = f
 		return f
 	}
 	reopen := func() sampler.Source {

@@ -14,6 +14,17 @@
  *   FAKENVML_PERIODS_US per-type periods overriding FAKENVML_PERIOD_US,
  *                       comma-separated "<type>:<µs>" (e.g. "1:166667,5:100000")
  *   FAKENVML_DEPTH      samples a buffer holds (default 100)
+ *   FAKENVML_DEPTHS     per-type depths overriding FAKENVML_DEPTH,
+ *                       comma-separated "<type>:<n>" (e.g. "0:20000": a very
+ *                       deep power buffer)
+ *   FAKENVML_IDLE_MS    idle windows of single buffers: comma-separated
+ *                       "<type>@<from>-<to>", ms after the first nvmlInit of
+ *                       the process on the driver's clock; either bound may
+ *                       be left out ("3@-4000": the encoder took no sample
+ *                       before 4 s after init, none of its history either;
+ *                       "1@2000-": GPU utilization idles from 2 s on). A
+ *                       buffer holds its depth newest samples taken outside
+ *                       its idle windows (an idle engine takes none).
  *   FAKENVML_REPORTED_DEPTH  what the size query (samples == NULL) answers
  *                       (default FAKENVML_DEPTH); a larger value fakes a
  *                       driver whose buffer holds less than it says
@@ -121,7 +132,12 @@ static int ndev = 1, initialized, branch = 590, major = 13, idle;
 static char version[64] = "13.590.44.01";
 static clockid_t clk = CLOCK_REALTIME;
 static unsigned long long period = 20000, depth = 100, reported;
-static unsigned long long periods[10], startK[10]; /* per buffer type */
+static unsigned long long periods[10], startK[10], depths[10]; /* per buffer type */
+/* Idle windows (FAKENVML_IDLE_MS), in driver-clock µs. */
+struct idlewin { int type; unsigned long long from, to; };
+static struct idlewin idles[32];
+static int nidle;
+static unsigned long long firstInitUS;
 static unsigned int unsupported[64];
 static int nunsupported;
 static unsigned int bufferNS; /* bit t: buffer type t is not supported */
@@ -243,7 +259,7 @@ nvmlReturn_t nvmlInit_v2(void) {
 	if ((s = getenv("FAKENVML_CLOCK")) && !strcmp(s, "boottime")) clk = CLOCK_BOOTTIME;
 	if ((s = getenv("FAKENVML_PERIOD_US"))) period = strtoull(s, 0, 10);
 	if ((s = getenv("FAKENVML_DEPTH"))) depth = strtoull(s, 0, 10);
-	reported = depth;
+	reported = 0; /* the buffer's depth */
 	if ((s = getenv("FAKENVML_REPORTED_DEPTH"))) reported = strtoull(s, 0, 10);
 	if ((s = getenv("FAKENVML_IDLE"))) idle = atoi(s);
 	if ((s = getenv("FAKENVML_BUFFER_NS"))) {
@@ -274,9 +290,33 @@ nvmlReturn_t nvmlInit_v2(void) {
 			if (sscanf(tok, "%u:%llu", &t, &us) == 2 && t < 10 && us > 0) periods[t] = us;
 		}
 	}
+	for (int t = 0; t < 10; t++) depths[t] = depth;
+	if ((s = getenv("FAKENVML_DEPTHS"))) {
+		char buf[256], *tok, *save;
+		snprintf(buf, sizeof buf, "%s", s);
+		for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(0, ",", &save)) {
+			unsigned t = 0;
+			unsigned long long n = 0;
+			if (sscanf(tok, "%u:%llu", &t, &n) == 2 && t < 10 && n > 0) depths[t] = n;
+		}
+	}
+	if (!firstInitUS) firstInitUS = nowUS(clk);
+	nidle = 0;
+	if ((s = getenv("FAKENVML_IDLE_MS"))) {
+		char buf[512], *tok, *save;
+		snprintf(buf, sizeof buf, "%s", s);
+		for (tok = strtok_r(buf, ",", &save); tok && nidle < 32; tok = strtok_r(0, ",", &save)) {
+			char *at = strchr(tok, '@'), *dash;
+			if (!at || !(dash = strchr(at + 1, '-'))) continue;
+			struct idlewin *w = &idles[nidle++];
+			w->type = atoi(tok);
+			w->from = dash == at + 1 ? 0 : firstInitUS + strtoull(at + 1, 0, 10) * 1000ull;
+			w->to = dash[1] ? firstInitUS + strtoull(dash + 1, 0, 10) * 1000ull : ~0ull;
+		}
+	}
 	for (int t = 0; t < 10; t++) {
 		unsigned long long k = nowUS(clk) / periods[t] + 1;
-		startK[t] = k > depth ? k - depth : 0; /* full of history */
+		startK[t] = k > depths[t] ? k - depths[t] : 0; /* full of history */
 	}
 	initialized = 1;
 	return OK;
@@ -366,6 +406,14 @@ nvmlReturn_t nvmlDeviceGetTemperatureThreshold(void *h, int t, unsigned int *v) 
 	return E_NOT_SUPPORTED;
 }
 
+/* taken reports whether buffer type t took a sample at us (driver clock):
+ * not within one of its idle windows. */
+static int taken(int t, unsigned long long us) {
+	for (int i = 0; i < nidle; i++)
+		if (idles[i].type == t && us >= idles[i].from && us < idles[i].to) return 0;
+	return 1;
+}
+
 /* fakeValue is the value of sample k of buffer type t, in NVML units. */
 static unsigned int fakeValue(int t, unsigned long long k) {
 	switch (t) {
@@ -385,22 +433,29 @@ nvmlReturn_t nvmlDeviceGetSamples(void *h, int type, unsigned long long last, in
 	if (!samples) { /* size query: the buffer's capacity */
 		static const char sizeq[] = "nvmlDeviceGetSamples.size";
 		countCall(sizeq);
-		*count = reported;
+		*count = reported ? reported : depths[type];
 		*valType = type == 6 ? 3 : 1;
 		return OK;
 	}
 	if (idle && (type == 1 || type == 2)) return E_NOT_FOUND;
-	unsigned long long period = periods[type];
+	unsigned long long period = periods[type], depth = depths[type];
 	unsigned long long newest = nowUS(clk) / period;
-	unsigned long long oldest = newest + 1 >= depth ? newest + 1 - depth : 0;
-	if (oldest < startK[type]) oldest = startK[type];
 	unsigned long long first = last / period + 1;
+	/* The buffer holds the depth newest samples taken (none in an idle
+	 * window), none from before its history at init. */
+	unsigned long long held = 0, oldest = newest + 1;
+	while (oldest > startK[type] && oldest > 0 && held < depth) {
+		oldest--;
+		if (taken(type, oldest * period)) held++;
+	}
 	if (first < oldest) first = oldest;
 	if (first > newest) return E_NOT_FOUND;
-	unsigned long long n = newest - first + 1;
+	unsigned long long n = 0;
+	for (unsigned long long k = first; k <= newest; k++) n += taken(type, k * period);
+	if (n == 0) return E_NOT_FOUND;
 	if (n > *count) return E_INSUFFICIENT;
-	for (unsigned long long i = 0; i < n; i++) {
-		unsigned long long k = first + i;
+	for (unsigned long long i = 0, k = first; i < n; k++) {
+		if (!taken(type, k * period)) continue;
 		samples[i].timeStamp = k * period;
 		if (type == 6) { /* unsigned long long */
 			*valType = 3;
@@ -409,6 +464,7 @@ nvmlReturn_t nvmlDeviceGetSamples(void *h, int type, unsigned long long last, in
 			*valType = 1;
 			samples[i].sampleValue.ull = 0xdeadbeef00000000ull | fakeValue(type, k);
 		}
+		i++;
 	}
 	*count = n;
 	if (countNow() && type >= 0 && type < 16) __atomic_add_fetch(&samplesOut[type], (long)n, __ATOMIC_RELAXED);
