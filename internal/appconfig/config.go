@@ -241,28 +241,13 @@ func (o *Output) Same(p *Output) bool {
 // include pattern (or there is none) and no exclude pattern; a pattern
 // matches a metric's name or its group.
 func Selector(include, exclude []string) func(*catalog.Metric) bool {
-	if len(include) == 0 && len(exclude) == 0 {
-		return nil
-	}
-	include, exclude = slices.Clone(include), slices.Clone(exclude)
-	return func(m *catalog.Metric) bool {
-		name, group := m.Name, string(m.Group)
-		if len(include) > 0 && !matchAny(include, name, group) {
-			return false
-		}
-		return !matchAny(exclude, name, group)
-	}
+	return catalog.Select(include, exclude)
 }
 
-// DeviceFilter returns the device filter for Sampler.Devices (nil: all).
+// DeviceFilter returns the device filter for Sampler.Devices (nil: all),
+// sampler.DevicesNamed's.
 func (s *Sampler) DeviceFilter() func(record.Device) bool {
-	if len(s.Devices) == 0 {
-		return nil
-	}
-	want := slices.Clone(s.Devices)
-	return func(d record.Device) bool {
-		return slices.Contains(want, strconv.Itoa(d.Index)) || slices.Contains(want, d.UUID)
-	}
+	return sampler.DevicesNamed(s.Devices)
 }
 
 // Options configure parsing.
@@ -600,13 +585,4 @@ func checkDeadlines(bt *config.Table, o *outputs.Block, k outputs.Kind) {
 }
 
 // matchAny reports whether any of patterns matches name (path.Match globs).
-func matchAny(patterns []string, names ...string) bool {
-	for _, p := range patterns {
-		for _, n := range names {
-			if ok, _ := path.Match(p, n); ok {
-				return true
-			}
-		}
-	}
-	return false
-}
+func matchAny(patterns []string, names ...string) bool { return catalog.MatchAny(patterns, names...) }

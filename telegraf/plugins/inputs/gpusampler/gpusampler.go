@@ -30,7 +30,7 @@ import (
 	"github.com/influxdata/telegraf/plugins/inputs"
 	"github.com/influxdata/telegraf/plugins/parsers/influx"
 
-	"github.com/gpusampler/gpusampler/internal/appconfig"
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/outputs/execd"
 	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler"
@@ -175,8 +175,7 @@ func (p *GPUSampler) Start(acc telegraf.Accumulator) error {
 	if err != nil {
 		return fmt.Errorf("gpusampler: open backend %s: %w", p.Backend, err)
 	}
-	filter := appconfig.Sampler{Devices: p.Devices}
-	eng, err := sampler.New(src, sampler.Config{Select: appconfig.Selector(p.MetricsInclude, p.MetricsExclude), Devices: filter.DeviceFilter()})
+	eng, err := sampler.New(src, sampler.Config{Select: catalog.Select(p.MetricsInclude, p.MetricsExclude), Devices: sampler.DevicesNamed(p.Devices)})
 	if err != nil {
 		src.Close()
 		return fmt.Errorf("gpusampler: %w", err)
