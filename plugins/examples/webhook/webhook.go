@@ -73,6 +73,12 @@ type Output struct {
 	devices map[int]record.Device
 	closed  bool
 	lastErr error
+	// lost counts alerts whose post failed for good since the last Write
+	// reported it (lostErr is the last such post's error); posted, lostTotal
+	// and queueDropped are the counters ReportStats sends.
+	lost                            int
+	lostErr                         error
+	posted, lostTotal, queueDropped uint64
 
 	kick chan struct{}
 	stop chan struct{}
@@ -143,12 +149,21 @@ func parseThreshold(s string, cat *catalog.Catalog) (threshold, error) {
 }
 
 // Write turns the batch into alerts and queues them; it never waits for
-// the network.
+// the network. When alerts were lost since the last Write (a post failed
+// after its retries), Write refuses the batch as permanent instead, naming
+// how many: the host counts it as failed, so gpusampler's counters say that
+// this output dropped something (alerts_lost in its counters says how
+// much).
 func (o *Output) Write(_ context.Context, b *record.Batch) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.closed {
 		return record.ErrClosed
+	}
+	if o.lost > 0 {
+		err := fmt.Errorf("webhook: %d alerts lost (their post failed after its retries): %w", o.lost, o.lostErr)
+		o.lost, o.lostErr = 0, nil
+		return record.Permanent(err)
 	}
 	for _, d := range b.Devices {
 		o.devices[d.Index] = d
@@ -194,6 +209,7 @@ func (o *Output) deviceName(i int) string {
 func (o *Output) enqueue(alert string) {
 	if len(o.queue) >= queueLimit {
 		o.dropped++
+		o.queueDropped++
 		return
 	}
 	o.queue = append(o.queue, alert)
@@ -206,7 +222,8 @@ func (o *Output) Health(context.Context) error {
 	return o.lastErr
 }
 
-// Close posts what is queued (bounded by the retry budget) and stops.
+// Close posts what is queued (bounded by the retry budget) and stops. It
+// returns an error naming the alerts lost that no Write has reported.
 func (o *Output) Close() error {
 	o.mu.Lock()
 	if o.closed {
@@ -220,7 +237,24 @@ func (o *Output) Close() error {
 	}
 	close(o.stop)
 	<-o.done
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.lost > 0 {
+		err := fmt.Errorf("webhook: %d alerts lost (their post failed after its retries): %w", o.lost, o.lostErr)
+		o.lost, o.lostErr = 0, nil
+		return err
+	}
 	return nil
+}
+
+// ReportStats implements record.StatsReporter: alerts posted, alerts lost
+// (their post failed after its retries) and alerts dropped because the
+// queue was full, since the output was built.
+func (o *Output) ReportStats(dst []record.Field) []record.Field {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return append(dst, record.IntField("alerts_posted", o.posted), record.IntField("alerts_lost", o.lostTotal),
+		record.IntField("alerts_queue_dropped", o.queueDropped))
 }
 
 func (o *Output) loop() {
@@ -254,6 +288,13 @@ func (o *Output) flush() {
 		err := o.post(alerts[:n])
 		o.mu.Lock()
 		o.lastErr = err
+		if err != nil {
+			o.lost += n
+			o.lostErr = err
+			o.lostTotal += uint64(n)
+		} else {
+			o.posted += uint64(n)
+		}
 		o.mu.Unlock()
 		if err != nil {
 			o.log.Warn("webhook post failed; alerts lost", "alerts", n, "err", err)

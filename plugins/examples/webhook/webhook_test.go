@@ -176,3 +176,51 @@ func TestWebhookMarksSimulatedOnce(t *testing.T) {
 		t.Errorf("posted %q: want the device named \"NVIDIA H200 (simulated)\", marked once", got)
 	}
 }
+
+// Alerts whose post fails for good (the receiver is down past the retries)
+// are reported through the error contract: the next Write is refused as
+// permanent, naming them (the host counts that batch as failed), or, when
+// no Write comes after, Close does; alerts_lost counts them.
+func TestWebhookReportsLostAlerts(t *testing.T) {
+	h := &hook{fail: 1 << 30} // down for good
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	cfg := map[string]any{"url": srv.URL, "batch_interval": "20ms", "max_retries": 0, "thresholds": []any{"temperature_gpu > 85"}}
+	out, err := sdktest.Start(t, webhook.New(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	batches := alertBatches(1_700_000_000_000_000_000)
+	if err := out.Write(context.Background(), batches[0]); err != nil {
+		t.Fatal(err)
+	}
+	// the next post fails; a later Write says so
+	var werr error
+	for seq, deadline := uint64(10), time.Now().Add(2*time.Minute); werr == nil; seq++ { // a hang, not a slow machine
+		if time.Now().After(deadline) {
+			t.Fatal("no Write reported the lost alerts within 2 minutes")
+		}
+		werr = out.Write(context.Background(), &record.Batch{Seq: seq})
+		time.Sleep(5 * time.Millisecond)
+	}
+	if !record.IsPermanent(werr) || !strings.Contains(werr.Error(), "alerts lost") {
+		t.Fatalf("Write after a lost post: %v, want a permanent error naming the lost alerts", werr)
+	}
+	if err := out.Write(context.Background(), &record.Batch{Seq: 1000}); err != nil {
+		t.Fatalf("the loss is reported once: %v", err)
+	}
+
+	// lost at the final flush: Close reports it
+	out2, err := sdktest.Start(t, webhook.New(), map[string]any{"url": srv.URL, "batch_interval": "1h", "max_retries": 0,
+		"thresholds": []any{"temperature_gpu > 85"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := out2.Write(context.Background(), batches[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := out2.Close(); err == nil || !strings.Contains(err.Error(), "alerts lost") {
+		t.Fatalf("Close with alerts lost at the final flush: %v, want an error naming them", err)
+	}
+	var _ record.StatsReporter = webhook.New()
+}
