@@ -3,6 +3,7 @@ package plugins_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -23,7 +24,9 @@ import (
 // sample count of each batch and the build environment to a file. A batch
 // whose Seq is crash_at ends its process (exit status 3). With block_once
 // = FILE, the first Write that finds no FILE creates it (holding the pid)
-// and blocks forever, ignoring its context (a wedged output).
+// and blocks forever, ignoring its context (a wedged output). With slow =
+// true every Write waits for its context to end and returns its error (a
+// black-holed sink whose request the Write's deadline cuts short).
 func fileKind() outputs.Kind {
 	return outputs.Kind{Kind: "countfile", SampleConfig: "[[outputs.countfile]]\n  path = \"/tmp/x\"\n",
 		OutOfProcess: true,
@@ -35,6 +38,7 @@ func fileKind() outputs.Kind {
 			}
 			t.Int("crash_at", &o.crashAt, 0, 1<<30)
 			t.String("block_once", &o.blockOnce)
+			t.Bool("slow", &o.slow)
 			return o
 		},
 		Build: func(o *outputs.Block, env outputs.BuildEnv) (record.Output, error) {
@@ -44,7 +48,7 @@ func fileKind() outputs.Kind {
 				return nil, err
 			}
 			f.WriteString("built in pid " + itoa(os.Getpid()) + " host " + env.Host + " name " + o.Name + "\n")
-			return &countFile{f: f, crashAt: opts.crashAt, blockOnce: opts.blockOnce}, nil
+			return &countFile{f: f, crashAt: opts.crashAt, blockOnce: opts.blockOnce, slow: opts.slow}, nil
 		}}
 }
 
@@ -52,15 +56,21 @@ type fileOptions struct {
 	path      string
 	crashAt   int
 	blockOnce string
+	slow      bool
 }
 
 type countFile struct {
 	f         *os.File
 	crashAt   int
 	blockOnce string
+	slow      bool
 }
 
-func (c *countFile) Write(_ context.Context, b *record.Batch) error {
+func (c *countFile) Write(ctx context.Context, b *record.Batch) error {
+	if c.slow {
+		<-ctx.Done()
+		return fmt.Errorf("slow sink: %w", ctx.Err())
+	}
 	if c.crashAt > 0 && b.Seq == uint64(c.crashAt) {
 		os.Exit(3)
 	}
@@ -350,5 +360,38 @@ func TestSharedProcessWedgeGivenUpAlone(t *testing.T) {
 	data, _ = os.ReadFile(pathB)
 	if n := strings.Count(string(data), "samples "); uint64(n) != seq+1 {
 		t.Fatalf("b delivered %d batches, want %d", n, seq+1)
+	}
+}
+
+// A black-holed sink (each Write waits out its deadline) beside a healthy
+// output in the shared process: the deadline budget makes its Write end
+// with its own error before the host's call timeout, so it is handled as
+// slow (retryable, offered again by the pump), never as wedged: no output
+// restarts, and the healthy one writes on in the same process.
+func TestSharedProcessSlowSinkIsNotWedged(t *testing.T) {
+	dir := t.TempDir()
+	pathA, pathB := filepath.Join(dir, "a.txt"), filepath.Join(dir, "b.txt")
+	clients := buildClients(t, sharedHost(t), "[[outputs.countfile]]\n  name = \"a\"\n  write_timeout = \"5s\"\n  path = \""+pathA+"\"\n  slow = true\n"+
+		"[[outputs.countfile]]\n  name = \"b\"\n  path = \""+pathB+"\"\n")
+	a, b := clients[0], clients[1]
+	pid := a.Stats().PID
+	// write_timeout 5s: call timeout 4s, the output's deadline 3.2s (an
+	// 800ms margin for its answer to reach the host)
+	for seq := uint64(1); seq <= 2; seq++ {
+		// the pump's deadline: write_timeout
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := a.Write(ctx, &record.Batch{Seq: seq, Samples: outputtest.Samples(2)})
+		cancel()
+		if record.Classify(err) != record.KindRetryable || !strings.Contains(err.Error(), "slow sink") {
+			t.Fatalf("slow sink's write %d: %v (%v), want its own retryable error", seq, err, record.Classify(err))
+		}
+		if err := b.Write(context.Background(), &record.Batch{Seq: seq, Samples: outputtest.Samples(1)}); err != nil {
+			t.Fatalf("healthy output's write %d: %v", seq, err)
+		}
+	}
+	for _, c := range clients {
+		if st := c.Stats(); st.PID != pid || st.Starts != 1 || st.Wedges != 0 || st.Crashes != 0 {
+			t.Fatalf("stats %+v: want both still in %d, never restarted", st, pid)
+		}
 	}
 }

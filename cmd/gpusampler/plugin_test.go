@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,8 +27,14 @@ func TestPluginTestCommandIntegration(t *testing.T) {
 	}
 	webhook := build("gpusampler-webhook", "../../plugins/examples/webhook/cmd/gpusampler-webhook")
 	broken := build("testplugin", "../../plugins/internal/testplugin")
+	hook := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer hook.Close()
 	cfg := filepath.Join(dir, "webhook.toml")
-	os.WriteFile(cfg, []byte("url = \"http://127.0.0.1:9/hook\"\nthresholds = [\"temperature_gpu > 85\"]\nbatch_interval = \"1h\"\nmax_retries = 0\n"), 0o644)
+	os.WriteFile(cfg, []byte("url = \""+hook.URL+"/hook\"\nthresholds = [\"temperature_gpu > 85\"]\nbatch_interval = \"1h\"\nmax_retries = 0\n"), 0o644)
+	// nothing listens on port 9: the alert's post fails, and the plugin
+	// reports the lost alert at its close
+	downCfg := filepath.Join(dir, "down.toml")
+	os.WriteFile(downCfg, []byte("url = \"http://127.0.0.1:9/hook\"\nthresholds = [\"temperature_gpu > 85\"]\nbatch_interval = \"1h\"\nmax_retries = 0\n"), 0o644)
 	badCfg := filepath.Join(dir, "bad.toml")
 	os.WriteFile(badCfg, []byte("url = \"ftp://x\"\n"), 0o644)
 
@@ -48,6 +56,8 @@ func TestPluginTestCommandIntegration(t *testing.T) {
 	}{
 		{"example", "", []string{webhook, "--config", cfg}, 0,
 			[]string{"handshake  ok: protocol 1, gRPC, AutoMTLS", "configure  ok (4 keys)", "write      ok seq 3", "close      ok", "PASS"}},
+		{"example-receiver-down", "", []string{webhook, "--config", downCfg}, 1,
+			[]string{"write      ok seq 3", "close      FAIL", "1 alerts lost"}},
 		{"example-bad-config", "", []string{webhook, "--config", badCfg}, 1,
 			[]string{"configure  FAIL " + badCfg + ": url: \"ftp://x\": want an http or https URL"}},
 		{"broken-handshake", "stdout", []string{broken}, 1,
