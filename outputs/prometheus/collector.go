@@ -175,7 +175,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		for i := range o.series {
 			s := &o.series[i]
 			ms := &d.metrics[s.id]
-			if !ms.has || now-ms.arrive > stale {
+			if !ms.has || now-ms.arrive > ms.keep(stale) {
 				continue
 			}
 			v := ms.last

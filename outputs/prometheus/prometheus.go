@@ -34,6 +34,11 @@ const (
 	dcgmExporterPort = "9400"
 	// powerAverage is the span of DCGM_FI_DEV_POWER_USAGE.
 	powerAverage = time.Second
+	// RarePrior is the read interval assumed for a metric the catalog
+	// marks Rare until its second read shows the real one: the engine's
+	// default rare_interval (the output runs apart from the engine and
+	// does not see its config).
+	RarePrior = 30 * time.Second
 )
 
 // Options configure an Output.
@@ -52,8 +57,9 @@ type Options struct {
 	HostLabel string
 	// Window is the span of the _min/_max/_mean families (DefaultWindow).
 	Window time.Duration
-	// Stale is how long a device (or a metric) may go without a sample
-	// before its series disappear (DefaultStale).
+	// Stale is how long a device may go without any sample before its
+	// series disappear (DefaultStale). A metric of a device still sampled
+	// stays until twice its own observed read interval, and at least Stale.
 	Stale time.Duration
 	// WebConfig is an exporter-toolkit web config file (TLS, basic auth);
 	// empty serves plain HTTP.
@@ -91,8 +97,11 @@ type Output struct {
 	cat    *catalog.Catalog
 	series []series
 	byID   []int // MetricID → index in series, -1 when not exposed
-	log    *slog.Logger
-	now    func() time.Time
+	// prior is each metric's read interval before its second read tells
+	// it (RarePrior for the catalog's Rare metrics, else 0), by MetricID.
+	prior []int64
+	log   *slog.Logger
+	now   func() time.Time
 
 	baseLabels []string // label names every device series carries, in order
 	tagValues  []string // global tag values in baseLabels order (after the device labels)
@@ -214,6 +223,12 @@ func newOutput(opts Options) (*Output, error) {
 	for i, s := range ss {
 		o.byID[s.id] = i
 	}
+	o.prior = make([]int64, opts.Catalog.Len())
+	for _, m := range opts.Catalog.All() {
+		if m.Rare && int(m.ID) < len(o.prior) {
+			o.prior[m.ID] = int64(RarePrior)
+		}
+	}
 	o.baseLabels = append(o.baseLabels, deviceLabels(opts.Naming, opts.HostLabel)...)
 	for _, k := range slices.Sorted(maps.Keys(opts.GlobalTags)) {
 		name := sanitizeLabel(k)
@@ -280,6 +295,10 @@ func (o *Output) Write(_ context.Context, b *record.Batch) error {
 		}
 		d.observe(s.TimeNS, now)
 		ms := &d.metrics[s.Metric]
+		ms.note(s.TimeNS, now)
+		if !ms.has {
+			ms.prior = o.prior[s.Metric]
+		}
 		if !ms.has || s.TimeNS >= ms.lastT {
 			ms.last, ms.lastT = s.Value, s.TimeNS
 		}
@@ -297,6 +316,10 @@ func (o *Output) Write(_ context.Context, b *record.Batch) error {
 		end := s.StartNS + s.IntervalNS
 		d.observe(end, now)
 		ms := &d.metrics[s.Metric]
+		ms.note(end, now)
+		if !ms.has {
+			ms.prior = max(o.prior[s.Metric], s.IntervalNS)
+		}
 		if !ms.has || end >= ms.lastT {
 			ms.last, ms.lastT = s.Last, end
 		}

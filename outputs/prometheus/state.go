@@ -79,7 +79,43 @@ type metricState struct {
 	last   float64
 	lastT  int64 // the newest sample's own time
 	arrive int64 // when it arrived (the output's clock), for staleness
-	win    window
+	// gap and prevGap are the spacings of the newest two reads of the
+	// metric (see note); prior stands in for them until the second read.
+	gap, prevGap, prior int64
+	win                 window
+}
+
+// note records a read of the metric: a sample (or a summary ending) at its
+// own time t arriving at now. A read is what one Write brings: the spacing
+// of two reads is the larger of their arrival spacing and the spacing of
+// their own times, so that a metric drained in bursts, and one read once a
+// rare_interval, are both measured as the output sees them.
+func (ms *metricState) note(t, now int64) {
+	if !ms.has || now <= ms.arrive {
+		return // the first read, or another sample of the same Write
+	}
+	g := now - ms.arrive
+	if t > ms.lastT && t-ms.lastT > g {
+		g = t - ms.lastT
+	}
+	ms.prevGap, ms.gap = ms.gap, g
+}
+
+// interval is the metric's read interval as observed: the larger of its
+// newest two spacings (one short pair, such as a read right after a device
+// came back, does not hide it for a cycle), or prior before the second
+// read.
+func (ms *metricState) interval() int64 {
+	if ms.gap == 0 {
+		return ms.prior
+	}
+	return max(ms.gap, ms.prevGap)
+}
+
+// keep is how long after its newest arrival the metric stays exposed:
+// twice its read interval, and at least stale.
+func (ms *metricState) keep(stale int64) int64 {
+	return max(stale, 2*ms.interval())
 }
 
 // deviceState is one device's identity, exposed labels and metric state.
