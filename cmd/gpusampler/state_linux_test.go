@@ -118,6 +118,17 @@ func TestStateDirOneOwnerIntegration(t *testing.T) {
 	if lookLast <= 0 || len(powerTimes(t, []byte(beside.String()))) == 0 {
 		t.Errorf("the ad-hoc runs delivered nothing")
 	}
+	// A Telegraf execd program without a config is restarted by Telegraf:
+	// it keeps cursors, in a state directory of its own, not the
+	// service's.
+	var execdOut, execdErr syncBuffer
+	e := start("--execd stream", &execdOut, &execdErr)
+	if err := e.Wait(); err != nil { // stdin is empty: EOF ends it
+		t.Fatalf("execd: %v\n%s", err, execdErr.String())
+	}
+	if _, err := os.Stat(filepath.Join(state, "execd", "gpusampler.lock")); err != nil {
+		t.Errorf("the execd run kept no state of its own: %v\n%s", err, execdErr.String())
+	}
 }
 
 // powerTimes returns the timestamps (ns) of the power_draw buffer samples
