@@ -106,3 +106,23 @@ func TestLayering(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigLinksNoBackend keeps the configuration model data: it
+// validates simulator profile names against the leaf list
+// (sampler/simprofile) and links no backend; the CLI wires them.
+func TestConfigLinksNoBackend(t *testing.T) {
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := deps(t, root, "sampler/simprofile"), []string{"sampler/simprofile"}; !slices.Equal(got, want) {
+		t.Errorf("sampler/simprofile links %q, want %q", got, want)
+	}
+	for _, d := range deps(t, root, "internal/appconfig") {
+		for _, backend := range []string{"sampler/sim", "sampler/nvml"} {
+			if d == backend || strings.HasPrefix(d, backend+"/") {
+				t.Errorf("internal/appconfig links %s", d)
+			}
+		}
+	}
+}

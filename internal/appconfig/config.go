@@ -22,7 +22,7 @@ import (
 	"github.com/gpusampler/gpusampler/outputs"
 	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler"
-	"github.com/gpusampler/gpusampler/sampler/sim"
+	"github.com/gpusampler/gpusampler/sampler/simprofile"
 )
 
 // Defaults of the agent section.
@@ -381,13 +381,13 @@ func parseAttribution(t *config.Table) Attribution {
 }
 
 func parseSampler(t *config.Table, cat *catalog.Catalog) Sampler {
-	s := Sampler{Backend: "auto", Profile: "training", GPUs: 2, Seed: 1,
+	s := Sampler{Backend: "auto", Profile: simprofile.Default, GPUs: 2, Seed: 1,
 		DrainInterval: sampler.DefaultDrainInterval, PrimaryBuffers: sampler.DefaultPrimaryBuffers(),
 		FieldInterval: sampler.DefaultFieldInterval, SlowInterval: sampler.DefaultSlowInterval, RareInterval: sampler.DefaultRareInterval,
 		GPMInterval: sampler.DefaultGPMInterval, RingSize: sampler.DefaultRingSize,
 		Processes: true, ProcessInterval: sampler.DefaultProcessInterval, ProcessCmdlineMax: sampler.DefaultCmdlineMax}
 	t.OneOf("backend", &s.Backend, "auto", "nvml", "sim")
-	t.OneOf("profile", &s.Profile, sim.Profiles...)
+	t.OneOf("profile", &s.Profile, simprofile.Names()...)
 	t.Int("gpus", &s.GPUs, 1, 64)
 	t.Uint64("seed", &s.Seed)
 	t.Strings("devices", &s.Devices)

@@ -21,13 +21,16 @@ import (
 	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/sampler/simprofile"
 )
 
-// Profiles lists the workload profiles by name.
-var Profiles = []string{"idle", "training", "data-stall", "launch-bound", "thermal", "memory-pressure", "comm-bound"}
+// Profiles lists the workload profiles by name; the list is owned by
+// package simprofile so the configuration validates names without linking
+// the simulator.
+var Profiles = simprofile.Names()
 
 // ValidProfile reports whether name is a known profile.
-func ValidProfile(name string) bool { return slices.Contains(Profiles, name) }
+func ValidProfile(name string) bool { return simprofile.Valid(name) }
 
 // Buffer depth and per-type period of the simulated driver buffers. Real
 // drivers do not document these; gpusampler measures them (doctor). These
@@ -100,7 +103,7 @@ func New(opts Options) (*Source, error) {
 		return nil, fmt.Errorf("sim: gpus %d: must be between 1 and 64", opts.GPUs)
 	}
 	if opts.Profile == "" {
-		opts.Profile = "training"
+		opts.Profile = simprofile.Default
 	}
 	if !ValidProfile(opts.Profile) {
 		return nil, fmt.Errorf("sim: unknown profile %q (known: %v)", opts.Profile, Profiles)

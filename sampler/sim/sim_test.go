@@ -13,6 +13,7 @@ import (
 	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/sampler/simprofile"
 )
 
 // fakeClock is a manually advanced clock.
@@ -365,4 +366,30 @@ func cpuRanges(cpus []int) string {
 		i = j + 1
 	}
 	return strings.Join(parts, ",")
+}
+
+// The simulator implements every profile that package simprofile names
+// (the list the configuration validates against), and no other.
+func TestProfilesMatchSimprofile(t *testing.T) {
+	for _, p := range simprofile.Names() {
+		if _, err := New(Options{GPUs: 1, Profile: p, Seed: 1}); err != nil {
+			t.Errorf("profile %q: %v", p, err)
+		}
+		if _, ok := profileProcesses[p]; !ok {
+			t.Errorf("profile %q has no processes", p)
+		}
+		if _, ok := gpmShapes[p]; !ok && p != "idle" {
+			t.Errorf("profile %q has no GPM shape", p)
+		}
+	}
+	for p := range profileProcesses {
+		if !simprofile.Valid(p) {
+			t.Errorf("processes for %q, which simprofile does not name", p)
+		}
+	}
+	for p := range gpmShapes {
+		if !simprofile.Valid(p) {
+			t.Errorf("GPM shape for %q, which simprofile does not name", p)
+		}
+	}
 }
