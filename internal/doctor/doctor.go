@@ -90,6 +90,11 @@ type DeviceReport struct {
 	// read: 1 (one batch) where the driver gives every field, more where
 	// dedicated getters stand in for fields; 0 when not counted.
 	FieldCalls int `json:"field_calls,omitempty"`
+	// PointCalls is how many driver calls one point read of the metrics
+	// of the missing buffers (media engines' aside) takes, counted like
+	// FieldCalls: the engine reads them together every field tick, and one
+	// call may serve several (GPU and memory utilization).
+	PointCalls int `json:"point_calls,omitempty"`
 }
 
 // GroupSupport is how much of one metric group a device gives.
@@ -289,23 +294,29 @@ func examine(ds sampler.DeviceSource, index int, opts *Options) DeviceReport {
 	}
 	dr.Clock = clock.String()
 	dr.Latency = measureLatency(ds, opts)
-	dr.FieldCalls = countFieldCalls(ds, opts.Catalog)
+	var fields, points []catalog.MetricID
+	for _, m := range opts.Catalog.All() {
+		if m.Src.Kind == catalog.FromField && !m.Rare {
+			fields = append(fields, m.ID)
+		}
+	}
+	for _, b := range dr.Buffers {
+		if t, ok := catalog.ParseBufferType(b.Type); ok && b.PointReads != "" && !isMedia(b.Type) {
+			points = append(points, opts.Catalog.BufferMetric(t))
+		}
+	}
+	dr.FieldCalls = countCalls(ds, fields)
+	dr.PointCalls = countCalls(ds, points)
 	return dr
 }
 
-// countFieldCalls reads the device's fast field metrics twice and returns
-// the driver calls the second read made (the first one settles which
-// metrics a getter reads), or 0 when the device does not count its calls.
-func countFieldCalls(ds sampler.DeviceSource, cat *catalog.Catalog) int {
+// countCalls reads ids twice and returns the driver calls the second read
+// made (the first one settles which metrics a getter reads), or 0 when the
+// device does not count its calls.
+func countCalls(ds sampler.DeviceSource, ids []catalog.MetricID) int {
 	cc, ok := ds.(sampler.CallCounter)
-	if !ok {
+	if !ok || len(ids) == 0 {
 		return 0
-	}
-	var ids []catalog.MetricID
-	for _, m := range cat.All() {
-		if m.Src.Kind == catalog.FromField && !m.Rare {
-			ids = append(ids, m.ID)
-		}
 	}
 	out := make([]sampler.Reading, len(ids))
 	if ds.Read(ids, out) != nil {
@@ -629,8 +640,9 @@ func mediaBuffers() []string {
 // estimateCost returns the calls per second per GPU of the costliest
 // device at rec's intervals, as the engine schedules its reads: each
 // supported buffer drained at half its span within its class's freshness
-// limit (at the limit while it is empty); a missing buffer's metric
-// point-read at the field interval, a media engine's at the rare interval;
+// limit (at the limit while it is empty); the missing buffers' metrics
+// point-read together at the field interval (the calls one such read makes,
+// PointCalls, where counted), a media engine's at the rare interval;
 // an empty (idle) media buffer point-read at the rare interval too, and an
 // idle GPU's utilization (empty gpu_util buffer) once per drain.
 func estimateCost(devs []DeviceReport, cat *catalog.Catalog, rec *Recommendation) []CallCost {
@@ -655,11 +667,14 @@ func estimateCost(devs []DeviceReport, cat *catalog.Catalog, rec *Recommendation
 			gpm = gpm || (g.Group == catalog.GroupProfiling && g.Supported > 0)
 		}
 		var buffers, point float64
+		if d.PointCalls > 0 {
+			point += float64(d.PointCalls) * per(rec.FieldInterval)
+		}
 		for _, b := range d.Buffers {
 			switch {
 			case !b.Supported && b.PointReads != "" && isMedia(b.Type):
 				point += per(rec.RareInterval)
-			case !b.Supported && b.PointReads != "":
+			case !b.Supported && b.PointReads != "" && d.PointCalls == 0:
 				point += per(rec.FieldInterval)
 			case b.Supported && b.Empty && isMedia(b.Type):
 				point += per(rec.RareInterval) // a dry engine's point read

@@ -109,6 +109,11 @@ func childDoctorFallback(t *testing.T, src *Source) {
 			t.Errorf("buffer %+v, want %+v", b, want)
 		}
 	}
+	// Power, GPU and memory utilization (one GetUtilizationRates), SM and
+	// memory clocks: 4 calls per field tick, as the engine reads them.
+	if n := r.Devices[0].PointCalls; n != 4 {
+		t.Errorf("point calls per read %d, want 4", n)
+	}
 	if why := r.Recommend.Why[0]; !strings.Contains(why, "no sample buffer is supported") || strings.Contains(why, "under load") {
 		t.Errorf("drain advice %q", why)
 	}
