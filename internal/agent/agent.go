@@ -147,6 +147,9 @@ func New(src sampler.Source, cfg *appconfig.Config, opts Options) (*Agent, error
 	if opts.Strict {
 		if built, err = a.build(cfg, cfg.Outputs); err != nil {
 			src.Close()
+			if cursors != nil {
+				cursors.Close()
+			}
 			return nil, err
 		}
 	} else {
@@ -163,6 +166,9 @@ func New(src sampler.Source, cfg *appconfig.Config, opts Options) (*Agent, error
 	}
 	for _, b := range built {
 		if err := eng.AddOutput(b.block.Name, b.out, b.block.PumpOptions()); err != nil {
+			if cursors != nil {
+				cursors.Close()
+			}
 			return nil, err
 		}
 		a.running[b.block.Name] = b.block
