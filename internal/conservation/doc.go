@@ -18,7 +18,9 @@
 // memory, disk} × {raw, aggregate}, beside a witness (an unbuffered
 // in-process recorder), under these scenarios: clean; down (sinks refuse
 // as retryable, then recover); refuse (one batch refused permanently,
-// however often offered); pluginkill (SIGKILL of every plugin); sighup
+// however often offered); pluginkill (SIGKILL of every plugin); wedge (one
+// plugin's Write blocks ignoring its context: it alone is restarted, the
+// other plugin cells keep their process and lose nothing); sighup
 // (unchanged, changed outputs, changed [sampler], broken config); restart
 // (disk buffers replayed by a new agent); lapped (small rings, sinks down:
 // ring drops); kill9 (gpusampler SIGKILLed with data queued on disk, then

@@ -321,6 +321,40 @@ var scenarios = []scenario{
 				}
 			}
 		}},
+	{name: "wedge", about: "one plugin cell's process wedges (a Write blocks, ignoring its context) between two phases; the others go on untouched", cells: isPlugin,
+		run: func(t *testing.T, e *env) result {
+			r := e.start(newScript())
+			r.phase()
+			r.settle(nil)
+			victim := func(c cell) bool { return c == e.cells[0] }
+			e.setControl(victim, conservation.ControlWedge)
+			r.phase()
+			if !waitFor(func() bool { return e.lines(e.recordFile(e.cells[0].name(), e.run), conservation.StateDown) > 0 }) {
+				t.Fatalf("%s never wedged", e.cells[0].name())
+			}
+			e.setControl(victim) // the restarted process records again
+			r.phase()
+			r.settle(nil)
+			return finish(t, e, r)
+		},
+		check: func(c cell, got received) func(*outcome) {
+			return func(o *outcome) {
+				pids := map[int]bool{}
+				for _, b := range got.ok {
+					pids[b.PID] = true
+				}
+				wedged := len(got.down) > 0
+				switch {
+				case wedged && len(pids) < 2:
+					o.problems = append(o.problems, fmt.Sprintf("the wedged cell's batches came from %d process(es), want a restarted one too", len(pids)))
+				case !wedged && len(pids) != 1:
+					o.problems = append(o.problems, fmt.Sprintf("a healthy cell's batches came from %d processes: restarted beside the wedged one", len(pids)))
+				}
+				if n := o.dropped.total(); n != 0 {
+					o.problems = append(o.problems, fmt.Sprintf("%d records counted dropped across a wedge the pumps and buffers should ride out", n))
+				}
+			}
+		}},
 	{name: "sighup", about: "reloads between phases: unchanged config, every cell changed (flush_interval), [sampler] changed (drain_interval), a broken config",
 		run: func(t *testing.T, e *env) result {
 			r := e.start(newScript())

@@ -36,6 +36,10 @@ const (
 	// record, is refused with record.Permanent (as a database refuses a
 	// batch with a field-type clash, however often it is offered).
 	ControlPoison = "poison"
+	// ControlWedge makes the next Write record a StateDown line and then
+	// block forever, ignoring its context (a wedged output: the host gives
+	// its process up past the call timeout).
+	ControlWedge = "wedge"
 )
 
 // Batch is one line of a record file: one Write, whole.
@@ -117,6 +121,10 @@ func (r *Recorder) Write(_ context.Context, b *record.Batch) error {
 	rec := Batch{State: StateOK, PID: os.Getpid(), Seq: b.Seq}
 	var err error
 	switch {
+	case w[ControlWedge]:
+		line, _ := json.Marshal(Batch{State: StateDown, PID: os.Getpid(), Seq: b.Seq})
+		r.f.Write(append(line, '\n'))
+		select {} // wedged: ignores ctx; the host kills the process
 	case w[ControlDown]:
 		rec.State = StateDown
 		err = fmt.Errorf("recorder: sink down: %w", record.ErrUnavailable)
