@@ -87,6 +87,14 @@ type Block struct {
 	Table *config.Table
 }
 
+// Listener is implemented by the parsed options (Block.Options) of a kind
+// that listens on an address, such as the prometheus output: config
+// validation refuses two blocks that would listen on the same one.
+type Listener interface {
+	// ListenAddress returns the host:port the output listens on.
+	ListenAddress() string
+}
+
 // ErrorAt returns a problem with key, a dotted path relative to the block
 // ("config.url"), placed at the key's line in the config file (else the
 // nearest enclosing key's, else the block's header). Plugins' configure

@@ -292,6 +292,7 @@ func Parse(file string, data []byte, opts Options) (*Config, error) {
 	c.Sampler = parseSampler(root.Sub("sampler"), opts.Catalog)
 	c.Attribution = parseAttribution(root.Sub("attribution"))
 	c.Outputs = parseOutputs(root.Sub("outputs"), c.Agent, opts)
+	checkShared(c.Outputs)
 	root.Finish()
 	if err := root.Err(); err != nil {
 		return nil, err

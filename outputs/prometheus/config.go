@@ -63,6 +63,10 @@ func Parse(t *config.Table) any {
 	return o
 }
 
+// ListenAddress returns the listen key's address (outputs.Listener: two
+// blocks may not listen on one address).
+func (o Options) ListenAddress() string { return o.Listen }
+
 // checkListen checks a listen address as net.Listen would take it, without
 // binding it: host:port, the host empty, an IP address or a name that is
 // not a malformed address, the port a number 0-65535.
