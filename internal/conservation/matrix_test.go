@@ -454,7 +454,7 @@ func newScriptAt(start time.Time) *conservation.Script {
 // counts.
 func TestMatrix(t *testing.T) {
 	var table []string
-	for _, sc := range append(scenarios, lapped, capped, kill9Scenario, stdoutStall) {
+	for _, sc := range append(scenarios, lapped, capped, kill9Scenario, stdoutStall, diskFull) {
 		t.Run(sc.name, func(t *testing.T) {
 			e := newEnv(t, allCells(sc.cells))
 			began := time.Now()

@@ -8,6 +8,7 @@ import (
 	"hash/crc32"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -37,8 +38,8 @@ const (
 	frameHeaderSize = 24
 	frameMagic      = "GSBF"
 	cursorMagic     = "GSBC"
-	cursorVersion   = 1
-	cursorSize      = 4 + 4 + 4 + 16 + 16 + 4
+	cursorVersion   = 2
+	cursorSize      = 4 + 4 + 4 + 16 + 16 + 4 // version 1; version 2 adds a table after head
 	cursorName      = "cursor"
 	cursorTmpName   = "cursor.tmp"
 	lockName        = "LOCK"
@@ -141,6 +142,8 @@ type segment struct {
 	size   int64  // end of the last complete record
 	dirty  bool   // written since the last fsync
 	old    bool   // found at open: its records are replays
+	// recTotal sums the records of frames, recRead those of frames[:read].
+	recTotal, recRead int64
 }
 
 // position is a byte offset in a segment.
@@ -155,6 +158,30 @@ type cursor struct {
 	hasFirst bool
 	first    position
 	head     position
+	// table lists, for every segment holding unresolved records, how many
+	// (batches and records) it holds: what a start must find there, so
+	// that damage done while stopped is counted exactly. Encoded as
+	// tableEntrySize-byte entries (id u64, batches u32, records u32) in a
+	// string, so that a cursor stays comparable.
+	table string
+}
+
+const tableEntrySize = 16
+
+// segCount is a cursor table entry.
+type segCount struct {
+	batches, records int64
+}
+
+// tableCounts decodes c.table.
+func (c cursor) tableCounts() map[uint64]segCount {
+	m := map[uint64]segCount{}
+	le := binary.LittleEndian
+	for i := 0; i+tableEntrySize <= len(c.table); i += tableEntrySize {
+		e := c.table[i : i+tableEntrySize]
+		m[le.Uint64([]byte(e[:8]))] = segCount{int64(le.Uint32([]byte(e[8:12]))), int64(le.Uint32([]byte(e[12:16])))}
+	}
+	return m
 }
 
 // diskQueue is the "disk" kind. See the package doc and README.md for the
@@ -193,7 +220,9 @@ type diskQueue struct {
 	activeOpen  bool
 	nextID      uint64
 	dirDirty    bool
-	broken      bool // the active segment has a failed write at its end
+	broken      bool   // the active segment has a failed write at its end
+	quiet       bool   // recovering a segment whose loss countDamage logs
+	damage      string // what countDamage says the damage was, when known
 	hasInflight bool
 	inflightSeg *segment
 	inflightIdx int
@@ -348,23 +377,27 @@ func (q *diskQueue) recover() error {
 			}
 		}
 	}
-	for _, id := range ids {
-		q.nextID = max(q.nextID, id+1)
+	// What the cursor says each segment holds: found short at open, the
+	// difference is damage done while stopped (a segment deleted, emptied,
+	// truncated or overwritten), counted as corrupt and logged once per
+	// segment.
+	expected := cur.tableCounts()
+	one := func(id uint64) (*segment, error) {
 		path := q.segPath(id)
 		data, err := readFileNoFollow(path)
 		if err != nil {
-			return fmt.Errorf("read segment: %w", err)
+			return nil, fmt.Errorf("read segment: %w", err)
 		}
 		_, start, herr := parseSegmentHeader(data)
 		switch {
 		case errors.Is(herr, errSegmentV1):
-			return fmt.Errorf("buffer segment %s: %w", path, herr)
+			return nil, fmt.Errorf("buffer segment %s: %w", path, herr)
 		case errors.Is(herr, errSegmentTorn):
 			// Cut short while it was being created: it holds nothing.
 			if err := os.Remove(path); err != nil {
-				return fmt.Errorf("remove torn segment: %w", err)
+				return nil, fmt.Errorf("remove torn segment: %w", err)
 			}
-			continue
+			return nil, nil
 		case herr != nil:
 			start = int64(len(segMagic)) // scan what is left, to count it
 		}
@@ -386,28 +419,45 @@ func (q *diskQueue) recover() error {
 		}
 		if len(ranges) == 0 {
 			if err := os.Remove(path); err != nil {
-				return fmt.Errorf("remove resolved segment: %w", err)
+				return nil, fmt.Errorf("remove resolved segment: %w", err)
 			}
-			continue
+			return nil, nil
 		}
 		if herr != nil {
-			if err := q.dropSegment(path, data, ranges, single, herr); err != nil {
-				return err
-			}
-			continue
+			return nil, q.dropSegment(path, data, ranges, single, herr)
 		}
-		seg, err := q.recoverSegment(id, path, data, ranges, single)
+		return q.recoverSegment(id, path, data, ranges, single)
+	}
+	present := map[uint64]bool{}
+	for _, id := range ids {
+		q.nextID = max(q.nextID, id+1)
+		present[id] = true
+		exp, known := expected[id]
+		q.quiet = known
+		b0, r0 := q.st.corruptBatches, q.st.corruptRecords
+		seg, err := one(id)
+		q.quiet = false
 		if err != nil {
 			return err
 		}
-		if seg == nil {
-			continue
+		var foundB, foundR int64
+		if seg != nil {
+			q.segs = append(q.segs, seg)
+			for _, fr := range seg.frames {
+				seg.recTotal += int64(fr.records)
+				q.qBytes += fr.total()
+				q.qRecords += int64(fr.records)
+				q.qBatches++
+			}
+			foundB, foundR = int64(len(seg.frames)), seg.recTotal
 		}
-		q.segs = append(q.segs, seg)
-		for _, fr := range seg.frames {
-			q.qBytes += fr.total()
-			q.qRecords += int64(fr.records)
-			q.qBatches++
+		if known {
+			q.countDamage(q.segPath(id), exp, foundB, foundR, int64(q.st.corruptBatches-b0), int64(q.st.corruptRecords-r0))
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(expected)) {
+		if !present[id] {
+			q.countDamage(q.segPath(id), expected[id], 0, 0, 0, 0)
 		}
 	}
 	if haveCursor {
@@ -417,6 +467,45 @@ func (q *diskQueue) recover() error {
 		q.committed, q.hasCommit = cur, true
 	}
 	return nil
+}
+
+// warnDamage logs damage found in a segment, unless countDamage logs the
+// segment's loss as a whole (quiet).
+func (q *diskQueue) warnDamage(msg string, args ...any) {
+	if q.quiet && q.damage == "" {
+		q.damage = msg
+	}
+	if !q.quiet {
+		q.opt.log.Warn(msg, args...)
+	}
+}
+
+// countDamage compares what the cursor said a segment held (exp) with
+// what a start found there (found*, and what was already counted corrupt
+// in it: region*), counts the rest as corrupt and logs the segment's loss
+// once.
+func (q *diskQueue) countDamage(path string, exp segCount, foundB, foundR, regionB, regionR int64) {
+	lostB := max(0, exp.batches-foundB)
+	lostR := max(0, exp.records-foundR)
+	if lostB == 0 && lostR == 0 {
+		return
+	}
+	q.st.corruptBatches += uint64(max(0, lostB-regionB))
+	q.st.corruptRecords += uint64(max(0, lostR-regionR))
+	damage := q.damage
+	switch {
+	case damage != "":
+	case foundB == 0 && regionB == 0:
+		damage = "missing or empty"
+	case regionB == 0:
+		damage = "truncated"
+	default:
+		damage = "corrupt records"
+	}
+	q.damage = ""
+	q.opt.log.Warn("buffer segment damaged while gpusampler was stopped; its lost records are counted as corrupt",
+		"segment", path, "damage", damage, "batches_lost", lostB, "records_lost", lostR,
+		"batches_found", foundB, "records_found", foundR)
 }
 
 // Segment header errors.
@@ -492,7 +581,7 @@ func (q *diskQueue) dropSegment(path string, data []byte, starts []int64, single
 	q.st.corruptBatches += batches
 	q.st.corruptRecords += records
 	q.st.corruptBytes += uint64(len(data))
-	q.opt.log.Warn("buffer segment dropped: its header is corrupt, so its batches cannot be mapped onto the metric catalog",
+	q.warnDamage("buffer segment dropped: its header is corrupt, so its batches cannot be mapped onto the metric catalog",
 		"segment", path, "batches", batches, "records", records, "err", why)
 	if err := os.Remove(path); err != nil {
 		return fmt.Errorf("remove corrupt segment: %w", err)
@@ -515,7 +604,7 @@ func (q *diskQueue) recoverSegment(id uint64, path string, data []byte, starts [
 			} else {
 				// The first record is gone: count it once.
 				q.st.corruptBatches++
-				q.opt.log.Warn("buffer record corrupt; dropped", "segment", path, "offset", start)
+				q.warnDamage("buffer record corrupt; dropped", "segment", path, "offset", start)
 			}
 			continue
 		}
@@ -526,7 +615,7 @@ func (q *diskQueue) recoverSegment(id uint64, path string, data []byte, starts [
 			recs := regionRecords(data, r)
 			q.st.corruptRecords += recs
 			if r.end != int64(len(data)) {
-				q.opt.log.Warn("buffer record corrupt; dropped", "segment", path, "offset", r.start,
+				q.warnDamage("buffer record corrupt; dropped", "segment", path, "offset", r.start,
 					"bytes", r.end-r.start, "records", recs)
 			}
 		}
@@ -540,7 +629,7 @@ func (q *diskQueue) recoverSegment(id uint64, path string, data []byte, starts [
 			return nil, fmt.Errorf("truncate torn segment: %w", err)
 		}
 		seg.size = validEnd
-		q.opt.log.Warn("buffer segment ended in a torn record; skipped", "segment", path, "offset", validEnd)
+		q.warnDamage("buffer segment ended in a torn record; skipped", "segment", path, "offset", validEnd)
 	}
 	if len(seg.frames) == 0 {
 		if err := os.Remove(path); err != nil {
@@ -992,6 +1081,7 @@ func (q *diskQueue) appendDisk(payload []byte, records int, nowNS int64, header 
 		return fmt.Errorf("append to buffer segment: %w", err)
 	}
 	a.frames = append(a.frames, frameInfo{off: a.size, size: uint32(len(payload)), records: uint32(records), timeNS: nowNS})
+	a.recTotal += int64(records)
 	a.size += total
 	a.dirty = true
 	q.qBytes += total
@@ -1020,6 +1110,7 @@ func (q *diskQueue) takeLocked() (*segment, frameInfo) {
 		if s.read < len(s.frames) {
 			fr := s.frames[s.read]
 			s.read++
+			s.recRead += int64(fr.records)
 			q.qBytes -= fr.total()
 			q.qRecords -= int64(fr.records)
 			q.qBatches--
@@ -1099,6 +1190,21 @@ func (q *diskQueue) cursorLocked() cursor {
 	if len(found) > 0 {
 		c.hasFirst, c.first = true, found[0]
 	}
+	var tab []byte
+	for _, s := range q.segs {
+		b := int64(len(s.frames) - s.read)
+		r := s.recTotal - s.recRead
+		if q.hasInflight && q.inflightSeg == s {
+			b++
+			r += int64(s.frames[q.inflightIdx].records)
+		}
+		if b > 0 {
+			tab = binary.LittleEndian.AppendUint64(tab, s.id)
+			tab = binary.LittleEndian.AppendUint32(tab, uint32(b))
+			tab = binary.LittleEndian.AppendUint32(tab, uint32(r))
+		}
+	}
+	c.table = string(tab)
 	switch a := q.active(); {
 	case len(found) > 1:
 		c.head = found[1]
@@ -1129,7 +1235,7 @@ func (q *diskQueue) commitCursor(durable bool) error {
 	if q.hasCommit && c == q.committed && (q.durable || !durable) {
 		return nil
 	}
-	buf := make([]byte, 0, cursorSize)
+	buf := make([]byte, 0, cursorSize+4+len(c.table))
 	buf = append(buf, cursorMagic...)
 	buf = binary.LittleEndian.AppendUint32(buf, cursorVersion)
 	var flags uint32
@@ -1141,6 +1247,8 @@ func (q *diskQueue) commitCursor(durable bool) error {
 	buf = binary.LittleEndian.AppendUint64(buf, uint64(c.first.off))
 	buf = binary.LittleEndian.AppendUint64(buf, c.head.seg)
 	buf = binary.LittleEndian.AppendUint64(buf, uint64(c.head.off))
+	buf = binary.LittleEndian.AppendUint32(buf, uint32(len(c.table)/tableEntrySize))
+	buf = append(buf, c.table...)
 	buf = binary.LittleEndian.AppendUint32(buf, crc32.Checksum(buf, castagnoli))
 	tmp := filepath.Join(q.dir, cursorTmpName)
 	if err := writeFile(tmp, buf, durable); err != nil {
@@ -1230,15 +1338,27 @@ func readCursor(path string) (cursor, bool, error) {
 	if err != nil {
 		return cursor{}, false, fmt.Errorf("read cursor: %w", err)
 	}
-	if len(data) != cursorSize || string(data[:4]) != cursorMagic ||
-		binary.LittleEndian.Uint32(data[4:]) != cursorVersion ||
-		crc32.Checksum(data[:cursorSize-4], castagnoli) != binary.LittleEndian.Uint32(data[cursorSize-4:]) {
+	le := binary.LittleEndian
+	// Version 1: fixed size. Version 2: the table's entry count after head,
+	// then the entries; bytes after the checksum are left over from a
+	// longer cursor overwritten in place.
+	size, table := cursorSize, ""
+	if len(data) >= cursorSize+4 && string(data[:4]) == cursorMagic && le.Uint32(data[4:]) == cursorVersion {
+		n := int(le.Uint32(data[44:]))
+		size = cursorSize + 4 + n*tableEntrySize
+		if n > len(data)/tableEntrySize || len(data) < size {
+			return cursor{}, false, fmt.Errorf("read cursor: %w", errCorruptCursor)
+		}
+		table = string(data[48 : 48+n*tableEntrySize])
+	} else if len(data) != cursorSize || le.Uint32(data[4:min(len(data), 8)]) != 1 {
 		return cursor{}, false, fmt.Errorf("read cursor: %w", errCorruptCursor)
 	}
-	le := binary.LittleEndian
+	if string(data[:4]) != cursorMagic || crc32.Checksum(data[:size-4], castagnoli) != le.Uint32(data[size-4:]) {
+		return cursor{}, false, fmt.Errorf("read cursor: %w", errCorruptCursor)
+	}
 	c := cursor{hasFirst: le.Uint32(data[8:])&1 != 0,
 		first: position{le.Uint64(data[12:]), int64(le.Uint64(data[20:]))},
-		head:  position{le.Uint64(data[28:]), int64(le.Uint64(data[36:]))}}
+		head:  position{le.Uint64(data[28:]), int64(le.Uint64(data[36:]))}, table: table}
 	if c.first.off < 0 || c.head.off < 0 {
 		return cursor{}, false, fmt.Errorf("read cursor: %w", errCorruptCursor)
 	}
@@ -1280,6 +1400,7 @@ func (q *diskQueue) next() (entry, bool, error) {
 		if !errors.Is(err, errCorruptPayload) {
 			// An I/O error: put the record back and let the caller retry.
 			s.read--
+			s.recRead -= int64(fr.records)
 			q.qBytes += fr.total()
 			q.qRecords += int64(fr.records)
 			q.qBatches++

@@ -406,8 +406,9 @@ func TestDiskCorruptRecordCounted(t *testing.T) {
 	if st.DroppedBatches.Corrupt != 1 || st.DroppedRecords.Corrupt != 4 || st.DroppedRecords.Total() != 4 {
 		t.Fatalf("dropped batches %+v records %+v, want 1 corrupt batch of 4 records", st.DroppedBatches, st.DroppedRecords)
 	}
-	if n := logs.Count("WARN buffer record corrupt; dropped"); n != 1 {
-		t.Fatalf("warn lines for the corrupt record: %d, want 1 (log: %v)", n, logs.recs)
+	// One line for the segment (the cursor says what it held).
+	if n := logs.Count("WARN buffer segment damaged while gpusampler was stopped; its lost records are counted as corrupt"); n != 1 {
+		t.Fatalf("warn lines for the damaged segment: %d, want 1 (log: %v)", n, logs.recs)
 	}
 }
 
@@ -559,7 +560,11 @@ func testCorruptHeader(t *testing.T, cursor bool) {
 	if st.DroppedBatches.Corrupt != 3 || st.DroppedRecords.Corrupt != 15 {
 		t.Fatalf("corrupt drops %d batches %d records, want 3 and 15", st.DroppedBatches.Corrupt, st.DroppedRecords.Corrupt)
 	}
-	if n := logs.Count("WARN buffer segment dropped: its header is corrupt, so its batches cannot be mapped onto the metric catalog"); n != 1 {
+	msg := "WARN buffer segment dropped: its header is corrupt, so its batches cannot be mapped onto the metric catalog"
+	if cursor { // one line for the segment, which the cursor describes
+		msg = "WARN buffer segment damaged while gpusampler was stopped; its lost records are counted as corrupt"
+	}
+	if n := logs.Count(msg); n != 1 {
 		t.Fatalf("warn lines: %d, want 1 (log: %v)", n, logs.recs)
 	}
 	if _, err := os.Stat(path); !os.IsNotExist(err) {
