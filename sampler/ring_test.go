@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/record"
@@ -292,5 +293,37 @@ func TestRingNoAllocs(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Fatalf("publish+read allocated %.1f times per run", allocs)
+	}
+}
+
+// Room is the free space of the fullest lane; a lane that holds unread
+// samples and has read none for stuckAfter is not waited for.
+func TestRingRoom(t *testing.T) {
+	r := NewRing(8)
+	t0 := time.Unix(100, 0)
+	if got := r.Room(t0, time.Second); got != 8 {
+		t.Fatalf("room without readers %d, want 8", got)
+	}
+	fast, slow := r.NewCursor(), r.NewCursor()
+	r.Publish(make([]record.Sample, 5)...)
+	if got := r.Room(t0, time.Second); got != 3 {
+		t.Fatalf("room %d, want 3", got)
+	}
+	buf := make([]record.Sample, 8)
+	fast.Read(buf)
+	if got := r.Room(t0.Add(500*time.Millisecond), time.Second); got != 3 {
+		t.Fatalf("room %d with the slow lane still full of 5, want 3", got)
+	}
+	slow.Read(buf[:2]) // progress: the slow lane is waited for
+	if got := r.Room(t0.Add(1500*time.Millisecond), time.Second); got != 5 {
+		t.Fatalf("room %d after the slow lane read 2, want 5", got)
+	}
+	// No read for a second from then on: stuck, not waited for.
+	if got := r.Room(t0.Add(2500*time.Millisecond), time.Second); got != 8 {
+		t.Fatalf("room %d with the slow lane stuck, want the fast lane's 8", got)
+	}
+	slow.Read(buf)
+	if got := r.Room(t0.Add(3*time.Second), time.Second); got != 8 {
+		t.Fatalf("room %d once both lanes are read, want 8", got)
 	}
 }
