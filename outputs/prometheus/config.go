@@ -85,8 +85,10 @@ func checkListen(addr string) error {
 }
 
 // Check checks, for config --check, the web config file: that it exists
-// and is valid (TLS files, bcrypt hashes), as New will.
-func Check(o *outputs.Block) (problems, _ config.Errors) {
+// and is valid (TLS files, bcrypt hashes), as New will, and what
+// webConfigFindings reports (an empty file is a problem; basic auth
+// without TLS, neither, and TLS before 1.2 are warnings).
+func Check(o *outputs.Block) (problems, warnings config.Errors) {
 	opts, _ := o.Options.(Options)
 	if opts.WebConfig == "" {
 		return nil, nil
@@ -94,5 +96,15 @@ func Check(o *outputs.Block) (problems, _ config.Errors) {
 	if err := web.Validate(opts.WebConfig); err != nil {
 		return config.Errors{o.ErrorAt("web_config", fmt.Sprintf("%s: %v", opts.WebConfig, err))}, nil
 	}
-	return nil, nil
+	p, w, err := webConfigFindings(opts.WebConfig)
+	if err != nil {
+		return config.Errors{o.ErrorAt("web_config", fmt.Sprintf("%s: %v", opts.WebConfig, err))}, nil
+	}
+	for _, m := range p {
+		problems = append(problems, o.ErrorAt("web_config", m))
+	}
+	for _, m := range w {
+		warnings = append(warnings, o.ErrorAt("web_config", m))
+	}
+	return problems, warnings
 }

@@ -130,6 +130,16 @@ func New(opts Options) (*Output, error) {
 		if err := web.Validate(o.opts.WebConfig); err != nil {
 			return nil, fmt.Errorf("prometheus: web_config %s: %w", o.opts.WebConfig, err)
 		}
+		problems, warnings, err := webConfigFindings(o.opts.WebConfig)
+		if err != nil {
+			return nil, fmt.Errorf("prometheus: web_config %s: %w", o.opts.WebConfig, err)
+		}
+		if len(problems) > 0 {
+			return nil, fmt.Errorf("prometheus: web_config %s", problems[0])
+		}
+		for _, w := range warnings {
+			o.log.Warn("prometheus: web_config " + w)
+		}
 	}
 	ln, err := net.Listen("tcp", o.opts.Listen)
 	if err != nil {
