@@ -69,3 +69,16 @@ func TestErrorKindRoundTrip(t *testing.T) {
 		t.Fatal("marking nil must give nil")
 	}
 }
+
+// The sentinels name the package that owns them (errors "record: ..."), and
+// callers still find them through wrapping.
+func TestSentinelsArePackagePrefixed(t *testing.T) {
+	for _, err := range []error{record.ErrClosed, record.ErrUnavailable} {
+		if got := err.Error(); len(got) < len("record: ") || got[:len("record: ")] != "record: " {
+			t.Errorf("sentinel %q lacks the package prefix %q", got, "record: ")
+		}
+		if !errors.Is(fmt.Errorf("write batch 7: %w", err), err) {
+			t.Errorf("errors.Is does not find %q through wrapping", err)
+		}
+	}
+}

@@ -58,7 +58,7 @@ func HopContext(ctx context.Context) (context.Context, context.CancelFunc) {
 const RetryableOffers = 3
 
 // ErrClosed is returned by an Output's Write after Close.
-var ErrClosed = errors.New("sampler: output closed")
+var ErrClosed = errors.New("record: output closed")
 
 // ErrUnavailable is wrapped by an Output's Write error when the output is
 // temporarily unable to take batches (a plugin restarting, a sink down) and
@@ -69,7 +69,7 @@ var ErrClosed = errors.New("sampler: output closed")
 // (the ones published after it filled), counted as dropped. Permanent
 // errors fail the batch at once, other errors after RetryableOffers
 // attempts (counted as failed); see ErrorKind.
-var ErrUnavailable = errors.New("sampler: output unavailable")
+var ErrUnavailable = errors.New("record: output unavailable")
 
 // Output receives batches of records from its pump. Built-in in-process
 // outputs (stdout), network outputs and the plugin client all implement it;

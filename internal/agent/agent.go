@@ -267,7 +267,7 @@ func (a *Agent) build(cfg *appconfig.Config, blocks []*appconfig.Output) ([]buil
 		var buf *buffer.Buffer
 		if k := o.Buffer.Kind; k == "memory" || k == "disk" {
 			if buf, err = buffer.New(out, o.Buffer, buffer.WithLogger(a.log.With("output", o.Name)),
-				buffer.WithName(o.Name), buffer.WithWriteTimeout(o.WriteTimeout), buffer.WithCatalog(a.eng.Catalog())); err != nil {
+				buffer.WithWriteTimeout(o.WriteTimeout), buffer.WithCatalog(a.eng.Catalog())); err != nil {
 				out.Close()
 				return fail(fmt.Errorf("%s:%d: output %s: buffer: %w", cfg.File, o.Line, o.Name, err))
 			}

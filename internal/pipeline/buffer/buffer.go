@@ -38,7 +38,6 @@ type Option func(*options)
 
 type options struct {
 	log          *slog.Logger
-	name         string
 	writeTimeout time.Duration
 	segmentBytes int64
 	catalog      *catalog.Catalog
@@ -54,13 +53,11 @@ type options struct {
 	noDiskBudget bool
 }
 
-// WithLogger sets the logger; the default discards. The buffer logs
+// WithLogger sets the logger, which names the output the buffer wraps
+// (the buffer adds only its kind); the default discards. The buffer logs
 // rarely: a queue replayed or kept on disk, and at most once a minute per
 // kind of drop or retry.
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
-
-// WithName names the output in logs.
-func WithName(name string) Option { return func(o *options) { o.name = name } }
 
 // WithWriteTimeout bounds one Write to the wrapped output (default
 // record.DefaultWriteTimeout).
@@ -194,7 +191,7 @@ func New(out record.Output, cfg Config, opts ...Option) (*Buffer, error) {
 	if o.metricNames == nil {
 		o.metricNames = recordpb.MetricNames(o.catalog)
 	}
-	b := &Buffer{out: out, cfg: cfg, opts: o, log: o.log.With("output", o.name, "buffer", cfg.Kind),
+	b := &Buffer{out: out, cfg: cfg, opts: o, log: o.log.With("buffer", cfg.Kind),
 		wake: make(chan struct{}, 1), draining: make(chan struct{}), done: make(chan struct{}), rnd: o.rand,
 		idents: map[int]record.Device{}, capIdents: map[int]record.Device{}, sent: map[int]record.Device{},
 		known: [2]map[int]record.Device{{}, {}}}

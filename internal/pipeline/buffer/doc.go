@@ -7,7 +7,7 @@
 // Config:
 //
 //	out, err := buffer.Wrap(influx, buffer.Config{Kind: "disk", MaxBytes: 1 << 30, Dir: dir},
-//		buffer.WithLogger(log), buffer.WithName("influxdb"))
+//		buffer.WithLogger(log.With("output", "influxdb")))
 //
 // Kinds: "none" (Wrap returns the output unchanged), "memory" (bounded by
 // bytes and records; lost on restart) and "disk" (a bounded queue of
