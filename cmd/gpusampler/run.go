@@ -14,6 +14,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -281,7 +283,21 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, out, stderr io.
 			return usagef("--devices %q: %v", *devices, err)
 		}
 	}
-	aopts := agent.Options{Registry: reg, Stdout: out, Hostname: machine, Logger: log, Diagnose: *diag, Strict: *strict}
+	// A closed stdout (`run | head -1`) ends only what writes to it: the
+	// write fails with EPIPE instead of the signal ending the process (a
+	// Notify for SIGPIPE, kept for the process's life: its exit may still
+	// write), and stdoutWatch ends the run when nothing else is left.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+	rf.loaded(cfg)
+	watched := &stdoutWatch{w: out, gone: func() {
+		if c := rf.current.Load(); c != nil && onlyStdout(c) {
+			log.Info("stdout closed (its reader is gone): every output writes to it; ending the run")
+			cancelRun()
+			return
+		}
+		log.Warn("stdout closed (its reader is gone): outputs writing to it count their batches failed from now on; the other outputs go on")
+	}}
+	aopts := agent.Options{Registry: reg, Stdout: watched, Hostname: machine, Logger: log, Diagnose: *diag, Strict: *strict}
 	if *cfgPath == "" {
 		// Without a config file the run is not the service: it never
 		// touches the service's state (drain cursors). As a Telegraf execd
@@ -355,6 +371,40 @@ type runFlags struct {
 	drain, field positiveDuration
 	fromFile     bool // the config came from --config
 	wiring       *execdWiring
+	// current is the config running: the one read at start, then each
+	// reload the agent applied.
+	current atomic.Pointer[appconfig.Config]
+}
+
+// loaded records cfg as the running config.
+func (f *runFlags) loaded(cfg *appconfig.Config) { f.current.Store(cfg) }
+
+// onlyStdout reports whether every output of cfg writes to stdout (stdout,
+// execd), so that a closed stdout leaves nothing to run for.
+func onlyStdout(cfg *appconfig.Config) bool {
+	for _, o := range cfg.Outputs {
+		if o.Kind != "stdout" && o.Kind != "execd" {
+			return false
+		}
+	}
+	return true
+}
+
+// stdoutWatch is the run's stdout as its outputs see it: the first write
+// that finds the reader gone (EPIPE) calls gone, once. The output that
+// wrote gets the error (a permanent one: see outputs/stdout).
+type stdoutWatch struct {
+	w    io.Writer
+	once sync.Once
+	gone func()
+}
+
+func (s *stdoutWatch) Write(p []byte) (int, error) {
+	n, err := s.w.Write(p)
+	if err != nil && errors.Is(err, syscall.EPIPE) {
+		s.once.Do(s.gone)
+	}
+	return n, err
 }
 
 // apply overrides cfg with the flags given explicitly (without --config,
@@ -418,7 +468,11 @@ func reloadFile(a *agent.Agent, path string, copts appconfig.Options, f *runFlag
 		return err
 	}
 	warnNoOutputs(cfg, log)
-	return a.Reload(cfg)
+	err = a.Reload(cfg)
+	if err == nil {
+		f.loaded(cfg)
+	}
+	return err
 }
 
 // warnNoOutputs logs a config (an empty file, say) that sends the samples

@@ -9,11 +9,14 @@ import (
 	"bufio"
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
+	"os"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/gpusampler/gpusampler/catalog"
@@ -99,15 +102,29 @@ func (o *Output) Write(_ context.Context, b *record.Batch) error {
 		return record.Permanent(fmt.Errorf("stdout: batch of %d records not written: a line cannot be encoded: %w", b.Len(), e.Err()))
 	}
 	if _, err := o.w.Write(o.enc.Bytes()); err != nil {
-		return fmt.Errorf("stdout: %w", err)
+		return writeError(err)
 	}
 	if err := o.w.Flush(); err != nil {
-		return fmt.Errorf("stdout: %w", err)
+		return writeError(err)
 	}
 	return nil
 }
 
-// Close flushes; a second Close does nothing.
+// writeError wraps a failed write. A reader that is gone for good (a
+// closed pipe: `gpusampler run | head -1` once head exits) makes it a
+// permanent error: no retry can deliver the batch, so the pump counts it
+// failed at once instead of holding it (every later batch too: the
+// writer's error sticks).
+func writeError(err error) error {
+	err = fmt.Errorf("stdout: %w", err)
+	if errors.Is(err, syscall.EPIPE) || errors.Is(err, os.ErrClosed) {
+		return record.Permanent(err)
+	}
+	return err
+}
+
+// Close flushes; a second Close does nothing. A reader that is gone (a
+// closed pipe) is no error at Close.
 func (o *Output) Close() error {
 	if o.closed {
 		return nil
@@ -117,11 +134,21 @@ func (o *Output) Close() error {
 		o.enc.Reset()
 		f.Flush()
 		if _, err := o.w.Write(o.enc.Bytes()); err != nil {
-			return fmt.Errorf("stdout: %w", err)
+			return closeError(err)
 		}
 	}
 	if err := o.w.Flush(); err != nil {
-		return fmt.Errorf("stdout: %w", err)
+		return closeError(err)
 	}
 	return nil
+}
+
+// closeError is Close's error for a failed write: none when the reader is
+// gone for good (the Write that found it so returned the error and its
+// batch was counted failed; a closed pipe is how `| head` ends a run).
+func closeError(err error) error {
+	if err = writeError(err); record.IsPermanent(err) {
+		return nil
+	}
+	return err
 }
