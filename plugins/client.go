@@ -35,6 +35,11 @@ const (
 	DefaultResetAfter     = 30 * time.Second
 	DefaultStormRestarts  = 5
 	DefaultStormWindow    = time.Minute
+	// DefaultMemoryMax is the resident memory above which a plugin
+	// process is restarted (Options.MemoryMax): far above what an output
+	// needs (tens of MiB), low enough that a leak ends long before it
+	// hurts the machine.
+	DefaultMemoryMax = 512 << 20
 	// healthFailures in a row mark a plugin that is alive but not
 	// answering as wedged.
 	healthFailures = 2
@@ -101,7 +106,15 @@ type Options struct {
 	// until the window holds fewer again. Defaults: 5 within 1 minute.
 	StormRestarts int
 	StormWindow   time.Duration
-	// Now is the clock of the crash-storm window (time.Now when nil).
+	// MemoryMax is the resident memory (bytes) above which the plugin's
+	// process is killed (with its process group) and restarted, counted in
+	// Stats.MemoryRestarts; it is read from /proc at every health probe
+	// (Linux only: elsewhere there is no limit). 0 means
+	// DefaultMemoryMax, a negative value no limit. It applies to a process
+	// of the Client's own, not to a SharedProcess.
+	MemoryMax int64
+	// Now is the clock of the crash-storm window and of the log rate
+	// limit (time.Now when nil).
 	Now func() time.Time
 
 	// afterPin, set by tests, runs between the checksum check and the exec.
@@ -125,6 +138,9 @@ func (o *Options) withDefaults() {
 	if o.StormRestarts <= 0 {
 		o.StormRestarts = DefaultStormRestarts
 	}
+	if o.MemoryMax == 0 {
+		o.MemoryMax = DefaultMemoryMax
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -142,8 +158,9 @@ type Stats struct {
 	// one included).
 	Starts uint64
 	// Crashes counts processes found dead; Wedges counts processes found
-	// alive but not answering (killed by pid).
-	Crashes, Wedges uint64
+	// alive but not answering (killed by pid); MemoryRestarts counts
+	// processes killed over Options.MemoryMax.
+	Crashes, Wedges, MemoryRestarts uint64
 	// PID is the current process's pid; 0 while restarting.
 	PID int
 	// LastRestart is how long the most recent restart took, from
@@ -158,6 +175,10 @@ type Stats struct {
 	// Isolated is set once an output that shared a process wedged and was
 	// moved to a process of its own.
 	Isolated bool
+	// LogDropped counts the plugin's log lines dropped over the log rate
+	// limit (LogRate, LogBurst), across restarts; for an output in a
+	// shared process, the lines that name it.
+	LogDropped uint64
 }
 
 // Client is an output that runs in a plugin process. It implements
@@ -193,8 +214,11 @@ type Client struct {
 	starts  atomic.Uint64
 	crashes atomic.Uint64
 	wedges  atomic.Uint64
+	memory  atomic.Uint64 // restarts over MemoryMax
 	lastRst atomic.Int64
 	failed  atomic.Uint64 // restarts that failed
+	// logs is the log rate limit of this Client's own processes.
+	logs *logLimit
 	// instance names this Client's output in its SharedProcess (fixed:
 	// a restart configures the same instance in the new process).
 	instance string
@@ -214,6 +238,9 @@ type conn struct {
 	// answers health probes.
 	hung     chan struct{}
 	hungOnce sync.Once
+	// rss is the resident memory over MemoryMax that ended the process
+	// (0: none); set and read by the supervisor goroutine.
+	rss uint64
 	// shared is the SharedProcess's process that pc runs, nil for a
 	// process of this Client's own.
 	shared *sharedProc
@@ -231,7 +258,8 @@ func Start(opts Options) (*Client, error) {
 		return nil, errors.New("plugins: no command")
 	}
 	c := &Client{opts: opts, log: opts.Logger, kick: make(chan struct{}, 1), stop: make(chan struct{}),
-		done: make(chan struct{}), storm: crashWindow{window: opts.StormWindow, limit: opts.StormRestarts}}
+		done: make(chan struct{}), storm: crashWindow{window: opts.StormWindow, limit: opts.StormRestarts},
+		logs: newLogLimit(opts.Now)}
 	if opts.Shared != nil {
 		c.instance = opts.Shared.instance()
 	}
@@ -291,7 +319,7 @@ func (c *Client) start() (*conn, error) {
 		env = append(os.Environ(), env...)
 	}
 	cmd.Env = withParentPID(append(env, c.opts.Env...))
-	pc := newPluginProcess(cmd, c.opts.StartTimeout, newHCLog(c.log, path))
+	pc := newPluginProcess(cmd, c.opts.StartTimeout, newHCLog(c.log, path, c.logs))
 	fail := func(err error) (*conn, error) {
 		c.killProcess(pc, cmd)
 		return nil, err
@@ -507,8 +535,12 @@ func (c *Client) Close() error {
 
 // Stats returns the supervision counters.
 func (c *Client) Stats() Stats {
-	s := Stats{Starts: c.starts.Load(), Crashes: c.crashes.Load(), Wedges: c.wedges.Load(),
-		LastRestart: time.Duration(c.lastRst.Load()), StartFailures: c.failed.Load(), Isolated: c.isolated.Load()}
+	s := Stats{Starts: c.starts.Load(), Crashes: c.crashes.Load(), Wedges: c.wedges.Load(), MemoryRestarts: c.memory.Load(),
+		LastRestart: time.Duration(c.lastRst.Load()), StartFailures: c.failed.Load(), Isolated: c.isolated.Load(),
+		LogDropped: c.logs.total()}
+	if sp := c.opts.Shared; sp != nil {
+		s.LogDropped = sp.logs.droppedFor(c.opts.Name)
+	}
 	c.mu.Lock()
 	if c.cur != nil {
 		s.PID = c.cur.pid
@@ -520,8 +552,8 @@ func (c *Client) Stats() Stats {
 
 // ReportStats implements record.StatsReporter: the supervision counters
 // (plugin_starts, plugin_restarts, plugin_crashes, plugin_wedges,
-// plugin_last_restart_ns, plugin_start_failures, and plugin_failing: 1
-// during a crash storm) followed by the counters the plugin's output
+// plugin_memory_restarts, plugin_last_restart_ns, plugin_start_failures, plugin_failing: 1
+// during a crash storm, and plugin_log_dropped) followed by the counters the plugin's output
 // reported with its newest Health answer (at most one health interval
 // old; after Close, the final ones, read once the output has closed).
 // Those counters are cumulative across restarts: each process's last
@@ -529,10 +561,12 @@ func (c *Client) Stats() Stats {
 // process counted after its last answer is not known).
 func (c *Client) ReportStats(dst []record.Field) []record.Field {
 	s := c.Stats()
-	dst = append(dst, record.IntField("plugin_starts", s.Starts), record.IntField("plugin_restarts", s.Crashes+s.Wedges),
+	dst = append(dst, record.IntField("plugin_starts", s.Starts), record.IntField("plugin_restarts", s.Crashes+s.Wedges+s.MemoryRestarts),
 		record.IntField("plugin_crashes", s.Crashes), record.IntField("plugin_wedges", s.Wedges),
+		record.IntField("plugin_memory_restarts", s.MemoryRestarts),
 		record.IntField("plugin_last_restart_ns", uint64(s.LastRestart)),
-		record.IntField("plugin_start_failures", s.StartFailures), record.IntField("plugin_failing", b2u(s.Failing)))
+		record.IntField("plugin_start_failures", s.StartFailures), record.IntField("plugin_failing", b2u(s.Failing)),
+		record.IntField("plugin_log_dropped", s.LogDropped))
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	seen := make(map[string]bool, len(c.remote))
@@ -593,13 +627,16 @@ func (c *Client) supervise(cn *conn) {
 		c.mu.Unlock()
 		// a process that just died may not be reaped yet: give it a moment
 		// before calling it wedged
-		crashed := cn.pc.Exited()
-		for wait := time.Now().Add(200 * time.Millisecond); !crashed && time.Now().Before(wait); crashed = cn.pc.Exited() {
+		crashed := cn.rss == 0 && cn.pc.Exited()
+		for wait := time.Now().Add(200 * time.Millisecond); cn.rss == 0 && !crashed && time.Now().Before(wait); crashed = cn.pc.Exited() {
 			time.Sleep(5 * time.Millisecond)
 		}
-		if crashed {
+		switch {
+		case cn.rss > 0:
+			c.memory.Add(1)
+		case crashed:
 			c.crashes.Add(1)
-		} else {
+		default:
 			c.wedges.Add(1)
 		}
 		// A wedged output in a process that serves others and still
@@ -627,14 +664,19 @@ func (c *Client) supervise(cn *conn) {
 			reason = "wedged (a write ran past call_timeout): killed"
 		default:
 		}
-		if crashed {
+		attrs := []any{"pid", cn.pid, "backoff", bo.Delay()}
+		switch {
+		case cn.rss > 0:
+			reason = "over its memory limit: killed"
+			attrs = append(attrs, "rss_bytes", cn.rss, "memory_max_bytes", c.opts.MemoryMax)
+		case crashed:
 			reason = "exited"
 		}
 		if alone {
 			reason = strings.TrimSuffix(reason, ": killed") +
 				": given up alone (the process it shared serves the other outputs on), restarted in a process of its own"
 		}
-		c.log.Warn("plugin "+reason+"; restarting", "pid", cn.pid, "backoff", bo.Delay())
+		c.log.Warn("plugin "+reason+"; restarting", attrs...)
 		lastErr := ""
 		for {
 			select {
@@ -693,6 +735,12 @@ func (c *Client) watch(cn *conn) bool {
 		}
 		if cn.pc.Exited() {
 			return true
+		}
+		if c.opts.MemoryMax > 0 && cn.shared == nil {
+			if rss, ok := processRSS(cn.pid); ok && rss > uint64(c.opts.MemoryMax) {
+				cn.rss = rss
+				return true
+			}
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), c.opts.HealthTimeout)
 		stats, err := cn.rc.HealthStats(ctx)

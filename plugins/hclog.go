@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -31,7 +32,8 @@ import (
 // replacements, refusals and shutdowns are expected).
 type slogHCLog struct {
 	l     *slog.Logger
-	path  string // the plugin executable, shown for /proc/self/fd/N
+	limit *logLimit // the plugin process's line budget; nil: no limit
+	path  string    // the plugin executable, shown for /proc/self/fd/N
 	name  string
 	level *slog.LevelVar
 	args  []any
@@ -40,10 +42,79 @@ type slogHCLog struct {
 	keepOutput bool
 }
 
-func newHCLog(l *slog.Logger, path string) hclog.Logger {
+func newHCLog(l *slog.Logger, path string, limit *logLimit) hclog.Logger {
 	lv := new(slog.LevelVar)
 	lv.Set(slog.LevelDebug)
-	return &slogHCLog{l: l, path: path, level: lv}
+	return &slogHCLog{l: l, path: path, level: lv, limit: limit}
+}
+
+// The plugin log rate limit: a plugin process's stderr lines reach the
+// host's log at LogRate lines a second on average, in bursts of up to
+// LogBurst; the lines over it are dropped and counted (Stats.LogDropped,
+// plugin_log_dropped), and the first drop is logged once. A plugin that
+// floods its log costs the host reading and decoding its lines, not
+// writing them out.
+const (
+	LogRate  = 100
+	LogBurst = 1000
+)
+
+// logLimit is a token bucket over one plugin process's log lines, shared by
+// the hclog copies go-plugin derives and kept across the process's
+// restarts. Drops are counted by the output a line names (a shared
+// process's lines name theirs; "" for the others). Safe for concurrent use.
+type logLimit struct {
+	now func() time.Time
+
+	mu      sync.Mutex
+	tokens  float64
+	last    time.Time
+	dropped map[string]uint64
+	said    bool
+}
+
+func newLogLimit(now func() time.Time) *logLimit {
+	if now == nil {
+		now = time.Now
+	}
+	return &logLimit{now: now, tokens: LogBurst, dropped: map[string]uint64{}}
+}
+
+// allow takes a line's token; without one the line is counted dropped
+// under output, and first reports the first drop (to be said once).
+func (l *logLimit) allow(output string) (ok, first bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	if d := now.Sub(l.last); !l.last.IsZero() && d > 0 {
+		l.tokens = min(LogBurst, l.tokens+d.Seconds()*LogRate)
+	}
+	l.last = now
+	if l.tokens >= 1 {
+		l.tokens--
+		return true, false
+	}
+	l.dropped[output]++
+	first, l.said = !l.said, true
+	return false, first
+}
+
+// droppedFor returns the lines dropped that named output.
+func (l *logLimit) droppedFor(output string) uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.dropped[output]
+}
+
+// total returns every line dropped.
+func (l *logLimit) total() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var n uint64
+	for _, d := range l.dropped {
+		n += d
+	}
+	return n
 }
 
 func toSlog(level hclog.Level) slog.Level {
@@ -71,9 +142,24 @@ func (h *slogHCLog) Log(level hclog.Level, msg string, args ...interface{}) {
 	if !h.l.Enabled(context.Background(), lv) {
 		return
 	}
-	r := slog.NewRecord(time.Now(), lv, msg, 0)
 	// hclog args are key/value pairs like slog's.
 	all := append(append([]any(nil), h.args...), inOrder(args)...)
+	if h.limit != nil && h.name != "" {
+		// A named logger carries the plugin's stderr lines (go-plugin's
+		// own lines come unnamed): those are rate-limited.
+		output := lineOutput(all)
+		if ok, first := h.limit.allow(output); !ok {
+			if first {
+				attrs := []any{"limit_per_s", LogRate, "burst", LogBurst}
+				if output != "" && h.keepOutput {
+					attrs = append([]any{"output", output}, attrs...)
+				}
+				h.l.Warn("plugin log over its rate limit: lines dropped from now on, counted in plugin_log_dropped", attrs...)
+			}
+			return
+		}
+	}
+	r := slog.NewRecord(time.Now(), lv, msg, 0)
 	for i := 0; i+1 < len(all); i += 2 {
 		key, _ := all[i].(string)
 		v := all[i+1]
@@ -99,6 +185,18 @@ func (h *slogHCLog) Log(level hclog.Level, msg string, args ...interface{}) {
 		r.Add(all[len(all)-1])
 	}
 	_ = h.l.Handler().Handle(context.Background(), r)
+}
+
+// lineOutput returns the "output" attribute of a line's key/value pairs,
+// "" when it has none.
+func lineOutput(kv []any) string {
+	for i := 0; i+1 < len(kv); i += 2 {
+		if k, _ := kv[i].(string); k == "output" {
+			s, _ := kv[i+1].(string)
+			return s
+		}
+	}
+	return ""
 }
 
 // inOrder returns the key/value pairs of args with "output" first and the

@@ -41,6 +41,9 @@ type KindOptions struct {
 	// CallTimeout, HealthInterval and HealthTimeout tune supervision;
 	// RestartDelayMax caps the delay between restarts (default 5 s).
 	CallTimeout, HealthInterval, HealthTimeout, RestartDelayMax time.Duration
+	// MemoryMax is memory_max_bytes as Options.MemoryMax takes it: 0 when
+	// not set (the default limit), -1 for memory_max_bytes = 0 (no limit).
+	MemoryMax int64
 }
 
 // Kind returns the "plugin" output kind: a custom plugin by path.
@@ -126,10 +129,26 @@ func parseKind(t *config.Table) any {
 	t.Duration("health_interval", &o.HealthInterval)
 	t.Duration("health_timeout", &o.HealthTimeout)
 	t.Duration("restart_delay_max", &o.RestartDelayMax)
+	if t.Has("memory_max_bytes") {
+		var n int
+		t.Int("memory_max_bytes", &n, 0, 1<<50)
+		switch {
+		case n == 0:
+			o.MemoryMax = -1
+		case n < minMemoryMax:
+			t.Errorf("memory_max_bytes", "%d: want at least %d (1 MiB), or 0 for no limit", n, minMemoryMax)
+		default:
+			o.MemoryMax = int64(n)
+		}
+	}
 	// The config table belongs to the plugin: it validates it in Configure.
 	o.Config = t.Sub("config").Raw()
 	return o
 }
+
+// minMemoryMax is the smallest memory_max_bytes (1 MiB): no process runs
+// in less.
+const minMemoryMax = 1 << 20
 
 // ErrChecksum is wrapped by the error of a plugin whose executable does
 // not match its configured sha256.
@@ -162,7 +181,7 @@ func buildKind(o *outputs.Block, env outputs.BuildEnv) (record.Output, error) {
 		Catalog: env.Catalog, Logger: env.Logger, Command: func() *exec.Cmd { return exec.Command(path) },
 		SHA256: ko.SHA256, Env: o.EnvRefs(),
 		CallTimeout: callTimeout(o, ko.CallTimeout), HealthInterval: ko.HealthInterval, HealthTimeout: ko.HealthTimeout,
-		BackoffMax: ko.RestartDelayMax})
+		BackoffMax: ko.RestartDelayMax, MemoryMax: ko.MemoryMax})
 	if err != nil {
 		return nil, placeKeyErrors(o, "config.", err)
 	}

@@ -33,3 +33,21 @@ func processExited(pid int) bool {
 	i := bytes.LastIndexByte(data, ')')
 	return i < 0 || i+2 >= len(data) || data[i+2] == 'Z' || data[i+2] == 'X'
 }
+
+// processRSS returns process pid's resident set size in bytes, from
+// /proc/PID/statm; ok is false when it cannot be read.
+func processRSS(pid int) (rss uint64, ok bool) {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/statm")
+	if err != nil {
+		return 0, false
+	}
+	f := bytes.Fields(data)
+	if len(f) < 2 {
+		return 0, false
+	}
+	pages, err := strconv.ParseUint(string(f[1]), 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	return pages * uint64(os.Getpagesize()), true
+}

@@ -20,3 +20,7 @@ func setProcessAttrs(cmd *exec.Cmd) {
 // processExited is not known here without reaping the process: false, and
 // endProcess waits out its timeout.
 func processExited(int) bool { return false }
+
+// processRSS is not measured here: the memory limit (Options.MemoryMax) is
+// Linux only, and ok is always false.
+func processRSS(int) (rss uint64, ok bool) { return 0, false }

@@ -1,6 +1,7 @@
 package plugins_test
 
 import (
+	"fmt"
 	"os"
 	"regexp"
 	"strings"
@@ -22,5 +23,22 @@ func TestREADMERestartBackoff(t *testing.T) {
 		", reset after " + d(plugins.DefaultResetAfter) + " healthy | `restart_delay_max` (the cap) |"
 	if !strings.Contains(string(b), "\n"+want+"\n") {
 		t.Errorf("README.md has no row %q", want)
+	}
+}
+
+// The README states the log rate limit and the default memory limit.
+func TestREADMELimits(t *testing.T) {
+	b, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Join(strings.Fields(string(b)), " ")
+	for _, want := range []string{
+		fmt.Sprintf("%d lines a second on average, in bursts of up to %d", plugins.LogRate, plugins.LogBurst),
+		fmt.Sprintf("| %d MiB: killed with its process group", plugins.DefaultMemoryMax>>20),
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("README.md does not say %q", want)
+		}
 	}
 }

@@ -46,6 +46,7 @@ type SharedProcess struct {
 	command func() *exec.Cmd
 	env     []string
 	logger  *slog.Logger
+	logs    *logLimit     // the log rate limit of its processes
 	ids     atomic.Uint64 // instance names handed out
 
 	mu  sync.Mutex
@@ -70,7 +71,7 @@ func NewSharedProcess(command func() *exec.Cmd, env []string, logger *slog.Logge
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &SharedProcess{command: command, env: env, logger: logger}
+	return &SharedProcess{command: command, env: env, logger: logger, logs: newLogLimit(nil)}
 }
 
 // instance returns a new instance name, unique within s.
@@ -99,7 +100,7 @@ func (s *SharedProcess) start(startTimeout, callTimeout time.Duration) (*sharedP
 	cmd := s.command()
 	path := cmd.Path
 	cmd.Env = withParentPID(append(append(baseEnv(), cmd.Env...), s.env...))
-	log := newHCLog(s.logger, path).(*slogHCLog)
+	log := newHCLog(s.logger, path, s.logs).(*slogHCLog)
 	log.keepOutput = true
 	pc := newPluginProcess(cmd, startTimeout, log)
 	fail := func(err error) (*sharedProc, error) {

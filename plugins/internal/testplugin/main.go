@@ -12,6 +12,8 @@
 //	block_once = "FILE"    if FILE does not exist: create it, and block the
 //	                       first Write forever (the process stays alive and
 //	                       answers health probes); else write normally
+//	log_flood = N          log N lines at WARN as fast as it can, from Configure on
+//	leak_mb = N            hold N MiB more of touched memory, growing from Configure on
 //
 // With GPUSAMPLER_TESTPLUGIN_BROKEN=stdout in its environment it prints to
 // stdout before serving, breaking the handshake.
@@ -97,8 +99,31 @@ func (o *output) Configure(t *config.Table, env sdk.Env) error {
 	var dump string
 	t.String("dump", &dump)
 	t.String("block_once", &o.blockOnce)
+	var flood, leakMB int
+	t.Int("log_flood", &flood, 0, 1<<30)
+	t.Int("leak_mb", &leakMB, 0, 1<<16)
 	if t.Err() != nil {
 		return nil
+	}
+	if leakMB > 0 {
+		go func() { // after Configure: a leak grows while the plugin serves
+			for range leakMB {
+				b := make([]byte, 1<<20)
+				for i := 0; i < len(b); i += 4096 {
+					b[i] = 1
+				}
+				leaked.Lock()
+				leaked.chunks = append(leaked.chunks, b)
+				leaked.Unlock()
+			}
+		}()
+	}
+	if flood > 0 {
+		go func() {
+			for i := range flood {
+				env.Logger.Warn("flood", "i", i)
+			}
+		}()
 	}
 	if dump != "" {
 		f, err := os.OpenFile(dump, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
@@ -192,6 +217,12 @@ func (o *output) Close() error {
 		return o.f.Close()
 	}
 	return nil
+}
+
+// leaked holds leak_mb's memory for the process's life.
+var leaked struct {
+	sync.Mutex
+	chunks [][]byte
 }
 
 func main() {
