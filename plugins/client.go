@@ -319,7 +319,7 @@ func (c *Client) start() (*conn, error) {
 		env = append(os.Environ(), env...)
 	}
 	cmd.Env = withParentPID(append(env, c.opts.Env...))
-	pc := newPluginProcess(cmd, c.opts.StartTimeout, newHCLog(c.log, path, c.logs))
+	pc := newPluginProcess(cmd, c.opts.StartTimeout, newHCLog(c.log, path), c.logs, c.log)
 	fail := func(err error) (*conn, error) {
 		c.killProcess(pc, cmd)
 		return nil, err

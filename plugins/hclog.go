@@ -32,8 +32,7 @@ import (
 // replacements, refusals and shutdowns are expected).
 type slogHCLog struct {
 	l     *slog.Logger
-	limit *logLimit // the plugin process's line budget; nil: no limit
-	path  string    // the plugin executable, shown for /proc/self/fd/N
+	path  string // the plugin executable, shown for /proc/self/fd/N
 	name  string
 	level *slog.LevelVar
 	args  []any
@@ -42,18 +41,19 @@ type slogHCLog struct {
 	keepOutput bool
 }
 
-func newHCLog(l *slog.Logger, path string, limit *logLimit) hclog.Logger {
+func newHCLog(l *slog.Logger, path string) hclog.Logger {
 	lv := new(slog.LevelVar)
 	lv.Set(slog.LevelDebug)
-	return &slogHCLog{l: l, path: path, level: lv, limit: limit}
+	return &slogHCLog{l: l, path: path, level: lv}
 }
 
 // The plugin log rate limit: a plugin process's stderr lines reach the
 // host's log at LogRate lines a second on average, in bursts of up to
 // LogBurst; the lines over it are dropped and counted (Stats.LogDropped,
 // plugin_log_dropped), and the first drop is logged once. A plugin that
-// floods its log costs the host reading and decoding its lines, not
-// writing them out.
+// floods its log costs the host a scan of each line for its end (the lines
+// over the limit are dropped before go-plugin decodes them), not decoding
+// and writing them out.
 const (
 	LogRate  = 100
 	LogBurst = 1000
@@ -142,24 +142,9 @@ func (h *slogHCLog) Log(level hclog.Level, msg string, args ...interface{}) {
 	if !h.l.Enabled(context.Background(), lv) {
 		return
 	}
+	r := slog.NewRecord(time.Now(), lv, msg, 0)
 	// hclog args are key/value pairs like slog's.
 	all := append(append([]any(nil), h.args...), inOrder(args)...)
-	if h.limit != nil && h.name != "" {
-		// A named logger carries the plugin's stderr lines (go-plugin's
-		// own lines come unnamed): those are rate-limited.
-		output := lineOutput(all)
-		if ok, first := h.limit.allow(output); !ok {
-			if first {
-				attrs := []any{"limit_per_s", LogRate, "burst", LogBurst}
-				if output != "" && h.keepOutput {
-					attrs = append([]any{"output", output}, attrs...)
-				}
-				h.l.Warn("plugin log over its rate limit: lines dropped from now on, counted in plugin_log_dropped", attrs...)
-			}
-			return
-		}
-	}
-	r := slog.NewRecord(time.Now(), lv, msg, 0)
 	for i := 0; i+1 < len(all); i += 2 {
 		key, _ := all[i].(string)
 		v := all[i+1]
@@ -185,18 +170,6 @@ func (h *slogHCLog) Log(level hclog.Level, msg string, args ...interface{}) {
 		r.Add(all[len(all)-1])
 	}
 	_ = h.l.Handler().Handle(context.Background(), r)
-}
-
-// lineOutput returns the "output" attribute of a line's key/value pairs,
-// "" when it has none.
-func lineOutput(kv []any) string {
-	for i := 0; i+1 < len(kv); i += 2 {
-		if k, _ := kv[i].(string); k == "output" {
-			s, _ := kv[i+1].(string)
-			return s
-		}
-	}
-	return ""
 }
 
 // inOrder returns the key/value pairs of args with "output" first and the

@@ -25,7 +25,7 @@ func TestRelayedAttributesInOneOrder(t *testing.T) {
 			}
 			return a
 		}}))
-		h := newHCLog(l.With("host", "h1"), "", nil).(*slogHCLog)
+		h := newHCLog(l.With("host", "h1"), "").(*slogHCLog)
 		h.keepOutput = true
 		h.Log(hclog.Info, "Listening on", args...)
 		if got, want := buf.String(), "level=INFO msg=\"Listening on\" host=h1 output=prometheus address=127.0.0.1:9 http2=false\n"; got != want {

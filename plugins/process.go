@@ -3,6 +3,7 @@ package plugins
 import (
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"strconv"
@@ -27,16 +28,17 @@ func withParentPID(env []string) []string {
 // environment already set; the leader of a process group of its own, which
 // dies with the host where the platform allows) and speaks the output protocol over gRPC with AutoMTLS, within
 // startTimeout for the handshake. The plugin's stdout and stderr reach
-// only log: stdout carries the handshake, stderr is the plugin's log.
+// only log: stdout carries the handshake, stderr is the plugin's log, its
+// lines through limit (processRunner; the first drop is said on slogger).
 // Both the per-output client and the shared process start plugins this
 // way.
-func newPluginProcess(cmd *exec.Cmd, startTimeout time.Duration, log hclog.Logger) *plugin.Client {
+func newPluginProcess(cmd *exec.Cmd, startTimeout time.Duration, log hclog.Logger, limit *logLimit, slogger *slog.Logger) *plugin.Client {
 	setProcessAttrs(cmd)
 	return plugin.NewClient(&plugin.ClientConfig{
 		SkipHostEnv:      true,
 		HandshakeConfig:  rpc.Handshake,
 		Plugins:          plugin.PluginSet{rpc.PluginName: &rpc.GRPCPlugin{}},
-		Cmd:              cmd,
+		RunnerFunc:       runnerFunc(cmd, limit, slogger),
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
 		AutoMTLS:         true,
 		StartTimeout:     startTimeout,

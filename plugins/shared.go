@@ -100,9 +100,9 @@ func (s *SharedProcess) start(startTimeout, callTimeout time.Duration) (*sharedP
 	cmd := s.command()
 	path := cmd.Path
 	cmd.Env = withParentPID(append(append(baseEnv(), cmd.Env...), s.env...))
-	log := newHCLog(s.logger, path, s.logs).(*slogHCLog)
+	log := newHCLog(s.logger, path).(*slogHCLog)
 	log.keepOutput = true
-	pc := newPluginProcess(cmd, startTimeout, log)
+	pc := newPluginProcess(cmd, startTimeout, log, s.logs, s.logger)
 	fail := func(err error) (*sharedProc, error) {
 		killPluginProcess(pc, cmd, callTimeout)
 		return nil, fmt.Errorf("start shared plugin process %s: %w", path, err)
