@@ -20,7 +20,10 @@
 // as retryable, then recover); refuse (one batch refused permanently,
 // however often offered); pluginkill (SIGKILL of every plugin); wedge (one
 // plugin's Write blocks ignoring its context: it alone is restarted, the
-// other plugin cells keep their process and lose nothing); sighup
+// other plugin cells keep their process and lose nothing); blackhole (the
+// shared hop: every cell an instance of one plugin process, as the built-in
+// network outputs run; one cell's sink waits out each Write's deadline for
+// a while: no process restarts, no cell loses a record); sighup
 // (unchanged, changed outputs, changed [sampler], broken config); restart
 // (disk buffers replayed by a new agent); lapped (small rings, sinks down:
 // ring drops); kill9 (gpusampler SIGKILLed with data queued on disk, then

@@ -269,9 +269,15 @@ func (e *env) configText() string {
 			common += fmt.Sprintf("  buffer = \"disk\"\n  buffer_dir = %q\n  buffer_fsync_interval = %q\n"+
 				"  retry_initial = \"10ms\"\n  retry_max = \"50ms\"\n  buffer_close_timeout = \"2s\"\n", filepath.Join(e.dir, n+".buf"), e.fsync)
 		}
-		if c.hop == "inproc" {
+		switch c.hop {
+		case "inproc":
 			fmt.Fprintf(&b, "\n[[outputs.record]]\n%s  file = %q\n  control = %q\n", common, e.recordFile(n, e.run), e.controlFile(n))
-		} else {
+		case "shared":
+			// write_timeout 10s: a call timeout of 9s and 8s for the
+			// output, a margin of 1s for a slow write's answer
+			common = strings.Replace(common, `write_timeout = "2s"`, `write_timeout = "10s"`, 1)
+			fmt.Fprintf(&b, "\n[[outputs.sharedrecord]]\n%s  file = %q\n  control = %q\n", common, e.recordFile(n, e.run), e.controlFile(n))
+		default:
 			fmt.Fprintf(&b, "\n[[outputs.plugin]]\n%s  path = %q\n  sha256 = %q\n  health_interval = \"100ms\"\n  [outputs.plugin.config]\n    file = %q\n    control = %q\n",
 				common, pluginPath, pluginSum, e.recordFile(n, e.run), e.controlFile(n))
 		}
@@ -279,8 +285,25 @@ func (e *env) configText() string {
 	return b.String()
 }
 
+// registry has the in-process "record" kind, the plugin kind, stdout, and
+// "sharedrecord", whose outputs run as instances of one recordplugin
+// process (the shared hop, as the built-in network outputs run).
 func registry() *outputs.Registry {
-	return outputs.NewRegistry(conservation.RecordKind(), plugins.Kind(), stdout.Kind())
+	return plugins.HostRegistry(outputs.NewRegistry(conservation.RecordKind(), conservation.SharedRecordKind(),
+		plugins.Kind(), stdout.Kind()), plugins.HostOptions{Executable: pluginPath, Shared: true,
+		Args: func(string) []string { return []string{"shared"} }})
+}
+
+// sharedCells are the cells of the shared hop (every buffer and mode): the
+// scenarios that name them run them, the others do not.
+func sharedCells() []cell {
+	var out []cell
+	for _, b := range buffers {
+		for _, m := range modes {
+			out = append(out, cell{"shared", b, m})
+		}
+	}
+	return out
 }
 
 func (e *env) parse(text string) (*appconfig.Config, error) {

@@ -157,6 +157,9 @@ type scenario struct {
 	name  string
 	about string
 	cells func(cell) bool
+	// shared runs the shared hop's cells (all of them, in one plugin
+	// process) instead.
+	shared bool
 	// run drives the agent and returns the witness batches, each cell's
 	// received batches and counts, and when the stop began.
 	run func(t *testing.T, e *env) result
@@ -355,6 +358,37 @@ var scenarios = []scenario{
 				}
 			}
 		}},
+	{name: "blackhole", about: "the shared hop: one cell's sink black-holes (each Write waits out its deadline) for a while, beside healthy cells in the same plugin process, then recovers",
+		shared: true,
+		run: func(t *testing.T, e *env) result {
+			r := e.start(newScript())
+			r.phase()
+			r.settle(nil)
+			victim := func(c cell) bool { return c == e.cells[0] }
+			e.setControl(victim, conservation.ControlSlow)
+			r.phase()
+			if !waitFor(func() bool { return e.lines(e.recordFile(e.cells[0].name(), e.run), conservation.StateDown) >= 2 }) {
+				t.Fatalf("%s never waited out a deadline twice", e.cells[0].name())
+			}
+			e.setControl(victim)
+			r.phase()
+			r.settle(nil)
+			return finish(t, e, r)
+		},
+		check: func(c cell, got received) func(*outcome) {
+			return func(o *outcome) {
+				pids := map[int]bool{}
+				for _, b := range append(got.ok, got.down...) {
+					pids[b.PID] = true
+				}
+				if len(pids) != 1 {
+					o.problems = append(o.problems, fmt.Sprintf("batches came from %d processes: the shared process was restarted (a slow sink taken for wedged?)", len(pids)))
+				}
+				if n := o.dropped.total(); n != 0 {
+					o.problems = append(o.problems, fmt.Sprintf("%d records counted dropped across a slow sink the pumps and buffers should ride out", n))
+				}
+			}
+		}},
 	{name: "sighup", about: "reloads between phases: unchanged config, every cell changed (flush_interval), [sampler] changed (drain_interval), a broken config",
 		run: func(t *testing.T, e *env) result {
 			r := e.start(newScript())
@@ -456,7 +490,11 @@ func TestMatrix(t *testing.T) {
 	var table []string
 	for _, sc := range append(scenarios, lapped, capped, kill9Scenario, stdoutStall, diskFull) {
 		t.Run(sc.name, func(t *testing.T) {
-			e := newEnv(t, allCells(sc.cells))
+			cells := allCells(sc.cells)
+			if sc.shared {
+				cells = sharedCells()
+			}
+			e := newEnv(t, cells)
 			began := time.Now()
 			res := sc.run(t, e)
 			t.Logf("%s: %s (ran %v)", sc.name, sc.about, time.Since(began).Round(time.Millisecond))

@@ -40,6 +40,10 @@ const (
 	// block forever, ignoring its context (a wedged output: the host gives
 	// its process up past the call timeout).
 	ControlWedge = "wedge"
+	// ControlSlow makes every Write wait out its context's deadline (a
+	// black-holed sink whose request the deadline cuts short) and fail as
+	// unavailable, recorded as StateDown.
+	ControlSlow = "slow"
 )
 
 // Batch is one line of a record file: one Write, whole.
@@ -111,7 +115,7 @@ func (r *Recorder) words() map[string]bool {
 
 // Write records b. It fails with record.ErrUnavailable while the control
 // file says down, and with record.Permanent for the poisoned batch.
-func (r *Recorder) Write(_ context.Context, b *record.Batch) error {
+func (r *Recorder) Write(ctx context.Context, b *record.Batch) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
@@ -125,6 +129,10 @@ func (r *Recorder) Write(_ context.Context, b *record.Batch) error {
 		line, _ := json.Marshal(Batch{State: StateDown, PID: os.Getpid(), Seq: b.Seq})
 		r.f.Write(append(line, '\n'))
 		select {} // wedged: ignores ctx; the host kills the process
+	case w[ControlSlow]:
+		<-ctx.Done()
+		rec.State = StateDown
+		err = record.Unavailable(fmt.Errorf("recorder: sink black-holed: %w", ctx.Err()))
 	case w[ControlDown]:
 		rec.State = StateDown
 		err = fmt.Errorf("recorder: sink down: %w", record.ErrUnavailable)
@@ -204,6 +212,16 @@ func ReadFile(path string) (batches []Batch, torn int, err error) {
 //	  control = "/tmp/x.ctl"     # control words, read at every write
 func RecordKind() outputs.Kind {
 	return outputs.Kind{Kind: "record", Parse: parseRecord, Build: buildRecord}
+}
+
+// SharedRecordKind is RecordKind as a built-in out-of-process kind,
+// "sharedrecord": a host registry (plugins.HostRegistry with Shared) runs
+// its outputs as instances of one process, cmd recordplugin's "shared"
+// mode.
+func SharedRecordKind() outputs.Kind {
+	k := RecordKind()
+	k.Kind, k.OutOfProcess = "sharedrecord", true
+	return k
 }
 
 type recordOptions struct{ file, control string }
