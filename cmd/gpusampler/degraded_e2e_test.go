@@ -42,7 +42,7 @@ health_fail_on_outputs = true
 
 	r := startE2E(t, exec.Command(bin, "run", "--config", cfg, "--stats", "--log-level", "info"))
 	addr := r.waitPromAddr()
-	notStarted := regexp.MustCompile(`^  output broken +NOT STARTED: \d+ failed start attempts; retrying with backoff \(the log says why\)$`)
+	notStarted := regexp.MustCompile(`^  output broken +NOT STARTED: \d+ failed start attempts; retrying with backoff \(the log says why\); \d+ samples published meanwhile never reach it$`)
 	r.waitLine("--stats line naming the broken output", true, notStarted.MatchString)
 	r.mu.Lock()
 	n := len(r.stdout)
