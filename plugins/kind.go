@@ -55,17 +55,15 @@ type KindOptions struct {
 //	  [outputs.plugin.config]
 //	    url = "…"
 func Kind() outputs.Kind {
-	return outputs.Kind{Kind: "plugin", SampleConfig: sampleConf, Parse: parseKind, Build: buildKind, Check: checkKind,
-		Timeouts: func(o *outputs.Block) outputs.KindTimeouts {
-			ko, _ := o.Options.(KindOptions)
+	return outputs.Typed(outputs.TypedKind[KindOptions]{Kind: "plugin", SampleConfig: sampleConf, Parse: parseKind, Build: buildKind, Check: checkKind,
+		Timeouts: func(_ *outputs.Block, ko KindOptions) outputs.KindTimeouts {
 			return outputs.KindTimeouts{Call: outputs.Timeout{Key: "call_timeout", D: ko.CallTimeout}}
-		}}
+		}})
 }
 
 // checkKind checks, for config --check, what starting the plugin would:
 // the path is an executable file and, with sha256, its checksum matches.
-func checkKind(o *outputs.Block) (problems, _ config.Errors) {
-	ko, _ := o.Options.(KindOptions)
+func checkKind(o *outputs.Block, ko KindOptions) (problems, _ config.Errors) {
 	if ko.Path == "" {
 		return nil, nil
 	}
@@ -105,7 +103,7 @@ func fileSHA256(path string) (string, error) {
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-func parseKind(t *config.Table) any {
+func parseKind(t *config.Table) KindOptions {
 	var o KindOptions
 	t.String("path", &o.Path)
 	switch {
@@ -171,8 +169,7 @@ func checksumError(path, got, want string) error {
 		ErrChecksum, path, got, strings.ToLower(want))
 }
 
-func buildKind(o *outputs.Block, env outputs.BuildEnv) (record.Output, error) {
-	ko, _ := o.Options.(KindOptions)
+func buildKind(o *outputs.Block, ko KindOptions, env outputs.BuildEnv) (record.Output, error) {
 	if ko.SHA256 == "" && env.Logger != nil {
 		env.Logger.Warn("plugin runs unverified (allow_unverified = true): its binary is not checked", "path", ko.Path)
 	}

@@ -211,7 +211,7 @@ func ReadFile(path string) (batches []Batch, torn int, err error) {
 //	  file = "/tmp/x.jsonl"      # the record file (required)
 //	  control = "/tmp/x.ctl"     # control words, read at every write
 func RecordKind() outputs.Kind {
-	return outputs.Kind{Kind: "record", Parse: parseRecord, Build: buildRecord}
+	return outputs.Typed(outputs.TypedKind[recordOptions]{Kind: "record", Parse: parseRecord, Build: buildRecord})
 }
 
 // SharedRecordKind is RecordKind as a built-in out-of-process kind,
@@ -226,7 +226,7 @@ func SharedRecordKind() outputs.Kind {
 
 type recordOptions struct{ file, control string }
 
-func parseRecord(t *config.Table) any {
+func parseRecord(t *config.Table) recordOptions {
 	var o recordOptions
 	t.String("file", &o.file)
 	t.String("control", &o.control)
@@ -236,7 +236,6 @@ func parseRecord(t *config.Table) any {
 	return o
 }
 
-func buildRecord(o *outputs.Block, _ outputs.BuildEnv) (record.Output, error) {
-	ro, _ := o.Options.(recordOptions)
+func buildRecord(_ *outputs.Block, ro recordOptions, _ outputs.BuildEnv) (record.Output, error) {
 	return NewRecorder(ro.file, ro.control)
 }

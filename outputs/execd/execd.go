@@ -422,10 +422,10 @@ func (o *Output) gatherAsked() bool {
 // (gpusampler run) gives a STDIN block its Trigger; a block built without
 // one is an error.
 func Kind() outputs.Kind {
-	return outputs.Kind{
+	return outputs.Typed(outputs.TypedKind[Options]{
 		Kind:         "execd",
 		SampleConfig: SampleConfig,
-		Parse: func(t *config.Table) any {
+		Parse: func(t *config.Table) Options {
 			o := Options{Signal: SignalNone, Shape: ShapeSummary}
 			t.OneOf("signal", &o.Signal, SignalNone, SignalStdin)
 			t.OneOf("shape", &o.Shape, ShapeSummary, ShapeNvidiaSMI)
@@ -438,10 +438,9 @@ func Kind() outputs.Kind {
 			}
 			return o
 		},
-		Build: func(c *outputs.Block, env outputs.BuildEnv) (record.Output, error) {
-			opts, _ := c.Options.(Options)
+		Build: func(_ *outputs.Block, opts Options, env outputs.BuildEnv) (record.Output, error) {
 			opts.Host, opts.GlobalTags, opts.Catalog = env.Host, env.GlobalTags, env.Catalog
 			return New(env.Stdout, opts)
 		},
-	}
+	})
 }

@@ -59,20 +59,15 @@ type TLSConfig struct {
 
 // Kind describes the influxdb output to the config registry.
 func Kind() outputs.Kind {
-	return outputs.Kind{
+	return outputs.Typed(outputs.TypedKind[Config]{
 		Kind:         "influxdb",
 		OutOfProcess: true, // a network output: its own process (plugins.HostRegistry)
 		SampleConfig: SampleConfig,
-		Parse:        func(t *config.Table) any { return Parse(t) },
-		Timeouts: func(o *outputs.Block) outputs.KindTimeouts {
-			c, _ := o.Options.(Config)
+		Parse:        Parse,
+		Timeouts: func(o *outputs.Block, c Config) outputs.KindTimeouts {
 			return RequestTimeout(o, c.HTTP)
 		},
-		Build: func(o *outputs.Block, env outputs.BuildEnv) (record.Output, error) {
-			c, ok := o.Options.(Config)
-			if !ok {
-				return nil, fmt.Errorf("influxdb %q: no parsed options", o.Name)
-			}
+		Build: func(o *outputs.Block, c Config, env outputs.BuildEnv) (record.Output, error) {
 			opts, err := c.Options("influxdb", o.Name)
 			if err != nil {
 				return nil, err
@@ -80,10 +75,10 @@ func Kind() outputs.Kind {
 			opts.Host, opts.GlobalTags, opts.Catalog, opts.Logger = env.Host, env.GlobalTags, env.Catalog, env.Logger
 			return New(opts)
 		},
-		Check: func(o *outputs.Block) (_, warnings config.Errors) {
+		Check: func(o *outputs.Block, _ Config) (_, warnings config.Errors) {
 			return nil, outputs.DefaultWarning(o, DefaultURL, "url", "urls")
 		},
-	}
+	})
 }
 
 // Parse decodes and checks an [[outputs.influxdb]] block's own keys.

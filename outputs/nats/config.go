@@ -218,7 +218,7 @@ var jetStreamKeys = []string{"stream", "create_stream", "stream_subjects", "stre
 	"stream_max_bytes", "stream_replicas", "duplicate_window", "max_pending", "ack_timeout"}
 
 // Parse decodes a [[outputs.nats]] block (outputs.Kind.Parse).
-func Parse(t *config.Table) any {
+func Parse(t *config.Table) Config {
 	c := DefaultConfig()
 	if t.Has("servers") {
 		t.Strings("servers", &c.Servers)
@@ -276,20 +276,18 @@ func Parse(t *config.Table) any {
 
 // Kind describes the NATS output to the config registry.
 func Kind() outputs.Kind {
-	return outputs.Kind{
+	return outputs.Typed(outputs.TypedKind[Config]{
 		Kind:         "nats",
 		OutOfProcess: true, // a network output: its own process (plugins.HostRegistry)
 		SampleConfig: SampleConfig,
 		Parse:        Parse,
-		Timeouts: func(o *outputs.Block) outputs.KindTimeouts {
+		Timeouts: func(o *outputs.Block, c Config) outputs.KindTimeouts {
 			if _, set := o.Raw["ack_timeout"]; !set {
 				return outputs.KindTimeouts{}
 			}
-			c, _ := o.Options.(Config)
 			return outputs.KindTimeouts{Request: outputs.Timeout{Key: "ack_timeout", D: c.AckTimeout}}
 		},
-		Build: func(o *outputs.Block, env outputs.BuildEnv) (record.Output, error) {
-			c, _ := o.Options.(Config)
+		Build: func(o *outputs.Block, c Config, env outputs.BuildEnv) (record.Output, error) {
 			// The agent names the file, line and output: no prefix of our own.
 			out, err := newOutput(c, newOptions([]Option{WithName(o.Name), WithHost(env.Host),
 				WithGlobalTags(env.GlobalTags), WithLogger(env.Logger), WithCatalog(env.Catalog)}))
@@ -298,8 +296,8 @@ func Kind() outputs.Kind {
 			}
 			return out, nil
 		},
-		Check: func(o *outputs.Block) (_, warnings config.Errors) {
+		Check: func(o *outputs.Block, _ Config) (_, warnings config.Errors) {
 			return nil, outputs.DefaultWarning(o, DefaultServer, "servers")
 		},
-	}
+	})
 }

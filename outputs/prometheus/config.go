@@ -22,24 +22,23 @@ var SampleConfig string
 
 // Kind describes the prometheus output to the config registry.
 func Kind() outputs.Kind {
-	return outputs.Kind{
+	return outputs.Typed(outputs.TypedKind[Options]{
 		Kind:         "prometheus",
 		Exclusive:    true, // binds its listen address
 		OutOfProcess: true, // a network output: its own process (plugins.HostRegistry)
 		SampleConfig: SampleConfig,
 		Parse:        Parse,
 		Check:        Check,
-		Build: func(o *outputs.Block, env outputs.BuildEnv) (record.Output, error) {
-			opts, _ := o.Options.(Options)
+		Build: func(_ *outputs.Block, opts Options, env outputs.BuildEnv) (record.Output, error) {
 			opts.Host, opts.GlobalTags, opts.Logger, opts.Catalog = env.Host, env.GlobalTags, env.Logger, env.Catalog
 			return New(opts)
 		},
-	}
+	})
 }
 
 // Parse decodes a [[outputs.prometheus]] block's own keys into Options. It
 // does no I/O: the web config file is read, and the address bound, by New.
-func Parse(t *config.Table) any {
+func Parse(t *config.Table) Options {
 	o := Options{Listen: DefaultListen, Path: DefaultPath, Naming: NamingDCGM,
 		Window: DefaultWindow, Stale: DefaultStale}
 	t.String("listen", &o.Listen)
@@ -88,8 +87,7 @@ func checkListen(addr string) error {
 // and is valid (TLS files, bcrypt hashes), as New will, and what
 // webConfigFindings reports (an empty file is a problem; basic auth
 // without TLS, neither, and TLS before 1.2 are warnings).
-func Check(o *outputs.Block) (problems, warnings config.Errors) {
-	opts, _ := o.Options.(Options)
+func Check(o *outputs.Block, opts Options) (problems, warnings config.Errors) {
 	if opts.WebConfig == "" {
 		return nil, nil
 	}

@@ -74,7 +74,7 @@ func TestWebConfigFindings(t *testing.T) {
 				t.Fatal(err)
 			}
 			opts := Options{WebConfig: path}
-			problems, warnings := Check(&outputs.Block{Kind: "prometheus", Line: 3, Options: opts})
+			problems, warnings := Check(&outputs.Block{Kind: "prometheus", Line: 3, Options: opts}, opts)
 			check := func(what string, got []string, want string) {
 				if want == "" {
 					if len(got) > 0 {

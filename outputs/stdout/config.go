@@ -12,17 +12,16 @@ import (
 
 // Kind describes the stdout output to the config registry.
 func Kind() outputs.Kind {
-	return outputs.Kind{
+	return outputs.Typed(outputs.TypedKind[Options]{
 		Kind:          "stdout",
 		SampleConfig:  SampleConfig,
 		ExampleActive: true, // the example config runs as is, printing to stdout
-		Parse: func(t *config.Table) any {
+		Parse: func(t *config.Table) Options {
 			o := Options{Format: "influx"}
 			t.OneOf("format", &o.Format, Formats...)
 			return o
 		},
-		Build: func(o *outputs.Block, env outputs.BuildEnv) (record.Output, error) {
-			opts, _ := o.Options.(Options)
+		Build: func(o *outputs.Block, opts Options, env outputs.BuildEnv) (record.Output, error) {
 			opts.Host, opts.GlobalTags, opts.Catalog = env.Host, env.GlobalTags, env.Catalog
 			opts.Color = opts.Format == "table" && isTerminal(env.Stdout)
 			out, err := New(env.Stdout, opts)
@@ -31,7 +30,7 @@ func Kind() outputs.Kind {
 			}
 			return aggregate.New(out, aggregate.Options{Interval: DefaultTableInterval, Catalog: opts.Catalog})
 		},
-	}
+	})
 }
 
 // isTerminal reports whether w is a character device (a TTY): the table is

@@ -11,7 +11,6 @@ package telegraf
 
 import (
 	_ "embed"
-	"fmt"
 
 	"github.com/gpusampler/gpusampler/config"
 	"github.com/gpusampler/gpusampler/outputs"
@@ -48,20 +47,15 @@ type Config struct {
 
 // Kind describes the telegraf output to the config registry.
 func Kind() outputs.Kind {
-	return outputs.Kind{
+	return outputs.Typed(outputs.TypedKind[Config]{
 		Kind:         "telegraf",
 		OutOfProcess: true, // a network output: its own process (plugins.HostRegistry)
 		SampleConfig: SampleConfig,
-		Parse:        func(t *config.Table) any { return Parse(t) },
-		Timeouts: func(o *outputs.Block) outputs.KindTimeouts {
-			c, _ := o.Options.(Config)
+		Parse:        Parse,
+		Timeouts: func(o *outputs.Block, c Config) outputs.KindTimeouts {
 			return influxdb.RequestTimeout(o, c.HTTP)
 		},
-		Build: func(o *outputs.Block, env outputs.BuildEnv) (record.Output, error) {
-			c, ok := o.Options.(Config)
-			if !ok {
-				return nil, fmt.Errorf("telegraf %q: no parsed options", o.Name)
-			}
+		Build: func(o *outputs.Block, c Config, env outputs.BuildEnv) (record.Output, error) {
 			opts, err := c.Options(o.Name)
 			if err != nil {
 				return nil, err
@@ -69,10 +63,10 @@ func Kind() outputs.Kind {
 			opts.Host, opts.GlobalTags, opts.Catalog, opts.Logger = env.Host, env.GlobalTags, env.Catalog, env.Logger
 			return influxdb.New(opts)
 		},
-		Check: func(o *outputs.Block) (_, warnings config.Errors) {
+		Check: func(o *outputs.Block, _ Config) (_, warnings config.Errors) {
 			return nil, outputs.DefaultWarning(o, DefaultURL, "url")
 		},
-	}
+	})
 }
 
 // DefaultURL is where a telegraf block without url pushes (Telegraf's

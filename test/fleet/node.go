@@ -74,7 +74,10 @@ func newNode(host string, o Options, urls []string) (*node, error) {
 	}
 	nk := natsout.Kind()
 	nk.Build = func(o *outputs.Block, env outputs.BuildEnv) (record.Output, error) {
-		c, _ := o.Options.(natsout.Config)
+		c, err := outputs.OptionsOf[natsout.Config](o)
+		if err != nil {
+			return nil, err
+		}
 		out, err := natsout.New(c, natsout.WithName(o.Name), natsout.WithHost(env.Host), natsout.WithLogger(env.Logger),
 			natsout.WithCatalog(env.Catalog), natsout.WithNATSOptions(natsgo.SetCustomDialer(n.dialer)))
 		if err != nil {
