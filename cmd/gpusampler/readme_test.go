@@ -127,7 +127,7 @@ var readmeSkips = []struct{ pattern, why string }{
 	{`^docker `, "needs Docker (test/deploy checks the container's config)"},
 	{`^kubectl `, "needs a Kubernetes cluster (test/deploy decodes the manifests strictly)"},
 	{`^deploy/systemd/verify\.sh`, "verifies the unit with a gpusampler binary in bin/ (test/deploy's TestSystemdUnitVerifies runs the script)"},
-	{`^curl .*localhost:9400`, "needs the container started by the docker command before it (prometheus tests scrape the endpoint)"},
+	{`^curl .*localhost:9400`, "needs the service or container that the commands before it start (prometheus tests scrape the endpoint)"},
 }
 
 // readmeShell are the programs besides gpusampler whose doc commands the
