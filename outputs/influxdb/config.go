@@ -1,12 +1,9 @@
 package influxdb
 
 import (
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/url"
-	"os"
 	"time"
 
 	"github.com/gpusampler/gpusampler/config"
@@ -43,19 +40,9 @@ type HTTPConfig struct {
 	TLS             TLSConfig
 }
 
-// TLSConfig names the client's TLS files and settings.
-type TLSConfig struct {
-	// CA is a PEM file of CAs that verify the server (default: the
-	// system's).
-	CA string
-	// Cert and Key are the client certificate and key (PEM), both or
-	// neither.
-	Cert, Key string
-	// ServerName overrides the name verified in the server's certificate.
-	ServerName string
-	// InsecureSkipVerify disables server verification (tests only).
-	InsecureSkipVerify bool
-}
+// TLSConfig names the client's TLS files and settings; outputs.TLSClient
+// loads them, as for every network output.
+type TLSConfig = outputs.TLSClient
 
 // Kind describes the influxdb output to the config registry.
 func Kind() outputs.Kind {
@@ -218,31 +205,4 @@ func (c Config) Options(kind, name string) (Options, error) {
 		Organization: c.Organization, Bucket: c.Bucket, Token: c.Token, Gzip: c.HTTP.ContentEncoding == "gzip",
 		Timeout: c.HTTP.Timeout, MaxPayloadBytes: c.HTTP.MaxPayloadBytes, TLS: tlsConf,
 		CreateDatabase: c.API == APIv1 && !c.SkipDatabaseCreation}}, nil
-}
-
-// Load builds the *tls.Config (nil when nothing is set), reading the files.
-func (c TLSConfig) Load() (*tls.Config, error) {
-	if c == (TLSConfig{}) {
-		return nil, nil
-	}
-	tc := &tls.Config{ServerName: c.ServerName, InsecureSkipVerify: c.InsecureSkipVerify, MinVersion: tls.VersionTLS12}
-	if c.CA != "" {
-		pem, err := os.ReadFile(c.CA)
-		if err != nil {
-			return nil, fmt.Errorf("tls_ca: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("tls_ca: %s holds no PEM certificate", c.CA)
-		}
-		tc.RootCAs = pool
-	}
-	if c.Cert != "" {
-		cert, err := tls.LoadX509KeyPair(c.Cert, c.Key)
-		if err != nil {
-			return nil, fmt.Errorf("tls_cert/tls_key: %w", err)
-		}
-		tc.Certificates = []tls.Certificate{cert}
-	}
-	return tc, nil
 }

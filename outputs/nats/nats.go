@@ -46,8 +46,6 @@ package nats
 import (
 	"cmp"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	_ "embed"
 	"errors"
 	"fmt"
@@ -68,6 +66,7 @@ import (
 	"github.com/gpusampler/gpusampler/internal/encoding/jsonl"
 	"github.com/gpusampler/gpusampler/internal/encoding/lineproto"
 	"github.com/gpusampler/gpusampler/internal/encoding/protobuf"
+	"github.com/gpusampler/gpusampler/outputs"
 	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/stream"
 )
@@ -328,26 +327,12 @@ func (out *Output) natsOptions() ([]natsgo.Option, error) {
 		}
 		opts = append(opts, natsgo.UserCredentials(c.CredentialsFile))
 	}
-	if c.TLSCA != "" || c.TLSCert != "" || c.InsecureSkipVerify || c.TLSServerName != "" {
-		tc := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: c.InsecureSkipVerify, ServerName: c.TLSServerName}
-		if c.TLSCA != "" {
-			pem, err := os.ReadFile(c.TLSCA)
-			if err != nil {
-				return nil, fmt.Errorf("tls_ca: %w", err)
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("tls_ca: %s: no PEM certificate", c.TLSCA)
-			}
-			tc.RootCAs = pool
-		}
-		if c.TLSCert != "" {
-			cert, err := tls.LoadX509KeyPair(c.TLSCert, c.TLSKey)
-			if err != nil {
-				return nil, fmt.Errorf("tls_cert/tls_key: %w", err)
-			}
-			tc.Certificates = []tls.Certificate{cert}
-		}
+	tc, err := outputs.TLSClient{CA: c.TLSCA, Cert: c.TLSCert, Key: c.TLSKey, ServerName: c.TLSServerName,
+		InsecureSkipVerify: c.InsecureSkipVerify}.Load()
+	if err != nil {
+		return nil, err
+	}
+	if tc != nil {
 		opts = append(opts, natsgo.Secure(tc))
 	}
 	return append(opts, o.natsOpts...), nil
