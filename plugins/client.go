@@ -640,8 +640,9 @@ func (c *Client) supervise(cn *conn) {
 			c.wedges.Add(1)
 		}
 		// A wedged output in a process that serves others and still
-		// answers is given up alone; otherwise the process goes.
-		alone := !crashed && cn.shared != nil && c.opts.Shared.others(cn.shared) &&
+		// answers is given up alone; otherwise the process goes (a
+		// process over its memory limit goes whoever shares it).
+		alone := cn.rss == 0 && !crashed && cn.shared != nil && c.opts.Shared.others(cn.shared) &&
 			cn.shared.responsive(c.opts.HealthTimeout)
 		c.mu.Lock()
 		storm := c.storm.add(c.opts.Now())
