@@ -55,11 +55,12 @@ func TestLayering(t *testing.T) {
 		t.Fatal(err)
 	}
 	for pkg, want := range map[string][]string{
-		"config":            {"config"},
-		"catalog":           {"catalog"},
-		"record":            {"catalog", "record"},
-		"record/recordpb":   {"catalog", "record", "record/recordpb"},
-		"record/recordtest": {"catalog", "record", "record/recordtest"},
+		"config":              {"config"},
+		"catalog":             {"catalog"},
+		"record":              {"catalog", "record"},
+		"record/recordpb":     {"catalog", "record", "record/recordpb"},
+		"record/recordtest":   {"catalog", "record", "record/recordtest"},
+		"internal/atomicfile": {"internal/atomicfile"},
 	} {
 		if got := deps(t, root, pkg); !slices.Equal(got, want) {
 			t.Errorf("%s links %q, want %q", pkg, got, want)

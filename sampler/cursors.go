@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gpusampler/gpusampler/catalog"
+	"github.com/gpusampler/gpusampler/internal/atomicfile"
 )
 
 // CursorStore keeps the drain cursors across runs: per GPU UUID and buffer
@@ -243,38 +244,10 @@ func (f *CursorFile) Save(cursors map[string]map[catalog.BufferType]uint64) erro
 	if bytes.Equal(b, f.last) {
 		return nil
 	}
-	if err := writeFileSync(f.path, b); err != nil {
+	if err := atomicfile.WriteFile(f.path, b, 0o600); err != nil {
 		return fmt.Errorf("save cursors: %w", err)
 	}
 	f.last = b
-	return nil
-}
-
-// writeFileSync replaces path with b crash-safely.
-func writeFileSync(path string, b []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name()) // after the rename: no such file
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	if d, err := os.Open(filepath.Dir(path)); err == nil {
-		d.Sync()
-		d.Close()
-	}
 	return nil
 }
 

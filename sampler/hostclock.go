@@ -1,13 +1,14 @@
 package sampler
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/gpusampler/gpusampler/internal/atomicfile"
 )
 
 // ClockStepThreshold is how far the measured realtime − boottime offset
@@ -113,11 +114,5 @@ func (h *hostOffset) writeAnchor() {
 	if h.anchor == "" {
 		return
 	}
-	tmp := fmt.Sprintf("%s.%d", h.anchor, os.Getpid())
-	if err := os.WriteFile(tmp, []byte(strconv.FormatInt(h.ns, 10)+"\n"), 0o644); err != nil {
-		return
-	}
-	if os.Rename(tmp, h.anchor) != nil {
-		os.Remove(tmp)
-	}
+	_ = atomicfile.WriteFile(h.anchor, []byte(strconv.FormatInt(h.ns, 10)+"\n"), 0o644)
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/internal/accum"
+	"github.com/gpusampler/gpusampler/internal/atomicfile"
 	"github.com/gpusampler/gpusampler/record"
 )
 
@@ -224,12 +225,7 @@ func (o *Output) saveJournal(seq uint64, pending []record.Summary) {
 		return
 	}
 	o.jBuf = o.encodeJournal(o.jBuf[:0], seq, pending)
-	tmp := o.opts.Journal + ".tmp"
-	err := os.WriteFile(tmp, o.jBuf, 0o600)
-	if err == nil {
-		err = os.Rename(tmp, o.opts.Journal)
-	}
-	if err != nil {
+	if err := atomicfile.WriteFile(o.opts.Journal, o.jBuf, 0o600); err != nil {
 		o.journalErrors.Add(1)
 		if now := o.opts.Now(); o.lastJournalLog.IsZero() || now.Sub(o.lastJournalLog) >= time.Minute {
 			o.lastJournalLog = now
