@@ -333,7 +333,9 @@ func TestListeners(t *testing.T) {
 					record.Sample{TimeNS: ts, Value: float64(i % 100), Device: 1, Metric: catalog.MetricUtilGPU})
 			}
 			err := build(tc.bad).Write(ctx, &record.Batch{Seq: 1, Devices: []record.Device{dev}, Samples: samples[:2]})
-			if !record.IsPermanent(err) || !strings.Contains(err.Error(), `telegraf "telegraf"`) || !strings.Contains(err.Error(), "401") {
+			// Credentials not (yet) valid are "not ready": the batch is held
+			// for a later try as in an outage, never thrown away.
+			if record.Classify(err) != record.KindUnavailable || !strings.Contains(err.Error(), `telegraf "telegraf"`) || !strings.Contains(err.Error(), "401") {
 				t.Fatalf("wrong credentials: %v", err)
 			}
 			if err := build(tc.good).Write(ctx, &record.Batch{Seq: 1, Devices: []record.Device{dev}, Samples: samples}); err != nil {
