@@ -301,7 +301,7 @@ func openDiskQueue(dir string, opt diskOptions) (*diskQueue, error) {
 	var dels []*segment
 	dropped := false
 	for q.qBatches > 0 && (q.qBytes > opt.maxBytes || (opt.maxRecords > 0 && q.qRecords > int64(opt.maxRecords)) ||
-		(opt.diskBytes > 0 && q.usageLocked() > opt.diskBytes)) {
+		(opt.diskBytes > 0 && q.usageLocked()-blocksOf(dels) > opt.diskBytes)) {
 		_, fr := q.takeLocked()
 		q.st.capBatches++
 		q.st.capRecords += uint64(fr.records)
@@ -831,6 +831,16 @@ func (q *diskQueue) usageLocked() int64 {
 
 func roundBlock(n int64) int64 { return (n + blockSize - 1) / blockSize * blockSize }
 
+// blocksOf returns what segs use on disk as the budget counts it: the part
+// of pendingBytes that releasing them gives back.
+func blocksOf(segs []*segment) int64 {
+	var n int64
+	for _, s := range segs {
+		n += roundBlock(s.size)
+	}
+	return n
+}
+
 // needsRollLocked reports whether a record of total bytes read back with
 // header goes into a new segment.
 func (q *diskQueue) needsRollLocked(total int64, header []byte) bool {
@@ -1010,7 +1020,12 @@ func (q *diskQueue) appendDisk(payload []byte, records int, nowNS int64, header 
 			a := q.active()
 			return roundBlock(a.size+total) - roundBlock(a.size)
 		}
-		for q.usageLocked()+need() > budget {
+		// usageLocked counts the segments collected in dels (pendingBytes)
+		// until release deletes them, which happens before this record is
+		// written: they are room for it already. Without taking them off,
+		// every drop would leave the usage where it was and the loop would
+		// drop the whole backlog.
+		for q.usageLocked()-blocksOf(dels)+need() > budget {
 			if q.qBatches > 0 {
 				_, fr := q.takeLocked()
 				q.st.capBatches++
@@ -1022,7 +1037,7 @@ func (q *diskQueue) appendDisk(payload []byte, records int, nowNS int64, header 
 				closeActive()
 				continue
 			}
-			if q.pendingBytes > 0 && waits < 2 {
+			if q.pendingBytes > blocksOf(dels) && waits < 2 {
 				// Segments on their way out (another goroutine commits
 				// before it deletes them): wait for that.
 				waits++

@@ -111,7 +111,20 @@ func TestDiskBudget(t *testing.T) {
 			}
 		}
 	}
-	write(400) // the sink is down: the cap drops the oldest
+	write(100) // the sink is down: the cap drops the oldest ...
+	// ... and only the oldest: what stays is most of what the budget holds,
+	// never an emptied backlog (the budget once counted segments already
+	// collected for deletion and dropped everything, every ~68 batches).
+	least := int64(-1)
+	for range 300 {
+		write(1)
+		if n := b.Stats().BufferedBatches; least < 0 || n < least {
+			least = n
+		}
+	}
+	if least < 40 {
+		t.Fatalf("while the cap drops the oldest, the backlog fell to %d batches of ~1 KB under a %d-byte budget", least, maxBytes)
+	}
 	st := b.Stats()
 	if st.DroppedBatches.Cap == 0 {
 		t.Fatalf("400 batches of ~1 KB fit in 100000 bytes? %+v", st)
@@ -137,8 +150,8 @@ func TestDiskBudget(t *testing.T) {
 		t.Logf("at the largest: %q", atLargest)
 		t.Fatalf("largest du of the buffer dir %d bytes, over max_bytes %d", largest, maxBytes)
 	}
-	t.Logf("largest du %d bytes (max_bytes %d); delivered %d, dropped at the cap %d of %d batches",
-		largest, maxBytes, st.Delivered, st.DroppedBatches.Cap, written)
+	t.Logf("largest du %d bytes (max_bytes %d); delivered %d, dropped at the cap %d of %d batches; smallest backlog while dropping %d batches",
+		largest, maxBytes, st.Delivered, st.DroppedBatches.Cap, written, least)
 }
 
 // TestDiskReclaimsDelivered: with the default segment size (16 MiB for a
