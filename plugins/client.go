@@ -224,7 +224,11 @@ type Client struct {
 	instance string
 	// isolated is set once the output wedged in a shared process and was
 	// moved to a process of its own (opts.Shared is then that process's).
+	// The supervisor goroutine swaps opts.Shared under mu, which Stats
+	// reads it under; logBase (under mu) keeps the log lines the processes
+	// given up had dropped for this output.
 	isolated atomic.Bool
+	logBase  uint64
 }
 
 // conn is one running plugin process.
@@ -405,8 +409,11 @@ func (c *Client) discard(cn *conn) {
 // this Client's reference to it is dropped, and the output's next start is
 // in a process of its own, which no other output joins.
 func (c *Client) abandon(cn *conn) {
+	c.mu.Lock()
 	sp := c.opts.Shared
+	c.logBase += sp.logs.droppedFor(c.opts.Name)
 	c.opts.Shared = sp.isolated()
+	c.mu.Unlock()
 	c.isolated.Store(true)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), c.opts.CallTimeout)
@@ -538,10 +545,10 @@ func (c *Client) Stats() Stats {
 	s := Stats{Starts: c.starts.Load(), Crashes: c.crashes.Load(), Wedges: c.wedges.Load(), MemoryRestarts: c.memory.Load(),
 		LastRestart: time.Duration(c.lastRst.Load()), StartFailures: c.failed.Load(), Isolated: c.isolated.Load(),
 		LogDropped: c.logs.total()}
-	if sp := c.opts.Shared; sp != nil {
-		s.LogDropped = sp.logs.droppedFor(c.opts.Name)
-	}
 	c.mu.Lock()
+	if sp := c.opts.Shared; sp != nil {
+		s.LogDropped = c.logBase + sp.logs.droppedFor(c.opts.Name)
+	}
 	if c.cur != nil {
 		s.PID = c.cur.pid
 	}
