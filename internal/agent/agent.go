@@ -316,6 +316,11 @@ const aggregateJournal = "aggregate.journal"
 // Run samples until ctx ends (see sampler.Engine.Run), sending
 // self-metrics every stats interval.
 func (a *Agent) Run(ctx context.Context) error {
+	if a.cursors != nil {
+		// Every way out gives the state dir back (Close is idempotent;
+		// the normal end closes it earlier, right after the last save).
+		defer a.cursors.Close()
+	}
 	sctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Add(2)
