@@ -5,8 +5,10 @@
 // Durability: WriteFile writes a temporary file in the same directory,
 // fsyncs it, renames it over the target and fsyncs the directory. When it
 // returns nil the new content survives a crash or power loss on a file
-// system that honours fsync; when it returns an error the old content (or
-// no file) is in place and no temporary file is left behind.
+// system that honours fsync; when it returns an error no temporary file is
+// left behind and the old content (or no file) is in place — unless only
+// the final directory fsync failed, after the rename: then the new content
+// is in place but may not survive a power loss.
 //
 // The package is a leaf (standard library only), so any layer may use it.
 package atomicfile

@@ -1269,8 +1269,11 @@ func (q *diskQueue) commitCursor(durable bool) error {
 	if err := writeFile(tmp, buf, durable); err != nil {
 		os.Remove(tmp)
 		// A full disk has no block for cursor.tmp; the cursor's own block
-		// takes the new one in place (one write of 52 bytes, within one
-		// sector), so that delivered segments can still be deleted.
+		// takes the new one in place, so that delivered segments can still
+		// be deleted. The write is 52 bytes plus 16 per segment in the
+		// table and can span sectors: a crash during it can tear the
+		// cursor, which its checksum then refuses (every segment is
+		// replayed: duplicates, no loss).
 		if ierr := overwriteCursor(filepath.Join(q.dir, cursorName), buf, durable); ierr != nil {
 			return errors.Join(err, ierr)
 		}
