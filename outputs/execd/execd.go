@@ -24,15 +24,12 @@ import (
 	"cmp"
 	"context"
 	_ "embed"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
-	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/gpusampler/gpusampler/catalog"
@@ -286,10 +283,10 @@ func (o *Output) gatherLocked() error {
 		o.gatherDropped.Add(uint64(dropped))
 	}
 	if _, err := o.w.Write(o.gbuf); err != nil {
-		return writeError(err)
+		return outputs.StdoutError("execd: stdout", err)
 	}
 	if err := o.w.Flush(); err != nil {
-		return writeError(err)
+		return outputs.StdoutError("execd: stdout", err)
 	}
 	if dropped > 0 {
 		return fmt.Errorf("execd: gather: %d summaries dropped: their line cannot be encoded", dropped)
@@ -342,10 +339,10 @@ func (o *Output) gatherNvidiaSMI(now int64) error {
 		return fmt.Errorf("execd: gather: %d values dropped: a line cannot be encoded: %w", len(samples), err)
 	}
 	if _, err := o.w.Write(o.shapeEnc.Bytes()); err != nil {
-		return writeError(err)
+		return outputs.StdoutError("execd: stdout", err)
 	}
 	if err := o.w.Flush(); err != nil {
-		return writeError(err)
+		return outputs.StdoutError("execd: stdout", err)
 	}
 	return nil
 }
@@ -359,23 +356,12 @@ func devicesOf(keys []seriesKey) map[uint16]struct{} {
 	return devs
 }
 
-// writeError wraps a failed stdout write; a reader gone for good (a closed
-// pipe: Telegraf stopped) makes it permanent, so batches are counted failed
-// at once instead of held for a retry that cannot deliver.
-func writeError(err error) error {
-	err = fmt.Errorf("execd: stdout: %w", err)
-	if errors.Is(err, syscall.EPIPE) || errors.Is(err, os.ErrClosed) {
-		return record.Permanent(err)
-	}
-	return err
-}
-
 func (o *Output) flushLocked() error {
 	if _, err := o.w.Write(o.enc.Bytes()); err != nil {
-		return writeError(err)
+		return outputs.StdoutError("execd: stdout", err)
 	}
 	if err := o.w.Flush(); err != nil {
-		return writeError(err)
+		return outputs.StdoutError("execd: stdout", err)
 	}
 	return nil
 }
@@ -401,7 +387,7 @@ func (o *Output) Close() error {
 		err = o.gatherLocked()
 	}
 	if ferr := o.w.Flush(); ferr != nil && err == nil {
-		err = writeError(ferr)
+		err = outputs.StdoutError("execd: stdout", ferr)
 	}
 	return err
 }

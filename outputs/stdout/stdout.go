@@ -9,19 +9,17 @@ import (
 	"bufio"
 	"context"
 	_ "embed"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
-	"os"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/internal/encoding/jsonl"
 	"github.com/gpusampler/gpusampler/internal/encoding/lineproto"
+	"github.com/gpusampler/gpusampler/outputs"
 	"github.com/gpusampler/gpusampler/record"
 )
 
@@ -102,25 +100,12 @@ func (o *Output) Write(_ context.Context, b *record.Batch) error {
 		return record.Permanent(fmt.Errorf("stdout: batch of %d records not written: a line cannot be encoded: %w", b.Len(), e.Err()))
 	}
 	if _, err := o.w.Write(o.enc.Bytes()); err != nil {
-		return writeError(err)
+		return outputs.StdoutError("stdout", err)
 	}
 	if err := o.w.Flush(); err != nil {
-		return writeError(err)
+		return outputs.StdoutError("stdout", err)
 	}
 	return nil
-}
-
-// writeError wraps a failed write. A reader that is gone for good (a
-// closed pipe: `gpusampler run | head -1` once head exits) makes it a
-// permanent error: no retry can deliver the batch, so the pump counts it
-// failed at once instead of holding it (every later batch too: the
-// writer's error sticks).
-func writeError(err error) error {
-	err = fmt.Errorf("stdout: %w", err)
-	if errors.Is(err, syscall.EPIPE) || errors.Is(err, os.ErrClosed) {
-		return record.Permanent(err)
-	}
-	return err
 }
 
 // Close flushes; a second Close does nothing. A reader that is gone (a
@@ -147,7 +132,7 @@ func (o *Output) Close() error {
 // gone for good (the Write that found it so returned the error and its
 // batch was counted failed; a closed pipe is how `| head` ends a run).
 func closeError(err error) error {
-	if err = writeError(err); record.IsPermanent(err) {
+	if err = outputs.StdoutError("stdout", err); record.IsPermanent(err) {
 		return nil
 	}
 	return err

@@ -490,20 +490,7 @@ func runEngineHooked(t *testing.T, src sampler.Source, cfg sampler.Config, clk *
 // driver follows through FAKENVML_TIME_FILE (set before the library is
 // initialized).
 func manualClock(t *testing.T) *clocktest.Clock {
-	clk := clocktest.New(time.Now().Truncate(time.Millisecond))
-	path := os.Getenv("FAKENVML_TIME_FILE")
-	write := func(now time.Time) {
-		tmp := path + ".tmp"
-		if err := os.WriteFile(tmp, []byte(fmt.Sprintf("%d\n", now.UnixMicro())), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(tmp, path); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write(clk.Now())
-	clk.OnMove(write)
-	return clk
+	return steppedClock(t, time.Now().Truncate(time.Millisecond))
 }
 
 func childExactlyOnce(t *testing.T, src *Source, clk *clocktest.Clock, callsFile string) {
