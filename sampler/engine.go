@@ -247,7 +247,7 @@ func (c *Config) withDefaults() (Config, error) {
 }
 
 // Engine samples every device of a Source, one loop per device, publishing
-// into one Ring per device, and fans out to outputs through one pump each.
+// into one ring per device, and fans out to outputs through one pump each.
 //
 // Lifecycle: New, then AddOutput any number of times, then Run until its
 // context ends; Run stops the device loops (after a final drain), flushes
@@ -409,11 +409,9 @@ func (e *Engine) AddOutput(name string, out record.Output, opts PumpOptions) err
 
 // RemoveOutput flushes, detaches and closes the named output.
 func (e *Engine) RemoveOutput(name string) error {
-	e.mu.Lock()
-	i := slices.IndexFunc(e.pumps, func(p *pump) bool { return p.name == name })
-	if i < 0 {
-		e.mu.Unlock()
-		return fmt.Errorf("remove output %s: no such output", name)
+	i, err := e.lockPump("remove", name, false)
+	if err != nil {
+		return err
 	}
 	p := e.pumps[i]
 	e.pumps = slices.Delete(e.pumps, i, i+1)
@@ -465,15 +463,9 @@ func (e *Engine) awaitStopped(p *pump) error {
 // sample published goes to exactly one of the two; then the old output is
 // flushed and closed. It returns the old output's close error.
 func (e *Engine) ReplaceOutput(name string, out record.Output, opts PumpOptions) error {
-	e.mu.Lock()
-	if e.closing {
-		e.mu.Unlock()
-		return fmt.Errorf("replace output %s: %w", name, ErrStopping)
-	}
-	i := slices.IndexFunc(e.pumps, func(p *pump) bool { return p.name == name })
-	if i < 0 {
-		e.mu.Unlock()
-		return fmt.Errorf("replace output %s: no such output", name)
+	i, err := e.lockPump("replace", name, true)
+	if err != nil {
+		return err
 	}
 	old := e.pumps[i]
 	np := newPumpReplacing(e, name, out, opts, old)
@@ -499,15 +491,9 @@ func (e *Engine) ReplaceOutput(name string, out record.Output, opts PumpOptions)
 // output is removed, what waited is counted (logged) as dropped, and build's
 // error is returned.
 func (e *Engine) ReplaceOutputWith(name string, opts PumpOptions, build func() (record.Output, error)) error {
-	e.mu.Lock()
-	if e.closing {
-		e.mu.Unlock()
-		return fmt.Errorf("replace output %s: %w", name, ErrStopping)
-	}
-	i := slices.IndexFunc(e.pumps, func(p *pump) bool { return p.name == name })
-	if i < 0 {
-		e.mu.Unlock()
-		return fmt.Errorf("replace output %s: no such output", name)
+	i, err := e.lockPump("replace", name, true)
+	if err != nil {
+		return err
 	}
 	old := e.pumps[i]
 	np := newPumpReplacing(e, name, nil, opts, old) // not started: no output yet
@@ -549,6 +535,24 @@ func (e *Engine) ReplaceOutputWith(name string, opts PumpOptions, build func() (
 		e.startPump(np)
 	}
 	return nil
+}
+
+// lockPump locks e.mu and returns the index in e.pumps of the output called
+// name, with e.mu still held. If there is no such output, or refuseStopping
+// is set and Run is stopping the pumps, it unlocks e.mu and returns an error
+// "<verb> output <name>: ...".
+func (e *Engine) lockPump(verb, name string, refuseStopping bool) (int, error) {
+	e.mu.Lock()
+	if refuseStopping && e.closing {
+		e.mu.Unlock()
+		return -1, fmt.Errorf("%s output %s: %w", verb, name, ErrStopping)
+	}
+	i := slices.IndexFunc(e.pumps, func(p *pump) bool { return p.name == name })
+	if i < 0 {
+		e.mu.Unlock()
+		return -1, fmt.Errorf("%s output %s: no such output", verb, name)
+	}
+	return i, nil
 }
 
 func (e *Engine) startPump(p *pump) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -847,5 +848,45 @@ func TestEngineReplaceOutputWith(t *testing.T) {
 	}
 	if n := len(e2.Stats().Outputs); n != 0 {
 		t.Fatalf("%d outputs after a failed replacement, want 0", n)
+	}
+}
+
+// Remove and both Replace calls name the call and the output when there is
+// no such output; after Run has ended the Replace calls refuse with
+// ErrStopping and Remove still finds the output.
+func TestEngineOutputNotFoundAndStopping(t *testing.T) {
+	src, err := sim.New(sim.Options{GPUs: 1, Seed: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := sampler.New(src, sampler.Config{DrainInterval: 30 * time.Millisecond, FieldInterval: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	build := func() (record.Output, error) { return &collector{}, nil }
+	opts := sampler.PumpOptions{}
+	calls := map[string]func(string) error{
+		"remove":       e.RemoveOutput,
+		"replace":      func(n string) error { return e.ReplaceOutput(n, &collector{}, opts) },
+		"replace-with": func(n string) error { return e.ReplaceOutputWith(n, opts, build) },
+	}
+	for call, f := range calls {
+		err := f("nope")
+		verb := strings.TrimSuffix(call, "-with")
+		if err == nil || err.Error() != verb+" output nope: no such output" {
+			t.Errorf("%s of a missing output: %v", call, err)
+		}
+	}
+	if err := e.AddOutput("kept", &collector{}, opts); err != nil {
+		t.Fatal(err)
+	}
+	runUntil(t, e, func() bool { return published(e) > 0 })
+	for _, call := range []string{"replace", "replace-with"} {
+		if err := calls[call]("kept"); !errors.Is(err, sampler.ErrStopping) {
+			t.Errorf("%s after Run ended: %v, want ErrStopping", call, err)
+		}
+	}
+	if err := e.RemoveOutput("kept"); err != nil {
+		t.Errorf("remove after Run ended: %v", err)
 	}
 }
