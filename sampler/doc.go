@@ -7,12 +7,12 @@
 // A Source (the NVML backend in sampler/nvml, the simulator in sampler/sim)
 // enumerates DeviceSources, a few methods each: drain a driver sample
 // buffer, read a set of metrics, identify the device. New opens them and
-// gives each device a loop and a Ring; AddOutput attaches a
-// record.Output through a pump of its own, which holds one Cursor (a lane)
+// gives each device a loop and a ring; AddOutput attaches a
+// record.Output through a pump of its own, which holds one cursor (a lane)
 // in every ring:
 //
-//	DeviceSource ─► device loop ─► Ring ─┬─► pump ─► record.Output
-//	DeviceSource ─► device loop ─► Ring ─┼─► pump ─► record.Output
+//	DeviceSource ─► device loop ─► ring ─┬─► pump ─► record.Output
+//	DeviceSource ─► device loop ─► ring ─┼─► pump ─► record.Output
 //	                                     └─► ...
 //
 // The engine reads the metrics of a catalog.Catalog (Config.Catalog) on
@@ -29,7 +29,7 @@
 // Run starts, and waits for before it returns:
 //   - one loop per device, the only goroutine that calls that device's
 //     DeviceSource methods (apart from the few documented as safe from any
-//     goroutine); it publishes into its own Ring and never blocks on an
+//     goroutine); it publishes into its own ring and never blocks on an
 //     output;
 //   - one pump per output, the only goroutine that calls that output's
 //     Write and Close; it flushes every PumpOptions.FlushInterval on the
@@ -48,7 +48,7 @@
 //
 // # Who owns what
 //
-// A Ring lane never blocks its producer: a lane that is full refuses the
+// A ring lane never blocks its producer: a lane that is full refuses the
 // newest samples for that output only and counts them, so that for every
 // output read + dropped = published, exactly (OutputStats). Samples are
 // copied by value into each lane. Each pump owns one record.Batch and reuses
@@ -77,7 +77,7 @@
 // Device loops, the watchdog and lost-device probes are scheduled by
 // Config.Clock, which tests replace with a fake clock; pumps flush on the
 // system clock. Each device's driver timestamps are classified once
-// (Timebase, ClockKind) as realtime or boot time and converted to Unix time
+// (timebase, ClockKind) as realtime or boot time and converted to Unix time
 // with one offset, not re-anchored per batch; a step of the host's
 // realtime clock is re-anchored and reported as a record.EventClockStep
 // event.

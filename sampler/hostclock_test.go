@@ -32,7 +32,7 @@ func TestHostOffsetOnePerHost(t *testing.T) {
 	now := time.Unix(0, off+int64(3600*time.Second)) // an hour after boot
 	clk := fixedClock{&now}
 	rawUS := uint64(3600*time.Second/time.Microsecond) - 20_000 // a sample 20 ms old
-	tbs := []*Timebase{newTimebase(clk, hosts["a"]), newTimebase(clk, hosts["a"]), newTimebase(clk, hosts["b"])}
+	tbs := []*timebase{newTimebase(clk, hosts["a"]), newTimebase(clk, hosts["a"]), newTimebase(clk, hosts["b"])}
 	for i, tb := range tbs {
 		tb.Observe(rawUS)
 		if tb.Kind != ClockBoottime {
@@ -101,7 +101,7 @@ func TestBootTimestampSameInTwoProcesses(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tb := NewTimebase()
+		tb := newTimebase(SystemClock(), newHostOffset())
 		tb.Observe(us)
 		if tb.Kind != ClockBoottime {
 			t.Fatalf("clock %v, want boottime", tb.Kind)

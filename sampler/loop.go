@@ -104,7 +104,7 @@ type deviceLoop struct {
 	e        *Engine
 	src      DeviceSource
 	index    uint16
-	ring     *Ring
+	ring     *ring
 	identity atomic.Pointer[record.Device]
 	// idMu serializes identity replacements (recovery, attribution); reads
 	// stay lock-free through identity.
@@ -114,7 +114,7 @@ type deviceLoop struct {
 	// procAttribution is each process's own attribution by host PID
 	// (Engine.SetProcessAttribution), put on its process events.
 	procAttribution atomic.Pointer[map[uint32]record.Attribution]
-	tb              *Timebase
+	tb              *timebase
 
 	buffers  []*bufferState
 	fastIDs  []catalog.MetricID
@@ -192,7 +192,7 @@ type deviceLoop struct {
 }
 
 func newDeviceLoop(e *Engine, src DeviceSource, id record.Device) *deviceLoop {
-	l := &deviceLoop{e: e, src: src, index: uint16(id.Index), ring: NewRing(e.cfg.RingSize), tb: newTimebase(e.cfg.Clock, e.host),
+	l := &deviceLoop{e: e, src: src, index: uint16(id.Index), ring: newRing(e.cfg.RingSize), tb: newTimebase(e.cfg.Clock, e.host),
 		done: make(chan struct{})}
 	l.identity.Store(&id)
 	cat := e.cfg.Catalog

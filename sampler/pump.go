@@ -83,7 +83,7 @@ type pump struct {
 	name    string
 	out     record.Output
 	opts    PumpOptions
-	cursors []*Cursor
+	cursors []*cursor
 	evPos   uint64
 	// evEnd, when set (position + 1), is where a replacement pump started
 	// reading the event log: this pump reads nothing from there on.
@@ -134,7 +134,7 @@ func newPump(e *Engine, name string, out record.Output, opts PumpOptions) *pump 
 }
 
 // newPumpReplacing makes a pump whose lanes take old's place in every ring
-// (Ring.Swap), or new lanes when old is nil.
+// (ring.Swap), or new lanes when old is nil.
 func newPumpReplacing(e *Engine, name string, out record.Output, opts PumpOptions, old *pump) *pump {
 	if opts.FlushInterval <= 0 {
 		opts.FlushInterval = DefaultFlushInterval

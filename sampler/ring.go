@@ -11,7 +11,7 @@ import (
 	"github.com/gpusampler/gpusampler/record"
 )
 
-// Ring is one producer's bounded fan-out of Samples: a single-producer,
+// ring is one producer's bounded fan-out of Samples: a single-producer,
 // multi-consumer ring built as one single-producer/single-consumer lane per
 // reader (per output's pump).
 //
@@ -36,36 +36,36 @@ import (
 //
 // Concurrency: Publish must be called from one goroutine at a time (the
 // owner). NewCursor and Detach may be called from any goroutine. Each
-// Cursor's Read is called from one goroutine at a time; its counters may be
+// cursor's Read is called from one goroutine at a time; its counters may be
 // read from any goroutine.
-type Ring struct {
+type ring struct {
 	size      int
-	lanes     atomic.Pointer[[]*Cursor]
+	lanes     atomic.Pointer[[]*cursor]
 	published atomic.Uint64
 	mu        sync.Mutex // serializes lane attach/detach
 }
 
-// NewRing returns a ring whose lanes each hold size samples (rounded up to a
+// newRing returns a ring whose lanes each hold size samples (rounded up to a
 // power of two, minimum 2).
-func NewRing(size int) *Ring {
+func newRing(size int) *ring {
 	if size < 2 {
 		size = 2
 	}
 	n := 1 << (64 - bits.LeadingZeros64(uint64(size-1)))
-	r := &Ring{size: n}
-	r.lanes.Store(&[]*Cursor{})
+	r := &ring{size: n}
+	r.lanes.Store(&[]*cursor{})
 	return r
 }
 
 // Cap returns how many unread samples one reader's lane holds.
-func (r *Ring) Cap() int { return r.size }
+func (r *ring) Cap() int { return r.size }
 
 // Room returns how many samples the owner can publish now without a
 // reader's lane dropping one: the free space of the fullest lane (Cap when
 // no reader is attached). A lane that holds unread samples and has read
 // none for stuckAfter (its output is stuck, not slow) is not waited for.
 // now is the owner's clock. Only the ring's owner may call it.
-func (r *Ring) Room(now time.Time, stuckAfter time.Duration) int {
+func (r *ring) Room(now time.Time, stuckAfter time.Duration) int {
 	room := uint64(r.size)
 	for _, c := range *r.lanes.Load() {
 		t := c.tail.Load()
@@ -82,11 +82,11 @@ func (r *Ring) Room(now time.Time, stuckAfter time.Duration) int {
 }
 
 // Published returns how many samples were ever published.
-func (r *Ring) Published() uint64 { return r.published.Load() }
+func (r *ring) Published() uint64 { return r.published.Load() }
 
 // Publish offers samples to every attached reader without blocking or
 // allocating. Only the ring's owner may call it.
-func (r *Ring) Publish(samples ...record.Sample) {
+func (r *ring) Publish(samples ...record.Sample) {
 	for _, c := range *r.lanes.Load() {
 		c.push(samples)
 	}
@@ -94,8 +94,8 @@ func (r *Ring) Publish(samples ...record.Sample) {
 }
 
 // NewCursor attaches a reader; it sees what is published from now on.
-func (r *Ring) NewCursor() *Cursor {
-	c := &Cursor{buf: make([]record.Sample, r.size), mask: uint64(r.size - 1)}
+func (r *ring) NewCursor() *cursor {
+	c := &cursor{buf: make([]record.Sample, r.size), mask: uint64(r.size - 1)}
 	r.mu.Lock()
 	lanes := append(slices.Clone(*r.lanes.Load()), c)
 	r.lanes.Store(&lanes)
@@ -106,8 +106,8 @@ func (r *Ring) NewCursor() *Cursor {
 // Swap attaches a new reader in old's place in one step: every sample
 // published goes either to old (before) or to the new cursor (after), never
 // to both or neither. old keeps what it holds and its counters.
-func (r *Ring) Swap(old *Cursor) *Cursor {
-	c := &Cursor{buf: make([]record.Sample, r.size), mask: uint64(r.size - 1)}
+func (r *ring) Swap(old *cursor) *cursor {
+	c := &cursor{buf: make([]record.Sample, r.size), mask: uint64(r.size - 1)}
 	r.mu.Lock()
 	lanes := slices.Clone(*r.lanes.Load())
 	if i := slices.Index(lanes, old); i >= 0 {
@@ -121,15 +121,15 @@ func (r *Ring) Swap(old *Cursor) *Cursor {
 }
 
 // Detach stops publishing to c. Its counters stay readable.
-func (r *Ring) Detach(c *Cursor) {
+func (r *ring) Detach(c *cursor) {
 	r.mu.Lock()
-	lanes := slices.DeleteFunc(slices.Clone(*r.lanes.Load()), func(x *Cursor) bool { return x == c })
+	lanes := slices.DeleteFunc(slices.Clone(*r.lanes.Load()), func(x *cursor) bool { return x == c })
 	r.lanes.Store(&lanes)
 	r.mu.Unlock()
 }
 
-// Cursor is one reader's lane in a Ring, with its exact accounting.
-type Cursor struct {
+// cursor is one reader's lane in a ring, with its exact accounting.
+type cursor struct {
 	buf  []record.Sample
 	mask uint64
 	_    [40]byte
@@ -146,7 +146,7 @@ type Cursor struct {
 }
 
 // push is the producer side: copy what fits, drop and count the rest.
-func (c *Cursor) push(s []record.Sample) {
+func (c *cursor) push(s []record.Sample) {
 	h := c.head.Load() // only the producer writes head
 	free := uint64(len(c.buf)) - (h - c.tail.Load())
 	n := uint64(len(s))
@@ -166,7 +166,7 @@ func (c *Cursor) push(s []record.Sample) {
 
 // Read copies the next samples into dst and returns how many it copied. It
 // never blocks and never allocates.
-func (c *Cursor) Read(dst []record.Sample) int {
+func (c *cursor) Read(dst []record.Sample) int {
 	t := c.tail.Load() // only the consumer writes tail
 	avail := c.head.Load() - t
 	n := min(uint64(len(dst)), avail)
@@ -181,20 +181,20 @@ func (c *Cursor) Read(dst []record.Sample) int {
 }
 
 // Lag returns how many samples wait in the lane unread.
-func (c *Cursor) Lag() uint64 { return c.head.Load() - c.tail.Load() }
+func (c *cursor) Lag() uint64 { return c.head.Load() - c.tail.Load() }
 
 // ReadCount returns how many samples this cursor returned.
-func (c *Cursor) ReadCount() uint64 { return c.tail.Load() }
+func (c *cursor) ReadCount() uint64 { return c.tail.Load() }
 
 // Dropped returns how many samples were dropped because the lane was full.
-func (c *Cursor) Dropped() uint64 { return c.dropped.Load() }
+func (c *cursor) Dropped() uint64 { return c.dropped.Load() }
 
 // Published returns how many samples were offered to this cursor since it
 // was attached. When the cursor is caught up (Lag() == 0),
 // Published() == ReadCount() + Dropped().
-func (c *Cursor) Published() uint64 { return c.head.Load() + c.dropped.Load() }
+func (c *cursor) Published() uint64 { return c.head.Load() + c.dropped.Load() }
 
 // String describes the cursor's accounting.
-func (c *Cursor) String() string {
+func (c *cursor) String() string {
 	return fmt.Sprintf("read=%d dropped=%d lag=%d", c.ReadCount(), c.Dropped(), c.Lag())
 }

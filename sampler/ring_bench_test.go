@@ -19,7 +19,7 @@ import (
 func BenchmarkPublish(b *testing.B) {
 	for _, size := range []int{1, 64} {
 		b.Run(map[int]string{1: "single", 64: "batch64"}[size], func(b *testing.B) {
-			r := NewRing(1 << 12)
+			r := newRing(1 << 12)
 			c := r.NewCursor()
 			batch := make([]record.Sample, size)
 			for i := range batch {
@@ -71,10 +71,10 @@ func BenchmarkFanout(b *testing.B) {
 	const consumers = 4
 	b.Run("ring64", func(b *testing.B) {
 		total := b.N * 64
-		r := NewRing(1 << 16)
+		r := newRing(1 << 16)
 		var wg sync.WaitGroup
 		var produced atomic.Bool
-		cursors := make([]*Cursor, consumers)
+		cursors := make([]*cursor, consumers)
 		for i := range cursors {
 			cursors[i] = r.NewCursor()
 		}
@@ -102,7 +102,7 @@ func BenchmarkFanout(b *testing.B) {
 				batch[j].TimeNS = int64(i*64 + j)
 			}
 			// stay within the lanes so consumers read everything (a fair race)
-			for slices.ContainsFunc(cursors, func(c *Cursor) bool { return c.Lag() > 1<<15 }) {
+			for slices.ContainsFunc(cursors, func(c *cursor) bool { return c.Lag() > 1<<15 }) {
 				runtime.Gosched()
 			}
 			r.Publish(batch...)

@@ -25,7 +25,7 @@ type cursorUnderTest interface {
 	Published() uint64
 }
 
-type lockFree struct{ *Ring }
+type lockFree struct{ *ring }
 
 func (r lockFree) newCursor() cursorUnderTest { return r.NewCursor() }
 
@@ -84,7 +84,7 @@ var ringImpls = []struct {
 	name string
 	make func(size int) ringUnderTest
 }{
-	{"lockfree", func(n int) ringUnderTest { return lockFree{NewRing(n)} }},
+	{"lockfree", func(n int) ringUnderTest { return lockFree{newRing(n)} }},
 	{"mutex", func(n int) ringUnderTest { return &mutexRing{size: n} }},
 }
 
@@ -276,14 +276,14 @@ func concurrentReaders(t *testing.T, r ringUnderTest) {
 
 func TestRingSizeRoundsUp(t *testing.T) {
 	for _, tc := range []struct{ in, want int }{{0, 2}, {1, 2}, {2, 2}, {3, 4}, {1000, 1024}, {1024, 1024}} {
-		if got := NewRing(tc.in).Cap(); got != tc.want {
-			t.Errorf("NewRing(%d).Cap() = %d, want %d", tc.in, got, tc.want)
+		if got := newRing(tc.in).Cap(); got != tc.want {
+			t.Errorf("newRing(%d).Cap() = %d, want %d", tc.in, got, tc.want)
 		}
 	}
 }
 
 func TestRingNoAllocs(t *testing.T) {
-	r := NewRing(1024)
+	r := newRing(1024)
 	c := r.NewCursor()
 	batch := make([]record.Sample, 64)
 	buf := make([]record.Sample, 64)
@@ -299,7 +299,7 @@ func TestRingNoAllocs(t *testing.T) {
 // Room is the free space of the fullest lane; a lane that holds unread
 // samples and has read none for stuckAfter is not waited for.
 func TestRingRoom(t *testing.T) {
-	r := NewRing(8)
+	r := newRing(8)
 	t0 := time.Unix(100, 0)
 	if got := r.Room(t0, time.Second); got != 8 {
 		t.Fatalf("room without readers %d, want 8", got)

@@ -42,14 +42,14 @@ const clockTolerance = 120 * time.Second
 // re-checked (the realtime clock can be stepped by NTP).
 const recheckEvery = time.Minute
 
-// Timebase converts raw driver timestamps (µs) to Unix ns for one device.
+// timebase converts raw driver timestamps (µs) to Unix ns for one device.
 // Not safe for concurrent use; each device loop owns one. Boot-time
 // timestamps are converted with the host's one realtime − boottime offset,
 // which the engine's timebases share (and processes on the same boot,
 // through an anchor file): a boot-time timestamp maps to the same
 // nanosecond on every device and in every process. That offset changes
 // only when the realtime clock is stepped by more than ClockStepThreshold.
-type Timebase struct {
+type timebase struct {
 	Kind ClockKind
 	// Stepped is the clock step (ns) that this timebase's last Observe
 	// re-anchored the host offset for, 0 when none: the caller reports it
@@ -62,19 +62,16 @@ type Timebase struct {
 	host     *hostOffset
 }
 
-// NewTimebase returns an unclassified timebase on the system clocks.
-func NewTimebase() *Timebase { return newTimebase(SystemClock(), newHostOffset()) }
-
 // newTimebase returns an unclassified timebase that reads wall time from
 // clk and converts boot-time timestamps with host.
-func newTimebase(clk Clock, host *hostOffset) *Timebase {
-	return &Timebase{realtime: clk.Now, host: host}
+func newTimebase(clk Clock, host *hostOffset) *timebase {
+	return &timebase{realtime: clk.Now, host: host}
 }
 
 // Observe classifies (or re-checks) the clock from the newest raw timestamp
 // of a drain, and takes up the host's boot offset as it is now. It returns
 // true when the classification changed.
-func (tb *Timebase) Observe(newestUS uint64) bool {
+func (tb *timebase) Observe(newestUS uint64) bool {
 	now := tb.realtime()
 	tb.Stepped = 0
 	if tb.Kind == ClockBoottime {
@@ -105,7 +102,7 @@ func (tb *Timebase) Observe(newestUS uint64) bool {
 }
 
 // ToNS converts a raw timestamp to Unix ns with the current offset.
-func (tb *Timebase) ToNS(rawUS uint64) int64 {
+func (tb *timebase) ToNS(rawUS uint64) int64 {
 	return int64(rawUS)*1000 + tb.offsetNS
 }
 
