@@ -126,11 +126,13 @@ type Config struct {
 	// Observer, when set, sees every sample a device loop publishes (live
 	// diagnoses); see Observer.
 	Observer Observer
-	// BeforeFinalFlush, when set, is called once by Run after the device
-	// loops have stopped (nothing is published after it) and before the
-	// outputs' final flush: events it emits (Engine.Emit) reach every
-	// output. The agent sends its final self-metrics from it.
-	BeforeFinalFlush func()
+	// AfterFinalFlush, when set, is called once by Run after the device
+	// loops have stopped and every output has flushed (or been given up
+	// on) the samples published for it, before the outputs close: Stats
+	// then count the final flush, and the events it emits (Engine.Emit)
+	// are flushed to every output before its Close. The agent sends its
+	// final self-metrics from it.
+	AfterFinalFlush func()
 	// RingSize is the per-device ring capacity in samples (each output's
 	// lane in a ring holds that many), rounded up to a power of two:
 	// see DefaultRingSize.
@@ -623,6 +625,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		}()
 	}
 	<-ctx.Done() // the device loops end only with ctx
+	stopped := time.Now()
 	abandoned := e.waitLoops()
 	stopWatch()
 	auxWG.Wait()
@@ -632,23 +635,39 @@ func (e *Engine) Run(ctx context.Context) error {
 	if f, ok := e.cfg.Observer.(interface{ Flush() }); ok {
 		f.Flush() // close open findings while the pumps still run
 	}
-	if e.cfg.BeforeFinalFlush != nil {
-		e.mu.Lock()
-		for _, p := range e.pumps {
-			p.refresh() // Stats show every sample published: none comes after
-		}
-		e.mu.Unlock()
-		e.cfg.BeforeFinalFlush()
-	}
-
 	e.mu.Lock()
 	e.closing = true // no output is added from here on: every pump is stopped below
 	pumps := slices.Clone(e.pumps)
-	e.mu.Unlock()
+	hook := e.cfg.AfterFinalFlush
 	for _, p := range pumps {
+		if hook != nil {
+			p.barrier, p.drained = make(chan struct{}), make(chan struct{})
+		}
 		p.stop()
 	}
-	errs := e.waitPumps(pumps)
+	e.mu.Unlock()
+	// One shutdown timeout bounds the final flush and Close together,
+	// from the stop on: the device loops' final publication took part of
+	// it (at most half, see deviceLoop.finalFlush; the outputs keep at
+	// least the other half).
+	budget := max(e.cfg.ShutdownTimeout-time.Since(stopped), e.cfg.ShutdownTimeout/2)
+	t := e.cfg.Clock.NewTimer(budget)
+	defer t.Stop()
+	expired := false
+	if hook != nil {
+		// The barrier: every output's samples flushed first, then the
+		// final statistics read (they count that flush), then their
+		// events flushed and the outputs closed.
+		expired = e.waitDrained(pumps, t)
+		for _, p := range pumps {
+			p.refresh()
+		}
+		hook()
+		for _, p := range pumps {
+			close(p.barrier)
+		}
+	}
+	errs := e.waitPumps(pumps, t, expired)
 	if abandoned > 0 {
 		// A call is still inside the driver: closing the library under it
 		// could crash the process. The process is exiting anyway.
@@ -684,16 +703,27 @@ func (e *Engine) saveCursors() {
 	}
 }
 
+// waitDrained waits, until t fires, for every stopped pump to have flushed
+// its samples (pump.drained). It reports whether t fired.
+func (e *Engine) waitDrained(pumps []*pump, t Timer) (expired bool) {
+	for _, p := range pumps {
+		select {
+		case <-p.drained:
+		case <-p.done:
+		case <-t.C():
+			return true
+		}
+	}
+	return false
+}
+
 // waitPumps waits for every stopped pump to finish its final flush and
-// Close, at most ShutdownTimeout in all. A pump still busy then is given up
+// Close, until t fires (expired: it has fired already). A pump still busy then is given up
 // (pump.giveUp: its undelivered samples counted as failed), logged and
 // left behind; the process is exiting. It returns the outputs' close errors
 // and one error per output given up.
-func (e *Engine) waitPumps(pumps []*pump) []error {
-	t := e.cfg.Clock.NewTimer(e.cfg.ShutdownTimeout)
-	defer t.Stop()
+func (e *Engine) waitPumps(pumps []*pump, t Timer, expired bool) []error {
 	var errs []error
-	expired := false
 	for _, p := range pumps {
 		if !expired {
 			select {

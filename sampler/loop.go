@@ -523,6 +523,26 @@ func (l *deviceLoop) flush(now time.Time) bool {
 		n = min(n, l.ring.Room(now, backlogHoldLimit))
 		n = max(n, len(l.pub)-maxHeldLanes*capa)
 	}
+	l.publish(n)
+	if len(l.pub) > 0 {
+		return true
+	}
+	l.allOut()
+	return false
+}
+
+// allOut notes that everything drained so far is published: no backlog is
+// held, and the cursors to save move on.
+func (l *deviceLoop) allOut() {
+	l.heldSince = time.Time{}
+	for _, b := range l.buffers {
+		b.published.Store(b.cursor)
+	}
+}
+
+// publish puts the first n samples of l.pub into the ring and keeps the
+// rest held.
+func (l *deviceLoop) publish(n int) {
 	if n > 0 {
 		out := l.pub[:n]
 		l.ring.Publish(out...)
@@ -532,19 +552,8 @@ func (l *deviceLoop) flush(now time.Time) bool {
 		}
 		l.newestNS.Store(out[n-1].TimeNS)
 	}
-	if n < len(l.pub) {
-		l.pub = l.pub[:copy(l.pub, l.pub[n:])]
-		l.held.Store(uint64(len(l.pub)))
-		return true
-	}
-	l.pub = l.pub[:0]
-	l.heldSince = time.Time{}
-	l.held.Store(0)
-	// Everything drained so far is out: the cursors to save move on.
-	for _, b := range l.buffers {
-		b.published.Store(b.cursor)
-	}
-	return false
+	l.pub = l.pub[:copy(l.pub, l.pub[n:])]
+	l.held.Store(uint64(len(l.pub)))
 }
 
 // backlogHoldLimit: an output lane that has read nothing for this long is
@@ -558,10 +567,18 @@ const maxHeldLanes = 32
 // finalFlush publishes everything at the end of the run: held samples go
 // out as the outputs make room (the pumps outlive the loops and flush on
 // the system clock, so the wait runs on it too, from the engine clock's
-// now).
+// now). The wait is part of the shutdown: after half the shutdown timeout
+// what is still held is published at once, and the lanes of outputs that
+// did not make room drop it (counted in their Dropped), so an output that
+// reads slowly, not stuck, cannot hold up the stop.
 func (l *deviceLoop) finalFlush() {
 	from, start := l.e.cfg.Clock.Now(), time.Now()
 	for l.flush(from.Add(time.Since(start))) {
+		if time.Since(start) >= l.e.cfg.ShutdownTimeout/2 {
+			l.publish(len(l.pub))
+			l.allOut()
+			return
+		}
 		time.Sleep(5 * time.Millisecond)
 	}
 }

@@ -101,6 +101,11 @@ type pump struct {
 
 	stopCh   chan struct{}
 	stopOnce sync.Once
+	// barrier, when set before stop (Engine.Run with AfterFinalFlush),
+	// holds a stopped pump between its samples' final flush (it closes
+	// drained) and its last events' flush and Close (once barrier is
+	// closed).
+	barrier, drained chan struct{}
 	// wgDone releases the engine's wait for this pump: when it ends, or
 	// when it is given up after a removal.
 	wgDone   sync.Once
@@ -224,6 +229,12 @@ func (p *pump) run(ctx context.Context) {
 				p.flushAll(ctx)
 			}
 			p.abandon()
+			if p.barrier != nil {
+				close(p.drained)
+				<-p.barrier
+				p.flushAll(ctx) // the events emitted at the barrier (final self-metrics)
+				p.abandon()
+			}
 			p.closeErr = p.out.Close()
 			return
 		case <-t.C:
@@ -390,7 +401,9 @@ func (p *pump) abandon() {
 	}
 	p.failed.Add(n + read - filtered)
 	p.accountLocked(read, filtered)
-	p.e.log.Warn("output unavailable at stop; held samples dropped", "output", p.name, "samples", n+read-filtered)
+	if n+read-filtered > 0 {
+		p.e.log.Warn("output unavailable at stop; held samples dropped", "output", p.name, "samples", n+read-filtered)
+	}
 }
 
 // giveUp is called by the engine, from its own goroutine, when the pump has

@@ -2,12 +2,14 @@ package sampler_test
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/gpusampler/gpusampler/internal/clocktest"
 	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler"
 )
@@ -146,5 +148,105 @@ func TestRemoveAndReplaceGiveUpStuckOutput(t *testing.T) {
 				t.Fatalf("Run = %v", err)
 			}
 		})
+	}
+}
+
+// The final statistics come after every output's final flush: at
+// AfterFinalFlush each output's Delivered counts every sample its sink
+// holds at the end (nothing was flushed before the stop here), and an event
+// emitted then still reaches every output before it closes.
+func TestAfterFinalFlushCountsTheFinalFlush(t *testing.T) {
+	clk := clocktest.New(time.Now().Add(-time.Hour))
+	dev := newFakeDevice(0).onClock(clk)
+	var e *sampler.Engine
+	seen := map[string]uint64{}
+	e, err := sampler.New(&fakeSource{devs: []*fakeDevice{dev}}, sampler.Config{
+		DrainInterval: time.Hour, Select: onlyPowerBuffer,
+		AfterFinalFlush: func() {
+			for _, o := range e.Stats().Outputs {
+				seen[o.Name] = o.Delivered
+			}
+			e.Emit(record.Event{Kind: record.EventSelf, Message: "final"})
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	outs := map[string]*collector{"a": {}, "b": {}}
+	for name, out := range outs {
+		if err := e.AddOutput(name, out, sampler.PumpOptions{FlushInterval: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- e.Run(ctx) }()
+	for i := 0; len(e.Stats().Devices) == 0 || e.Stats().Devices[0].Drains == 0; i++ {
+		if i == 120_000 { // 10 min: a hang, not a slow machine
+			t.Fatal("gave up waiting for the first drain")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	clk.Advance(100 * time.Millisecond)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for name, out := range outs {
+		n := uint64(len(out.snapshot()))
+		if n == 0 || seen[name] != n {
+			t.Errorf("output %s: Delivered %d at AfterFinalFlush, its sink holds %d samples at the end", name, seen[name], n)
+		}
+		out.mu.Lock()
+		final := slices.ContainsFunc(out.events, func(ev record.Event) bool { return ev.Message == "final" })
+		out.mu.Unlock()
+		if !final || !out.closed {
+			t.Errorf("output %s: the event emitted at AfterFinalFlush delivered %v, closed %v; want both", name, final, out.closed)
+		}
+	}
+}
+
+// An output that reads, but slowly, does not hold up the stop: the device
+// loop's final publication of a held backlog waits at most half the
+// shutdown timeout, then publishes it all and the slow output's full lane
+// drops what it has no room for (counted). Before, the loop waited as long
+// as the output kept reading (here: about half an hour).
+func TestFinalFlushBoundedBySlowReader(t *testing.T) {
+	clk := clocktest.New(time.Now().Add(-time.Hour))
+	dev := newFakeDevice(0).onClock(clk)
+	dev.depth = 1 << 20
+	e, err := sampler.New(&fakeSource{devs: []*fakeDevice{dev}}, sampler.Config{
+		DrainInterval: time.Hour, Select: onlyPowerBuffer, RingSize: 64, ShutdownTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow := &collector{}
+	slow.delay.Store(int64(time.Second))
+	if err := e.AddOutput("slow", slow, sampler.PumpOptions{FlushInterval: time.Millisecond, MaxBatch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	for i := 0; len(e.Stats().Devices) == 0 || e.Stats().Devices[0].Drains == 0; i++ {
+		if i == 120_000 { // 10 min: a hang, not a slow machine
+			t.Fatal("gave up waiting for the first drain")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	clk.Advance(time.Minute) // the final drain takes 6000 samples: 2048 of them are held
+	cancel()
+	select {
+	case err = <-done:
+	case <-time.After(5 * time.Minute): // a failure guard, not a timing check
+		t.Fatal("Run did not return: the final publication waits on a slow reader")
+	}
+	if err == nil || !strings.Contains(err.Error(), "output slow: not flushed within") {
+		t.Fatalf("Run = %v, want the slow output named", err)
+	}
+	st := e.Stats()
+	o := st.Outputs[0]
+	if o.Dropped == 0 || o.Published != o.Delivered+o.Failed+o.Filtered+o.Dropped || st.Devices[0].Held != 0 {
+		t.Fatalf("output %+v, device held %d: want the backlog published (dropped by the full lane, counted), published = delivered + failed + filtered + dropped",
+			o, st.Devices[0].Held)
 	}
 }

@@ -124,9 +124,10 @@ func New(src sampler.Source, cfg *appconfig.Config, opts Options) (*Agent, error
 	}
 	var eng *sampler.Engine
 	var a *Agent
-	// The final self-metrics go out after the last samples are published
-	// and before the outputs' final flush, so they reach every output.
-	scfg.BeforeFinalFlush = func() { a.selfTick(time.Now(), true) }
+	// The final self-metrics go out after every output's final flush of
+	// samples (they count it) and before the outputs close, so they reach
+	// every output.
+	scfg.AfterFinalFlush = func() { a.selfTick(time.Now(), true) }
 	if opts.Diagnose {
 		// The engine emits the findings; it exists before the first sample.
 		scfg.Observer = diagnose.New(func(ev record.Event) { eng.Emit(ev) },

@@ -36,7 +36,8 @@ func (a *Agent) selfMetricsLoop(ctx context.Context) {
 // selfTick sends one round of self-metrics through the outputs (when
 // self_metrics is on) and, except for the final round, prints the summary
 // to the StatsWriter. It is called by the stats loop and, once, by the
-// engine before the outputs' final flush (final).
+// engine after the outputs' final flush of samples and before they close
+// (final).
 func (a *Agent) selfTick(now time.Time, final bool) {
 	a.selfMu.Lock()
 	defer a.selfMu.Unlock()
