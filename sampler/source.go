@@ -58,7 +58,8 @@ type Reading struct {
 }
 
 // Source is a backend: the NVML driver or the simulator. It enumerates the
-// devices the engine samples.
+// devices the engine samples. Every backend passes the conformance suite in
+// package sampler/sourcetest, which checks the rules written here.
 type Source interface {
 	// Name is a short backend name ("nvml", "sim").
 	Name() string

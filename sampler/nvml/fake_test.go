@@ -26,6 +26,7 @@ import (
 	"github.com/gpusampler/gpusampler/internal/doctor"
 	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler"
+	"github.com/gpusampler/gpusampler/sampler/sourcetest"
 )
 
 // The fake-driver tests run the real cgo/dlopen path against
@@ -95,6 +96,13 @@ func TestFakeDriverExactlyOnce(t *testing.T) {
 // Back-to-back runs with the drain cursors kept in a state directory.
 func TestFakeDriverRestartExactlyOnce(t *testing.T) {
 	runScenario(t, "restart", false, "FAKENVML_PERIOD_US=5000", "FAKENVML_DEPTH=100", "FAKENVML_DEVICES=2",
+		"FAKENVML_TIME_FILE="+filepath.Join(t.TempDir(), "now"))
+}
+
+// The backend passes the source conformance suite on the fake driver (two
+// GPUs, one process each; the suite drives the driver's clock).
+func TestFakeDriverConformance(t *testing.T) {
+	runScenario(t, "conformance", false, "FAKENVML_PERIOD_US=5000", "FAKENVML_DEPTH=100", "FAKENVML_DEVICES=2",
 		"FAKENVML_TIME_FILE="+filepath.Join(t.TempDir(), "now"))
 }
 
@@ -299,6 +307,8 @@ func TestFakeDriverChild(t *testing.T) {
 		childShortBuffer(t, src, clk)
 	case "call-budget":
 		childCallBudget(t, src, clk)
+	case "conformance":
+		sourcetest.Run(t, src, sourcetest.Options{Advance: clk.Advance})
 	default:
 		if !stateScenario(t, scenario, src, clk, lib) {
 			t.Fatalf("unknown scenario %q", scenario)
