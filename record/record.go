@@ -371,3 +371,76 @@ const (
 	ProcessAttrType        = "type"
 	ProcessAttrCmdline     = "cmdline"
 )
+
+// Per-job accounting (package internal/accounting): what each owner of a
+// GPU — a Kubernetes pod/namespace/container, a Slurm job, or nobody
+// (attr owner=unattributed) — used of it.
+//
+// Record shape: one Event per owner per device, StartNS == EndNS (the time
+// the figures are as of), identity in Attrs (AttrOwner, the owner's
+// attribution keys, AttrJobStarted) and cumulative figures in Fields (the
+// JobField keys). EventJob carries the running totals, again every report
+// interval; EventJobEnd carries the final totals once, when the owner
+// leaves the GPU (the job summary a scheduler epilog or a chargeback
+// stream reads), preceded by an EventJob with the same figures, so a
+// counter's last value always equals the job-end total.
+const (
+	// EventJob carries an owner's running totals on one device.
+	EventJob EventKind = "job"
+	// EventJobEnd carries an owner's final totals when it left the device.
+	EventJobEnd EventKind = "job_end"
+)
+
+// Attribute keys of EventJob and EventJobEnd besides the attribution keys.
+const (
+	// AttrOwner names the owner for people: "namespace/pod/container",
+	// "slurm:JOB", or OwnerUnattributed.
+	AttrOwner = "owner"
+	// AttrJobStarted is when the account started (the owner arrived on the
+	// device or gpusampler started), RFC 3339 with nanoseconds.
+	AttrJobStarted = "started"
+	// OwnerUnattributed owns what no pod or job is known to own.
+	OwnerUnattributed = "unattributed"
+)
+
+// Field keys of EventJob and EventJobEnd (cumulative since the account
+// started; see internal/accounting for the exact rules).
+const (
+	JobFieldEnergy        = "energy_j"
+	JobFieldEnergyCounter = "energy_counter_j"
+	JobFieldEnergyDiff    = "energy_diff_j"
+	JobFieldBusy          = "busy_s"
+	JobFieldIdleAllocated = "idle_allocated_s"
+	JobFieldAllocated     = "allocated_s"
+	JobFieldPointRead     = "point_read_s"
+	JobFieldLost          = "lost_s"
+	JobFieldExactness     = "exactness"
+	JobFieldMemoryPeak    = "memory_peak_mib"
+	JobFieldSamples       = "power_samples"
+)
+
+// JobFieldKeys returns the field keys of an EventJob in the order the
+// accountant writes them.
+func JobFieldKeys() []string {
+	return []string{JobFieldEnergy, JobFieldEnergyCounter, JobFieldEnergyDiff, JobFieldBusy, JobFieldIdleAllocated,
+		JobFieldAllocated, JobFieldPointRead, JobFieldLost, JobFieldExactness, JobFieldMemoryPeak, JobFieldSamples}
+}
+
+// OwnerName returns the AttrOwner value of attribution a.
+func OwnerName(a Attribution) string {
+	switch {
+	case a.IsZero():
+		return OwnerUnattributed
+	case a.Pod != "":
+		s := a.Namespace + "/" + a.Pod
+		if a.Container != "" {
+			s += "/" + a.Container
+		}
+		if a.HPCJob != "" {
+			s += " slurm:" + a.HPCJob
+		}
+		return s
+	default:
+		return "slurm:" + a.HPCJob
+	}
+}

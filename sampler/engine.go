@@ -124,7 +124,8 @@ type Config struct {
 	// DefaultCallTimeout; negative turns the watchdog off).
 	CallTimeout time.Duration
 	// Observer, when set, sees every sample a device loop publishes (live
-	// diagnoses); see Observer.
+	// diagnoses, job accounting); see Observer, ProcessObserver,
+	// EventObserver, and Observers to set several.
 	Observer Observer
 	// AfterFinalFlush, when set, is called once by Run after the device
 	// loops have stopped and every output has flushed (or been given up
@@ -385,7 +386,12 @@ func (e *Engine) ProcessPIDs(index int) []uint32 {
 func (e *Engine) Catalog() *catalog.Catalog { return e.cfg.Catalog }
 
 // Emit publishes an event to every output (from any goroutine).
-func (e *Engine) Emit(ev record.Event) { e.events.append(ev) }
+func (e *Engine) Emit(ev record.Event) {
+	if eo, ok := e.cfg.Observer.(EventObserver); ok {
+		eo.ObserveEvent(&ev)
+	}
+	e.events.append(ev)
+}
 
 // AddOutput attaches out under name with its own pump. Its cursors start at
 // the rings' current heads: it sees what is published from now on. Outputs

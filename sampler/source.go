@@ -191,3 +191,57 @@ type Observer interface {
 type ProcessObserver interface {
 	ObserveProcesses(dev *record.Device, pids []uint32, nowNS int64)
 }
+
+// EventObserver is an Observer that also sees every event published
+// through Engine.Emit (the process events of each poll come right before
+// the ProcessObserver call that ends the poll), on the emitting goroutine,
+// before the event is queued. ObserveEvent must be fast, must neither
+// modify nor retain ev or its slices, and must not call Emit.
+type EventObserver interface {
+	ObserveEvent(ev *record.Event)
+}
+
+// Observers returns one Observer that hands every call to each of obs in
+// turn: Observe to all, ObserveProcesses, ObserveEvent and Flush to those
+// that implement them. Nil entries are skipped.
+func Observers(obs ...Observer) Observer {
+	var m multiObserver
+	for _, o := range obs {
+		if o != nil {
+			m = append(m, o)
+		}
+	}
+	return m
+}
+
+type multiObserver []Observer
+
+func (m multiObserver) Observe(dev *record.Device, samples []record.Sample) {
+	for _, o := range m {
+		o.Observe(dev, samples)
+	}
+}
+
+func (m multiObserver) ObserveProcesses(dev *record.Device, pids []uint32, nowNS int64) {
+	for _, o := range m {
+		if po, ok := o.(ProcessObserver); ok {
+			po.ObserveProcesses(dev, pids, nowNS)
+		}
+	}
+}
+
+func (m multiObserver) ObserveEvent(ev *record.Event) {
+	for _, o := range m {
+		if eo, ok := o.(EventObserver); ok {
+			eo.ObserveEvent(ev)
+		}
+	}
+}
+
+func (m multiObserver) Flush() {
+	for _, o := range m {
+		if f, ok := o.(interface{ Flush() }); ok {
+			f.Flush()
+		}
+	}
+}

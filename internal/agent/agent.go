@@ -25,6 +25,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gpusampler/gpusampler/internal/accounting"
 	"github.com/gpusampler/gpusampler/internal/appconfig"
 	"github.com/gpusampler/gpusampler/internal/attribution"
 	"github.com/gpusampler/gpusampler/internal/diagnose"
@@ -95,7 +96,13 @@ type Agent struct {
 	retryKick chan struct{} // wakes the retry loop of outputs that could not start
 
 	attrib atomic.Pointer[attribution.Resolver] // while Run runs one, for self-metrics
+
+	acct *accounting.Accountant // nil without [attribution] accounting
 }
+
+// Accountant returns the job accountant, nil when [attribution]
+// accounting is off.
+func (a *Agent) Accountant() *accounting.Accountant { return a.acct }
 
 // New builds the engine over src and every output of cfg. The caller opened
 // src from cfg.Sampler (backend selection stays with the command line).
@@ -128,10 +135,20 @@ func New(src sampler.Source, cfg *appconfig.Config, opts Options) (*Agent, error
 	// samples (they count it) and before the outputs close, so they reach
 	// every output.
 	scfg.AfterFinalFlush = func() { a.selfTick(time.Now(), true) }
+	var observers []sampler.Observer
 	if opts.Diagnose {
 		// The engine emits the findings; it exists before the first sample.
-		scfg.Observer = diagnose.New(func(ev record.Event) { eng.Emit(ev) },
-			diagnose.WithPlacement(func(dev int) ([]int, error) { return eng.CPUAffinity(dev) }, diagnose.ProcessCPUs))
+		observers = append(observers, diagnose.New(func(ev record.Event) { eng.Emit(ev) },
+			diagnose.WithPlacement(func(dev int) ([]int, error) { return eng.CPUAffinity(dev) }, diagnose.ProcessCPUs)))
+	}
+	var acct *accounting.Accountant
+	if cfg.Attribution.Accounting {
+		acct = accounting.New(accounting.Options{Emit: func(ev record.Event) { eng.Emit(ev) },
+			ReportInterval: cfg.Attribution.AccountingInterval})
+		observers = append(observers, acct)
+	}
+	if len(observers) > 0 {
+		scfg.Observer = sampler.Observers(observers...)
 	}
 	eng, err := sampler.New(src, scfg)
 	if err != nil {
@@ -140,7 +157,7 @@ func New(src sampler.Source, cfg *appconfig.Config, opts Options) (*Agent, error
 		}
 		return nil, err
 	}
-	a = &Agent{cursors: cursors, opts: opts, log: opts.Logger, eng: eng, cfg: cfg, running: map[string]*appconfig.Output{},
+	a = &Agent{acct: acct, cursors: cursors, opts: opts, log: opts.Logger, eng: eng, cfg: cfg, running: map[string]*appconfig.Output{},
 		pending: map[string]*pendingOutput{}, buffers: map[string]*buffer.Buffer{}, outputs: map[string]record.Output{},
 		lateStart: map[string]uint64{},
 		retryKick: make(chan struct{}, 1)}
@@ -345,9 +362,13 @@ func (a *Agent) Run(ctx context.Context) error {
 		defer r.Close()
 		a.attrib.Store(r)
 		wg.Add(1)
+		var target attribution.Target = a.eng
+		if a.acct != nil {
+			target = a.acct.Target(a.eng, nil)
+		}
 		go func() {
 			defer wg.Done()
-			r.Run(sctx, a.eng)
+			r.Run(sctx, target)
 		}()
 	}
 	err := a.eng.Run(ctx)

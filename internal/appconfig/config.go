@@ -62,6 +62,11 @@ type Attribution struct {
 	RefreshInterval time.Duration
 	// ProcRoot is the host's /proc (a container mounts it elsewhere).
 	ProcRoot string
+	// Accounting keeps per-job accounts (package internal/accounting):
+	// energy, busy and idle-allocated time, peak memory per owner per GPU,
+	// emitted every AccountingInterval and when an owner leaves a GPU.
+	Accounting         bool
+	AccountingInterval time.Duration
 }
 
 // Attribution defaults and limits.
@@ -70,6 +75,8 @@ const (
 	DefaultContainerLogDir    = "/var/log/containers"
 	DefaultAttributionRefresh = 10 * time.Second
 	MinAttributionRefresh     = time.Second
+	DefaultAccountingInterval = 10 * time.Second
+	MinAccountingInterval     = time.Second
 )
 
 // Agent is the [agent] section.
@@ -360,7 +367,8 @@ func parseAgent(t *config.Table) Agent {
 }
 
 func parseAttribution(t *config.Table) Attribution {
-	a := Attribution{PodResourcesSocket: DefaultPodResourcesSocket, ContainerLogDir: DefaultContainerLogDir, RefreshInterval: DefaultAttributionRefresh, ProcRoot: "/proc"}
+	a := Attribution{PodResourcesSocket: DefaultPodResourcesSocket, ContainerLogDir: DefaultContainerLogDir, RefreshInterval: DefaultAttributionRefresh, ProcRoot: "/proc",
+		AccountingInterval: DefaultAccountingInterval}
 	t.Bool("kubernetes", &a.Kubernetes)
 	t.String("pod_resources_socket", &a.PodResourcesSocket)
 	if a.Kubernetes && a.PodResourcesSocket == "" {
@@ -376,6 +384,11 @@ func parseAttribution(t *config.Table) Attribution {
 	t.String("proc_root", &a.ProcRoot)
 	if a.ProcRoot == "" {
 		t.Errorf("proc_root", "empty: must name the host's /proc")
+	}
+	t.Bool("accounting", &a.Accounting)
+	t.Duration("accounting_interval", &a.AccountingInterval)
+	if a.AccountingInterval < MinAccountingInterval {
+		t.Errorf("accounting_interval", "%v: must be at least %v", a.AccountingInterval, MinAccountingInterval)
 	}
 	t.Finish()
 	return a

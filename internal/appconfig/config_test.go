@@ -409,15 +409,18 @@ func TestErrorsNeverPrintExpandedValues(t *testing.T) {
 }
 
 func TestAttributionSettings(t *testing.T) {
-	def := appconfig.Attribution{PodResourcesSocket: appconfig.DefaultPodResourcesSocket, ContainerLogDir: "/var/log/containers", RefreshInterval: appconfig.DefaultAttributionRefresh, ProcRoot: "/proc"}
+	def := appconfig.Attribution{PodResourcesSocket: appconfig.DefaultPodResourcesSocket, ContainerLogDir: "/var/log/containers", RefreshInterval: appconfig.DefaultAttributionRefresh, ProcRoot: "/proc",
+		AccountingInterval: appconfig.DefaultAccountingInterval}
 	for _, tc := range []struct {
 		name, toml string
 		want       appconfig.Attribution
 		err        string
 	}{
 		{"defaults", "", def, ""},
-		{"all", "[attribution]\nkubernetes = true\npod_resources_socket = \"/k.sock\"\ncontainer_log_dir = \"/host/log/containers\"\nhpc_job_mapping_dir = \"/run/jobs\"\nslurm_cgroups = true\nrefresh_interval = \"2s\"\nproc_root = \"/host/proc\"\n",
-			appconfig.Attribution{Kubernetes: true, PodResourcesSocket: "/k.sock", ContainerLogDir: "/host/log/containers", HPCJobMappingDir: "/run/jobs", SlurmCgroups: true, RefreshInterval: 2 * time.Second, ProcRoot: "/host/proc"}, ""},
+		{"all", "[attribution]\nkubernetes = true\npod_resources_socket = \"/k.sock\"\ncontainer_log_dir = \"/host/log/containers\"\nhpc_job_mapping_dir = \"/run/jobs\"\nslurm_cgroups = true\nrefresh_interval = \"2s\"\nproc_root = \"/host/proc\"\naccounting = true\naccounting_interval = \"30s\"\n",
+			appconfig.Attribution{Kubernetes: true, PodResourcesSocket: "/k.sock", ContainerLogDir: "/host/log/containers", HPCJobMappingDir: "/run/jobs", SlurmCgroups: true, RefreshInterval: 2 * time.Second, ProcRoot: "/host/proc",
+				Accounting: true, AccountingInterval: 30 * time.Second}, ""},
+		{"accounting too often", "[attribution]\naccounting_interval = \"100ms\"\n", appconfig.Attribution{}, "attribution.accounting_interval: 100ms: must be at least 1s"},
 		{"too fast", "[attribution]\nrefresh_interval = \"10ms\"\n", appconfig.Attribution{}, "attribution.refresh_interval: 10ms: must be at least 1s"},
 		{"no socket", "[attribution]\nkubernetes = true\npod_resources_socket = \"\"\n", appconfig.Attribution{}, "attribution.pod_resources_socket: empty"},
 		{"unknown key", "[attribution]\nhpc_job_dir = \"/x\"\n", appconfig.Attribution{}, "hpc_job_dir"},

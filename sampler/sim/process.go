@@ -61,6 +61,16 @@ func (d *Device) Processes(q sampler.ProcessQuery, dst []sampler.Process) ([]sam
 	at := epoch.Add(now.Sub(epoch) / processPeriod * processPeriod)
 	ts := d.rawUS(at)
 	util, active := d.load(at)
+	if ph := d.phase(now); ph != nil {
+		for _, p := range ph.Procs {
+			pr := sampler.Process{PID: p.PID, Name: "python3", Type: "C", UsedMemoryMiB: uint64(math.Round(p.MemoryMiB)), HasMemory: true}
+			if active && ts > q.Cursor {
+				pr.HasUtil, pr.TimeUS, pr.SMUtil = true, ts, math.Round(p.SMUtil)
+			}
+			dst = append(dst, pr)
+		}
+		return dst, nil
+	}
 	used := d.memUsed(now)
 	for i, p := range profileProcesses[d.src.opts.Profile] {
 		pr := sampler.Process{

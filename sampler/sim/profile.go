@@ -46,6 +46,9 @@ const (
 // load returns the profile's GPU utilization (0–100) at t, and whether the
 // engines are active at all (idle → the driver records nothing).
 func (d *Device) load(at time.Time) (util float64, active bool) {
+	if ph := d.phase(at); ph != nil {
+		return ph.Util, ph.Util > 0
+	}
 	e := d.elapsed(at)
 	switch d.src.opts.Profile {
 	case "idle":
@@ -234,6 +237,9 @@ func (d *Device) linkRate(id catalog.MetricID) float64 {
 // power in W for a utilization at an instant.
 func (d *Device) power(util float64, at time.Time, n float64) float64 {
 	const idleW = 74
+	if d.phase(at) != nil {
+		return idleW + (625-idleW)*util/100 + 30*n
+	}
 	switch d.src.opts.Profile {
 	case "idle":
 		return idleW + 1.5*n
@@ -252,6 +258,13 @@ func (d *Device) power(util float64, at time.Time, n float64) float64 {
 
 // memUsed in MiB.
 func (d *Device) memUsed(at time.Time) float64 {
+	if ph := d.phase(at); ph != nil {
+		m := 0.0
+		for _, p := range ph.Procs {
+			m += p.MemoryMiB
+		}
+		return m
+	}
 	switch d.src.opts.Profile {
 	case "idle":
 		return 4

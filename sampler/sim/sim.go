@@ -82,6 +82,12 @@ type Options struct {
 	// BootClock makes buffer timestamps count from a simulated boot time
 	// instead of Unix time, like some drivers.
 	BootClock bool
+	// Script, when set for a device index, replaces the profile's load on
+	// that device with scripted phases (tests of per-job accounting): its
+	// utilization, its processes with their SM utilization and memory,
+	// and the power that follows from the utilization. Other devices keep
+	// the profile.
+	Script map[int][]Phase
 	// CPUs are the simulated machine's CPUs, which CPUAffinity splits
 	// between two NUMA nodes (default: the CPUs this process may run on,
 	// so that a process started unpinned is near every simulated GPU
@@ -121,6 +127,11 @@ func New(opts Options) (*Source, error) {
 	}
 	if len(opts.CPUs) == 0 {
 		opts.CPUs = allowedCPUs()
+	}
+	for i, ph := range opts.Script {
+		if err := checkScript(ph); err != nil {
+			return nil, fmt.Errorf("sim: script of gpu %d: %w", i, err)
+		}
 	}
 	opts.CPUs = slices.Compact(slices.Sorted(slices.Values(opts.CPUs)))
 	s := &Source{opts: opts, start: opts.Now(), cat: catalog.Default()}
