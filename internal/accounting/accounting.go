@@ -35,6 +35,11 @@ type Options struct {
 	ReportInterval time.Duration
 	GapLimit       time.Duration
 	IdleThreshold  float64
+	// Start is when accounting starts (Unix ns; the engine's start): the
+	// samples older than it — the history the driver's buffers held at
+	// start, whose owner nobody knows — are not accounted. 0 accounts
+	// every sample.
+	Start int64
 }
 
 // Accountant keeps the accounts. It implements sampler.Observer,
@@ -384,6 +389,9 @@ func (a *Accountant) Observe(dev *record.Device, samples []record.Sample) {
 	}
 	for i := range samples {
 		s := &samples[i]
+		if s.TimeNS < a.opts.Start {
+			continue
+		}
 		switch s.Metric {
 		case a.power:
 			a.powerSample(d, s)

@@ -144,7 +144,7 @@ func New(src sampler.Source, cfg *appconfig.Config, opts Options) (*Agent, error
 	var acct *accounting.Accountant
 	if cfg.Attribution.Accounting {
 		acct = accounting.New(accounting.Options{Emit: func(ev record.Event) { eng.Emit(ev) },
-			ReportInterval: cfg.Attribution.AccountingInterval})
+			ReportInterval: cfg.Attribution.AccountingInterval, Start: time.Now().UnixNano()})
 		observers = append(observers, acct)
 	}
 	if len(observers) > 0 {
