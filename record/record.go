@@ -1,6 +1,7 @@
 package record
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -276,6 +277,40 @@ type Batch struct {
 	// aggregating wrapper (internal/pipeline/aggregate) in place of the raw samples it
 	// summarized; pumps never fill it.
 	Summaries []Summary
+	// Origin is the fleet identity the batch's records were sampled under
+	// when it is not the output's own: a disk buffer sets it on batches it
+	// replays from segments written under another host name or other
+	// global tags. nil (always, for batches a pump makes): the output's
+	// configured host and global tags apply. Encoders write Origin's host
+	// and tags in place of theirs, never a mix of the two. Like the rest
+	// of the batch it belongs to the caller until Write returns.
+	Origin *Origin
+}
+
+// Origin is a fleet identity: the host name and the global tags
+// ([global_tags]) records carry.
+type Origin struct {
+	Host string
+	Tags map[string]string
+}
+
+// Equal reports whether o and p are the same identity (a nil Origin is
+// equal only to nil).
+func (o *Origin) Equal(p *Origin) bool {
+	if o == nil || p == nil {
+		return o == p
+	}
+	return o.Host == p.Host && maps.Equal(o.Tags, p.Tags)
+}
+
+// OriginOr returns o's host and tags, or host and tags when o is nil: what
+// an encoder configured with host and tags writes for a batch whose Origin
+// is o.
+func (o *Origin) OriginOr(host string, tags map[string]string) (string, map[string]string) {
+	if o == nil {
+		return host, tags
+	}
+	return o.Host, o.Tags
 }
 
 // Summary aggregates every sample of one metric on one device whose own
@@ -309,6 +344,7 @@ func (b *Batch) Reset() {
 	clear(b.Events)
 	b.Events = b.Events[:0]
 	b.Summaries = b.Summaries[:0]
+	b.Origin = nil
 }
 
 // EventClockStep: the host's realtime clock was stepped (by more than

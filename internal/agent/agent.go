@@ -261,7 +261,8 @@ func (a *Agent) build(cfg *appconfig.Config, blocks []*appconfig.Output) ([]buil
 		if !ok || k.Build == nil {
 			return fail(fmt.Errorf("%s:%d: outputs.%s: output kind cannot be built", cfg.File, o.Line, o.Kind))
 		}
-		out, err := k.Build(&o.Block, a.env(cfg, o))
+		env := a.env(cfg, o)
+		out, err := k.Build(&o.Block, env)
 		if err == nil && isNil(out) {
 			err = errors.New("output kind built no output")
 		}
@@ -285,7 +286,8 @@ func (a *Agent) build(cfg *appconfig.Config, blocks []*appconfig.Output) ([]buil
 		var buf *buffer.Buffer
 		if k := o.Buffer.Kind; k == "memory" || k == "disk" {
 			if buf, err = buffer.New(out, o.Buffer, buffer.WithLogger(a.log.With("output", o.Name)),
-				buffer.WithWriteTimeout(o.WriteTimeout), buffer.WithCatalog(a.eng.Catalog())); err != nil {
+				buffer.WithWriteTimeout(o.WriteTimeout), buffer.WithCatalog(a.eng.Catalog()),
+				buffer.WithOrigin(env.Host, env.GlobalTags)); err != nil {
 				out.Close()
 				return fail(fmt.Errorf("%s:%d: output %s: buffer: %w", cfg.File, o.Line, o.Name, err))
 			}

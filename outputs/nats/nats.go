@@ -147,7 +147,11 @@ type Output struct {
 	instance string
 	enc      encoder
 
-	devs     map[int]record.Device
+	devs map[int]record.Device
+	// origin is the identity of the batch being written when it is not
+	// the output's own (a copy of its Origin; nil: WithHost and
+	// WithGlobalTags apply): subjects name its host and tags.
+	origin   *record.Origin
 	subjects map[subjKey]string
 	byKey    map[string]*entry // subject → entry, reset per Write
 	// slots caches, per Write, the entry of each (device, metric) of the
@@ -652,6 +656,13 @@ func (out *Output) maxData(subject string) int {
 // messagesFor splits b into per-subject messages. The messages and their
 // data belong to the output until the next Write.
 func (out *Output) messagesFor(b *record.Batch) ([]*natsgo.Msg, error) {
+	if !b.Origin.Equal(out.origin) {
+		out.origin = nil
+		if b.Origin != nil {
+			out.origin = &record.Origin{Host: b.Origin.Host, Tags: maps.Clone(b.Origin.Tags)}
+		}
+		clear(out.subjects)
+	}
 	for _, d := range b.Devices {
 		if old, ok := out.devs[d.Index]; !ok || old.UUID != d.UUID {
 			clear(out.subjects)
@@ -698,7 +709,7 @@ func (out *Output) messagesFor(b *record.Batch) ([]*natsgo.Msg, error) {
 	clear(out.msgs)
 	out.msgs = out.msgs[:0]
 	for _, e := range out.order {
-		e.b.Seq = b.Seq
+		e.b.Seq, e.b.Origin = b.Seq, b.Origin
 		first := len(out.msgs)
 		if err := out.split(e, &e.b); err != nil {
 			return nil, err
@@ -883,10 +894,11 @@ func (out *Output) render(k subjKey) string {
 		t = out.selfSubj
 	}
 	d, known := out.devs[k.dev]
+	host, tags := out.origin.OriginOr(out.o.host, out.o.globalTags)
 	return t.render(func(ph string) string {
 		switch ph {
 		case PhHost:
-			return Sanitize(out.o.host)
+			return Sanitize(host)
 		case PhGPU:
 			if out.cfg.GPU == "uuid" && known && d.UUID != "" {
 				return Sanitize(d.UUID)
@@ -909,7 +921,7 @@ func (out *Output) render(k subjKey) string {
 			return Sanitize(string(k.group))
 		}
 		if tag, ok := strings.CutPrefix(ph, phTag); ok {
-			return Sanitize(out.o.globalTags[tag])
+			return Sanitize(tags[tag])
 		}
 		return "_"
 	})

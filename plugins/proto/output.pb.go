@@ -622,7 +622,7 @@ func (x *Table) GetFields() map[string]*Value {
 	return nil
 }
 
-// WriteRequest is one batch. Its fields 1–5 are Batch's (records.proto),
+// WriteRequest is one batch. Its fields 1–7 are Batch's (records.proto),
 // so a WriteRequest's bytes also decode as a Batch.
 type WriteRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -639,7 +639,14 @@ type WriteRequest struct {
 	Events  []*recordpb.Event       `protobuf:"bytes,4,rep,name=events,proto3" json:"events,omitempty"`
 	// summaries are per-window aggregates, present when the output is
 	// configured with aggregate = "INTERVAL" (then samples is usually empty).
-	Summaries     *recordpb.SummaryColumns `protobuf:"bytes,5,opt,name=summaries,proto3" json:"summaries,omitempty"`
+	Summaries *recordpb.SummaryColumns `protobuf:"bytes,5,opt,name=summaries,proto3" json:"summaries,omitempty"`
+	// host and tags are set only for a batch sampled under another fleet
+	// identity than Configure's host and global_tags (a disk-buffer backlog
+	// replayed after the host name or [global_tags] changed): its records
+	// carry these instead. An empty host: Configure's apply. Batch's fields
+	// 6 and 7, so the bytes still decode as a Batch.
+	Host          string            `protobuf:"bytes,6,opt,name=host,proto3" json:"host,omitempty"`
+	Tags          map[string]string `protobuf:"bytes,7,rep,name=tags,proto3" json:"tags,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -705,6 +712,20 @@ func (x *WriteRequest) GetEvents() []*recordpb.Event {
 func (x *WriteRequest) GetSummaries() *recordpb.SummaryColumns {
 	if x != nil {
 		return x.Summaries
+	}
+	return nil
+}
+
+func (x *WriteRequest) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *WriteRequest) GetTags() map[string]string {
+	if x != nil {
+		return x.Tags
 	}
 	return nil
 }
@@ -967,13 +988,18 @@ const file_output_proto_rawDesc = "" +
 	"\x06fields\x18\x01 \x03(\v2'.gpusampler.plugin.v1.Table.FieldsEntryR\x06fields\x1aV\n" +
 	"\vFieldsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x121\n" +
-	"\x05value\x18\x02 \x01(\v2\x1b.gpusampler.plugin.v1.ValueR\x05value:\x028\x01\"\x90\x02\n" +
+	"\x05value\x18\x02 \x01(\v2\x1b.gpusampler.plugin.v1.ValueR\x05value:\x028\x01\"\x9f\x03\n" +
 	"\fWriteRequest\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x126\n" +
 	"\adevices\x18\x02 \x03(\v2\x1c.gpusampler.plugin.v1.DeviceR\adevices\x12=\n" +
 	"\asamples\x18\x03 \x01(\v2#.gpusampler.plugin.v1.SampleColumnsR\asamples\x123\n" +
 	"\x06events\x18\x04 \x03(\v2\x1b.gpusampler.plugin.v1.EventR\x06events\x12B\n" +
-	"\tsummaries\x18\x05 \x01(\v2$.gpusampler.plugin.v1.SummaryColumnsR\tsummaries\"\x0f\n" +
+	"\tsummaries\x18\x05 \x01(\v2$.gpusampler.plugin.v1.SummaryColumnsR\tsummaries\x12\x12\n" +
+	"\x04host\x18\x06 \x01(\tR\x04host\x12@\n" +
+	"\x04tags\x18\a \x03(\v2,.gpusampler.plugin.v1.WriteRequest.TagsEntryR\x04tags\x1a7\n" +
+	"\tTagsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x0f\n" +
 	"\rWriteResponse\"\x0f\n" +
 	"\rHealthRequest\"m\n" +
 	"\x0eHealthResponse\x12\x0e\n" +
@@ -1004,7 +1030,7 @@ func file_output_proto_rawDescGZIP() []byte {
 }
 
 var file_output_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_output_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_output_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_output_proto_goTypes = []any{
 	(ProtocolVersion)(0),            // 0: gpusampler.plugin.v1.ProtocolVersion
 	(*ConfigureRequest)(nil),        // 1: gpusampler.plugin.v1.ConfigureRequest
@@ -1022,11 +1048,12 @@ var file_output_proto_goTypes = []any{
 	(*CloseResponse)(nil),           // 13: gpusampler.plugin.v1.CloseResponse
 	nil,                             // 14: gpusampler.plugin.v1.ConfigureRequest.GlobalTagsEntry
 	nil,                             // 15: gpusampler.plugin.v1.Table.FieldsEntry
-	(*recordpb.Device)(nil),         // 16: gpusampler.plugin.v1.Device
-	(*recordpb.SampleColumns)(nil),  // 17: gpusampler.plugin.v1.SampleColumns
-	(*recordpb.Event)(nil),          // 18: gpusampler.plugin.v1.Event
-	(*recordpb.SummaryColumns)(nil), // 19: gpusampler.plugin.v1.SummaryColumns
-	(*recordpb.Field)(nil),          // 20: gpusampler.plugin.v1.Field
+	nil,                             // 16: gpusampler.plugin.v1.WriteRequest.TagsEntry
+	(*recordpb.Device)(nil),         // 17: gpusampler.plugin.v1.Device
+	(*recordpb.SampleColumns)(nil),  // 18: gpusampler.plugin.v1.SampleColumns
+	(*recordpb.Event)(nil),          // 19: gpusampler.plugin.v1.Event
+	(*recordpb.SummaryColumns)(nil), // 20: gpusampler.plugin.v1.SummaryColumns
+	(*recordpb.Field)(nil),          // 21: gpusampler.plugin.v1.Field
 }
 var file_output_proto_depIdxs = []int32{
 	0,  // 0: gpusampler.plugin.v1.ConfigureRequest.protocol_version:type_name -> gpusampler.plugin.v1.ProtocolVersion
@@ -1038,25 +1065,26 @@ var file_output_proto_depIdxs = []int32{
 	7,  // 6: gpusampler.plugin.v1.Value.table_value:type_name -> gpusampler.plugin.v1.Table
 	5,  // 7: gpusampler.plugin.v1.List.values:type_name -> gpusampler.plugin.v1.Value
 	15, // 8: gpusampler.plugin.v1.Table.fields:type_name -> gpusampler.plugin.v1.Table.FieldsEntry
-	16, // 9: gpusampler.plugin.v1.WriteRequest.devices:type_name -> gpusampler.plugin.v1.Device
-	17, // 10: gpusampler.plugin.v1.WriteRequest.samples:type_name -> gpusampler.plugin.v1.SampleColumns
-	18, // 11: gpusampler.plugin.v1.WriteRequest.events:type_name -> gpusampler.plugin.v1.Event
-	19, // 12: gpusampler.plugin.v1.WriteRequest.summaries:type_name -> gpusampler.plugin.v1.SummaryColumns
-	20, // 13: gpusampler.plugin.v1.HealthResponse.stats:type_name -> gpusampler.plugin.v1.Field
-	5,  // 14: gpusampler.plugin.v1.Table.FieldsEntry.value:type_name -> gpusampler.plugin.v1.Value
-	1,  // 15: gpusampler.plugin.v1.Output.Configure:input_type -> gpusampler.plugin.v1.ConfigureRequest
-	8,  // 16: gpusampler.plugin.v1.Output.Write:input_type -> gpusampler.plugin.v1.WriteRequest
-	10, // 17: gpusampler.plugin.v1.Output.Health:input_type -> gpusampler.plugin.v1.HealthRequest
-	12, // 18: gpusampler.plugin.v1.Output.Close:input_type -> gpusampler.plugin.v1.CloseRequest
-	2,  // 19: gpusampler.plugin.v1.Output.Configure:output_type -> gpusampler.plugin.v1.ConfigureResponse
-	9,  // 20: gpusampler.plugin.v1.Output.Write:output_type -> gpusampler.plugin.v1.WriteResponse
-	11, // 21: gpusampler.plugin.v1.Output.Health:output_type -> gpusampler.plugin.v1.HealthResponse
-	13, // 22: gpusampler.plugin.v1.Output.Close:output_type -> gpusampler.plugin.v1.CloseResponse
-	19, // [19:23] is the sub-list for method output_type
-	15, // [15:19] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	17, // 9: gpusampler.plugin.v1.WriteRequest.devices:type_name -> gpusampler.plugin.v1.Device
+	18, // 10: gpusampler.plugin.v1.WriteRequest.samples:type_name -> gpusampler.plugin.v1.SampleColumns
+	19, // 11: gpusampler.plugin.v1.WriteRequest.events:type_name -> gpusampler.plugin.v1.Event
+	20, // 12: gpusampler.plugin.v1.WriteRequest.summaries:type_name -> gpusampler.plugin.v1.SummaryColumns
+	16, // 13: gpusampler.plugin.v1.WriteRequest.tags:type_name -> gpusampler.plugin.v1.WriteRequest.TagsEntry
+	21, // 14: gpusampler.plugin.v1.HealthResponse.stats:type_name -> gpusampler.plugin.v1.Field
+	5,  // 15: gpusampler.plugin.v1.Table.FieldsEntry.value:type_name -> gpusampler.plugin.v1.Value
+	1,  // 16: gpusampler.plugin.v1.Output.Configure:input_type -> gpusampler.plugin.v1.ConfigureRequest
+	8,  // 17: gpusampler.plugin.v1.Output.Write:input_type -> gpusampler.plugin.v1.WriteRequest
+	10, // 18: gpusampler.plugin.v1.Output.Health:input_type -> gpusampler.plugin.v1.HealthRequest
+	12, // 19: gpusampler.plugin.v1.Output.Close:input_type -> gpusampler.plugin.v1.CloseRequest
+	2,  // 20: gpusampler.plugin.v1.Output.Configure:output_type -> gpusampler.plugin.v1.ConfigureResponse
+	9,  // 21: gpusampler.plugin.v1.Output.Write:output_type -> gpusampler.plugin.v1.WriteResponse
+	11, // 22: gpusampler.plugin.v1.Output.Health:output_type -> gpusampler.plugin.v1.HealthResponse
+	13, // 23: gpusampler.plugin.v1.Output.Close:output_type -> gpusampler.plugin.v1.CloseResponse
+	20, // [20:24] is the sub-list for method output_type
+	16, // [16:20] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_output_proto_init() }
@@ -1079,7 +1107,7 @@ func file_output_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_output_proto_rawDesc), len(file_output_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   15,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

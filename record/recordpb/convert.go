@@ -259,14 +259,35 @@ func resize[T any](s []T, n int) []T {
 // marshal is deterministic so that equal batches encode to equal bytes.
 var marshal = proto.MarshalOptions{Deterministic: true}
 
+// OriginOf returns the origin a message's host and tags name (Batch,
+// BufferSegment, the plugin protocol's WriteRequest), nil when host is
+// empty (none recorded). The result shares tags.
+func OriginOf(host string, tags map[string]string) *record.Origin {
+	if host == "" {
+		return nil
+	}
+	return &record.Origin{Host: host, Tags: tags}
+}
+
+// OriginFields returns o's host and tags for a message's host and tags
+// fields ("" and nil for nil; the tags are shared).
+func OriginFields(o *record.Origin) (string, map[string]string) {
+	if o == nil {
+		return "", nil
+	}
+	return o.Host, o.Tags
+}
+
 // AppendBatch appends the protobuf encoding of b (a Batch holding its
-// records, timestamps in the compact delta form) to dst and returns the
-// extended slice. m is scratch space reused between calls (one goroutine at
-// a time); b is not retained. It is the one encoding of a batch that the
-// buffers store; DecodeBatch reverses it.
+// records, timestamps in the compact delta form, and b.Origin in host and
+// tags when set) to dst and returns the extended slice. m is scratch space
+// reused between calls (one goroutine at a time); b is not retained. It is
+// the one encoding of a batch that the buffers store; DecodeBatch reverses
+// it.
 func AppendBatch(dst []byte, m *Batch, b *record.Batch) ([]byte, error) {
 	FillBatch(m, b, true)
-	m.Host, m.Tags, m.DeviceUuids = "", nil, nil
+	m.DeviceUuids = nil
+	m.Host, m.Tags = OriginFields(b.Origin)
 	out, err := marshal.MarshalAppend(dst, m)
 	if err != nil {
 		return dst, fmt.Errorf("records: encode batch: %w", err)
@@ -275,15 +296,19 @@ func AppendBatch(dst []byte, m *Batch, b *record.Batch) ([]byte, error) {
 }
 
 // DecodeBatch decodes an encoded Batch into b (reset first; its capacity is
-// reused), with m as scratch space. b shares nothing with data. An error
-// wraps ErrFormat.
+// reused; b.Origin from host and tags, see OriginOf), with m as scratch
+// space. b shares nothing with data. An error wraps ErrFormat.
 func DecodeBatch(data []byte, m *Batch, b *record.Batch) error {
 	m.Reset()
 	if err := proto.Unmarshal(data, m); err != nil {
 		b.Reset()
 		return fmt.Errorf("%w: %v", ErrFormat, err)
 	}
-	return ToBatch(m, b)
+	if err := ToBatch(m, b); err != nil {
+		return err
+	}
+	b.Origin = OriginOf(m.GetHost(), m.GetTags())
+	return nil
 }
 
 // MetricNames returns c's metric names by wire ID: element i names metric

@@ -432,9 +432,14 @@ type Batch struct {
 	// summaries are per-window aggregates (outputs configured with
 	// aggregate = "INTERVAL").
 	Summaries *SummaryColumns `protobuf:"bytes,5,opt,name=summaries,proto3" json:"summaries,omitempty"`
-	// host is the sender's host name.
+	// host is the host name the batch's records were sampled under: the
+	// sender's, or, for a batch replayed from a disk buffer written under
+	// another host name, that one. In a disk buffer's own batches it is set
+	// only for a batch whose identity differs from its segment's (an empty
+	// host: the segment's applies).
 	Host string `protobuf:"bytes,6,opt,name=host,proto3" json:"host,omitempty"`
-	// tags are the sender's global tags ([global_tags]).
+	// tags are the global tags ([global_tags]) the batch's records were
+	// sampled under, like host.
 	Tags map[string]string `protobuf:"bytes,7,rep,name=tags,proto3" json:"tags,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// device_uuids maps every device index that the batch's samples,
 	// summaries and events refer to onto its UUID, so that a consumer that
@@ -1141,7 +1146,14 @@ type BufferSegment struct {
 	MetricNames []string `protobuf:"bytes,2,rep,name=metric_names,json=metricNames,proto3" json:"metric_names,omitempty"`
 	// devices are the identities the writer knew when it started the
 	// segment, so that a replayed batch carries the identity of its devices.
-	Devices       []*Device `protobuf:"bytes,3,rep,name=devices,proto3" json:"devices,omitempty"`
+	Devices []*Device `protobuf:"bytes,3,rep,name=devices,proto3" json:"devices,omitempty"`
+	// host and tags are the fleet identity (host name, [global_tags]) the
+	// writer sampled the segment's batches under, so that a replay by a
+	// process configured otherwise keeps them. An empty host: unknown (a
+	// segment written before they were recorded); the replaying process's
+	// identity applies.
+	Host          string            `protobuf:"bytes,4,opt,name=host,proto3" json:"host,omitempty"`
+	Tags          map[string]string `protobuf:"bytes,5,rep,name=tags,proto3" json:"tags,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1193,6 +1205,20 @@ func (x *BufferSegment) GetMetricNames() []string {
 func (x *BufferSegment) GetDevices() []*Device {
 	if x != nil {
 		return x.Devices
+	}
+	return nil
+}
+
+func (x *BufferSegment) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *BufferSegment) GetTags() map[string]string {
+	if x != nil {
+		return x.Tags
 	}
 	return nil
 }
@@ -1391,11 +1417,16 @@ const file_recordpb_records_proto_rawDesc = "" +
 	"\x06end_ns\x18\x04 \x01(\x10R\x05endNs\x12\x18\n" +
 	"\amessage\x18\x05 \x01(\tR\amessage\x120\n" +
 	"\x05attrs\x18\x06 \x03(\v2\x1a.gpusampler.plugin.v1.AttrR\x05attrs\x123\n" +
-	"\x06fields\x18\a \x03(\v2\x1b.gpusampler.plugin.v1.FieldR\x06fields\"\x82\x01\n" +
+	"\x06fields\x18\a \x03(\v2\x1b.gpusampler.plugin.v1.FieldR\x06fields\"\x92\x02\n" +
 	"\rBufferSegment\x12\x16\n" +
 	"\x06format\x18\x01 \x01(\rR\x06format\x12!\n" +
 	"\fmetric_names\x18\x02 \x03(\tR\vmetricNames\x126\n" +
-	"\adevices\x18\x03 \x03(\v2\x1c.gpusampler.plugin.v1.DeviceR\adevices\".\n" +
+	"\adevices\x18\x03 \x03(\v2\x1c.gpusampler.plugin.v1.DeviceR\adevices\x12\x12\n" +
+	"\x04host\x18\x04 \x01(\tR\x04host\x12A\n" +
+	"\x04tags\x18\x05 \x03(\v2-.gpusampler.plugin.v1.BufferSegment.TagsEntryR\x04tags\x1a7\n" +
+	"\tTagsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\".\n" +
 	"\x04Attr\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\"F\n" +
@@ -1501,7 +1532,7 @@ func file_recordpb_records_proto_rawDescGZIP() []byte {
 }
 
 var file_recordpb_records_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_recordpb_records_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_recordpb_records_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_recordpb_records_proto_goTypes = []any{
 	(MetricId)(0),          // 0: gpusampler.plugin.v1.MetricId
 	(*Batch)(nil),          // 1: gpusampler.plugin.v1.Batch
@@ -1514,6 +1545,7 @@ var file_recordpb_records_proto_goTypes = []any{
 	(*Field)(nil),          // 8: gpusampler.plugin.v1.Field
 	nil,                    // 9: gpusampler.plugin.v1.Batch.TagsEntry
 	nil,                    // 10: gpusampler.plugin.v1.Batch.DeviceUuidsEntry
+	nil,                    // 11: gpusampler.plugin.v1.BufferSegment.TagsEntry
 }
 var file_recordpb_records_proto_depIdxs = []int32{
 	4,  // 0: gpusampler.plugin.v1.Batch.devices:type_name -> gpusampler.plugin.v1.Device
@@ -1525,11 +1557,12 @@ var file_recordpb_records_proto_depIdxs = []int32{
 	7,  // 6: gpusampler.plugin.v1.Event.attrs:type_name -> gpusampler.plugin.v1.Attr
 	8,  // 7: gpusampler.plugin.v1.Event.fields:type_name -> gpusampler.plugin.v1.Field
 	4,  // 8: gpusampler.plugin.v1.BufferSegment.devices:type_name -> gpusampler.plugin.v1.Device
-	9,  // [9:9] is the sub-list for method output_type
-	9,  // [9:9] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	11, // 9: gpusampler.plugin.v1.BufferSegment.tags:type_name -> gpusampler.plugin.v1.BufferSegment.TagsEntry
+	10, // [10:10] is the sub-list for method output_type
+	10, // [10:10] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_recordpb_records_proto_init() }
@@ -1543,7 +1576,7 @@ func file_recordpb_records_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_recordpb_records_proto_rawDesc), len(file_recordpb_records_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   10,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

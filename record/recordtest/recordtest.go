@@ -18,7 +18,7 @@ import (
 // set to a value other than its zero value: samples (one a point read),
 // summaries, device identities (a physical GPU with its modes and a MIG
 // instance), events with attributes and fields (an XID, a process record,
-// a self-metrics record).
+// a self-metrics record), and the identity it was sampled under.
 func FullBatch() *record.Batch {
 	return &record.Batch{
 		Seq: 1<<40 + 7,
@@ -51,6 +51,7 @@ func FullBatch() *record.Batch {
 			{StartNS: 1_700_000_000_000_000_000, IntervalNS: 5e9, Mean: 300.5, Min: 250, Max: 350, Last: 301, Count: 50,
 				Device: 1, Metric: catalog.MetricTempGPU},
 		},
+		Origin: &record.Origin{Host: "node7", Tags: map[string]string{"rack": "r1", "cluster": "west"}},
 	}
 }
 

@@ -10,6 +10,7 @@ package jsonl
 
 import (
 	"encoding/json"
+	"maps"
 	"strconv"
 	"unicode/utf8"
 
@@ -54,7 +55,12 @@ type EventRecord struct {
 
 // Encoder appends JSON lines to a buffer.
 type Encoder struct {
-	opts    Options
+	opts Options
+	// host, tags and tagJSON are what records carry: opts' own, or the
+	// Origin of the batch being encoded (origin, a copy; nil for opts').
+	host    string
+	tags    map[string]string
+	origin  *record.Origin
 	buf     []byte
 	devs    map[int]record.Device
 	tagJSON []byte // pre-encoded ,"tags":{...}
@@ -69,18 +75,40 @@ func New(opts Options) *Encoder {
 		opts.Catalog = catalog.Default()
 	}
 	e := &Encoder{opts: opts, devs: make(map[int]record.Device), metrics: opts.Catalog.All()}
-	if len(opts.GlobalTags) > 0 {
-		b, _ := json.Marshal(opts.GlobalTags) // map[string]string cannot fail
-		e.tagJSON = append([]byte(`,"tags":`), b...)
-	}
+	e.setIdentity(opts.Host, opts.GlobalTags)
 	return e
 }
 
-// Encode appends every record of b, one line each.
+func (e *Encoder) setIdentity(host string, tags map[string]string) {
+	e.host, e.tags, e.tagJSON = host, tags, nil
+	if len(tags) > 0 {
+		b, _ := json.Marshal(tags) // map[string]string cannot fail
+		e.tagJSON = append([]byte(`,"tags":`), b...)
+	}
+}
+
+// useOrigin makes records carry o's host and tags (Options' for nil).
+func (e *Encoder) useOrigin(o *record.Origin) {
+	if o.Equal(e.origin) {
+		return
+	}
+	if o == nil {
+		e.origin = nil
+		e.setIdentity(e.opts.Host, e.opts.GlobalTags)
+		return
+	}
+	e.origin = &record.Origin{Host: o.Host, Tags: maps.Clone(o.Tags)}
+	e.setIdentity(e.origin.Host, e.origin.Tags)
+}
+
+// Encode appends every record of b, one line each. A batch with an Origin
+// (a replayed backlog sampled under another identity) is written with its
+// host and tags instead of Options'.
 func (e *Encoder) Encode(b *record.Batch) {
+	e.useOrigin(b.Origin)
 	for _, d := range b.Devices {
 		e.devs[d.Index] = d
-		line, err := json.Marshal(DeviceRecord{Type: "device", Host: e.opts.Host, Device: d, Tags: e.opts.GlobalTags})
+		line, err := json.Marshal(DeviceRecord{Type: "device", Host: e.host, Device: d, Tags: e.tags})
 		if err == nil {
 			e.buf = append(append(e.buf, line...), '\n')
 		}
@@ -101,8 +129,8 @@ func (e *Encoder) Encode(b *record.Batch) {
 			continue
 		}
 		d := e.devs[ev.Device]
-		r := EventRecord{Type: "event", Host: e.opts.Host, Kind: string(ev.Kind), GPU: ev.Device, UUID: d.UUID,
-			StartNS: ev.StartNS, EndNS: ev.EndNS, Message: ev.Message, Simulated: d.Simulated, Attribution: d.Attribution, Tags: e.opts.GlobalTags}
+		r := EventRecord{Type: "event", Host: e.host, Kind: string(ev.Kind), GPU: ev.Device, UUID: d.UUID,
+			StartNS: ev.StartNS, EndNS: ev.EndNS, Message: ev.Message, Simulated: d.Simulated, Attribution: d.Attribution, Tags: e.tags}
 		if len(ev.Attrs) > 0 {
 			r.Attrs = make(map[string]string, len(ev.Attrs))
 			for _, a := range ev.Attrs {
@@ -142,9 +170,9 @@ func (e *Encoder) appendHeadAttributed(b []byte, open string, timeNS int64, dev 
 	d, known := e.devs[dev]
 	b = append(b, open...)
 	b = strconv.AppendInt(b, timeNS, 10)
-	if e.opts.Host != "" {
+	if e.host != "" {
 		b = append(b, `,"host":`...)
-		b = appendString(b, e.opts.Host)
+		b = appendString(b, e.host)
 	}
 	b = append(b, `,"gpu":`...)
 	b = strconv.AppendInt(b, int64(dev), 10)
@@ -194,9 +222,9 @@ func (e *Encoder) appendSample(s record.Sample) {
 func (e *Encoder) appendSelf(ev record.Event) {
 	b := append(e.buf, `{"type":"self","time":`...)
 	b = strconv.AppendInt(b, ev.StartNS, 10)
-	if e.opts.Host != "" {
+	if e.host != "" {
 		b = append(b, `,"host":`...)
-		b = appendString(b, e.opts.Host)
+		b = appendString(b, e.host)
 	}
 	for _, a := range ev.Attrs {
 		b = append(b, ',')
@@ -228,9 +256,9 @@ func (e *Encoder) appendSummary(s record.Summary) {
 	b = strconv.AppendInt(b, s.StartNS, 10)
 	b = append(b, `,"interval_ns":`...)
 	b = strconv.AppendInt(b, s.IntervalNS, 10)
-	if e.opts.Host != "" {
+	if e.host != "" {
 		b = append(b, `,"host":`...)
-		b = appendString(b, e.opts.Host)
+		b = appendString(b, e.host)
 	}
 	b = append(b, `,"gpu":`...)
 	b = strconv.AppendInt(b, int64(s.Device), 10)

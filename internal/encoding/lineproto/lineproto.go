@@ -14,6 +14,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"time"
@@ -105,9 +106,14 @@ type fieldKey struct {
 // from the batches it sees, so each line carries the device's tags.
 type Encoder struct {
 	opts Options
-	enc  lineprotocol.Encoder
-	devs map[int]*deviceTags
-	keys []fieldKey // by MetricID
+	// host and globalTags are what lines carry: opts' own, or the
+	// Origin of the batch being encoded (origin, a copy; nil for opts').
+	host       string
+	globalTags []Tag
+	origin     *record.Origin
+	enc        lineprotocol.Encoder
+	devs       map[int]*deviceTags
+	keys       []fieldKey // by MetricID
 	// err is the first error of the sample lines' fast path (or of
 	// library-encoded lines before it: resyncing the library encoder's
 	// buffer clears its error).
@@ -120,7 +126,7 @@ func New(opts Options) *Encoder {
 		opts.Catalog = catalog.Default()
 	}
 	opts.GlobalTags = slices.Clone(opts.GlobalTags)
-	e := &Encoder{opts: opts, devs: make(map[int]*deviceTags)}
+	e := &Encoder{opts: opts, host: opts.Host, globalTags: opts.GlobalTags, devs: make(map[int]*deviceTags)}
 	e.enc.SetPrecision(lineprotocol.Nanosecond)
 	return e
 }
@@ -159,8 +165,8 @@ func attributionTags(d record.Device) []Tag {
 func (e *Encoder) rebuildTags(dt *deviceTags) {
 	d := dt.dev
 	tags := append(dt.tags[:0], Tag{"index", strconv.Itoa(d.Index)})
-	if e.opts.Host != "" {
-		tags = append(tags, Tag{"host", e.opts.Host})
+	if e.host != "" {
+		tags = append(tags, Tag{"host", e.host})
 	}
 	add := func(k, v string) {
 		if v != "" {
@@ -293,6 +299,32 @@ func appendText(buf []byte, sep byte, k *fieldKey, v float64) ([]byte, bool) {
 	return buf, true
 }
 
+// useOrigin makes lines carry o's host and global tags (Options' for nil),
+// rebuilding the devices' tags when that changes.
+func (e *Encoder) useOrigin(o *record.Origin) {
+	if o.Equal(e.origin) {
+		return
+	}
+	if o == nil {
+		e.origin, e.host, e.globalTags = nil, e.opts.Host, e.opts.GlobalTags
+	} else {
+		e.origin = &record.Origin{Host: o.Host, Tags: maps.Clone(o.Tags)}
+		e.host, e.globalTags = o.Host, SortedTags(o.Tags)
+	}
+	for _, dt := range e.devs {
+		e.rebuildTags(dt)
+	}
+}
+
+// SortedTags returns tags as Tags sorted by key (nil for none).
+func SortedTags(tags map[string]string) []Tag {
+	var out []Tag
+	for _, k := range slices.Sorted(maps.Keys(tags)) {
+		out = append(out, Tag{k, tags[k]})
+	}
+	return out
+}
+
 // setErr keeps the first error since Reset.
 func (e *Encoder) setErr(err error) {
 	if e.err == nil {
@@ -303,7 +335,10 @@ func (e *Encoder) setErr(err error) {
 var errNoField = errors.New("timestamp must be added after adding at least one field")
 
 // Encode appends the batch's samples and events to the encoder's buffer.
+// A batch with an Origin (a replayed backlog sampled under another
+// identity) is written with its host and global tags instead of Options'.
 func (e *Encoder) Encode(b *record.Batch) {
+	e.useOrigin(b.Origin)
 	for _, d := range b.Devices {
 		e.SetDevice(d)
 	}
@@ -493,8 +528,8 @@ func FieldValue(n catalog.Naming, v float64) (lineprotocol.Value, bool) {
 // starts with: index, host, uuid and simulated, each where known.
 func (e *Encoder) eventTags(index int, dt *deviceTags) []Tag {
 	tags := []Tag{{"index", strconv.Itoa(index)}}
-	if e.opts.Host != "" {
-		tags = append(tags, Tag{"host", e.opts.Host})
+	if e.host != "" {
+		tags = append(tags, Tag{"host", e.host})
 	}
 	if dt.dev.UUID != "" {
 		tags = append(tags, Tag{"uuid", dt.dev.UUID})
@@ -509,7 +544,7 @@ func (e *Encoder) eventTags(index int, dt *deviceTags) []Tag {
 // record's own tag wins) and sorts the result by key, the order line
 // protocol wants.
 func (e *Encoder) mergeGlobalTags(tags []Tag) []Tag {
-	for _, t := range e.opts.GlobalTags {
+	for _, t := range e.globalTags {
 		if !slices.ContainsFunc(tags, func(x Tag) bool { return x.Key == t.Key }) {
 			tags = append(tags, t)
 		}
@@ -548,8 +583,8 @@ func (e *Encoder) addNumberFields(fields []record.Field, rename func(string) str
 // its attributes as tags (with host and global tags), its fields as fields.
 func (e *Encoder) encodeSelf(ev record.Event) {
 	var tags []Tag
-	if e.opts.Host != "" {
-		tags = append(tags, Tag{"host", e.opts.Host})
+	if e.host != "" {
+		tags = append(tags, Tag{"host", e.host})
 	}
 	for _, a := range ev.Attrs {
 		if a.Value != "" { // line protocol has no empty tag

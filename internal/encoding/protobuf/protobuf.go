@@ -63,11 +63,16 @@ type Meta struct {
 // goroutine at a time.
 type Encoder struct {
 	msg recordpb.Batch
+	// origin is the last batch Origin seen (a copy), originTags its tags
+	// sorted by key.
+	origin     *record.Origin
+	originTags []Tag
 }
 
 var marshal = proto.MarshalOptions{Deterministic: true}
 
-// Append appends the encoding of b (with meta) to dst and returns the
+// Append appends the encoding of b (with meta; a batch with an Origin
+// carries its host and tags in place of meta's) to dst and returns the
 // extended slice. It does not retain b, meta or dst.
 //
 // The bulk of a message — the sample columns (field 3), the global tags
@@ -81,8 +86,21 @@ func (e *Encoder) Append(dst []byte, b *record.Batch, meta *Meta) []byte {
 	recordpb.FillBatch(m, b, true)
 	samples := m.Samples
 	m.Samples, m.Host, m.Tags, m.DeviceUuids = nil, "", nil, nil
+	var tags []Tag
+	var uuids []DeviceRef
 	if meta != nil {
-		m.Host = meta.Host
+		m.Host, tags, uuids = meta.Host, meta.Tags, meta.UUIDs
+	}
+	if b.Origin != nil {
+		// A replayed batch sampled under another identity carries that one.
+		if !b.Origin.Equal(e.origin) {
+			e.origin = &record.Origin{Host: b.Origin.Host, Tags: maps.Clone(b.Origin.Tags)}
+			e.originTags = e.originTags[:0]
+			for _, k := range slices.Sorted(maps.Keys(e.origin.Tags)) {
+				e.originTags = append(e.originTags, Tag{k, e.origin.Tags[k]})
+			}
+		}
+		m.Host, tags = e.origin.Host, e.originTags
 	}
 	out, err := marshal.MarshalAppend(dst, m)
 	if err != nil {
@@ -95,23 +113,21 @@ func (e *Encoder) Append(dst []byte, b *record.Batch, meta *Meta) []byte {
 	}
 	m.Samples = samples
 	out = appendSamples(out, samples)
-	if meta != nil {
-		for _, t := range meta.Tags {
-			k, v := validString(t.Key), validString(t.Value)
-			n := 1 + protowire.SizeBytes(len(k)) + 1 + protowire.SizeBytes(len(v))
-			out = protowire.AppendTag(out, 7, protowire.BytesType)
-			out = protowire.AppendVarint(out, uint64(n))
-			out = protowire.AppendString(protowire.AppendTag(out, 1, protowire.BytesType), k)
-			out = protowire.AppendString(protowire.AppendTag(out, 2, protowire.BytesType), v)
-		}
-		for _, r := range meta.UUIDs {
-			key, v := uint64(int64(int32(r.Index))), validString(r.UUID)
-			n := 1 + protowire.SizeVarint(key) + 1 + protowire.SizeBytes(len(v))
-			out = protowire.AppendTag(out, 8, protowire.BytesType)
-			out = protowire.AppendVarint(out, uint64(n))
-			out = protowire.AppendVarint(protowire.AppendTag(out, 1, protowire.VarintType), key)
-			out = protowire.AppendString(protowire.AppendTag(out, 2, protowire.BytesType), v)
-		}
+	for _, t := range tags {
+		k, v := validString(t.Key), validString(t.Value)
+		n := 1 + protowire.SizeBytes(len(k)) + 1 + protowire.SizeBytes(len(v))
+		out = protowire.AppendTag(out, 7, protowire.BytesType)
+		out = protowire.AppendVarint(out, uint64(n))
+		out = protowire.AppendString(protowire.AppendTag(out, 1, protowire.BytesType), k)
+		out = protowire.AppendString(protowire.AppendTag(out, 2, protowire.BytesType), v)
+	}
+	for _, r := range uuids {
+		key, v := uint64(int64(int32(r.Index))), validString(r.UUID)
+		n := 1 + protowire.SizeVarint(key) + 1 + protowire.SizeBytes(len(v))
+		out = protowire.AppendTag(out, 8, protowire.BytesType)
+		out = protowire.AppendVarint(out, uint64(n))
+		out = protowire.AppendVarint(protowire.AppendTag(out, 1, protowire.VarintType), key)
+		out = protowire.AppendString(protowire.AppendTag(out, 2, protowire.BytesType), v)
 	}
 	clear(m.Events)
 	return out

@@ -216,3 +216,29 @@ func TestAppendIsProtoMarshal(t *testing.T) {
 		}
 	}
 }
+
+// A batch with an Origin carries its host and tags in place of Meta's;
+// the next batch without one carries Meta's again.
+func TestAppendOrigin(t *testing.T) {
+	var enc protobuf.Encoder
+	meta := &protobuf.Meta{Host: "hostB", Tags: []protobuf.Tag{{Key: "cluster", Value: "west"}, {Key: "rack", Value: "r2"}}}
+	for _, c := range []struct {
+		origin *record.Origin
+		want   protobuf.Meta
+	}{
+		{&record.Origin{Host: "hostA", Tags: map[string]string{"rack": "r1", "dc": "x"}},
+			protobuf.Meta{Host: "hostA", Tags: []protobuf.Tag{{Key: "dc", Value: "x"}, {Key: "rack", Value: "r1"}}}},
+		{nil, *meta},
+		{&record.Origin{Host: "hostC"}, protobuf.Meta{Host: "hostC"}},
+	} {
+		b := &record.Batch{Seq: 1, Origin: c.origin, Samples: []record.Sample{{TimeNS: 1, Value: 2, Metric: 1}}}
+		var got record.Batch
+		m, err := protobuf.Decode(enc.Append(nil, b, meta), &got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(m, c.want) || len(got.Samples) != 1 {
+			t.Fatalf("origin %+v: meta %+v, %d samples; want %+v", c.origin, m, len(got.Samples), c.want)
+		}
+	}
+}

@@ -41,6 +41,7 @@ type options struct {
 	writeTimeout time.Duration
 	segmentBytes int64
 	catalog      *catalog.Catalog
+	origin       *record.Origin // nil: none recorded
 	// Test hooks.
 	metricNames []string // written to segment headers in place of the catalog's
 	now         func() time.Time
@@ -67,6 +68,16 @@ func WithWriteTimeout(d time.Duration) Option { return func(o *options) { o.writ
 // (default catalog.Default()). Disk segments record its names; a
 // replay maps the IDs of a segment written with another catalog by name.
 func WithCatalog(c *catalog.Catalog) Option { return func(o *options) { o.catalog = c } }
+
+// WithOrigin sets the fleet identity (host name, global tags) of the
+// batches Write takes: disk segments record it, and a batch replayed from
+// a segment written under another one carries that one as its
+// record.Batch.Origin, so that the output writes the host and tags it was
+// sampled under. An empty host records none (a replay then takes the
+// output's own).
+func WithOrigin(host string, tags map[string]string) Option {
+	return func(o *options) { o.origin = recordpb.OriginOf(host, maps.Clone(tags)) }
+}
 
 // WithSegmentBytes sets the disk queue's segment file size (default
 // max_bytes/8, between 64 KiB and 16 MiB). Smaller segments free disk
@@ -139,6 +150,11 @@ type Buffer struct {
 	haveSeg bool
 	curSeg  uint64
 	remap   []catalog.MetricID
+	// segOrigin is the identity the segment's batches were sampled under
+	// when it is not this buffer's own (nil: the output's applies).
+	segOrigin *record.Origin
+	// loggedOrigin is the last such identity logged (once, not per segment).
+	loggedOrigin *record.Origin
 	// known holds the identities seen in delivery order, [0] for this
 	// process's batches and [1] for replayed ones (device indexes of an
 	// earlier process); sent what the output was last given per index.
@@ -300,6 +316,7 @@ func (b *Buffer) noteIdentities(devs []record.Device) bool {
 // the buffer is shared).
 func (b *Buffer) segmentHeader() []byte {
 	h := &recordpb.BufferSegment{Format: 2, MetricNames: b.opts.metricNames}
+	h.Host, h.Tags = recordpb.OriginFields(b.opts.origin)
 	for _, i := range slices.Sorted(maps.Keys(b.idents)) {
 		d := b.idents[i]
 		h.Devices = append(h.Devices, recordpb.FromDevice(&d))
@@ -381,6 +398,11 @@ func (b *Buffer) deliver(e entry, batch *record.Batch) {
 			}
 		}
 	}
+	if batch.Origin == nil {
+		batch.Origin = b.segOrigin
+	} else if batch.Origin.Equal(b.opts.origin) {
+		batch.Origin = nil
+	}
 	origin := 0
 	if e.replayed {
 		origin = 1
@@ -439,7 +461,7 @@ func (b *Buffer) deliver(e entry, batch *record.Batch) {
 // metric IDs map onto the catalog, and the identities known when it was
 // started.
 func (b *Buffer) enterSegment(e entry) {
-	b.haveSeg, b.curSeg, b.remap = true, e.segment, nil
+	b.haveSeg, b.curSeg, b.remap, b.segOrigin = true, e.segment, nil, nil
 	var h recordpb.BufferSegment
 	if err := proto.Unmarshal(e.header, &h); err != nil || h.GetFormat() != 2 {
 		// Passed its checksum, so a bug: map nothing rather than guess.
@@ -453,6 +475,14 @@ func (b *Buffer) enterSegment(e entry) {
 		if e.replayed {
 			b.log.Info("replaying a segment written with another metric catalog; metric IDs are mapped by name",
 				"segment", e.segment)
+		}
+	}
+	if o := recordpb.OriginOf(h.GetHost(), h.GetTags()); o != nil && !o.Equal(b.opts.origin) {
+		b.segOrigin = o
+		if !o.Equal(b.loggedOrigin) {
+			b.loggedOrigin = o
+			b.log.Info("replaying segments sampled under another host name or other global tags; their records keep them",
+				"segment", e.segment, "host", o.Host, "tags", o.Tags)
 		}
 	}
 	origin := 0

@@ -571,3 +571,101 @@ func testCorruptHeader(t *testing.T, cursor bool) {
 		t.Fatalf("corrupt segment still there: %v", err)
 	}
 }
+
+// TestDiskReplayKeepsOrigin: a backlog written by a process configured as
+// host A with global tags X and replayed by one configured as host B with
+// tags Y keeps A and X (record.Batch.Origin, and so the lines an encoder
+// configured as B/Y writes); the new process's own batches carry none (B/Y
+// apply). A process with the segment's own identity sees no Origin.
+func TestDiskReplayKeepsOrigin(t *testing.T) {
+	dir := t.TempDir()
+	tagsA, tagsB := map[string]string{"rack": "r1"}, map[string]string{"rack": "r2", "cluster": "west"}
+	// Process 1 (A/X): the sink is down; everything stays on disk.
+	down := &fakeSink{script: func(int, *record.Batch) error { return record.Unavailable(errors.New("sink down")) }}
+	b1, err := New(down, Config{Kind: KindDisk, MaxBytes: 1 << 30, Dir: dir, CloseTimeout: time.Millisecond},
+		WithOrigin("hostA", tagsA))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for seq := uint64(1); seq <= 3; seq++ {
+		if err := b1.Write(context.Background(), testBatch(seq*10, 4)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b1.Close()
+	if n := len(down.Accepted(t)); n != 0 {
+		t.Fatalf("process 1's sink accepted %d batches", n)
+	}
+
+	// Process 2 (B/Y) replays them, then writes its own.
+	sink := &fakeSink{}
+	logs := &countingHandler{}
+	b2, err := New(sink, Config{Kind: KindDisk, MaxBytes: 1 << 30, Dir: dir}, WithOrigin("hostB", tagsB),
+		WithLogger(slog.New(logs)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for seq := uint64(4); seq <= 5; seq++ {
+		if err := b2.Write(context.Background(), testBatch(seq*10, 4)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got := sink.Batches(t)
+	if len(got) != 5 {
+		t.Fatalf("delivered %d batches, want 5", len(got))
+	}
+	wantA := &record.Origin{Host: "hostA", Tags: tagsA}
+	enc := lineproto.New(lineproto.Options{Host: "hostB", GlobalTags: lineproto.SortedTags(tagsB)})
+	for i, g := range got {
+		replayed := g.Seq <= 30
+		if replayed && !g.Origin.Equal(wantA) || !replayed && g.Origin != nil {
+			t.Fatalf("batch %d (seq %d): origin %+v, want %+v", i, g.Seq, g.Origin, map[bool]*record.Origin{true: wantA}[replayed])
+		}
+		enc.Reset()
+		enc.Encode(g)
+		if err := enc.Err(); err != nil {
+			t.Fatal(err)
+		}
+		want, not := "host=hostA", "host=hostB"
+		if !replayed {
+			want, not = not, want
+		}
+		for l := range strings.Lines(string(enc.Bytes())) {
+			if !strings.Contains(l, ","+want+",") || strings.Contains(l, not) ||
+				replayed != (strings.Contains(l, ",rack=r1") && !strings.Contains(l, "cluster=")) ||
+				!replayed != strings.Contains(l, ",cluster=west,") {
+				t.Fatalf("seq %d (replayed %v): line %q", g.Seq, replayed, l)
+			}
+		}
+	}
+	if n := logs.Count("replaying segments sampled under another host name or other global tags; their records keep them"); n != 1 {
+		t.Fatalf("%d log lines about the replayed identity, want 1", n)
+	}
+
+	// Process 3 (A/X again) writes under the segment's own identity: no
+	// Origin needed.
+	dir3 := t.TempDir()
+	b3, err := New(down, Config{Kind: KindDisk, MaxBytes: 1 << 30, Dir: dir3, CloseTimeout: time.Millisecond},
+		WithOrigin("hostA", tagsA))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b3.Write(context.Background(), testBatch(60, 4)); err != nil {
+		t.Fatal(err)
+	}
+	b3.Close()
+	sink4 := &fakeSink{}
+	b4, err := New(sink4, Config{Kind: KindDisk, MaxBytes: 1 << 30, Dir: dir3}, WithOrigin("hostA", tagsA))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b4.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := sink4.Batches(t); len(got) != 1 || got[0].Origin != nil {
+		t.Fatalf("same identity: delivered %+v, want one batch without an Origin", got)
+	}
+}

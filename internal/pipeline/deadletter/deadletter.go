@@ -268,8 +268,20 @@ func Read(r *bufio.Reader, name string, fn func(*Entry) error) error {
 		if _, err := io.ReadFull(r, payload); err != nil {
 			return fmt.Errorf("%s: entry %d at byte %d: payload of %d bytes: %w", name, i, off, e.Bytes, err)
 		}
-		if _, err := protobuf.Decode(payload, &e.Batch); err != nil {
+		meta, err := protobuf.Decode(payload, &e.Batch)
+		if err != nil {
 			return fmt.Errorf("%s: entry %d at byte %d: %w", name, i, off, err)
+		}
+		if meta.Host != "" {
+			// A refused batch replayed under another identity keeps it.
+			o := &record.Origin{Host: meta.Host}
+			for _, t := range meta.Tags {
+				if o.Tags == nil {
+					o.Tags = map[string]string{}
+				}
+				o.Tags[t.Key] = t.Value
+			}
+			e.Batch.Origin = o
 		}
 		off += int64(len(line) + e.Bytes)
 		if err := fn(&e); err != nil {

@@ -24,7 +24,8 @@ import (
 const MaxMessageSize = 64 << 20
 
 // encodeBatch fills req from b and devs (the identities to send), reusing
-// req's slices. Samples carry absolute timestamps (time_ns).
+// req's slices. Samples carry absolute timestamps (time_ns); b.Origin goes
+// in host and tags.
 func encodeBatch(req *proto.WriteRequest, b *record.Batch, devs []record.Device) {
 	req.Seq = b.Seq
 	clear(req.Devices)
@@ -42,12 +43,17 @@ func encodeBatch(req *proto.WriteRequest, b *record.Batch, devs []record.Device)
 		req.Events = append(req.Events, recordpb.FromEvent(&b.Events[i]))
 	}
 	req.Summaries = recordpb.FromSummaries(b.Summaries)
+	req.Host, req.Tags = recordpb.OriginFields(b.Origin)
 }
 
 // decodeBatch fills b (reset first) from req, checking that the columns
-// agree. b's slices are reused.
+// agree, and b.Origin from host and tags. b's slices are reused.
 func decodeBatch(req *proto.WriteRequest, b *record.Batch) error {
-	return recordpb.ToBatchParts(req.GetSeq(), req.GetDevices(), req.GetSamples(), req.GetEvents(), req.GetSummaries(), b)
+	if err := recordpb.ToBatchParts(req.GetSeq(), req.GetDevices(), req.GetSamples(), req.GetEvents(), req.GetSummaries(), b); err != nil {
+		return err
+	}
+	b.Origin = recordpb.OriginOf(req.GetHost(), req.GetTags())
+	return nil
 }
 
 // catalogToProto lists cat's metrics.

@@ -14,7 +14,7 @@ _sym_db = _symbol_database.Default()
 from recordpb import records_pb2 as recordpb_dot_records__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0coutput.proto\x12\x14gpusampler.plugin.v1\x1a\x16recordpb/records.proto\"\xdd\x02\n\x10\x43onfigureRequest\x12?\n\x10protocol_version\x18\x01 \x01(\x0e\x32%.gpusampler.plugin.v1.ProtocolVersion\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12+\n\x06\x63onfig\x18\x04 \x01(\x0b\x32\x1b.gpusampler.plugin.v1.Table\x12\x0c\n\x04host\x18\x05 \x01(\t\x12K\n\x0bglobal_tags\x18\x06 \x03(\x0b\x32\x36.gpusampler.plugin.v1.ConfigureRequest.GlobalTagsEntry\x12\x31\n\x07metrics\x18\x07 \x03(\x0b\x32 .gpusampler.plugin.v1.MetricInfo\x1a\x31\n\x0fGlobalTagsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"F\n\x11\x43onfigureResponse\x12\x31\n\x06\x65rrors\x18\x01 \x03(\x0b\x32!.gpusampler.plugin.v1.ConfigError\"+\n\x0b\x43onfigError\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\"C\n\nMetricInfo\x12\n\n\x02id\x18\x01 \x01(\r\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0c\n\x04unit\x18\x03 \x01(\t\x12\r\n\x05group\x18\x04 \x01(\t\"\xe9\x01\n\x05Value\x12\x16\n\x0cstring_value\x18\x01 \x01(\tH\x00\x12\x13\n\tint_value\x18\x02 \x01(\x03H\x00\x12\x15\n\x0b\x66loat_value\x18\x03 \x01(\x01H\x00\x12\x14\n\nbool_value\x18\x04 \x01(\x08H\x00\x12\x30\n\nlist_value\x18\x05 \x01(\x0b\x32\x1a.gpusampler.plugin.v1.ListH\x00\x12\x32\n\x0btable_value\x18\x06 \x01(\x0b\x32\x1b.gpusampler.plugin.v1.TableH\x00\x12\x18\n\x0e\x64\x61tetime_value\x18\x07 \x01(\tH\x00\x42\x06\n\x04kind\"3\n\x04List\x12+\n\x06values\x18\x01 \x03(\x0b\x32\x1b.gpusampler.plugin.v1.Value\"\x8c\x01\n\x05Table\x12\x37\n\x06\x66ields\x18\x01 \x03(\x0b\x32\'.gpusampler.plugin.v1.Table.FieldsEntry\x1aJ\n\x0b\x46ieldsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12*\n\x05value\x18\x02 \x01(\x0b\x32\x1b.gpusampler.plugin.v1.Value:\x02\x38\x01\"\xe6\x01\n\x0cWriteRequest\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12-\n\x07\x64\x65vices\x18\x02 \x03(\x0b\x32\x1c.gpusampler.plugin.v1.Device\x12\x34\n\x07samples\x18\x03 \x01(\x0b\x32#.gpusampler.plugin.v1.SampleColumns\x12+\n\x06\x65vents\x18\x04 \x03(\x0b\x32\x1b.gpusampler.plugin.v1.Event\x12\x37\n\tsummaries\x18\x05 \x01(\x0b\x32$.gpusampler.plugin.v1.SummaryColumns\"\x0f\n\rWriteResponse\"\x0f\n\rHealthRequest\"Y\n\x0eHealthResponse\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\x0f\n\x07message\x18\x02 \x01(\t\x12*\n\x05stats\x18\x03 \x03(\x0b\x32\x1b.gpusampler.plugin.v1.Field\"\x0e\n\x0c\x43loseRequest\"\x0f\n\rCloseResponse*K\n\x0fProtocolVersion\x12 \n\x1cPROTOCOL_VERSION_UNSPECIFIED\x10\x00\x12\x16\n\x12PROTOCOL_VERSION_1\x10\x01\x32\xdf\x02\n\x06Output\x12\\\n\tConfigure\x12&.gpusampler.plugin.v1.ConfigureRequest\x1a\'.gpusampler.plugin.v1.ConfigureResponse\x12P\n\x05Write\x12\".gpusampler.plugin.v1.WriteRequest\x1a#.gpusampler.plugin.v1.WriteResponse\x12S\n\x06Health\x12#.gpusampler.plugin.v1.HealthRequest\x1a$.gpusampler.plugin.v1.HealthResponse\x12P\n\x05\x43lose\x12\".gpusampler.plugin.v1.CloseRequest\x1a#.gpusampler.plugin.v1.CloseResponseB6Z4github.com/gpusampler/gpusampler/plugins/proto;protob\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0coutput.proto\x12\x14gpusampler.plugin.v1\x1a\x16recordpb/records.proto\"\xdd\x02\n\x10\x43onfigureRequest\x12?\n\x10protocol_version\x18\x01 \x01(\x0e\x32%.gpusampler.plugin.v1.ProtocolVersion\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12+\n\x06\x63onfig\x18\x04 \x01(\x0b\x32\x1b.gpusampler.plugin.v1.Table\x12\x0c\n\x04host\x18\x05 \x01(\t\x12K\n\x0bglobal_tags\x18\x06 \x03(\x0b\x32\x36.gpusampler.plugin.v1.ConfigureRequest.GlobalTagsEntry\x12\x31\n\x07metrics\x18\x07 \x03(\x0b\x32 .gpusampler.plugin.v1.MetricInfo\x1a\x31\n\x0fGlobalTagsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"F\n\x11\x43onfigureResponse\x12\x31\n\x06\x65rrors\x18\x01 \x03(\x0b\x32!.gpusampler.plugin.v1.ConfigError\"+\n\x0b\x43onfigError\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\"C\n\nMetricInfo\x12\n\n\x02id\x18\x01 \x01(\r\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0c\n\x04unit\x18\x03 \x01(\t\x12\r\n\x05group\x18\x04 \x01(\t\"\xe9\x01\n\x05Value\x12\x16\n\x0cstring_value\x18\x01 \x01(\tH\x00\x12\x13\n\tint_value\x18\x02 \x01(\x03H\x00\x12\x15\n\x0b\x66loat_value\x18\x03 \x01(\x01H\x00\x12\x14\n\nbool_value\x18\x04 \x01(\x08H\x00\x12\x30\n\nlist_value\x18\x05 \x01(\x0b\x32\x1a.gpusampler.plugin.v1.ListH\x00\x12\x32\n\x0btable_value\x18\x06 \x01(\x0b\x32\x1b.gpusampler.plugin.v1.TableH\x00\x12\x18\n\x0e\x64\x61tetime_value\x18\x07 \x01(\tH\x00\x42\x06\n\x04kind\"3\n\x04List\x12+\n\x06values\x18\x01 \x03(\x0b\x32\x1b.gpusampler.plugin.v1.Value\"\x8c\x01\n\x05Table\x12\x37\n\x06\x66ields\x18\x01 \x03(\x0b\x32\'.gpusampler.plugin.v1.Table.FieldsEntry\x1aJ\n\x0b\x46ieldsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12*\n\x05value\x18\x02 \x01(\x0b\x32\x1b.gpusampler.plugin.v1.Value:\x02\x38\x01\"\xdd\x02\n\x0cWriteRequest\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12-\n\x07\x64\x65vices\x18\x02 \x03(\x0b\x32\x1c.gpusampler.plugin.v1.Device\x12\x34\n\x07samples\x18\x03 \x01(\x0b\x32#.gpusampler.plugin.v1.SampleColumns\x12+\n\x06\x65vents\x18\x04 \x03(\x0b\x32\x1b.gpusampler.plugin.v1.Event\x12\x37\n\tsummaries\x18\x05 \x01(\x0b\x32$.gpusampler.plugin.v1.SummaryColumns\x12\x0c\n\x04host\x18\x06 \x01(\t\x12:\n\x04tags\x18\x07 \x03(\x0b\x32,.gpusampler.plugin.v1.WriteRequest.TagsEntry\x1a+\n\tTagsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x0f\n\rWriteResponse\"\x0f\n\rHealthRequest\"Y\n\x0eHealthResponse\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\x0f\n\x07message\x18\x02 \x01(\t\x12*\n\x05stats\x18\x03 \x03(\x0b\x32\x1b.gpusampler.plugin.v1.Field\"\x0e\n\x0c\x43loseRequest\"\x0f\n\rCloseResponse*K\n\x0fProtocolVersion\x12 \n\x1cPROTOCOL_VERSION_UNSPECIFIED\x10\x00\x12\x16\n\x12PROTOCOL_VERSION_1\x10\x01\x32\xdf\x02\n\x06Output\x12\\\n\tConfigure\x12&.gpusampler.plugin.v1.ConfigureRequest\x1a\'.gpusampler.plugin.v1.ConfigureResponse\x12P\n\x05Write\x12\".gpusampler.plugin.v1.WriteRequest\x1a#.gpusampler.plugin.v1.WriteResponse\x12S\n\x06Health\x12#.gpusampler.plugin.v1.HealthRequest\x1a$.gpusampler.plugin.v1.HealthResponse\x12P\n\x05\x43lose\x12\".gpusampler.plugin.v1.CloseRequest\x1a#.gpusampler.plugin.v1.CloseResponseB6Z4github.com/gpusampler/gpusampler/plugins/proto;protob\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'output_pb2', globals())
@@ -26,8 +26,10 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _CONFIGUREREQUEST_GLOBALTAGSENTRY._serialized_options = b'8\001'
   _TABLE_FIELDSENTRY._options = None
   _TABLE_FIELDSENTRY._serialized_options = b'8\001'
-  _PROTOCOLVERSION._serialized_start=1423
-  _PROTOCOLVERSION._serialized_end=1498
+  _WRITEREQUEST_TAGSENTRY._options = None
+  _WRITEREQUEST_TAGSENTRY._serialized_options = b'8\001'
+  _PROTOCOLVERSION._serialized_start=1542
+  _PROTOCOLVERSION._serialized_end=1617
   _CONFIGUREREQUEST._serialized_start=63
   _CONFIGUREREQUEST._serialized_end=412
   _CONFIGUREREQUEST_GLOBALTAGSENTRY._serialized_start=363
@@ -47,17 +49,19 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _TABLE_FIELDSENTRY._serialized_start=956
   _TABLE_FIELDSENTRY._serialized_end=1030
   _WRITEREQUEST._serialized_start=1033
-  _WRITEREQUEST._serialized_end=1263
-  _WRITERESPONSE._serialized_start=1265
-  _WRITERESPONSE._serialized_end=1280
-  _HEALTHREQUEST._serialized_start=1282
-  _HEALTHREQUEST._serialized_end=1297
-  _HEALTHRESPONSE._serialized_start=1299
-  _HEALTHRESPONSE._serialized_end=1388
-  _CLOSEREQUEST._serialized_start=1390
-  _CLOSEREQUEST._serialized_end=1404
-  _CLOSERESPONSE._serialized_start=1406
-  _CLOSERESPONSE._serialized_end=1421
-  _OUTPUT._serialized_start=1501
-  _OUTPUT._serialized_end=1852
+  _WRITEREQUEST._serialized_end=1382
+  _WRITEREQUEST_TAGSENTRY._serialized_start=1339
+  _WRITEREQUEST_TAGSENTRY._serialized_end=1382
+  _WRITERESPONSE._serialized_start=1384
+  _WRITERESPONSE._serialized_end=1399
+  _HEALTHREQUEST._serialized_start=1401
+  _HEALTHREQUEST._serialized_end=1416
+  _HEALTHRESPONSE._serialized_start=1418
+  _HEALTHRESPONSE._serialized_end=1507
+  _CLOSEREQUEST._serialized_start=1509
+  _CLOSEREQUEST._serialized_end=1523
+  _CLOSERESPONSE._serialized_start=1525
+  _CLOSERESPONSE._serialized_end=1540
+  _OUTPUT._serialized_start=1620
+  _OUTPUT._serialized_end=1971
 # @@protoc_insertion_point(module_scope)
