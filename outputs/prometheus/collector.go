@@ -207,6 +207,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	o.collectSelf(ch, now)
+	o.collectJobs(ch, now)
 }
 
 // emit sends one sample of desc with the given (cached, sorted) label

@@ -110,6 +110,7 @@ type Output struct {
 	closed  bool
 	devices []*deviceState // indexed by Device.Index
 	self    map[string]*selfEntry
+	jobs    map[string]*jobEntry // by device and owner
 
 	reg      *prometheus.Registry
 	ln       net.Listener
@@ -226,7 +227,7 @@ func newOutput(opts Options) (*Output, error) {
 		return nil, err
 	}
 	o := &Output{opts: opts, cat: opts.Catalog, series: ss, log: opts.Logger, now: opts.Now,
-		self: map[string]*selfEntry{}, byID: make([]int, opts.Catalog.Len())}
+		self: map[string]*selfEntry{}, jobs: map[string]*jobEntry{}, byID: make([]int, opts.Catalog.Len())}
 	for i := range o.byID {
 		o.byID[i] = -1
 	}
@@ -346,6 +347,11 @@ func (o *Output) Write(_ context.Context, b *record.Batch) error {
 			delete(o.self, key)
 		}
 	}
+	for key, ent := range o.jobs {
+		if ent.expired(now) {
+			delete(o.jobs, key)
+		}
+	}
 	return nil
 }
 
@@ -387,7 +393,8 @@ func (o *Output) identity(id *record.Device) {
 	o.setLabels(d)
 }
 
-// event applies one event: XIDs, lost and recovered devices, self-metrics.
+// event applies one event: XIDs, lost and recovered devices, self-metrics,
+// per-job accounts.
 func (o *Output) event(e *record.Event, now int64) {
 	switch e.Kind {
 	case record.EventXID:
@@ -413,6 +420,8 @@ func (o *Output) event(e *record.Event, now int64) {
 		}
 	case record.EventSelf:
 		o.selfEvent(e, now)
+	case record.EventJob, record.EventJobEnd:
+		o.jobEvent(e, now)
 	}
 }
 

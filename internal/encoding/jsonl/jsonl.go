@@ -1,7 +1,8 @@
 // Package jsonl encodes gpusampler records as JSON Lines: one object per
 // record, with a "type" of "device", "sample", "summary" (a window
 // aggregate, see internal/pipeline/aggregate), "event", "self" (self-metrics) or
-// "process" (one process on one GPU, see record.EventProcess). Samples carry our
+// "process" (one process on one GPU, see record.EventProcess), "job" and
+// "job_end" (one owner's account on one GPU, see record.EventJob). Samples carry our
 // catalog names and base units. Simulated devices' records carry
 // "simulated":true.
 //
@@ -126,6 +127,9 @@ func (e *Encoder) Encode(b *record.Batch) {
 			continue
 		case record.EventProcess:
 			e.appendProcess(ev)
+			continue
+		case record.EventJob, record.EventJobEnd:
+			e.appendJob(ev)
 			continue
 		}
 		d := e.devs[ev.Device]

@@ -57,3 +57,30 @@ func appendAttr(b []byte, key, value string) []byte {
 	b = append(b, ':')
 	return appendString(b, value)
 }
+
+// appendJob writes a per-job account (record.EventJob, record.EventJobEnd)
+// as {"type":"job"|"job_end","time":...,"host":...,"gpu":N,"uuid":...,
+// the owner's attribution,"owner":...,"started":...,"fields":{...}}.
+func (e *Encoder) appendJob(ev record.Event) {
+	owner, _ := record.ProcessAttribution(ev) // the attribution keys of its Attrs
+	b, d, known := e.appendHeadAttributed(e.buf, `{"type":"`+string(ev.Kind)+`","time":`, ev.StartNS, ev.Device, &owner)
+	for _, a := range ev.Attrs {
+		if !record.IsAttributionKey(a.Key) {
+			b = append(b, ',')
+			b = appendAttr(b, a.Key, a.Value)
+		}
+	}
+	b = append(b, `,"fields":{`...)
+	for i, f := range ev.Fields {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendField(b, f)
+	}
+	b = append(b, '}')
+	if known && d.Simulated {
+		b = append(b, `,"simulated":true`...)
+	}
+	b = append(b, e.tagJSON...)
+	e.buf = append(b, "}\n"...)
+}

@@ -604,6 +604,9 @@ func (e *Encoder) encodeEvent(ev record.Event) {
 	case record.EventProcess:
 		e.encodeProcess(ev)
 		return
+	case record.EventJob, record.EventJobEnd:
+		e.encodeJob(ev)
+		return
 	}
 	dt := e.device(ev.Device)
 	tags := append(e.eventTags(ev.Device, dt), Tag{"kind", string(ev.Kind)})

@@ -57,3 +57,35 @@ func (e *Encoder) encodeProcess(ev record.Event) {
 	}
 	e.enc.EndLine(time.Unix(0, ev.StartNS))
 }
+
+// JobMeasurement is where per-job accounts go (record.EventJob and
+// record.EventJobEnd, package internal/accounting): tags host, index, uuid,
+// simulated, global tags, owner and the owner's attribution (pod,
+// namespace, container, hpc_job), plus ended=true on the job-end line;
+// fields the account's cumulative figures (energy_j, busy_s, ...) and
+// started (the account's start, RFC 3339).
+const JobMeasurement = "gpusampler_job"
+
+// encodeJob writes one EventJob or EventJobEnd event.
+func (e *Encoder) encodeJob(ev record.Event) {
+	dt := e.device(ev.Device)
+	tags := e.eventTags(ev.Device, dt)
+	var started string
+	for _, a := range ev.Attrs {
+		switch {
+		case a.Key == record.AttrJobStarted:
+			started = a.Value
+		case a.Value != "":
+			tags = append(tags, Tag(a))
+		}
+	}
+	if ev.Kind == record.EventJobEnd {
+		tags = append(tags, Tag{"ended", "true"})
+	}
+	e.startLine(JobMeasurement, tags)
+	e.addNumberFields(ev.Fields, nil)
+	if v, ok := lineprotocol.StringValue(started); ok && started != "" {
+		e.enc.AddField("started", v)
+	}
+	e.enc.EndLine(time.Unix(0, ev.StartNS))
+}
