@@ -565,21 +565,23 @@ func (c *Client) Stats() Stats {
 // old; after Close, the final ones, read once the output has closed).
 // Those counters are cumulative across restarts: each process's last
 // reported counters are added to what the new one reports (what a crashed
-// process counted after its last answer is not known).
+// process counted after its last answer is not known); a gauge
+// (record.Field.Gauge, such as the NATS output's held) is the newest
+// process's alone.
 func (c *Client) ReportStats(dst []record.Field) []record.Field {
 	s := c.Stats()
 	dst = append(dst, record.IntField("plugin_starts", s.Starts), record.IntField("plugin_restarts", s.Crashes+s.Wedges+s.MemoryRestarts),
 		record.IntField("plugin_crashes", s.Crashes), record.IntField("plugin_wedges", s.Wedges),
 		record.IntField("plugin_memory_restarts", s.MemoryRestarts),
 		record.IntField("plugin_last_restart_ns", uint64(s.LastRestart)),
-		record.IntField("plugin_start_failures", s.StartFailures), record.IntField("plugin_failing", b2u(s.Failing)),
+		record.IntField("plugin_start_failures", s.StartFailures), record.GaugeField("plugin_failing", b2u(s.Failing)),
 		record.IntField("plugin_log_dropped", s.LogDropped))
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	seen := make(map[string]bool, len(c.remote))
 	for _, f := range c.remote {
 		seen[f.Key] = true
-		if f.Int {
+		if f.Int && !f.Gauge {
 			f.Value += c.base[f.Key]
 		}
 		dst = append(dst, f)
@@ -592,11 +594,11 @@ func (c *Client) ReportStats(dst []record.Field) []record.Field {
 	return dst
 }
 
-// foldRemote adds the counters of a process that is gone to the base; the
-// caller holds c.mu.
+// foldRemote adds the counters of a process that is gone to the base; its
+// gauges are not added (what it held went with it). The caller holds c.mu.
 func (c *Client) foldRemote() {
 	for _, f := range c.remote {
-		if !f.Int {
+		if !f.Int || f.Gauge {
 			continue
 		}
 		if c.base == nil {

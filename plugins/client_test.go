@@ -218,14 +218,15 @@ func TestClientStatsSurviveRestartAndClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	writes := func() float64 {
+	field := func(key string) float64 {
 		for _, f := range c.ReportStats(nil) {
-			if f.Key == "test_writes" {
+			if f.Key == key {
 				return f.Value
 			}
 		}
 		return -1
 	}
+	writes := func() float64 { return field("test_writes") }
 	if err := os.WriteFile(block, nil, 0o644); err != nil { // no wedge yet
 		t.Fatal(err)
 	}
@@ -255,5 +256,9 @@ func TestClientStatsSurviveRestartAndClose(t *testing.T) {
 	}
 	if got := writes(); got != 4 {
 		t.Fatalf("test_writes after Close = %v, want 4 (2 + the new process's 2, read after its close)", got)
+	}
+	// A gauge is the newest process's value, not added up across restarts.
+	if got := field("test_last_batch"); got != 2 {
+		t.Fatalf("gauge test_last_batch after Close = %v, want 2 (the new process's last batch)", got)
 	}
 }

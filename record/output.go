@@ -129,3 +129,8 @@ func ReportStats(out Output, dst []Field) []Field {
 
 // IntField returns an integer Field (a counter or a count).
 func IntField(key string, v uint64) Field { return Field{Key: key, Value: float64(v), Int: true} }
+
+// GaugeField returns an integer gauge Field (a level now, see Field).
+func GaugeField(key string, v uint64) Field {
+	return Field{Key: key, Value: float64(v), Int: true, Gauge: true}
+}

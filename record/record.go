@@ -213,11 +213,15 @@ const (
 )
 
 // Field is one numeric value of an Event (self-metrics). Int values are
-// written as integers.
+// written as integers. A Gauge is a level as it is now (samples held, an
+// output failing), not a counter since start: what adds up a component's
+// counters across its restarts (the plugin client) keeps a gauge's newest
+// value instead of adding it up.
 type Field struct {
 	Key   string
 	Value float64
 	Int   bool
+	Gauge bool
 }
 
 // FieldValue returns the value of the field named key in fields, 0 when

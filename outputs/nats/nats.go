@@ -409,7 +409,7 @@ func (out *Output) ReportStats(dst []record.Field) []record.Field {
 		record.IntField("splits", s.Splits), record.IntField("acked", s.Acked),
 		record.IntField("duplicates", s.Duplicates), record.IntField("ack_errors", s.AckErrors),
 		record.IntField("disconnects", s.Disconnects), record.IntField("reconnects", s.Reconnects),
-		record.IntField("held", s.Held), record.IntField("held_dropped", s.HeldDropped),
+		record.GaugeField("held", s.Held), record.IntField("held_dropped", s.HeldDropped),
 		record.IntField("identities", s.Identities))
 }
 

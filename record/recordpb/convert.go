@@ -74,7 +74,7 @@ func FromFields(fs []record.Field) []*Field {
 	}
 	out := make([]*Field, len(fs))
 	for i, f := range fs {
-		out[i] = &Field{Key: f.Key, Value: f.Value, IsInt: f.Int}
+		out[i] = &Field{Key: f.Key, Value: f.Value, IsInt: f.Int, IsGauge: f.Gauge}
 	}
 	return out
 }
@@ -83,7 +83,7 @@ func FromFields(fs []record.Field) []*Field {
 func ToFields(fs []*Field) []record.Field {
 	var out []record.Field
 	for _, f := range fs {
-		out = append(out, record.Field{Key: f.GetKey(), Value: f.GetValue(), Int: f.GetIsInt()})
+		out = append(out, record.Field{Key: f.GetKey(), Value: f.GetValue(), Int: f.GetIsInt(), Gauge: f.GetIsGauge()})
 	}
 	return out
 }

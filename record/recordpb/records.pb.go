@@ -417,7 +417,7 @@ func (MetricId) EnumDescriptor() ([]byte, []int) {
 }
 
 // Batch is one batch of records on its own (a NATS message's payload).
-// Fields 1–5 are WriteRequest's (output.proto).
+// Fields 1–7 are WriteRequest's (output.proto).
 type Batch struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// seq numbers the sender's batches per output from 1; a batch sent again
@@ -1275,12 +1275,14 @@ func (x *Attr) GetValue() string {
 	return ""
 }
 
-// Field is a numeric value of an event; is_int marks integer values.
+// Field is a numeric value of an event; is_int marks integer values,
+// is_gauge a level as it is now (not a counter since start).
 type Field struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
 	Value         float64                `protobuf:"fixed64,2,opt,name=value,proto3" json:"value,omitempty"`
 	IsInt         bool                   `protobuf:"varint,3,opt,name=is_int,json=isInt,proto3" json:"is_int,omitempty"`
+	IsGauge       bool                   `protobuf:"varint,4,opt,name=is_gauge,json=isGauge,proto3" json:"is_gauge,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1332,6 +1334,13 @@ func (x *Field) GetValue() float64 {
 func (x *Field) GetIsInt() bool {
 	if x != nil {
 		return x.IsInt
+	}
+	return false
+}
+
+func (x *Field) GetIsGauge() bool {
+	if x != nil {
+		return x.IsGauge
 	}
 	return false
 }
@@ -1429,11 +1438,12 @@ const file_recordpb_records_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\".\n" +
 	"\x04Attr\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value\"F\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"a\n" +
 	"\x05Field\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x01R\x05value\x12\x15\n" +
-	"\x06is_int\x18\x03 \x01(\bR\x05isInt*\xcc\x13\n" +
+	"\x06is_int\x18\x03 \x01(\bR\x05isInt\x12\x19\n" +
+	"\bis_gauge\x18\x04 \x01(\bR\aisGauge*\xcc\x13\n" +
 	"\bMetricId\x12\x16\n" +
 	"\x12METRIC_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11METRIC_POWER_DRAW\x10\x01\x12\x1d\n" +

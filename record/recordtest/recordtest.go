@@ -45,7 +45,7 @@ func FullBatch() *record.Batch {
 				Fields: []record.Field{{Key: record.ProcessFieldPID, Value: 4242, Int: true}, {Key: record.ProcessFieldSMUtil, Value: 37.5}}},
 			{Kind: record.EventSelf, Device: -1, StartNS: 14, EndNS: 14, Message: "self",
 				Attrs:  []record.Attr{{Key: "scope", Value: "buffer"}, {Key: "output", Value: "influxdb"}},
-				Fields: []record.Field{{Key: "buffered_records", Value: 13536, Int: true}, {Key: "oldest_age_seconds", Value: 20.5}}},
+				Fields: []record.Field{{Key: "buffered_records", Value: 13536, Int: true, Gauge: true}, {Key: "oldest_age_seconds", Value: 20.5}}},
 		},
 		Summaries: []record.Summary{
 			{StartNS: 1_700_000_000_000_000_000, IntervalNS: 5e9, Mean: 300.5, Min: 250, Max: 350, Last: 301, Count: 50,

@@ -57,6 +57,9 @@ type output struct {
 	latencies   []int64
 	// writes counts Write calls (reported as test_writes, see ReportStats)
 	writes atomic.Uint64
+	// lastBatch is the samples of the last Write (the gauge
+	// test_last_batch)
+	lastBatch atomic.Uint64
 	// blockOnce: see block_once
 	blockOnce string
 }
@@ -64,7 +67,8 @@ type output struct {
 // ReportStats implements record.StatsReporter: the host receives it with
 // every Health answer.
 func (o *output) ReportStats(dst []record.Field) []record.Field {
-	return append(dst, record.IntField("test_writes", o.writes.Load()))
+	return append(dst, record.IntField("test_writes", o.writes.Load()),
+		record.GaugeField("test_last_batch", o.lastBatch.Load()))
 }
 
 // Sample is one line of the dump file.
@@ -158,6 +162,7 @@ func (o *output) Write(ctx context.Context, b *record.Batch) error {
 		return record.ErrClosed
 	}
 	o.writes.Add(1)
+	o.lastBatch.Store(uint64(len(b.Samples)))
 	if o.fail {
 		err := errors.New("testplugin: told to fail")
 		if o.kind == record.KindNone { // fail_writes alone: a plain error
