@@ -9,3 +9,6 @@ func WithAfterPin(o Options, f func()) Options {
 
 // CheckNow asks the supervisor to probe the plugin now.
 func (c *Client) CheckNow() { c.check() }
+
+// KillGroup is killGroup, for tests.
+func KillGroup(pid int) { killGroup(pid) }

@@ -2,12 +2,14 @@ package plugins_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -118,4 +120,30 @@ func TestFailedStartEndsPluginProcessGroup(t *testing.T) {
 		t.Fatal("a plugin that does not serve started")
 	}
 	waitGone(t, readPID(t, pidFile))
+}
+
+// killGroup signals only plugin processes the package started and has not
+// reaped: a pid that is not one of them (here a process group of the
+// test's own; in real life a pid reused after the plugin's reap) is left
+// alone.
+func TestKillGroupSparesProcessesNotPlugins(t *testing.T) {
+	cmd := exec.Command("sleep", "300")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	plugins.KillGroup(cmd.Process.Pid)
+	// Then the test ends it with SIGTERM: had KillGroup signalled it, the
+	// SIGKILL (sent first) is what ended it.
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	err := cmd.Wait()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) {
+		t.Fatalf("wait: %v", err)
+	}
+	if ws := exit.Sys().(syscall.WaitStatus); !ws.Signaled() || ws.Signal() != syscall.SIGTERM {
+		t.Fatalf("the process ended with %v: killGroup signalled a process that is not a plugin's (a reused pid)", ws)
+	}
 }

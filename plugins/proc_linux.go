@@ -6,6 +6,8 @@ import (
 	"os/exec"
 	"strconv"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // setProcessAttrs starts the plugin as the leader of a process group of its
@@ -50,4 +52,18 @@ func processRSS(pid int) (rss uint64, ok bool) {
 		return 0, false
 	}
 	return pages * uint64(os.Getpagesize()), true
+}
+
+// waitExited blocks until process pid (a child) has exited, without
+// reaping it (waitid WNOWAIT): until it is reaped, its pid and process
+// group id name it and its group and no other process. It reports false
+// when it could not wait (the caller then reaps without that guarantee).
+func waitExited(pid int) bool {
+	for {
+		var info unix.Siginfo
+		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if err != unix.EINTR {
+			return err == nil
+		}
+	}
 }

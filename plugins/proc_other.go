@@ -24,3 +24,7 @@ func processExited(int) bool { return false }
 // processRSS is not measured here: the memory limit (Options.MemoryMax) is
 // Linux only, and ok is always false.
 func processRSS(int) (rss uint64, ok bool) { return 0, false }
+
+// waitExited cannot wait without reaping here: false (Wait reaps at once;
+// a kill racing the reap may then signal a reused pid).
+func waitExited(int) bool { return false }

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -79,17 +78,4 @@ func killPluginProcess(pc *plugin.Client, cmd *exec.Cmd, timeout time.Duration) 
 		}
 	}
 	endProcess(pc, pid, timeout)
-}
-
-// killGroup SIGKILLs plugin pid's process group: the plugin, started as its
-// leader, and every descendant still in it (a process a plugin started that
-// holds the plugin's stdout or stderr keeps go-plugin waiting for their
-// end). The plugin itself is killed by pid as well, in case it left its
-// group.
-func killGroup(pid int) {
-	if pid <= 0 {
-		return
-	}
-	_ = syscall.Kill(-pid, syscall.SIGKILL)
-	_ = syscall.Kill(pid, syscall.SIGKILL)
 }

@@ -8,6 +8,8 @@ import (
 	"io"
 	"log/slog"
 	"os/exec"
+	"sync"
+	"syscall"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin/runner"
@@ -26,6 +28,44 @@ type processRunner struct {
 	stdout io.ReadCloser
 	stderr io.ReadCloser // the rate-limited copy go-plugin reads
 	raw    io.ReadCloser // the plugin's stderr
+
+	// mu orders kill before the reap: once the process is reaped its pid
+	// (and group id) may name another process, which is never signalled.
+	mu     sync.Mutex
+	reaped bool
+}
+
+// running holds the plugin processes started and not reaped yet, by pid:
+// killGroup signals only these.
+var running struct {
+	sync.Mutex
+	m map[int]*processRunner
+}
+
+// killGroup SIGKILLs plugin pid's process group: the plugin, started as its
+// leader, and every descendant still in it (a process a plugin started that
+// holds the plugin's stdout or stderr keeps go-plugin waiting for their
+// end). The plugin itself is killed by pid as well, in case it left its
+// group. Only a plugin process this package started and has not reaped is
+// signalled: a pid that is not (any more) one of them is left alone.
+func killGroup(pid int) {
+	running.Lock()
+	r := running.m[pid]
+	running.Unlock()
+	if r != nil {
+		r.kill()
+	}
+}
+
+// kill SIGKILLs the plugin's process group and the plugin, unless it has
+// been reaped.
+func (r *processRunner) kill() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if pid := r.cmd.Process.Pid; !r.reaped && pid > 0 {
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
 }
 
 var _ runner.Runner = (*processRunner)(nil)
@@ -53,6 +93,12 @@ func (r *processRunner) Start(context.Context) error {
 	if err := r.cmd.Start(); err != nil {
 		return err
 	}
+	running.Lock()
+	if running.m == nil {
+		running.m = map[int]*processRunner{}
+	}
+	running.m[r.cmd.Process.Pid] = r
+	running.Unlock()
 	pr, pw := io.Pipe()
 	r.stderr = pr
 	go r.filter(pw)
@@ -112,11 +158,33 @@ func lineOutputRaw(line []byte) string {
 	return string(rest[:j])
 }
 
-func (r *processRunner) Wait(context.Context) error { return r.cmd.Wait() }
+// Wait waits for the plugin to exit, ends what it left in its process
+// group (while the plugin, not reaped yet, still holds its pid and group
+// id), then reaps it.
+func (r *processRunner) Wait(context.Context) error {
+	pid := r.cmd.Process.Pid
+	exited := waitExited(pid)
+	if exited {
+		r.mu.Lock() // held over the reap: no kill races it
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+	}
+	err := r.cmd.Wait()
+	if !exited {
+		r.mu.Lock()
+	}
+	r.reaped = true
+	r.mu.Unlock()
+	running.Lock()
+	if running.m[pid] == r {
+		delete(running.m, pid)
+	}
+	running.Unlock()
+	return err
+}
 
 func (r *processRunner) Kill(context.Context) error {
 	if r.cmd.Process != nil {
-		killGroup(r.cmd.Process.Pid)
+		r.kill()
 	}
 	return nil
 }

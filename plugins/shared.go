@@ -205,8 +205,8 @@ func endProcess(pc *plugin.Client, pid int, timeout time.Duration) bool {
 	for waiting := true; waiting; {
 		select {
 		case <-exited:
-			// Descendants the plugin left behind in its group go with it.
-			killGroup(pid)
+			// Descendants the plugin left behind in its group went with
+			// it (processRunner.Wait).
 			return true
 		case <-poll.C:
 			waiting = pid <= 0 || !processExited(pid)
