@@ -3,6 +3,7 @@ package rpc
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 
 	"google.golang.org/grpc"
@@ -33,9 +34,17 @@ type MuxServer struct {
 	mu   sync.Mutex
 	outs map[string]*Server // by instance; removed on Close or a failed Configure
 	// closed holds instances closed since, until one Health call has read
-	// their final counters (the host's last look after the final flush).
-	closed map[string]*Server
+	// their final counters (the host's last look after the final flush),
+	// at most maxClosed of them: closedOrder is their order of closing,
+	// the oldest forgotten first (a host that never looks again, such as
+	// one that gave a wedged instance up, leaves nothing behind for good).
+	closed      map[string]*Server
+	closedOrder []string
 }
+
+// maxClosed bounds the closed instances a MuxServer keeps for their final
+// Health: more than the outputs one host closes at once.
+const maxClosed = 64
 
 // NewMuxServer returns a server that builds each instance's output with f
 // on its Configure.
@@ -132,7 +141,7 @@ func (m *MuxServer) Close(ctx context.Context, req *proto.CloseRequest) (*proto.
 	m.mu.Lock()
 	if m.outs[id] == s {
 		delete(m.outs, id)
-		m.closed[id] = s
+		m.keepClosed(id, s)
 	}
 	m.mu.Unlock()
 	type result struct {
@@ -149,6 +158,20 @@ func (m *MuxServer) Close(ctx context.Context, req *proto.CloseRequest) (*proto.
 		return r.resp, r.err
 	case <-ctx.Done():
 		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+}
+
+// keepClosed keeps closed instance s for one more Health, forgetting the
+// oldest closed instances beyond maxClosed. The caller holds m.mu.
+func (m *MuxServer) keepClosed(id string, s *Server) {
+	m.closedOrder = slices.DeleteFunc(m.closedOrder, func(k string) bool { return m.closed[k] == nil || k == id })
+	m.closed[id] = s
+	m.closedOrder = append(m.closedOrder, id)
+	if n := len(m.closedOrder) - maxClosed; n > 0 {
+		for _, k := range m.closedOrder[:n] {
+			delete(m.closed, k)
+		}
+		m.closedOrder = slices.Delete(m.closedOrder, 0, n)
 	}
 }
 

@@ -66,10 +66,16 @@ func codeOf(err error) codes.Code {
 // muxConn serves a MuxServer whose instances are named outputs over an
 // in-memory connection (key "fail" in a block is refused).
 func muxConn(t *testing.T, log *muxLog) proto.OutputClient {
+	oc, _ := muxServe(t, log)
+	return oc
+}
+
+// muxServe is muxConn, with the MuxServer served.
+func muxServe(t *testing.T, log *muxLog) (proto.OutputClient, *MuxServer) {
 	t.Helper()
 	lis := bufconn.Listen(1 << 20)
 	srv := grpc.NewServer(ServerOptions()...)
-	proto.RegisterOutputServer(srv, NewMuxServer(func(tb *config.Table, env Env) (record.Output, error) {
+	mux := NewMuxServer(func(tb *config.Table, env Env) (record.Output, error) {
 		var fail bool
 		tb.Bool("fail", &fail)
 		if fail {
@@ -77,7 +83,8 @@ func muxConn(t *testing.T, log *muxLog) proto.OutputClient {
 		}
 		tb.Finish()
 		return &named{name: env.Name + "/" + env.Kind, log: log}, nil
-	}, nil))
+	}, nil)
+	proto.RegisterOutputServer(srv, mux)
 	go srv.Serve(lis)
 	t.Cleanup(srv.Stop)
 	conn, err := grpc.NewClient("passthrough:///bufconn", append(DialOptions(),
@@ -87,7 +94,38 @@ func muxConn(t *testing.T, log *muxLog) proto.OutputClient {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return proto.NewOutputClient(conn)
+	return proto.NewOutputClient(conn), mux
+}
+
+// A closed instance is kept for one final Health; instances whose host
+// never asks again (one given up as wedged) are not kept for good: the
+// oldest go beyond maxClosed. The final Health still answers for a recent
+// one.
+func TestMuxServerForgetsClosedInstances(t *testing.T) {
+	oc, mux := muxServe(t, &muxLog{})
+	ctx := context.Background()
+	var last *Client
+	for i := range 3 * maxClosed {
+		last = NewClient(Instance(oc, strconv.Itoa(i)), nil)
+		if err := last.Configure(ctx, ConfigureInput{Name: "o", Kind: "k", Catalog: catalog.Default()}); err != nil {
+			t.Fatal(err)
+		}
+		if err := last.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mux.mu.Lock()
+	kept := len(mux.closed)
+	mux.mu.Unlock()
+	if kept > maxClosed {
+		t.Fatalf("%d closed instances kept, want at most %d", kept, maxClosed)
+	}
+	if err := last.Health(ctx); err != nil {
+		t.Fatalf("final Health of the last closed instance: %v", err)
+	}
+	if err := last.Health(ctx); status.Code(err) != codes.FailedPrecondition && codeOf(err) != codes.FailedPrecondition {
+		t.Fatalf("second Health after close: %v, want FailedPrecondition (forgotten)", err)
+	}
 }
 
 // One process, several outputs: each instance is configured, written and
