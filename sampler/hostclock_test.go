@@ -2,13 +2,18 @@ package sampler
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/gpusampler/gpusampler/record"
 )
 
 type fixedClock struct{ t *time.Time }
@@ -131,5 +136,28 @@ func TestBootTimestampSameInTwoProcesses(t *testing.T) {
 	}
 	if got[0] != got[1] {
 		t.Fatalf("boot timestamp %s µs → %s ns in one process, %s ns in the other", raw, got[0], got[1])
+	}
+}
+
+// A clock step found while a restored cursor is checked (the host offset
+// re-anchored by aheadOfNow, a GPU answering a while after the start) is
+// reported like one found by a drain: the host offset hands each step to
+// one look only, so a look that drops it leaves the step unreported.
+func TestCursorCheckReportsClockStep(t *testing.T) {
+	const off = int64(1_764_000_000_123_456_789)
+	measured := off
+	now := time.Unix(0, off+int64(3600*time.Second))
+	e := &Engine{log: slog.New(slog.DiscardHandler), events: newEventLog(16),
+		host: &hostOffset{measure: func() (int64, bool) { return measured, true }}}
+	l := &deviceLoop{e: e}
+	if _, ok, _ := e.host.offset(now); !ok { // anchored at the start
+		t.Fatal("no offset")
+	}
+	now = now.Add(recheckEvery + 5*time.Millisecond)
+	measured = off + int64(5*time.Millisecond) // the realtime clock stepped 5 ms
+	l.aheadOfNow(uint64(3600*time.Second/time.Microsecond), now)
+	evs, _, _ := e.events.read(0, nil, new(atomic.Uint64))
+	if len(evs) != 1 || evs[0].Kind != record.EventClockStep || !slices.Contains(evs[0].Attrs, record.Attr{Key: "step_ns", Value: "5000000"}) {
+		t.Fatalf("events %+v, want one clock_step of 5 ms", evs)
 	}
 }

@@ -425,8 +425,24 @@ func (l *deviceLoop) aheadOfNow(c uint64, now time.Time) bool {
 	if raw > rt/2 { // Unix time
 		return raw > rt+cursorSlack
 	}
-	off, ok, _ := l.e.host.offset(now)
+	off, ok, step := l.e.host.offset(now)
+	l.reportClockStep(step, now)
 	return ok && raw > rt-time.Duration(off)+cursorSlack
+}
+
+// reportClockStep logs and emits (record.EventClockStep) a realtime clock
+// step of step ns that this loop's look at the host offset re-anchored
+// (0: none). The host offset hands a step to the one look that made it:
+// reported here, it is reported once per host.
+func (l *deviceLoop) reportClockStep(step int64, now time.Time) {
+	if step == 0 {
+		return
+	}
+	l.e.log.Warn("realtime clock stepped: boot-time driver timestamps re-anchored", "step", time.Duration(step))
+	nowNS := now.UnixNano()
+	l.e.Emit(record.Event{Kind: record.EventClockStep, Device: int(l.index), StartNS: nowNS, EndNS: nowNS,
+		Message: "realtime clock stepped against the boot-time clock; driver timestamps re-anchored",
+		Attrs:   []record.Attr{{Key: "step_ns", Value: strconv.FormatInt(step, 10)}, {Key: "scope", Value: "host"}}})
 }
 
 // discardCursor drops buffer b's restored cursor c, which cannot be right
@@ -715,13 +731,7 @@ func (l *deviceLoop) drain(b *bufferState, now time.Time) bool {
 	if l.tb.Observe(raw[len(raw)-1].TimeUS) {
 		l.clockKind.Store(uint32(l.tb.Kind))
 	}
-	if step := l.tb.Stepped; step != 0 {
-		l.e.log.Warn("realtime clock stepped: boot-time driver timestamps re-anchored", "step", time.Duration(step))
-		nowNS := now.UnixNano()
-		l.e.Emit(record.Event{Kind: record.EventClockStep, Device: int(l.index), StartNS: nowNS, EndNS: nowNS,
-			Message: "realtime clock stepped against the boot-time clock; driver timestamps re-anchored",
-			Attrs:   []record.Attr{{Key: "step_ns", Value: strconv.FormatInt(step, 10)}, {Key: "scope", Value: "host"}}})
-	}
+	l.reportClockStep(l.tb.Stepped, now)
 	l.checkLoss(b, raw, lastDrain, l.e.cfg.Clock.Now())
 	b.resumed, b.verify = false, false
 	prev := uint64(0)
