@@ -164,6 +164,14 @@ type Output struct {
 	pool    []*entry
 	msgs    []*natsgo.Msg
 	futures []jetstream.PubAckFuture
+	// arena holds the payloads of one Write's messages back to back.
+	// free: the previous Write's messages, reused with their header maps
+	// by the next one; only without JetStream, whose publishes keep their
+	// message until acknowledged (that path gets a new arena each Write
+	// and new messages). seqText: the current Write's Seq as text.
+	arena   []byte
+	free    []*natsgo.Msg
+	seqText string
 	closed  bool
 
 	// held: messages written before the first connection, in order.
@@ -479,7 +487,13 @@ func (out *Output) hold(msgs []*natsgo.Msg) error {
 		return fmt.Errorf("nats: output %s: no server reached yet and %d bytes already held (reconnect_buffer_bytes %d): %w",
 			out.o.name, out.heldBytes, out.cfg.ReconnectBufferBytes, record.ErrUnavailable)
 	}
-	out.held = append(out.held, msgs...) // messagesFor makes new messages every Write
+	for _, m := range msgs { // messagesFor reuses its messages and payloads
+		h := make(natsgo.Header, len(m.Header))
+		for k, vs := range m.Header {
+			h[k] = slices.Clone(vs)
+		}
+		out.held = append(out.held, &natsgo.Msg{Subject: m.Subject, Header: h, Data: slices.Clone(m.Data)})
+	}
 	out.heldBytes += size
 	out.heldGauge.Store(int64(len(out.held)))
 	return nil
@@ -706,8 +720,18 @@ func (out *Output) messagesFor(b *record.Batch) ([]*natsgo.Msg, error) {
 		}
 	}
 	out.dueIdentities()
+	if out.js == nil {
+		// Core publishes copy each message into the connection's
+		// buffer (hold copies what it keeps): the last Write's messages
+		// and payloads are free again.
+		out.free = append(out.free, out.msgs...)
+		out.arena = out.arena[:0]
+	} else {
+		out.arena = make([]byte, 0, cap(out.arena))
+	}
 	clear(out.msgs)
 	out.msgs = out.msgs[:0]
+	out.seqText = strconv.FormatUint(b.Seq, 10)
 	for _, e := range out.order {
 		e.b.Seq, e.b.Origin = b.Seq, b.Origin
 		first := len(out.msgs)
@@ -719,10 +743,13 @@ func (out *Output) messagesFor(b *record.Batch) ([]*natsgo.Msg, error) {
 			out.splits.Add(uint64(n - 1))
 		}
 		for i, m := range out.msgs[first:] {
-			part := strconv.Itoa(i+1) + "/" + strconv.Itoa(n)
-			m.Header.Set(stream.HeaderPart, part)
+			part := "1/1"
+			if n > 1 {
+				part = strconv.Itoa(i+1) + "/" + strconv.Itoa(n)
+			}
+			setHeader(m.Header, stream.HeaderPart, part)
 			if out.js != nil {
-				m.Header.Set(natsgo.MsgIdHdr, out.instance+":"+strconv.FormatUint(b.Seq, 10)+":"+m.Subject+":"+part)
+				m.Header.Set(natsgo.MsgIdHdr, out.instance+":"+out.seqText+":"+m.Subject+":"+part)
 			}
 		}
 	}
@@ -773,7 +800,9 @@ func (out *Output) commitIdentities() {
 // split encodes sub (a share of e) into one message, or several when it is
 // too large for the server.
 func (out *Output) split(e *entry, sub *record.Batch) error {
-	data := out.enc.encode(nil, sub, out.devs)
+	start := len(out.arena)
+	out.arena = out.enc.encode(out.arena, sub, out.devs)
+	data := out.arena[start:len(out.arena):len(out.arena)]
 	if ee, ok := out.enc.(interface{ encodeErr() error }); ok {
 		if err := ee.encodeErr(); err != nil {
 			// Publishing the rest would count the skipped records as
@@ -783,13 +812,15 @@ func (out *Output) split(e *entry, sub *record.Batch) error {
 	}
 	limit := out.maxData(e.subject)
 	if len(data) <= limit {
-		h := natsgo.Header{}
-		h.Set(stream.HeaderContentType, out.enc.contentType())
-		h.Set(stream.HeaderSchema, strconv.Itoa(stream.SchemaVersion))
-		h.Set(stream.HeaderSeq, strconv.FormatUint(sub.Seq, 10))
-		out.msgs = append(out.msgs, &natsgo.Msg{Subject: e.subject, Header: h, Data: data})
+		m := out.newMsg()
+		m.Subject, m.Data = e.subject, data
+		setHeader(m.Header, stream.HeaderContentType, out.enc.contentType())
+		setHeader(m.Header, stream.HeaderSchema, schemaText)
+		setHeader(m.Header, stream.HeaderSeq, out.seqText)
+		out.msgs = append(out.msgs, m)
 		return nil
 	}
+	out.arena = out.arena[:start]
 	n := len(sub.Samples) + len(sub.Summaries) + len(sub.Events)
 	if n <= 1 {
 		return record.Permanent(fmt.Errorf("nats: output %s: subject %s: one record encodes to %d bytes, more than the %d a message may carry",
@@ -812,6 +843,31 @@ func (out *Output) split(e *entry, sub *record.Batch) error {
 		}
 	}
 	return nil
+}
+
+// schemaText is the Gpusampler-Schema header's value.
+var schemaText = strconv.Itoa(stream.SchemaVersion)
+
+// newMsg returns a message of a former Write (its header map keeps the
+// keys every message sets) or a new one.
+func (out *Output) newMsg() *natsgo.Msg {
+	if n := len(out.free); n > 0 {
+		m := out.free[n-1]
+		out.free[n-1] = nil
+		out.free = out.free[:n-1]
+		return m
+	}
+	return &natsgo.Msg{Header: make(natsgo.Header, 4)}
+}
+
+// setHeader sets h's key (given in canonical form) to the one value v,
+// reusing the value slice.
+func setHeader(h natsgo.Header, key, v string) {
+	if vs := h[key]; len(vs) == 1 {
+		vs[0] = v
+		return
+	}
+	h[key] = []string{v}
 }
 
 // window returns the part of s that falls in the record range [lo, hi) when
