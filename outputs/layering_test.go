@@ -63,6 +63,7 @@ func TestLayering(t *testing.T) {
 		"internal/atomicfile": {"internal/atomicfile"},
 		// Job accounting is fed records and emits records: no engine.
 		"internal/accounting": {"catalog", "internal/accounting", "record"},
+		"internal/dirlock":    {"internal/dirlock"},
 	} {
 		if got := deps(t, root, pkg); !slices.Equal(got, want) {
 			t.Errorf("%s links %q, want %q", pkg, got, want)

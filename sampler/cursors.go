@@ -16,6 +16,7 @@ import (
 
 	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/internal/atomicfile"
+	"github.com/gpusampler/gpusampler/internal/dirlock"
 )
 
 // CursorStore keeps the drain cursors across runs: per GPU UUID and buffer
@@ -85,8 +86,6 @@ const LockFileName = "gpusampler.lock"
 // ErrStateDirInUse is wrapped by the error OpenCursorFile returns when
 // another process owns the state directory (see StateDirInUseError).
 var ErrStateDirInUse = errors.New("sampler: state dir in use")
-
-var errLocked = errors.New("locked")
 
 // StateDirInUseError says which process owns a state directory.
 type StateDirInUseError struct {
@@ -163,17 +162,13 @@ func OpenCursorFile(dir string) (f *CursorFile, ignored bool, err error) {
 // PID into the lock file.
 func lockStateDir(dir string) (*os.File, error) {
 	path := filepath.Join(dir, LockFileName)
-	lf, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("lock state dir: %w", err)
+	lf, err := dirlock.Lock(path)
+	if errors.Is(err, dirlock.ErrLocked) {
+		b, _ := os.ReadFile(path)
+		pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+		return nil, &StateDirInUseError{Dir: dir, PID: pid}
 	}
-	if err := lockFile(lf); err != nil {
-		lf.Close()
-		if errors.Is(err, errLocked) {
-			b, _ := os.ReadFile(path)
-			pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-			return nil, &StateDirInUseError{Dir: dir, PID: pid}
-		}
+	if err != nil {
 		return nil, fmt.Errorf("lock state dir %s: %w", dir, err)
 	}
 	if err := lf.Truncate(0); err == nil {

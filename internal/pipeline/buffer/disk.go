@@ -16,6 +16,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/gpusampler/gpusampler/internal/dirlock"
 )
 
 // On-disk format (all integers little-endian). See README.md.
@@ -283,9 +285,12 @@ func openDiskQueue(dir string, opt diskOptions) (*diskQueue, error) {
 	if err := checkDir(dir, opt.log); err != nil {
 		return nil, err
 	}
-	lock, err := lockDir(dir)
+	lock, err := dirlock.Lock(filepath.Join(dir, lockName))
+	if errors.Is(err, dirlock.ErrLocked) {
+		return nil, fmt.Errorf("lock buffer dir %s: in use by another output or process: %w", dir, err)
+	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("lock buffer dir: %w", err)
 	}
 	q := &diskQueue{dir: dir, opt: opt, lock: lock, header: opt.header}
 	if err := q.recover(); err != nil {
