@@ -179,25 +179,3 @@ func (d *scriptDevice) Processes(q sampler.ProcessQuery, dst []sampler.Process) 
 	d.polled = true
 	return append(dst, ScriptProcesses(d.id.Index)...), nil
 }
-
-// ProcessEvent returns the process record the engine publishes for p on
-// dev, with the poll time left 0 (as sampler's per-process sampling builds
-// it, command line included).
-func ProcessEvent(dev int, p sampler.Process) record.Event {
-	fields := []record.Field{{Key: record.ProcessFieldPID, Value: float64(p.PID), Int: true}}
-	if p.HasMemory {
-		fields = append(fields, record.Field{Key: record.ProcessFieldUsedMemory, Value: float64(p.UsedMemoryMiB), Int: true})
-	}
-	if p.HasUtil {
-		fields = append(fields,
-			record.Field{Key: record.ProcessFieldSMUtil, Value: p.SMUtil, Int: true},
-			record.Field{Key: record.ProcessFieldMemUtil, Value: p.MemUtil, Int: true},
-			record.Field{Key: record.ProcessFieldEncUtil, Value: p.EncUtil, Int: true},
-			record.Field{Key: record.ProcessFieldDecUtil, Value: p.DecUtil, Int: true})
-	}
-	attrs := []record.Attr{{Key: record.ProcessAttrName, Value: p.Name}, {Key: record.ProcessAttrType, Value: p.Type}}
-	if p.Cmdline != "" {
-		attrs = append(attrs, record.Attr{Key: record.ProcessAttrCmdline, Value: p.Cmdline})
-	}
-	return record.Event{Kind: record.EventProcess, Device: dev, Attrs: attrs, Fields: fields}
-}

@@ -1037,6 +1037,15 @@ func (x *Device) GetVbiosVersion() string {
 
 // Event is something that happened on a device (XID error, throttling,
 // threshold crossing, device lost, gpusampler's own metrics...).
+//
+// A process on a GPU (kind "process", one event per process per poll,
+// start_ns == end_ns == the poll time) carries its numbers as integer
+// fields: "pid" always; "used_memory_mib" when the driver knows the
+// memory the process holds; "sm_util", "mem_util", "enc_util" and
+// "dec_util" (percent) together, when it has a utilization sample. Its
+// attrs: "name" (the process name, "pid<PID>" when unknown), "type" ("C",
+// "G" or "C+G", "unknown" when not known), and "cmdline" only when
+// command lines are enabled and the command line is not empty.
 type Event struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// kind: "xid", "ecc", "throttle", "threshold", "device_lost",
