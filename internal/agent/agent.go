@@ -177,6 +177,9 @@ func New(src sampler.Source, cfg *appconfig.Config, opts Options) (*Agent, error
 			b, err := a.build(cfg, []*appconfig.Output{o})
 			if err != nil {
 				a.deferStart(cfg, o, err)
+				if hb, ok := a.hold(a.pending[o.Name], false); ok {
+					built = append(built, hb)
+				}
 				continue
 			}
 			built = append(built, b...)
@@ -250,68 +253,85 @@ func (a *Agent) env(cfg *appconfig.Config, o *appconfig.Output) outputs.BuildEnv
 // built.
 func (a *Agent) build(cfg *appconfig.Config, blocks []*appconfig.Output) ([]builtOutput, error) {
 	var built []builtOutput
-	fail := func(err error) ([]builtOutput, error) {
-		for _, b := range built {
-			b.out.Close()
-		}
-		return nil, err
-	}
 	for _, o := range blocks {
-		k, ok := a.opts.Registry.Lookup(o.Kind)
-		if !ok || k.Build == nil {
-			return fail(fmt.Errorf("%s:%d: outputs.%s: output kind cannot be built", cfg.File, o.Line, o.Kind))
-		}
-		env := a.env(cfg, o)
-		out, err := k.Build(&o.Block, env)
-		if err == nil && isNil(out) {
-			err = errors.New("output kind built no output")
+		out, err := a.buildInner(cfg, o)
+		var b builtOutput
+		if err == nil {
+			b, err = a.wrap(cfg, o, out)
 		}
 		if err != nil {
-			// A Build that failed may still hand back a typed nil (or a
-			// half-built output): nothing of it is used, Close included.
-			return fail(fmt.Errorf("%s:%d: output %s: %w", cfg.File, o.Line, o.Name, err))
-		}
-		// pump → aggregate → buffer → dead letter → output: summaries are
-		// what gets buffered, and the buffer alone talks to the sink; the
-		// dead-letter file sees every refusal the sink makes.
-		if o.DeadLetterDir != "" {
-			dl, err := deadletter.New(out, deadletter.Options{File: filepath.Join(o.DeadLetterDir, o.Name+".deadletter"),
-				MaxBytes: o.DeadLetterMaxBytes, Output: o.Name, Logger: a.log.With("output", o.Name)})
-			if err != nil {
-				out.Close()
-				return fail(fmt.Errorf("%s:%d: output %s: dead_letter_dir: %w", cfg.File, o.Line, o.Name, err))
+			for _, b := range built {
+				b.out.Close()
 			}
-			out = dl
+			return nil, err
 		}
-		var buf *buffer.Buffer
-		if k := o.Buffer.Kind; k == "memory" || k == "disk" {
-			if buf, err = buffer.New(out, o.Buffer, buffer.WithLogger(a.log.With("output", o.Name)),
-				buffer.WithWriteTimeout(o.WriteTimeout), buffer.WithCatalog(a.eng.Catalog()),
-				buffer.WithOrigin(env.Host, env.GlobalTags)); err != nil {
-				out.Close()
-				return fail(fmt.Errorf("%s:%d: output %s: buffer: %w", cfg.File, o.Line, o.Name, err))
-			}
-			out = buf
-		}
-		if o.Aggregate > 0 {
-			opts := aggregate.Options{Interval: o.Aggregate, Logger: a.log.With("output", o.Name), Catalog: a.eng.Catalog()}
-			if buf != nil && o.Buffer.Kind == "disk" {
-				// The open windows survive a crash with the queue they feed.
-				opts.Journal, opts.LastAppended = filepath.Join(o.Buffer.Dir, aggregateJournal), buf.LastAppended
-			}
-			// aggregate.New returns a nil *Output with its error: out keeps
-			// the output it wraps until the wrapper exists, so that the
-			// failure closes what was built, never a typed nil.
-			agg, err := aggregate.New(out, opts)
-			if err != nil {
-				out.Close()
-				return fail(fmt.Errorf("%s:%d: output %s: aggregate: %w", cfg.File, o.Line, o.Name, err))
-			}
-			out = agg
-		}
-		built = append(built, builtOutput{o, out, buf})
+		built = append(built, b)
 	}
 	return built, nil
+}
+
+// buildInner builds o's output itself, without the wrappers (wrap).
+func (a *Agent) buildInner(cfg *appconfig.Config, o *appconfig.Output) (record.Output, error) {
+	k, ok := a.opts.Registry.Lookup(o.Kind)
+	if !ok || k.Build == nil {
+		return nil, fmt.Errorf("%s:%d: outputs.%s: output kind cannot be built", cfg.File, o.Line, o.Kind)
+	}
+	out, err := k.Build(&o.Block, a.env(cfg, o))
+	if err == nil && isNil(out) {
+		err = errors.New("output kind built no output")
+	}
+	if err != nil {
+		// A Build that failed may still hand back a typed nil (or a
+		// half-built output): nothing of it is used, Close included.
+		return nil, fmt.Errorf("%s:%d: output %s: %w", cfg.File, o.Line, o.Name, err)
+	}
+	return out, nil
+}
+
+// wrap puts o's wrappers around out; on error it closes out.
+func (a *Agent) wrap(cfg *appconfig.Config, o *appconfig.Output, out record.Output) (builtOutput, error) {
+	fail := func(what string, err error) (builtOutput, error) {
+		out.Close()
+		return builtOutput{}, fmt.Errorf("%s:%d: output %s: %s%w", cfg.File, o.Line, o.Name, what, err)
+	}
+	// pump → aggregate → buffer → dead letter → output: summaries are
+	// what gets buffered, and the buffer alone talks to the sink; the
+	// dead-letter file sees every refusal the sink makes.
+	if o.DeadLetterDir != "" {
+		dl, err := deadletter.New(out, deadletter.Options{File: filepath.Join(o.DeadLetterDir, o.Name+".deadletter"),
+			MaxBytes: o.DeadLetterMaxBytes, Output: o.Name, Logger: a.log.With("output", o.Name)})
+		if err != nil {
+			return fail("dead_letter_dir: ", err)
+		}
+		out = dl
+	}
+	var buf *buffer.Buffer
+	if k := o.Buffer.Kind; k == "memory" || k == "disk" {
+		env := a.env(cfg, o)
+		var err error
+		if buf, err = buffer.New(out, o.Buffer, buffer.WithLogger(a.log.With("output", o.Name)),
+			buffer.WithWriteTimeout(o.WriteTimeout), buffer.WithCatalog(a.eng.Catalog()),
+			buffer.WithOrigin(env.Host, env.GlobalTags)); err != nil {
+			return fail("buffer: ", err)
+		}
+		out = buf
+	}
+	if o.Aggregate > 0 {
+		opts := aggregate.Options{Interval: o.Aggregate, Logger: a.log.With("output", o.Name), Catalog: a.eng.Catalog()}
+		if buf != nil && o.Buffer.Kind == "disk" {
+			// The open windows survive a crash with the queue they feed.
+			opts.Journal, opts.LastAppended = filepath.Join(o.Buffer.Dir, aggregateJournal), buf.LastAppended
+		}
+		// aggregate.New returns a nil *Output with its error: out keeps
+		// the output it wraps until the wrapper exists, so that the
+		// failure closes what was built, never a typed nil.
+		agg, err := aggregate.New(out, opts)
+		if err != nil {
+			return fail("aggregate: ", err)
+		}
+		out = agg
+	}
+	return builtOutput{o, out, buf}, nil
 }
 
 // isNil reports whether out is nil, a nil interface or an interface
@@ -417,6 +437,12 @@ func (a *Agent) Reload(cfg *appconfig.Config) error {
 	pending, notStarted := a.reloadPending(cfg, envChanged)
 	for _, o := range cfg.Outputs {
 		if notStarted[o.Name] {
+			if p := pending[o.Name]; p.held != nil {
+				// Unchanged and held: its buffer and pump keep running. A
+				// changed one's are closed below, and its new block held
+				// again when it still cannot start.
+				keep[o.Name] = true
+			}
 			continue
 		}
 		r, ok := a.running[o.Name]

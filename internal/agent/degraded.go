@@ -3,8 +3,10 @@ package agent
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/gpusampler/gpusampler/internal/appconfig"
@@ -35,6 +37,117 @@ type pendingOutput struct {
 	// published0 is the engine's published samples when the block was
 	// configured: what was published since never reached this output.
 	published0 uint64
+	// held, for a block with a disk buffer, stands in for the output
+	// while it cannot be built: its pump, aggregation and buffer run
+	// (a.running has the block), so what is published meanwhile is held
+	// on disk and delivered once it starts. heldAt is the engine's
+	// published samples when the holding began (missed before it).
+	held   *heldOutput
+	heldAt uint64
+}
+
+// missed returns the samples published while p's output had not started
+// and nothing held them for it (published: the engine's total now).
+func (p *pendingOutput) missed(published uint64) uint64 {
+	if p.held != nil {
+		published = p.heldAt
+	}
+	return published - min(published, p.published0)
+}
+
+// heldOutput is the innermost output of a disk-buffered block whose
+// output could not be built: until set hands it the built output, Write
+// refuses every batch as unavailable, so that the buffer keeps it (within
+// buffer_max_bytes, the oldest dropped and counted at the cap) and offers
+// it again. Write and Close come from the buffer's goroutine, set from the
+// retry loop.
+type heldOutput struct {
+	mu     sync.Mutex
+	out    record.Output
+	err    error // why the output has not started
+	closed bool
+}
+
+func (h *heldOutput) current() (record.Output, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.out, h.err
+}
+
+// set hands h the built output; false (out not taken) after Close.
+func (h *heldOutput) set(out record.Output) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return false
+	}
+	h.out = out
+	return true
+}
+
+// setErr records the newest reason the output has not started.
+func (h *heldOutput) setErr(err error) {
+	h.mu.Lock()
+	h.err = err
+	h.mu.Unlock()
+}
+
+func (h *heldOutput) Write(ctx context.Context, b *record.Batch) error {
+	out, err := h.current()
+	if out == nil {
+		return record.Unavailable(fmt.Errorf("output has not started: %w", err))
+	}
+	return out.Write(ctx, b)
+}
+
+func (h *heldOutput) Close() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return nil
+	}
+	h.closed = true
+	if h.out != nil {
+		return h.out.Close()
+	}
+	return nil
+}
+
+// ReportStats passes on the started output's counters.
+func (h *heldOutput) ReportStats(dst []record.Field) []record.Field {
+	if out, _ := h.current(); out != nil {
+		return record.ReportStats(out, dst)
+	}
+	return dst
+}
+
+// hold starts holding for p (a pending block with a disk buffer): its
+// wrappers around a heldOutput, attached to the engine. It reports whether
+// it did; a block without a disk buffer, or whose wrappers cannot be built
+// either (the buffer's directory, say), is not held. a.mu held or not yet
+// shared; attach adds the built output to the engine (New attaches later).
+func (a *Agent) hold(p *pendingOutput, attach bool) (builtOutput, bool) {
+	if p.held != nil || p.block.Buffer.Kind != "disk" {
+		return builtOutput{}, false
+	}
+	h := &heldOutput{err: p.err}
+	b, err := a.wrap(p.cfg, p.block, h)
+	if err != nil {
+		a.log.Debug("output not held while it cannot start", "output", p.block.Name, "err", err)
+		return builtOutput{}, false
+	}
+	if attach {
+		if err := a.eng.AddOutput(p.block.Name, b.out, p.block.PumpOptions()); err != nil {
+			b.out.Close()
+			return builtOutput{}, false
+		}
+		a.running[p.block.Name] = p.block
+		a.setBuffer(b)
+	}
+	p.held, p.heldAt = h, a.publishedSamples()
+	a.log.Info("output not started: what is published for it is held in its disk buffer until it starts",
+		"output", p.block.Name, "buffer_dir", p.block.Buffer.Dir, "buffer_max_bytes", p.block.Buffer.MaxBytes)
+	return b, true
 }
 
 // publishedSamples returns the samples every device published so far.
@@ -127,6 +240,10 @@ func (a *Agent) retryLoop(ctx context.Context) {
 // still the pending entry of its output.
 func (a *Agent) retry(ctx context.Context, p *pendingOutput) {
 	name := p.block.Name
+	if p.held != nil {
+		a.retryHeld(ctx, p)
+		return
+	}
 	built, err := a.build(p.cfg, []*appconfig.Output{p.block})
 	published := a.publishedSamples() // before the lock: the engine's own locks come first
 	a.mu.Lock()
@@ -136,6 +253,9 @@ func (a *Agent) retry(ctx context.Context, p *pendingOutput) {
 			built[0].out.Close()
 		}
 		return
+	}
+	if err != nil {
+		defer a.hold(p, true)
 	}
 	if err == nil {
 		b := built[0]
@@ -152,6 +272,35 @@ func (a *Agent) retry(ctx context.Context, p *pendingOutput) {
 		}
 		b.out.Close()
 	}
+	a.retryFailed(p, err)
+}
+
+// retryHeld makes one start attempt of a held output: only the output
+// itself is built; its wrappers run already.
+func (a *Agent) retryHeld(ctx context.Context, p *pendingOutput) {
+	name := p.block.Name
+	out, err := a.buildInner(p.cfg, p.block)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.pending[name] != p || ctx.Err() != nil || (err == nil && !p.held.set(out)) {
+		if err == nil {
+			out.Close()
+		}
+		return
+	}
+	if err == nil {
+		delete(a.pending, name)
+		a.log.Info("output started; what was held for it in its disk buffer is delivered now", "output", name,
+			"failed_attempts", p.failures)
+		return
+	}
+	p.held.setErr(err)
+	a.retryFailed(p, err)
+}
+
+// retryFailed records p's failed start attempt (err) and its next one.
+func (a *Agent) retryFailed(p *pendingOutput, err error) {
+	name := p.block.Name
 	same := p.err != nil && p.err.Error() == err.Error()
 	p.err, p.failures = err, p.failures+1
 	p.delay = backoff.Delay(a.retryMin(), a.retryMax(), int(p.failures-1))
@@ -235,21 +384,21 @@ func (a *Agent) healthEvents(now time.Time, detail []record.Event, st sampler.St
 		var failures, missed uint64
 		if p != nil {
 			failures = p.failures
-			missed = published - min(published, p.published0)
+			missed = p.missed(published)
 		} else if p0, late := a.lateStart[name]; late {
 			// Published between the block's configuration and its pump's
 			// attachment: all published since, less what the pump saw.
 			missed = published - min(published, p0+attached[name])
 		}
 		degraded := false
-		if b := a.buffers[name]; b != nil && p == nil {
+		if b := a.buffers[name]; b != nil && (p == nil || p.held != nil) {
 			degraded = b.Stats().Degraded
 		}
 		evs = append(evs, record.Event{Kind: record.EventSelf, Device: -1, StartNS: ns, EndNS: ns,
 			Attrs: []record.Attr{{Key: "scope", Value: "output_health"}, {Key: "output", Value: name}},
 			Fields: []record.Field{intField("failing", b2u(p != nil || stormy[name] || degraded)), intField("started", b2u(p == nil)),
 				intField("start_failures", failures), intField("buffer_degraded", b2u(degraded)),
-				intField("missed_not_started", missed)}})
+				intField("missed_not_started", missed), intField("held_not_started", b2u(p != nil && p.held != nil))}})
 	}
 	return evs
 }

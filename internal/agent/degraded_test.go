@@ -208,8 +208,9 @@ func TestOutputThatCannotStartIsRetriedWhileOthersRun(t *testing.T) {
 	delete(last["sink"], "missed_not_started")
 	want := map[string]map[string]string{
 		"good": {"output": "good", "failing": "0", "started": "1", "start_failures": "0", "buffer_degraded": "0",
-			"missed_not_started": "0"},
-		"sink": {"output": "sink", "failing": "0", "started": "1", "start_failures": "0", "buffer_degraded": "0"},
+			"missed_not_started": "0", "held_not_started": "0"},
+		"sink": {"output": "sink", "failing": "0", "started": "1", "start_failures": "0", "buffer_degraded": "0",
+			"held_not_started": "0"},
 	}
 	for name, w := range want {
 		if got := last[name]; !mapsEqual(got, w) {
@@ -294,6 +295,13 @@ func TestFormatStatsNotStarted(t *testing.T) {
 	want := "gpusampler stats:\n  output sink         NOT STARTED: 3 failed start attempts; retrying with backoff (the log says why); 1380 samples published meanwhile never reach it\n"
 	if got != want {
 		t.Errorf("FormatStats:\n%q\nwant\n%q", got, want)
+	}
+	ev.Fields = append(ev.Fields[:3], record.Field{Key: "missed_not_started", Value: 0, Int: true},
+		record.Field{Key: "held_not_started", Value: 1, Int: true})
+	got = agent.FormatStats(sampler.Stats{}, []record.Event{ev})
+	want = "gpusampler stats:\n  output sink         NOT STARTED: 3 failed start attempts; retrying with backoff (the log says why); 0 samples published meanwhile never reach it; what is published now is held in its disk buffer until it starts\n"
+	if got != want {
+		t.Errorf("FormatStats, held:\n%q\nwant\n%q", got, want)
 	}
 }
 

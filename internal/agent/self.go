@@ -92,10 +92,21 @@ func (a *Agent) finalStats() {
 	a.mu.Lock()
 	missed := map[string]uint64{}
 	for name, p := range a.pending {
-		missed[name] = published - min(published, p.published0)
+		missed[name] = p.missed(published)
+	}
+	a.mu.Unlock()
+	a.mu.Lock()
+	held := map[string]bool{}
+	for name, p := range a.pending {
+		held[name] = p.held != nil
 	}
 	a.mu.Unlock()
 	for name, err := range a.NotStarted() {
+		if held[name] {
+			a.log.Warn("final output stats: output never started; what its disk buffer holds stays there for its next start",
+				"output", name, "samples_missed", missed[name], "err", err)
+			continue
+		}
 		a.log.Warn("final output stats: output never started; nothing was delivered to it", "output", name,
 			"samples_missed", missed[name], "err", err)
 	}
@@ -211,8 +222,12 @@ func FormatStats(st sampler.Stats, detail []record.Event) string {
 	s := "gpusampler stats:\n"
 	for _, ev := range detail {
 		if attr(ev, "scope") == "output_health" && field(ev, "started") == 0 {
-			s += fmt.Sprintf("  output %-12s NOT STARTED: %d failed start attempts; retrying with backoff (the log says why); %d samples published meanwhile never reach it\n",
+			s += fmt.Sprintf("  output %-12s NOT STARTED: %d failed start attempts; retrying with backoff (the log says why); %d samples published meanwhile never reach it",
 				attr(ev, "output"), int64(field(ev, "start_failures")), int64(field(ev, "missed_not_started")))
+			if field(ev, "held_not_started") != 0 {
+				s += "; what is published now is held in its disk buffer until it starts"
+			}
+			s += "\n"
 		}
 	}
 	for _, o := range st.Outputs {
