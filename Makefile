@@ -96,11 +96,13 @@ gpu-check-bench:
 
 ## generate: regenerate the record messages' and the plugin protocol's Go code (needs Debian's
 ## protobuf-compiler and the pinned protoc-gen-go v1.36.12 and
-## protoc-gen-go-grpc v1.5.1 in GOPATH/bin) and config.example.toml from the
-## outputs' sample.conf fragments.
+## protoc-gen-go-grpc v1.5.1 in GOPATH/bin), config.example.toml from the
+## outputs' sample.conf fragments, and the sample.conf block of every output's
+## and plugin's README.
 generate:
 	PATH="$$PATH:$$($(GO) env GOPATH)/bin" $(GO) generate ./record/recordpb ./plugins/proto
 	$(GO) generate ./internal/registry
+	$(GO) run ./internal/readmegen/cmd/readmegen
 
 clean:
 	rm -rf bin out

@@ -169,14 +169,3 @@ func TestUnencodableBatchRefused(t *testing.T) {
 	}
 }
 
-// The README shows sample.conf as it is (the block config.example.toml
-// carries): the two cannot drift apart.
-func TestReadmeShowsSampleConf(t *testing.T) {
-	readme, err := os.ReadFile("README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(string(readme), "```toml\n"+SampleConfig+"```\n") {
-		t.Errorf("README.md's toml block is not sample.conf as it is:\n%s", SampleConfig)
-	}
-}

@@ -1,7 +1,6 @@
 package gpusampler
 
 import (
-	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -98,23 +97,5 @@ func TestInitRejectsBadPattern(t *testing.T) {
 	p.MetricsExclude = []string{"power["}
 	if err := p.Init(); err == nil || !strings.Contains(err.Error(), `metrics_exclude "power["`) {
 		t.Fatalf("Init() = %v, want the bad pattern named", err)
-	}
-}
-
-// The README's configuration block is sample.conf as it is (Telegraf's
-// "```toml @sample.conf" convention): the two cannot drift apart.
-func TestReadmeEmbedsSampleConf(t *testing.T) {
-	readme, err := os.ReadFile("README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	const start = "```toml @sample.conf\n"
-	_, block, ok := strings.Cut(string(readme), start)
-	if !ok {
-		t.Fatalf("README.md has no %q block", strings.TrimSpace(start))
-	}
-	block, _, _ = strings.Cut(block, "```\n")
-	if block != sampleConfig {
-		t.Errorf("README.md's %q block differs from sample.conf:\n--- README\n%s--- sample.conf\n%s", strings.TrimSpace(start), block, sampleConfig)
 	}
 }
