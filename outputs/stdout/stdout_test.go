@@ -168,4 +168,3 @@ func TestUnencodableBatchRefused(t *testing.T) {
 		t.Fatalf("wrote %q, want %q", buf.String(), want)
 	}
 }
-
