@@ -76,6 +76,7 @@ const topUsage = `usage: gpusampler <command> [flags]
 
 commands:
   run       sample GPUs and stream every sample to outputs
+  jobs      print the live table of per-job accounts (run --format jobs)
   bench     benchmark a command: time, energy, distributions, diagnoses, A/B (bench -- CMD)
   config    print the commented example config (--check FILE validates one)
   metrics   print the metric catalog
@@ -112,6 +113,9 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		err = cmdPlugin(ctx, rest, stdout, stderr)
 	case "subscribe":
 		err = cmdSubscribe(ctx, rest, stdout, stderr)
+	case "jobs":
+		// The live table of per-job accounts: run with --format jobs.
+		err = cmdRun(ctx, append([]string{"--format", "jobs"}, rest...), stdin, stdout, stderr)
 	case "deadletter":
 		err = cmdDeadLetter(rest, stdout)
 	case "version", "--version", "-version":
@@ -123,7 +127,7 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, topUsage)
 	default:
-		err = usagef("unknown command %q (want run, bench, config, metrics, doctor, plugin, subscribe, deadletter or version)", cmd)
+		err = usagef("unknown command %q (want run, jobs, bench, config, metrics, doctor, plugin, subscribe, deadletter or version)", cmd)
 	}
 	if err == nil {
 		return 0

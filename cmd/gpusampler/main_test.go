@@ -19,6 +19,19 @@ func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	return code, out.String(), errb.String()
 }
 
+// gpusampler jobs: the live table of per-job accounts of an ad-hoc run
+// (accounting on; with no attribution source everything is
+// unattributed), with its last totals when the run ends.
+func TestJobsCommand(t *testing.T) {
+	code, out, errOut := runCLI(t, "jobs", "--backend", "sim", "--gpus", "2", "--duration", "2s")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if !strings.HasPrefix(out, "OWNER ") || !strings.Contains(out, "\nunattributed ") || !strings.Contains(out, " 0,1 ") {
+		t.Fatalf("jobs table:\n%s", out)
+	}
+}
+
 func TestUsageErrors(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -36,6 +49,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"run", "--min-max"}, "--min-max applies only with --execd nvidia_smi"},
 		{[]string{"run", "--execd", "gather", "--min-max"}, "--min-max applies only with --execd nvidia_smi"},
 		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
+		{[]string{"jobs", "--bogus"}, "flag provided but not defined: -bogus"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			code, _, stderr := runCLI(t, tc.args...)

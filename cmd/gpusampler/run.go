@@ -248,6 +248,10 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, out, stderr io.
 		if cfg, err = appconfig.Parse("(flags)", nil, copts); err != nil {
 			return err
 		}
+		if *format == "jobs" {
+			// The jobs table shows the per-job accounts.
+			cfg.Attribution.Accounting = true
+		}
 		cfg.Outputs = []*appconfig.Output{{
 			Block: outputs.Block{Kind: "stdout", Name: "stdout", Options: stdout.Options{Format: *format}, Raw: map[string]any{"format": *format},
 				WriteTimeout: record.DefaultWriteTimeout},

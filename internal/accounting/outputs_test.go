@@ -4,8 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"math"
+	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/internal/accounting"
@@ -106,7 +110,8 @@ func TestJobRecordsOnEveryOutput(t *testing.T) {
 		t.Errorf("protobuf round trip: %+v, want %+v", got, end)
 	}
 
-	o, err := prometheus.New(prometheus.Options{Listen: "127.0.0.1:0", Host: "node7"})
+	now := time.Unix(1_800_000_000, 0)
+	o, err := prometheus.New(prometheus.Options{Listen: "127.0.0.1:0", Host: "node7", Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,6 +138,14 @@ func TestJobRecordsOnEveryOutput(t *testing.T) {
 			}
 			got[mf.GetName()] = m.GetCounter().GetValue() + m.GetGauge().GetValue()
 		}
+	}
+	// An ended job's series stay 5 minutes after its job end, then go.
+	now = now.Add(5*time.Minute + time.Second)
+	if err := o.Write(context.Background(), &record.Batch{}); err != nil {
+		t.Fatal(err)
+	}
+	if mfs, _ := o.Gatherer().Gather(); slices.ContainsFunc(mfs, func(mf *dto.MetricFamily) bool { return strings.HasPrefix(mf.GetName(), "gpusampler_job_") }) {
+		t.Error("an ended job's series are still there 5 minutes after its end")
 	}
 	if got["gpusampler_job_energy_joules_total"] != 600 || got["gpusampler_job_busy_seconds_total"] != 2 ||
 		math.Abs(got["gpusampler_job_allocated_seconds_total"]-2) > 1e-9 || got["gpusampler_job_exactness_ratio"] != 1 {

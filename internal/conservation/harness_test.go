@@ -127,6 +127,9 @@ type env struct {
 	stdout *os.File
 	// tails follow the record files (by path) while the test polls them.
 	tails map[string]*tail
+	// accounting turns [attribution] accounting on (job and job_end
+	// records, package internal/accounting), reporting every second.
+	accounting bool
 }
 
 // tail follows one record file: each poll parses only the complete lines
@@ -249,6 +252,11 @@ func (e *env) configText() string {
 		text := b.String()
 		b.Reset()
 		b.WriteString(strings.Replace(text, "[sampler]\n", fmt.Sprintf("[sampler]\n  ring_size = %d\n", e.ring), 1))
+	}
+	if e.accounting {
+		text := b.String()
+		b.Reset()
+		b.WriteString(strings.Replace(text, "\n[[outputs.record]]\n", "\n[attribution]\n  accounting = true\n  accounting_interval = \"1s\"\n\n[[outputs.record]]\n", 1))
 	}
 	if e.stdout != nil {
 		b.WriteString("\n[[outputs.stdout]]\n  name = \"stdout\"\n  write_timeout = \"2s\"\n")

@@ -236,6 +236,35 @@ var scenarios = []scenario{
 				}
 			}
 		}},
+	{name: "jobs", about: "per-job accounting on: GPU 0 unattributed, held by pod a, then pod b, then nobody, one phase each; the job and job_end records reach every cell",
+		run: func(t *testing.T, e *env) result {
+			e.accounting = true
+			r := e.start(newScript())
+			r.phase()
+			// Every cell has each identity before it changes: an output
+			// sends the identity it finds when it writes, so one that
+			// read after two changes would skip the middle generation.
+			r.settle(nil)
+			for _, pod := range []string{"a", "b", ""} {
+				var owner record.Attribution
+				if pod != "" {
+					owner = record.Attribution{Pod: pod, Namespace: "matrix", Container: "main"}
+				}
+				r.a.Engine().SetAttribution(0, owner)
+				r.phase()
+				r.settle(nil)
+			}
+			res := finish(t, e, r)
+			checkJobEnds(t, res.witness, "matrix/a/main", "matrix/b/main")
+			return res
+		},
+		check: func(cell, received) func(*outcome) {
+			return func(o *outcome) {
+				if n := o.dropped.total(); n != 0 {
+					o.problems = append(o.problems, fmt.Sprintf("%d records counted dropped without a fault", n))
+				}
+			}
+		}},
 	{name: "down", about: "the sink refuses every write as retryable for a while, then takes writes again",
 		run: func(t *testing.T, e *env) result {
 			r := e.start(newScript())
@@ -554,6 +583,40 @@ func TestMatrix(t *testing.T) {
 	}
 	t.Logf("conservation matrix (records: devices, samples or summaries, events incl. process and self):\n%s",
 		strings.Join(table, "\n"))
+}
+
+// checkJobEnds checks that the witness received one job_end record on GPU
+// 0 for each owner, carrying the same figures as the owner's last job
+// record (the counters' last values).
+func checkJobEnds(t *testing.T, witness []conservation.Batch, owners ...string) {
+	t.Helper()
+	last := map[string]record.Event{}
+	ends := map[string][]record.Event{}
+	for _, b := range witness {
+		for _, ev := range b.Events {
+			owner := ""
+			for _, a := range ev.Attrs {
+				if a.Key == record.AttrOwner {
+					owner = a.Value
+				}
+			}
+			switch {
+			case ev.Kind == record.EventJob && ev.Device == 0:
+				last[owner] = ev
+			case ev.Kind == record.EventJobEnd && ev.Device == 0:
+				ends[owner] = append(ends[owner], ev)
+			}
+		}
+	}
+	for _, o := range owners {
+		if len(ends[o]) != 1 {
+			t.Errorf("witness: %d job_end records of %s on GPU 0, want 1", len(ends[o]), o)
+			continue
+		}
+		if end, job := ends[o][0], last[o]; !slices.Equal(end.Fields, job.Fields) || record.FieldValue(end.Fields, record.JobFieldAllocated) <= 0 {
+			t.Errorf("witness: %s's job end %v, its last job record %v", o, end.Fields, job.Fields)
+		}
+	}
 }
 
 // checkWitness checks the witness against the script: every scripted

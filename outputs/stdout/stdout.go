@@ -1,7 +1,8 @@
 // Package stdout is the in-process output that writes records to the
 // process's standard output (or any io.Writer): InfluxDB line protocol
-// shaped like Telegraf's nvidia_smi input, JSON Lines, or a live table like
-// `nvidia-smi dmon` (one row per GPU per interval, mean and max). It runs in process
+// shaped like Telegraf's nvidia_smi input, JSON Lines, a live table like
+// `nvidia-smi dmon` (one row per GPU per interval, mean and max), or the
+// live table of the per-job accounts ("jobs"). It runs in process
 // because a plugin's stdout carries the go-plugin handshake.
 package stdout
 
@@ -29,7 +30,7 @@ import (
 var SampleConfig string
 
 // Formats lists the supported formats.
-var Formats = []string{"influx", "json", "table"}
+var Formats = []string{"influx", "json", "table", "jobs"}
 
 // DefaultTableInterval is the table format's row interval when the block
 // sets no aggregate interval.
@@ -37,7 +38,7 @@ const DefaultTableInterval = time.Second
 
 // Options configure the output.
 type Options struct {
-	// Format is "influx" (default) or "json".
+	// Format is one of Formats ("influx" by default).
 	Format string
 	// Host names the host in every record.
 	Host string
@@ -81,6 +82,8 @@ func New(w io.Writer, opts Options) (*Output, error) {
 		enc = jsonl.New(jsonl.Options{Host: opts.Host, GlobalTags: opts.GlobalTags, Catalog: opts.Catalog})
 	case "table":
 		enc = newTableEncoder(opts.Location, opts.Color, opts.Catalog)
+	case "jobs":
+		enc = newJobsEncoder()
 	default:
 		return nil, fmt.Errorf("stdout: unknown format %q (want one of: %s)", opts.Format, strings.Join(Formats, ", "))
 	}
