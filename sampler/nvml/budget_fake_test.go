@@ -57,14 +57,14 @@ func childCallBudget(t *testing.T, src *Source, clk *clocktest.Clock) {
 		return out
 	}
 	// Two device loops and the watchdog park on the clock.
-	eng, col := runEngineHooked(t, src, sampler.Config{}, clk, 3, to, func(now time.Time) {
+	eng, col := stepEngine(t, src, sampler.Config{}, clk, 3, to, failOnDrops, func(now time.Time) {
 		switch el := now.Sub(start); {
 		case at10 == nil && el >= from:
 			at10 = snapshot()
 		case at60 == nil && el >= to:
 			at60 = snapshot()
 		}
-	})
+	}, nil)
 	if at10 == nil || at60 == nil {
 		t.Fatalf("no call snapshot at 10 s (%v) or 60 s (%v)", at10 != nil, at60 != nil)
 	}

@@ -103,12 +103,20 @@ func startEngine(t *testing.T, src sampler.Source, cfg sampler.Config) (*sampler
 	cfg.DrainInterval = 20 * time.Millisecond
 	cfg.FieldInterval = 20 * time.Millisecond
 	cfg.LostRetryInterval = 10 * time.Millisecond
+	return launch(t, src, cfg, 5*time.Millisecond)
+}
+
+// launch runs the engine on src with one collecting output (flushed every
+// flush) until the returned stop is called (at the latest when the test
+// ends).
+func launch(t *testing.T, src sampler.Source, cfg sampler.Config, flush time.Duration) (*sampler.Engine, *collector, func()) {
+	t.Helper()
 	eng, err := sampler.New(src, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	col := &collector{}
-	if err := eng.AddOutput("collect", col, sampler.PumpOptions{FlushInterval: 5 * time.Millisecond}); err != nil {
+	if err := eng.AddOutput("collect", col, sampler.PumpOptions{FlushInterval: flush}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -298,12 +306,12 @@ func childLostAtStart(t *testing.T, src *Source, clk *clocktest.Clock) {
 	const every = 200 * time.Millisecond
 	back := t0.Add(time.Second)
 	answered := false
-	eng, col := runEngineHooked(t, src, sampler.Config{LostRetryInterval: every}, clk, 3, 2*time.Second, func(now time.Time) {
+	eng, col := stepEngine(t, src, sampler.Config{LostRetryInterval: every}, clk, 3, 2*time.Second, failOnDrops, func(now time.Time) {
 		if !answered && !now.Before(back) {
 			ctlFile(t, "lost1", false, "") // the GPU answers from the next probe on
 			answered = true
 		}
-	})
+	}, nil)
 	st := eng.Stats().Devices[1]
 	// Probes at t0+200ms … t0+1s fail; the one at t0+1.2s finds the GPU.
 	if st.Recoveries != 1 || st.Probes != 6 || st.State != sampler.DeviceOK {
@@ -364,7 +372,7 @@ func childLostAndBack(t *testing.T, src *Source, clk *clocktest.Clock) {
 	const every = 100 * time.Millisecond
 	loseAt, answerAt := t0.Add(500*time.Millisecond), t0.Add(750*time.Millisecond)
 	var lostFile, answered time.Time
-	eng, col := runEngineHooked(t, src, sampler.Config{LostRetryInterval: every}, clk, 3, 2*time.Second, func(now time.Time) {
+	eng, col := stepEngine(t, src, sampler.Config{LostRetryInterval: every}, clk, 3, 2*time.Second, failOnDrops, func(now time.Time) {
 		switch {
 		case lostFile.IsZero() && !now.Before(loseAt):
 			ctlFile(t, "lost1", true, "")
@@ -373,7 +381,7 @@ func childLostAndBack(t *testing.T, src *Source, clk *clocktest.Clock) {
 			ctlFile(t, "lost1", false, "")
 			answered = now
 		}
-	})
+	}, nil)
 	lost := col.eventsOf(record.EventDeviceLost, 1)
 	rec := col.eventsOf(record.EventDeviceRecovery, 1)
 	if len(lost) != 1 || len(rec) != 1 {

@@ -3,7 +3,6 @@
 package nvml
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -287,55 +286,11 @@ func counted(eng *sampler.Engine, col *collector, logs *syncBuffer, dev int) str
 		st.SuspectedLosses, st.LostEstimate, len(col.eventsOf(record.EventSampleLoss, dev)), warns, discarded, dropped)
 }
 
-// stepRun runs the engine on clk until d has passed on it, stepping to the
-// earliest deadline once armed timers are parked, and keeping the output
-// caught up (its lanes read) before each step. hook, when set, is called at
-// each step while everything is parked and returns how many timers are
-// armed from then on (0: unchanged); hung, when set, tells the stepper a
-// driver call blocks (one loop fewer parks). Unlike runEngineStepped it
-// does not fail on output drops: the figures report them.
-func stepRun(t *testing.T, src sampler.Source, cfg sampler.Config, clk *clocktest.Clock, armed int, d time.Duration,
-	hook func(now time.Time), hung func() bool) (*sampler.Engine, *collector) {
-	t.Helper()
-	cfg.Clock = clk
-	eng, err := sampler.New(src, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	col := &collector{}
-	if err := eng.AddOutput("collect", col, sampler.PumpOptions{FlushInterval: 5 * time.Millisecond}); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- eng.Run(ctx) }()
-	end := clk.Now().Add(d)
-	isHung := func() bool { return hung != nil && hung() }
-	for {
-		waitParked(clk, armed, isHung)
-		n := armed
-		if isHung() {
-			n--
-			waitParked(clk, n, func() bool { return false })
-		}
-		keepLanesRead(t, eng)
-		if hook != nil {
-			hook(clk.Now())
-		}
-		if next, _ := clk.Next(); next.After(end) {
-			break
-		}
-		clk.Step(n)
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	return eng, col
-}
-
 // keepLanesRead waits until the output has read (or dropped) all but a
-// little of what the devices published (a liveness bound only).
+// little of what the devices published (a liveness bound only). A stepped
+// engine publishes as fast as the test moves the clock, but the output's
+// pump flushes on real time: a pump not scheduled for a while would let
+// the rings overrun and drop what the test means to count.
 func keepLanesRead(t *testing.T, eng *sampler.Engine) {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
@@ -399,7 +354,7 @@ func childCursorAhead(t *testing.T, src *Source, clk *clocktest.Clock, lib strin
 	}
 	// Run 1: the device loop, the watchdog and the cursor saver park.
 	s1 := open()
-	stepRun(t, src, sampler.Config{Cursors: s1}, clk, 3, 2*time.Second, nil, nil)
+	stepEngine(t, src, sampler.Config{Cursors: s1}, clk, 3, 2*time.Second, reportDrops, nil, nil)
 	closeStore(s1)
 	// The wall clock steps back (60 s, then 0.5 s: less than any slack
 	// for "ahead of now", so only the buffers' newest samples tell), the
@@ -413,7 +368,7 @@ func childCursorAhead(t *testing.T, src *Source, clk *clocktest.Clock, lib strin
 		var logs syncBuffer
 		s2 := open()
 		start := clk2.Now()
-		eng, col := stepRun(t, src2, sampler.Config{Cursors: s2, Logger: textLogger(&logs)}, clk2, 3, 5*time.Second, nil, nil)
+		eng, col := stepEngine(t, src2, sampler.Config{Cursors: s2, Logger: textLogger(&logs)}, clk2, 3, 5*time.Second, reportDrops, nil, nil)
 		closeStore(s2)
 		end := clk2.Now()
 		clk = clk2
@@ -447,7 +402,7 @@ func childIdleStart(t *testing.T, src *Source, clk *clocktest.Clock) {
 	var logs syncBuffer
 	start := clk.Now()
 	m := newFakeModel(t, start)
-	eng, col := stepRun(t, src, sampler.Config{Logger: textLogger(&logs)}, clk, 2, 16*time.Second, nil, nil)
+	eng, col := stepEngine(t, src, sampler.Config{Logger: textLogger(&logs)}, clk, 2, 16*time.Second, reportDrops, nil, nil)
 	end := clk.Now()
 	enc := catalog.BufferEncoderUtil
 	expected := map[catalog.BufferType][]uint64{enc: m.takenIn(enc, uint64(start.UnixMicro()), uint64(end.UnixMicro()))}
@@ -469,7 +424,7 @@ func childLostStartLoss(t *testing.T, src *Source, clk *clocktest.Clock) {
 	start := clk.Now()
 	back := start.Add(4 * time.Second)
 	answered := false
-	eng, col := stepRun(t, src, sampler.Config{Logger: textLogger(&logs)}, clk, 3, 8*time.Second, func(now time.Time) {
+	eng, col := stepEngine(t, src, sampler.Config{Logger: textLogger(&logs)}, clk, 3, 8*time.Second, reportDrops, func(now time.Time) {
 		if !answered && !now.Before(back) {
 			ctlFile(t, "lost1", false, "")
 			answered = true
@@ -512,7 +467,7 @@ func childOutage(t *testing.T, src *Source, clk *clocktest.Clock) {
 		at := 12*time.Second + time.Duration(i)*3*time.Second
 		outages = append(outages, outage{at, at + time.Second})
 	}
-	eng, col := stepRun(t, src, sampler.Config{Logger: textLogger(&logs)}, clk, 3, 28*time.Second, func(now time.Time) {
+	eng, col := stepEngine(t, src, sampler.Config{Logger: textLogger(&logs)}, clk, 3, 28*time.Second, reportDrops, func(now time.Time) {
 		el := now.Sub(start)
 		lost := false
 		for _, o := range outages {
@@ -589,7 +544,7 @@ func childIdleRestart(t *testing.T, src *Source, clk *clocktest.Clock, lib strin
 	}
 	start := clk.Now()
 	s1 := open()
-	_, c1 := stepRun(t, src, sampler.Config{Cursors: s1}, clk, 3, 2*time.Second, nil, nil)
+	_, c1 := stepEngine(t, src, sampler.Config{Cursors: s1}, clk, 3, 2*time.Second, reportDrops, nil, nil)
 	closeStore(s1)
 	clk.Advance(200 * time.Millisecond)
 	src2, err := Open(Options{LibraryPath: lib, Now: clk.Now})
@@ -598,7 +553,7 @@ func childIdleRestart(t *testing.T, src *Source, clk *clocktest.Clock, lib strin
 	}
 	var logs syncBuffer
 	s2 := open()
-	eng, c2 := stepRun(t, src2, sampler.Config{Cursors: s2, Logger: textLogger(&logs)}, clk, 3, 6*time.Second, nil, nil)
+	eng, c2 := stepEngine(t, src2, sampler.Config{Cursors: s2, Logger: textLogger(&logs)}, clk, 3, 6*time.Second, reportDrops, nil, nil)
 	closeStore(s2)
 	end := clk.Now()
 	m := newFakeModel(t, start)
@@ -627,7 +582,7 @@ func childHang4s(t *testing.T, src *Source, clk *clocktest.Clock) {
 	start := clk.Now()
 	hangAt, releaseAt := start.Add(5*time.Second), start.Add(9*time.Second)
 	hung := false
-	eng, col := stepRun(t, src, sampler.Config{Logger: textLogger(&logs)}, clk, 2, 20*time.Second, func(now time.Time) {
+	eng, col := stepEngine(t, src, sampler.Config{Logger: textLogger(&logs)}, clk, 2, 20*time.Second, reportDrops, func(now time.Time) {
 		switch {
 		case !hung && !now.Before(hangAt):
 			ctlFile(t, "hang0", true, "")
@@ -657,7 +612,7 @@ func childHang4s(t *testing.T, src *Source, clk *clocktest.Clock) {
 func childDeepBacklog(t *testing.T, src *Source, clk *clocktest.Clock) {
 	var logs syncBuffer
 	start := clk.Now()
-	eng, col := stepRun(t, src, sampler.Config{Logger: textLogger(&logs)}, clk, 2, 3*time.Second, nil, nil)
+	eng, col := stepEngine(t, src, sampler.Config{Logger: textLogger(&logs)}, clk, 2, 3*time.Second, reportDrops, nil, nil)
 	end := clk.Now()
 	m := newFakeModel(t, start)
 	expected := map[catalog.BufferType][]uint64{}
