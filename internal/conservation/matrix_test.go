@@ -231,9 +231,7 @@ var scenarios = []scenario{
 		},
 		check: func(cell, received) func(*outcome) {
 			return func(o *outcome) {
-				if n := o.dropped.total(); n != 0 {
-					o.problems = append(o.problems, fmt.Sprintf("%d records counted dropped without a fault", n))
-				}
+				o.noDrops("without a fault")
 			}
 		}},
 	{name: "jobs", about: "per-job accounting on: GPU 0 unattributed, held by pod a, then pod b, then nobody, one phase each; the job and job_end records reach every cell",
@@ -280,9 +278,7 @@ var scenarios = []scenario{
 		},
 		check: func(cell, received) func(*outcome) {
 			return func(o *outcome) {
-				if n := o.dropped.total(); n != 0 {
-					o.problems = append(o.problems, fmt.Sprintf("%d records counted dropped across an outage the buffers and pumps should ride out", n))
-				}
+				o.noDrops("across an outage the buffers and pumps should ride out")
 			}
 		}},
 	{name: "refuse", about: "the sink refuses one batch permanently (however often offered); later batches must arrive",
@@ -344,12 +340,9 @@ var scenarios = []scenario{
 		},
 		check: func(c cell, got received) func(*outcome) {
 			return func(o *outcome) {
-				pids := map[int]bool{}
-				for _, b := range got.ok {
-					pids[b.PID] = true
-				}
-				if len(pids) < 2 {
-					o.problems = append(o.problems, fmt.Sprintf("batches came from %d plugin processes, want a restarted one too", len(pids)))
+				pids := processes(got.ok)
+				if pids < 2 {
+					o.problems = append(o.problems, fmt.Sprintf("batches came from %d plugin processes, want a restarted one too", pids))
 				}
 			}
 		}},
@@ -371,20 +364,15 @@ var scenarios = []scenario{
 		},
 		check: func(c cell, got received) func(*outcome) {
 			return func(o *outcome) {
-				pids := map[int]bool{}
-				for _, b := range got.ok {
-					pids[b.PID] = true
-				}
+				pids := processes(got.ok)
 				wedged := len(got.down) > 0
 				switch {
-				case wedged && len(pids) < 2:
-					o.problems = append(o.problems, fmt.Sprintf("the wedged cell's batches came from %d process(es), want a restarted one too", len(pids)))
-				case !wedged && len(pids) != 1:
-					o.problems = append(o.problems, fmt.Sprintf("a healthy cell's batches came from %d processes: restarted beside the wedged one", len(pids)))
+				case wedged && pids < 2:
+					o.problems = append(o.problems, fmt.Sprintf("the wedged cell's batches came from %d process(es), want a restarted one too", pids))
+				case !wedged && pids != 1:
+					o.problems = append(o.problems, fmt.Sprintf("a healthy cell's batches came from %d processes: restarted beside the wedged one", pids))
 				}
-				if n := o.dropped.total(); n != 0 {
-					o.problems = append(o.problems, fmt.Sprintf("%d records counted dropped across a wedge the pumps and buffers should ride out", n))
-				}
+				o.noDrops("across a wedge the pumps and buffers should ride out")
 			}
 		}},
 	{name: "blackhole", about: "the shared hop: one cell's sink black-holes (each Write waits out its deadline) for a while, beside healthy cells in the same plugin process, then recovers",
@@ -406,16 +394,11 @@ var scenarios = []scenario{
 		},
 		check: func(c cell, got received) func(*outcome) {
 			return func(o *outcome) {
-				pids := map[int]bool{}
-				for _, b := range append(got.ok, got.down...) {
-					pids[b.PID] = true
+				pids := processes(got.ok, got.down)
+				if pids != 1 {
+					o.problems = append(o.problems, fmt.Sprintf("batches came from %d processes: the shared process was restarted (a slow sink taken for wedged?)", pids))
 				}
-				if len(pids) != 1 {
-					o.problems = append(o.problems, fmt.Sprintf("batches came from %d processes: the shared process was restarted (a slow sink taken for wedged?)", len(pids)))
-				}
-				if n := o.dropped.total(); n != 0 {
-					o.problems = append(o.problems, fmt.Sprintf("%d records counted dropped across a slow sink the pumps and buffers should ride out", n))
-				}
+				o.noDrops("across a slow sink the pumps and buffers should ride out")
 			}
 		}},
 	{name: "sighup", about: "reloads between phases: unchanged config, every cell changed (flush_interval), [sampler] changed (drain_interval), a broken config",
@@ -704,4 +687,24 @@ func sortedEvent(ev record.Event) record.Event {
 	slices.SortFunc(ev.Fields, func(x, y record.Field) int { return strings.Compare(x.Key, y.Key) })
 	slices.SortFunc(ev.Attrs, func(x, y record.Attr) int { return strings.Compare(x.Key, y.Key) })
 	return ev
+}
+
+// processes returns how many recording processes (PIDs) the batches came
+// from.
+func processes(batches ...[]conservation.Batch) int {
+	pids := map[int]bool{}
+	for _, bs := range batches {
+		for _, b := range bs {
+			pids[b.PID] = true
+		}
+	}
+	return len(pids)
+}
+
+// noDrops adds a problem when the cell counted records dropped; across says
+// what the scenario put it through.
+func (o *outcome) noDrops(across string) {
+	if n := o.dropped.total(); n != 0 {
+		o.problems = append(o.problems, fmt.Sprintf("%d records counted dropped %s", n, across))
+	}
 }
