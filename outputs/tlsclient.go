@@ -5,6 +5,8 @@ import (
 	"crypto/x509"
 	"fmt"
 	"os"
+
+	"github.com/gpusampler/gpusampler/config"
 )
 
 // TLSClient names a network output's client TLS files and settings, set
@@ -51,4 +53,24 @@ func (c TLSClient) Load() (*tls.Config, error) {
 		tc.Certificates = []tls.Certificate{cert}
 	}
 	return tc, nil
+}
+
+// ParseTLSClient decodes the keys tls_ca, tls_cert, tls_key,
+// tls_server_name and insecure_skip_verify of a block, reporting a
+// certificate without its key (or the reverse) at the missing key.
+func ParseTLSClient(t *config.Table) TLSClient {
+	var c TLSClient
+	t.String("tls_ca", &c.CA)
+	t.String("tls_cert", &c.Cert)
+	t.String("tls_key", &c.Key)
+	t.String("tls_server_name", &c.ServerName)
+	t.Bool("insecure_skip_verify", &c.InsecureSkipVerify)
+	if (c.Cert == "") != (c.Key == "") {
+		k := "tls_cert"
+		if c.Key == "" {
+			k = "tls_key"
+		}
+		t.Errorf(k, "tls_cert and tls_key go together (a client certificate needs its key)")
+	}
+	return c
 }

@@ -3,6 +3,7 @@ package record
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // ErrorKind is what an Output's Write error asks of whoever offered the
@@ -144,3 +145,39 @@ type unavailableError struct{ err error }
 
 func (e *unavailableError) Error() string   { return e.err.Error() }
 func (e *unavailableError) Unwrap() []error { return []error{e.err, ErrUnavailable} }
+
+// RetryAfter marks err with the sink's hint of how long to wait before the
+// batch is offered again (an HTTP Retry-After, an OTLP RetryInfo). It does
+// not change err's kind: mark the kind as usual (Unavailable(RetryAfter(err,
+// d)) or the reverse). Whoever retries — a buffer's backoff, a pump holding
+// a refused batch — waits at least the hint (at most MaxRetryAfter), and
+// the plugin protocol carries it across the process boundary. RetryAfter(nil, d) is nil; d <= 0
+// leaves err unmarked.
+func RetryAfter(err error, d time.Duration) error {
+	if err == nil || d <= 0 {
+		return err
+	}
+	return &retryAfterError{err: err, after: d}
+}
+
+// MaxRetryAfter caps the hint a retrier honours: a sink asking for longer
+// is asked again after this long.
+const MaxRetryAfter = 5 * time.Minute
+
+// RetryAfterOf returns the hint an error in err's chain was marked with by
+// RetryAfter (the outermost), and whether there is one.
+func RetryAfterOf(err error) (time.Duration, bool) {
+	var r *retryAfterError
+	if errors.As(err, &r) {
+		return r.after, true
+	}
+	return 0, false
+}
+
+type retryAfterError struct {
+	err   error
+	after time.Duration
+}
+
+func (e *retryAfterError) Error() string { return e.err.Error() }
+func (e *retryAfterError) Unwrap() error { return e.err }

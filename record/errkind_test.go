@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"testing"
+	"time"
 
 	"github.com/gpusampler/gpusampler/record"
 )
@@ -80,5 +81,31 @@ func TestSentinelsArePackagePrefixed(t *testing.T) {
 		if !errors.Is(fmt.Errorf("write batch 7: %w", err), err) {
 			t.Errorf("errors.Is does not find %q through wrapping", err)
 		}
+	}
+}
+
+// record.RetryAfter marks an error with a hint without changing its kind, through
+// any wrapping; nil and non-positive hints mark nothing.
+func TestRetryAfter(t *testing.T) {
+	base := errors.New("sink: 429")
+	for _, tc := range []struct {
+		err  error
+		kind record.ErrorKind
+		hint time.Duration
+	}{
+		{record.RetryAfter(base, time.Second), record.KindRetryable, time.Second},
+		{record.Unavailable(record.RetryAfter(base, 2*time.Second)), record.KindUnavailable, 2 * time.Second},
+		{record.RetryAfter(record.Unavailable(base), 3*time.Second), record.KindUnavailable, 3 * time.Second},
+		{fmt.Errorf("write: %w", record.Permanent(record.RetryAfter(base, 4*time.Second))), record.KindPermanent, 4 * time.Second},
+		{record.RetryAfter(base, 0), record.KindRetryable, 0},
+		{base, record.KindRetryable, 0},
+	} {
+		hint, ok := record.RetryAfterOf(tc.err)
+		if record.Classify(tc.err) != tc.kind || hint != tc.hint || ok != (tc.hint > 0) || tc.err.Error() != "write: sink: 429" && tc.err.Error() != base.Error() {
+			t.Errorf("%v: %v, hint %v %v; want %v, %v", tc.err, record.Classify(tc.err), hint, ok, tc.kind, tc.hint)
+		}
+	}
+	if record.RetryAfter(nil, time.Second) != nil {
+		t.Error("record.RetryAfter(nil) != nil")
 	}
 }

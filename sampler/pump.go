@@ -95,6 +95,9 @@ type pump struct {
 	offers  int  // Writes of the held batch that failed as retryable
 	// heldKind is the kind of the last refusal of the held batch.
 	heldKind record.ErrorKind
+	// holdUntil: the output's retry hint (record.RetryAfterOf) of the last
+	// refusal; the held batch is not offered before it.
+	holdUntil time.Time
 	// keep is Select's verdict per MetricID (false past the catalog's
 	// end); nil when there is no Select and every sample passes.
 	keep []bool
@@ -253,6 +256,10 @@ func (p *pump) flushAll(ctx context.Context) {
 		return
 	}
 	b := &p.batch
+	if p.held && time.Now().Before(p.holdUntil) {
+		p.account(0, 0) // the output asked for time (record.RetryAfter)
+		return
+	}
 	if p.held && !p.write(ctx) {
 		p.account(0, 0)
 		return
@@ -472,6 +479,10 @@ func (p *pump) write(ctx context.Context) bool {
 	if kind == record.KindUnavailable || (kind == record.KindRetryable && p.offers < record.RetryableOffers) {
 		p.retries.Add(1)
 		p.heldKind = kind
+		p.holdUntil = time.Time{}
+		if hint, ok := record.RetryAfterOf(err); ok {
+			p.holdUntil = time.Now().Add(min(hint, record.MaxRetryAfter))
+		}
 		if !p.held {
 			p.held = true
 			p.pending.Store(uint64(len(b.Samples)))

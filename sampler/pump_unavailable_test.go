@@ -199,3 +199,57 @@ func TestPumpUnavailableAtStopAbsorbed(t *testing.T) {
 		}
 	}
 }
+
+// hinting refuses its first batch as unavailable with a retry hint of an
+// hour (a collector's Retry-After) and takes every batch after.
+type hinting struct {
+	mu     sync.Mutex
+	offers int
+}
+
+func (h *hinting) Write(ctx context.Context, b *record.Batch) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(b.Samples) == 0 {
+		return nil
+	}
+	h.offers++
+	if h.offers == 1 {
+		return record.Unavailable(record.RetryAfter(fmt.Errorf("429: slow down"), time.Hour))
+	}
+	return nil
+}
+
+func (h *hinting) Close() error { return nil }
+
+func (h *hinting) Offers() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.offers
+}
+
+// A pump holding a batch the output refused with a retry hint does not
+// offer it again before the hint is over: the samples wait in the rings.
+func TestPumpHonoursRetryHint(t *testing.T) {
+	dev := newFakeDevice(0)
+	e, err := sampler.New(&fakeSource{devs: []*fakeDevice{dev}}, sampler.Config{
+		DrainInterval: 20 * time.Millisecond, Select: onlyPowerBuffer, RingSize: 1 << 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := &hinting{}
+	if err := e.AddOutput("h", out, sampler.PumpOptions{FlushInterval: 5 * time.Millisecond, MaxBatch: 16,
+		WriteTimeout: 100 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	var held atomic.Bool // latched: the stop drops what is held
+	runUntil(t, e, func() bool {
+		if st := e.Stats().Outputs[0]; st.Pending > 0 && st.Lag > 200 {
+			held.Store(true)
+		}
+		return held.Load()
+	})
+	if n := out.Offers(); n != 1 {
+		t.Errorf("the held batch was offered %d times within its hour's hint", n)
+	}
+}

@@ -172,18 +172,35 @@ func naming(n catalog.Naming) string {
 	return s + ")"
 }
 
+// otelNaming is the OPENTELEMETRY column: the name, its fixed attributes
+// in braces, the instrument, type, unit and scale
+// ("hw.gpu.utilization{hw.gpu.task=general} (gauge, float, 1, ×0.01)").
+func otelNaming(n catalog.OTelNaming) string {
+	name := n.Name
+	if len(n.Attrs) > 0 {
+		kv := make([]string, len(n.Attrs))
+		for i, a := range n.Attrs {
+			kv[i] = a[0] + "=" + a[1]
+		}
+		name += "{" + strings.Join(kv, ",") + "}"
+	}
+	s := naming(n.Naming)
+	return name + " (" + n.Instrument.String() + ", " + strings.TrimPrefix(s, n.Name+" (")
+}
+
 // printCatalog prints one row per metric: our name, unit, group, kind,
 // source, and with their type, unit and scale: the field Telegraf's
 // nvidia_smi input emits ("-" where it has none; its string for two-state
 // metrics it writes as text), the field our line
-// protocol writes (Telegraf's where it has one), and dcgm-exporter's name.
+// protocol writes (Telegraf's where it has one), dcgm-exporter's name and
+// the OpenTelemetry output's.
 func printCatalog(w io.Writer, c *catalog.Catalog) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	// ID is the metric's number on the wire (records.proto's MetricId).
-	fmt.Fprintln(tw, "ID\tMETRIC\tUNIT\tGROUP\tKIND\tSOURCE\tTELEGRAF nvidia_smi\tLINE PROTOCOL\tDCGM")
+	fmt.Fprintln(tw, "ID\tMETRIC\tUNIT\tGROUP\tKIND\tSOURCE\tTELEGRAF nvidia_smi\tLINE PROTOCOL\tDCGM\tOPENTELEMETRY")
 	for _, m := range c.All() {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, m.Name, m.Unit, m.Group, m.Kind, m.Src, telegrafNaming(&m),
-			naming(m.Influx()), naming(m.DCGM))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, m.Name, m.Unit, m.Group, m.Kind, m.Src, telegrafNaming(&m),
+			naming(m.Influx()), naming(m.DCGM), otelNaming(m.OTel()))
 	}
 	return tw.Flush()
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/gpusampler/gpusampler/outputs/execd"
 	"github.com/gpusampler/gpusampler/outputs/influxdb"
 	"github.com/gpusampler/gpusampler/outputs/nats"
+	"github.com/gpusampler/gpusampler/outputs/opentelemetry"
 	"github.com/gpusampler/gpusampler/outputs/prometheus"
 	"github.com/gpusampler/gpusampler/outputs/stdout"
 	"github.com/gpusampler/gpusampler/outputs/telegraf"
@@ -22,6 +23,7 @@ func Builtin() *outputs.Registry {
 		execd.Kind(),
 		influxdb.Kind(),
 		nats.Kind(),
+		opentelemetry.Kind(),
 		plugins.Kind(),
 		prometheus.Kind(),
 		stdout.Kind(),

@@ -144,18 +144,7 @@ func ParseHTTP(t *config.Table) HTTPConfig {
 	t.OneOf("content_encoding", &h.ContentEncoding, "identity", "gzip")
 	t.Duration("timeout", &h.Timeout)
 	t.Int("max_payload_bytes", &h.MaxPayloadBytes, 1<<10, 1<<30)
-	t.String("tls_ca", &h.TLS.CA)
-	t.String("tls_cert", &h.TLS.Cert)
-	t.String("tls_key", &h.TLS.Key)
-	t.String("tls_server_name", &h.TLS.ServerName)
-	t.Bool("insecure_skip_verify", &h.TLS.InsecureSkipVerify)
-	if (h.TLS.Cert == "") != (h.TLS.Key == "") {
-		k := "tls_cert"
-		if h.TLS.Key == "" {
-			k = "tls_key"
-		}
-		t.Errorf(k, "tls_cert and tls_key go together (a client certificate needs its key)")
-	}
+	h.TLS = outputs.ParseTLSClient(t)
 	return h
 }
 

@@ -5,16 +5,15 @@ import (
 	"context"
 	_ "embed"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
 	"sync/atomic"
-	"time"
 
 	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/internal/encoding/lineproto"
+	"github.com/gpusampler/gpusampler/outputs"
 	"github.com/gpusampler/gpusampler/record"
 )
 
@@ -63,7 +62,7 @@ type Stats struct {
 type Output struct {
 	w   *Writer   // the writer of the server in use (ws[cur])
 	ws  []*Writer // one per URL
-	cur int
+	fo  outputs.Failover
 	enc *lineproto.Encoder
 
 	closed bool
@@ -94,7 +93,7 @@ func New(opts Options) (*Output, error) {
 		tags = append(tags, lineproto.Tag{Key: k, Value: opts.GlobalTags[k]})
 	}
 	enc := lineproto.New(lineproto.Options{Host: opts.Host, GlobalTags: tags, Catalog: opts.Catalog})
-	return &Output{w: w, ws: ws, enc: enc}, nil
+	return &Output{w: w, ws: ws, fo: outputs.Failover{N: len(ws)}, enc: enc}, nil
 }
 
 // Writer returns the output's writer.
@@ -130,32 +129,13 @@ func (o *Output) Write(ctx context.Context, b *record.Batch) error {
 // permanent refusal is returned at once: another server would refuse the
 // same lines.
 func (o *Output) post(ctx context.Context, body []byte) error {
-	if len(o.ws) == 1 {
-		return o.w.Write(ctx, body)
+	from, to, err := o.fo.Do(ctx, func(ctx context.Context, k int) error { return o.ws[k].Write(ctx, body) })
+	if err == nil && from != to {
+		o.failovers.Add(1)
+		o.w.log.Warn("influxdb: failed over", "from", o.ws[from].Endpoint(), "to", o.ws[to].Endpoint())
+		o.w = o.ws[to]
 	}
-	var errs []error
-	for i := range o.ws {
-		k := (o.cur + i) % len(o.ws)
-		wctx, cancel := ctx, context.CancelFunc(func() {})
-		if dl, ok := ctx.Deadline(); ok && i < len(o.ws)-1 {
-			wctx, cancel = context.WithTimeout(ctx, time.Until(dl)/time.Duration(len(o.ws)-i))
-		}
-		err := o.ws[k].Write(wctx, body)
-		cancel()
-		if err == nil {
-			if k != o.cur {
-				o.failovers.Add(1)
-				o.w.log.Warn("influxdb: failed over", "from", o.ws[o.cur].Endpoint(), "to", o.ws[k].Endpoint())
-				o.cur, o.w = k, o.ws[k]
-			}
-			return nil
-		}
-		if record.IsPermanent(err) || ctx.Err() != nil {
-			return err
-		}
-		errs = append(errs, err)
-	}
-	return fmt.Errorf("every server failed: %w", errors.Join(errs...))
+	return err
 }
 
 // Close releases idle connections; a second Close does nothing.

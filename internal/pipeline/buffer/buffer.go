@@ -451,7 +451,12 @@ func (b *Buffer) deliver(e entry, batch *record.Batch) {
 			b.log.Warn("output write failed; retrying with backoff", "seq", batch.Seq, "attempt", attempt+1,
 				"retries_total", b.retries.Load(), "err", err)
 		}
-		if b.opts.sleep(b.retryCtx, b.backoff(attempt)) != nil {
+		wait := b.backoff(attempt)
+		if hint, ok := record.RetryAfterOf(err); ok {
+			// The sink said when to come back (Retry-After, RetryInfo).
+			wait = max(wait, min(hint, record.MaxRetryAfter))
+		}
+		if b.opts.sleep(b.retryCtx, wait) != nil {
 			return
 		}
 	}

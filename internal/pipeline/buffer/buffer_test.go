@@ -425,3 +425,32 @@ func TestDiskDirLocked(t *testing.T) {
 		t.Fatal("a second buffer opened a directory in use")
 	}
 }
+
+// A sink's retry hint (record.RetryAfter: Retry-After, RetryInfo)
+// lengthens the backoff to at least the hint, at most
+// record.MaxRetryAfter; a hint shorter than the backoff changes nothing.
+func TestRetryAfterHint(t *testing.T) {
+	for _, env := range kinds {
+		hints := []time.Duration{7 * time.Second, time.Microsecond, time.Hour}
+		sink := &fakeSink{script: func(call int, _ *record.Batch) error {
+			if call <= len(hints) {
+				return record.Unavailable(record.RetryAfter(errUnavailable, hints[call-1]))
+			}
+			return nil
+		}}
+		sr := &sleepRecorder{}
+		b := env.newBuffer(t, sink, Config{RetryInitial: time.Millisecond, RetryMax: 8 * time.Millisecond}, withSleep(sr.Sleep))
+		if err := b.Write(context.Background(), testBatch(1, 3)); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := sr.Delays(), []time.Duration{7 * time.Second, 2 * time.Millisecond, record.MaxRetryAfter}; !slices.Equal(got, want) {
+			t.Errorf("%s: delays %v, want %v", env.kind, got, want)
+		}
+		if got := sink.Accepted(t); !slices.Equal(got, []uint64{1}) {
+			t.Errorf("%s: accepted %v", env.kind, got)
+		}
+	}
+}

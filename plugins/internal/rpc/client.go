@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -203,7 +204,7 @@ func statusError(err error) error {
 	if kind == record.KindNone { // a detail that contradicts the error itself
 		kind = record.KindRetryable
 	}
-	return record.WithKind(re, kind)
+	return record.WithKind(record.RetryAfter(re, detailRetryAfter(st)), kind)
 }
 
 // detailKind returns the kind an ErrorInfo detail of st names.
@@ -216,6 +217,17 @@ func detailKind(st *status.Status) (record.ErrorKind, bool) {
 		}
 	}
 	return 0, false
+}
+
+// detailRetryAfter returns the delay of a RetryInfo detail of st (the
+// output's retry hint), 0 when none.
+func detailRetryAfter(st *status.Status) time.Duration {
+	for _, d := range st.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok && ri.GetRetryDelay() != nil {
+			return ri.GetRetryDelay().AsDuration()
+		}
+	}
+	return 0
 }
 
 // IsTransport reports whether err says the call may not have reached a

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -91,6 +92,29 @@ func TestWriteErrorKindRoundTrip(t *testing.T) {
 				t.Fatalf("status code %v, want %v", st.Code(), tc.wantCode)
 			}
 		})
+	}
+}
+
+// An error's retry hint crosses the protocol with its kind.
+func TestWriteErrorRetryAfterRoundTrip(t *testing.T) {
+	out := &scripted{}
+	c := serve(t, out)
+	base := errors.New("otlp: 429 Too Many Requests")
+	for _, tc := range []struct {
+		err  error
+		kind record.ErrorKind
+		hint time.Duration
+	}{
+		{record.Unavailable(record.RetryAfter(base, 7*time.Second)), record.KindUnavailable, 7 * time.Second},
+		{record.RetryAfter(base, 1500*time.Millisecond), record.KindRetryable, 1500 * time.Millisecond},
+		{record.Unavailable(base), record.KindUnavailable, 0},
+	} {
+		out.err = tc.err
+		err := c.Write(context.Background(), &record.Batch{Seq: 1, Samples: []record.Sample{{TimeNS: 1, Value: 2}}})
+		hint, ok := record.RetryAfterOf(err)
+		if record.Classify(err) != tc.kind || hint != tc.hint || ok != (tc.hint > 0) {
+			t.Errorf("%v: host sees %v (%v) with hint %v, want %v with %v", tc.err, err, record.Classify(err), hint, tc.kind, tc.hint)
+		}
 	}
 }
 

@@ -12,6 +12,8 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/protoadapt"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/config"
@@ -159,8 +161,9 @@ const ErrorDomain = "gpusampler.plugin"
 // status: a code by kind — PERMANENT is InvalidArgument, UNAVAILABLE is
 // Unavailable, RETRYABLE is DeadlineExceeded for a deadline, Unknown
 // otherwise — plus an errdetails.ErrorInfo that names the kind, so the
-// host restores the kind exactly (see the client's statusError). The
-// message is err's.
+// host restores the kind exactly (see the client's statusError), and an
+// errdetails.RetryInfo with the error's retry hint (record.RetryAfterOf)
+// when it has one. The message is err's.
 func WriteStatus(err error) *status.Status {
 	kind := record.Classify(err)
 	code := codes.Unknown
@@ -175,7 +178,11 @@ func WriteStatus(err error) *status.Status {
 		code = codes.DeadlineExceeded
 	}
 	st := status.New(code, err.Error())
-	if d, derr := st.WithDetails(&errdetails.ErrorInfo{Reason: kind.String(), Domain: ErrorDomain}); derr == nil {
+	details := []protoadapt.MessageV1{&errdetails.ErrorInfo{Reason: kind.String(), Domain: ErrorDomain}}
+	if hint, ok := record.RetryAfterOf(err); ok {
+		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(hint)})
+	}
+	if d, derr := st.WithDetails(details...); derr == nil {
 		st = d
 	}
 	return st

@@ -1,0 +1,482 @@
+package opentelemetry
+
+import (
+	"maps"
+	"math"
+	"slices"
+
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	metricspb "go.opentelemetry.io/proto/otlp/metrics/v1"
+	resourcepb "go.opentelemetry.io/proto/otlp/resource/v1"
+
+	"github.com/gpusampler/gpusampler/catalog"
+	"github.com/gpusampler/gpusampler/record"
+)
+
+// Names of what is not a catalog metric.
+const (
+	// EventMetric carries every event but self-metrics and processes: one
+	// int gauge point of value 1 per event at its start.
+	EventMetric = catalog.OTelNamespace + "event"
+	// SelfPrefix + a self-metric field's key names its gauge.
+	SelfPrefix = catalog.OTelNamespace + "self."
+	// ProcessPrefix + a process field's key names its gauge.
+	ProcessPrefix = catalog.OTelNamespace + "process."
+	// ScopeName is the instrumentation scope of every metric.
+	ScopeName = "gpusampler"
+	// ServiceName is the service.name resource attribute.
+	ServiceName = "gpusampler"
+	// Vendor is the hw.vendor of every GPU.
+	Vendor = "NVIDIA"
+)
+
+// Resource attributes of a device's attribution. No OpenTelemetry
+// convention names a Slurm job: it goes in our namespace.
+var attributionKeys = [4]string{"k8s.pod.name", "k8s.namespace.name", "k8s.container.name", catalog.OTelNamespace + "hpc_job"}
+
+// seriesKey names one counter series.
+type seriesKey struct {
+	dev    uint16
+	metric catalog.MetricID
+}
+
+// counterState is what the encoder keeps of a counter series for its start
+// time: the stream's start and the last value and time sent.
+type counterState struct {
+	start, lastT int64
+	last         float64
+}
+
+// deviceInfo is a device's identity as the encoder uses it.
+type deviceInfo struct {
+	attrs []*commonpb.KeyValue // point attributes
+	attr  record.Attribution
+}
+
+// encoder turns batches into one OTLP MetricsData (wire-identical to an
+// ExportMetricsServiceRequest). It remembers device identities (they come
+// once) and the counters' start times. Not safe for concurrent use.
+type encoder struct {
+	cat       *catalog.Catalog
+	names     []catalog.OTelNaming // by MetricID
+	nameAttrs [][]*commonpb.KeyValue
+	baseRes   []*commonpb.KeyValue
+	scope     *commonpb.InstrumentationScope
+	start     int64 // the output's start (ns): the earliest counter start
+	pointRead *commonpb.KeyValue
+
+	devices map[int]*deviceInfo
+	uuids   map[int]string // device index → UUID (MIG parents)
+	// series is the committed counter state; pending what the last encode
+	// changed (committed once the sink took or refused the batch, so that a
+	// batch offered again is encoded the same way).
+	series, pending map[seriesKey]counterState
+
+	// per encode
+	res    map[record.Attribution]*resBuild
+	points int
+}
+
+type resBuild struct {
+	rm      *metricspb.ResourceMetrics
+	metrics map[string]*metricspb.Metric
+}
+
+func newEncoder(opts *Options, startNS int64) *encoder {
+	cat := opts.Catalog
+	if cat == nil {
+		cat = catalog.Default()
+	}
+	e := &encoder{cat: cat, start: startNS, devices: map[int]*deviceInfo{}, uuids: map[int]string{},
+		series: map[seriesKey]counterState{}, pending: map[seriesKey]counterState{},
+		scope:     &commonpb.InstrumentationScope{Name: ScopeName, Version: opts.Version},
+		pointRead: kvBool(catalog.OTelNamespace+"point_read", true)}
+	e.names = make([]catalog.OTelNaming, cat.Len())
+	e.nameAttrs = make([][]*commonpb.KeyValue, cat.Len())
+	for _, m := range cat.All() {
+		n := m.OTel()
+		e.names[m.ID] = n
+		for _, a := range n.Attrs {
+			e.nameAttrs[m.ID] = append(e.nameAttrs[m.ID], kvString(a[0], a[1]))
+		}
+	}
+	e.baseRes = append(e.baseRes, kvString("service.name", ServiceName))
+	if opts.Version != "" {
+		e.baseRes = append(e.baseRes, kvString("service.version", opts.Version))
+	}
+	if opts.Host != "" {
+		e.baseRes = append(e.baseRes, kvString("host.name", opts.Host))
+	}
+	for _, k := range slices.Sorted(maps.Keys(opts.GlobalTags)) {
+		e.baseRes = append(e.baseRes, kvString(k, opts.GlobalTags[k]))
+	}
+	for _, k := range slices.Sorted(maps.Keys(opts.ResourceAttributes)) {
+		e.baseRes = append(e.baseRes, kvString(k, opts.ResourceAttributes[k]))
+	}
+	return e
+}
+
+func kvString(k, v string) *commonpb.KeyValue {
+	return &commonpb.KeyValue{Key: k, Value: &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: v}}}
+}
+
+func kvInt(k string, v int64) *commonpb.KeyValue {
+	return &commonpb.KeyValue{Key: k, Value: &commonpb.AnyValue{Value: &commonpb.AnyValue_IntValue{IntValue: v}}}
+}
+
+func kvBool(k string, v bool) *commonpb.KeyValue {
+	return &commonpb.KeyValue{Key: k, Value: &commonpb.AnyValue{Value: &commonpb.AnyValue_BoolValue{BoolValue: v}}}
+}
+
+// deviceAttrs returns the point attributes of a device identity: the
+// OpenTelemetry hardware conventions' hw.*, and ours.
+func deviceAttrs(d *record.Device, parentUUID string) []*commonpb.KeyValue {
+	a := []*commonpb.KeyValue{kvString("hw.type", "gpu"), kvString("hw.id", d.UUID), kvString("hw.name", d.DisplayName()),
+		kvString("hw.vendor", Vendor)}
+	opt := func(k, v string) {
+		if v != "" {
+			a = append(a, kvString(k, v))
+		}
+	}
+	opt("hw.model", d.Name)
+	opt("hw.driver_version", d.DriverVersion)
+	opt("hw.firmware_version", d.VBIOSVersion)
+	opt("hw.serial_number", d.Serial)
+	a = append(a, kvInt(catalog.OTelNamespace+"gpu.index", int64(d.Index)))
+	opt(catalog.OTelNamespace+"gpu.pci_bus_id", d.PCIBusID)
+	if d.Simulated {
+		a = append(a, kvBool(catalog.OTelNamespace+"simulated", true))
+	}
+	if d.MIG {
+		opt("hw.parent", parentUUID)
+		opt(catalog.OTelNamespace+"mig.profile", d.MIGProfile)
+		a = append(a, kvInt(catalog.OTelNamespace+"mig.gpu_instance_id", int64(d.GPUInstanceID)),
+			kvInt(catalog.OTelNamespace+"mig.compute_instance_id", int64(d.ComputeInstanceID)))
+	}
+	return a
+}
+
+// setDevices takes the batch's identities.
+func (e *encoder) setDevices(devs []record.Device) {
+	if len(devs) == 0 {
+		return
+	}
+	for i := range devs {
+		e.uuids[devs[i].Index] = devs[i].UUID
+	}
+	for i := range devs {
+		d := &devs[i]
+		e.devices[d.Index] = &deviceInfo{attrs: deviceAttrs(d, e.uuids[d.Parent]), attr: d.Attribution}
+	}
+}
+
+// device returns the identity of device index (a stand-in with the index
+// alone when its identity never came).
+func (e *encoder) device(index int) *deviceInfo {
+	if d, ok := e.devices[index]; ok {
+		return d
+	}
+	d := &deviceInfo{attrs: []*commonpb.KeyValue{kvString("hw.type", "gpu"), kvInt(catalog.OTelNamespace+"gpu.index", int64(index))}}
+	e.devices[index] = d
+	return d
+}
+
+// resource returns the resource of attribution a, creating it.
+func (e *encoder) resource(a record.Attribution) *resBuild {
+	if r, ok := e.res[a]; ok {
+		return r
+	}
+	attrs := slices.Clone(e.baseRes)
+	for i, v := range a.Values() {
+		if v != "" {
+			attrs = append(attrs, kvString(attributionKeys[i], v))
+		}
+	}
+	r := &resBuild{rm: &metricspb.ResourceMetrics{Resource: &resourcepb.Resource{Attributes: attrs},
+		ScopeMetrics: []*metricspb.ScopeMetrics{{Scope: e.scope}}}, metrics: map[string]*metricspb.Metric{}}
+	e.res[a] = r
+	return r
+}
+
+// metric returns the resource's metric named name, creating it with the
+// data of kind in (its temporality for sums and histograms).
+func (r *resBuild) metric(name, unit string, in catalog.Instrument, hist bool) *metricspb.Metric {
+	key := name
+	if hist {
+		key += "\x00h"
+	}
+	if m, ok := r.metrics[key]; ok {
+		return m
+	}
+	m := &metricspb.Metric{Name: name, Unit: unit}
+	switch {
+	case hist:
+		m.Data = &metricspb.Metric_Histogram{Histogram: &metricspb.Histogram{
+			AggregationTemporality: metricspb.AggregationTemporality_AGGREGATION_TEMPORALITY_DELTA}}
+	case in == catalog.OTelCounter || in == catalog.OTelUpDownCounter:
+		m.Data = &metricspb.Metric_Sum{Sum: &metricspb.Sum{IsMonotonic: in == catalog.OTelCounter,
+			AggregationTemporality: metricspb.AggregationTemporality_AGGREGATION_TEMPORALITY_CUMULATIVE}}
+	default:
+		m.Data = &metricspb.Metric_Gauge{Gauge: &metricspb.Gauge{}}
+	}
+	sm := r.rm.ScopeMetrics[0]
+	sm.Metrics = append(sm.Metrics, m)
+	r.metrics[key] = m
+	return m
+}
+
+func addNumber(m *metricspb.Metric, p *metricspb.NumberDataPoint) {
+	switch d := m.Data.(type) {
+	case *metricspb.Metric_Gauge:
+		d.Gauge.DataPoints = append(d.Gauge.DataPoints, p)
+	case *metricspb.Metric_Sum:
+		d.Sum.DataPoints = append(d.Sum.DataPoints, p)
+	}
+}
+
+func number(p *metricspb.NumberDataPoint, t catalog.ValueType, v float64) {
+	if t == catalog.Int && !math.IsNaN(v) && !math.IsInf(v, 0) {
+		p.Value = &metricspb.NumberDataPoint_AsInt{AsInt: int64(math.Round(v))}
+		return
+	}
+	p.Value = &metricspb.NumberDataPoint_AsDouble{AsDouble: v}
+}
+
+// pointAttrs joins a device's attributes and a metric's own.
+func pointAttrs(dev []*commonpb.KeyValue, extra ...[]*commonpb.KeyValue) []*commonpb.KeyValue {
+	n := len(dev)
+	for _, x := range extra {
+		n += len(x)
+	}
+	if n == len(dev) {
+		return dev
+	}
+	out := make([]*commonpb.KeyValue, 0, n)
+	out = append(out, dev...)
+	for _, x := range extra {
+		out = append(out, x...)
+	}
+	return out
+}
+
+// counterStart returns the start time of a counter series' point at t with
+// value v, noting the series' new state in pending: the output's start or
+// the series' first time, whichever is earlier; after a decrease (the
+// counter was reset) the time of the series' last point before it.
+func (e *encoder) counterStart(k seriesKey, t int64, v float64) int64 {
+	st, ok := e.pending[k]
+	if !ok {
+		st, ok = e.series[k]
+	}
+	switch {
+	case !ok:
+		st.start = min(e.start, t)
+	case v < st.last:
+		st.start = st.lastT
+	}
+	if st.start > t {
+		st.start = t
+	}
+	st.last, st.lastT = v, t
+	e.pending[k] = st
+	return st.start
+}
+
+// commit keeps the counter state of the last encode (the sink took its
+// batch, or refused it for good).
+func (e *encoder) commit() {
+	maps.Copy(e.series, e.pending)
+	clear(e.pending)
+}
+
+// discard forgets the counter state of the last encode (its batch will be
+// offered again).
+func (e *encoder) discard() { clear(e.pending) }
+
+// encode builds the request for a batch's records (its devices already
+// taken with setDevices); points is the number of data points. The result
+// shares nothing with the records.
+func (e *encoder) encode(samples []record.Sample, summaries []record.Summary, events []record.Event) (req *metricspb.MetricsData, points int) {
+	e.res = map[record.Attribution]*resBuild{}
+	e.points = 0
+	order := []record.Attribution{}
+	res := func(a record.Attribution) *resBuild {
+		if _, ok := e.res[a]; !ok {
+			order = append(order, a)
+		}
+		return e.resource(a)
+	}
+	for i := range samples {
+		s := &samples[i]
+		if int(s.Metric) >= len(e.names) || s.Metric == 0 {
+			continue // not in the catalog: nothing names it (the pump counts none such)
+		}
+		n := &e.names[s.Metric]
+		dev := e.device(int(s.Device))
+		var extra []*commonpb.KeyValue
+		if s.Flags&record.FlagPointRead != 0 {
+			extra = []*commonpb.KeyValue{e.pointRead}
+		}
+		v := s.Value * n.Scale
+		p := &metricspb.NumberDataPoint{Attributes: pointAttrs(dev.attrs, e.nameAttrs[s.Metric], extra), TimeUnixNano: uint64(s.TimeNS)}
+		if n.Instrument != catalog.OTelGauge {
+			p.StartTimeUnixNano = uint64(e.counterStart(seriesKey{s.Device, s.Metric}, s.TimeNS, v))
+		}
+		number(p, n.Type, v)
+		addNumber(res(dev.attr).metric(n.Name, n.Unit, n.Instrument, false), p)
+		e.points++
+	}
+	for i := range summaries {
+		e.summary(&summaries[i], res)
+	}
+	for i := range events {
+		e.event(&events[i], res)
+	}
+	req = &metricspb.MetricsData{}
+	for _, a := range order {
+		req.ResourceMetrics = append(req.ResourceMetrics, e.res[a].rm)
+	}
+	e.res = nil
+	return req, e.points
+}
+
+// summary adds a window summary: a counter's last value as its cumulative
+// sum at the window's end, any other metric as an exponential histogram
+// of the window's samples.
+func (e *encoder) summary(s *record.Summary, res func(record.Attribution) *resBuild) {
+	if int(s.Metric) >= len(e.names) || s.Metric == 0 || s.Count == 0 {
+		return
+	}
+	n := &e.names[s.Metric]
+	dev := e.device(int(s.Device))
+	end := s.StartNS + s.IntervalNS
+	attrs := pointAttrs(dev.attrs, e.nameAttrs[s.Metric])
+	if n.Instrument != catalog.OTelGauge {
+		v := s.Last * n.Scale
+		p := &metricspb.NumberDataPoint{Attributes: attrs, TimeUnixNano: uint64(end)}
+		p.StartTimeUnixNano = uint64(e.counterStart(seriesKey{s.Device, s.Metric}, end, v))
+		number(p, n.Type, v)
+		addNumber(res(dev.attr).metric(n.Name, n.Unit, n.Instrument, false), p)
+		e.points++
+		return
+	}
+	m := res(dev.attr).metric(n.Name, n.Unit, n.Instrument, true)
+	h := m.Data.(*metricspb.Metric_Histogram).Histogram
+	p := histogramPoint(s, n.Scale)
+	p.Attributes = attrs
+	h.DataPoints = append(h.DataPoints, p)
+	e.points++
+}
+
+// histogramPoint is a summary's window as a histogram point (values ×
+// scale): count, sum, min and max, in one bucket.
+func histogramPoint(s *record.Summary, scale float64) *metricspb.HistogramDataPoint {
+	lo, hi := s.Min*scale, s.Max*scale
+	if scale < 0 {
+		lo, hi = hi, lo
+	}
+	sum := s.Mean * float64(s.Count) * scale
+	return &metricspb.HistogramDataPoint{StartTimeUnixNano: uint64(s.StartNS),
+		TimeUnixNano: uint64(s.StartNS + s.IntervalNS), Count: uint64(s.Count), Sum: &sum, Min: &lo, Max: &hi,
+		BucketCounts: []uint64{uint64(s.Count)}}
+}
+
+// event adds an event: self-metrics and processes as gauges of their
+// fields, anything else as one EventMetric point.
+func (e *encoder) event(ev *record.Event, res func(record.Attribution) *resBuild) {
+	switch ev.Kind {
+	case record.EventSelf:
+		attrs := make([]*commonpb.KeyValue, 0, len(ev.Attrs))
+		for _, a := range ev.Attrs {
+			attrs = append(attrs, kvString(SelfPrefix+a.Key, a.Value))
+		}
+		r := res(record.Attribution{})
+		for _, f := range ev.Fields {
+			p := &metricspb.NumberDataPoint{Attributes: attrs, TimeUnixNano: uint64(ev.StartNS)}
+			t := catalog.Float
+			if f.Int {
+				t = catalog.Int
+			}
+			number(p, t, f.Value)
+			addNumber(r.metric(SelfPrefix+f.Key, "", catalog.OTelGauge, false), p)
+			e.points++
+		}
+		return
+	case record.EventProcess:
+		dev := e.device(ev.Device)
+		attr := dev.attr
+		if pa, ok := record.ProcessAttribution(*ev); ok {
+			attr = pa
+		}
+		attrs := slices.Clone(dev.attrs)
+		for _, f := range ev.Fields {
+			if f.Key == record.ProcessFieldPID {
+				attrs = append(attrs, kvInt("process.pid", int64(f.Value)))
+			}
+		}
+		for _, a := range ev.Attrs {
+			switch {
+			case a.Key == record.ProcessAttrName:
+				attrs = append(attrs, kvString("process.executable.name", a.Value))
+			case a.Key == record.ProcessAttrCmdline:
+				attrs = append(attrs, kvString("process.command_line", a.Value))
+			case !record.IsAttributionKey(a.Key):
+				attrs = append(attrs, kvString(ProcessPrefix+a.Key, a.Value))
+			}
+		}
+		r := res(attr)
+		for _, f := range ev.Fields {
+			if f.Key == record.ProcessFieldPID {
+				continue
+			}
+			name, unit, t := processMetric(f)
+			p := &metricspb.NumberDataPoint{Attributes: attrs, TimeUnixNano: uint64(ev.StartNS)}
+			number(p, t, f.Value)
+			addNumber(r.metric(name, unit, catalog.OTelGauge, false), p)
+			e.points++
+		}
+		return
+	}
+	var attrs []*commonpb.KeyValue
+	attr := record.Attribution{}
+	if ev.Device >= 0 {
+		dev := e.device(ev.Device)
+		attrs, attr = slices.Clone(dev.attrs), dev.attr
+	}
+	attrs = append(attrs, kvString(EventMetric+".kind", string(ev.Kind)))
+	if ev.Message != "" {
+		attrs = append(attrs, kvString(EventMetric+".message", ev.Message))
+	}
+	if ev.EndNS != 0 {
+		attrs = append(attrs, kvInt(EventMetric+".end_time_unix_nano", ev.EndNS))
+	}
+	for _, a := range ev.Attrs {
+		attrs = append(attrs, kvString(EventMetric+"."+a.Key, a.Value))
+	}
+	for _, f := range ev.Fields {
+		if f.Int {
+			attrs = append(attrs, kvInt(EventMetric+"."+f.Key, int64(f.Value)))
+		} else {
+			attrs = append(attrs, &commonpb.KeyValue{Key: EventMetric + "." + f.Key,
+				Value: &commonpb.AnyValue{Value: &commonpb.AnyValue_DoubleValue{DoubleValue: f.Value}}})
+		}
+	}
+	p := &metricspb.NumberDataPoint{Attributes: attrs, TimeUnixNano: uint64(ev.StartNS), Value: &metricspb.NumberDataPoint_AsInt{AsInt: 1}}
+	addNumber(res(attr).metric(EventMetric, "{event}", catalog.OTelGauge, false), p)
+	e.points++
+}
+
+// processMetric names a process field's gauge.
+func processMetric(f record.Field) (name, unit string, t catalog.ValueType) {
+	t = catalog.Float
+	if f.Int {
+		t = catalog.Int
+	}
+	switch f.Key {
+	case record.ProcessFieldUsedMemory:
+		return ProcessPrefix + "memory_used", "MiBy", t
+	case record.ProcessFieldSMUtil, record.ProcessFieldMemUtil, record.ProcessFieldEncUtil, record.ProcessFieldDecUtil:
+		return ProcessPrefix + f.Key, "%", t
+	}
+	return ProcessPrefix + f.Key, "", t
+}
