@@ -308,10 +308,15 @@ func (a *Agent) wrap(cfg *appconfig.Config, o *appconfig.Output, out record.Outp
 	var buf *buffer.Buffer
 	if k := o.Buffer.Kind; k == "memory" || k == "disk" {
 		env := a.env(cfg, o)
-		var err error
-		if buf, err = buffer.New(out, o.Buffer, buffer.WithLogger(a.log.With("output", o.Name)),
+		bopts := []buffer.Option{buffer.WithLogger(a.log.With("output", o.Name)),
 			buffer.WithWriteTimeout(o.WriteTimeout), buffer.WithCatalog(a.eng.Catalog()),
-			buffer.WithOrigin(env.Host, env.GlobalTags)); err != nil {
+			buffer.WithOrigin(env.Host, env.GlobalTags)}
+		if o.Aggregate > 0 {
+			// The journal beside the segments counts in buffer_max_bytes.
+			bopts = append(bopts, buffer.WithSharedFiles(aggregateJournal))
+		}
+		var err error
+		if buf, err = buffer.New(out, o.Buffer, bopts...); err != nil {
 			return fail("buffer: ", err)
 		}
 		out = buf

@@ -44,6 +44,9 @@ const (
 	// black-holed sink whose request the deadline cuts short) and fail as
 	// unavailable, recorded as StateDown.
 	ControlSlow = "slow"
+	// ControlNoBuild makes building the output fail (read when the
+	// output is built, not at Write): an output that cannot start.
+	ControlNoBuild = "nobuild"
 )
 
 // Batch is one line of a record file: one Write, whole.
@@ -237,5 +240,10 @@ func parseRecord(t *config.Table) recordOptions {
 }
 
 func buildRecord(_ *outputs.Block, ro recordOptions, _ outputs.BuildEnv) (record.Output, error) {
-	return NewRecorder(ro.file, ro.control)
+	r, err := NewRecorder(ro.file, ro.control)
+	if err == nil && r.words()[ControlNoBuild] {
+		r.f.Close()
+		return nil, fmt.Errorf("recorder: control %s: %q: the output cannot start", ro.control, ControlNoBuild)
+	}
+	return r, err
 }

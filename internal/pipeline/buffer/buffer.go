@@ -42,6 +42,7 @@ type options struct {
 	segmentBytes int64
 	catalog      *catalog.Catalog
 	origin       *record.Origin // nil: none recorded
+	shared       []string
 	// Test hooks.
 	metricNames []string // written to segment headers in place of the catalog's
 	now         func() time.Time
@@ -78,6 +79,12 @@ func WithCatalog(c *catalog.Catalog) Option { return func(o *options) { o.catalo
 func WithOrigin(host string, tags map[string]string) Option {
 	return func(o *options) { o.origin = recordpb.OriginOf(host, maps.Clone(tags)) }
 }
+
+// WithSharedFiles names files that another writer keeps in a disk
+// buffer's directory (the aggregate journal): the disk budget (max_bytes)
+// counts them, at their size when each batch is appended, beside the
+// segments, so that the directory as a whole stays within it.
+func WithSharedFiles(names ...string) Option { return func(o *options) { o.shared = names } }
 
 // WithSegmentBytes sets the disk queue's segment file size (default
 // max_bytes/8, between 64 KiB and 16 MiB). Smaller segments free disk
@@ -220,7 +227,8 @@ func New(out record.Output, cfg Config, opts ...Option) (*Buffer, error) {
 			budget = 0
 		}
 		dq, err := openDiskQueue(cfg.Dir, diskOptions{maxBytes: cfg.MaxBytes, maxRecords: cfg.MaxRecords,
-			diskBytes: budget, segmentBytes: o.segmentBytes, header: b.segmentHeader(), log: b.log, hooks: o.disk})
+			diskBytes: budget, segmentBytes: o.segmentBytes, header: b.segmentHeader(), log: b.log, hooks: o.disk,
+			shared: o.shared})
 		if err != nil {
 			return nil, err
 		}

@@ -87,6 +87,10 @@ type diskOptions struct {
 	header []byte
 	log    *slog.Logger
 	hooks  diskHooks
+	// shared names files in the directory that another writer keeps
+	// (the aggregate journal): the budget counts each at its size when
+	// a record is appended.
+	shared []string
 }
 
 // diskHooks let the crash tests stop the process at named points of the
@@ -263,6 +267,8 @@ type diskQueue struct {
 	// then, counted in the budget.
 	relMu        sync.Mutex
 	pendingBytes int64
+	// sharedBytes (under mu) is what opt.shared used at the last append.
+	sharedBytes int64
 
 	commitMu  sync.Mutex // serializes commits; taken before mu
 	committed cursor
@@ -827,11 +833,23 @@ func (q *diskQueue) resolvedLocked(s *segment) bool {
 // usageLocked returns what the queue's files use on disk, as the budget
 // counts it: every segment rounded up to whole blocks, plus the reserve.
 func (q *diskQueue) usageLocked() int64 {
-	u := int64(reserveBlocks*blockSize) + q.pendingBytes
+	u := int64(reserveBlocks*blockSize) + q.pendingBytes + q.sharedBytes
 	for _, s := range q.segs {
 		u += roundBlock(s.size)
 	}
 	return u
+}
+
+// sharedSize returns what the shared files use now, block-rounded (a
+// missing one nothing; links are not followed).
+func (q *diskQueue) sharedSize() int64 {
+	var n int64
+	for _, name := range q.opt.shared {
+		if st, err := os.Lstat(filepath.Join(q.dir, name)); err == nil && st.Mode().IsRegular() {
+			n += roundBlock(st.Size())
+		}
+	}
+	return n
 }
 
 func roundBlock(n int64) int64 { return (n + blockSize - 1) / blockSize * blockSize }
@@ -999,7 +1017,9 @@ func (q *diskQueue) appendDiskHeld(e entry) error {
 // is in flight leaves no room. pushMu held.
 func (q *diskQueue) appendDisk(payload []byte, records int, nowNS int64, header []byte, held *entry) error {
 	total := frameHeaderSize + int64(len(payload))
+	shared := q.sharedSize()
 	q.mu.Lock()
+	q.sharedBytes = shared
 	if q.closed {
 		q.mu.Unlock()
 		return errQueueClosed

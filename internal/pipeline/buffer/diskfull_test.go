@@ -455,3 +455,43 @@ func TestDiskPlantedSegmentNames(t *testing.T) {
 		t.Fatalf("symlink target changed: %q", b)
 	}
 }
+
+// TestDiskBudgetCountsSharedFiles: a file another writer keeps in the
+// buffer's directory (the aggregate journal, WithSharedFiles) counts in
+// the disk budget: with a 40 KB journal beside the segments, the whole
+// directory stays within max_bytes (the cap drops sooner), and DiskBytes
+// includes the journal.
+func TestDiskBudgetCountsSharedFiles(t *testing.T) {
+	const maxBytes = 100000
+	dir := t.TempDir()
+	journal := filepath.Join(dir, "aggregate.journal")
+	if err := os.WriteFile(journal, make([]byte, 40000), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sink := &switchSink{}
+	sink.down.Store(true)
+	clock := newFakeClock()
+	b, err := New(sink, Config{Kind: KindDisk, MaxBytes: maxBytes, Dir: dir, FsyncInterval: time.Hour, CloseTimeout: time.Millisecond},
+		withSleep(func(ctx context.Context, d time.Duration) error { return ctx.Err() }), withClock(clock.Now),
+		WithSharedFiles("aggregate.journal"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	var largest int64
+	for seq := uint64(1); seq <= 200; seq++ {
+		if err := b.Write(context.Background(), testBatch(seq, 60)); err != nil {
+			t.Fatal(err)
+		}
+		clock.Advance(100 * time.Millisecond)
+		largest = max(largest, duBytes(t, dir))
+	}
+	st := b.Stats()
+	if largest > maxBytes || st.DroppedBatches.Cap == 0 {
+		t.Fatalf("largest du of the directory with the journal %d bytes (max_bytes %d), cap drops %d", largest, maxBytes, st.DroppedBatches.Cap)
+	}
+	if st.DiskBytes < 40000 || st.DiskBytes > maxBytes {
+		t.Fatalf("DiskBytes %d: want the journal's 40000 bytes counted, within %d", st.DiskBytes, maxBytes)
+	}
+	t.Logf("largest du %d bytes with a 40000-byte journal; %d batches held, %d dropped at the cap", largest, st.BufferedBatches, st.DroppedBatches.Cap)
+}
