@@ -23,12 +23,7 @@ func TestDiskBufferedOutputHeldWhileNotStarted(t *testing.T) {
 	f := &flakyRegistry{good: newHealthOut()}
 	f.broken.Store(true)
 	reg := f.registry()
-	doc := degradedDoc + `buffer = "disk"
-buffer_dir = "` + t.TempDir() + `"
-buffer_max_bytes = 10000000
-retry_initial = "1ms"
-retry_max = "5ms"
-`
+	doc := heldDoc(t) + "retry_initial = \"1ms\"\nretry_max = \"5ms\"\n"
 	var logs bytes.Buffer
 	var logMu sync.Mutex
 	log := slog.New(slog.NewTextHandler(lockedWriter{&logMu, &logs}, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -115,10 +110,21 @@ retry_max = "5ms"
 	}
 	logMu.Lock()
 	defer logMu.Unlock()
-	for _, want := range []string{"msg=\"output not started: what is published for it is held in its disk buffer until it starts\" output=sink",
-		"msg=\"output started; what was held for it in its disk buffer is delivered now\" output=sink"} {
-		if !strings.Contains(logs.String(), want) {
-			t.Errorf("log lacks %q:\n%s", want, logs.String())
+	logHas(t, logs.String(), "msg=\"output not started: what is published for it is held in its disk buffer until it starts\" output=sink",
+		"msg=\"output started; what was held for it in its disk buffer is delivered now\" output=sink")
+}
+
+// heldDoc is degradedDoc with a disk buffer on the flaky output.
+func heldDoc(t *testing.T) string {
+	return degradedDoc + "buffer = \"disk\"\nbuffer_dir = \"" + t.TempDir() + "\"\nbuffer_max_bytes = 10000000\n"
+}
+
+// logHas fails t for each of wants that log lacks.
+func logHas(t *testing.T, log string, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
+		if !strings.Contains(log, want) {
+			t.Errorf("log lacks %q:\n%s", want, log)
 		}
 	}
 }
@@ -131,10 +137,7 @@ func TestReloadHeldOutput(t *testing.T) {
 	f := &flakyRegistry{good: newHealthOut()}
 	f.broken.Store(true)
 	reg := f.registry()
-	doc := degradedDoc + `buffer = "disk"
-buffer_dir = "` + t.TempDir() + `"
-buffer_max_bytes = 10000000
-`
+	doc := heldDoc(t)
 	src, _ := sim.New(sim.Options{GPUs: 1, Seed: 1})
 	a, err := agent.New(src, mustParse(t, reg, doc), agent.Options{Registry: reg, StartRetryMin: time.Hour})
 	if err != nil {
