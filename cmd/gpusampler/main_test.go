@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -29,6 +31,41 @@ func TestJobsCommand(t *testing.T) {
 	}
 	if !strings.HasPrefix(out, "OWNER ") || !strings.Contains(out, "\nunattributed ") || !strings.Contains(out, " 0,1 ") {
 		t.Fatalf("jobs table:\n%s", out)
+	}
+}
+
+// gpusampler jobs --config FILE: the config's [sampler] and
+// [attribution] (here a Slurm job-mapping directory naming job 4711 on GPU
+// 1), none of its outputs, and the jobs table with that job's row.
+func TestJobsCommandConfig(t *testing.T) {
+	dir := t.TempDir()
+	mapping := filepath.Join(dir, "jobs")
+	if err := os.MkdirAll(mapping, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(mapping, "1"), []byte("4711\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "gpusampler.toml")
+	text := fmt.Sprintf("[sampler]\n  backend = \"sim\"\n  gpus = 2\n\n[attribution]\n  hpc_job_mapping_dir = %q\n  refresh_interval = \"1s\"\n\n"+
+		"[[outputs.stdout]]\n  format = \"influx\"\n", mapping)
+	if err := os.WriteFile(cfg, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runCLI(t, "jobs", "--config", cfg, "--duration", "3s")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if strings.Contains(out, "nvidia_smi") || !strings.Contains(out, "\nslurm:4711 ") || !strings.Contains(out, "\nunattributed ") {
+		t.Fatalf("jobs table (want slurm:4711 on GPU 1, no line protocol):\n%s", out)
+	}
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "slurm:4711 ") && !strings.Contains(l, " 1 ") {
+			t.Errorf("job 4711's row is not on GPU 1: %q", l)
+		}
+	}
+	if code, _, errOut := runCLI(t, "run", "--config", cfg, "--format", "json"); code != 2 || !strings.Contains(errOut, "--format applies only without --config") {
+		t.Errorf("run --config --format json: exit %d, %s", code, errOut)
 	}
 }
 

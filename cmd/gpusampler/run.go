@@ -230,12 +230,21 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, out, stderr io.
 	rf := &runFlags{set: set, backend: bf, host: *host, devices: *devices, execd: *execdMode, minMax: *minMax, drain: drain, field: field,
 		fromFile: *cfgPath != "", wiring: newExecdWiring(ctx, stdin, cancelRun)}
 	var cfg *appconfig.Config
+	// jobsView: the jobs table over a config's [sampler] and
+	// [attribution] (gpusampler jobs --config FILE): an ad-hoc look beside
+	// the service, which neither writes to the config's outputs nor
+	// touches its state.
+	jobsView := *cfgPath != "" && set["format"] && *format == "jobs"
 	if *cfgPath != "" {
-		if set["format"] {
-			return usagef("--format applies only without --config (set format in [[outputs.stdout]])")
+		if set["format"] && !jobsView {
+			return usagef("--format applies only without --config (set format in [[outputs.stdout]]); --format jobs shows the config's per-job accounts")
 		}
 		if cfg, err = appconfig.Load(*cfgPath, copts); err != nil {
 			return err
+		}
+		if jobsView {
+			cfg.Attribution.Accounting = true
+			cfg.Outputs = []*appconfig.Output{jobsOutput(cfg)}
 		}
 	} else {
 		if !set["format"] && !set["execd"] && isTerminal(out) {
@@ -252,10 +261,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, out, stderr io.
 			// The jobs table shows the per-job accounts.
 			cfg.Attribution.Accounting = true
 		}
-		cfg.Outputs = []*appconfig.Output{{
-			Block: outputs.Block{Kind: "stdout", Name: "stdout", Options: stdout.Options{Format: *format}, Raw: map[string]any{"format": *format},
-				WriteTimeout: record.DefaultWriteTimeout},
-			FlushInterval: cfg.Agent.FlushInterval, MaxBatch: sampler.DefaultMaxBatch}}
+		cfg.Outputs = []*appconfig.Output{stdoutOutput(cfg, *format)}
 	}
 	if set["execd"] && set["format"] {
 		return usagef("--format does not apply with --execd (line protocol is what Telegraf reads)")
@@ -302,6 +308,9 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, out, stderr io.
 		log.Warn("stdout closed (its reader is gone): outputs writing to it count their batches failed from now on; the other outputs go on")
 	}}
 	aopts := agent.Options{Registry: reg, Stdout: watched, Hostname: machine, Logger: log, Diagnose: *diag, Strict: *strict}
+	if jobsView {
+		aopts.NoState = true
+	}
 	if *cfgPath == "" {
 		// Without a config file the run is not the service: it never
 		// touches the service's state (drain cursors). As a Telegraf execd
@@ -339,8 +348,8 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, out, stderr io.
 			case <-ctx.Done():
 				return
 			case <-hup:
-				if *cfgPath == "" {
-					log.Warn("SIGHUP ignored: no --config to reload")
+				if *cfgPath == "" || jobsView {
+					log.Warn("SIGHUP ignored: no --config to reload (the jobs view reads its config once)")
 					continue
 				}
 				_ = reloadFile(a, *cfgPath, copts, rf, log) // a refused config is logged; the running one stays
@@ -349,6 +358,17 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, out, stderr io.
 	}()
 	return a.Run(ctx)
 }
+
+// stdoutOutput is the stdout output of a run without --config.
+func stdoutOutput(cfg *appconfig.Config, format string) *appconfig.Output {
+	return &appconfig.Output{
+		Block: outputs.Block{Kind: "stdout", Name: "stdout", Options: stdout.Options{Format: format}, Raw: map[string]any{"format": format},
+			WriteTimeout: record.DefaultWriteTimeout},
+		FlushInterval: cfg.Agent.FlushInterval, MaxBatch: sampler.DefaultMaxBatch}
+}
+
+// jobsOutput is the jobs view's one output: the jobs table on stdout.
+func jobsOutput(cfg *appconfig.Config) *appconfig.Output { return stdoutOutput(cfg, "jobs") }
 
 // watchingRates sets what the live table shows to move once a second: a
 // person watching expects every value to, at more NVML calls than the
