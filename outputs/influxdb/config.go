@@ -71,19 +71,7 @@ func Kind() outputs.Kind {
 // Parse decodes and checks an [[outputs.influxdb]] block's own keys.
 func Parse(t *config.Table) Config {
 	c := Config{API: APIv1}
-	var one string
-	t.String("url", &one)
-	t.Strings("urls", &c.URLs)
-	switch {
-	case t.Has("url") && t.Has("urls"):
-		t.Errorf("urls", "set url or urls, not both (urls = [...] lists every server, url one)")
-	case t.Has("url"):
-		c.URLs = []string{one}
-	case !t.Has("urls"):
-		c.URLs = []string{DefaultURL}
-	case len(c.URLs) == 0:
-		t.Errorf("urls", "empty: list at least one server")
-	}
+	c.URLs = outputs.ParseServers(t, "url", "urls", []string{DefaultURL}, "server")
 	t.OneOf("api", &c.API, APIs...)
 	t.String("database", &c.Database)
 	t.String("retention_policy", &c.RetentionPolicy)

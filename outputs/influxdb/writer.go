@@ -2,7 +2,6 @@ package influxdb
 
 import (
 	"bytes"
-	"compress/gzip"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -18,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gpusampler/gpusampler/outputs"
 	"github.com/gpusampler/gpusampler/record"
 )
 
@@ -106,8 +106,7 @@ type Writer struct {
 	auth     string // Authorization header value, "" for none
 	client   *http.Client
 	log      *slog.Logger
-	gz       *gzip.Writer
-	zbuf     bytes.Buffer
+	gz       outputs.Gzipper
 
 	requests, retries, bytesSent, partial, rejected atomic.Uint64
 	failedLast                                      atomic.Bool   // the last request failed, not permanently
@@ -257,15 +256,7 @@ func (w *Writer) Write(ctx context.Context, body []byte) error {
 func (w *Writer) post(ctx context.Context, body []byte) error {
 	payload := body
 	if w.opts.Gzip {
-		w.zbuf.Reset()
-		if w.gz == nil {
-			w.gz, _ = gzip.NewWriterLevel(&w.zbuf, gzip.BestSpeed)
-		} else {
-			w.gz.Reset(&w.zbuf)
-		}
-		w.gz.Write(body) // a bytes.Buffer does not fail
-		w.gz.Close()
-		payload = w.zbuf.Bytes()
+		payload = w.gz.Compress(body)
 	}
 	if w.failedLast.Load() {
 		w.retries.Add(1)

@@ -104,22 +104,11 @@ func Kind() outputs.Kind {
 func Parse(t *config.Table) Config {
 	c := Config{Protocol: ProtocolGRPC, Compression: CompressionGzip, Timeout: DefaultTimeout, MaxRequestBytes: DefaultMaxRequestBytes}
 	t.OneOf("protocol", &c.Protocol, Protocols...)
-	var one string
-	t.String("endpoint", &one)
-	t.Strings("endpoints", &c.Endpoints)
-	switch {
-	case t.Has("endpoint") && t.Has("endpoints"):
-		t.Errorf("endpoints", "set endpoint or endpoints, not both (endpoints = [...] lists collectors to fail over between)")
-	case t.Has("endpoint"):
-		c.Endpoints = []string{one}
-	case !t.Has("endpoints"):
-		c.Endpoints = []string{DefaultGRPCEndpoint}
-		if c.Protocol == ProtocolHTTP {
-			c.Endpoints = []string{DefaultHTTPEndpoint}
-		}
-	case len(c.Endpoints) == 0:
-		t.Errorf("endpoints", "empty: list at least one collector")
+	def := []string{DefaultGRPCEndpoint}
+	if c.Protocol == ProtocolHTTP {
+		def = []string{DefaultHTTPEndpoint}
 	}
+	c.Endpoints = outputs.ParseServers(t, "endpoint", "endpoints", def, "collector")
 	t.OneOf("compression", &c.Compression, CompressionGzip, CompressionNone)
 	t.Duration("timeout", &c.Timeout)
 	t.Int("max_request_bytes", &c.MaxRequestBytes, 64<<10, 1<<30)

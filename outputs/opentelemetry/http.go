@@ -2,7 +2,6 @@ package opentelemetry
 
 import (
 	"bytes"
-	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -17,6 +16,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/gpusampler/gpusampler/outputs"
 	"github.com/gpusampler/gpusampler/record"
 )
 
@@ -26,8 +26,7 @@ type httpExporter struct {
 	client  *http.Client
 	headers http.Header
 	gzip    bool
-	gz      *gzip.Writer
-	zbuf    bytes.Buffer
+	gz      outputs.Gzipper
 	o       *Output
 }
 
@@ -58,15 +57,7 @@ func (h *httpExporter) close()         { h.client.CloseIdleConnections() }
 func (h *httpExporter) export(ctx context.Context, body []byte) (int64, string, error) {
 	payload := body
 	if h.gzip {
-		h.zbuf.Reset()
-		if h.gz == nil {
-			h.gz, _ = gzip.NewWriterLevel(&h.zbuf, gzip.BestSpeed)
-		} else {
-			h.gz.Reset(&h.zbuf)
-		}
-		h.gz.Write(body) // a bytes.Buffer does not fail
-		h.gz.Close()
-		payload = h.zbuf.Bytes()
+		payload = h.gz.Compress(body)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url, bytes.NewReader(payload))
 	if err != nil {
