@@ -61,6 +61,10 @@ type encoder struct {
 	names     []catalog.OTelNaming // by MetricID
 	nameAttrs [][]*commonpb.KeyValue
 	baseRes   []*commonpb.KeyValue
+	// opts built baseRes; origin is the Origin of the batch being encoded
+	// when baseRes holds its host and tags (a copy; nil for opts').
+	opts      *Options
+	origin    *record.Origin
 	scope     *commonpb.InstrumentationScope
 	start     int64 // the output's start (ns): the earliest counter start
 	pointRead *commonpb.KeyValue
@@ -100,20 +104,41 @@ func newEncoder(opts *Options, startNS int64) *encoder {
 			e.nameAttrs[m.ID] = append(e.nameAttrs[m.ID], kvString(a[0], a[1]))
 		}
 	}
-	e.baseRes = append(e.baseRes, kvString("service.name", ServiceName))
-	if opts.Version != "" {
-		e.baseRes = append(e.baseRes, kvString("service.version", opts.Version))
-	}
-	if opts.Host != "" {
-		e.baseRes = append(e.baseRes, kvString("host.name", opts.Host))
-	}
-	for _, k := range slices.Sorted(maps.Keys(opts.GlobalTags)) {
-		e.baseRes = append(e.baseRes, kvString(k, opts.GlobalTags[k]))
-	}
-	for _, k := range slices.Sorted(maps.Keys(opts.ResourceAttributes)) {
-		e.baseRes = append(e.baseRes, kvString(k, opts.ResourceAttributes[k]))
-	}
+	e.opts = opts
+	e.baseRes = e.resourceAttrs(opts.Host, opts.GlobalTags)
 	return e
+}
+
+// resourceAttrs returns the attributes every resource starts with, for a
+// host name and global tags.
+func (e *encoder) resourceAttrs(host string, tags map[string]string) []*commonpb.KeyValue {
+	res := []*commonpb.KeyValue{kvString("service.name", ServiceName)}
+	if e.opts.Version != "" {
+		res = append(res, kvString("service.version", e.opts.Version))
+	}
+	if host != "" {
+		res = append(res, kvString("host.name", host))
+	}
+	for _, k := range slices.Sorted(maps.Keys(tags)) {
+		res = append(res, kvString(k, tags[k]))
+	}
+	for _, k := range slices.Sorted(maps.Keys(e.opts.ResourceAttributes)) {
+		res = append(res, kvString(k, e.opts.ResourceAttributes[k]))
+	}
+	return res
+}
+
+// useOrigin makes resources carry o's host name and global tags (a
+// replayed backlog sampled under another identity), Options' for nil.
+func (e *encoder) useOrigin(o *record.Origin) {
+	if o.Equal(e.origin) {
+		return
+	}
+	e.origin = nil
+	if o != nil {
+		e.origin = &record.Origin{Host: o.Host, Tags: maps.Clone(o.Tags)}
+	}
+	e.baseRes = e.resourceAttrs(e.origin.OriginOr(e.opts.Host, e.opts.GlobalTags))
 }
 
 func kvString(k, v string) *commonpb.KeyValue {

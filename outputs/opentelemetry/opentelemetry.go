@@ -243,6 +243,7 @@ func (o *Output) Write(ctx context.Context, b *record.Batch) error {
 // 4 MiB): the batch's records are split in equal runs, in order.
 func (o *Output) encodeParts(b *record.Batch) (parts [][]byte, points int, err error) {
 	o.enc.setDevices(b.Devices)
+	o.enc.useOrigin(b.Origin)
 	req, points := o.enc.encode(b.Samples, b.Summaries, b.Events)
 	if points == 0 {
 		return nil, 0, nil

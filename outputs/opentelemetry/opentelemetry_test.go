@@ -525,3 +525,31 @@ func TestSplitRequests(t *testing.T) {
 		out.Close()
 	}
 }
+
+// A batch with an Origin (a disk-buffer backlog replayed under another
+// host name and global tags) is exported under a resource with its
+// host.name and tags; the next batch without one under the output's own.
+func TestOriginResource(t *testing.T) {
+	c := &collector{}
+	out, err := newOutput(opentelemetry.Options{Protocol: opentelemetry.ProtocolHTTP, Endpoints: []string{serve(t, opentelemetry.ProtocolHTTP, c)},
+		Host: "node1", GlobalTags: map[string]string{"cluster": "c1"}, Now: func() time.Time { return time.Unix(0, t0-5e9) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	for i, o := range []*record.Origin{{Host: "nodeA", Tags: map[string]string{"rack": "r1"}}, nil} {
+		b := &record.Batch{Seq: uint64(i + 1), Origin: o, Samples: []record.Sample{
+			{TimeNS: t0 + int64(i), Value: 73, Device: 0, Metric: catalog.MetricUtilGPU}}}
+		if i == 0 {
+			b.Devices = []record.Device{outputtest.Device}
+		}
+		if err := out.Write(context.Background(), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pts := flatten(c.requests())
+	want := []string{"host.name=nodeA,rack=r1,service.name=gpusampler", "cluster=c1,host.name=node1,service.name=gpusampler"}
+	if len(pts) != 2 || pts[0].resource != want[0] || pts[1].resource != want[1] {
+		t.Fatalf("points %+v, want resources %q", pts, want)
+	}
+}
