@@ -512,6 +512,11 @@ func (a *Accountant) counterSample(d *device, s *record.Sample) {
 	if n := len(d.counters); n > 0 && s.TimeNS <= d.counters[n-1].ns {
 		return
 	}
+	if !d.havePower {
+		// No power timeline (yet): only the newest reading can matter,
+		// as the start of the first window.
+		d.counters = d.counters[:0]
+	}
 	d.counters = append(d.counters, counterReading{ns: s.TimeNS, mj: s.Value})
 	if d.havePower {
 		a.closeWindows(d, d.powerNS)
@@ -623,7 +628,13 @@ func (a *Accountant) ObserveEvent(ev *record.Event) {
 	}
 	a.mu.Lock()
 	d := a.device(ev.Device)
-	d.pending = append(d.pending, p)
+	// A PID seen again replaces its entry: pending holds one per process
+	// even if a poll is never committed.
+	if i := slices.IndexFunc(d.pending, func(x proc) bool { return x.pid == p.pid }); i >= 0 {
+		d.pending[i] = p
+	} else {
+		d.pending = append(d.pending, p)
+	}
 	a.mu.Unlock()
 }
 

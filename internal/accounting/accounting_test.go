@@ -210,3 +210,24 @@ func TestPointReadsLowerExactness(t *testing.T) {
 	near(t, "idle_allocated_s", a.IdleAllocatedS, 1.9+4, 1e-9)
 	near(t, "exactness", a.Exactness(), 1-4/5.95, 1e-9)
 }
+
+// A device without power samples keeps one energy-counter reading, not
+// every one it ever made.
+func TestCounterWithoutPowerStaysSmall(t *testing.T) {
+	a := New(Options{})
+	dev := record.Device{Index: 0}
+	for s := int64(1); s <= 1000; s++ {
+		a.Observe(&dev, []record.Sample{{TimeNS: s * sec, Value: float64(s) * 1000, Metric: catalog.MetricEnergy}})
+	}
+	if n := len(a.devs[0].counters); n != 1 {
+		t.Fatalf("%d counter readings kept", n)
+	}
+	// The power timeline starts: the counter's delta from then on is
+	// the owner's.
+	a.Observe(&dev, []record.Sample{{TimeNS: 1000 * sec, Value: 100, Metric: catalog.MetricPowerDraw},
+		{TimeNS: 1001 * sec, Value: 100, Metric: catalog.MetricPowerDraw}, {TimeNS: 1001 * sec, Value: 1001 * 1000, Metric: catalog.MetricEnergy}})
+	acs := a.Accounts()
+	if len(acs) != 1 || acs[0].EnergyCounterJ != 1 || acs[0].EnergyJ != 100 {
+		t.Fatalf("accounts %+v", acs)
+	}
+}
