@@ -53,10 +53,16 @@ const CursorFileName = "cursors.json"
 // process's exit, so a second process on the host neither reads nor writes
 // the owner's cursors (each would skip what the other published).
 //
-// Cursors apply only where they were saved: a file saved under another
-// boot of the machine (boot-time driver clocks restart at each boot), on
-// another host (a copied or shared state directory) is ignored whole; the
-// cursors of one GPU are kept under its UUID and never apply to another.
+// Cursors apply only where they were saved, and they are keyed on the
+// machine, not on its name: on the kernel's boot id, which changes at every
+// boot (boot-time driver clocks restart then) and is the host's inside a
+// container too, and on the machine id (/etc/machine-id) where both the
+// file and this process know it and the boot id is unknown. A file saved
+// under another boot or on another machine (a copied or shared state
+// directory) is ignored whole, and its cursors are counted as discarded
+// (Ignored). The hostname is recorded but decides nothing: in a container
+// it changes at every restart, which must not cost the cursors. The cursors
+// of one GPU are kept under its UUID and never apply to another.
 type CursorFile struct {
 	path    string
 	boot    string
@@ -64,6 +70,8 @@ type CursorFile struct {
 	machine string
 	lock    *os.File
 	why     string // why the file's cursors were ignored ("" when not)
+	// ignored holds how many cursors the ignored file held per GPU UUID.
+	ignored map[string]int
 
 	mu   sync.Mutex
 	gpus map[string]map[string]uint64 // uuid → buffer type name → cursor
@@ -140,15 +148,12 @@ func OpenCursorFile(dir string) (f *CursorFile, ignored bool, err error) {
 	if doc.Version != 1 {
 		return nil, false, fmt.Errorf("read cursors %s: version %d, want 1", f.path, doc.Version)
 	}
-	switch {
-	case doc.BootID != f.boot:
-		f.why = "saved under another boot of the machine"
-	case doc.Host != "" && doc.Host != f.host:
-		f.why = fmt.Sprintf("saved on host %q, this is %q", doc.Host, f.host)
-	case doc.MachineID != "" && doc.MachineID != f.machine:
-		f.why = "saved on another machine (machine id)"
-	}
+	f.why = f.foreign(doc)
 	if f.why != "" {
+		f.ignored = map[string]int{}
+		for uuid, byType := range doc.GPUs {
+			f.ignored[uuid] = len(byType)
+		}
 		return f, true, nil
 	}
 	if doc.GPUs != nil {
@@ -157,6 +162,33 @@ func OpenCursorFile(dir string) (f *CursorFile, ignored bool, err error) {
 	f.last = b
 	return f, false, nil
 }
+
+// foreign says why a cursor document saved elsewhere does not apply here
+// ("" when it does). The boot id decides where both sides know it (equal
+// boot ids are one boot of one kernel, whatever the container's hostname or
+// machine id); without it, the machine id where both know it, else the
+// hostname.
+func (f *CursorFile) foreign(doc cursorDoc) string {
+	switch {
+	case doc.BootID != f.boot:
+		return "saved under another boot of the machine"
+	case f.boot != "":
+		return ""
+	case doc.MachineID != "" && f.machine != "":
+		if doc.MachineID != f.machine {
+			return "saved on another machine (machine id)"
+		}
+		return ""
+	case doc.Host != "" && doc.Host != f.host:
+		return fmt.Sprintf("saved on host %q, this is %q", doc.Host, f.host)
+	}
+	return ""
+}
+
+// Ignored returns how many cursors of the GPU with uuid the file held but
+// ignored because it was saved under another boot or on another machine.
+// The engine counts them in DeviceStats.CursorsDiscarded.
+func (f *CursorFile) Ignored(uuid string) int { return f.ignored[uuid] }
 
 // lockStateDir takes the state directory's lock and writes this process's
 // PID into the lock file.

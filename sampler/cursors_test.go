@@ -69,16 +69,55 @@ func TestCursorFileBadInput(t *testing.T) {
 	f.Close()
 }
 
-// A state file saved on another host (a copied or shared state directory)
-// is ignored whole, and a GPU's cursors never apply to another GPU.
-func TestCursorFileOtherHostAndGPU(t *testing.T) {
-	dir := t.TempDir()
+// Cursors are keyed on the machine's boot, not on its name: a file saved
+// under this boot by a host of another name (a container's hostname changes
+// at every restart) or with another machine id (a container's own) is kept;
+// one saved under another boot is ignored whole and its cursors counted
+// (Ignored). A GPU's cursors never apply to another GPU.
+func TestCursorFileMachineIdentity(t *testing.T) {
 	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	doc := `{"version":1,"boot_id":"` + strings.TrimSpace(string(boot)) + `","host":"another-host","gpus":{"GPU-a":{"total_power":5}}}`
-	os.WriteFile(filepath.Join(dir, sampler.CursorFileName), []byte(doc), 0o600)
-	f, ignored, err := sampler.OpenCursorFile(dir)
-	if err != nil || !ignored || f.Load("GPU-a") != nil || !strings.Contains(f.IgnoredReason(), "another-host") {
-		t.Fatalf("cursors of another host: err %v, ignored %v, reason %q; want them ignored, naming the host", err, ignored, f.IgnoredReason())
+	if len(boot) == 0 {
+		t.Skip("no boot id here")
+	}
+	thisBoot := strings.TrimSpace(string(boot))
+	for _, tc := range []struct {
+		name, doc string
+		ignored   bool
+	}{
+		{"hostname changed", `{"version":1,"boot_id":"` + thisBoot + `","host":"another-host","gpus":{"GPU-a":{"total_power":5,"gpu_util":4}}}`, false},
+		{"machine id changed", `{"version":1,"boot_id":"` + thisBoot + `","machine_id":"0123456789abcdef","gpus":{"GPU-a":{"total_power":5,"gpu_util":4}}}`, false},
+		{"boot changed", `{"version":1,"boot_id":"another-boot","host":"another-host","gpus":{"GPU-a":{"total_power":5,"gpu_util":4}}}`, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			os.WriteFile(filepath.Join(dir, sampler.CursorFileName), []byte(tc.doc), 0o600)
+			f, ignored, err := sampler.OpenCursorFile(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			got := f.Load("GPU-a")
+			if tc.ignored {
+				if !ignored || got != nil || f.Ignored("GPU-a") != 2 || f.Ignored("GPU-b") != 0 || !strings.Contains(f.IgnoredReason(), "another boot") {
+					t.Errorf("ignored %v, loaded %v, counted %d, reason %q: want both cursors ignored and counted, naming the boot",
+						ignored, got, f.Ignored("GPU-a"), f.IgnoredReason())
+				}
+				return
+			}
+			if ignored || got[catalog.BufferTotalPower] != 5 || got[catalog.BufferGPUUtil] != 4 || f.Ignored("GPU-a") != 0 {
+				t.Errorf("ignored %v (%s), loaded %v: want the cursors kept", ignored, f.IgnoredReason(), got)
+			}
+			if g := f.Load("GPU-b"); g != nil {
+				t.Errorf("GPU-b loads GPU-a's cursors: %v", g)
+			}
+		})
+	}
+	// A file saved under another boot is replaced by this boot's cursors.
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, sampler.CursorFileName), []byte(`{"version":1,"boot_id":"another-boot","gpus":{"GPU-a":{"total_power":5}}}`), 0o600)
+	f, _, err := sampler.OpenCursorFile(dir)
+	if err != nil {
+		t.Fatal(err)
 	}
 	if err := f.Save(map[string]map[catalog.BufferType]uint64{"GPU-a": {catalog.BufferTotalPower: 7}}); err != nil {
 		t.Fatal(err)
@@ -86,14 +125,11 @@ func TestCursorFileOtherHostAndGPU(t *testing.T) {
 	f.Close()
 	g, ignored, err := sampler.OpenCursorFile(dir)
 	if err != nil || ignored {
-		t.Fatalf("reopen after a save on this host: %v, ignored %v", err, ignored)
+		t.Fatalf("reopen after a save under this boot: %v, ignored %v", err, ignored)
 	}
 	defer g.Close()
 	if got := g.Load("GPU-a")[catalog.BufferTotalPower]; got != 7 {
 		t.Errorf("GPU-a power cursor %d, want 7", got)
-	}
-	if got := g.Load("GPU-b"); got != nil {
-		t.Errorf("GPU-b loads GPU-a's cursors: %v", got)
 	}
 }
 

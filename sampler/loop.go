@@ -388,6 +388,9 @@ func (l *deviceLoop) restoreCursors() {
 		return
 	}
 	l.restored = true
+	if ig, ok := st.(interface{ Ignored(uuid string) int }); ok {
+		l.cursorsDiscarded.Add(uint64(ig.Ignored(uuid)))
+	}
 	saved := st.Load(uuid)
 	n := 0
 	now := l.e.cfg.Clock.Now()
@@ -1262,7 +1265,8 @@ type DeviceStats struct {
 	// store that could not be right (later than now, or than the newest
 	// sample the buffer held: the wall clock was stepped back since they
 	// were saved) and were dropped: those buffers were drained as at a
-	// fresh start.
+	// fresh start. Cursors of a store saved under another boot or on
+	// another machine (CursorFile.Ignored) count here too.
 	CursorsDiscarded uint64
 	// Held is how many samples wait in the device loop for room in the
 	// outputs' lanes (a deep first backlog goes out in lane-sized steps).

@@ -2,6 +2,8 @@ package sampler_test
 
 import (
 	"maps"
+	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"sync"
@@ -184,6 +186,37 @@ func TestEngineResumedGapKeepsInterval(t *testing.T) {
 	if len(out.events) != 1 || out.events[0].Kind != record.EventSampleLoss ||
 		out.events[0].Message != "driver sample buffer overran while the device was not sampled" {
 		t.Errorf("events %+v, want one sample_loss saying the device was not sampled", out.events)
+	}
+}
+
+// Cursors saved under another boot are not restored and are counted as
+// discarded for their GPU: the buffer is drained as at a fresh start.
+func TestEngineCursorsOfAnotherBootCounted(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, sampler.CursorFileName),
+		[]byte(`{"version":1,"boot_id":"another-boot","gpus":{"GPU-fake-0":{"total_power":5}}}`), 0o600)
+	store, ignored, err := sampler.OpenCursorFile(dir)
+	if err != nil || !ignored {
+		t.Fatalf("open: %v, ignored %v", err, ignored)
+	}
+	defer store.Close()
+	clk := clocktest.New(clockStart)
+	dev := newFakeDevice(0).onClock(clk)
+	e, err := sampler.New(&fakeSource{devs: []*fakeDevice{dev}}, sampler.Config{
+		DrainInterval: time.Second, Select: onlyPowerBuffer, Clock: clk, CallTimeout: -1, Cursors: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := &collector{}
+	e.AddOutput("c", out, sampler.PumpOptions{FlushInterval: 5 * time.Millisecond})
+	runStepped(t, e, clk, 2, 1000, func() bool { return e.Stats().Devices[0].Drains >= 2 })
+	if st := e.Stats().Devices[0]; st.CursorsDiscarded != 1 {
+		t.Errorf("cursors discarded %d, want the other boot's 1", st.CursorsDiscarded)
+	}
+	out.mu.Lock()
+	defer out.mu.Unlock()
+	if len(out.samples) < 100 {
+		t.Errorf("%d samples delivered: want the buffer's history (a fresh start)", len(out.samples))
 	}
 }
 
