@@ -37,16 +37,22 @@ type CursorStore interface {
 	Save(cursors map[string]map[catalog.BufferType]uint64) error
 }
 
-// CursorSaveInterval is how often the engine saves the drain cursors while
-// running (and once more at the end): after a crash, at most this much of
-// the history is delivered again.
-const CursorSaveInterval = 2 * time.Second
+// CursorSaveInterval is how often at the least the engine saves the drain
+// cursors while running; it saves as soon as an output has taken more, and
+// once more at the end. The cursors saved are those every output has taken
+// the samples before (see Engine): after a crash nothing is skipped, and
+// what the outputs took in the instant before it is delivered again.
+const CursorSaveInterval = 100 * time.Millisecond
 
 // CursorFileName is the cursor file's name in its state directory.
 const CursorFileName = "cursors.json"
 
 // CursorFile is a CursorStore in a JSON file, replaced atomically on each
-// save (a temporary file, fsync, rename, fsync of the directory).
+// save (a temporary file renamed over it). The saves are not fsynced: the
+// file outlives a crash of the process, which is what it is for, and the
+// cursors of a boot never apply to the next one, so a power loss or kernel
+// crash, which may leave the file empty, costs nothing; an empty file is an
+// empty store.
 //
 // One process owns a state directory: OpenCursorFile takes an exclusive
 // lock on its lock file (LockFileName) and holds it until Close or the
@@ -140,6 +146,9 @@ func OpenCursorFile(dir string) (f *CursorFile, ignored bool, err error) {
 	}
 	if err != nil {
 		return nil, false, fmt.Errorf("read cursors: %w", err)
+	}
+	if len(bytes.Trim(b, "\x00")) == 0 {
+		return f, false, nil // what a power loss may leave
 	}
 	var doc cursorDoc
 	if err := json.Unmarshal(b, &doc); err != nil {
@@ -271,7 +280,7 @@ func (f *CursorFile) Save(cursors map[string]map[catalog.BufferType]uint64) erro
 	if bytes.Equal(b, f.last) {
 		return nil
 	}
-	if err := atomicfile.WriteFile(f.path, b, 0o600); err != nil {
+	if err := atomicfile.Replace(f.path, b, 0o600); err != nil {
 		return fmt.Errorf("save cursors: %w", err)
 	}
 	f.last = b

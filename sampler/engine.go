@@ -265,8 +265,10 @@ type Engine struct {
 	started atomic.Bool
 
 	cursorSaveErrors atomic.Uint64
-	cursorWarned     atomic.Bool // a discarded drain cursor was logged
-	host             *hostOffset // realtime − boottime, shared by the loops
+	// ackKick wakes the cursor saver when an output has taken more.
+	ackKick      chan struct{}
+	cursorWarned atomic.Bool // a discarded drain cursor was logged
+	host         *hostOffset // realtime − boottime, shared by the loops
 
 	mu      sync.Mutex
 	pumps   []*pump
@@ -287,6 +289,9 @@ func New(src Source, cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("open %s devices: %w", src.Name(), err)
 	}
 	e := &Engine{cfg: c, src: src, log: c.Logger, events: newEventLog(4096), host: newHostOffset()}
+	if c.Cursors != nil {
+		e.ackKick = make(chan struct{}, 1)
+	}
 	if c.FieldInterval > 0 && time.Second/c.FieldInterval > costlyFieldRate {
 		rate := float64(time.Second) / float64(c.FieldInterval)
 		e.log.Warn("high field rate: each tick is one batched NVML call per GPU holding the driver lock; NVIDIA measured ~2% workload slowdown from 10 Hz sampling",
@@ -625,9 +630,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		auxWG.Add(1)
 		go func() {
 			defer auxWG.Done()
-			for sleep(e.cfg.Clock, CursorSaveInterval, ctx.Done()) {
-				e.saveCursors()
-			}
+			e.cursorSaver(ctx)
 		}()
 	}
 	<-ctx.Done() // the device loops end only with ctx
@@ -674,6 +677,9 @@ func (e *Engine) Run(ctx context.Context) error {
 		}
 	}
 	errs := e.waitPumps(pumps, t, expired)
+	if e.cfg.Cursors != nil {
+		e.saveCursors() // what the outputs took in their final flush
+	}
 	if abandoned > 0 {
 		// A call is still inside the driver: closing the library under it
 		// could crash the process. The process is exiting anyway.
@@ -684,20 +690,42 @@ func (e *Engine) Run(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// saveCursors saves every device's published cursors. A failure is logged
-// (the first, then every tenth): sampling goes on, a restart then delivers
-// some history again.
+// cursorSaver saves the cursors as soon as an output has taken more (a
+// pump's acknowledgement kicks it), so that what a crash makes the next run
+// deliver again is what the outputs took in the instant before it, and
+// every CursorSaveInterval (a stuck output stops being waited for by the
+// clock alone). It returns when ctx is done.
+func (e *Engine) cursorSaver(ctx context.Context) {
+	t := e.cfg.Clock.NewTimer(CursorSaveInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-e.ackKick:
+		case <-t.C():
+			t.Reset(CursorSaveInterval)
+		}
+		e.saveCursors()
+	}
+}
+
+// saveCursors saves every device's cursors as far as every output has taken
+// the samples before them (see ack.go). A failure is logged (the first, then
+// every tenth): sampling goes on, a restart then delivers some history
+// again.
 func (e *Engine) saveCursors() {
 	all := make(map[string]map[catalog.BufferType]uint64, len(e.loops))
+	now := e.cfg.Clock.Now()
 	for _, l := range e.loops {
 		uuid := l.identity.Load().UUID
 		if uuid == "" {
 			continue
 		}
 		byType := map[catalog.BufferType]uint64{}
-		for _, b := range l.buffers {
-			if c := b.published.Load(); c > 0 {
-				byType[b.typ] = c
+		for i, c := range l.acknowledged(now) {
+			if c > 0 {
+				byType[l.buffers[i].typ] = c
 			}
 		}
 		all[uuid] = byType

@@ -93,9 +93,6 @@ type bufferState struct {
 	media     bool
 	dryRead   time.Time
 	noDryRead bool
-	// published is the cursor of the newest sample published into the
-	// ring (read by the engine to save the cursors).
-	published atomic.Uint64
 }
 
 // deviceLoop samples one device. Everything but the atomics is owned by the
@@ -167,6 +164,9 @@ type deviceLoop struct {
 	nextProbe time.Time
 	startErr  error
 	restored  bool // the cursor store was asked
+	// ack holds the cursors published and how far the outputs took them
+	// (see ack.go).
+	ack ackState
 
 	// Watchdog: callStart is when the current driver call began (Unix ns, 0
 	// when none is in flight) and callOp what it is; hung is set by the
@@ -406,9 +406,9 @@ func (l *deviceLoop) restoreCursors() {
 		b.cursor = c
 		b.resumed = true
 		b.verify = true
-		b.published.Store(c)
 		n++
 	}
+	l.mark(false) // nothing published yet: the outputs need take nothing
 	if n > 0 {
 		l.e.log.Info("drain cursors restored from the last run", "device", l.index, "uuid", uuid, "buffers", n)
 	}
@@ -457,7 +457,6 @@ func (l *deviceLoop) reportClockStep(step int64, now time.Time) {
 // logged once per run.
 func (l *deviceLoop) discardCursor(b *bufferState, c uint64, why string) {
 	b.cursor, b.resumed, b.verify = 0, false, false
-	b.published.Store(0)
 	l.cursorsDiscarded.Add(1)
 	if l.e.cursorWarned.CompareAndSwap(false, true) {
 		l.e.log.Warn("drain cursor from the last run discarded: it is "+why+" (wall clock stepped back, or state copied); the buffer is drained as at a fresh start",
@@ -551,12 +550,10 @@ func (l *deviceLoop) flush(now time.Time) bool {
 }
 
 // allOut notes that everything drained so far is published: no backlog is
-// held, and the cursors to save move on.
+// held, and the cursors to save move on once every output has taken it.
 func (l *deviceLoop) allOut() {
 	l.heldSince = time.Time{}
-	for _, b := range l.buffers {
-		b.published.Store(b.cursor)
-	}
+	l.mark(true)
 }
 
 // publish puts the first n samples of l.pub into the ring and keeps the

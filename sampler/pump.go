@@ -159,12 +159,17 @@ func newPumpReplacing(e *Engine, name string, out record.Output, opts PumpOption
 	}
 	p := &pump{e: e, name: name, out: out, opts: opts, evPos: pos,
 		sentGen: make([]uint64, len(e.loops)), stopCh: make(chan struct{}), done: make(chan struct{})}
+	now, stuck := e.cfg.Clock.Now().UnixNano(), int64(stuckAfter(opts))
 	for i, l := range e.loops {
+		var c *cursor
 		if old != nil {
-			p.cursors = append(p.cursors, l.ring.Swap(old.cursors[i]))
+			c = l.ring.Swap(old.cursors[i])
 		} else {
-			p.cursors = append(p.cursors, l.ring.NewCursor())
+			c = l.ring.NewCursor()
 		}
+		c.stuckAfter.Store(stuck)
+		c.ackedAt.Store(now)
+		p.cursors = append(p.cursors, c)
 	}
 	if opts.Select != nil {
 		p.keep = selection(e.cfg.Catalog, opts.Select)
@@ -286,6 +291,7 @@ func (p *pump) flushAll(ctx context.Context) {
 				if !ok {
 					return // held: retried on the next flush
 				}
+				p.acknowledge()
 			}
 			start := len(b.Samples)
 			n := c.Read(b.Samples[start:p.opts.MaxBatch])
@@ -298,7 +304,9 @@ func (p *pump) flushAll(ctx context.Context) {
 			filtered += f
 		}
 	}
-	p.write(ctx)
+	if p.write(ctx) {
+		p.acknowledge()
+	}
 	p.account(read, filtered)
 }
 
@@ -408,6 +416,7 @@ func (p *pump) abandon() {
 	}
 	p.failed.Add(n + read - filtered)
 	p.accountLocked(read, filtered)
+	p.acknowledge() // failed and counted: taken
 	if n+read-filtered > 0 {
 		p.e.log.Warn("output unavailable at stop; held samples dropped", "output", p.name, "samples", n+read-filtered)
 	}

@@ -139,6 +139,12 @@ type cursor struct {
 	_    [56]byte
 	// dropped is written by the producer only.
 	dropped atomic.Uint64
+	// acked is how far (in tail positions) the reader's output has taken
+	// what it read, ackedAt when it last said so (engine clock, Unix ns),
+	// stuckAfter how long without that, samples waiting, the reader counts
+	// as stuck (see ack.go). Written by the reader.
+	acked               atomic.Uint64
+	ackedAt, stuckAfter atomic.Int64
 	// seenTail and seenAt are the producer's own record of when the
 	// reader last made progress (Room).
 	seenTail uint64

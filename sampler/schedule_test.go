@@ -1,6 +1,7 @@
 package sampler_test
 
 import (
+	"context"
 	"maps"
 	"os"
 	"path/filepath"
@@ -138,6 +139,7 @@ func head(v []float64) []float64 { return v[:min(len(v), 5)] }
 type memCursors struct {
 	mu    sync.Mutex
 	saved map[string]map[catalog.BufferType]uint64
+	saves int
 }
 
 func (m *memCursors) Load(uuid string) map[catalog.BufferType]uint64 {
@@ -150,7 +152,88 @@ func (m *memCursors) Save(c map[string]map[catalog.BufferType]uint64) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.saved = c
+	m.saves++
 	return nil
+}
+
+// power returns the saved power cursor of uuid and how many saves came.
+func (m *memCursors) power(uuid string) (cursor uint64, saves int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.saved[uuid][catalog.BufferTotalPower], m.saves
+}
+
+// gatedOutput holds its first Write until open is closed.
+type gatedOutput struct {
+	collector
+	open chan struct{}
+}
+
+func (g *gatedOutput) Write(ctx context.Context, b *record.Batch) error {
+	select {
+	case <-g.open:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return g.collector.Write(ctx, b)
+}
+
+// newestPower is the number of the newest power buffer sample in s.
+func newestPower(s []record.Sample) (k int64) {
+	for _, x := range s {
+		if x.Metric == catalog.MetricPowerDraw && x.Flags&record.FlagPointRead == 0 {
+			k = max(k, int64(x.Value))
+		}
+	}
+	return k
+}
+
+// The cursors saved are those every output has taken: while one output is
+// blocked in a Write the saved cursor does not move past what it has not
+// taken, however often the engine saves and however much another output
+// delivered; once it has taken everything, the cursor saved at the end is
+// the newest sample both delivered. A crash then skips nothing.
+func TestEngineCursorsSavedAsTaken(t *testing.T) {
+	clk := clocktest.New(clockStart)
+	dev := newFakeDevice(0).onClock(clk)
+	store := &memCursors{}
+	e, err := sampler.New(&fakeSource{devs: []*fakeDevice{dev}}, sampler.Config{
+		DrainInterval: time.Second, Select: onlyPowerBuffer, Clock: clk, CallTimeout: -1, Cursors: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fast, slow := &collector{}, &gatedOutput{open: make(chan struct{})}
+	e.AddOutput("fast", fast, sampler.PumpOptions{FlushInterval: 5 * time.Millisecond})
+	e.AddOutput("slow", slow, sampler.PumpOptions{FlushInterval: 5 * time.Millisecond, WriteTimeout: time.Hour})
+	var ahead uint64
+	released := false
+	runStepped(t, e, clk, 2, 10000, func() bool {
+		c, saves := store.power("GPU-fake-0")
+		if !released {
+			if c != 0 {
+				ahead = c
+				close(slow.open) // let the engine stop
+				return true
+			}
+			if len(fast.snapshot()) >= 2*dev.depth && saves >= 20 {
+				close(slow.open)
+				released = true
+			}
+			return false
+		}
+		return newestPower(slow.snapshot()) >= newestPower(fast.snapshot()) && saves >= 40
+	})
+	if ahead != 0 {
+		t.Fatalf("saved power cursor %d while an output had taken nothing", ahead)
+	}
+	c, _ := store.power("GPU-fake-0")
+	k := newestPower(slow.snapshot())
+	if f := newestPower(fast.snapshot()); k != f || k == 0 {
+		t.Fatalf("newest power sample delivered: slow %d, fast %d", k, f)
+	}
+	if want := dev.rawUS(k, 10*time.Millisecond); c != want {
+		t.Errorf("saved power cursor %d after the run, want %d (sample %d, the newest both outputs took)", c, want, k)
+	}
 }
 
 // A restart that resumes from a saved cursor older than the buffer's

@@ -22,7 +22,20 @@ import (
 // WriteFile replaces path with b, mode perm, as the package doc says. It is
 // safe to call from several goroutines or processes at once (each writes its
 // own temporary file; the last rename wins).
-func WriteFile(path string, b []byte, perm os.FileMode) (err error) {
+func WriteFile(path string, b []byte, perm os.FileMode) error {
+	return write(path, b, perm, true)
+}
+
+// Replace replaces path with b, mode perm, like WriteFile but without the
+// fsyncs: a reader, or the next process after this one crashed (killed,
+// out of memory), sees the old content or the new, never a mix; after a
+// power loss or kernel crash the file may hold either, or be empty. For
+// state that a reboot makes void anyway and that is replaced often.
+func Replace(path string, b []byte, perm os.FileMode) error {
+	return write(path, b, perm, false)
+}
+
+func write(path string, b []byte, perm os.FileMode, sync bool) (err error) {
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
 	if err != nil {
@@ -40,14 +53,19 @@ func WriteFile(path string, b []byte, perm os.FileMode) (err error) {
 	if _, err := tmp.Write(b); err != nil {
 		return fmt.Errorf("write temporary file: %w", err)
 	}
-	if err := tmp.Sync(); err != nil {
-		return fmt.Errorf("sync temporary file: %w", err)
+	if sync {
+		if err := tmp.Sync(); err != nil {
+			return fmt.Errorf("sync temporary file: %w", err)
+		}
 	}
 	if err := tmp.Close(); err != nil {
 		return fmt.Errorf("close temporary file: %w", err)
 	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return fmt.Errorf("rename temporary file: %w", err)
+	}
+	if !sync {
+		return nil
 	}
 	d, err := os.Open(dir)
 	if err != nil {

@@ -20,7 +20,17 @@ func names(t *testing.T, dir string) []string {
 	return n
 }
 
+// writers are WriteFile and Replace: they differ only in the fsyncs, which
+// a test cannot see; both must replace the content the same way.
+var writers = map[string]func(string, []byte, os.FileMode) error{"WriteFile": WriteFile, "Replace": Replace}
+
 func TestWriteFile(t *testing.T) {
+	for name, write := range writers {
+		t.Run(name, func(t *testing.T) { testWriteFile(t, write) })
+	}
+}
+
+func testWriteFile(t *testing.T, WriteFile func(string, []byte, os.FileMode) error) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "state")
 	for i, tc := range []struct {
@@ -45,6 +55,12 @@ func TestWriteFile(t *testing.T) {
 }
 
 func TestWriteFileFailureKeepsOld(t *testing.T) {
+	for name, write := range writers {
+		t.Run(name, func(t *testing.T) { testWriteFileFailureKeepsOld(t, write) })
+	}
+}
+
+func testWriteFileFailureKeepsOld(t *testing.T, WriteFile func(string, []byte, os.FileMode) error) {
 	dir := t.TempDir()
 	if err := WriteFile(filepath.Join(dir, "missing", "state"), []byte("x"), 0o600); err == nil {
 		t.Fatal("write into a missing directory succeeded")
