@@ -79,18 +79,40 @@ type CursorFile struct {
 	// ignored holds how many cursors the ignored file held per GPU UUID.
 	ignored map[string]int
 
+	// scope names the output set whose cursors this is (see
+	// OpenCursorFileScoped); others holds the other sets' cursors, kept as
+	// they are.
+	scope   string
+	others  map[string]*cursorSet
+	savedAt int64 // this set's SavedAt in the file
+
 	mu   sync.Mutex
 	gpus map[string]map[string]uint64 // uuid → buffer type name → cursor
 	last []byte                       // what the file holds now
 }
 
+// cursorDoc is the file. Version 2 keeps one cursorSet per output set
+// (Sets, by scope); version 1 had one set (GPUs), which a scope without a
+// set of its own starts from.
 type cursorDoc struct {
 	Version   int                          `json:"version"`
 	BootID    string                       `json:"boot_id,omitempty"`
 	Host      string                       `json:"host,omitempty"`
 	MachineID string                       `json:"machine_id,omitempty"`
-	GPUs      map[string]map[string]uint64 `json:"gpus"`
+	Sets      map[string]*cursorSet        `json:"sets,omitempty"`
+	GPUs      map[string]map[string]uint64 `json:"gpus,omitempty"`
 }
+
+// cursorSet is one output set's cursors and when they last moved (Unix
+// seconds).
+type cursorSet struct {
+	SavedAt int64                        `json:"saved_at"`
+	GPUs    map[string]map[string]uint64 `json:"gpus"`
+}
+
+// cursorSetMaxAge: the cursors of another output set that have not moved
+// for this long (an ad-hoc run's, long over) are dropped at the next save.
+const cursorSetMaxAge = 7 * 24 * time.Hour
 
 // LockFileName is the lock file's name in a state directory: while a
 // process owns the directory it holds an exclusive flock on it, and the
@@ -118,13 +140,26 @@ func (e *StateDirInUseError) Error() string {
 // Unwrap returns ErrStateDirInUse.
 func (e *StateDirInUseError) Unwrap() error { return ErrStateDirInUse }
 
-// OpenCursorFile takes ownership of the state directory dir (creating it,
-// 0700, if needed) and opens the cursor file in it. A missing file is an
-// empty store; a file saved under another boot or on another host is
-// ignored (ignored reports it, IgnoredReason says why); a malformed one is
-// an error naming it. When another process owns dir, the error is a
-// *StateDirInUseError. The caller calls Close when done (or exits).
+// OpenCursorFile is OpenCursorFileScoped with the scope "".
 func OpenCursorFile(dir string) (f *CursorFile, ignored bool, err error) {
+	return OpenCursorFileScoped(dir, "")
+}
+
+// OpenCursorFileScoped takes ownership of the state directory dir
+// (creating it, 0700, if needed) and opens the cursor file in it, for the
+// output set named scope. A missing file is an empty store; a file saved
+// under another boot or on another machine is ignored (ignored reports it,
+// IgnoredReason says why); a malformed one is an error naming it. When
+// another process owns dir, the error is a *StateDirInUseError. The caller
+// calls Close when done (or exits).
+//
+// Cursors are kept per output set: a run whose outputs differ from the
+// service's (an operator's `run --config` with the service down, same
+// state directory) loads and saves its own set, so it never moves the
+// service's cursors past samples the service's sinks did not get. A set
+// that has not moved for a week is dropped. A file of version 1 (one set)
+// is where a scope without a set of its own starts.
+func OpenCursorFileScoped(dir, scope string) (f *CursorFile, ignored bool, err error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, false, fmt.Errorf("state dir: %w", err)
 	}
@@ -134,7 +169,7 @@ func OpenCursorFile(dir string) (f *CursorFile, ignored bool, err error) {
 	}
 	host, _ := os.Hostname()
 	f = &CursorFile{path: filepath.Join(dir, CursorFileName), boot: bootID(), host: host, machine: machineID(),
-		lock: lock, gpus: map[string]map[string]uint64{}}
+		lock: lock, gpus: map[string]map[string]uint64{}, scope: scope, others: map[string]*cursorSet{}}
 	defer func() {
 		if err != nil {
 			lock.Close()
@@ -154,23 +189,38 @@ func OpenCursorFile(dir string) (f *CursorFile, ignored bool, err error) {
 	if err := json.Unmarshal(b, &doc); err != nil {
 		return nil, false, fmt.Errorf("read cursors %s: %w", f.path, err)
 	}
-	if doc.Version != 1 {
-		return nil, false, fmt.Errorf("read cursors %s: version %d, want 1", f.path, doc.Version)
+	if doc.Version != 1 && doc.Version != 2 {
+		return nil, false, fmt.Errorf("read cursors %s: version %d, want 1 or 2", f.path, doc.Version)
+	}
+	mine := doc.GPUs // version 1
+	if set := doc.Sets[scope]; set != nil {
+		mine, f.savedAt = set.GPUs, set.SavedAt
 	}
 	f.why = f.foreign(doc)
 	if f.why != "" {
 		f.ignored = map[string]int{}
-		for uuid, byType := range doc.GPUs {
+		for uuid, byType := range mine {
 			f.ignored[uuid] = len(byType)
 		}
 		return f, true, nil
 	}
-	if doc.GPUs != nil {
-		f.gpus = doc.GPUs
+	for k, set := range doc.Sets {
+		if k != scope && set != nil {
+			f.others[k] = set
+		}
 	}
-	f.last = b
+	if mine != nil {
+		f.gpus = mine
+	}
+	if doc.Version == 2 {
+		f.last = b
+	}
 	return f, false, nil
 }
+
+// OtherSets returns how many other output sets' cursors the file holds
+// (left alone by this one).
+func (f *CursorFile) OtherSets() int { return len(f.others) }
 
 // foreign says why a cursor document saved elsewhere does not apply here
 // ("" when it does). The boot id decides where both sides know it (equal
@@ -273,17 +323,28 @@ func (f *CursorFile) Save(cursors map[string]map[catalog.BufferType]uint64) erro
 		}
 		f.gpus[uuid] = m
 	}
-	b, err := json.Marshal(cursorDoc{Version: 1, BootID: f.boot, Host: f.host, MachineID: f.machine, GPUs: f.gpus})
-	if err != nil {
-		return fmt.Errorf("save cursors: %w", err)
+	now := time.Now()
+	sets := make(map[string]*cursorSet, len(f.others)+1)
+	for k, set := range f.others {
+		if now.Sub(time.Unix(set.SavedAt, 0)) < cursorSetMaxAge {
+			sets[k] = set
+		}
 	}
-	if bytes.Equal(b, f.last) {
+	mine := &cursorSet{SavedAt: f.savedAt, GPUs: f.gpus}
+	sets[f.scope] = mine
+	doc := cursorDoc{Version: 2, BootID: f.boot, Host: f.host, MachineID: f.machine, Sets: sets}
+	b, err := json.Marshal(doc)
+	if err == nil && bytes.Equal(b, f.last) {
 		return nil
+	}
+	mine.SavedAt = now.Unix()
+	if b, err = json.Marshal(doc); err != nil {
+		return fmt.Errorf("save cursors: %w", err)
 	}
 	if err := atomicfile.Replace(f.path, b, 0o600); err != nil {
 		return fmt.Errorf("save cursors: %w", err)
 	}
-	f.last = b
+	f.last, f.savedAt = b, mine.SavedAt
 	return nil
 }
 

@@ -2,6 +2,7 @@ package sampler_test
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"os"
 	"os/exec"
@@ -185,4 +186,59 @@ func TestCursorFileOneOwner(t *testing.T) {
 		t.Fatalf("open after Close: %v", err)
 	}
 	g.Close()
+}
+
+// Cursors are kept per output set: a run with other outputs (an operator's
+// `run --config` while the service is down) neither loads nor moves the
+// service's. A version 1 file (one set) is where a set starts from; a set
+// that has not moved for a week is dropped at the next save.
+func TestCursorFileScopes(t *testing.T) {
+	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	thisBoot := strings.TrimSpace(string(boot))
+	dir := t.TempDir()
+	power := func(scope string) (uint64, int) {
+		t.Helper()
+		f, ignored, err := sampler.OpenCursorFileScoped(dir, scope)
+		if err != nil || ignored {
+			t.Fatalf("open %q: %v, ignored %v", scope, err, ignored)
+		}
+		defer f.Close()
+		return f.Load("GPU-a")[catalog.BufferTotalPower], f.OtherSets()
+	}
+	save := func(scope string, c uint64) {
+		t.Helper()
+		f, _, err := sampler.OpenCursorFileScoped(dir, scope)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if err := f.Save(map[string]map[catalog.BufferType]uint64{"GPU-a": {catalog.BufferTotalPower: c}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Version 1, as an older gpusampler left it: the service starts from it.
+	os.WriteFile(filepath.Join(dir, sampler.CursorFileName),
+		[]byte(`{"version":1,"boot_id":"`+thisBoot+`","gpus":{"GPU-a":{"total_power":5}}}`), 0o600)
+	if c, _ := power("service"); c != 5 {
+		t.Fatalf("service starts from the version 1 cursor %d, want 5", c)
+	}
+	save("service", 100)
+	if c, others := power("adhoc"); c != 0 || others != 1 {
+		t.Errorf("another output set loads power cursor %d (others %d), want none of the service's", c, others)
+	}
+	save("adhoc", 500)
+	if c, others := power("service"); c != 100 || others != 1 {
+		t.Errorf("service power cursor %d after the other set saved 500 (others %d), want its own 100", c, others)
+	}
+	if c, _ := power("adhoc"); c != 500 {
+		t.Errorf("adhoc power cursor %d, want 500", c)
+	}
+	// A set that has not moved for a week is dropped.
+	b, _ := os.ReadFile(filepath.Join(dir, sampler.CursorFileName))
+	b = bytes.Replace(b, []byte(`"adhoc":{"saved_at":`), []byte(`"adhoc":{"saved_at":1,"x":`), 1)
+	os.WriteFile(filepath.Join(dir, sampler.CursorFileName), b, 0o600)
+	save("service", 101)
+	if c, others := power("service"); c != 101 || others != 0 {
+		t.Errorf("service power cursor %d, other sets %d: want 101 and the stale set dropped", c, others)
+	}
 }

@@ -12,6 +12,9 @@ package agent
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -124,7 +127,7 @@ func New(src sampler.Source, cfg *appconfig.Config, opts Options) (*Agent, error
 	}
 	var cursors *sampler.CursorFile
 	if !opts.NoState {
-		cursors = openCursors(src, cfg.Agent, opts.Logger)
+		cursors = openCursors(src, cfg.Agent, outputSet(cfg.Outputs), opts.Logger)
 	}
 	if cursors != nil {
 		scfg.Cursors = cursors
@@ -663,8 +666,10 @@ func (a *Agent) statsSettings() (time.Duration, bool) {
 // that: it is logged, and sampling runs without. One owned by another
 // process (the service, when this is an ad-hoc run with the same
 // state_dir) is left alone: this run delivers what the driver's buffers
-// hold, and says once which process owns it.
-func openCursors(src sampler.Source, a appconfig.Agent, log *slog.Logger) *sampler.CursorFile {
+// hold, and says once which process owns it. The cursors are those of the
+// output set scope (outputSet): a run with other outputs than the service's
+// keeps its own and never moves the service's.
+func openCursors(src sampler.Source, a appconfig.Agent, scope string, log *slog.Logger) *sampler.CursorFile {
 	if src.Name() == "sim" {
 		return nil
 	}
@@ -677,7 +682,7 @@ func openCursors(src sampler.Source, a appconfig.Agent, log *slog.Logger) *sampl
 		}
 		dir = d
 	}
-	f, ignored, err := sampler.OpenCursorFile(dir)
+	f, ignored, err := sampler.OpenCursorFileScoped(dir, scope)
 	var inUse *sampler.StateDirInUseError
 	switch {
 	case errors.As(err, &inUse):
@@ -691,5 +696,35 @@ func openCursors(src sampler.Source, a appconfig.Agent, log *slog.Logger) *sampl
 	if ignored {
 		log.Info("drain cursors in the state dir ignored", "file", f.Path(), "reason", f.IgnoredReason())
 	}
+	if n := f.OtherSets(); n > 0 {
+		log.Info("state dir holds the drain cursors of other output sets: left alone, this run keeps its own",
+			"file", f.Path(), "output_set", scope, "other_sets", n)
+	}
 	return f
+}
+
+// outputSet names a run's set of outputs for its drain cursors: a hash of
+// each output's kind, name and block as written (sorted by name). Two runs
+// with the same outputs share cursors (their sinks are the same); a run
+// whose outputs differ keeps its own. Editing an output block starts a new
+// set: the next start delivers the driver buffers' history once more.
+func outputSet(outs []*appconfig.Output) string {
+	type id struct {
+		Kind, Name string
+		Raw        map[string]any
+	}
+	ids := make([]id, 0, len(outs))
+	for _, o := range outs {
+		ids = append(ids, id{o.Kind, o.Name, o.Raw})
+	}
+	slices.SortFunc(ids, func(a, b id) int { return strings.Compare(a.Name, b.Name) })
+	b, err := json.Marshal(ids)
+	if err != nil { // a value JSON cannot spell: kinds and names only
+		for i := range ids {
+			ids[i].Raw = nil
+		}
+		b, _ = json.Marshal(ids)
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
 }
