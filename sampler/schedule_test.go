@@ -197,13 +197,8 @@ func TestEngineCursorsSavedAsTaken(t *testing.T) {
 	clk := clocktest.New(clockStart)
 	dev := newFakeDevice(0).onClock(clk)
 	store := &memCursors{}
-	e, err := sampler.New(&fakeSource{devs: []*fakeDevice{dev}}, sampler.Config{
-		DrainInterval: time.Second, Select: onlyPowerBuffer, Clock: clk, CallTimeout: -1, Cursors: store})
-	if err != nil {
-		t.Fatal(err)
-	}
-	fast, slow := &collector{}, &gatedOutput{open: make(chan struct{})}
-	e.AddOutput("fast", fast, sampler.PumpOptions{FlushInterval: 5 * time.Millisecond})
+	e, fast := powerEngine(t, clk, dev, store)
+	slow := &gatedOutput{open: make(chan struct{})}
 	e.AddOutput("slow", slow, sampler.PumpOptions{FlushInterval: 5 * time.Millisecond, WriteTimeout: time.Hour})
 	var ahead uint64
 	released := false
@@ -236,6 +231,20 @@ func TestEngineCursorsSavedAsTaken(t *testing.T) {
 	}
 }
 
+// powerEngine is an engine over dev draining its power buffer every second
+// on clk, keeping cursors in store, with one collecting output.
+func powerEngine(t *testing.T, clk *clocktest.Clock, dev *fakeDevice, store sampler.CursorStore) (*sampler.Engine, *collector) {
+	t.Helper()
+	e, err := sampler.New(&fakeSource{devs: []*fakeDevice{dev}}, sampler.Config{
+		DrainInterval: time.Second, Select: onlyPowerBuffer, Clock: clk, CallTimeout: -1, Cursors: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := &collector{}
+	e.AddOutput("c", out, sampler.PumpOptions{FlushInterval: 5 * time.Millisecond})
+	return e, out
+}
+
 // A restart that resumes from a saved cursor older than the buffer's
 // history counts the samples the driver no longer holds, but keeps the
 // drain interval: the gap came from the restart, not from draining too
@@ -249,13 +258,7 @@ func TestEngineResumedGapKeepsInterval(t *testing.T) {
 		// longer holds are lost.
 		"GPU-fake-0": {catalog.BufferTotalPower: dev.rawUS(int64(time.Minute/(10*time.Millisecond))-200, 10*time.Millisecond)},
 	}}
-	e, err := sampler.New(&fakeSource{devs: []*fakeDevice{dev}}, sampler.Config{
-		DrainInterval: time.Second, Select: onlyPowerBuffer, Clock: clk, CallTimeout: -1, Cursors: store})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := &collector{}
-	e.AddOutput("c", out, sampler.PumpOptions{FlushInterval: 5 * time.Millisecond})
+	e, out := powerEngine(t, clk, dev, store)
 	runStepped(t, e, clk, 2, 1000, func() bool { return e.Stats().Devices[0].Drains >= 5 })
 	st := e.Stats().Devices[0]
 	if st.SuspectedLosses != 1 || st.LostEstimate != 150 {
@@ -285,13 +288,7 @@ func TestEngineCursorsOfAnotherBootCounted(t *testing.T) {
 	defer store.Close()
 	clk := clocktest.New(clockStart)
 	dev := newFakeDevice(0).onClock(clk)
-	e, err := sampler.New(&fakeSource{devs: []*fakeDevice{dev}}, sampler.Config{
-		DrainInterval: time.Second, Select: onlyPowerBuffer, Clock: clk, CallTimeout: -1, Cursors: store})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := &collector{}
-	e.AddOutput("c", out, sampler.PumpOptions{FlushInterval: 5 * time.Millisecond})
+	e, out := powerEngine(t, clk, dev, store)
 	runStepped(t, e, clk, 2, 1000, func() bool { return e.Stats().Devices[0].Drains >= 2 })
 	if st := e.Stats().Devices[0]; st.CursorsDiscarded != 1 {
 		t.Errorf("cursors discarded %d, want the other boot's 1", st.CursorsDiscarded)

@@ -4,7 +4,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -122,16 +121,7 @@ func TestStateDirOneOwnerIntegration(t *testing.T) {
 	// The service's sinks: every power sample from its first to its last,
 	// once, across its restart.
 	ts := append(powerTimes(t, []byte(svc1.String())), powerTimes(t, []byte(svc2.String()))...)
-	slices.Sort(ts)
-	var dups, missing int64
-	for i := 1; i < len(ts); i++ {
-		switch d := ts[i] - ts[i-1]; {
-		case d == 0:
-			dups++
-		case d > 20e6:
-			missing += d/20e6 - 1
-		}
-	}
+	dups, missing := gaps(ts)
 	t.Logf("service before and after the ad-hoc runs: %d power samples, %d missing, %d duplicated; the ad-hoc runs delivered %d and %d",
 		len(ts), missing, dups, len(powerTimes(t, []byte(beside.String()))), len(powerTimes(t, []byte(look.String()))))
 	if dups != 0 || missing != 0 || len(ts) < 100 {
@@ -156,21 +146,7 @@ func TestStateDirOneOwnerIntegration(t *testing.T) {
 // powerTimes returns the timestamps (ns) of the power_draw buffer samples
 // in JSON lines, point reads left out.
 func powerTimes(t *testing.T, out []byte) []int64 {
-	var ts []int64
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		var s struct {
-			Type, Metric string
-			Time         int64
-			PointRead    bool `json:"point_read"`
-		}
-		if json.Unmarshal(sc.Bytes(), &s) != nil || s.Type != "sample" || s.Metric != "power_draw" || s.PointRead || s.Time%20e6 != 0 {
-			continue
-		}
-		ts = append(ts, s.Time)
-	}
-	return ts
+	return bufferSeries(t, string(out))["power_draw"]
 }
 
 func lastPower(t *testing.T, out []byte) int64 {
@@ -211,17 +187,8 @@ func TestStateDirCrashIntegration(t *testing.T) {
 	got := bufferSeries(t, svc1.String()+svc2.String())
 	var n, dups, missing int64
 	for metric, ts := range got {
-		slices.Sort(ts)
 		n += int64(len(ts))
-		var d, m int64
-		for i := 1; i < len(ts); i++ {
-			switch gap := ts[i] - ts[i-1]; {
-			case gap == 0:
-				d++
-			case gap > 20e6:
-				m += gap/20e6 - 1
-			}
-		}
+		d, m := gaps(ts)
 		if m != 0 {
 			t.Errorf("%s: %d samples missing across the crash", metric, m)
 		}
