@@ -55,11 +55,7 @@ var diskFull = scenario{name: "diskfull", about: "disk buffers on 64/16 KiB tmpf
 		}
 		return res
 	},
-	check: func(cell, received) func(*outcome) {
-		return func(o *outcome) {
-			o.noDrops("on a full disk the buffer should ride out in memory")
-		}
-	}}
+	check: noDropsCheck("on a full disk the buffer should ride out in memory")}
 
 // mountTmpfs mounts a tmpfs of size on dir (created) until the test ends,
 // or skips the test saying why it cannot.

@@ -229,11 +229,7 @@ var scenarios = []scenario{
 			r.settle(nil)
 			return finish(t, e, r)
 		},
-		check: func(cell, received) func(*outcome) {
-			return func(o *outcome) {
-				o.noDrops("without a fault")
-			}
-		}},
+		check: noDropsCheck("without a fault")},
 	{name: "jobs", about: "per-job accounting on: GPU 0 unattributed, held by pod a, then pod b, then nobody, one phase each; the job and job_end records reach every cell",
 		run: func(t *testing.T, e *env) result {
 			e.accounting = true
@@ -276,11 +272,7 @@ var scenarios = []scenario{
 			r.settle(nil)
 			return finish(t, e, r)
 		},
-		check: func(cell, received) func(*outcome) {
-			return func(o *outcome) {
-				o.noDrops("across an outage the buffers and pumps should ride out")
-			}
-		}},
+		check: noDropsCheck("across an outage the buffers and pumps should ride out")},
 	{name: "refuse", about: "the sink refuses one batch permanently (however often offered); later batches must arrive",
 		run: func(t *testing.T, e *env) result {
 			r := e.start(newScript())
@@ -699,6 +691,14 @@ func processes(batches ...[]conservation.Batch) int {
 		}
 	}
 	return len(pids)
+}
+
+// noDropsCheck is a scenario check that requires no record counted
+// dropped (see noDrops).
+func noDropsCheck(across string) func(cell, received) func(*outcome) {
+	return func(cell, received) func(*outcome) {
+		return func(o *outcome) { o.noDrops(across) }
+	}
 }
 
 // noDrops adds a problem when the cell counted records dropped; across says
