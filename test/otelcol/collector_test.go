@@ -47,15 +47,50 @@ type sink struct {
 	mu      sync.Mutex
 	batches []pmetric.Metrics
 	points  int
+	// refuse, while > 0, is how many more batches to refuse with
+	// refusal; calls are the time of every batch handed in and whether it
+	// was refused.
+	refuse  int
+	refusal error
+	calls   []call
 }
 
-func (s *sink) consume(md pmetric.Metrics) {
-	c := pmetric.NewMetrics()
-	md.CopyTo(c) // the pipeline may reuse md after ConsumeMetrics returns
+// call is one batch handed to the capture exporter.
+type call struct {
+	at      time.Time
+	refused bool
+}
+
+func (s *sink) consume(md pmetric.Metrics) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.refuse > 0 {
+		s.refuse--
+		s.calls = append(s.calls, call{time.Now(), true})
+		return s.refusal
+	}
+	s.calls = append(s.calls, call{time.Now(), false})
+	c := pmetric.NewMetrics()
+	md.CopyTo(c) // the pipeline may reuse md after ConsumeMetrics returns
 	s.batches = append(s.batches, c)
 	s.points += c.DataPointCount()
+	return nil
+}
+
+// RefuseNext makes the exporter answer the next n batches with err (the
+// OTLP receiver answers the client with its gRPC status, or the HTTP
+// status and Retry-After OTLP maps it to).
+func (s *sink) RefuseNext(n int, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.refuse, s.refusal = n, err
+}
+
+// Calls returns every batch handed in so far, in order.
+func (s *sink) Calls() []call {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]call(nil), s.calls...)
 }
 
 // Points returns how many data points the sink holds.
@@ -93,8 +128,7 @@ func (captureExporter) Start(context.Context, component.Host) error { return nil
 func (captureExporter) Shutdown(context.Context) error              { return nil }
 func (captureExporter) Capabilities() consumer.Capabilities         { return consumer.Capabilities{} }
 func (e captureExporter) ConsumeMetrics(_ context.Context, md pmetric.Metrics) error {
-	e.s.consume(md)
-	return nil
+	return e.s.consume(md)
 }
 
 // factories are the components a test collector knows: the real OTLP
