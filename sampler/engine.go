@@ -148,8 +148,10 @@ type Config struct {
 	Catalog *catalog.Catalog
 	// Cursors, when set, keeps the drain cursors across runs (see
 	// CursorStore): each GPU's buffers are drained from where the last run
-	// stopped, and the cursors are saved every CursorSaveInterval and at
-	// the end of Run. A restored cursor later than now, or than the newest
+	// stopped. The cursors saved are those every output has taken the
+	// samples before (a crash skips nothing; see ack.go), saved as soon as
+	// an output has taken more, at least every CursorSaveInterval, and after
+	// the outputs' final flush. A restored cursor later than now, or than the newest
 	// sample its buffer holds (the wall clock was stepped back since it was
 	// saved), is discarded: that buffer is drained as at a fresh start,
 	// counted in DeviceStats.CursorsDiscarded and logged once.
