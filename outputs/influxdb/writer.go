@@ -222,8 +222,10 @@ func (w *Writer) CloseIdle() { w.client.CloseIdleConnections() }
 // decides whether to offer the batch again: unavailable when no server
 // answered (connection refused, DNS) or it answered 429, 502, 503 or 504 —
 // the sink is down or overloaded, the same batch should wait for it;
-// retryable for any other 5xx and for a request that timed out. A 4xx other
-// than 429 is marked record.Permanent: resending the same lines cannot
+// retryable for any other 5xx and for a request that timed out; a
+// Retry-After the server sent marks the error (record.RetryAfterOf), so that
+// the retrier waits at least that long. A 4xx other than 429 is marked
+// record.Permanent: resending the same lines cannot
 // succeed (400 is a partial write — the server stored the valid lines).
 // Parts already accepted are not resent within this Write; a caller that
 // offers the whole body again resends them, which InfluxDB treats as an
@@ -261,7 +263,8 @@ func (w *Writer) post(ctx context.Context, body []byte) error {
 	if w.failedLast.Load() {
 		w.retries.Add(1)
 	}
-	_, err := w.attempt(ctx, payload)
+	after, err := w.attempt(ctx, payload)
+	err = record.RetryAfter(err, after) // the server's Retry-After, for whoever retries
 	w.failedLast.Store(err != nil && !record.IsPermanent(err))
 	return err
 }

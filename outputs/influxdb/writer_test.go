@@ -183,6 +183,9 @@ func TestOneAttempt(t *testing.T) {
 		if !strings.Contains(err.Error(), `influxdb "db1"`) || !strings.Contains(err.Error(), "503") || !strings.Contains(err.Error(), "overloaded") {
 			t.Fatalf("error %q does not name the output, status and message", err)
 		}
+		if d, ok := record.RetryAfterOf(err); !ok || d != time.Minute {
+			t.Fatalf("retry hint %v %v, want the server's Retry-After: 60 (1m)", d, ok)
+		}
 	})
 	t.Run("network error", func(t *testing.T) {
 		w, err := NewWriter(WriterOptions{Name: "down", URL: "http://127.0.0.1:1", Database: "gpu"})
