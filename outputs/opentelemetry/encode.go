@@ -407,9 +407,13 @@ func histogramPoint(s *record.Summary, scale float64) *metricspb.HistogramDataPo
 }
 
 // event adds an event: self-metrics and processes as gauges of their
-// fields, anything else as one EventMetric point.
+// fields, per-job running totals as sums (jobEvent), anything else (a
+// job_end record included) as one EventMetric point.
 func (e *encoder) event(ev *record.Event, res func(record.Attribution) *resBuild) {
 	switch ev.Kind {
+	case record.EventJob:
+		e.jobEvent(ev, res)
+		return
 	case record.EventSelf:
 		attrs := make([]*commonpb.KeyValue, 0, len(ev.Attrs))
 		for _, a := range ev.Attrs {
