@@ -737,14 +737,7 @@ func TestEngineGPMReadAtItsInterval(t *testing.T) {
 // ReplaceOutput hands over without a gap or an overlap: every sample
 // published goes to exactly one of the old and the new output.
 func TestEngineReplaceOutputNoGap(t *testing.T) {
-	src, err := sim.New(sim.Options{GPUs: 2, Seed: 5})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := sampler.New(src, sampler.Config{DrainInterval: 30 * time.Millisecond, FieldInterval: 10 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := fastSimEngine(t, 2, 5)
 	outs := []*collector{{}}
 	e.AddOutput("c", outs[0], sampler.PumpOptions{FlushInterval: 5 * time.Millisecond})
 	replaced := 0
@@ -794,14 +787,7 @@ func TestEngineReplaceOutputNoGap(t *testing.T) {
 // (an address both need), and nothing published meanwhile is lost; a build
 // that fails removes the output.
 func TestEngineReplaceOutputWith(t *testing.T) {
-	src, err := sim.New(sim.Options{GPUs: 1, Seed: 9})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := sampler.New(src, sampler.Config{DrainInterval: 30 * time.Millisecond, FieldInterval: 10 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := fastSimEngine(t, 1, 9)
 	first, second := &collector{}, &collector{}
 	opts := sampler.PumpOptions{FlushInterval: 5 * time.Millisecond}
 	e.AddOutput("x", first, opts)
@@ -855,14 +841,7 @@ func TestEngineReplaceOutputWith(t *testing.T) {
 // no such output; after Run has ended the Replace calls refuse with
 // ErrStopping and Remove still finds the output.
 func TestEngineOutputNotFoundAndStopping(t *testing.T) {
-	src, err := sim.New(sim.Options{GPUs: 1, Seed: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := sampler.New(src, sampler.Config{DrainInterval: 30 * time.Millisecond, FieldInterval: 10 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := fastSimEngine(t, 1, 3)
 	build := func() (record.Output, error) { return &collector{}, nil }
 	opts := sampler.PumpOptions{}
 	calls := map[string]func(string) error{
@@ -889,4 +868,19 @@ func TestEngineOutputNotFoundAndStopping(t *testing.T) {
 	if err := e.RemoveOutput("kept"); err != nil {
 		t.Errorf("remove after Run ended: %v", err)
 	}
+}
+
+// fastSimEngine returns an engine on gpus simulated GPUs (seed) that
+// drains every 30 ms and reads fields every 10 ms.
+func fastSimEngine(t *testing.T, gpus int, seed uint64) *sampler.Engine {
+	t.Helper()
+	src, err := sim.New(sim.Options{GPUs: gpus, Seed: seed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := sampler.New(src, sampler.Config{DrainInterval: 30 * time.Millisecond, FieldInterval: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
 }
