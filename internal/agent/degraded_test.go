@@ -230,21 +230,8 @@ func TestOutputThatCannotStartIsRetriedWhileOthersRun(t *testing.T) {
 // its block is unchanged (the reload is not refused for it), tries a
 // changed block at once, and forgets a removed one.
 func TestReloadKeepsNotStartedOutputPending(t *testing.T) {
-	f := &flakyRegistry{good: newHealthOut()}
-	f.broken.Store(true)
+	f, a := runBroken(t, degradedDoc)
 	reg := f.registry()
-	src, _ := sim.New(sim.Options{GPUs: 1, Seed: 1})
-	a, err := agent.New(src, mustParse(t, reg, degradedDoc), agent.Options{Registry: reg, StartRetryMin: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
 	if err := a.Reload(mustParse(t, reg, degradedDoc)); err != nil {
 		t.Fatalf("reload with the same not-started block: %v", err)
 	}

@@ -134,22 +134,9 @@ func logHas(t *testing.T, log string, wants ...string) {
 // (its disk buffer replays what the old one held); a removed one's are
 // closed.
 func TestReloadHeldOutput(t *testing.T) {
-	f := &flakyRegistry{good: newHealthOut()}
-	f.broken.Store(true)
-	reg := f.registry()
 	doc := heldDoc(t)
-	src, _ := sim.New(sim.Options{GPUs: 1, Seed: 1})
-	a, err := agent.New(src, mustParse(t, reg, doc), agent.Options{Registry: reg, StartRetryMin: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
+	f, a := runBroken(t, doc)
+	reg := f.registry()
 	held := a.Buffers()["sink"]
 	if held == nil {
 		t.Fatal("sink not held")
@@ -186,4 +173,26 @@ func TestReloadHeldOutput(t *testing.T) {
 	if a.Buffers()["sink"] != nil || len(a.NotStarted()) != 0 || len(a.Outputs()) != 1 {
 		t.Fatalf("a removed held output still runs: buffers %v, not started %v", a.Buffers(), a.NotStarted())
 	}
+}
+
+// runBroken runs an agent over doc whose flaky output cannot be built
+// (retried only an hour later), until the test ends.
+func runBroken(t *testing.T, doc string) (*flakyRegistry, *agent.Agent) {
+	t.Helper()
+	f := &flakyRegistry{good: newHealthOut()}
+	f.broken.Store(true)
+	reg := f.registry()
+	src, _ := sim.New(sim.Options{GPUs: 1, Seed: 1})
+	a, err := agent.New(src, mustParse(t, reg, doc), agent.Options{Registry: reg, StartRetryMin: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return f, a
 }
