@@ -662,14 +662,21 @@ func (e *Engine) Run(ctx context.Context) error {
 	// it (at most half, see deviceLoop.finalFlush; the outputs keep at
 	// least the other half).
 	budget := max(e.cfg.ShutdownTimeout-time.Since(stopped), e.cfg.ShutdownTimeout/2)
-	t := e.cfg.Clock.NewTimer(budget)
-	defer t.Stop()
-	expired := false
-	if hook != nil {
+	var errs []error
+	if hook == nil {
+		t := e.cfg.Clock.NewTimer(budget)
+		errs = e.waitPumps(pumps, t)
+		t.Stop()
+	} else {
 		// The barrier: every output's samples flushed first, then the
 		// final statistics read (they count that flush), then their
-		// events flushed and the outputs closed.
-		expired = e.waitDrained(pumps, t)
+		// events flushed and the outputs closed. An output stuck in the
+		// first part (three quarters of the budget) does not keep the
+		// others from the second (the rest, at least a quarter).
+		start := time.Now()
+		t := e.cfg.Clock.NewTimer(budget * 3 / 4)
+		e.waitDrained(pumps, t)
+		t.Stop()
 		for _, p := range pumps {
 			p.refresh()
 		}
@@ -677,8 +684,10 @@ func (e *Engine) Run(ctx context.Context) error {
 		for _, p := range pumps {
 			close(p.barrier)
 		}
+		t = e.cfg.Clock.NewTimer(max(budget-time.Since(start), budget/4))
+		errs = e.waitPumps(pumps, t)
+		t.Stop()
 	}
-	errs := e.waitPumps(pumps, t, expired)
 	if e.cfg.Cursors != nil {
 		e.saveCursors() // what the outputs took in their final flush
 	}
@@ -740,26 +749,26 @@ func (e *Engine) saveCursors() {
 }
 
 // waitDrained waits, until t fires, for every stopped pump to have flushed
-// its samples (pump.drained). It reports whether t fired.
-func (e *Engine) waitDrained(pumps []*pump, t Timer) (expired bool) {
+// its samples (pump.drained).
+func (e *Engine) waitDrained(pumps []*pump, t Timer) {
 	for _, p := range pumps {
 		select {
 		case <-p.drained:
 		case <-p.done:
 		case <-t.C():
-			return true
+			return
 		}
 	}
-	return false
 }
 
 // waitPumps waits for every stopped pump to finish its final flush and
-// Close, until t fires (expired: it has fired already). A pump still busy then is given up
+// Close, until t fires. A pump still busy then is given up
 // (pump.giveUp: its undelivered samples counted as failed), logged and
 // left behind; the process is exiting. It returns the outputs' close errors
 // and one error per output given up.
-func (e *Engine) waitPumps(pumps []*pump, t Timer, expired bool) []error {
+func (e *Engine) waitPumps(pumps []*pump, t Timer) []error {
 	var errs []error
+	expired := false
 	for _, p := range pumps {
 		if !expired {
 			select {

@@ -250,3 +250,58 @@ func TestFinalFlushBoundedBySlowReader(t *testing.T) {
 			o, st.Devices[0].Held)
 	}
 }
+
+// An output stuck at the final flush does not keep the others from the
+// rest of the shutdown: with AfterFinalFlush, a healthy output beside it
+// still gets the final events and closes, and only the stuck one is
+// reported (the barrier waited for the stuck one until the timeout, then
+// gave the healthy one no time to close: it was reported not flushed).
+func TestShutdownStuckOutputBesideHealthyAfterFinalFlush(t *testing.T) {
+	dev := newFakeDevice(0)
+	var e *sampler.Engine
+	e, err := sampler.New(&fakeSource{devs: []*fakeDevice{dev}}, sampler.Config{
+		DrainInterval: 20 * time.Millisecond, Select: onlyPowerBuffer, RingSize: 1 << 16,
+		ShutdownTimeout: 200 * time.Millisecond,
+		AfterFinalFlush: func() { e.Emit(record.Event{Kind: record.EventSelf, Message: "final"}) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := &stuckOut{accept: 3, blocked: make(chan struct{}), release: make(chan struct{}), closed: make(chan struct{})}
+	defer close(out.release)
+	healthy := &collector{}
+	if err := e.AddOutput("stuck", out, sampler.PumpOptions{FlushInterval: 5 * time.Millisecond, MaxBatch: 16}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.AddOutput("healthy", healthy, sampler.PumpOptions{FlushInterval: 5 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	select {
+	case <-out.blocked:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the output never blocked")
+	}
+	cancel()
+	select {
+	case err = <-done:
+	case <-time.After(60 * time.Second): // a failure guard, not a timing check
+		t.Fatal("Run did not return")
+	}
+	if err == nil || !strings.Contains(err.Error(), "output stuck: not flushed") || strings.Contains(err.Error(), "output healthy") {
+		t.Fatalf("Run = %v, want the stuck output named, not the healthy one", err)
+	}
+	healthy.mu.Lock()
+	final := slices.ContainsFunc(healthy.events, func(ev record.Event) bool { return ev.Message == "final" })
+	closed := healthy.closed
+	healthy.mu.Unlock()
+	if !final || !closed {
+		t.Fatalf("healthy output: final event %v, closed %v; want both", final, closed)
+	}
+	for _, o := range e.Stats().Outputs {
+		if o.Name == "healthy" && (o.Unflushed != 0 || o.Delivered != o.Published) {
+			t.Fatalf("healthy output %+v: want everything delivered", o)
+		}
+	}
+}

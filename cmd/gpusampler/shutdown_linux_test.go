@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -139,4 +141,107 @@ func sleepsInWrite(pid, fd int) (bool, []string) {
 		}
 	}
 	return writing, states
+}
+
+// A black-holed sink at stop (an InfluxDB that accepts the connection and
+// never answers) beside a healthy output: the stop ends within the
+// shutdown timeout's reach, the black-holed output's undelivered samples
+// are counted failed in a clear final line, the healthy output delivers
+// everything, and the exit status is 1 (the shutdown timeout was hit).
+func TestShutdownBlackHoledSinkIntegration(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs gpusampler")
+	}
+	bin := buildGpusampler(t) // the network outputs run in the binary re-executed
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	requests := make(chan struct{}, 1)
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // held open, never answered
+			go func() {
+				buf := make([]byte, 4096)
+				if n, _ := c.Read(buf); n > 0 && bytes.Contains(buf[:n], []byte("/write")) {
+					select {
+					case requests <- struct{}{}:
+					default:
+					}
+				}
+			}()
+		}
+	}()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "gpusampler.toml")
+	doc := "[agent]\nshutdown_timeout = \"1s\"\n[sampler]\nbackend = \"sim\"\n" +
+		"[[outputs.influxdb]]\nname = \"blackhole\"\nurl = \"http://" + lis.Addr().String() + "\"\ndatabase = \"gpu\"\nskip_database_creation = true\n" +
+		"[[outputs.stdout]]\nformat = \"json\"\n"
+	if err := os.WriteFile(cfg, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd := exec.Command(bin, "run", "--stats", "--config", cfg)
+	cmd.Stdout, cmd.Stderr = io.Discard, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case <-requests: // a write is in the black hole
+	case err := <-exited:
+		t.Fatalf("exited before writing to the sink: %v\n%s", err, stderr.String())
+	case <-time.After(5 * time.Minute): // a failure guard, not a timing check
+		cmd.Process.Kill()
+		<-exited
+		t.Fatalf("no write reached the sink in 5 minutes\n%s", stderr.String())
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err = <-exited:
+	case <-time.After(60 * time.Second): // a failure guard, not a timing check
+		cmd.Process.Kill()
+		<-exited
+		t.Fatalf("still running 60s after SIGTERM with a black-holed sink\n%s", stderr.String())
+	}
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("exit %v, want status 1 (the shutdown timeout was hit)\n%s", err, stderr.String())
+	}
+	m := regexp.MustCompile(`output blackhole: not flushed within the 1s shutdown timeout \(its sink or reader stopped taking data\): (\d+) samples not delivered`).FindStringSubmatch(stderr.String())
+	if m == nil {
+		t.Fatalf("stderr does not name the black-holed output:\n%s", stderr.String())
+	}
+	unflushed, _ := strconv.Atoi(m[1])
+	if strings.Contains(stderr.String(), "output stdout: not flushed") {
+		t.Fatalf("the healthy output is reported not flushed:\n%s", stderr.String())
+	}
+	line := func(name string) [5]int {
+		f := regexp.MustCompile(`gpusampler final stats:\n(?:.*\n)*?  output ` + name + ` +published (\d+) delivered (\d+) dropped (\d+) filtered (\d+) failed (\d+) `).FindStringSubmatch(stderr.String())
+		if f == nil {
+			t.Fatalf("no final stats line for %s:\n%s", name, stderr.String())
+		}
+		var c [5]int
+		for i := range c {
+			c[i], _ = strconv.Atoi(f[i+1])
+		}
+		return c
+	}
+	bh, ok := line("blackhole"), line("stdout")
+	if unflushed == 0 || bh[0] != bh[1]+bh[2]+bh[3]+bh[4] || bh[4] < unflushed {
+		t.Fatalf("black-holed output: final stats %v do not reconcile or miss the %d unflushed:\n%s", bh, unflushed, stderr.String())
+	}
+	if ok[0] == 0 || ok[1] != ok[0] {
+		t.Fatalf("healthy output: final stats %v, want every sample delivered:\n%s", ok, stderr.String())
+	}
+	t.Logf("exit 1; blackhole published %d delivered %d failed %d (%d unflushed); stdout published %d delivered %d",
+		bh[0], bh[1], bh[4], unflushed, ok[0], ok[1])
 }
