@@ -1,6 +1,7 @@
 package accounting
 
 import (
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -644,12 +645,7 @@ func (a *Accountant) ObserveEvent(ev *record.Event) {
 // every other account its running totals once more.
 func (a *Accountant) Flush() {
 	a.mu.Lock()
-	idx := make([]int, 0, len(a.devs))
-	for i := range a.devs {
-		idx = append(idx, i)
-	}
-	slices.Sort(idx)
-	for _, i := range idx {
+	for _, i := range slices.Sorted(maps.Keys(a.devs)) {
 		d := a.devs[i]
 		if !d.havePower {
 			continue

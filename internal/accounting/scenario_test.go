@@ -31,23 +31,6 @@ var start = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 // seconds must match the script within it.
 const utilPeriod = time.Second / 6
 
-// kubelet serves the pod-resources API from a pod list the test edits.
-type kubelet struct {
-	attributiontest.Pods[*podresources.PodResources]
-}
-
-func (k *kubelet) List(context.Context, *podresources.ListPodResourcesRequest) (*podresources.ListPodResourcesResponse, error) {
-	return &podresources.ListPodResourcesResponse{PodResources: k.All()}, nil
-}
-
-func (k *kubelet) Get(_ context.Context, in *podresources.GetPodResourcesRequest) (*podresources.GetPodResourcesResponse, error) {
-	p, err := k.Find(in.PodName, in.PodNamespace)
-	if err != nil {
-		return nil, err
-	}
-	return &podresources.GetPodResourcesResponse{PodResources: p}, nil
-}
-
 func pod(name string, ids ...string) *podresources.PodResources {
 	return &podresources.PodResources{Name: name, Namespace: "ml", Containers: []*podresources.ContainerResources{{
 		Name: "main", Devices: []*podresources.ContainerDevices{{ResourceName: "nvidia.com/gpu", DeviceIds: ids}}}}}
@@ -303,7 +286,7 @@ func TestKubernetesTurnsAndTimeSlicing(t *testing.T) {
 	logs := attributiontest.LogLinks(t,
 		"train-x_ml_main-"+attributiontest.ContainerID('a')+".log", "train-y_ml_main-"+attributiontest.ContainerID('b')+".log",
 		"serve-c_ml_main-"+attributiontest.ContainerID('c')+".log", "serve-d_ml_main-"+attributiontest.ContainerID('d')+".log")
-	k := &kubelet{}
+	k := &attributiontest.Kubelet{}
 	k.Set(pod("train-x", "0"), pod("serve-c", "1::0"), pod("serve-d", "1::1"))
 	socket := filepath.Join(t.TempDir(), "kubelet.sock")
 	attributiontest.ServeUnix(t, socket, func(s *grpc.Server) { podresources.Register(s, k) })

@@ -27,21 +27,7 @@ import (
 
 // kubelet serves the real pod-resources v1 service from a pod list the
 // test edits.
-type kubelet struct {
-	attributiontest.Pods[*podresources.PodResources]
-}
-
-func (k *kubelet) List(context.Context, *podresources.ListPodResourcesRequest) (*podresources.ListPodResourcesResponse, error) {
-	return &podresources.ListPodResourcesResponse{PodResources: k.All()}, nil
-}
-
-func (k *kubelet) Get(_ context.Context, in *podresources.GetPodResourcesRequest) (*podresources.GetPodResourcesResponse, error) {
-	p, err := k.Find(in.PodName, in.PodNamespace)
-	if err != nil {
-		return nil, err
-	}
-	return &podresources.GetPodResourcesResponse{PodResources: p}, nil
-}
+type kubelet = attributiontest.Kubelet
 
 // startKubelet serves k on a Unix socket; stop ends the server and removes
 // the socket.

@@ -10,6 +10,7 @@
 package attributiontest
 
 import (
+	"context"
 	"net"
 	"net/http/httptest"
 	"os"
@@ -25,6 +26,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/gpusampler/gpusampler/internal/attribution/podresources"
 	"github.com/gpusampler/gpusampler/outputs/prometheus"
 	"github.com/gpusampler/gpusampler/record"
 )
@@ -135,6 +137,27 @@ func (k *Pods[P]) Find(name, ns string) (P, error) {
 	}
 	var zero P
 	return zero, status.Errorf(codes.NotFound, "pod %s/%s not found", ns, name)
+}
+
+// Kubelet serves gpusampler's reduced copy of the pod-resources v1 API
+// (package podresources) from a pod list the test edits; register it with
+// podresources.Register.
+type Kubelet struct {
+	Pods[*podresources.PodResources]
+}
+
+// List answers the whole pod list.
+func (k *Kubelet) List(context.Context, *podresources.ListPodResourcesRequest) (*podresources.ListPodResourcesResponse, error) {
+	return &podresources.ListPodResourcesResponse{PodResources: k.All()}, nil
+}
+
+// Get answers one pod, or the kubelet's NotFound status.
+func (k *Kubelet) Get(_ context.Context, in *podresources.GetPodResourcesRequest) (*podresources.GetPodResourcesResponse, error) {
+	p, err := k.Find(in.PodName, in.PodNamespace)
+	if err != nil {
+		return nil, err
+	}
+	return &podresources.GetPodResourcesResponse{PodResources: p}, nil
 }
 
 // ServeUnix serves a gRPC server, with the services register adds, on a

@@ -234,16 +234,21 @@ func (e *Encoder) appendSelf(ev record.Event) {
 		b = append(b, ',')
 		b = appendAttr(b, a.Key, a.Value)
 	}
+	b = appendFields(b, ev.Fields)
+	b = append(b, e.tagJSON...)
+	e.buf = append(b, "}\n"...)
+}
+
+// appendFields writes ,"fields":{...} of an event's numeric fields.
+func appendFields(b []byte, fields []record.Field) []byte {
 	b = append(b, `,"fields":{`...)
-	for i, f := range ev.Fields {
+	for i, f := range fields {
 		if i > 0 {
 			b = append(b, ',')
 		}
 		b = appendField(b, f)
 	}
-	b = append(b, '}')
-	b = append(b, e.tagJSON...)
-	e.buf = append(b, "}\n"...)
+	return append(b, '}')
 }
 
 // appendSummary writes one window summary as

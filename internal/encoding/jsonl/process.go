@@ -70,14 +70,7 @@ func (e *Encoder) appendJob(ev record.Event) {
 			b = appendAttr(b, a.Key, a.Value)
 		}
 	}
-	b = append(b, `,"fields":{`...)
-	for i, f := range ev.Fields {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = appendField(b, f)
-	}
-	b = append(b, '}')
+	b = appendFields(b, ev.Fields)
 	if known && d.Simulated {
 		b = append(b, `,"simulated":true`...)
 	}
