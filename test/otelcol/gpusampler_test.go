@@ -254,29 +254,24 @@ func (tw twin) outputStat(name, field string) (float64, bool) {
 }
 
 // diff reports, at most 10 each, the lines of want that got lacks and the
-// lines of got that want lacks (both sorted; repeats count).
+// lines of got that want lacks (repeats count), sorted.
 func diff(want, got []string) (missing, extra []string) {
-	return minus(want, got), minus(got, want)
-}
-
-// minus returns the lines of a (sorted) that b (sorted) lacks, counting
-// repeats, at most 10.
-func minus(a, b []string) []string {
-	var out []string
-	j := 0
-	for _, x := range a {
-		for j < len(b) && b[j] < x {
-			j++
+	n := map[string]int{}
+	for _, l := range want {
+		n[l]++
+	}
+	for _, l := range got {
+		n[l]--
+	}
+	for _, l := range slices.Sorted(maps.Keys(n)) {
+		for ; n[l] > 0 && len(missing) < 10; n[l]-- {
+			missing = append(missing, l)
 		}
-		if j < len(b) && b[j] == x {
-			j++
-			continue
-		}
-		if out = append(out, x); len(out) == 10 {
-			break
+		for ; n[l] < 0 && len(extra) < 10; n[l]++ {
+			extra = append(extra, l)
 		}
 	}
-	return out
+	return missing, extra
 }
 
 // attrString renders attributes sorted by key.

@@ -76,22 +76,14 @@ func flatten(batches []pmetric.Metrics) []point {
 						}
 						numbers(kind, m.Sum().DataPoints())
 					case pmetric.MetricTypeHistogram:
-						for _, dp := range m.Histogram().DataPoints().All() {
-							p := base
-							p.Kind = "histogram-" + m.Histogram().AggregationTemporality().String()
-							p.Attrs = attrMap(dp.Attributes())
-							p.StartNS, p.TimeNS = int64(dp.StartTimestamp()), int64(dp.Timestamp())
-							p.Count, p.Sum, p.HasSum, p.Min, p.HasMin, p.Max, p.HasMax = dp.Count(), dp.Sum(), dp.HasSum(), dp.Min(), dp.HasMin(), dp.Max(), dp.HasMax()
-							out = append(out, p)
+						h := m.Histogram()
+						for _, dp := range h.DataPoints().All() {
+							out = append(out, histogram(base, "histogram-"+h.AggregationTemporality().String(), dp))
 						}
 					case pmetric.MetricTypeExponentialHistogram:
-						for _, dp := range m.ExponentialHistogram().DataPoints().All() {
-							p := base
-							p.Kind = "exphistogram-" + m.ExponentialHistogram().AggregationTemporality().String()
-							p.Attrs = attrMap(dp.Attributes())
-							p.StartNS, p.TimeNS = int64(dp.StartTimestamp()), int64(dp.Timestamp())
-							p.Count, p.Sum, p.HasSum, p.Min, p.HasMin, p.Max, p.HasMax = dp.Count(), dp.Sum(), dp.HasSum(), dp.Min(), dp.HasMin(), dp.Max(), dp.HasMax()
-							out = append(out, p)
+						h := m.ExponentialHistogram()
+						for _, dp := range h.DataPoints().All() {
+							out = append(out, histogram(base, "exphistogram-"+h.AggregationTemporality().String(), dp))
 						}
 					default:
 						out = append(out, point{Name: m.Name(), Kind: m.Type().String(), Resource: res})
@@ -101,6 +93,29 @@ func flatten(batches []pmetric.Metrics) []point {
 		}
 	}
 	return out
+}
+
+// histogramPoint is what explicit and exponential histogram points share.
+type histogramPoint interface {
+	Attributes() pcommon.Map
+	StartTimestamp() pcommon.Timestamp
+	Timestamp() pcommon.Timestamp
+	Count() uint64
+	Sum() float64
+	HasSum() bool
+	Min() float64
+	HasMin() bool
+	Max() float64
+	HasMax() bool
+}
+
+// histogram flattens a histogram point of kind onto base.
+func histogram(base point, kind string, dp histogramPoint) point {
+	p := base
+	p.Kind, p.Attrs = kind, attrMap(dp.Attributes())
+	p.StartNS, p.TimeNS = int64(dp.StartTimestamp()), int64(dp.Timestamp())
+	p.Count, p.Sum, p.HasSum, p.Min, p.HasMin, p.Max, p.HasMax = dp.Count(), dp.Sum(), dp.HasSum(), dp.Min(), dp.HasMin(), dp.Max(), dp.HasMax()
+	return p
 }
 
 // expected is what the collector must hold for one twin sample: the
