@@ -111,7 +111,8 @@ type Options struct {
 	// Stats.MemoryRestarts; it is read from /proc at every health probe
 	// (Linux only: elsewhere there is no limit). 0 means
 	// DefaultMemoryMax, a negative value no limit. It applies to a process
-	// of the Client's own, not to a SharedProcess.
+	// of the Client's own; a SharedProcess has a limit of its own
+	// (SharedProcess.MemoryMax).
 	MemoryMax int64
 	// Now is the clock of the crash-storm window and of the log rate
 	// limit (time.Now when nil).
@@ -629,6 +630,9 @@ func (c *Client) supervise(cn *conn) {
 			return // closing: Close ends the process
 		}
 		detected := time.Now()
+		if cn.rss == 0 && cn.shared != nil {
+			cn.rss = cn.shared.overMemory.Load() // killed for another Client's finding
+		}
 		c.mu.Lock()
 		c.cur = nil
 		c.devices = cn.rc.Devices()
@@ -678,7 +682,12 @@ func (c *Client) supervise(cn *conn) {
 		switch {
 		case cn.rss > 0:
 			reason = "over its memory limit: killed"
-			attrs = append(attrs, "rss_bytes", cn.rss, "memory_max_bytes", c.opts.MemoryMax)
+			limit := uint64(c.opts.MemoryMax)
+			if cn.shared != nil {
+				limit = c.opts.Shared.memoryMax()
+				reason = "over its memory limit: the process it shares with other outputs killed"
+			}
+			attrs = append(attrs, "rss_bytes", cn.rss, "memory_max_bytes", limit)
 		case crashed:
 			reason = "exited"
 		}
@@ -748,6 +757,12 @@ func (c *Client) watch(cn *conn) bool {
 		}
 		if c.opts.MemoryMax > 0 && cn.shared == nil {
 			if rss, ok := processRSS(cn.pid); ok && rss > uint64(c.opts.MemoryMax) {
+				cn.rss = rss
+				return true
+			}
+		}
+		if cn.shared != nil {
+			if rss, over := c.opts.Shared.overLimit(cn.shared); over {
 				cn.rss = rss
 				return true
 			}

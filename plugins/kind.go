@@ -240,6 +240,9 @@ type HostOptions struct {
 	// SharedProcess for what the outputs then share). Their blocks reach the
 	// process with ${VAR}s already expanded, so it gets only Env.
 	Shared bool
+	// SharedMemoryMax is the shared process's memory limit
+	// (SharedProcess.MemoryMax; 0: DefaultSharedMemoryMax).
+	SharedMemoryMax int64
 	// Logger receives the shared process's own log lines (Shared only);
 	// its outputs' lines name their output.
 	Logger *slog.Logger
@@ -274,6 +277,7 @@ func HostRegistry(r *outputs.Registry, h HostOptions) *outputs.Registry {
 			cmd.Args[0] = argv0
 			return cmd
 		}, h.Env, h.Logger)
+		shared.MemoryMax = h.SharedMemoryMax
 	}
 	var kinds []outputs.Kind
 	for _, name := range r.Kinds() {

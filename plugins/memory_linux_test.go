@@ -1,6 +1,8 @@
 package plugins_test
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -77,6 +79,30 @@ func TestMemoryMaxBytesKey(t *testing.T) {
 		}
 		if got := cfg.Outputs[0].Options.(plugins.KindOptions).MemoryMax; got != tc.want {
 			t.Errorf("%q: MemoryMax %d, want %d", tc.line, got, tc.want)
+		}
+	}
+}
+
+// The shared process of the built-in outputs has a memory limit of its
+// own: over it, the process is killed and every output in it restarted,
+// each counting a memory restart (not a crash) and logging the limit.
+func TestSharedProcessOverMemoryLimitRestarted(t *testing.T) {
+	exe, _ := os.Executable()
+	reg := plugins.HostRegistry(outputs.NewRegistry(fileKind()), plugins.HostOptions{Executable: exe, Shared: true,
+		SharedMemoryMax: 2 << 20, // below any Go process's resident memory
+		Args:            func(string) []string { return []string{"-test.run=^TestHelperServeShared$"} },
+		Env:             []string{"GPUSAMPLER_HELPER_SERVE_SHARED=1", "GPUSAMPLER_HELPER_PLUGIN=" + testPluginPath}})
+	dir := t.TempDir()
+	clients := buildClients(t, reg, "[[outputs.countfile]]\n  name = \"a\"\n  path = \""+filepath.Join(dir, "a")+"\"\n"+
+		"[[outputs.countfile]]\n  name = \"b\"\n  path = \""+filepath.Join(dir, "b")+"\"\n")
+	for deadline := time.Now().Add(2 * time.Minute); clients[0].Stats().MemoryRestarts < 1 || clients[1].Stats().MemoryRestarts < 1; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) { // liveness bound
+			t.Fatalf("after 2 minutes: stats a %+v, b %+v: want a memory restart each", clients[0].Stats(), clients[1].Stats())
+		}
+	}
+	for _, c := range clients {
+		if st := c.Stats(); st.Crashes != 0 || st.Wedges != 0 {
+			t.Errorf("stats %+v: the shared process's memory-limit kill counted as a crash or wedge", st)
 		}
 	}
 }

@@ -26,7 +26,7 @@ func TestREADMERestartBackoff(t *testing.T) {
 	}
 }
 
-// The README states the log rate limit and the default memory limit.
+// The README states the log rate limit and the default memory limits.
 func TestREADMELimits(t *testing.T) {
 	b, err := os.ReadFile("README.md")
 	if err != nil {
@@ -36,6 +36,7 @@ func TestREADMELimits(t *testing.T) {
 	for _, want := range []string{
 		fmt.Sprintf("%d lines a second on average, in bursts of up to %d", plugins.LogRate, plugins.LogBurst),
 		fmt.Sprintf("| %d MiB: killed with its process group", plugins.DefaultMemoryMax>>20),
+		fmt.Sprintf("| %d GiB (it serves several outputs): killed, every output in it restarted", plugins.DefaultSharedMemoryMax>>30),
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("README.md does not say %q", want)

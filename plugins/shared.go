@@ -43,6 +43,14 @@ import (
 // The process starts with the first Client that needs it and ends with
 // the last Client's Close. Concurrency: safe for use by many Clients.
 type SharedProcess struct {
+	// MemoryMax is the resident memory (bytes) above which the process is
+	// killed and every output in it restarted, each counting a memory
+	// restart (their pumps keep their batches meanwhile): 0 means
+	// DefaultSharedMemoryMax, a negative value no limit. Read at every
+	// health probe of each Client on it (Linux only); set it before the
+	// first Client starts.
+	MemoryMax int64
+
 	command func() *exec.Cmd
 	env     []string
 	logger  *slog.Logger
@@ -59,6 +67,42 @@ type sharedProc struct {
 	oc   proto.OutputClient
 	pid  int
 	refs int // Clients whose current conn is on this process; under SharedProcess.mu
+	// overMemory is the resident memory the process was found at over
+	// its limit, set (once) before it is killed for it: every Client on
+	// it counts that restart as a memory restart, not a crash.
+	overMemory atomic.Uint64
+}
+
+// DefaultSharedMemoryMax is SharedProcess.MemoryMax's default: twice a
+// process of one output's (DefaultMemoryMax), as it serves several.
+const DefaultSharedMemoryMax = 2 * DefaultMemoryMax
+
+// memoryMax returns s's limit in bytes, 0 for none.
+func (s *SharedProcess) memoryMax() uint64 {
+	switch {
+	case s.MemoryMax == 0:
+		return DefaultSharedMemoryMax
+	case s.MemoryMax < 0:
+		return 0
+	}
+	return uint64(s.MemoryMax)
+}
+
+// overLimit reports whether p's process is over s's memory limit (now, or
+// found so by another Client), with the resident memory found.
+func (s *SharedProcess) overLimit(p *sharedProc) (rss uint64, over bool) {
+	if rss := p.overMemory.Load(); rss > 0 {
+		return rss, true
+	}
+	max := s.memoryMax()
+	if max == 0 {
+		return 0, false
+	}
+	if rss, ok := processRSS(p.pid); ok && rss > max {
+		p.overMemory.CompareAndSwap(0, rss)
+		return p.overMemory.Load(), true
+	}
+	return 0, false
 }
 
 // NewSharedProcess returns a SharedProcess whose process is started with
@@ -144,7 +188,9 @@ func (s *SharedProcess) others(p *sharedProc) bool {
 // command, environment and logger as s, a process that no other output
 // joins.
 func (s *SharedProcess) isolated() *SharedProcess {
-	return NewSharedProcess(s.command, s.env, s.logger)
+	i := NewSharedProcess(s.command, s.env, s.logger)
+	i.MemoryMax = s.MemoryMax
+	return i
 }
 
 // responsive reports whether p's process answers go-plugin's ping (its
