@@ -577,6 +577,17 @@ func TestEngineFailingOutputCounted(t *testing.T) {
 
 // The final drain at shutdown delivers what the buffers took since the
 // last scheduled drain.
+// waitFirstDrain waits until e's first device has been drained once.
+func waitFirstDrain(t *testing.T, e *sampler.Engine) {
+	t.Helper()
+	for i := 0; len(e.Stats().Devices) == 0 || e.Stats().Devices[0].Drains == 0; i++ {
+		if i == 120_000 { // 10 min: a hang, not a slow machine
+			t.Fatal("gave up waiting for the first drain")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 func TestEngineFinalDrainOnStop(t *testing.T) {
 	// The device's buffers follow a clock of their own (in the past, so no
 	// sample is from the future): the engine runs on real time.
@@ -589,12 +600,7 @@ func TestEngineFinalDrainOnStop(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- e.Run(ctx) }()
-	for i := 0; len(e.Stats().Devices) == 0 || e.Stats().Devices[0].Drains == 0; i++ {
-		if i == 120_000 { // 10 min: a hang, not a slow machine
-			t.Fatal("gave up waiting for the first drain")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitFirstDrain(t, e)
 	clk.Advance(100 * time.Millisecond) // the buffer takes 10 samples
 	cancel()
 	if err := <-done; err != nil {

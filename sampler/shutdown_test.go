@@ -40,6 +40,28 @@ func (s *stuckOut) Close() error {
 	return nil
 }
 
+// runUntilBlocked runs e until out blocks in a Write, then stops it and
+// returns Run's error (failing the test if either never happens).
+func runUntilBlocked(t *testing.T, e *sampler.Engine, out *stuckOut) error {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	select {
+	case <-out.blocked:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the output never blocked")
+	}
+	cancel()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(60 * time.Second): // a failure guard, not a timing check
+		t.Fatal("Run did not return: shutdown waits on a blocked output")
+	}
+	return nil
+}
+
 // An output blocked in Write does not hold up shutdown: after the shutdown
 // timeout Run returns an error naming it, what it had not delivered is
 // counted (failed, unflushed) so published = delivered + failed + dropped
@@ -57,20 +79,7 @@ func TestShutdownGivesUpStuckOutput(t *testing.T) {
 	if err := e.AddOutput("stuck", out, sampler.PumpOptions{FlushInterval: 5 * time.Millisecond, MaxBatch: 16}); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- e.Run(ctx) }()
-	select {
-	case <-out.blocked:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the output never blocked")
-	}
-	cancel()
-	select {
-	case err = <-done:
-	case <-time.After(60 * time.Second): // a failure guard, not a timing check
-		t.Fatal("Run did not return: shutdown waits on a blocked output")
-	}
+	err = runUntilBlocked(t, e, out)
 	if err == nil || !strings.Contains(err.Error(), "output stuck: not flushed within the 100ms shutdown timeout") {
 		t.Fatalf("Run = %v, want the stuck output named", err)
 	}
@@ -180,12 +189,7 @@ func TestAfterFinalFlushCountsTheFinalFlush(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- e.Run(ctx) }()
-	for i := 0; len(e.Stats().Devices) == 0 || e.Stats().Devices[0].Drains == 0; i++ {
-		if i == 120_000 { // 10 min: a hang, not a slow machine
-			t.Fatal("gave up waiting for the first drain")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitFirstDrain(t, e)
 	clk.Advance(100 * time.Millisecond)
 	cancel()
 	if err := <-done; err != nil {
@@ -227,12 +231,7 @@ func TestFinalFlushBoundedBySlowReader(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- e.Run(ctx) }()
-	for i := 0; len(e.Stats().Devices) == 0 || e.Stats().Devices[0].Drains == 0; i++ {
-		if i == 120_000 { // 10 min: a hang, not a slow machine
-			t.Fatal("gave up waiting for the first drain")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitFirstDrain(t, e)
 	clk.Advance(time.Minute) // the final drain takes 6000 samples: 2048 of them are held
 	cancel()
 	select {
@@ -275,20 +274,7 @@ func TestShutdownStuckOutputBesideHealthyAfterFinalFlush(t *testing.T) {
 	if err := e.AddOutput("healthy", healthy, sampler.PumpOptions{FlushInterval: 5 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- e.Run(ctx) }()
-	select {
-	case <-out.blocked:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the output never blocked")
-	}
-	cancel()
-	select {
-	case err = <-done:
-	case <-time.After(60 * time.Second): // a failure guard, not a timing check
-		t.Fatal("Run did not return")
-	}
+	err = runUntilBlocked(t, e, out)
 	if err == nil || !strings.Contains(err.Error(), "output stuck: not flushed") || strings.Contains(err.Error(), "output healthy") {
 		t.Fatalf("Run = %v, want the stuck output named, not the healthy one", err)
 	}

@@ -76,16 +76,7 @@ func TestShutdownWithStalledReader(t *testing.T) {
 				}
 			}
 			t.Logf("blocked writing with %d of %d bytes in the pipe", n, size)
-			if err := cmd.Process.Signal(sig); err != nil {
-				t.Fatal(err)
-			}
-			select {
-			case err = <-exited:
-			case <-time.After(60 * time.Second): // a failure guard, not a timing check
-				cmd.Process.Kill()
-				<-exited
-				t.Fatalf("still running 60s after %v with a stalled reader\n%s", sig, stderr.String())
-			}
+			err = signalWait(t, cmd, exited, sig, &stderr)
 			var ee *exec.ExitError
 			if !errors.As(err, &ee) || ee.ExitCode() != 1 {
 				t.Fatalf("exit %v, want status 1 (output not flushed)\n%s", err, stderr.String())
@@ -115,6 +106,24 @@ func TestShutdownWithStalledReader(t *testing.T) {
 				sig, n, c[0], c[1], c[2], c[3], c[4])
 		})
 	}
+}
+
+// signalWait sends sig to cmd and returns its exit (from exited), failing
+// the test if it still runs 60 s later.
+func signalWait(t *testing.T, cmd *exec.Cmd, exited <-chan error, sig syscall.Signal, stderr *bytes.Buffer) error {
+	t.Helper()
+	if err := cmd.Process.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		return err
+	case <-time.After(60 * time.Second): // a failure guard, not a timing check
+		cmd.Process.Kill()
+		<-exited
+		t.Fatalf("still running 60s after %v\n%s", sig, stderr.String())
+	}
+	return nil
 }
 
 // sleepsInWrite reports whether a thread of process pid sleeps in write(2)
@@ -202,16 +211,7 @@ func TestShutdownBlackHoledSinkIntegration(t *testing.T) {
 		<-exited
 		t.Fatalf("no write reached the sink in 5 minutes\n%s", stderr.String())
 	}
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err = <-exited:
-	case <-time.After(60 * time.Second): // a failure guard, not a timing check
-		cmd.Process.Kill()
-		<-exited
-		t.Fatalf("still running 60s after SIGTERM with a black-holed sink\n%s", stderr.String())
-	}
+	err = signalWait(t, cmd, exited, syscall.SIGTERM, &stderr)
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
 		t.Fatalf("exit %v, want status 1 (the shutdown timeout was hit)\n%s", err, stderr.String())
