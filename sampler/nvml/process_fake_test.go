@@ -16,9 +16,34 @@ import (
 	"github.com/gpusampler/gpusampler/sampler"
 )
 
-// fakeOtherPIDs are processes the fake reports besides the test's own
-// (whose name the fake does not know, so it comes from /proc).
-const fakeOtherPIDs = "4242,5151"
+// fakeOtherPIDs returns the processes the fake reports besides the test's
+// own (whose name the fake does not know, so it comes from /proc), as the
+// FAKENVML_PROCS list and as numbers. They must not exist on this machine
+// (the test asserts they have no /proc entry), so they are taken at or
+// above the kernel's PID_MAX_LIMIT (4194304 on 64-bit Linux, the most
+// kernel.pid_max can be), or above pid_max if that is higher, skipping any
+// that /proc knows all the same.
+func fakeOtherPIDs(t *testing.T) (string, []uint32) {
+	first := uint64(1 << 22)
+	if b, err := os.ReadFile("/proc/sys/kernel/pid_max"); err == nil {
+		if m, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 32); err == nil {
+			first = max(first, m)
+		}
+	}
+	var pids []uint32
+	var list []string
+	for p := first; len(pids) < 2 && p < first+1000; p++ {
+		if _, err := os.Stat("/proc/" + strconv.FormatUint(p, 10)); err == nil {
+			continue
+		}
+		pids = append(pids, uint32(p))
+		list = append(list, strconv.FormatUint(p, 10))
+	}
+	if len(pids) < 2 {
+		t.Fatalf("no two absent PIDs from %d on", first)
+	}
+	return strings.Join(list, ","), pids
+}
 
 func TestFakeDriverProcesses(t *testing.T) {
 	// The child's own PID is only known in the child: it appends itself.
@@ -56,7 +81,8 @@ func childNoProcesses(t *testing.T, src *Source) {
 }
 
 func TestFakeDriverProcessesNotSupported(t *testing.T) {
-	runScenario(t, "processes-ns", false, "FAKENVML_PROCS="+fakeOtherPIDs)
+	others, _ := fakeOtherPIDs(t)
+	runScenario(t, "processes-ns", false, "FAKENVML_PROCS="+others)
 }
 
 // fakeProcUtil mirrors testdata/fakenvml.c: process i's utilization
@@ -69,8 +95,9 @@ func fakeProcUtil(i int, ts uint64) (sm, mem, enc, dec float64) {
 func childProcesses(t *testing.T, src *Source) {
 	self := os.Getpid()
 	// The library reads FAKENVML_PROCS at its first process call.
-	os.Setenv("FAKENVML_PROCS", fakeOtherPIDs+","+strconv.Itoa(self))
-	pids := []uint32{4242, 5151, uint32(self)}
+	others, pids := fakeOtherPIDs(t)
+	os.Setenv("FAKENVML_PROCS", others+","+strconv.Itoa(self))
+	pids = append(pids, uint32(self))
 	devs, err := src.Devices()
 	if err != nil {
 		t.Fatal(err)
