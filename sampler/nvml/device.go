@@ -755,6 +755,17 @@ func (d *device) query(q *queryState, k query) (float64, nvml.Return) {
 		v, r := dev.GetTotalEccErrors(typ, nvml.AGGREGATE_ECC)
 		d.account("GetTotalEccErrors", 1, start)
 		return float64(v), r
+	case qRetiredSBE, qRetiredDBE:
+		// The number of pages retired for the cause, as fields 29/30
+		// give it: go-nvml grows the list until it fits (a retry per
+		// INSUFFICIENT_SIZE, counted here as one call).
+		cause := nvml.PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS
+		if k == qRetiredDBE {
+			cause = nvml.PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR
+		}
+		pages, r := dev.GetRetiredPages(cause)
+		d.account("GetRetiredPages", 1, start)
+		return float64(len(pages)), r
 	case qXIDCount: // counted by WatchEvents: no C call
 		switch d.events.Load() {
 		case eventsWatching:

@@ -23,12 +23,12 @@ import (
 // both.
 
 func TestFakeDriverFieldsNotSupported(t *testing.T) {
-	runScenario(t, "fields-ns", false, "FAKENVML_FIELDS_NS=1", "FAKENVML_DEVICES=2",
+	runScenario(t, "fields-ns", false, "FAKENVML_FIELDS_NS=1", "FAKENVML_DEVICES=2", "FAKENVML_RETIRED=3,1",
 		"FAKENVML_TIME_FILE="+filepath.Join(t.TempDir(), "now"))
 }
 
 func TestFakeDriverFieldsAndGettersNotSupported(t *testing.T) {
-	runScenario(t, "getters-ns", false, "FAKENVML_FIELDS_NS=1", "FAKENVML_GETTERS_NS=energy,thermal,violation,pcie",
+	runScenario(t, "getters-ns", false, "FAKENVML_FIELDS_NS=1", "FAKENVML_GETTERS_NS=energy,thermal,violation,pcie,retired",
 		"FAKENVML_TIME_FILE="+filepath.Join(t.TempDir(), "now"))
 }
 
@@ -102,6 +102,10 @@ func childCapabilities(t *testing.T, lib, scenario string) {
 			catalog.MetricECCSingleAggregate:   3,
 			catalog.MetricRowRemapPending:      0,
 			catalog.MetricRowRemapFailure:      0,
+			// GetRetiredPages' lists (3 and 1 pages: more than go-nvml's
+			// first guess of one, so the list is grown).
+			catalog.MetricRetiredPagesSingle: 3,
+			catalog.MetricRetiredPagesDouble: 1,
 		}
 		for _, d := range devs {
 			for id, v := range want {
@@ -162,7 +166,8 @@ func childCapabilities(t *testing.T, lib, scenario string) {
 		}
 	case "getters-ns":
 		d := devs[0]
-		ids := []catalog.MetricID{catalog.MetricEnergy, catalog.MetricTempMemory, catalog.MetricViolationPower, catalog.MetricPCIeTxBytes}
+		ids := []catalog.MetricID{catalog.MetricEnergy, catalog.MetricTempMemory, catalog.MetricViolationPower, catalog.MetricPCIeTxBytes,
+			catalog.MetricRetiredPagesDouble}
 		for range 2 {
 			for i, r := range read(d, ids...) {
 				if !errors.Is(r.Err, sampler.ErrNotSupported) || errors.Is(r.Err, sampler.ErrOldDriver) {

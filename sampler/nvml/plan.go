@@ -79,6 +79,8 @@ const (
 	qECCAggUncorrected
 	qRemappedPending
 	qRemappedFailure
+	qRetiredSBE
+	qRetiredDBE
 )
 
 // metricPlan is how one metric is read on this driver. Plans are built once
@@ -109,7 +111,8 @@ type metricPlan struct {
 // power (GetPowerUsage is a 1 s average, another metric), the thermal and
 // power-brake throttle-time counters (no getter), NVLink data bytes (the
 // per-link utilization counters need a control set on the device, which
-// gpusampler never changes) and the NVLink error totals.
+// gpusampler never changes) and the NVLink error totals. Retired pages are
+// counted from the page lists GetRetiredPages gives per cause.
 var fallbackByField = map[string]query{
 	"NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION":         qEnergy,
 	"NVML_FI_DEV_MEMORY_TEMP":                      qTempMemory,
@@ -127,6 +130,8 @@ var fallbackByField = map[string]query{
 	"NVML_FI_DEV_ECC_DBE_AGG_TOTAL":                qECCAggUncorrected,
 	"NVML_FI_DEV_REMAPPED_PENDING":                 qRemappedPending,
 	"NVML_FI_DEV_REMAPPED_FAILURE":                 qRemappedFailure,
+	"NVML_FI_DEV_RETIRED_SBE":                      qRetiredSBE,
+	"NVML_FI_DEV_RETIRED_DBE":                      qRetiredDBE,
 }
 
 // queriesByName maps the catalog's query names to point queries. Memory and
@@ -241,6 +246,8 @@ var querySymbols = map[query][]string{
 	qECCAggUncorrected: {"nvmlDeviceGetTotalEccErrors"},
 	qRemappedPending:   {"nvmlDeviceGetRemappedRows"},
 	qRemappedFailure:   {"nvmlDeviceGetRemappedRows"},
+	qRetiredSBE:        {"nvmlDeviceGetRetiredPages"},
+	qRetiredDBE:        {"nvmlDeviceGetRetiredPages"},
 }
 
 // fallbackFor returns the getter that stands in for field metric sym (or

@@ -54,7 +54,11 @@
  *                       NOT_SUPPORTED: energy (GetTotalEnergyConsumption),
  *                       thermal (GetThermalSettings), violation
  *                       (GetViolationStatus), pcie (GetPcieThroughput), ecc
- *                       (GetTotalEccErrors), remap (GetRemappedRows)
+ *                       (GetTotalEccErrors), remap (GetRemappedRows),
+ *                       retired (GetRetiredPages)
+ *   FAKENVML_RETIRED    "<sbe>,<dbe>": pages retired for multiple single-bit
+ *                       and for double-bit ECC errors, as fields 29/30 and
+ *                       GetRetiredPages' lists give them (default "0,0")
  *   FAKENVML_EVENTS     "ns": nvmlDeviceGetSupportedEventTypes answers
  *                       NOT_SUPPORTED (driver events off: no event set is
  *                       waited on)
@@ -491,6 +495,15 @@ static int getterNS(const char *g) {
 	return 0;
 }
 
+/* retiredPages is the number of pages retired for cause c (0 multiple
+ * single-bit, 1 double-bit), from FAKENVML_RETIRED. */
+static unsigned int retiredPages(unsigned int c) {
+	const char *s = getenv("FAKENVML_RETIRED");
+	unsigned int n[2] = {0, 0};
+	if (s) sscanf(s, "%u,%u", &n[0], &n[1]);
+	return c < 2 ? n[c] : 0;
+}
+
 nvmlReturn_t nvmlDeviceGetFieldValues(void *h, int n, nvmlFieldValue_t *v) {
 	const char *fns = getenv("FAKENVML_FIELDS_NS");
 	D(h);
@@ -520,7 +533,8 @@ nvmlReturn_t nvmlDeviceGetFieldValues(void *h, int n, nvmlFieldValue_t *v) {
 		case 251: case 252: case 253: case 269: case 270: case 271: v[i].value.ull = 7 * id; break;
 		case 3: case 4: case 94: case 142: case 143: v[i].value.ull = 0; break;
 		case 5: v[i].value.ull = 3; break;                /* aggregate SBE */
-		case 6: case 29: case 30: case 144: case 145: v[i].value.ull = 0; break;
+		case 6: case 144: case 145: v[i].value.ull = 0; break;
+		case 29: case 30: v[i].value.ull = retiredPages(id - 29); break;
 		case 38: case 45: case 52: case 59: v[i].value.ull = id / 10; break; /* NVLink error totals */
 		default: v[i].nvmlReturn = E_NOT_SUPPORTED;
 		}
@@ -553,6 +567,19 @@ nvmlReturn_t nvmlDeviceGetRemappedRows(void *h, unsigned int *c, unsigned int *u
 	D(h); NS();
 	if (getterNS("remap")) return E_NOT_SUPPORTED;
 	*c = 1; *u = 0; *p = 0; *f = 0;
+	return OK;
+}
+/* The retired pages' addresses, as many as FAKENVML_RETIRED says, with
+ * NVML's sizing protocol: a list too short gets the count and
+ * INSUFFICIENT_SIZE. */
+nvmlReturn_t nvmlDeviceGetRetiredPages(void *h, int cause, unsigned int *count, unsigned long long *addrs) {
+	D(h); NS();
+	if (getterNS("retired")) return E_NOT_SUPPORTED;
+	if (cause < 0 || cause > 1) return E_INVALID;
+	unsigned int n = retiredPages(cause);
+	if (!addrs || *count < n) { *count = n; return n ? E_INSUFFICIENT : OK; }
+	for (unsigned int i = 0; i < n; i++) addrs[i] = 0x100000ull * (cause + 1) + 0x1000ull * i;
+	*count = n;
 	return OK;
 }
 
