@@ -61,8 +61,12 @@ type device struct {
 	// pcie is the state of the PCIe byte counters read with
 	// GetPcieThroughput (see pcieBytes).
 	pcie [2]pcieCounter
-	fv   []nvml.FieldValue
-	slot []int
+	// nvlinks are the links whose error counters answer, found by the
+	// first nvlinkErrors (nvlinksFound).
+	nvlinks      []int
+	nvlinksFound bool
+	fv           []nvml.FieldValue
+	slot         []int
 	// Prebuilt errors per buffer type, so an idle drain allocates nothing.
 	errNothingNew [catalog.NumBufferTypes]error
 	errBufferNS   [catalog.NumBufferTypes]error
@@ -766,6 +770,8 @@ func (d *device) query(q *queryState, k query) (float64, nvml.Return) {
 		pages, r := dev.GetRetiredPages(cause)
 		d.account("GetRetiredPages", 1, start)
 		return float64(len(pages)), r
+	case qNVLinkReplay, qNVLinkRecovery, qNVLinkCRCFlit, qNVLinkCRCData:
+		return d.nvlinkErrors(nvml.NvLinkErrorCounter(k-qNVLinkReplay), start)
 	case qXIDCount: // counted by WatchEvents: no C call
 		switch d.events.Load() {
 		case eventsWatching:
@@ -860,6 +866,45 @@ type pcieCounter struct {
 	at      time.Time
 	rateBps float64 // bytes per second at the last read
 	bytes   float64
+}
+
+// nvlinkErrors sums NVLink error counter c over the device's links, as the
+// driver's total fields do; the call was started at start. The first call
+// asks every link NVLink can have and keeps those that answer; a link that
+// does not exist answers INVALID_ARGUMENT or NOT_SUPPORTED. No link
+// answering is NOT_SUPPORTED; any other error is the reading's.
+func (d *device) nvlinkErrors(c nvml.NvLinkErrorCounter, start time.Time) (float64, nvml.Return) {
+	links := d.nvlinks
+	if !d.nvlinksFound {
+		links = make([]int, nvml.NVLINK_MAX_LINKS)
+		for i := range links {
+			links[i] = i
+		}
+	}
+	var sum uint64
+	var found []int
+	calls := 0
+	for _, l := range links {
+		v, r := d.dev.GetNvLinkErrorCounter(l, c)
+		calls++
+		switch {
+		case r == nvml.SUCCESS:
+			sum += v
+			found = append(found, l)
+		case isNotSupported(r) || r == nvml.ERROR_INVALID_ARGUMENT:
+		default:
+			d.account("GetNvLinkErrorCounter", calls, start)
+			return 0, r
+		}
+	}
+	d.account("GetNvLinkErrorCounter", calls, start)
+	if !d.nvlinksFound && len(found) > 0 {
+		d.nvlinks, d.nvlinksFound = found, true
+	}
+	if len(found) == 0 {
+		return 0, nvml.ERROR_NOT_SUPPORTED
+	}
+	return float64(sum), nvml.SUCCESS
 }
 
 // pcieBytes reads the estimated PCIe byte counter of direction dir (0 TX,

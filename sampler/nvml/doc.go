@@ -27,7 +27,9 @@
 //     temperature (GetThermalSettings' memory sensor), perf-policy
 //     violation and power-cap/sync-boost throttle time (GetViolationStatus),
 //     aggregate ECC and row-remap state, retired pages (the length of
-//     GetRetiredPages' list per cause), and the slow state a field reads.
+//     GetRetiredPages' list per cause), NVLink error totals (the sum of
+//     GetNvLinkErrorCounter over the links that answer, found at the first
+//     read), and the slow state a field reads.
 //     PCIe bytes come from GetPcieThroughput, which measures for 20 ms
 //     before it returns: at most every 10 s per direction, integrated into
 //     an estimated counter. A metric nothing can read is named once per

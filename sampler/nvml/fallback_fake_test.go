@@ -23,12 +23,12 @@ import (
 // both.
 
 func TestFakeDriverFieldsNotSupported(t *testing.T) {
-	runScenario(t, "fields-ns", false, "FAKENVML_FIELDS_NS=1", "FAKENVML_DEVICES=2", "FAKENVML_RETIRED=3,1",
+	runScenario(t, "fields-ns", false, "FAKENVML_FIELDS_NS=1", "FAKENVML_DEVICES=2", "FAKENVML_RETIRED=3,1", "FAKENVML_NVLINKS=3",
 		"FAKENVML_TIME_FILE="+filepath.Join(t.TempDir(), "now"))
 }
 
 func TestFakeDriverFieldsAndGettersNotSupported(t *testing.T) {
-	runScenario(t, "getters-ns", false, "FAKENVML_FIELDS_NS=1", "FAKENVML_GETTERS_NS=energy,thermal,violation,pcie,retired",
+	runScenario(t, "getters-ns", false, "FAKENVML_FIELDS_NS=1", "FAKENVML_GETTERS_NS=energy,thermal,violation,pcie,retired,nvlink",
 		"FAKENVML_TIME_FILE="+filepath.Join(t.TempDir(), "now"))
 }
 
@@ -106,6 +106,11 @@ func childCapabilities(t *testing.T, lib, scenario string) {
 			// first guess of one, so the list is grown).
 			catalog.MetricRetiredPagesSingle: 3,
 			catalog.MetricRetiredPagesDouble: 1,
+			// GetNvLinkErrorCounter summed over the 3 links that answer.
+			catalog.MetricNVLinkCRCFlitErrors:  3,
+			catalog.MetricNVLinkCRCDataErrors:  4,
+			catalog.MetricNVLinkReplayErrors:   5,
+			catalog.MetricNVLinkRecoveryErrors: 5,
 		}
 		for _, d := range devs {
 			for id, v := range want {
@@ -120,6 +125,15 @@ func childCapabilities(t *testing.T, lib, scenario string) {
 			if r := read(d, catalog.MetricEnergy)[0]; r.Err != nil || r.Value < float64(clk.Now().UnixMilli()-1000) {
 				t.Errorf("energy %v, %v; want the fake's mJ clock", r.Value, r.Err)
 			}
+		}
+		// NVLink errors: once the links are known, one call per link
+		// and counter.
+		nvl := []catalog.MetricID{catalog.MetricNVLinkCRCFlitErrors, catalog.MetricNVLinkCRCDataErrors,
+			catalog.MetricNVLinkReplayErrors, catalog.MetricNVLinkRecoveryErrors}
+		calls := devs[1].(sampler.CallBreakdown).CallsByFunction()["GetNvLinkErrorCounter"]
+		read(devs[1], nvl...)
+		if n := devs[1].(sampler.CallBreakdown).CallsByFunction()["GetNvLinkErrorCounter"] - calls; n != 4*3 {
+			t.Errorf("GetNvLinkErrorCounter called %d times in a read of the 4 totals, want 12 (3 links × 4)", n)
 		}
 		// PCIe bytes: GetPcieThroughput (20 ms a call) at most every
 		// 10 s, integrated into a counter from the first read.
@@ -167,7 +181,7 @@ func childCapabilities(t *testing.T, lib, scenario string) {
 	case "getters-ns":
 		d := devs[0]
 		ids := []catalog.MetricID{catalog.MetricEnergy, catalog.MetricTempMemory, catalog.MetricViolationPower, catalog.MetricPCIeTxBytes,
-			catalog.MetricRetiredPagesDouble}
+			catalog.MetricRetiredPagesDouble, catalog.MetricNVLinkReplayErrors}
 		for range 2 {
 			for i, r := range read(d, ids...) {
 				if !errors.Is(r.Err, sampler.ErrNotSupported) || errors.Is(r.Err, sampler.ErrOldDriver) {

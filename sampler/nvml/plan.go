@@ -81,6 +81,10 @@ const (
 	qRemappedFailure
 	qRetiredSBE
 	qRetiredDBE
+	qNVLinkReplay // the NVLink error counters in nvmlNvLinkErrorCounter_t order
+	qNVLinkRecovery
+	qNVLinkCRCFlit
+	qNVLinkCRCData
 )
 
 // metricPlan is how one metric is read on this driver. Plans are built once
@@ -111,27 +115,32 @@ type metricPlan struct {
 // power (GetPowerUsage is a 1 s average, another metric), the thermal and
 // power-brake throttle-time counters (no getter), NVLink data bytes (the
 // per-link utilization counters need a control set on the device, which
-// gpusampler never changes) and the NVLink error totals. Retired pages are
-// counted from the page lists GetRetiredPages gives per cause.
+// gpusampler never changes). Retired pages are counted from the page lists
+// GetRetiredPages gives per cause; the NVLink error totals are the sums of
+// GetNvLinkErrorCounter over the device's links.
 var fallbackByField = map[string]query{
-	"NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION":         qEnergy,
-	"NVML_FI_DEV_MEMORY_TEMP":                      qTempMemory,
-	"NVML_FI_DEV_PERF_POLICY_POWER":                qViolPower,
-	"NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP": qViolPower,
-	"NVML_FI_DEV_PERF_POLICY_THERMAL":              qViolThermal,
-	"NVML_FI_DEV_PERF_POLICY_SYNC_BOOST":           qViolSyncBoost,
-	"NVML_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST":   qViolSyncBoost,
-	"NVML_FI_DEV_PERF_POLICY_BOARD_LIMIT":          qViolBoardLimit,
-	"NVML_FI_DEV_PERF_POLICY_LOW_UTILIZATION":      qViolLowUtil,
-	"NVML_FI_DEV_PERF_POLICY_RELIABILITY":          qViolReliability,
-	"NVML_FI_DEV_PCIE_COUNT_TX_BYTES":              qPCIeTx,
-	"NVML_FI_DEV_PCIE_COUNT_RX_BYTES":              qPCIeRx,
-	"NVML_FI_DEV_ECC_SBE_AGG_TOTAL":                qECCAggCorrected,
-	"NVML_FI_DEV_ECC_DBE_AGG_TOTAL":                qECCAggUncorrected,
-	"NVML_FI_DEV_REMAPPED_PENDING":                 qRemappedPending,
-	"NVML_FI_DEV_REMAPPED_FAILURE":                 qRemappedFailure,
-	"NVML_FI_DEV_RETIRED_SBE":                      qRetiredSBE,
-	"NVML_FI_DEV_RETIRED_DBE":                      qRetiredDBE,
+	"NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION":          qEnergy,
+	"NVML_FI_DEV_MEMORY_TEMP":                       qTempMemory,
+	"NVML_FI_DEV_PERF_POLICY_POWER":                 qViolPower,
+	"NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP":  qViolPower,
+	"NVML_FI_DEV_PERF_POLICY_THERMAL":               qViolThermal,
+	"NVML_FI_DEV_PERF_POLICY_SYNC_BOOST":            qViolSyncBoost,
+	"NVML_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST":    qViolSyncBoost,
+	"NVML_FI_DEV_PERF_POLICY_BOARD_LIMIT":           qViolBoardLimit,
+	"NVML_FI_DEV_PERF_POLICY_LOW_UTILIZATION":       qViolLowUtil,
+	"NVML_FI_DEV_PERF_POLICY_RELIABILITY":           qViolReliability,
+	"NVML_FI_DEV_PCIE_COUNT_TX_BYTES":               qPCIeTx,
+	"NVML_FI_DEV_PCIE_COUNT_RX_BYTES":               qPCIeRx,
+	"NVML_FI_DEV_ECC_SBE_AGG_TOTAL":                 qECCAggCorrected,
+	"NVML_FI_DEV_ECC_DBE_AGG_TOTAL":                 qECCAggUncorrected,
+	"NVML_FI_DEV_REMAPPED_PENDING":                  qRemappedPending,
+	"NVML_FI_DEV_REMAPPED_FAILURE":                  qRemappedFailure,
+	"NVML_FI_DEV_RETIRED_SBE":                       qRetiredSBE,
+	"NVML_FI_DEV_RETIRED_DBE":                       qRetiredDBE,
+	"NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL":   qNVLinkReplay,
+	"NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL": qNVLinkRecovery,
+	"NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL": qNVLinkCRCFlit,
+	"NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL": qNVLinkCRCData,
 }
 
 // queriesByName maps the catalog's query names to point queries. Memory and
@@ -248,6 +257,10 @@ var querySymbols = map[query][]string{
 	qRemappedFailure:   {"nvmlDeviceGetRemappedRows"},
 	qRetiredSBE:        {"nvmlDeviceGetRetiredPages"},
 	qRetiredDBE:        {"nvmlDeviceGetRetiredPages"},
+	qNVLinkReplay:      {"nvmlDeviceGetNvLinkErrorCounter"},
+	qNVLinkRecovery:    {"nvmlDeviceGetNvLinkErrorCounter"},
+	qNVLinkCRCFlit:     {"nvmlDeviceGetNvLinkErrorCounter"},
+	qNVLinkCRCData:     {"nvmlDeviceGetNvLinkErrorCounter"},
 }
 
 // fallbackFor returns the getter that stands in for field metric sym (or

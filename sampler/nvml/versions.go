@@ -143,6 +143,7 @@ var symbolSince = map[string]APIVersion{
 	"nvmlDeviceGetViolationStatus":        {10, 0},
 	"nvmlDeviceGetPcieThroughput":         {10, 0},
 	"nvmlDeviceGetRetiredPages":           {10, 0},
+	"nvmlDeviceGetNvLinkErrorCounter":     {10, 0},
 	"nvmlDeviceGetHandleByUUID":           {10, 0},
 	"nvmlDeviceGetPersistenceMode":        {10, 0},
 	"nvmlDeviceGetEccMode":                {10, 0},

@@ -55,7 +55,10 @@
  *                       thermal (GetThermalSettings), violation
  *                       (GetViolationStatus), pcie (GetPcieThroughput), ecc
  *                       (GetTotalEccErrors), remap (GetRemappedRows),
- *                       retired (GetRetiredPages)
+ *                       retired (GetRetiredPages), nvlink
+ *                       (GetNvLinkErrorCounter)
+ *   FAKENVML_NVLINKS    number of NVLink links whose error counters answer
+ *                       (default 4); their sums are fields 52, 59, 38, 45
  *   FAKENVML_RETIRED    "<sbe>,<dbe>": pages retired for multiple single-bit
  *                       and for double-bit ECC errors, as fields 29/30 and
  *                       GetRetiredPages' lists give them (default "0,0")
@@ -580,6 +583,22 @@ nvmlReturn_t nvmlDeviceGetRetiredPages(void *h, int cause, unsigned int *count, 
 	if (!addrs || *count < n) { *count = n; return n ? E_INSUFFICIENT : OK; }
 	for (unsigned int i = 0; i < n; i++) addrs[i] = 0x100000ull * (cause + 1) + 0x1000ull * i;
 	*count = n;
+	return OK;
+}
+/* NVLink error counter c (0 replay, 1 recovery, 2 CRC flit, 3 CRC data) of
+ * link l: the field total (52, 59, 38, 45 → id / 10) spread over
+ * FAKENVML_NVLINKS links; other links INVALID_ARGUMENT, the ECC counter
+ * (4) NOT_SUPPORTED. */
+nvmlReturn_t nvmlDeviceGetNvLinkErrorCounter(void *h, unsigned int l, int c, unsigned long long *v) {
+	static const unsigned int field[4] = {52, 59, 38, 45};
+	const char *s = getenv("FAKENVML_NVLINKS");
+	unsigned int n = s ? (unsigned int)atoi(s) : 4;
+	D(h); NS();
+	if (getterNS("nvlink")) return E_NOT_SUPPORTED;
+	if (l >= n) return E_INVALID;
+	if (c < 0 || c > 3) return E_NOT_SUPPORTED;
+	unsigned int total = field[c] / 10;
+	*v = total / n + (l < total % n);
 	return OK;
 }
 
