@@ -72,6 +72,9 @@ lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
 	$(GO) vet ./...
 	CGO_ENABLED=0 $(GO) vet ./...
+	@# Every module's go.mod/go.sum tidy: a dependency bumped in the main module
+	@# leaves the nested modules that replace it stale ("updates to go.mod needed").
+	@for m in . $(NESTED); do (cd $$m && $(GO) mod tidy -diff >/dev/null) || { echo "lint: $$m: go.mod/go.sum not tidy; run: (cd $$m && go mod tidy)"; exit 1; }; done
 
 ## gpu-check-build: build the GPU check here (cgo) into bin/, for a GPU machine
 ## without a Go toolchain (carry bin/ there).
