@@ -76,6 +76,8 @@ type CursorFile struct {
 	machine string
 	lock    *os.File
 	why     string // why the file's cursors were ignored ("" when not)
+	// discarded says why the file did not parse ("" when it did).
+	discarded string
 	// ignored holds how many cursors the ignored file held per GPU UUID.
 	ignored map[string]int
 
@@ -149,7 +151,10 @@ func OpenCursorFile(dir string) (f *CursorFile, ignored bool, err error) {
 // (creating it, 0700, if needed) and opens the cursor file in it, for the
 // output set named scope. A missing file is an empty store; a file saved
 // under another boot or on another machine is ignored (ignored reports it,
-// IgnoredReason says why); a malformed one is an error naming it. When
+// IgnoredReason says why); a malformed one (garbled by a power loss, of an
+// unknown version) is an empty store, overwritten at the first save
+// (Discarded says why), since its cursors are worthless and keeping the
+// file would turn cursors off at every later start. When
 // another process owns dir, the error is a *StateDirInUseError. The caller
 // calls Close when done (or exits).
 //
@@ -187,10 +192,12 @@ func OpenCursorFileScoped(dir, scope string) (f *CursorFile, ignored bool, err e
 	}
 	var doc cursorDoc
 	if err := json.Unmarshal(b, &doc); err != nil {
-		return nil, false, fmt.Errorf("read cursors %s: %w", f.path, err)
+		f.discarded = err.Error()
+		return f, false, nil
 	}
 	if doc.Version != 1 && doc.Version != 2 {
-		return nil, false, fmt.Errorf("read cursors %s: version %d, want 1 or 2", f.path, doc.Version)
+		f.discarded = fmt.Sprintf("version %d, want 1 or 2", doc.Version)
+		return f, false, nil
 	}
 	mine := doc.GPUs // version 1
 	if set := doc.Sets[scope]; set != nil {
@@ -271,6 +278,10 @@ func lockStateDir(dir string) (*os.File, error) {
 // IgnoredReason says why the cursors the file held were ignored ("" when
 // they were not).
 func (f *CursorFile) IgnoredReason() string { return f.why }
+
+// Discarded says why the file's content was unreadable and discarded (""
+// when it was not): the store starts empty and the next save rewrites it.
+func (f *CursorFile) Discarded() string { return f.discarded }
 
 // Close gives up the state directory: another process may own it from now
 // on. The file's cursors stay on disk. Save must not be called after Close.

@@ -693,6 +693,10 @@ func openCursors(src sampler.Source, a appconfig.Agent, scope string, log *slog.
 		log.Warn("drain cursors not kept: a restart will deliver the driver buffers' history again", "state_dir", dir, "err", err)
 		return nil
 	}
+	if why := f.Discarded(); why != "" {
+		log.Warn("drain cursor file unreadable: discarded, this run delivers the driver buffers' history and the next save rewrites it",
+			"file", f.Path(), "err", why)
+	}
 	if ignored {
 		log.Info("drain cursors in the state dir ignored", "file", f.Path(), "reason", f.IgnoredReason())
 	}

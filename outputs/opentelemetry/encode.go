@@ -286,9 +286,11 @@ func pointAttrs(dev []*commonpb.KeyValue, extra ...[]*commonpb.KeyValue) []*comm
 
 // counterStart returns the start time of a counter series' point at t with
 // value v, noting the series' new state in pending: the output's start or
-// the series' first time, whichever is earlier; after a decrease (the
-// counter was reset) the time of the series' last point before it.
-func (e *encoder) counterStart(k seriesKey, t int64, v float64) int64 {
+// the series' first time, whichever is earlier; after a decrease of a
+// monotonic sum (the counter was reset) the time of the series' last point
+// before it. A non-monotonic sum (UpDownCounter) may go down: its stream
+// keeps its start.
+func (e *encoder) counterStart(k seriesKey, t int64, v float64, monotonic bool) int64 {
 	st, ok := e.pending[k]
 	if !ok {
 		st, ok = e.series[k]
@@ -296,7 +298,7 @@ func (e *encoder) counterStart(k seriesKey, t int64, v float64) int64 {
 	switch {
 	case !ok:
 		st.start = min(e.start, t)
-	case v < st.last:
+	case monotonic && v < st.last:
 		st.start = st.lastT
 	}
 	if st.start > t {
@@ -345,7 +347,7 @@ func (e *encoder) encode(samples []record.Sample, summaries []record.Summary, ev
 		v := s.Value * n.Scale
 		p := &metricspb.NumberDataPoint{Attributes: pointAttrs(dev.attrs, e.nameAttrs[s.Metric], extra), TimeUnixNano: uint64(s.TimeNS)}
 		if n.Instrument != catalog.OTelGauge {
-			p.StartTimeUnixNano = uint64(e.counterStart(seriesKey{s.Device, s.Metric}, s.TimeNS, v))
+			p.StartTimeUnixNano = uint64(e.counterStart(seriesKey{s.Device, s.Metric}, s.TimeNS, v, n.Instrument == catalog.OTelCounter))
 		}
 		number(p, n.Type, v)
 		addNumber(res(dev.attr).metric(n.Name, n.Unit, n.Instrument, false), p)
@@ -379,7 +381,7 @@ func (e *encoder) summary(s *record.Summary, res func(record.Attribution) *resBu
 	if n.Instrument != catalog.OTelGauge {
 		v := s.Last * n.Scale
 		p := &metricspb.NumberDataPoint{Attributes: attrs, TimeUnixNano: uint64(end)}
-		p.StartTimeUnixNano = uint64(e.counterStart(seriesKey{s.Device, s.Metric}, end, v))
+		p.StartTimeUnixNano = uint64(e.counterStart(seriesKey{s.Device, s.Metric}, end, v, n.Instrument == catalog.OTelCounter))
 		number(p, n.Type, v)
 		addNumber(res(dev.attr).metric(n.Name, n.Unit, n.Instrument, false), p)
 		e.points++

@@ -84,7 +84,8 @@ func TestPointsEqualRecords(t *testing.T) {
 				{TimeNS: t0 + 4e6, Value: 2048, Device: 1, Metric: catalog.MetricMemoryUsed},
 				{TimeNS: t0 + 5e6, Value: 71, Device: 1, Metric: catalog.MetricTempGPU},
 				{TimeNS: t0 + 6e6, Value: 1500, Device: 1, Metric: catalog.MetricEnergy},
-				{TimeNS: t0 + 7e6, Value: 10, Device: 1, Metric: catalog.MetricEnergy}, // reset
+				{TimeNS: t0 + 7e6, Value: 10, Device: 1, Metric: catalog.MetricEnergy},       // reset
+				{TimeNS: t0 + 8e6, Value: 1024, Device: 1, Metric: catalog.MetricMemoryUsed}, // memory freed: no reset
 			}}
 			if err := out.Write(context.Background(), b); err != nil {
 				t.Fatal(err)
@@ -126,6 +127,8 @@ func TestPointsEqualRecords(t *testing.T) {
 				{"hw.energy", t0 + 6e6, res1, "J", "monotonic sum", 1.5, false, t0 - 5e9, nil},
 				{"hw.energy", t0 + 7e6, res1, "J", "monotonic sum", 0.01, false, t0 + 6e6, nil},
 				{"hw.gpu.memory.usage", t0 + 4e6, res1, "By", "sum", 2048 << 20, true, t0 - 5e9, nil},
+				// An UpDownCounter going down continues its stream (start kept).
+				{"hw.gpu.memory.usage", t0 + 8e6, res1, "By", "sum", 1024 << 20, true, t0 - 5e9, nil},
 				{"gpusampler.temperature_gpu", t0 + 5e6, res1, "Cel", "gauge", 71, true, 0, nil},
 			} {
 				p := find(tc.name, tc.time)

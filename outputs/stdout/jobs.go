@@ -15,13 +15,22 @@ import (
 // jobsEncoder is the "jobs" format: a live table of the per-job accounts
 // (record.EventJob and record.EventJobEnd, [attribution] accounting), one
 // row per owner over all its GPUs, printed whenever new account records
-// arrive. Other records are not printed.
+// arrive. Other records are not printed. An owner whose every account
+// ended is dropped jobEndedRetention after its last end, on the records'
+// own clock (the newest account record's time), as Prometheus drops its
+// series; a table of a node running thousands of jobs stays small.
 type jobsEncoder struct {
 	// accounts holds the newest record per (device, owner).
 	accounts map[jobKey]*jobAccount
-	changed  bool
-	buf      []byte
+	// latest is the newest account record's time (ns).
+	latest  int64
+	changed bool
+	buf     []byte
 }
+
+// jobEndedRetention is how long an ended owner's row stays after its last
+// account ended.
+const jobEndedRetention = 5 * time.Minute
 
 type jobKey struct {
 	owner string
@@ -31,6 +40,7 @@ type jobKey struct {
 type jobAccount struct {
 	fields []record.Field
 	ended  bool
+	atNS   int64 // the record's time
 }
 
 func newJobsEncoder() *jobsEncoder { return &jobsEncoder{accounts: map[jobKey]*jobAccount{}} }
@@ -47,12 +57,27 @@ func (e *jobsEncoder) Encode(b *record.Batch) {
 				owner = a.Value
 			}
 		}
-		e.accounts[jobKey{owner, ev.Device}] = &jobAccount{fields: slices.Clone(ev.Fields), ended: ev.Kind == record.EventJobEnd}
+		at := max(ev.StartNS, ev.EndNS)
+		e.accounts[jobKey{owner, ev.Device}] = &jobAccount{fields: slices.Clone(ev.Fields), ended: ev.Kind == record.EventJobEnd, atNS: at}
+		e.latest = max(e.latest, at)
 		e.changed = true
 	}
 	if e.changed {
+		e.expire()
 		e.render()
 	}
+}
+
+// expire drops the owners whose every account ended more than
+// jobEndedRetention before the newest record.
+func (e *jobsEncoder) expire() {
+	keep := map[string]bool{}
+	for k, a := range e.accounts {
+		if !a.ended || e.latest-a.atNS <= int64(jobEndedRetention) {
+			keep[k.owner] = true
+		}
+	}
+	maps.DeleteFunc(e.accounts, func(k jobKey, _ *jobAccount) bool { return !keep[k.owner] })
 }
 
 // jobsFormat: owner, GPUs, energy (J, from the power samples), busy % of

@@ -5,6 +5,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpusampler/gpusampler/record"
 )
@@ -46,5 +47,41 @@ func TestJobsTable(t *testing.T) {
 		"", ""}, "\n")
 	if buf.String() != want {
 		t.Fatalf("table:\n%s\nwant:\n%s", buf.String(), want)
+	}
+}
+
+// An owner whose every account ended leaves the table 5 minutes after its
+// last end, on the records' clock; one with a GPU still running stays.
+func TestJobsTableForgetsEndedOwners(t *testing.T) {
+	var buf bytes.Buffer
+	o, err := New(&buf, Options{Format: "jobs"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := int64(1_700_000_000e9)
+	at := func(e record.Event, ns int64) record.Event { e.EndNS = ns; return e }
+	write := func(evs ...record.Event) string {
+		buf.Reset()
+		if err := o.Write(context.Background(), &record.Batch{Events: evs}); err != nil {
+			t.Fatal(err)
+		}
+		return buf.String()
+	}
+	write(at(jobEv(record.EventJobEnd, 0, "slurm:1", 1, 1, 0, 1, 0, 1), t0),
+		at(jobEv(record.EventJobEnd, 1, "slurm:2", 1, 1, 0, 1, 0, 1), t0),
+		at(jobEv(record.EventJob, 2, "slurm:2", 1, 1, 0, 1, 0, 1), t0))
+	// Exactly 5 minutes later: still shown.
+	if out := write(at(jobEv(record.EventJob, 3, "slurm:3", 1, 1, 0, 1, 0, 1), t0+int64(5*time.Minute))); !strings.Contains(out, "slurm:1 ") {
+		t.Fatalf("ended job gone within 5 minutes:\n%s", out)
+	}
+	out := write(at(jobEv(record.EventJob, 3, "slurm:3", 1, 1, 0, 1, 0, 1), t0+int64(5*time.Minute)+1))
+	if strings.Contains(out, "slurm:1 ") {
+		t.Errorf("job ended over 5 minutes ago still shown:\n%s", out)
+	}
+	if !strings.Contains(out, "slurm:2 ") || !strings.Contains(out, "slurm:3 ") {
+		t.Errorf("running jobs missing:\n%s", out)
+	}
+	if n := len(o.enc.(*jobsEncoder).accounts); n != 3 {
+		t.Errorf("%d accounts kept, want 3 (slurm:1's dropped)", n)
 	}
 }
