@@ -30,8 +30,8 @@ import (
 // A new wrapper on the same file takes the open windows up and hands the
 // summaries on again unless Options.LastAppended says that the batch with
 // that Seq reached the wrapped output before the crash; its batches go on
-// from that Seq. The metric of every entry is mapped by name (the writer's
-// catalog is in the journal), so that a catalog that renumbers metrics
+// from that Seq. The metric of every entry is mapped by name (the names of
+// the writer's metrics are in the journal), so that a catalog that renumbers metrics
 // never relabels a journaled window.
 //
 // Format: "GSAJ" | version u32 (little-endian) | body | CRC32C u32
@@ -70,17 +70,35 @@ var journalMarshal = proto.MarshalOptions{Deterministic: true}
 // encodeJournal appends the journal of o's state (the open windows) with
 // pending and seq to dst.
 func (o *Output) encodeJournal(dst []byte, seq uint64, pending []record.Summary) ([]byte, error) {
-	if o.jNames == nil {
-		o.jNames = recordpb.MetricNames(o.opts.Catalog)
-	}
-	m := &recordpb.AggregateJournal{IntervalNs: o.interval, Seq: seq, MetricNames: o.jNames,
-		Pending: recordpb.FromSummaries(pending)}
 	keys := make([]seriesKey, 0, len(o.series))
 	for k, sr := range o.series {
 		if len(sr.open) > 0 || sr.emittedEnd != -1<<63 {
 			keys = append(keys, k)
 		}
 	}
+	// metric_names as recordpb.MetricNames has them, but only the names of
+	// the metrics used: "" (which names no metric) for the rest keeps the
+	// file small.
+	names := o.jNames[:0]
+	use := func(id catalog.MetricID) {
+		for len(names) < int(id) {
+			names = append(names, "")
+		}
+		if id > 0 && names[id-1] == "" {
+			if mt, ok := o.opts.Catalog.Get(id); ok {
+				names[id-1] = mt.Name
+			}
+		}
+	}
+	for _, s := range pending {
+		use(s.Metric)
+	}
+	for _, k := range keys {
+		use(k.metric)
+	}
+	o.jNames = names
+	m := &recordpb.AggregateJournal{IntervalNs: o.interval, Seq: seq, MetricNames: names,
+		Pending: recordpb.FromSummaries(pending)}
 	slices.SortFunc(keys, func(a, b seriesKey) int {
 		if a.dev != b.dev {
 			return int(a.dev) - int(b.dev)
