@@ -1,11 +1,13 @@
 // gpusampler records, version 1: the protobuf form of a batch of samples,
 // summaries, device identities and events.
 //
-// Three things use these messages:
+// Four things use these messages:
 //   - the output plugin protocol (plugins/proto/output.proto): WriteRequest carries
 //     them to a plugin;
 //   - the memory and disk buffers (internal/pipeline/buffer): every queued batch is
 //     one Batch, and every disk segment starts with a BufferSegment;
+//   - the aggregating output's journal (internal/pipeline/aggregate): its
+//     body is one AggregateJournal;
 //   - the NATS output's "protobuf" encoding: every message's payload is one
 //     Batch, with the headers
 //       Content-Type: application/x-protobuf; proto=gpusampler.plugin.v1.Batch
@@ -1354,6 +1356,212 @@ func (x *Field) GetIsGauge() bool {
 	return false
 }
 
+// AggregateJournal is the body of an aggregating output's journal file
+// (package internal/pipeline/aggregate): what a process crash would
+// otherwise lose, the open windows and the summaries being handed on.
+type AggregateJournal struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// interval_ns is the window length the windows were opened with.
+	IntervalNs int64 `protobuf:"fixed64,1,opt,name=interval_ns,json=intervalNs,proto3" json:"interval_ns,omitempty"`
+	// seq is the Seq of the batch that carries pending.
+	Seq uint64 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	// metric_names is the writer's catalog, as in BufferSegment: a reader
+	// maps the metric IDs by name.
+	MetricNames []string `protobuf:"bytes,3,rep,name=metric_names,json=metricNames,proto3" json:"metric_names,omitempty"`
+	// pending are the summaries being handed to the wrapped output.
+	Pending       *SummaryColumns    `protobuf:"bytes,4,opt,name=pending,proto3" json:"pending,omitempty"`
+	Series        []*AggregateSeries `protobuf:"bytes,5,rep,name=series,proto3" json:"series,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AggregateJournal) Reset() {
+	*x = AggregateJournal{}
+	mi := &file_recordpb_records_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AggregateJournal) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AggregateJournal) ProtoMessage() {}
+
+func (x *AggregateJournal) ProtoReflect() protoreflect.Message {
+	mi := &file_recordpb_records_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AggregateJournal.ProtoReflect.Descriptor instead.
+func (*AggregateJournal) Descriptor() ([]byte, []int) {
+	return file_recordpb_records_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *AggregateJournal) GetIntervalNs() int64 {
+	if x != nil {
+		return x.IntervalNs
+	}
+	return 0
+}
+
+func (x *AggregateJournal) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *AggregateJournal) GetMetricNames() []string {
+	if x != nil {
+		return x.MetricNames
+	}
+	return nil
+}
+
+func (x *AggregateJournal) GetPending() *SummaryColumns {
+	if x != nil {
+		return x.Pending
+	}
+	return nil
+}
+
+func (x *AggregateJournal) GetSeries() []*AggregateSeries {
+	if x != nil {
+		return x.Series
+	}
+	return nil
+}
+
+// AggregateSeries is one series (device, metric) of an aggregating output
+// with its open windows as parallel packed arrays: window i starts at
+// start_ns[i] and holds count[i] samples with sum[i], min[i], max[i], and
+// last[i] the value of the newest, sampled at last_ns[i].
+type AggregateSeries struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Device uint32                 `protobuf:"varint,1,opt,name=device,proto3" json:"device,omitempty"`
+	// metric is a MetricId value (the writer's catalog ID).
+	Metric uint32 `protobuf:"varint,2,opt,name=metric,proto3" json:"metric,omitempty"`
+	// emitted_end_ns: windows starting before it were handed on.
+	EmittedEndNs  int64     `protobuf:"fixed64,3,opt,name=emitted_end_ns,json=emittedEndNs,proto3" json:"emitted_end_ns,omitempty"`
+	StartNs       []int64   `protobuf:"fixed64,4,rep,packed,name=start_ns,json=startNs,proto3" json:"start_ns,omitempty"`
+	Count         []uint64  `protobuf:"varint,5,rep,packed,name=count,proto3" json:"count,omitempty"`
+	Sum           []float64 `protobuf:"fixed64,6,rep,packed,name=sum,proto3" json:"sum,omitempty"`
+	Min           []float64 `protobuf:"fixed64,7,rep,packed,name=min,proto3" json:"min,omitempty"`
+	Max           []float64 `protobuf:"fixed64,8,rep,packed,name=max,proto3" json:"max,omitempty"`
+	Last          []float64 `protobuf:"fixed64,9,rep,packed,name=last,proto3" json:"last,omitempty"`
+	LastNs        []int64   `protobuf:"fixed64,10,rep,packed,name=last_ns,json=lastNs,proto3" json:"last_ns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AggregateSeries) Reset() {
+	*x = AggregateSeries{}
+	mi := &file_recordpb_records_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AggregateSeries) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AggregateSeries) ProtoMessage() {}
+
+func (x *AggregateSeries) ProtoReflect() protoreflect.Message {
+	mi := &file_recordpb_records_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AggregateSeries.ProtoReflect.Descriptor instead.
+func (*AggregateSeries) Descriptor() ([]byte, []int) {
+	return file_recordpb_records_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *AggregateSeries) GetDevice() uint32 {
+	if x != nil {
+		return x.Device
+	}
+	return 0
+}
+
+func (x *AggregateSeries) GetMetric() uint32 {
+	if x != nil {
+		return x.Metric
+	}
+	return 0
+}
+
+func (x *AggregateSeries) GetEmittedEndNs() int64 {
+	if x != nil {
+		return x.EmittedEndNs
+	}
+	return 0
+}
+
+func (x *AggregateSeries) GetStartNs() []int64 {
+	if x != nil {
+		return x.StartNs
+	}
+	return nil
+}
+
+func (x *AggregateSeries) GetCount() []uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return nil
+}
+
+func (x *AggregateSeries) GetSum() []float64 {
+	if x != nil {
+		return x.Sum
+	}
+	return nil
+}
+
+func (x *AggregateSeries) GetMin() []float64 {
+	if x != nil {
+		return x.Min
+	}
+	return nil
+}
+
+func (x *AggregateSeries) GetMax() []float64 {
+	if x != nil {
+		return x.Max
+	}
+	return nil
+}
+
+func (x *AggregateSeries) GetLast() []float64 {
+	if x != nil {
+		return x.Last
+	}
+	return nil
+}
+
+func (x *AggregateSeries) GetLastNs() []int64 {
+	if x != nil {
+		return x.LastNs
+	}
+	return nil
+}
+
 var File_recordpb_records_proto protoreflect.FileDescriptor
 
 const file_recordpb_records_proto_rawDesc = "" +
@@ -1452,7 +1660,26 @@ const file_recordpb_records_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x01R\x05value\x12\x15\n" +
 	"\x06is_int\x18\x03 \x01(\bR\x05isInt\x12\x19\n" +
-	"\bis_gauge\x18\x04 \x01(\bR\aisGauge*\xcc\x13\n" +
+	"\bis_gauge\x18\x04 \x01(\bR\aisGauge\"\xe7\x01\n" +
+	"\x10AggregateJournal\x12\x1f\n" +
+	"\vinterval_ns\x18\x01 \x01(\x10R\n" +
+	"intervalNs\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12!\n" +
+	"\fmetric_names\x18\x03 \x03(\tR\vmetricNames\x12>\n" +
+	"\apending\x18\x04 \x01(\v2$.gpusampler.plugin.v1.SummaryColumnsR\apending\x12=\n" +
+	"\x06series\x18\x05 \x03(\v2%.gpusampler.plugin.v1.AggregateSeriesR\x06series\"\xfb\x01\n" +
+	"\x0fAggregateSeries\x12\x16\n" +
+	"\x06device\x18\x01 \x01(\rR\x06device\x12\x16\n" +
+	"\x06metric\x18\x02 \x01(\rR\x06metric\x12$\n" +
+	"\x0eemitted_end_ns\x18\x03 \x01(\x10R\femittedEndNs\x12\x19\n" +
+	"\bstart_ns\x18\x04 \x03(\x10R\astartNs\x12\x14\n" +
+	"\x05count\x18\x05 \x03(\x04R\x05count\x12\x10\n" +
+	"\x03sum\x18\x06 \x03(\x01R\x03sum\x12\x10\n" +
+	"\x03min\x18\a \x03(\x01R\x03min\x12\x10\n" +
+	"\x03max\x18\b \x03(\x01R\x03max\x12\x12\n" +
+	"\x04last\x18\t \x03(\x01R\x04last\x12\x17\n" +
+	"\alast_ns\x18\n" +
+	" \x03(\x10R\x06lastNs*\xcc\x13\n" +
 	"\bMetricId\x12\x16\n" +
 	"\x12METRIC_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11METRIC_POWER_DRAW\x10\x01\x12\x1d\n" +
@@ -1551,37 +1778,41 @@ func file_recordpb_records_proto_rawDescGZIP() []byte {
 }
 
 var file_recordpb_records_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_recordpb_records_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_recordpb_records_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_recordpb_records_proto_goTypes = []any{
-	(MetricId)(0),          // 0: gpusampler.plugin.v1.MetricId
-	(*Batch)(nil),          // 1: gpusampler.plugin.v1.Batch
-	(*SampleColumns)(nil),  // 2: gpusampler.plugin.v1.SampleColumns
-	(*SummaryColumns)(nil), // 3: gpusampler.plugin.v1.SummaryColumns
-	(*Device)(nil),         // 4: gpusampler.plugin.v1.Device
-	(*Event)(nil),          // 5: gpusampler.plugin.v1.Event
-	(*BufferSegment)(nil),  // 6: gpusampler.plugin.v1.BufferSegment
-	(*Attr)(nil),           // 7: gpusampler.plugin.v1.Attr
-	(*Field)(nil),          // 8: gpusampler.plugin.v1.Field
-	nil,                    // 9: gpusampler.plugin.v1.Batch.TagsEntry
-	nil,                    // 10: gpusampler.plugin.v1.Batch.DeviceUuidsEntry
-	nil,                    // 11: gpusampler.plugin.v1.BufferSegment.TagsEntry
+	(MetricId)(0),            // 0: gpusampler.plugin.v1.MetricId
+	(*Batch)(nil),            // 1: gpusampler.plugin.v1.Batch
+	(*SampleColumns)(nil),    // 2: gpusampler.plugin.v1.SampleColumns
+	(*SummaryColumns)(nil),   // 3: gpusampler.plugin.v1.SummaryColumns
+	(*Device)(nil),           // 4: gpusampler.plugin.v1.Device
+	(*Event)(nil),            // 5: gpusampler.plugin.v1.Event
+	(*BufferSegment)(nil),    // 6: gpusampler.plugin.v1.BufferSegment
+	(*Attr)(nil),             // 7: gpusampler.plugin.v1.Attr
+	(*Field)(nil),            // 8: gpusampler.plugin.v1.Field
+	(*AggregateJournal)(nil), // 9: gpusampler.plugin.v1.AggregateJournal
+	(*AggregateSeries)(nil),  // 10: gpusampler.plugin.v1.AggregateSeries
+	nil,                      // 11: gpusampler.plugin.v1.Batch.TagsEntry
+	nil,                      // 12: gpusampler.plugin.v1.Batch.DeviceUuidsEntry
+	nil,                      // 13: gpusampler.plugin.v1.BufferSegment.TagsEntry
 }
 var file_recordpb_records_proto_depIdxs = []int32{
 	4,  // 0: gpusampler.plugin.v1.Batch.devices:type_name -> gpusampler.plugin.v1.Device
 	2,  // 1: gpusampler.plugin.v1.Batch.samples:type_name -> gpusampler.plugin.v1.SampleColumns
 	5,  // 2: gpusampler.plugin.v1.Batch.events:type_name -> gpusampler.plugin.v1.Event
 	3,  // 3: gpusampler.plugin.v1.Batch.summaries:type_name -> gpusampler.plugin.v1.SummaryColumns
-	9,  // 4: gpusampler.plugin.v1.Batch.tags:type_name -> gpusampler.plugin.v1.Batch.TagsEntry
-	10, // 5: gpusampler.plugin.v1.Batch.device_uuids:type_name -> gpusampler.plugin.v1.Batch.DeviceUuidsEntry
+	11, // 4: gpusampler.plugin.v1.Batch.tags:type_name -> gpusampler.plugin.v1.Batch.TagsEntry
+	12, // 5: gpusampler.plugin.v1.Batch.device_uuids:type_name -> gpusampler.plugin.v1.Batch.DeviceUuidsEntry
 	7,  // 6: gpusampler.plugin.v1.Event.attrs:type_name -> gpusampler.plugin.v1.Attr
 	8,  // 7: gpusampler.plugin.v1.Event.fields:type_name -> gpusampler.plugin.v1.Field
 	4,  // 8: gpusampler.plugin.v1.BufferSegment.devices:type_name -> gpusampler.plugin.v1.Device
-	11, // 9: gpusampler.plugin.v1.BufferSegment.tags:type_name -> gpusampler.plugin.v1.BufferSegment.TagsEntry
-	10, // [10:10] is the sub-list for method output_type
-	10, // [10:10] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	13, // 9: gpusampler.plugin.v1.BufferSegment.tags:type_name -> gpusampler.plugin.v1.BufferSegment.TagsEntry
+	3,  // 10: gpusampler.plugin.v1.AggregateJournal.pending:type_name -> gpusampler.plugin.v1.SummaryColumns
+	10, // 11: gpusampler.plugin.v1.AggregateJournal.series:type_name -> gpusampler.plugin.v1.AggregateSeries
+	12, // [12:12] is the sub-list for method output_type
+	12, // [12:12] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_recordpb_records_proto_init() }
@@ -1595,7 +1826,7 @@ func file_recordpb_records_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_recordpb_records_proto_rawDesc), len(file_recordpb_records_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   11,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

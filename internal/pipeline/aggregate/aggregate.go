@@ -123,6 +123,7 @@ type Output struct {
 	// jPending when that one held pending summaries; jBuf its encoding.
 	jDirty, jPending bool
 	jBuf             []byte
+	jNames           []string // the journal's metric_names, reused
 	lastJournalLog   time.Time
 
 	late, summarized, emitted, dropped, evDropped atomic.Uint64

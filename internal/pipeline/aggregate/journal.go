@@ -10,10 +10,13 @@ import (
 	"slices"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/internal/accum"
 	"github.com/gpusampler/gpusampler/internal/atomicfile"
 	"github.com/gpusampler/gpusampler/record"
+	"github.com/gpusampler/gpusampler/record/recordpb"
 )
 
 // The journal keeps what a process crash would otherwise lose: the open
@@ -27,18 +30,19 @@ import (
 // A new wrapper on the same file takes the open windows up and hands the
 // summaries on again unless Options.LastAppended says that the batch with
 // that Seq reached the wrapped output before the crash; its batches go on
-// from that Seq. The metric of every entry is recorded by name, so that a
-// catalog that renumbers metrics never relabels a journaled window.
+// from that Seq. The metric of every entry is mapped by name (the names of
+// the writer's metrics are in the journal), so that a catalog that renumbers metrics
+// never relabels a journaled window.
 //
-// Format (little-endian): "GSAJ" | version u32 | interval i64 | seq u64 |
-// names: n u32, then (id u16, len u16, name) each | pending: n u32, then
-// per summary start i64, interval i64, mean, min, max, last f64, count u32,
-// device u16, metric u16 | series: n u32, then per series device u16,
-// metric u16, emittedEnd i64, windows u32, then per window start i64,
-// count u64, sum, min, max, last f64, lastT i64 | CRC32C u32 of all before.
+// Format: "GSAJ" | version u32 (little-endian) | body | CRC32C u32
+// (little-endian) of all before. Version 2's body is one
+// recordpb.AggregateJournal (record/recordpb/records.proto). Version 1
+// (a hand-written layout, see journal_v1.go) is still read, so that a
+// journal left by an older release is taken up once; the next write is
+// version 2.
 const (
 	journalMagic   = "GSAJ"
-	journalVersion = 1
+	journalVersion = 2
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -59,106 +63,69 @@ type journalSeries struct {
 
 var errJournalCorrupt = errors.New("aggregate: journal corrupt")
 
+// journalMarshal is deterministic so that equal states encode to equal
+// bytes.
+var journalMarshal = proto.MarshalOptions{Deterministic: true}
+
 // encodeJournal appends the journal of o's state (the open windows) with
 // pending and seq to dst.
-func (o *Output) encodeJournal(dst []byte, seq uint64, pending []record.Summary) []byte {
-	le := binary.LittleEndian
-	dst = append(dst, journalMagic...)
-	dst = le.AppendUint32(dst, journalVersion)
-	dst = le.AppendUint64(dst, uint64(o.interval))
-	dst = le.AppendUint64(dst, seq)
-	// The metric names used, by ID.
-	var ids []catalog.MetricID
-	for _, s := range pending {
-		ids = append(ids, s.Metric)
-	}
+func (o *Output) encodeJournal(dst []byte, seq uint64, pending []record.Summary) ([]byte, error) {
 	keys := make([]seriesKey, 0, len(o.series))
 	for k, sr := range o.series {
 		if len(sr.open) > 0 || sr.emittedEnd != -1<<63 {
 			keys = append(keys, k)
-			ids = append(ids, k.metric)
 		}
 	}
-	slices.Sort(ids)
-	ids = slices.Compact(ids)
-	dst = le.AppendUint32(dst, uint32(len(ids)))
-	for _, id := range ids {
-		name := ""
-		if m, ok := o.opts.Catalog.Get(id); ok {
-			name = m.Name
+	// metric_names as recordpb.MetricNames has them, but only the names of
+	// the metrics used: "" (which names no metric) for the rest keeps the
+	// file small.
+	names := o.jNames[:0]
+	use := func(id catalog.MetricID) {
+		for len(names) < int(id) {
+			names = append(names, "")
 		}
-		dst = le.AppendUint16(dst, uint16(id))
-		dst = le.AppendUint16(dst, uint16(len(name)))
-		dst = append(dst, name...)
+		if id > 0 && names[id-1] == "" {
+			if mt, ok := o.opts.Catalog.Get(id); ok {
+				names[id-1] = mt.Name
+			}
+		}
 	}
-	dst = le.AppendUint32(dst, uint32(len(pending)))
 	for _, s := range pending {
-		dst = le.AppendUint64(dst, uint64(s.StartNS))
-		dst = le.AppendUint64(dst, uint64(s.IntervalNS))
-		for _, f := range []float64{s.Mean, s.Min, s.Max, s.Last} {
-			dst = le.AppendUint64(dst, math.Float64bits(f))
-		}
-		dst = le.AppendUint32(dst, s.Count)
-		dst = le.AppendUint16(dst, s.Device)
-		dst = le.AppendUint16(dst, uint16(s.Metric))
+		use(s.Metric)
 	}
+	for _, k := range keys {
+		use(k.metric)
+	}
+	o.jNames = names
+	m := &recordpb.AggregateJournal{IntervalNs: o.interval, Seq: seq, MetricNames: names,
+		Pending: recordpb.FromSummaries(pending)}
 	slices.SortFunc(keys, func(a, b seriesKey) int {
 		if a.dev != b.dev {
 			return int(a.dev) - int(b.dev)
 		}
 		return int(a.metric) - int(b.metric)
 	})
-	dst = le.AppendUint32(dst, uint32(len(keys)))
-	for _, k := range keys {
+	m.Series = make([]*recordpb.AggregateSeries, len(keys))
+	for i, k := range keys {
 		sr := o.series[k]
-		dst = le.AppendUint16(dst, k.dev)
-		dst = le.AppendUint16(dst, uint16(k.metric))
-		dst = le.AppendUint64(dst, uint64(sr.emittedEnd))
-		dst = le.AppendUint32(dst, uint32(len(sr.open)))
-		for _, w := range sr.open {
-			dst = le.AppendUint64(dst, uint64(w.start))
-			dst = le.AppendUint64(dst, w.acc.Count)
-			for _, f := range []float64{w.acc.Sum, w.acc.Min, w.acc.Max, w.acc.Last} {
-				dst = le.AppendUint64(dst, math.Float64bits(f))
-			}
-			dst = le.AppendUint64(dst, uint64(w.acc.LastT))
+		n := len(sr.open)
+		ps := &recordpb.AggregateSeries{Device: uint32(k.dev), Metric: uint32(k.metric), EmittedEndNs: sr.emittedEnd,
+			StartNs: make([]int64, n), Count: make([]uint64, n), Sum: make([]float64, n), Min: make([]float64, n),
+			Max: make([]float64, n), Last: make([]float64, n), LastNs: make([]int64, n)}
+		for j, w := range sr.open {
+			ps.StartNs[j], ps.Count[j], ps.Sum[j], ps.Min[j] = w.start, w.acc.Count, w.acc.Sum, w.acc.Min
+			ps.Max[j], ps.Last[j], ps.LastNs[j] = w.acc.Max, w.acc.Last, w.acc.LastT
 		}
+		m.Series[i] = ps
 	}
-	return le.AppendUint32(dst, crc32.Checksum(dst, castagnoli))
-}
-
-// journalReader reads a journal's fields; a read past the end marks it
-// short.
-type journalReader struct {
-	data  []byte
-	short bool
-}
-
-func (r *journalReader) next(n int) []byte {
-	if r.short || len(r.data) < n {
-		r.short = true
-		return make([]byte, n)
+	le := binary.LittleEndian
+	dst = append(dst, journalMagic...)
+	dst = le.AppendUint32(dst, journalVersion)
+	dst, err := journalMarshal.MarshalAppend(dst, m)
+	if err != nil {
+		return dst, fmt.Errorf("encode journal: %w", err)
 	}
-	b := r.data[:n]
-	r.data = r.data[n:]
-	return b
-}
-
-func (r *journalReader) u16() uint16  { return binary.LittleEndian.Uint16(r.next(2)) }
-func (r *journalReader) u32() uint32  { return binary.LittleEndian.Uint32(r.next(4)) }
-func (r *journalReader) u64() uint64  { return binary.LittleEndian.Uint64(r.next(8)) }
-func (r *journalReader) i64() int64   { return int64(r.u64()) }
-func (r *journalReader) f64() float64 { return math.Float64frombits(r.u64()) }
-
-// count reads a count of entries at least size bytes each, refusing one
-// the rest of the data cannot hold.
-func (r *journalReader) count(size int) int {
-	n := int(r.u32())
-	if n*size > len(r.data) {
-		r.short = true
-		return 0
-	}
-	return n
+	return le.AppendUint32(dst, crc32.Checksum(dst, castagnoli)), nil
 }
 
 // decodeJournal parses a journal, mapping its metric names onto cat;
@@ -172,22 +139,41 @@ func decodeJournal(data []byte, cat *catalog.Catalog) (j journalState, unknown i
 	if crc32.Checksum(body, castagnoli) != sum {
 		return j, 0, errJournalCorrupt
 	}
-	r := &journalReader{data: body[len(journalMagic):]}
-	if v := r.u32(); v != journalVersion {
-		return j, 0, fmt.Errorf("aggregate: journal version %d: this version reads %d", v, journalVersion)
-	}
-	j.interval, j.seq = r.i64(), r.u64()
-	ids := map[uint16]catalog.MetricID{}
-	for range r.count(4) {
-		id, n := r.u16(), int(r.u16())
-		if m, ok := cat.Lookup(string(r.next(n))); ok {
-			ids[id] = m.ID
+	body = body[len(journalMagic):]
+	switch v := binary.LittleEndian.Uint32(body); v {
+	case 1:
+		return decodeJournalV1(body[4:], cat)
+	case journalVersion:
+		j, unknown, err = decodeJournalPB(body[4:], cat)
+		if err != nil {
+			return journalState{}, 0, fmt.Errorf("%w: %w", errJournalCorrupt, err)
 		}
+		return j, unknown, nil
+	default:
+		return j, 0, fmt.Errorf("aggregate: journal version %d: this version reads 1 and %d", v, journalVersion)
 	}
-	for range r.count(52) {
-		s := record.Summary{StartNS: r.i64(), IntervalNS: r.i64(), Mean: r.f64(), Min: r.f64(), Max: r.f64(), Last: r.f64(),
-			Count: r.u32(), Device: r.u16()}
-		id, ok := ids[r.u16()]
+}
+
+// decodeJournalPB parses a version 2 body.
+func decodeJournalPB(body []byte, cat *catalog.Catalog) (j journalState, unknown int, err error) {
+	var m recordpb.AggregateJournal
+	if err := proto.Unmarshal(body, &m); err != nil {
+		return j, 0, err
+	}
+	j.interval, j.seq = m.GetIntervalNs(), m.GetSeq()
+	ids, _ := recordpb.MetricMap(m.GetMetricNames(), cat)
+	mapID := func(id uint32) (catalog.MetricID, bool) {
+		if int64(id) >= int64(len(ids)) || ids[id] == 0 {
+			return 0, false
+		}
+		return ids[id], true
+	}
+	pending, err := m.GetPending().AppendTo(nil)
+	if err != nil {
+		return j, 0, err
+	}
+	for _, s := range pending {
+		id, ok := mapID(uint32(s.Metric))
 		if !ok {
 			unknown++
 			continue
@@ -195,23 +181,27 @@ func decodeJournal(data []byte, cat *catalog.Catalog) (j journalState, unknown i
 		s.Metric = id
 		j.pending = append(j.pending, s)
 	}
-	for range r.count(16) {
-		dev, mid, end := r.u16(), r.u16(), r.i64()
-		id, known := ids[mid]
-		sr := journalSeries{key: seriesKey{dev, id}, emittedEnd: end}
-		for range r.count(56) {
-			w := window{start: r.i64()}
-			w.acc = accum.Window{Stats: accum.Stats{Count: r.u64(), Sum: r.f64(), Min: r.f64(), Max: r.f64()}, Last: r.f64(), LastT: r.i64()}
-			sr.windows = append(sr.windows, w)
+	for i, ps := range m.GetSeries() {
+		n := len(ps.GetStartNs())
+		if len(ps.GetCount()) != n || len(ps.GetSum()) != n || len(ps.GetMin()) != n || len(ps.GetMax()) != n ||
+			len(ps.GetLast()) != n || len(ps.GetLastNs()) != n {
+			return journalState{}, 0, fmt.Errorf("series %d: window columns differ in length", i)
 		}
+		if ps.GetDevice() > math.MaxUint16 {
+			return journalState{}, 0, fmt.Errorf("series %d: device %d out of range (max 65535)", i, ps.GetDevice())
+		}
+		id, known := mapID(ps.GetMetric())
 		if !known {
-			unknown += len(sr.windows)
+			unknown += n
 			continue
 		}
+		sr := journalSeries{key: seriesKey{uint16(ps.GetDevice()), id}, emittedEnd: ps.GetEmittedEndNs(),
+			windows: make([]window, n)}
+		for w := range n {
+			sr.windows[w] = window{start: ps.StartNs[w], acc: accum.Window{Stats: accum.Stats{Count: ps.Count[w],
+				Sum: ps.Sum[w], Min: ps.Min[w], Max: ps.Max[w]}, Last: ps.Last[w], LastT: ps.LastNs[w]}}
+		}
 		j.series = append(j.series, sr)
-	}
-	if r.short || len(r.data) != 0 {
-		return journalState{}, 0, errJournalCorrupt
 	}
 	return j, unknown, nil
 }
@@ -224,8 +214,11 @@ func (o *Output) saveJournal(seq uint64, pending []record.Summary) {
 	if o.opts.Journal == "" || (!o.jDirty && len(pending) == 0 && !o.jPending) {
 		return
 	}
-	o.jBuf = o.encodeJournal(o.jBuf[:0], seq, pending)
-	if err := atomicfile.WriteFile(o.opts.Journal, o.jBuf, 0o600); err != nil {
+	var err error
+	if o.jBuf, err = o.encodeJournal(o.jBuf[:0], seq, pending); err == nil {
+		err = atomicfile.WriteFile(o.opts.Journal, o.jBuf, 0o600)
+	}
+	if err != nil {
 		o.journalErrors.Add(1)
 		if now := o.opts.Now(); o.lastJournalLog.IsZero() || now.Sub(o.lastJournalLog) >= time.Minute {
 			o.lastJournalLog = now

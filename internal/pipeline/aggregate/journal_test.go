@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -254,5 +255,121 @@ func TestJournalOtherIntervalAndCatalog(t *testing.T) {
 	}
 	if _, err := os.Stat(journal); !os.IsNotExist(err) {
 		t.Errorf("corrupt journal kept: %v", err)
+	}
+}
+
+// TestJournalFormat1IsTakenUp: a journal written by the format-1 encoder
+// (testdata/journal-v1.bin: four series, each with the window from
+// base+1s open, and one pending summary of batch 41) is taken up whole; the next write is
+// format 2, which a later wrapper takes up in turn.
+func TestJournalFormat1IsTakenUp(t *testing.T) {
+	// The samples the fixture's writer took; their first windows had
+	// closed (and gone out) before it wrote the journal.
+	base := time.Unix(1_800_000_000, 0).UnixNano()
+	var samples []record.Sample
+	for i := range 15 {
+		for dev := range uint16(2) {
+			ts := base + int64(i)*int64(100*time.Millisecond)
+			samples = append(samples, record.Sample{TimeNS: ts, Value: float64(i*3+int(dev)) - 2.5, Device: dev, Metric: 1},
+				record.Sample{TimeNS: ts, Value: float64(i*7%5) + 0.25, Device: dev, Metric: 6})
+		}
+	}
+	pending := record.Summary{StartNS: base - int64(time.Second), IntervalNS: int64(time.Second), Mean: 1.5, Min: -3,
+		Max: 7.25, Last: 2, Count: 9, Device: 1, Metric: 22}
+	want := []record.Summary{pending}
+	for _, s := range reference(t, samples, 100) {
+		if s.StartNS >= base+int64(time.Second) {
+			want = append(want, s)
+		}
+	}
+	if len(want) != 5 {
+		t.Fatalf("want %d summaries, the fixture holds 5", len(want))
+	}
+
+	old, err := os.ReadFile(filepath.Join("testdata", "journal-v1.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	journal := filepath.Join(t.TempDir(), "aggregate.journal")
+	if err := os.WriteFile(journal, old, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := &collect{}
+	ag, err := aggregate.New(c, aggregate.Options{Interval: time.Second, Now: farPast, Journal: journal})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := ag.Stats(); st.Recovered != 5 || st.Dropped != 0 {
+		t.Fatalf("stats %+v, want 5 recovered (4 windows, 1 pending summary), none dropped", st)
+	}
+	// The pending summary goes out with the next batch, journaled first.
+	if err := ag.Write(context.Background(), &record.Batch{Seq: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(c.sums, []record.Summary{pending}) || c.writes != 1 {
+		t.Fatalf("after the first write the inner output has %v (%d writes), want the pending summary", c.sums, c.writes)
+	}
+	data, err := os.ReadFile(journal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(data) < 8 || string(data[:4]) != "GSAJ" || binary.LittleEndian.Uint32(data[4:8]) != 2 {
+		t.Fatalf("journal not rewritten as format 2: starts % x", data[:min(len(data), 8)])
+	}
+	// Crash; the inner output took batch 42 (41 + 1).
+	ag2, err := aggregate.New(c, aggregate.Options{Interval: time.Second, Now: farPast, Journal: journal,
+		LastAppended: func() (uint64, bool) { return 42, true }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := ag2.Stats(); st.Recovered != 4 {
+		t.Errorf("format-2 journal: stats %+v, want the 4 windows recovered", st)
+	}
+	if err := ag2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	sameSummaries(t, c.sums, want)
+}
+
+// TestJournalDamagedBody: a journal whose checksum matches but whose body
+// is not an AggregateJournal (or has window columns of different lengths)
+// is set aside like any corrupt one, without failing the wrapper.
+func TestJournalDamagedBody(t *testing.T) {
+	frame := func(body []byte) []byte {
+		b := binary.LittleEndian.AppendUint32([]byte("GSAJ"), 2)
+		b = append(b, body...)
+		return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, crc32.MakeTable(crc32.Castagnoli)))
+	}
+	for _, tc := range []struct {
+		name, why string
+		body      []byte
+	}{
+		{"not protobuf", "cannot parse", []byte{0xff, 0xff, 0xff}},
+		// series (field 5) holding start_ns (field 4) with one element
+		// and no other column.
+		{"ragged windows", "columns differ", []byte{5<<3 | 2, 10, 4<<3 | 2, 8, 1, 0, 0, 0, 0, 0, 0, 0}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			journal := filepath.Join(t.TempDir(), "aggregate.journal")
+			if err := os.WriteFile(journal, frame(tc.body), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			var logged bytes.Buffer
+			ag, err := aggregate.New(&collect{}, aggregate.Options{Interval: time.Second, Now: farPast, Journal: journal,
+				Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+			if err != nil {
+				t.Fatalf("a damaged journal failed the wrapper: %v", err)
+			}
+			if st := ag.Stats(); st.Recovered != 0 {
+				t.Errorf("stats %+v: recovered from a damaged journal", st)
+			}
+			if !bytes.Contains(logged.Bytes(), []byte("aggregate journal unreadable")) || !bytes.Contains(logged.Bytes(), []byte(tc.why)) {
+				t.Errorf("not logged: %q", logged.String())
+
+			}
+			if _, err := os.Stat(journal); !os.IsNotExist(err) {
+				t.Errorf("damaged journal kept: %v", err)
+			}
+		})
 	}
 }
