@@ -140,10 +140,10 @@ type Output struct {
 	out      record.Batch
 	free     []*window
 	// hists caches Options.Histograms by metric ID.
-	hists map[catalog.MetricID]histScale
-	done     bool
-	lastSeq  uint64 // Seq of the last batch whose samples were added
-	seq      uint64 // Seq of the last batch written to inner
+	hists   map[catalog.MetricID]histScale
+	done    bool
+	lastSeq uint64 // Seq of the last batch whose samples were added
+	seq     uint64 // Seq of the last batch written to inner
 	// tries counts consecutive retryable refusals of the kept summaries.
 	tries int
 	// lastDropLog rate-limits the drop warning.
