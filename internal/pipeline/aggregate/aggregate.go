@@ -19,8 +19,8 @@
 // the scale Histograms gives, binned as the samples arrive. It is built in
 // the output's unit because a scale that is not a power of two (0.01 for a
 // percent as a ratio) cannot be applied to the buckets afterwards. A window
-// restored from the journal after a crash carries none (the journal keeps
-// the window's statistics, not its buckets), even if it takes more samples
+// restored from the journal after a crash, open or being handed on, carries
+// none (the journal keeps the window's statistics, not its buckets), even if it takes more samples
 // afterwards, and so does a window with a NaN or infinite sample (it
 // cannot be binned).
 //
