@@ -56,6 +56,12 @@ type Kind struct {
 	// there, so that the example runs as is — their placeholders (a
 	// server, a plugin path) need editing first.
 	ExampleActive bool
+	// SummaryHistograms, when set, asks the aggregate wrapper (the block's
+	// aggregate key) for the distribution of each window's samples as an
+	// exponential histogram (record.Summary.Hist) for the metrics it
+	// selects, their values multiplied by the scale it returns (the
+	// output's unit) before binning.
+	SummaryHistograms func(m catalog.Metric) (scale float64, ok bool)
 }
 
 // Block is one parsed [[outputs.KIND]] block, as a kind's Build sees it.

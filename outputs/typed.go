@@ -3,6 +3,7 @@ package outputs
 import (
 	"fmt"
 
+	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/config"
 	"github.com/gpusampler/gpusampler/record"
 )
@@ -22,6 +23,8 @@ type TypedKind[O any] struct {
 	Exclusive     bool
 	OutOfProcess  bool
 	ExampleActive bool
+	// SummaryHistograms: see Kind.
+	SummaryHistograms func(m catalog.Metric) (scale float64, ok bool)
 }
 
 // Typed returns the Kind that k describes. A block whose Options hold
@@ -31,7 +34,7 @@ type TypedKind[O any] struct {
 // options (nil) gets the zero O.
 func Typed[O any](k TypedKind[O]) Kind {
 	out := Kind{Kind: k.Kind, SampleConfig: k.SampleConfig, Exclusive: k.Exclusive,
-		OutOfProcess: k.OutOfProcess, ExampleActive: k.ExampleActive}
+		OutOfProcess: k.OutOfProcess, ExampleActive: k.ExampleActive, SummaryHistograms: k.SummaryHistograms}
 	if k.Parse != nil {
 		out.Parse = func(t *config.Table) any { return k.Parse(t) }
 	}

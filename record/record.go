@@ -333,6 +333,24 @@ type Summary struct {
 	Count  uint32
 	Device uint16
 	Metric catalog.MetricID
+	// Hist, when set, is the distribution of the window's samples as an
+	// exponential histogram, in the unit its wrapper was asked for (the
+	// OpenTelemetry output's: the catalog's OTel unit, base unit × OTel
+	// Scale), not the base unit. Nil when the output did not ask for one,
+	// or for a window restored from an aggregate journal after a crash.
+	Hist *ExpHistogram
+}
+
+// ExpHistogram is an OpenTelemetry exponential histogram: at scale s,
+// bucket i holds the values in (base^i, base^(i+1)], base = 2^(2^-s);
+// Positive counts the values above 0 from bucket PositiveOffset on,
+// Negative those below 0 by magnitude from NegativeOffset on, ZeroCount the
+// zeros. Its count is ZeroCount plus every bucket's count.
+type ExpHistogram struct {
+	Scale                          int32
+	ZeroCount                      uint64
+	PositiveOffset, NegativeOffset int32
+	Positive, Negative             []uint64
 }
 
 // Len returns the number of records in the batch.

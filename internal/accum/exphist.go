@@ -11,8 +11,8 @@ import "math"
 // is the finest histogram of at most MaxSize buckets a sign that holds
 // every value. NaN and infinite values are not added (Add reports false).
 //
-// It is the distribution the aggregate path could carry to the
-// OpenTelemetry output (not wired yet). A plain value owned by its caller;
+// The aggregate wrapper keeps one per window for an output that asks for
+// its windows' distributions (the OpenTelemetry output). A plain value owned by its caller;
 // not safe for concurrent use. The zero value is empty with MaxSize
 // DefaultExpSize.
 type ExpHistogram struct {

@@ -326,6 +326,10 @@ func (a *Agent) wrap(cfg *appconfig.Config, o *appconfig.Output, out record.Outp
 	}
 	if o.Aggregate > 0 {
 		opts := aggregate.Options{Interval: o.Aggregate, Logger: a.log.With("output", o.Name), Catalog: a.eng.Catalog()}
+		if k, ok := a.opts.Registry.Lookup(o.Kind); ok {
+			// The kind's own choice of distributions (opentelemetry).
+			opts.Histograms = k.SummaryHistograms
+		}
 		if buf != nil && o.Buffer.Kind == "disk" {
 			// The open windows survive a crash with the queue they feed.
 			opts.Journal, opts.LastAppended = filepath.Join(o.Buffer.Dir, aggregateJournal), buf.LastAppended

@@ -74,7 +74,9 @@ func Kind() outputs.Kind {
 		Kind:         "opentelemetry",
 		OutOfProcess: true, // a network output: its own process (plugins.HostRegistry)
 		SampleConfig: SampleConfig,
-		Parse:        Parse,
+		// Aggregate windows carry their samples' distribution.
+		SummaryHistograms: SummaryHistograms,
+		Parse:             Parse,
 		Timeouts: func(o *outputs.Block, c Config) outputs.KindTimeouts {
 			if _, set := o.Raw["timeout"]; !set {
 				return outputs.KindTimeouts{}

@@ -223,19 +223,38 @@ func (e *encoder) resource(a record.Attribution) *resBuild {
 	return r
 }
 
+// shape is the data a metric holds: number points, or a window summary's
+// histogram points.
+type shape uint8
+
+const (
+	// numberShape: the instrument's Gauge or Sum points.
+	numberShape shape = iota
+	// histShape: explicit Histogram points (a window without buckets).
+	histShape
+	// expHistShape: ExponentialHistogram points.
+	expHistShape
+)
+
 // metric returns the resource's metric named name, creating it with the
-// data of kind in (its temporality for sums and histograms).
-func (r *resBuild) metric(name, unit string, in catalog.Instrument, hist bool) *metricspb.Metric {
+// data of kind in and shape sh (its temporality for sums and histograms).
+func (r *resBuild) metric(name, unit string, in catalog.Instrument, sh shape) *metricspb.Metric {
 	key := name
-	if hist {
+	switch sh {
+	case histShape:
 		key += "\x00h"
+	case expHistShape:
+		key += "\x00e"
 	}
 	if m, ok := r.metrics[key]; ok {
 		return m
 	}
 	m := &metricspb.Metric{Name: name, Unit: unit}
 	switch {
-	case hist:
+	case sh == expHistShape:
+		m.Data = &metricspb.Metric_ExponentialHistogram{ExponentialHistogram: &metricspb.ExponentialHistogram{
+			AggregationTemporality: metricspb.AggregationTemporality_AGGREGATION_TEMPORALITY_DELTA}}
+	case sh == histShape:
 		m.Data = &metricspb.Metric_Histogram{Histogram: &metricspb.Histogram{
 			AggregationTemporality: metricspb.AggregationTemporality_AGGREGATION_TEMPORALITY_DELTA}}
 	case in == catalog.OTelCounter || in == catalog.OTelUpDownCounter:
@@ -350,7 +369,7 @@ func (e *encoder) encode(samples []record.Sample, summaries []record.Summary, ev
 			p.StartTimeUnixNano = uint64(e.counterStart(seriesKey{s.Device, s.Metric}, s.TimeNS, v, n.Instrument == catalog.OTelCounter))
 		}
 		number(p, n.Type, v)
-		addNumber(res(dev.attr).metric(n.Name, n.Unit, n.Instrument, false), p)
+		addNumber(res(dev.attr).metric(n.Name, n.Unit, n.Instrument, numberShape), p)
 		e.points++
 	}
 	for i := range summaries {
@@ -368,8 +387,11 @@ func (e *encoder) encode(samples []record.Sample, summaries []record.Summary, ev
 }
 
 // summary adds a window summary: a counter's last value as its cumulative
-// sum at the window's end, any other metric as an exponential histogram
-// of the window's samples.
+// sum at the window's end, any other metric as an exponential histogram of
+// the window's samples (DELTA, start = window start, time = window end), or,
+// for a window that carries no buckets (restored from the aggregate
+// journal after a crash, or holding a NaN sample), an explicit histogram
+// of one bucket with the window's count, sum, min and max.
 func (e *encoder) summary(s *record.Summary, res func(record.Attribution) *resBuild) {
 	if int(s.Metric) >= len(e.names) || s.Metric == 0 || s.Count == 0 {
 		return
@@ -383,16 +405,57 @@ func (e *encoder) summary(s *record.Summary, res func(record.Attribution) *resBu
 		p := &metricspb.NumberDataPoint{Attributes: attrs, TimeUnixNano: uint64(end)}
 		p.StartTimeUnixNano = uint64(e.counterStart(seriesKey{s.Device, s.Metric}, end, v, n.Instrument == catalog.OTelCounter))
 		number(p, n.Type, v)
-		addNumber(res(dev.attr).metric(n.Name, n.Unit, n.Instrument, false), p)
+		addNumber(res(dev.attr).metric(n.Name, n.Unit, n.Instrument, numberShape), p)
 		e.points++
 		return
 	}
-	m := res(dev.attr).metric(n.Name, n.Unit, n.Instrument, true)
+	if s.Hist != nil {
+		m := res(dev.attr).metric(n.Name, n.Unit, n.Instrument, expHistShape)
+		h := m.Data.(*metricspb.Metric_ExponentialHistogram).ExponentialHistogram
+		p := expHistogramPoint(s, n.Scale)
+		p.Attributes = attrs
+		h.DataPoints = append(h.DataPoints, p)
+		e.points++
+		return
+	}
+	m := res(dev.attr).metric(n.Name, n.Unit, n.Instrument, histShape)
 	h := m.Data.(*metricspb.Metric_Histogram).Histogram
 	p := histogramPoint(s, n.Scale)
 	p.Attributes = attrs
 	h.DataPoints = append(h.DataPoints, p)
 	e.points++
+}
+
+// SummaryHistograms is the kind's choice of window distributions
+// (outputs.Kind.SummaryHistograms): every gauge, in its OTel unit (base
+// unit × the catalog's OTel Scale), the unit expHistogramPoint sends.
+func SummaryHistograms(m catalog.Metric) (scale float64, ok bool) {
+	n := m.OTel()
+	return n.Scale, n.Instrument == catalog.OTelGauge
+}
+
+// expHistogramPoint is a summary's window with its distribution (s.Hist,
+// binned in the OTel unit: see SummaryHistograms) as an exponential
+// histogram point; count, sum, min and max are the summary's × scale.
+func expHistogramPoint(s *record.Summary, scale float64) *metricspb.ExponentialHistogramDataPoint {
+	lo, hi := s.Min*scale, s.Max*scale
+	if scale < 0 {
+		lo, hi = hi, lo
+	}
+	sum := s.Mean * float64(s.Count) * scale
+	h := s.Hist
+	count := h.ZeroCount
+	for _, c := range h.Positive {
+		count += c
+	}
+	for _, c := range h.Negative {
+		count += c
+	}
+	return &metricspb.ExponentialHistogramDataPoint{StartTimeUnixNano: uint64(s.StartNS),
+		TimeUnixNano: uint64(s.StartNS + s.IntervalNS), Count: count, Sum: &sum, Min: &lo, Max: &hi,
+		Scale: h.Scale, ZeroCount: h.ZeroCount,
+		Positive: &metricspb.ExponentialHistogramDataPoint_Buckets{Offset: h.PositiveOffset, BucketCounts: h.Positive},
+		Negative: &metricspb.ExponentialHistogramDataPoint_Buckets{Offset: h.NegativeOffset, BucketCounts: h.Negative}}
 }
 
 // histogramPoint is a summary's window as a histogram point (values ×
@@ -429,7 +492,7 @@ func (e *encoder) event(ev *record.Event, res func(record.Attribution) *resBuild
 				t = catalog.Int
 			}
 			number(p, t, f.Value)
-			addNumber(r.metric(SelfPrefix+f.Key, "", catalog.OTelGauge, false), p)
+			addNumber(r.metric(SelfPrefix+f.Key, "", catalog.OTelGauge, numberShape), p)
 			e.points++
 		}
 		return
@@ -463,7 +526,7 @@ func (e *encoder) event(ev *record.Event, res func(record.Attribution) *resBuild
 			name, unit, t := processMetric(f)
 			p := &metricspb.NumberDataPoint{Attributes: attrs, TimeUnixNano: uint64(ev.StartNS)}
 			number(p, t, f.Value)
-			addNumber(r.metric(name, unit, catalog.OTelGauge, false), p)
+			addNumber(r.metric(name, unit, catalog.OTelGauge, numberShape), p)
 			e.points++
 		}
 		return
@@ -493,7 +556,7 @@ func (e *encoder) event(ev *record.Event, res func(record.Attribution) *resBuild
 		}
 	}
 	p := &metricspb.NumberDataPoint{Attributes: attrs, TimeUnixNano: uint64(ev.StartNS), Value: &metricspb.NumberDataPoint_AsInt{AsInt: 1}}
-	addNumber(res(attr).metric(EventMetric, "{event}", catalog.OTelGauge, false), p)
+	addNumber(res(attr).metric(EventMetric, "{event}", catalog.OTelGauge, numberShape), p)
 	e.points++
 }
 

@@ -150,6 +150,18 @@ type point struct {
 	count    uint64
 	sum      float64
 	min, max float64
+	// exp is the exponential histogram's own data (nil for others).
+	exp *expData
+}
+
+// expData is an exponential histogram point's scale and buckets, and its
+// metric's temporality.
+type expData struct {
+	scale             int32
+	zeroCount         uint64
+	posOffset, negOff int32
+	pos, neg          []uint64
+	delta             bool
 }
 
 func attrMap(kvs []*commonpb.KeyValue) map[string]string {
@@ -219,7 +231,10 @@ func flatten(reqs []*colpb.ExportMetricsServiceRequest) []point {
 					case *metricspb.Metric_ExponentialHistogram:
 						for _, p := range d.ExponentialHistogram.DataPoints {
 							out = append(out, point{resource: res, name: m.Name, unit: m.Unit, kind: "exponential histogram", attrs: attrMap(p.Attributes),
-								start: p.StartTimeUnixNano, time: p.TimeUnixNano, count: p.Count, sum: p.GetSum(), min: p.GetMin(), max: p.GetMax()})
+								start: p.StartTimeUnixNano, time: p.TimeUnixNano, count: p.Count, sum: p.GetSum(), min: p.GetMin(), max: p.GetMax(),
+								exp: &expData{scale: p.Scale, zeroCount: p.ZeroCount, posOffset: p.GetPositive().GetOffset(),
+									pos: p.GetPositive().GetBucketCounts(), negOff: p.GetNegative().GetOffset(), neg: p.GetNegative().GetBucketCounts(),
+									delta: d.ExponentialHistogram.AggregationTemporality == metricspb.AggregationTemporality_AGGREGATION_TEMPORALITY_DELTA}})
 						}
 					}
 				}

@@ -56,7 +56,7 @@ func (e *encoder) jobEvent(ev *record.Event, res func(record.Attribution) *resBu
 			p.StartTimeUnixNano = uint64(start)
 		}
 		number(p, catalog.Float, record.FieldValue(ev.Fields, jm.field))
-		addNumber(r.metric(jm.name, jm.unit, jm.in, false), p)
+		addNumber(r.metric(jm.name, jm.unit, jm.in, numberShape), p)
 		e.points++
 	}
 }

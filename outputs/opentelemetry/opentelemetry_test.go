@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +20,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/gpusampler/gpusampler/catalog"
+	"github.com/gpusampler/gpusampler/internal/accum"
+	"github.com/gpusampler/gpusampler/internal/pipeline/aggregate"
 	"github.com/gpusampler/gpusampler/outputs/opentelemetry"
 	"github.com/gpusampler/gpusampler/outputs/outputtest"
 	"github.com/gpusampler/gpusampler/record"
@@ -554,5 +558,111 @@ func TestOriginResource(t *testing.T) {
 	want := []string{"host.name=nodeA,rack=r1,service.name=gpusampler", "cluster=c1,host.name=node1,service.name=gpusampler"}
 	if len(pts) != 2 || pts[0].resource != want[0] || pts[1].resource != want[1] {
 		t.Fatalf("points %+v, want resources %q", pts, want)
+	}
+}
+
+// A window that carries its distribution is one ExponentialHistogram point
+// with exactly its buckets (DELTA, start = window start, time = window
+// end); a window without (restored from the aggregate journal) stays the
+// one-bucket explicit histogram.
+func TestSummaryExponentialHistogram(t *testing.T) {
+	c := &collector{}
+	out, err := newOutput(opentelemetry.Options{Endpoints: []string{serveGRPC(t, c)}, Host: "node1", Timeout: slowMachine})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	// Power samples 0, 1, 2, 4 and -0.5 W at scale 0: buckets (2^i, 2^(i+1)]
+	// hold 1 (i = -1), 2 (i = 0) and 4 (i = 1); 0.5 by magnitude i = -2.
+	h := &record.ExpHistogram{Scale: 0, ZeroCount: 1, PositiveOffset: -1, Positive: []uint64{1, 1, 1},
+		NegativeOffset: -2, Negative: []uint64{1}}
+	b := &record.Batch{Seq: 1, Devices: []record.Device{outputtest.Device}, Summaries: []record.Summary{
+		{StartNS: t0, IntervalNS: 1e9, Mean: 6.5 / 5, Min: -0.5, Max: 4, Last: 4, Count: 5, Metric: catalog.MetricPowerDraw, Hist: h},
+		{StartNS: t0 + 1e9, IntervalNS: 1e9, Mean: 2, Min: 1, Max: 3, Last: 3, Count: 2, Metric: catalog.MetricPowerDraw},
+	}}
+	if err := out.Write(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	var exp, explicit []point
+	for _, p := range flatten(c.requests()) {
+		switch p.kind {
+		case "exponential histogram":
+			exp = append(exp, p)
+		case "histogram":
+			explicit = append(explicit, p)
+		}
+	}
+	if len(exp) != 1 || len(explicit) != 1 {
+		t.Fatalf("exponential %+v, explicit %+v", exp, explicit)
+	}
+	p, want := exp[0], expData{scale: 0, zeroCount: 1, posOffset: -1, pos: []uint64{1, 1, 1}, negOff: -2, neg: []uint64{1}, delta: true}
+	if p.name != "hw.power" || p.unit != "W" || p.count != 5 || math.Abs(p.sum-6.5) > 1e-12 || p.min != -0.5 || p.max != 4 ||
+		p.start != uint64(t0) || p.time != uint64(t0+1e9) || !reflect.DeepEqual(*p.exp, want) {
+		t.Errorf("exponential point %+v %+v, want count 5 sum 6.5 min -0.5 max 4, %+v", p, *p.exp, want)
+	}
+	if q := explicit[0]; q.name != "hw.power" || q.count != 2 || q.sum != 4 || q.start != uint64(t0+1e9) {
+		t.Errorf("window without buckets %+v", q)
+	}
+}
+
+// Through the aggregate wrapper as the agent builds it for this kind
+// (Kind().SummaryHistograms): utilization windows arrive as exponential
+// histograms of the samples in the OTel unit (ratio, percent × 0.01), each
+// sample in the bucket that binning it directly gives.
+func TestAggregateSendsSampleDistribution(t *testing.T) {
+	c := &collector{}
+	out, err := newOutput(opentelemetry.Options{Endpoints: []string{serveGRPC(t, c)}, Host: "node1", Timeout: slowMachine})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := opentelemetry.Kind().SummaryHistograms
+	if hs == nil {
+		t.Fatal("the kind does not ask for window histograms")
+	}
+	agg, err := aggregate.New(out, aggregate.Options{Interval: time.Second, Now: func() time.Time { return time.Unix(0, t0) },
+		Histograms: hs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pct := []float64{10, 20, 20, 40, 80, 95, 100, 0}
+	var samples []record.Sample
+	for i, v := range pct {
+		samples = append(samples, record.Sample{TimeNS: t0 + int64(i)*1e8, Value: v, Metric: catalog.MetricUtilGPU},
+			record.Sample{TimeNS: t0 + int64(i)*1e8, Value: float64(i), Metric: catalog.MetricEnergy})
+	}
+	if err := agg.Write(context.Background(), &record.Batch{Seq: 1, Devices: []record.Device{outputtest.Device}, Samples: samples}); err != nil {
+		t.Fatal(err)
+	}
+	if err := agg.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var exp []point
+	for _, p := range flatten(c.requests()) {
+		if p.kind == "exponential histogram" {
+			exp = append(exp, p)
+		} else if p.kind == "histogram" {
+			t.Errorf("explicit histogram point %+v", p)
+		}
+	}
+	if len(exp) != 1 || exp[0].name != "hw.gpu.utilization" {
+		t.Fatalf("exponential points %+v (only the gauge's window)", exp)
+	}
+	p := exp[0]
+	got := map[int32]uint64{}
+	for i, n := range p.exp.pos {
+		if n > 0 {
+			got[p.exp.posOffset+int32(i)] = n
+		}
+	}
+	want := map[int32]uint64{}
+	for _, v := range pct[:7] {
+		want[accum.ExpIndex(v*0.01, p.exp.scale)]++
+	}
+	if !reflect.DeepEqual(got, want) || p.exp.zeroCount != 1 || len(p.exp.neg) != 0 || p.count != 8 ||
+		math.Abs(p.sum-3.65) > 1e-9 || p.min != 0 || p.max != 1 || !p.exp.delta {
+		t.Errorf("point %+v %+v: buckets %v, want %v (zero 1, count 8, sum 3.65, min 0, max 1)", p, *p.exp, got, want)
+	}
+	if p.exp.scale < 3 {
+		t.Errorf("scale %d: 8 values in [0.1, 1] fit 160 buckets at a finer scale", p.exp.scale)
 	}
 }

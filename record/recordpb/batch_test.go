@@ -179,3 +179,48 @@ func TestMetricMap(t *testing.T) {
 		t.Fatalf("MetricMap = %v (identity %v), want %v (false)", m, identity, want)
 	}
 }
+
+func TestSummaryHistogramColumns(t *testing.T) {
+	h := &record.ExpHistogram{Scale: -2, ZeroCount: 1, PositiveOffset: -3, Positive: []uint64{1, 2}, NegativeOffset: 7,
+		Negative: []uint64{4}}
+	// Summaries with and without a histogram, a zeros-only one and one of
+	// negative values only, in one batch.
+	want := &record.Batch{Seq: 3, Summaries: []record.Summary{
+		{StartNS: 10, IntervalNS: 5, Count: 8, Metric: catalog.MetricTempGPU, Hist: h},
+		{StartNS: 10, IntervalNS: 5, Count: 3, Metric: catalog.MetricPowerDraw},
+		{StartNS: 15, IntervalNS: 5, Count: 2, Metric: catalog.MetricTempGPU, Hist: &record.ExpHistogram{Scale: 20, ZeroCount: 2}},
+		{StartNS: 20, IntervalNS: 5, Count: 1, Metric: catalog.MetricTempGPU,
+			Hist: &record.ExpHistogram{Scale: 5, NegativeOffset: -9, Negative: []uint64{1}}},
+	}}
+	var m Batch
+	p, err := AppendBatch(nil, &m, want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got record.Batch
+	if err := DecodeBatch(p, &Batch{}, &got); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(&got, want) {
+		t.Fatalf("round trip differs:\n got %+v\nwant %+v", got.Summaries, want.Summaries)
+	}
+	// Without histograms no hist column is written (older readers see
+	// the same message as before).
+	noHist := FromSummaries(want.Summaries[1:2])
+	if len(noHist.HistScale) != 0 || len(noHist.HistCounts) != 0 {
+		t.Fatalf("hist columns for summaries without one: %+v", noHist)
+	}
+	// Malformed columns are refused, naming the column.
+	for name, mut := range map[string]func(c *SummaryColumns){
+		"hist_counts short":  func(c *SummaryColumns) { c.HistCounts = c.HistCounts[:2] },
+		"hist_counts long":   func(c *SummaryColumns) { c.HistCounts = append(c.HistCounts, 1) },
+		"hist_scale short":   func(c *SummaryColumns) { c.HistScale = c.HistScale[:1] },
+		"hist without scale": func(c *SummaryColumns) { c.HistScale = nil },
+	} {
+		c := FromSummaries(want.Summaries)
+		mut(c)
+		if _, err := c.AppendTo(nil); !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), "hist") {
+			t.Errorf("%s: err %v, want ErrFormat naming hist", name, err)
+		}
+	}
+}

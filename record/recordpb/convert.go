@@ -169,6 +169,22 @@ func FromSummaries(u []record.Summary) *SummaryColumns {
 		sc.StartNs[i], sc.IntervalNs[i], sc.Mean[i], sc.Min[i], sc.Max[i], sc.Last[i] = s.StartNS, s.IntervalNS, s.Mean, s.Min, s.Max, s.Last
 		sc.Count[i], sc.Device[i], sc.Metric[i] = s.Count, uint32(s.Device), uint32(s.Metric)
 	}
+	if !slices.ContainsFunc(u, func(s record.Summary) bool { return s.Hist != nil }) {
+		return sc
+	}
+	sc.HistScale, sc.HistZeroCount = make([]int32, m), make([]uint64, m)
+	sc.HistPosOffset, sc.HistPosLen = make([]int32, m), make([]uint32, m)
+	sc.HistNegOffset, sc.HistNegLen = make([]int32, m), make([]uint32, m)
+	for i, s := range u {
+		h := s.Hist
+		if h == nil {
+			continue
+		}
+		sc.HistScale[i], sc.HistZeroCount[i] = h.Scale, h.ZeroCount
+		sc.HistPosOffset[i], sc.HistPosLen[i] = h.PositiveOffset, uint32(len(h.Positive))
+		sc.HistNegOffset[i], sc.HistNegLen[i] = h.NegativeOffset, uint32(len(h.Negative))
+		sc.HistCounts = append(append(sc.HistCounts, h.Positive...), h.Negative...)
+	}
 	return sc
 }
 
@@ -182,14 +198,45 @@ func (c *SummaryColumns) AppendTo(dst []record.Summary) ([]record.Summary, error
 		len(c.Count) != m || len(c.Device) != m || len(c.Metric) != m {
 		return dst, fmt.Errorf("%w: summaries: columns differ in length", ErrFormat)
 	}
+	hists := len(c.HistScale) > 0
+	if hists && (len(c.HistScale) != m || len(c.HistZeroCount) != m || len(c.HistPosOffset) != m ||
+		len(c.HistPosLen) != m || len(c.HistNegOffset) != m || len(c.HistNegLen) != m) {
+		return dst, fmt.Errorf("%w: summaries: histogram columns differ in length", ErrFormat)
+	}
+	if !hists && (len(c.HistZeroCount) > 0 || len(c.HistPosOffset) > 0 || len(c.HistPosLen) > 0 ||
+		len(c.HistNegOffset) > 0 || len(c.HistNegLen) > 0 || len(c.HistCounts) > 0) {
+		return dst, fmt.Errorf("%w: summaries: histogram columns without hist_scale", ErrFormat)
+	}
+	counts := c.HistCounts
 	for i := range m {
 		if c.Device[i] > math.MaxUint16 || c.Metric[i] > math.MaxUint16 {
 			return dst, fmt.Errorf("%w: summary %d: device %d or metric %d out of range (max 65535)",
 				ErrFormat, i, c.Device[i], c.Metric[i])
 		}
-		dst = append(dst, record.Summary{StartNS: c.StartNs[i], IntervalNS: c.IntervalNs[i], Mean: c.Mean[i],
+		s := record.Summary{StartNS: c.StartNs[i], IntervalNS: c.IntervalNs[i], Mean: c.Mean[i],
 			Min: c.Min[i], Max: c.Max[i], Last: c.Last[i], Count: c.Count[i], Device: uint16(c.Device[i]),
-			Metric: catalog.MetricID(c.Metric[i])})
+			Metric: catalog.MetricID(c.Metric[i])}
+		if hists && (c.HistZeroCount[i] > 0 || c.HistPosLen[i] > 0 || c.HistNegLen[i] > 0) {
+			np, nn := uint64(c.HistPosLen[i]), uint64(c.HistNegLen[i])
+			if np+nn > uint64(len(counts)) {
+				return dst, fmt.Errorf("%w: summary %d: hist_pos_len %d + hist_neg_len %d past hist_counts",
+					ErrFormat, i, np, nn)
+			}
+			h := &record.ExpHistogram{Scale: c.HistScale[i], ZeroCount: c.HistZeroCount[i],
+				PositiveOffset: c.HistPosOffset[i], NegativeOffset: c.HistNegOffset[i]}
+			if np > 0 {
+				h.Positive = slices.Clone(counts[:np])
+			}
+			if nn > 0 {
+				h.Negative = slices.Clone(counts[np : np+nn])
+			}
+			counts = counts[np+nn:]
+			s.Hist = h
+		}
+		dst = append(dst, s)
+	}
+	if len(counts) > 0 {
+		return dst, fmt.Errorf("%w: summaries: %d hist_counts past the last summary's buckets", ErrFormat, len(counts))
 	}
 	return dst, nil
 }

@@ -646,7 +646,20 @@ type SummaryColumns struct {
 	Count      []uint32               `protobuf:"varint,7,rep,packed,name=count,proto3" json:"count,omitempty"`
 	Device     []uint32               `protobuf:"varint,8,rep,packed,name=device,proto3" json:"device,omitempty"`
 	// metric is a MetricId value (the catalog's metric ID).
-	Metric        []uint32 `protobuf:"varint,9,rep,packed,name=metric,proto3" json:"metric,omitempty"`
+	Metric []uint32 `protobuf:"varint,9,rep,packed,name=metric,proto3" json:"metric,omitempty"`
+	// The window's distribution as an exponential histogram (record.Summary's
+	// Hist), in the unit its wrapper used. Either every hist_* column is empty
+	// (no summary carries one) or hist_scale ... hist_neg_len have one entry a
+	// summary; a summary whose hist_zero_count, hist_pos_len and hist_neg_len
+	// are all 0 carries none. hist_counts holds every summary's positive
+	// buckets then its negative ones, summary after summary.
+	HistScale     []int32  `protobuf:"zigzag32,10,rep,packed,name=hist_scale,json=histScale,proto3" json:"hist_scale,omitempty"`
+	HistZeroCount []uint64 `protobuf:"varint,11,rep,packed,name=hist_zero_count,json=histZeroCount,proto3" json:"hist_zero_count,omitempty"`
+	HistPosOffset []int32  `protobuf:"zigzag32,12,rep,packed,name=hist_pos_offset,json=histPosOffset,proto3" json:"hist_pos_offset,omitempty"`
+	HistPosLen    []uint32 `protobuf:"varint,13,rep,packed,name=hist_pos_len,json=histPosLen,proto3" json:"hist_pos_len,omitempty"`
+	HistNegOffset []int32  `protobuf:"zigzag32,14,rep,packed,name=hist_neg_offset,json=histNegOffset,proto3" json:"hist_neg_offset,omitempty"`
+	HistNegLen    []uint32 `protobuf:"varint,15,rep,packed,name=hist_neg_len,json=histNegLen,proto3" json:"hist_neg_len,omitempty"`
+	HistCounts    []uint64 `protobuf:"varint,16,rep,packed,name=hist_counts,json=histCounts,proto3" json:"hist_counts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -740,6 +753,55 @@ func (x *SummaryColumns) GetDevice() []uint32 {
 func (x *SummaryColumns) GetMetric() []uint32 {
 	if x != nil {
 		return x.Metric
+	}
+	return nil
+}
+
+func (x *SummaryColumns) GetHistScale() []int32 {
+	if x != nil {
+		return x.HistScale
+	}
+	return nil
+}
+
+func (x *SummaryColumns) GetHistZeroCount() []uint64 {
+	if x != nil {
+		return x.HistZeroCount
+	}
+	return nil
+}
+
+func (x *SummaryColumns) GetHistPosOffset() []int32 {
+	if x != nil {
+		return x.HistPosOffset
+	}
+	return nil
+}
+
+func (x *SummaryColumns) GetHistPosLen() []uint32 {
+	if x != nil {
+		return x.HistPosLen
+	}
+	return nil
+}
+
+func (x *SummaryColumns) GetHistNegOffset() []int32 {
+	if x != nil {
+		return x.HistNegOffset
+	}
+	return nil
+}
+
+func (x *SummaryColumns) GetHistNegLen() []uint32 {
+	if x != nil {
+		return x.HistNegLen
+	}
+	return nil
+}
+
+func (x *SummaryColumns) GetHistCounts() []uint64 {
+	if x != nil {
+		return x.HistCounts
 	}
 	return nil
 }
@@ -1588,7 +1650,7 @@ const file_recordpb_records_proto_rawDesc = "" +
 	"\x06device\x18\x03 \x03(\rR\x06device\x12\x16\n" +
 	"\x06metric\x18\x04 \x03(\rR\x06metric\x12\x14\n" +
 	"\x05flags\x18\x05 \x03(\rR\x05flags\x12\"\n" +
-	"\rtime_delta_ns\x18\x06 \x03(\x12R\vtimeDeltaNs\"\xde\x01\n" +
+	"\rtime_delta_ns\x18\x06 \x03(\x12R\vtimeDeltaNs\"\xda\x03\n" +
 	"\x0eSummaryColumns\x12\x19\n" +
 	"\bstart_ns\x18\x01 \x03(\x10R\astartNs\x12\x1f\n" +
 	"\vinterval_ns\x18\x02 \x03(\x10R\n" +
@@ -1599,7 +1661,19 @@ const file_recordpb_records_proto_rawDesc = "" +
 	"\x04last\x18\x06 \x03(\x01R\x04last\x12\x14\n" +
 	"\x05count\x18\a \x03(\rR\x05count\x12\x16\n" +
 	"\x06device\x18\b \x03(\rR\x06device\x12\x16\n" +
-	"\x06metric\x18\t \x03(\rR\x06metric\"\xcb\a\n" +
+	"\x06metric\x18\t \x03(\rR\x06metric\x12\x1d\n" +
+	"\n" +
+	"hist_scale\x18\n" +
+	" \x03(\x11R\thistScale\x12&\n" +
+	"\x0fhist_zero_count\x18\v \x03(\x04R\rhistZeroCount\x12&\n" +
+	"\x0fhist_pos_offset\x18\f \x03(\x11R\rhistPosOffset\x12 \n" +
+	"\fhist_pos_len\x18\r \x03(\rR\n" +
+	"histPosLen\x12&\n" +
+	"\x0fhist_neg_offset\x18\x0e \x03(\x11R\rhistNegOffset\x12 \n" +
+	"\fhist_neg_len\x18\x0f \x03(\rR\n" +
+	"histNegLen\x12\x1f\n" +
+	"\vhist_counts\x18\x10 \x03(\x04R\n" +
+	"histCounts\"\xcb\a\n" +
 	"\x06Device\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x12\n" +
 	"\x04uuid\x18\x02 \x01(\tR\x04uuid\x12\x12\n" +

@@ -28,6 +28,17 @@ type point struct {
 	Count                  uint64
 	Sum, Min, Max          float64
 	HasSum, HasMin, HasMax bool
+	// Exp is an exponential histogram point's scale and buckets (nil for
+	// others).
+	Exp *expBuckets
+}
+
+// expBuckets are an exponential histogram point's own fields.
+type expBuckets struct {
+	Scale                int32
+	ZeroCount            uint64
+	PosOffset, NegOffset int32
+	Pos, Neg             []uint64
 }
 
 // key identifies a number point: its name, attributes and time.
@@ -83,7 +94,11 @@ func flatten(batches []pmetric.Metrics) []point {
 					case pmetric.MetricTypeExponentialHistogram:
 						h := m.ExponentialHistogram()
 						for _, dp := range h.DataPoints().All() {
-							out = append(out, histogram(base, "exphistogram-"+h.AggregationTemporality().String(), dp))
+							p := histogram(base, "exphistogram-"+h.AggregationTemporality().String(), dp)
+							p.Exp = &expBuckets{Scale: dp.Scale(), ZeroCount: dp.ZeroCount(),
+								PosOffset: dp.Positive().Offset(), Pos: dp.Positive().BucketCounts().AsRaw(),
+								NegOffset: dp.Negative().Offset(), Neg: dp.Negative().BucketCounts().AsRaw()}
+							out = append(out, p)
 						}
 					default:
 						out = append(out, point{Name: m.Name(), Kind: m.Type().String(), Resource: res})

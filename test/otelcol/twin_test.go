@@ -3,6 +3,7 @@ package otelcol_test
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gpusampler/gpusampler/catalog"
+	"github.com/gpusampler/gpusampler/internal/accum"
 )
 
 // twinSamples is how many samples the twin prints before the node stops
@@ -65,8 +67,9 @@ func instrumentKind(in catalog.Instrument) string {
 // printed, point by point: the metric's OpenTelemetry name, the device's
 // hw.* and gpusampler.* attributes, the driver timestamp, the value in
 // OpenTelemetry units; raw (every sample a point) and aggregated (each
-// window's histogram holds the count, sum, min and max of exactly the
-// twin's samples in that window).
+// window's exponential histogram holds the count, sum, min and max of
+// exactly the twin's samples in that window, and its buckets are those
+// samples binned directly at its scale).
 func TestTwinIntegration(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs gpusampler and a collector")
@@ -151,8 +154,9 @@ type window struct {
 }
 
 // checkAggregate: with aggregate = interval, each gauge metric's window is
-// a histogram point whose count, sum, min and max are those of the twin's
-// samples (raw) of that series in [start, end); every twin sample is in
+// an exponential histogram point whose count, sum, min and max are those of
+// the twin's samples (raw) of that series in [start, end), and whose
+// buckets are those samples binned at its scale; every twin sample is in
 // exactly one window. A counter's window is its cumulative sum at the
 // window's end: the twin's last sample in the window.
 //
@@ -227,6 +231,7 @@ func checkAggregate(t *testing.T, tw twin, ps []point, interval time.Duration, l
 		stats := make([]struct {
 			count, printed uint64
 			sum, min, max  float64
+			vals           []float64
 		}, len(ws))
 		slices.SortStableFunc(vs, func(a, b val) int { return cmp.Compare(a.t, b.t) })
 		for _, v := range vs {
@@ -248,6 +253,7 @@ func checkAggregate(t *testing.T, tw twin, ps []point, interval time.Duration, l
 			}
 			st.min, st.max = min(st.min, v.v), max(st.max, v.v)
 			st.sum += v.v
+			st.vals = append(st.vals, v.v)
 			st.count++
 			samples++
 		}
@@ -263,6 +269,13 @@ func checkAggregate(t *testing.T, tw twin, ps []point, interval time.Duration, l
 				problems = append(problems, fmt.Sprintf("%s [%d,%d): min %v max %v, the twin's %v and %v", k, w.StartNS, w.TimeNS, w.Min, w.Max, st.min, st.max))
 			case math.Abs(w.Sum-st.sum) > 1e-9*math.Max(1, math.Abs(st.sum)):
 				problems = append(problems, fmt.Sprintf("%s [%d,%d): sum %v, the twin's samples sum to %v", k, w.StartNS, w.TimeNS, w.Sum, st.sum))
+			case w.Exp == nil:
+				// No crash here: every window carries its distribution.
+				problems = append(problems, fmt.Sprintf("%s [%d,%d): a %s point, want an exponential histogram", k, w.StartNS, w.TimeNS, w.Kind))
+			default:
+				if d := expDiff(w.Exp, st.vals); d != "" {
+					problems = append(problems, fmt.Sprintf("%s [%d,%d): %s", k, w.StartNS, w.TimeNS, d))
+				}
 			}
 		}
 		delete(hists, k)
@@ -314,4 +327,37 @@ func checkAggregate(t *testing.T, tw twin, ps []point, interval time.Duration, l
 		t.Fatalf("nothing compared: %d gauge samples, %d windows", samples, windows)
 	}
 	t.Logf("%d windows over %d series hold exactly the twin's %d samples (%d of them late, counted)", windows, len(gauges)+len(counted), len(tw.samples), late)
+}
+
+// expDiff compares an exponential histogram point's buckets with the twin's
+// values of its window, each binned directly at the point's scale: "" when
+// they agree.
+func expDiff(e *expBuckets, vals []float64) string {
+	var zeros uint64
+	pos, neg := map[int32]uint64{}, map[int32]uint64{}
+	for _, v := range vals {
+		switch {
+		case v == 0:
+			zeros++
+		case v > 0:
+			pos[accum.ExpIndex(v, e.Scale)]++
+		default:
+			neg[accum.ExpIndex(-v, e.Scale)]++
+		}
+	}
+	got := func(off int32, counts []uint64) map[int32]uint64 {
+		m := map[int32]uint64{}
+		for i, c := range counts {
+			if c > 0 {
+				m[off+int32(i)] = c
+			}
+		}
+		return m
+	}
+	gp, gn := got(e.PosOffset, e.Pos), got(e.NegOffset, e.Neg)
+	if e.ZeroCount != zeros || !maps.Equal(gp, pos) || !maps.Equal(gn, neg) {
+		return fmt.Sprintf("buckets at scale %d: zeros %d, positive %v, negative %v; the twin's samples bin to zeros %d, positive %v, negative %v",
+			e.Scale, e.ZeroCount, gp, gn, zeros, pos, neg)
+	}
+	return ""
 }

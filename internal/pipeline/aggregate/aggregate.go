@@ -13,6 +13,17 @@
 //
 // Device identities and events pass through unchanged, in the same Write.
 //
+// With Options.Histograms, each window of the metrics it selects also
+// carries the distribution of its samples (record.Summary.Hist): an
+// exponential histogram (accum.ExpHistogram) of every sample's value times
+// the scale Histograms gives, binned as the samples arrive. It is built in
+// the output's unit because a scale that is not a power of two (0.01 for a
+// percent as a ratio) cannot be applied to the buckets afterwards. A window
+// restored from the journal after a crash, open or being handed on, carries
+// none (the journal keeps the window's statistics, not its buckets), even if it takes more samples
+// afterwards, and so does a window with a NaN or infinite sample (it
+// cannot be binned).
+//
 // The inner output's errors keep their kind (record.Classify). While the
 // refusal is unavailable, or retryable fewer than record.RetryableOffers
 // times in a row, the summaries of the refused Write are kept for the next
@@ -82,6 +93,17 @@ type Options struct {
 	// Catalog names the journal's metric IDs (default
 	// catalog.Default()).
 	Catalog *catalog.Catalog
+	// Histograms, when set, selects the metrics whose windows carry an
+	// exponential histogram of their samples (Summary.Hist), and the scale
+	// their values are multiplied by before binning (the output's unit).
+	// It is asked once per metric.
+	Histograms func(m catalog.Metric) (scale float64, ok bool)
+}
+
+// histScale is a metric's histogram choice (Options.Histograms).
+type histScale struct {
+	scale float64
+	ok    bool
 }
 
 type seriesKey struct {
@@ -92,6 +114,11 @@ type seriesKey struct {
 type window struct {
 	start int64
 	acc   accum.Window
+	// hist holds the samples' distribution when the series has one;
+	// noHist marks a window restored from the journal (its buckets are
+	// lost).
+	hist   accum.ExpHistogram
+	noHist bool
 }
 
 type series struct {
@@ -112,9 +139,11 @@ type Output struct {
 	closed   []record.Summary
 	out      record.Batch
 	free     []*window
-	done     bool
-	lastSeq  uint64 // Seq of the last batch whose samples were added
-	seq      uint64 // Seq of the last batch written to inner
+	// hists caches Options.Histograms by metric ID.
+	hists   map[catalog.MetricID]histScale
+	done    bool
+	lastSeq uint64 // Seq of the last batch whose samples were added
+	seq     uint64 // Seq of the last batch written to inner
 	// tries counts consecutive retryable refusals of the kept summaries.
 	tries int
 	// lastDropLog rate-limits the drop warning.
@@ -272,9 +301,35 @@ func (o *Output) add(s record.Sample) {
 		w := o.newWindow(start)
 		sr.open = slices.Insert(sr.open, i, w)
 	}
-	sr.open[i].acc.Add(s.TimeNS, s.Value)
+	w := sr.open[i]
+	w.acc.Add(s.TimeNS, s.Value)
+	if h := o.histOf(s.Metric); h.ok {
+		if !w.hist.Add(s.Value * h.scale) {
+			// A NaN or infinite value cannot be binned: the buckets would
+			// not hold every sample the summary counts.
+			w.noHist = true
+		}
+	}
 	o.summarized.Add(1)
 	o.jDirty = true
+}
+
+// histOf returns the metric's histogram choice (Options.Histograms).
+func (o *Output) histOf(id catalog.MetricID) histScale {
+	if o.opts.Histograms == nil {
+		return histScale{}
+	}
+	h, ok := o.hists[id]
+	if !ok {
+		if m, known := o.opts.Catalog.Get(id); known {
+			h.scale, h.ok = o.opts.Histograms(m)
+		}
+		if o.hists == nil {
+			o.hists = make(map[catalog.MetricID]histScale)
+		}
+		o.hists[id] = h
+	}
+	return h
 }
 
 func (o *Output) newWindow(start int64) *window {
@@ -292,7 +347,14 @@ func (o *Output) newWindow(start int64) *window {
 // closeWindows moves the series' first n windows to the closed list.
 func (o *Output) closeWindows(k seriesKey, sr *series, n int) {
 	for _, w := range sr.open[:n] {
-		o.closed = append(o.closed, summaryOf(&w.acc, w.start, o.interval, k))
+		sum := summaryOf(&w.acc, w.start, o.interval, k)
+		if !w.noHist && w.hist.Count() > 0 {
+			h := &w.hist
+			sum.Hist = &record.ExpHistogram{Scale: h.Scale, ZeroCount: h.ZeroCount,
+				PositiveOffset: h.Positive.Offset, Positive: h.Positive.Counts,
+				NegativeOffset: h.Negative.Offset, Negative: h.Negative.Counts}
+		}
+		o.closed = append(o.closed, sum)
 		sr.emittedEnd = w.start + o.interval
 		o.free = append(o.free, w)
 	}

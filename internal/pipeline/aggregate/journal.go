@@ -277,6 +277,7 @@ func (o *Output) loadJournal() error {
 		for _, w := range js.windows {
 			nw := o.newWindow(w.start)
 			nw.acc = w.acc
+			nw.noHist = true // the journal keeps no buckets
 			sr.open = append(sr.open, nw)
 		}
 		o.series[js.key] = sr
