@@ -246,6 +246,10 @@ type device struct {
 	pending []proc
 	// identityAttr is the attribution last seen on the device's identity.
 	identityAttr record.Attribution
+	// ownerSet: SetOwner was called for the device, so its attribution
+	// changes reach the timeline with their times, and the identity's
+	// attribution (which can lag them by a batch or two) is ignored.
+	ownerSet bool
 
 	havePower   bool
 	powerNS     int64
@@ -285,10 +289,13 @@ func (a *Accountant) unlockAndEmit() {
 
 // SetOwner records that device index is attributed to owner from atNS on
 // (engine clock). A zero owner is no device attribution (then the device's
-// processes decide). Idempotent for an unchanged owner.
+// processes decide). Idempotent for an unchanged owner. From the first
+// call for a device on, the attribution its identity carries in Observe
+// is ignored: SetOwner's changes are the device's owners.
 func (a *Accountant) SetOwner(index int, owner record.Attribution, atNS int64) {
 	a.mu.Lock()
 	d := a.device(index)
+	d.ownerSet = true
 	a.change(d, atNS, func(s *state) { s.exclusive = owner })
 	a.unlockAndEmit()
 }
@@ -375,10 +382,13 @@ func (d *device) trim() {
 func (a *Accountant) Observe(dev *record.Device, samples []record.Sample) {
 	a.mu.Lock()
 	d := a.device(dev.Index)
-	if dev.Attribution != d.identityAttr && len(samples) > 0 {
-		// The identity's attribution changed. Set through SetOwner, the
-		// state has it already (with its time); set without, it holds
-		// from the oldest sample of this batch on.
+	if !d.ownerSet && dev.Attribution != d.identityAttr && len(samples) > 0 {
+		// The identity's attribution changed without SetOwner (an
+		// accountant not fed through a Target): it holds from the oldest
+		// sample of this batch on. With SetOwner the timeline has every
+		// change at its time already; an identity published between a
+		// SetOwner and the engine taking it is one change behind and
+		// would hand the device back to the previous owner.
 		d.identityAttr = dev.Attribution
 		if d.states[len(d.states)-1].exclusive != dev.Attribution {
 			at := samples[0].TimeNS

@@ -231,3 +231,35 @@ func TestCounterWithoutPowerStaysSmall(t *testing.T) {
 		t.Fatalf("accounts %+v", acs)
 	}
 }
+
+// The resolver sets A and then B before any batch carries A: a batch
+// published between SetOwner(B) and the engine taking B carries identity A.
+// SetOwner already placed both changes on the timeline, so that late
+// identity must not hand the device back to A after B's start.
+func TestLateIdentityKeepsNewerOwner(t *testing.T) {
+	f := newFeed(t, func(t int64) float64 { return 200 }, func(t int64) float64 { return 100 })
+	f.run(5 * sec)
+	f.a.SetOwner(0, podA, 5*sec)
+	f.dev.Attribution = podA // the engine took A
+	f.a.SetOwner(0, podB, 5*sec+500*int64(time.Millisecond))
+	f.run(6 * sec) // published before the engine took B: identity A
+	f.dev.Attribution = podB
+	f.run(10 * sec)
+	f.setOwner(record.Attribution{}, 10*sec)
+	f.run(12 * sec)
+
+	endA, n := f.last(record.EventJobEnd, podA)
+	if n != 1 {
+		t.Fatalf("pod a: %d job-end records, want 1", n)
+	}
+	near(t, "a allocated_s", TotalsOf(endA.Fields).AllocatedS, 0.5, 1e-9)
+	near(t, "a energy_j", TotalsOf(endA.Fields).EnergyJ, 100, 1e-6)
+	if endA.StartNS != 5*sec+500*int64(time.Millisecond) {
+		t.Errorf("a's job ends at %d, want B's start", endA.StartNS)
+	}
+	endB, n := f.last(record.EventJobEnd, podB)
+	if n != 1 {
+		t.Fatalf("pod b: %d job-end records, want 1", n)
+	}
+	near(t, "b allocated_s", TotalsOf(endB.Fields).AllocatedS, 4.5, 1e-9)
+}
