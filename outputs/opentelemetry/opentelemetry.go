@@ -6,7 +6,9 @@ import (
 	_ "embed"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -76,9 +78,10 @@ type Stats struct {
 	// WireBytes what went on the wire for them (compressed; gRPC counts
 	// its message framing too).
 	Bytes, WireBytes uint64
-	// PartialSuccess counts exports the collector took in part;
-	// RejectedPoints sums the data points it said it rejected in them
-	// (dropped: not sent again).
+	// PartialSuccess counts exports the collector took in part, and
+	// batches split in several requests of which it refused some for
+	// good; RejectedPoints sums the data points it said it rejected in
+	// them, and those of the refused requests (dropped: not sent again).
 	PartialSuccess, RejectedPoints uint64
 	// RetryHints counts failures that carried the server's retry delay
 	// (RetryInfo, Retry-After).
@@ -116,10 +119,8 @@ type Output struct {
 	lastLog time.Time
 	// maxRequest bounds a request's size (maxRequestBytes).
 	maxRequest int
-	// sentSeq and sentParts: the parts of batch sentSeq taken before
-	// one failed.
-	sentSeq   uint64
-	sentParts int
+	// sent: the parts of a batch sent before one failed.
+	sent partsSent
 
 	st struct {
 		batches, points, requests, failed, bytes, wire, partial, rejected, hints, failovers atomic.Uint64
@@ -194,6 +195,10 @@ func (o *Output) errorf(format string, args ...any) error {
 // permanent for a request the collector refused as such (INVALID_ARGUMENT,
 // HTTP 400 and other 4xx). A partial success is a success: the points the
 // collector rejected are counted (Stats.RejectedPoints) and not sent again.
+// So is a batch sent in several requests of which the collector refused
+// some for good but not all: the other requests are sent, and the refused
+// ones' points counted as rejected; when it refuses every one, Write
+// returns the first refusal.
 func (o *Output) Write(ctx context.Context, b *record.Batch) error {
 	if o.closed {
 		return record.ErrClosed
@@ -212,36 +217,102 @@ func (o *Output) Write(ctx context.Context, b *record.Batch) error {
 	// A batch offered again (same Seq) after some of its parts were taken
 	// sends only the rest: it encodes to the same parts (the counter state
 	// of a failed Write is discarded), so nothing is sent twice.
-	skip := 0
-	if b.Seq != 0 && b.Seq == o.sentSeq {
-		skip = min(o.sentParts, len(parts))
+	sent := partsSent{}
+	if b.Seq != 0 && b.Seq == o.sent.seq {
+		sent = o.sent
+		sent.parts = min(sent.parts, len(parts))
 	}
-	for i := skip; i < len(parts); i++ {
-		from, to, err := o.fo.Do(ctx, func(ctx context.Context, k int) error { return o.exportTo(ctx, k, parts[i]) })
+	for i := sent.parts; i < len(parts); i++ {
+		from, to, err := o.fo.Do(ctx, func(ctx context.Context, k int) error { return o.exportTo(ctx, k, parts[i].body) })
 		if err == nil && from != to {
 			o.st.failovers.Add(1)
 			o.log.Warn("opentelemetry: failed over", "from", o.ex[from].target(), "to", o.ex[to].target())
 		}
-		if err != nil {
-			if record.IsPermanent(err) {
-				o.enc.commit()
-				o.sentSeq, o.sentParts = 0, 0
-			} else {
-				o.enc.discard()
-				o.sentSeq, o.sentParts = b.Seq, i
+		switch {
+		case err == nil:
+			sent.took = true
+		case record.IsPermanent(err):
+			// The collector refused this part for good; the other parts
+			// hold other records and are sent all the same.
+			sent.refused += parts[i].points
+			if sent.err == nil {
+				sent.err = err
 			}
+		default:
+			o.enc.discard()
+			sent.seq, sent.parts = b.Seq, i
+			o.sent = sent
 			return err
 		}
 	}
 	o.enc.commit()
-	o.sentSeq, o.sentParts = 0, 0
+	o.sent = partsSent{}
+	if !sent.took {
+		return sent.err // nil, or every part was refused: the batch failed
+	}
+	if sent.refused > 0 {
+		// Some parts taken, some refused: the batch was taken in part, as
+		// with an OTLP partial success.
+		o.st.partial.Add(1)
+		o.st.rejected.Add(uint64(sent.refused))
+		if now := time.Now(); now.Sub(o.lastLog) >= time.Minute {
+			o.lastLog = now
+			o.log.Warn("collector refused part of a split batch; its points are dropped",
+				"rejected_points", sent.refused, "err", sent.err, "rejected_total", o.st.rejected.Load())
+		}
+	}
 	return nil
+}
+
+// part is one export request of a batch.
+type part struct {
+	body   []byte
+	points int
+}
+
+// partsSent is what became of the parts of batch seq before one of them
+// failed (not for good): parts were sent, took is whether any was taken,
+// refused counts the points of those refused for good, err is the first
+// such refusal.
+type partsSent struct {
+	seq     uint64
+	parts   int
+	took    bool
+	refused int
+	err     error
+}
+
+// run is a run of a batch's records, encoded as one part.
+type run struct {
+	samples   []record.Sample
+	summaries []record.Summary
+	events    []record.Event
+}
+
+func (r run) len() int { return len(r.samples) + len(r.summaries) + len(r.events) }
+
+// halves splits r in two runs of about as many records, in order (samples,
+// then summaries, then events). r has at least two records.
+func (r run) halves() (run, run) {
+	k := r.len() / 2
+	a, b := r, run{}
+	ns := min(k, len(r.samples))
+	a.samples, b.samples = r.samples[:ns], r.samples[ns:]
+	k -= ns
+	nm := min(k, len(r.summaries))
+	a.summaries, b.summaries = r.summaries[:nm], r.summaries[nm:]
+	k -= nm
+	a.events, b.events = r.events[:k], r.events[k:]
+	return a, b
 }
 
 // encodeParts encodes b as one request, or as several when one would be
 // over maxRequestBytes (the collector's default gRPC message limit is
-// 4 MiB): the batch's records are split in equal runs, in order.
-func (o *Output) encodeParts(b *record.Batch) (parts [][]byte, points int, err error) {
+// 4 MiB): the batch's records are split in equal runs, in order, and a run
+// whose request is still over (records of uneven size, such as events with
+// long command lines) in halves, until every request is under the limit or
+// holds a single record.
+func (o *Output) encodeParts(b *record.Batch) (parts []part, points int, err error) {
 	o.enc.setDevices(b.Devices)
 	o.enc.useOrigin(b.Origin)
 	req, points := o.enc.encode(b.Samples, b.Summaries, b.Events)
@@ -254,27 +325,42 @@ func (o *Output) encodeParts(b *record.Batch) (parts [][]byte, points int, err e
 	}
 	o.buf = body
 	if len(body) <= o.maxRequest {
-		return [][]byte{body}, points, nil
+		return []part{{body, points}}, points, nil
 	}
 	// Split into n runs of records, n from the size with a margin.
 	n := 2*len(body)/o.maxRequest + 1
 	o.enc.discard()
 	var samples, summaries, events int
-	points = 0
+	todo := make([]run, 0, n)
 	for i := range n {
 		ns := len(b.Samples)*(i+1)/n - samples
 		nm := len(b.Summaries)*(i+1)/n - summaries
 		ne := len(b.Events)*(i+1)/n - events
-		req, p := o.enc.encode(b.Samples[samples:samples+ns], b.Summaries[summaries:summaries+nm], b.Events[events:events+ne])
+		todo = append(todo, run{b.Samples[samples : samples+ns], b.Summaries[summaries : summaries+nm], b.Events[events : events+ne]})
 		samples, summaries, events = samples+ns, summaries+nm, events+ne
+	}
+	slices.Reverse(todo) // a stack: the next run last
+	points = 0
+	for len(todo) > 0 {
+		r := todo[len(todo)-1]
+		todo = todo[:len(todo)-1]
+		pending := maps.Clone(o.enc.pending)
+		req, p := o.enc.encode(r.samples, r.summaries, r.events)
 		if p == 0 {
 			continue
 		}
-		part, err := proto.Marshal(req)
+		body, err := proto.Marshal(req)
 		if err != nil {
 			return nil, points, err
 		}
-		parts = append(parts, part)
+		if len(body) > o.maxRequest && r.len() > 1 {
+			// Encode the halves instead, from the counter state before.
+			o.enc.pending = pending
+			a, b := r.halves()
+			todo = append(todo, b, a)
+			continue
+		}
+		parts = append(parts, part{body, p})
 		points += p
 	}
 	return parts, points, nil

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -528,6 +529,110 @@ func TestSplitRequests(t *testing.T) {
 			if sz := proto.Size(r); sz > 64<<10 {
 				t.Errorf("%s: a request of %d bytes", protocol, sz)
 			}
+		}
+		out.Close()
+	}
+}
+
+// Records of uneven size (processes with long command lines beside small
+// samples) split in equal runs still leave a run over the limit: it is
+// split again, so that no request is over max_request_bytes but one of a
+// single record larger than that.
+func TestSplitUnevenRecords(t *testing.T) {
+	const limit = 64 << 10
+	for _, protocol := range protocols {
+		c := &collector{}
+		out, err := newOutput(opentelemetry.Options{Protocol: protocol, Endpoints: []string{serve(t, protocol, c)},
+			MaxRequestBytes: limit})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := &record.Batch{Seq: 1, Devices: []record.Device{outputtest.Device}, Samples: outputtest.Samples(2000)}
+		for i := range 100 {
+			cmd := "sleep 1"
+			switch {
+			case i == 0:
+				cmd = strings.Repeat("y", 100<<10) // a single record over the limit
+			case i < 10:
+				cmd = strings.Repeat("x", 30<<10) // 270 KiB more in the first tenth of the events
+			}
+			b.Events = append(b.Events, record.Event{Kind: record.EventProcess, Device: outputtest.Device.Index,
+				StartNS: int64(i+1) * 1e6, EndNS: int64(i+1) * 1e6,
+				Attrs:  []record.Attr{{Key: record.ProcessAttrCmdline, Value: cmd}},
+				Fields: []record.Field{record.IntField(record.ProcessFieldPID, uint64(100+i)), record.IntField(record.ProcessFieldUsedMemory, 10)}})
+		}
+		if err := out.Write(context.Background(), b); err != nil {
+			t.Fatalf("%s: Write = %v", protocol, err)
+		}
+		points := 0
+		for i, r := range c.requests() {
+			p := len(flatten([]*colpb.ExportMetricsServiceRequest{r}))
+			if sz := proto.Size(r); sz > limit && p != 1 {
+				t.Errorf("%s: request %d has %d bytes (%d points), over max_request_bytes %d", protocol, i, sz, p, limit)
+			}
+			points += p
+		}
+		if want := int(out.Stats().Points); points != want || want != 2000+100 {
+			t.Errorf("%s: %d points arrived, %d encoded, want %d", protocol, points, want, 2000+100)
+		}
+		out.Close()
+	}
+}
+
+// A part of a split batch that the collector refuses for good costs only
+// its own points: the other parts are sent, the Write succeeds (the batch
+// was taken in part, as with a partial success) and the refused points
+// are counted as rejected; only a batch whose every part is refused fails.
+func TestSplitPartRefused(t *testing.T) {
+	for _, protocol := range protocols {
+		var mu sync.Mutex
+		n, refuse := 0, map[int]bool{2: true}
+		c := &collector{}
+		c.grpcErr = func() error {
+			mu.Lock()
+			defer mu.Unlock()
+			if n++; refuse[n] || refuse[0] {
+				return status.Error(codes.InvalidArgument, "bad part")
+			}
+			return nil
+		}
+		c.httpErr = func(w http.ResponseWriter) bool {
+			mu.Lock()
+			defer mu.Unlock()
+			if n++; refuse[n] || refuse[0] {
+				w.WriteHeader(http.StatusBadRequest)
+				return true
+			}
+			return false
+		}
+		out, err := newOutput(opentelemetry.Options{Protocol: protocol, Endpoints: []string{serve(t, protocol, c)},
+			MaxRequestBytes: 64 << 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := outputtest.Samples(5000)
+		b := &record.Batch{Seq: 1, Devices: []record.Device{outputtest.Device}, Samples: want}
+		if err := out.Write(context.Background(), b); err != nil {
+			t.Fatalf("%s: Write with part 2 refused = %v, want nil (the other parts were taken)", protocol, err)
+		}
+		got := decodeSamples(t, c.requests())
+		parts := n
+		s := out.Stats()
+		if parts < 4 || len(c.requests()) != parts-1 {
+			t.Fatalf("%s: %d parts tried, %d taken: want every part but the refused one tried and taken", protocol, parts, len(c.requests()))
+		}
+		if s.PartialSuccess != 1 || int(s.RejectedPoints) != len(want)-len(got) || len(got) == 0 || s.RejectedPoints == 0 {
+			t.Errorf("%s: %d of %d samples arrived, stats %+v: want the refused part's points as rejected, one partial success",
+				protocol, len(got), len(want), s)
+		}
+		mu.Lock()
+		refuse[0] = true
+		mu.Unlock()
+		if err := out.Write(context.Background(), &record.Batch{Seq: 2, Samples: want}); record.Classify(err) != record.KindPermanent {
+			t.Errorf("%s: Write with every part refused = %v, want a permanent error", protocol, err)
+		}
+		if s2 := out.Stats(); s2.RejectedPoints != s.RejectedPoints || s2.PartialSuccess != 1 {
+			t.Errorf("%s: a failed batch counted as rejected points: %+v", protocol, s2)
 		}
 		out.Close()
 	}
