@@ -21,6 +21,10 @@ const (
 	// farther apart than this are a gap: nothing is integrated across it,
 	// and its length counts as lost.
 	DefaultGapLimit = 2 * time.Second
+	// NoPowerAfter: a device seen this long (in sample time) without a
+	// power sample is accounted along its other samples and process polls
+	// instead (see Accountant.seen).
+	NoPowerAfter = 10 * time.Second
 	// DefaultIdleThreshold: an owner whose utilization in a sample period is
 	// below this many percent is idle in it (NVML reports whole percents,
 	// so by default exactly 0% is idle and every other value busy).
@@ -251,9 +255,17 @@ type device struct {
 	// attribution (which can lag them by a batch or two) is ignored.
 	ownerSet bool
 
-	havePower   bool
-	powerNS     int64
-	powerW      float64
+	havePower bool
+	powerNS   int64
+	powerW    float64
+	// haveClock, clockNS: the timeline of a device without power samples
+	// (a MIG instance): its other samples' and process polls' times, from
+	// firstNS on, once NoPowerAfter passed on it without a power sample.
+	// Unused once power samples arrive.
+	haveSeen    bool
+	firstNS     int64
+	haveClock   bool
+	clockNS     int64
 	haveUtil    bool
 	utilNS      int64
 	reportNS    int64
@@ -336,11 +348,23 @@ func (a *Accountant) change(d *device, atNS int64, modify func(*state)) {
 	a.finalize(d)
 }
 
+// timeline returns how far the device's account timeline has come: the
+// power samples', or without them the clock's (see clockTo).
+func (d *device) timeline() (int64, bool) {
+	switch {
+	case d.havePower:
+		return d.powerNS, true
+	case d.haveClock:
+		return d.clockNS, true
+	}
+	return 0, false
+}
+
 // horizon is the newest time the device's timelines have accounted.
 func (d *device) horizon() int64 {
 	h := int64(math.MinInt64)
-	if d.havePower {
-		h = d.powerNS
+	if t, ok := d.timeline(); ok {
+		h = t
 	}
 	if d.haveUtil {
 		h = max(h, d.utilNS)
@@ -366,8 +390,8 @@ func (d *device) stateIndex(t int64) int {
 
 // trim drops the states no timeline needs any more.
 func (d *device) trim() {
-	low := d.powerNS
-	if !d.havePower {
+	low, ok := d.timeline()
+	if !ok {
 		return
 	}
 	if d.haveUtil {
@@ -398,11 +422,13 @@ func (a *Accountant) Observe(dev *record.Device, samples []record.Sample) {
 			a.change(d, at, func(s *state) { s.exclusive = dev.Attribution })
 		}
 	}
+	newest := int64(math.MinInt64)
 	for i := range samples {
 		s := &samples[i]
 		if s.TimeNS < a.opts.Start {
 			continue
 		}
+		newest = max(newest, s.TimeNS)
 		switch s.Metric {
 		case a.power:
 			a.powerSample(d, s)
@@ -418,9 +444,76 @@ func (a *Accountant) Observe(dev *record.Device, samples []record.Sample) {
 			}
 		}
 	}
+	if newest != math.MinInt64 {
+		a.seen(d, newest)
+	}
 	d.trim()
 	a.finalize(d)
 	a.unlockAndEmit()
+}
+
+// seen notes that the device was seen at t (its newest sample of a batch,
+// a process poll). A device that goes NoPowerAfter without a power sample
+// (a MIG instance: NVML has no per-instance power; a GPU with neither a
+// power buffer nor a power reading) is accounted along the times it was
+// seen instead, from the first on (see clockTo). The wait keeps a GPU
+// whose field reads are published before its power buffer is drained
+// on the power timeline.
+func (a *Accountant) seen(d *device, t int64) {
+	if d.havePower {
+		return
+	}
+	if !d.haveClock {
+		if !d.haveSeen {
+			d.haveSeen, d.firstNS = true, t
+		}
+		if t-d.firstNS < int64(NoPowerAfter) {
+			return
+		}
+		d.haveClock, d.clockNS, d.reportNS = true, d.firstNS, d.firstNS
+		d.account(d.states[d.stateIndex(d.firstNS)].shares(d.sh)[0].owner, d.firstNS)
+	}
+	a.clockTo(d, t)
+}
+
+// clockTo moves the clock timeline of a device without power samples to
+// t. The interval since the previous time is allocated to the owners
+// holding the device, split at state changes, and all of it counts as
+// lost_s: no power sample covers it, so energy_j says nothing about it
+// and exactness is 0. Busy, idle and memory figures come from their own
+// samples as on any device.
+func (a *Accountant) clockTo(d *device, t int64) {
+	if t <= d.clockNS {
+		return
+	}
+	for t0 := d.clockNS; t0 < t; {
+		i := d.stateIndex(t0)
+		end := t
+		if i+1 < len(d.states) && d.states[i+1].fromNS < end {
+			end = d.states[i+1].fromNS
+		}
+		dt := float64(end-t0) / 1e9
+		for _, sh := range d.states[i].shares(d.sh) {
+			ac := d.account(sh.owner, t0)
+			ac.AllocatedS += dt
+			ac.LostS += dt
+		}
+		t0 = end
+	}
+	d.clockNS = t
+	a.report(d, t)
+}
+
+// report emits every account's running totals as of t when a report
+// interval has passed since the previous report.
+func (a *Accountant) report(d *device, t int64) {
+	if t-d.reportNS < int64(a.opts.ReportInterval) {
+		return
+	}
+	d.reportNS = t
+	for _, ac := range d.sortedAccounts() {
+		a.out = append(a.out, jobEvent(record.EventJob, ac, t))
+	}
 }
 
 // powerSample integrates the interval from the previous power sample
@@ -428,6 +521,14 @@ func (a *Accountant) Observe(dev *record.Device, samples []record.Sample) {
 // energy-counter readings.
 func (a *Accountant) powerSample(d *device, s *record.Sample) {
 	if !d.havePower {
+		if d.haveClock {
+			// Power samples start on a device accounted by its clock so
+			// far: the clock covers up to here, the power timeline on.
+			if s.TimeNS < d.clockNS {
+				return
+			}
+			a.clockTo(d, s.TimeNS)
+		}
 		d.havePower, d.powerNS, d.powerW, d.reportNS = true, s.TimeNS, s.Value, s.TimeNS
 		d.account(d.states[d.stateIndex(s.TimeNS)].shares(d.sh)[0].owner, s.TimeNS)
 		a.closeWindows(d, s.TimeNS)
@@ -471,12 +572,7 @@ func (a *Accountant) powerSample(d *device, s *record.Sample) {
 		d.account(sh.owner, t1).PowerSamples++
 	}
 	d.powerNS, d.powerW = t1, p1
-	if t1-d.reportNS >= int64(a.opts.ReportInterval) {
-		d.reportNS = t1
-		for _, ac := range d.sortedAccounts() {
-			a.out = append(a.out, jobEvent(record.EventJob, ac, t1))
-		}
-	}
+	a.report(d, t1)
 }
 
 // utilSample accounts the interval from the previous utilization sample as
@@ -570,8 +666,9 @@ func (a *Accountant) closeWindows(d *device, t int64) {
 // longer change: both timelines and a closed counter window (when the
 // device has a counter) are past the end.
 func (a *Accountant) finalize(d *device) {
+	tl, ok := d.timeline()
 	for _, ac := range d.sortedAccounts() {
-		if ac.EndNS == 0 || !d.havePower || d.powerNS < ac.EndNS || d.haveUtil && d.utilNS < ac.EndNS ||
+		if ac.EndNS == 0 || !ok || tl < ac.EndNS || d.haveUtil && d.utilNS < ac.EndNS ||
 			d.prevCounter != nil && d.closedNS < ac.EndNS {
 			continue
 		}
@@ -608,6 +705,13 @@ func (a *Accountant) ObserveProcesses(dev *record.Device, pids []uint32, nowNS i
 	d.pending = d.pending[:0]
 	slices.SortFunc(procs, func(x, y proc) int { return int(x.pid) - int(y.pid) })
 	a.change(d, nowNS, func(s *state) { s.procs = procs })
+	if !d.havePower && nowNS >= a.opts.Start {
+		// The poll is a time the device was seen at (the interval up to
+		// it goes to the states before the poll's).
+		a.seen(d, nowNS)
+		d.trim()
+		a.finalize(d)
+	}
 	// A shared device's memory: each owner's processes' memory.
 	if st := &d.states[len(d.states)-1]; st.exclusive.IsZero() {
 		mem := map[record.Attribution]float64{}
@@ -657,16 +761,17 @@ func (a *Accountant) Flush() {
 	a.mu.Lock()
 	for _, i := range slices.Sorted(maps.Keys(a.devs)) {
 		d := a.devs[i]
-		if !d.havePower {
+		tl, ok := d.timeline()
+		if !ok {
 			continue
 		}
 		a.closeWindows(d, math.MaxInt64)
 		for _, ac := range d.sortedAccounts() {
-			if ac.EndNS != 0 && ac.EndNS <= d.powerNS {
+			if ac.EndNS != 0 && ac.EndNS <= tl {
 				a.end(d, ac)
 				continue
 			}
-			a.out = append(a.out, jobEvent(record.EventJob, ac, d.powerNS))
+			a.out = append(a.out, jobEvent(record.EventJob, ac, tl))
 		}
 	}
 	a.unlockAndEmit()

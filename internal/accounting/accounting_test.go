@@ -263,3 +263,109 @@ func TestLateIdentityKeepsNewerOwner(t *testing.T) {
 	}
 	near(t, "b allocated_s", TotalsOf(endB.Fields).AllocatedS, 4.5, 1e-9)
 }
+
+// A device without power samples (a MIG instance: NVML has no per-instance
+// power, and no utilization buffers) still gets its accounts: allocated
+// time along its memory reads and process polls, all of it lost_s (no
+// power sample covers it), so energy_j is 0 with exactness 0; memory peak;
+// job records every interval and a job end when the owner leaves. Its
+// state stays bounded however long it runs and however many owners pass.
+func TestDeviceWithoutPower(t *testing.T) {
+	var events []record.Event
+	a := New(Options{Emit: func(ev record.Event) { events = append(events, ev) }})
+	dev := record.Device{Index: 4, MIG: true}
+	owners := []record.Attribution{podA, podB}
+	for i := range 100 {
+		owners = append(owners, record.Attribution{Namespace: "ns", Pod: "p" + string(rune('a'+i%26)) + string(rune('a'+i/26))})
+	}
+	// Each owner holds the instance 30 s: memory read every 3 s, a process
+	// poll every 5 s whose memory changes every time.
+	var t0 int64
+	for k, owner := range owners {
+		a.SetOwner(4, owner, t0)
+		dev.Attribution = owner
+		for s := int64(1); s <= 30; s++ {
+			now := t0 + s*sec
+			if s%3 == 0 {
+				a.Observe(&dev, []record.Sample{{TimeNS: now, Value: float64(1000*(k+1)) + float64(s), Metric: catalog.MetricMemoryUsed}})
+			}
+			if s%5 == 0 {
+				a.ObserveEvent(&record.Event{Kind: record.EventProcess, Device: 4, StartNS: now, EndNS: now, Attrs: owner.Attrs(),
+					Fields: []record.Field{{Key: record.ProcessFieldPID, Value: 7}, {Key: record.ProcessFieldUsedMemory, Value: float64(s)}}})
+				a.ObserveProcesses(&dev, []uint32{7}, now)
+			}
+		}
+		t0 += 30 * sec
+		if n := len(a.devs[4].states); n > 8 {
+			t.Fatalf("after %d owners: %d states kept", k+1, n)
+		}
+		if n := len(a.devs[4].accts); n > 3 {
+			t.Fatalf("after %d owners: %d accounts kept", k+1, n)
+		}
+	}
+	var endA, endB []record.Event
+	jobs := 0
+	for _, ev := range events {
+		o, _ := record.ProcessAttribution(ev)
+		switch {
+		case ev.Kind == record.EventJobEnd && o == podA:
+			endA = append(endA, ev)
+		case ev.Kind == record.EventJobEnd && o == podB:
+			endB = append(endB, ev)
+		case ev.Kind == record.EventJob && o == podA:
+			jobs++
+		}
+	}
+	if len(endA) != 1 || len(endB) != 1 {
+		t.Fatalf("job ends: a %d, b %d, want 1 each", len(endA), len(endB))
+	}
+	if jobs < 3 {
+		t.Errorf("pod a: %d job records in 30 s, want one every 10 s and one at its end", jobs)
+	}
+	for _, c := range []struct {
+		name  string
+		ev    record.Event
+		alloc float64
+		peak  float64
+		end   int64
+	}{
+		// a's account starts at the instance's first read (3 s).
+		{"a", endA[0], 27, 1030, 30 * sec},
+		{"b", endB[0], 30, 2030, 60 * sec},
+	} {
+		tot := TotalsOf(c.ev.Fields)
+		near(t, c.name+" allocated_s", tot.AllocatedS, c.alloc, 1e-9)
+		near(t, c.name+" lost_s", tot.LostS, c.alloc, 1e-9)
+		near(t, c.name+" exactness", tot.Exactness(), 0, 0)
+		near(t, c.name+" energy_j", tot.EnergyJ, 0, 0)
+		near(t, c.name+" memory_peak_mib", tot.MemoryPeakMiB, c.peak, 0)
+		if c.ev.StartNS != c.end {
+			t.Errorf("%s's job end is as of %d, want %d", c.name, c.ev.StartNS, c.end)
+		}
+	}
+}
+
+// Power samples that start on a device accounted by its clock take over
+// where the clock stopped: no second counting of the same time.
+func TestPowerTakesOverFromClock(t *testing.T) {
+	a := New(Options{})
+	dev := record.Device{Index: 0}
+	a.SetOwner(0, podA, 0)
+	a.Observe(&dev, []record.Sample{{TimeNS: 1 * sec, Value: 10, Metric: catalog.MetricMemoryUsed}})
+	a.Observe(&dev, []record.Sample{{TimeNS: 5 * sec, Value: 10, Metric: catalog.MetricMemoryUsed}})
+	if acs := a.Accounts(); len(acs) != 1 || acs[0].AllocatedS != 0 {
+		t.Fatalf("accounted before NoPowerAfter passed: %+v", acs)
+	}
+	a.Observe(&dev, []record.Sample{{TimeNS: 12 * sec, Value: 10, Metric: catalog.MetricMemoryUsed}})
+	a.Observe(&dev, []record.Sample{{TimeNS: 11 * sec, Value: 100, Metric: catalog.MetricPowerDraw}, {TimeNS: 12 * sec, Value: 100, Metric: catalog.MetricPowerDraw},
+		{TimeNS: 13 * sec, Value: 100, Metric: catalog.MetricPowerDraw}, {TimeNS: 14 * sec, Value: 100, Metric: catalog.MetricPowerDraw}})
+	acs := a.Accounts()
+	if len(acs) != 1 {
+		t.Fatalf("accounts %+v", acs)
+	}
+	// 11 s on the clock (1→12 s, lost), then 12→14 s on power (the
+	// sample at 11 s is the clock's time already).
+	near(t, "allocated_s", acs[0].AllocatedS, 13, 1e-9)
+	near(t, "lost_s", acs[0].LostS, 11, 1e-9)
+	near(t, "energy_j", acs[0].EnergyJ, 200, 1e-9)
+}

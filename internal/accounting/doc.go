@@ -66,6 +66,16 @@
 // held it alone; on a shared device, the sum of its processes' memory at
 // each poll.
 //
+// No power samples. A device seen for NoPowerAfter (10 s of sample time)
+// without a power sample — a MIG instance (NVML has no per-instance
+// power), a GPU with neither a power buffer nor a power reading — is
+// accounted along the times it was seen at (its other samples, its
+// process polls) instead: allocated_s is the time between them, all of it
+// lost_s (no power sample covers it), so energy_j and power_samples stay 0
+// and exactness is 0 — the energy figures say nothing about such a device;
+// busy, idle and memory figures come from their own samples as anywhere,
+// and job and job-end records go out as on any device.
+//
 // A job-end record goes out once the owner's figures can no longer change:
 // the power and utilization timelines and a closed counter window have
 // passed the end. Right before it goes an EventJob with the same figures,
