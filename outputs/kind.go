@@ -195,6 +195,10 @@ type BuildEnv struct {
 	Logger *slog.Logger
 	// Catalog is the metric catalog.
 	Catalog *catalog.Catalog
+	// Version is the program's version, as `gpusampler version` prints
+	// it ("" when unknown). Outputs that describe their source (the
+	// OpenTelemetry resource's service.version) use it.
+	Version string
 }
 
 // Registry maps output kinds to their descriptions. Build one per program

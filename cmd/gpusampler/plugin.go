@@ -38,7 +38,7 @@ func cmdPlugin(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			var kinds []outputs.Kind
 			for _, name := range reg.Kinds() {
 				if k, _ := reg.Lookup(name); k.OutOfProcess {
-					kinds = append(kinds, k)
+					kinds = append(kinds, withVersion(k))
 				}
 			}
 			sdk.ServeKinds(kinds...) // stdout carries the handshake from here on
@@ -51,12 +51,25 @@ func cmdPlugin(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if !ok || k.Kind == "plugin" {
 			return usagef("serve: unknown output kind %q", args[1])
 		}
-		sdk.ServeKind(k) // stdout carries the handshake from here on
+		sdk.ServeKind(withVersion(k)) // stdout carries the handshake from here on
 		return nil
 	case "test":
 		return cmdPluginTest(ctx, args[1:], stdout, stderr)
 	}
 	return usagef("unknown subcommand %q (want test)", args[0])
+}
+
+// withVersion has k's outputs built with this binary's version
+// (outputs.BuildEnv.Version): the host re-executes this same binary for
+// its outputs child, so the child's version is the host's.
+func withVersion(k outputs.Kind) outputs.Kind {
+	if build := k.Build; build != nil {
+		k.Build = func(b *outputs.Block, env outputs.BuildEnv) (record.Output, error) {
+			env.Version = version
+			return build(b, env)
+		}
+	}
+	return k
 }
 
 func cmdPluginTest(ctx context.Context, args []string, stdout, stderr io.Writer) error {

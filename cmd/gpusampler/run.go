@@ -307,7 +307,8 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, out, stderr io.
 		}
 		log.Warn("stdout closed (its reader is gone): outputs writing to it count their batches failed from now on; the other outputs go on")
 	}}
-	aopts := agent.Options{Registry: reg, Stdout: watched, Hostname: machine, Logger: log, Diagnose: *diag, Strict: *strict}
+	aopts := agent.Options{Registry: reg, Stdout: watched, Hostname: machine, Version: version, Logger: log,
+		Diagnose: *diag, Strict: *strict}
 	if jobsView {
 		aopts.NoState = true
 	}

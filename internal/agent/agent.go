@@ -48,6 +48,9 @@ type Options struct {
 	Stdout io.Writer
 	// Hostname is used when the config sets none.
 	Hostname string
+	// Version is the program's version, handed to the outputs
+	// (outputs.BuildEnv.Version).
+	Version string
 	// Logger receives the agent's logs; outputs get it with their name.
 	Logger *slog.Logger
 	// StatsWriter, when set, receives a short self-metrics summary every
@@ -249,7 +252,7 @@ func (a *Agent) env(cfg *appconfig.Config, o *appconfig.Output) outputs.BuildEnv
 		host = a.opts.Hostname
 	}
 	return outputs.BuildEnv{Stdout: a.opts.Stdout, Host: host, GlobalTags: cfg.GlobalTags,
-		Logger: a.log.With("output", o.Name), Catalog: a.eng.Catalog()}
+		Logger: a.log.With("output", o.Name), Catalog: a.eng.Catalog(), Version: a.opts.Version}
 }
 
 // build makes the runtime outputs of blocks; on error it closes what it

@@ -89,7 +89,7 @@ func Kind() outputs.Kind {
 				return nil, err
 			}
 			opts.Host, opts.GlobalTags, opts.Catalog, opts.Logger = env.Host, env.GlobalTags, env.Catalog, env.Logger
-			opts.Aggregate = o.Aggregate
+			opts.Aggregate, opts.Version = o.Aggregate, env.Version
 			return New(opts)
 		},
 		Check: func(o *outputs.Block, c Config) (_, warnings config.Errors) {

@@ -18,6 +18,10 @@ import (
 	"time"
 )
 
+// testVersion is the version the test binary is built with
+// (`gpusampler version` prints it; resources carry it as service.version).
+const testVersion = "0.0.0-otelcol-test"
+
 // gpusamplerBin is the gpusampler binary built from this checkout by
 // TestMain.
 var gpusamplerBin string
@@ -29,7 +33,8 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	gpusamplerBin = filepath.Join(dir, "gpusampler")
-	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", gpusamplerBin, "./cmd/gpusampler")
+	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-ldflags", "-X main.version="+testVersion, "-o", gpusamplerBin,
+		"./cmd/gpusampler")
 	cmd.Dir = "../.."
 	if out, err := cmd.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "go build gpusampler: %v\n%s", err, out)

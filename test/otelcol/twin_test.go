@@ -40,12 +40,15 @@ func isSample(p point) bool {
 		!strings.HasPrefix(p.Name, "gpusampler.process.")
 }
 
-// checkResources: every point's resource names the host and the service.
+// checkResources: every point's resource names the host, the service and
+// its version (the binary's, from the outputs child).
 func checkResources(t *testing.T, ps []point) {
 	t.Helper()
 	for _, p := range ps {
-		if p.Resource["host.name"] != "node1" || p.Resource["service.name"] != "gpusampler" {
-			t.Fatalf("%s: resource %v, want host.name=node1 and service.name=gpusampler", p.key(), p.Resource)
+		if p.Resource["host.name"] != "node1" || p.Resource["service.name"] != "gpusampler" ||
+			p.Resource["service.version"] != testVersion {
+			t.Fatalf("%s: resource %v, want host.name=node1, service.name=gpusampler and service.version=%s",
+				p.key(), p.Resource, testVersion)
 		}
 	}
 }
