@@ -51,6 +51,32 @@ type counterState struct {
 type deviceInfo struct {
 	attrs []*commonpb.KeyValue // point attributes
 	attr  record.Attribution
+	// series caches the point attributes of the device's series: index
+	// 2×MetricID (+1 for a point read), filled on first use.
+	series [][]*commonpb.KeyValue
+}
+
+// seriesAttrs returns the point attributes of metric id's samples on the
+// device (a point read's with pointRead), made once per identity and
+// shared by every point of the series.
+func (e *encoder) seriesAttrs(d *deviceInfo, id catalog.MetricID, pointRead bool) []*commonpb.KeyValue {
+	i := 2 * int(id)
+	if pointRead {
+		i++
+	}
+	if d.series == nil {
+		d.series = make([][]*commonpb.KeyValue, 2*len(e.names))
+	}
+	if a := d.series[i]; a != nil {
+		return a
+	}
+	var extra []*commonpb.KeyValue
+	if pointRead {
+		extra = []*commonpb.KeyValue{e.pointRead}
+	}
+	a := pointAttrs(d.attrs, e.nameAttrs[id], extra)
+	d.series[i] = a
+	return a
 }
 
 // encoder turns batches into one OTLP MetricsData (wire-identical to an
@@ -76,14 +102,79 @@ type encoder struct {
 	// batch offered again is encoded the same way).
 	series, pending map[seriesKey]counterState
 
-	// per encode
-	res    map[record.Attribution]*resBuild
+	// The request tree is kept from one encode to the next (its
+	// resources, metrics and point slices reused, the points taken from
+	// arenas) so that encoding a sample allocates nothing once the
+	// encoder has seen a batch of its size: a request is marshalled before
+	// the next encode and never retained.
+	res   map[record.Attribution]*resBuild
+	order []record.Attribution // the resources of this encode, in order
+	gen   uint64               // counts encodes: marks what this one used
+	req   metricspb.MetricsData
+
+	nums    arena[metricspb.NumberDataPoint]
+	doubles arena[metricspb.NumberDataPoint_AsDouble]
+	ints    arena[metricspb.NumberDataPoint_AsInt]
+	exps    arena[metricspb.ExponentialHistogramDataPoint]
+	buckets arena[metricspb.ExponentialHistogramDataPoint_Buckets]
+	floats  arena[float64]
+
 	points int
 }
 
+// maxCachedResources bounds the resources kept between encodes: past it,
+// those the last encode did not use are dropped (attributions come and go
+// with jobs).
+const maxCachedResources = 64
+
 type resBuild struct {
 	rm      *metricspb.ResourceMetrics
-	metrics map[string]*metricspb.Metric
+	metrics map[metricKey]*metricBuild
+	gen     uint64 // the encode that last used it
+}
+
+// metricKey names a metric of a resource: one per name and point shape.
+type metricKey struct {
+	name string
+	sh   shape
+}
+
+type metricBuild struct {
+	m   *metricspb.Metric
+	gen uint64 // the encode that last used it
+}
+
+// arenaChunk is the number of values of an arena's chunk.
+const arenaChunk = 512
+
+// maxArenaChunks bounds the chunks an arena keeps between encodes.
+const maxArenaChunks = 32
+
+// arena hands out zeroed values from chunks kept across encodes: reset
+// makes them all free again (nothing handed out may be used after).
+type arena[T any] struct {
+	chunks [][]T
+	n      int
+}
+
+func (a *arena[T]) new() *T {
+	c, i := a.n/arenaChunk, a.n%arenaChunk
+	if c == len(a.chunks) {
+		a.chunks = append(a.chunks, make([]T, arenaChunk))
+	}
+	a.n++
+	p := &a.chunks[c][i]
+	var zero T
+	*p = zero
+	return p
+}
+
+func (a *arena[T]) reset() {
+	a.n = 0
+	if len(a.chunks) > maxArenaChunks {
+		clear(a.chunks[maxArenaChunks:])
+		a.chunks = a.chunks[:maxArenaChunks]
+	}
 }
 
 func newEncoder(opts *Options, startNS int64) *encoder {
@@ -92,7 +183,7 @@ func newEncoder(opts *Options, startNS int64) *encoder {
 		cat = catalog.Default()
 	}
 	e := &encoder{cat: cat, start: startNS, devices: map[int]*deviceInfo{}, uuids: map[int]string{},
-		series: map[seriesKey]counterState{}, pending: map[seriesKey]counterState{},
+		series: map[seriesKey]counterState{}, pending: map[seriesKey]counterState{}, res: map[record.Attribution]*resBuild{},
 		scope:     &commonpb.InstrumentationScope{Name: ScopeName, Version: opts.Version},
 		pointRead: kvBool(catalog.OTelNamespace+"point_read", true)}
 	e.names = make([]catalog.OTelNaming, cat.Len())
@@ -139,6 +230,7 @@ func (e *encoder) useOrigin(o *record.Origin) {
 		e.origin = &record.Origin{Host: o.Host, Tags: maps.Clone(o.Tags)}
 	}
 	e.baseRes = e.resourceAttrs(e.origin.OriginOr(e.opts.Host, e.opts.GlobalTags))
+	clear(e.res) // their attributes start with the old baseRes
 }
 
 func kvString(k, v string) *commonpb.KeyValue {
@@ -206,20 +298,28 @@ func (e *encoder) device(index int) *deviceInfo {
 	return d
 }
 
-// resource returns the resource of attribution a, creating it.
+// resource returns the resource of attribution a in this encode (the
+// next in order when it is new to it), creating it.
 func (e *encoder) resource(a record.Attribution) *resBuild {
-	if r, ok := e.res[a]; ok {
-		return r
-	}
-	attrs := slices.Clone(e.baseRes)
-	for i, v := range a.Values() {
-		if v != "" {
-			attrs = append(attrs, kvString(attributionKeys[i], v))
+	r, ok := e.res[a]
+	if !ok {
+		attrs := slices.Clone(e.baseRes)
+		for i, v := range a.Values() {
+			if v != "" {
+				attrs = append(attrs, kvString(attributionKeys[i], v))
+			}
 		}
+		r = &resBuild{rm: &metricspb.ResourceMetrics{Resource: &resourcepb.Resource{Attributes: attrs},
+			ScopeMetrics: []*metricspb.ScopeMetrics{{Scope: e.scope}}}, metrics: map[metricKey]*metricBuild{}}
+		e.res[a] = r
 	}
-	r := &resBuild{rm: &metricspb.ResourceMetrics{Resource: &resourcepb.Resource{Attributes: attrs},
-		ScopeMetrics: []*metricspb.ScopeMetrics{{Scope: e.scope}}}, metrics: map[string]*metricspb.Metric{}}
-	e.res[a] = r
+	if r.gen != e.gen {
+		r.gen = e.gen
+		sm := r.rm.ScopeMetrics[0]
+		clear(sm.Metrics)
+		sm.Metrics = sm.Metrics[:0]
+		e.order = append(e.order, a)
+	}
 	return r
 }
 
@@ -237,17 +337,19 @@ const (
 )
 
 // metric returns the resource's metric named name, creating it with the
-// data of kind in and shape sh (its temporality for sums and histograms).
+// data of kind in and shape sh (its temporality for sums and histograms);
+// first used in this encode, it is the resource's next metric, without
+// points.
 func (r *resBuild) metric(name, unit string, in catalog.Instrument, sh shape) *metricspb.Metric {
-	key := name
-	switch sh {
-	case histShape:
-		key += "\x00h"
-	case expHistShape:
-		key += "\x00e"
-	}
-	if m, ok := r.metrics[key]; ok {
-		return m
+	key := metricKey{name, sh}
+	if mb, ok := r.metrics[key]; ok {
+		if mb.gen != r.gen {
+			mb.gen = r.gen
+			clearPoints(mb.m)
+			sm := r.rm.ScopeMetrics[0]
+			sm.Metrics = append(sm.Metrics, mb.m)
+		}
+		return mb.m
 	}
 	m := &metricspb.Metric{Name: name, Unit: unit}
 	switch {
@@ -265,8 +367,26 @@ func (r *resBuild) metric(name, unit string, in catalog.Instrument, sh shape) *m
 	}
 	sm := r.rm.ScopeMetrics[0]
 	sm.Metrics = append(sm.Metrics, m)
-	r.metrics[key] = m
+	r.metrics[key] = &metricBuild{m: m, gen: r.gen}
 	return m
+}
+
+// clearPoints empties a metric's points, keeping the slice's capacity.
+func clearPoints(m *metricspb.Metric) {
+	switch d := m.Data.(type) {
+	case *metricspb.Metric_Gauge:
+		clear(d.Gauge.DataPoints)
+		d.Gauge.DataPoints = d.Gauge.DataPoints[:0]
+	case *metricspb.Metric_Sum:
+		clear(d.Sum.DataPoints)
+		d.Sum.DataPoints = d.Sum.DataPoints[:0]
+	case *metricspb.Metric_Histogram:
+		clear(d.Histogram.DataPoints)
+		d.Histogram.DataPoints = d.Histogram.DataPoints[:0]
+	case *metricspb.Metric_ExponentialHistogram:
+		clear(d.ExponentialHistogram.DataPoints)
+		d.ExponentialHistogram.DataPoints = d.ExponentialHistogram.DataPoints[:0]
+	}
 }
 
 func addNumber(m *metricspb.Metric, p *metricspb.NumberDataPoint) {
@@ -284,6 +404,29 @@ func number(p *metricspb.NumberDataPoint, t catalog.ValueType, v float64) {
 		return
 	}
 	p.Value = &metricspb.NumberDataPoint_AsDouble{AsDouble: v}
+}
+
+// newNumber returns a zeroed point from the encoder's arena.
+func (e *encoder) newNumber() *metricspb.NumberDataPoint { return e.nums.new() }
+
+// number is the package's number with the value from the encoder's arenas.
+func (e *encoder) number(p *metricspb.NumberDataPoint, t catalog.ValueType, v float64) {
+	if t == catalog.Int && !math.IsNaN(v) && !math.IsInf(v, 0) {
+		x := e.ints.new()
+		x.AsInt = int64(math.Round(v))
+		p.Value = x
+		return
+	}
+	x := e.doubles.new()
+	x.AsDouble = v
+	p.Value = x
+}
+
+// float returns a pointer to v from the encoder's arena.
+func (e *encoder) float(v float64) *float64 {
+	p := e.floats.new()
+	*p = v
+	return p
 }
 
 // pointAttrs joins a device's attributes and a metric's own.
@@ -342,16 +485,21 @@ func (e *encoder) discard() { clear(e.pending) }
 // encode builds the request for a batch's records (its devices already
 // taken with setDevices); points is the number of data points. The result
 // shares nothing with the records.
+//
+// The request, and everything in it, is the encoder's: it is valid until
+// the next encode, which reuses it.
 func (e *encoder) encode(samples []record.Sample, summaries []record.Summary, events []record.Event) (req *metricspb.MetricsData, points int) {
-	e.res = map[record.Attribution]*resBuild{}
+	e.gen++
 	e.points = 0
-	order := []record.Attribution{}
-	res := func(a record.Attribution) *resBuild {
-		if _, ok := e.res[a]; !ok {
-			order = append(order, a)
-		}
-		return e.resource(a)
-	}
+	clear(e.order)
+	e.order = e.order[:0]
+	e.nums.reset()
+	e.doubles.reset()
+	e.ints.reset()
+	e.exps.reset()
+	e.buckets.reset()
+	e.floats.reset()
+	res := e.resource
 	for i := range samples {
 		s := &samples[i]
 		if int(s.Metric) >= len(e.names) || s.Metric == 0 {
@@ -359,16 +507,13 @@ func (e *encoder) encode(samples []record.Sample, summaries []record.Summary, ev
 		}
 		n := &e.names[s.Metric]
 		dev := e.device(int(s.Device))
-		var extra []*commonpb.KeyValue
-		if s.Flags&record.FlagPointRead != 0 {
-			extra = []*commonpb.KeyValue{e.pointRead}
-		}
 		v := s.Value * n.Scale
-		p := &metricspb.NumberDataPoint{Attributes: pointAttrs(dev.attrs, e.nameAttrs[s.Metric], extra), TimeUnixNano: uint64(s.TimeNS)}
+		p := e.newNumber()
+		p.Attributes, p.TimeUnixNano = e.seriesAttrs(dev, s.Metric, s.Flags&record.FlagPointRead != 0), uint64(s.TimeNS)
 		if n.Instrument != catalog.OTelGauge {
 			p.StartTimeUnixNano = uint64(e.counterStart(seriesKey{s.Device, s.Metric}, s.TimeNS, v, n.Instrument == catalog.OTelCounter))
 		}
-		number(p, n.Type, v)
+		e.number(p, n.Type, v)
 		addNumber(res(dev.attr).metric(n.Name, n.Unit, n.Instrument, numberShape), p)
 		e.points++
 	}
@@ -378,12 +523,15 @@ func (e *encoder) encode(samples []record.Sample, summaries []record.Summary, ev
 	for i := range events {
 		e.event(&events[i], res)
 	}
-	req = &metricspb.MetricsData{}
-	for _, a := range order {
-		req.ResourceMetrics = append(req.ResourceMetrics, e.res[a].rm)
+	clear(e.req.ResourceMetrics)
+	e.req.ResourceMetrics = e.req.ResourceMetrics[:0]
+	for _, a := range e.order {
+		e.req.ResourceMetrics = append(e.req.ResourceMetrics, e.res[a].rm)
 	}
-	e.res = nil
-	return req, e.points
+	if len(e.res) > maxCachedResources {
+		maps.DeleteFunc(e.res, func(_ record.Attribution, r *resBuild) bool { return r.gen != e.gen })
+	}
+	return &e.req, e.points
 }
 
 // summary adds a window summary: a counter's last value as its cumulative
@@ -399,12 +547,13 @@ func (e *encoder) summary(s *record.Summary, res func(record.Attribution) *resBu
 	n := &e.names[s.Metric]
 	dev := e.device(int(s.Device))
 	end := s.StartNS + s.IntervalNS
-	attrs := pointAttrs(dev.attrs, e.nameAttrs[s.Metric])
+	attrs := e.seriesAttrs(dev, s.Metric, false)
 	if n.Instrument != catalog.OTelGauge {
 		v := s.Last * n.Scale
-		p := &metricspb.NumberDataPoint{Attributes: attrs, TimeUnixNano: uint64(end)}
+		p := e.newNumber()
+		p.Attributes, p.TimeUnixNano = attrs, uint64(end)
 		p.StartTimeUnixNano = uint64(e.counterStart(seriesKey{s.Device, s.Metric}, end, v, n.Instrument == catalog.OTelCounter))
-		number(p, n.Type, v)
+		e.number(p, n.Type, v)
 		addNumber(res(dev.attr).metric(n.Name, n.Unit, n.Instrument, numberShape), p)
 		e.points++
 		return
@@ -412,7 +561,7 @@ func (e *encoder) summary(s *record.Summary, res func(record.Attribution) *resBu
 	if s.Hist != nil {
 		m := res(dev.attr).metric(n.Name, n.Unit, n.Instrument, expHistShape)
 		h := m.Data.(*metricspb.Metric_ExponentialHistogram).ExponentialHistogram
-		p := expHistogramPoint(s, n.Scale)
+		p := e.expHistogramPoint(s, n.Scale)
 		p.Attributes = attrs
 		h.DataPoints = append(h.DataPoints, p)
 		e.points++
@@ -437,7 +586,7 @@ func SummaryHistograms(m catalog.Metric) (scale float64, ok bool) {
 // expHistogramPoint is a summary's window with its distribution (s.Hist,
 // binned in the OTel unit: see SummaryHistograms) as an exponential
 // histogram point; count, sum, min and max are the summary's × scale.
-func expHistogramPoint(s *record.Summary, scale float64) *metricspb.ExponentialHistogramDataPoint {
+func (e *encoder) expHistogramPoint(s *record.Summary, scale float64) *metricspb.ExponentialHistogramDataPoint {
 	lo, hi := s.Min*scale, s.Max*scale
 	if scale < 0 {
 		lo, hi = hi, lo
@@ -451,11 +600,14 @@ func expHistogramPoint(s *record.Summary, scale float64) *metricspb.ExponentialH
 	for _, c := range h.Negative {
 		count += c
 	}
-	return &metricspb.ExponentialHistogramDataPoint{StartTimeUnixNano: uint64(s.StartNS),
-		TimeUnixNano: uint64(s.StartNS + s.IntervalNS), Count: count, Sum: &sum, Min: &lo, Max: &hi,
-		Scale: h.Scale, ZeroCount: h.ZeroCount,
-		Positive: &metricspb.ExponentialHistogramDataPoint_Buckets{Offset: h.PositiveOffset, BucketCounts: h.Positive},
-		Negative: &metricspb.ExponentialHistogramDataPoint_Buckets{Offset: h.NegativeOffset, BucketCounts: h.Negative}}
+	p := e.exps.new()
+	p.StartTimeUnixNano, p.TimeUnixNano = uint64(s.StartNS), uint64(s.StartNS+s.IntervalNS)
+	p.Count, p.Sum, p.Min, p.Max = count, e.float(sum), e.float(lo), e.float(hi)
+	p.Scale, p.ZeroCount = h.Scale, h.ZeroCount
+	p.Positive, p.Negative = e.buckets.new(), e.buckets.new()
+	p.Positive.Offset, p.Positive.BucketCounts = h.PositiveOffset, h.Positive
+	p.Negative.Offset, p.Negative.BucketCounts = h.NegativeOffset, h.Negative
+	return p
 }
 
 // histogramPoint is a summary's window as a histogram point (values ×
