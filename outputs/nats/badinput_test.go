@@ -142,7 +142,7 @@ func TestCloseQuietIntegration(t *testing.T) {
 	for _, f := range out.ReportStats(nil) {
 		fields = append(fields, f.Key)
 	}
-	if got := strings.Join(fields, " "); got != "messages bytes splits acked duplicates ack_errors disconnects reconnects held held_dropped identities" {
+	if got := strings.Join(fields, " "); got != "messages bytes splits acked duplicates stored ack_errors disconnects reconnects held held_dropped identities" {
 		t.Errorf("ReportStats keys: %s", got)
 	}
 }

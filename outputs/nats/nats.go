@@ -124,6 +124,14 @@ type Stats struct {
 	// Acked messages (JetStream), Duplicates among them (the stream had the
 	// Nats-Msg-Id already), AckErrors (failed or timed out acks).
 	Acked, Duplicates, AckErrors uint64
+	// Stored messages (JetStream): each message the stream holds, counted
+	// once, with its first acknowledgement this output received. That is
+	// not Acked less Duplicates: a retry's publish of a message that an
+	// attempt given up had stored (its ack came after the Write's deadline,
+	// or never) is acknowledged as a duplicate, yet this output had not
+	// counted it; and one acknowledged before the attempt failed on
+	// another message is acknowledged again.
+	Stored uint64
 	// Disconnects and Reconnects of the connection.
 	Disconnects, Reconnects uint64
 	// Held messages are waiting for the first connection
@@ -164,6 +172,11 @@ type Output struct {
 	pool    []*entry
 	msgs    []*natsgo.Msg
 	futures []jetstream.PubAckFuture
+	// ackedIDs holds the Nats-Msg-Ids acknowledged by the failed attempts
+	// at the batch whose Seq is ackedSeq, so that a retry's duplicate ack
+	// of a message one of them stored is not counted stored again.
+	ackedIDs map[string]struct{}
+	ackedSeq uint64
 	// arena holds the payloads of one Write's messages back to back.
 	// free: the previous Write's messages, reused with their header maps
 	// by the next one; only without JetStream, whose publishes keep their
@@ -192,7 +205,7 @@ type Output struct {
 	heldDropped           atomic.Uint64
 	identities            atomic.Uint64
 
-	messages, bytes, splits, acked, dups, ackErrors, disconnects, reconnects atomic.Uint64
+	messages, bytes, splits, acked, dups, stored, ackErrors, disconnects, reconnects atomic.Uint64
 	// closing is set by Close before it closes the connection, so that the
 	// disconnect it causes is neither logged nor counted.
 	closing atomic.Bool
@@ -405,7 +418,7 @@ func cmpOr(v, def int64) int64 {
 // Stats returns the output's counters (safe from any goroutine).
 func (out *Output) Stats() Stats {
 	return Stats{Messages: out.messages.Load(), Bytes: out.bytes.Load(), Splits: out.splits.Load(),
-		Acked: out.acked.Load(), Duplicates: out.dups.Load(), AckErrors: out.ackErrors.Load(),
+		Acked: out.acked.Load(), Duplicates: out.dups.Load(), Stored: out.stored.Load(), AckErrors: out.ackErrors.Load(),
 		Disconnects: out.disconnects.Load(), Reconnects: out.reconnects.Load(),
 		Held: uint64(max(out.heldGauge.Load(), 0)), HeldDropped: out.heldDropped.Load(), Identities: out.identities.Load()}
 }
@@ -415,7 +428,8 @@ func (out *Output) ReportStats(dst []record.Field) []record.Field {
 	s := out.Stats()
 	return append(dst, record.IntField("messages", s.Messages), record.IntField("bytes", s.Bytes),
 		record.IntField("splits", s.Splits), record.IntField("acked", s.Acked),
-		record.IntField("duplicates", s.Duplicates), record.IntField("ack_errors", s.AckErrors),
+		record.IntField("duplicates", s.Duplicates), record.IntField("stored", s.Stored),
+		record.IntField("ack_errors", s.AckErrors),
 		record.IntField("disconnects", s.Disconnects), record.IntField("reconnects", s.Reconnects),
 		record.GaugeField("held", s.Held), record.IntField("held_dropped", s.HeldDropped),
 		record.IntField("identities", s.Identities))
@@ -446,7 +460,7 @@ func (out *Output) Write(ctx context.Context, b *record.Batch) error {
 	} else if out.awaitingFirstConnect() {
 		err = fmt.Errorf("nats: output %s: no server reached yet: %w", out.o.name, record.ErrUnavailable)
 	} else {
-		err = out.publishJetStream(ctx, msgs)
+		err = out.publishJetStream(ctx, b.Seq, msgs)
 	}
 	if err == nil {
 		out.commitIdentities()
@@ -547,9 +561,18 @@ func (out *Output) count(m *natsgo.Msg) {
 	out.bytes.Add(uint64(len(m.Data)))
 }
 
-func (out *Output) publishJetStream(ctx context.Context, msgs []*natsgo.Msg) error {
+func (out *Output) publishJetStream(ctx context.Context, seq uint64, msgs []*natsgo.Msg) error {
 	futures := out.futures[:0]
 	defer func() { clear(futures); out.futures = futures[:0] }()
+	if seq != out.ackedSeq || out.ackedIDs == nil {
+		// A new batch: what earlier attempts at another one had acked
+		// cannot be acked again (its message ids name its Seq).
+		if out.ackedIDs == nil {
+			out.ackedIDs = map[string]struct{}{}
+		}
+		clear(out.ackedIDs)
+		out.ackedSeq = seq
+	}
 	var firstErr error
 	for _, m := range msgs {
 		// One attempt within the Write's deadline: a full window of
@@ -575,6 +598,11 @@ func (out *Output) publishJetStream(ctx context.Context, msgs []*natsgo.Msg) err
 		select {
 		case ack := <-f.Ok():
 			out.acked.Add(1)
+			id := f.Msg().Header.Get(natsgo.MsgIdHdr)
+			if _, seen := out.ackedIDs[id]; !ack.Duplicate || !seen {
+				out.stored.Add(1)
+			}
+			out.ackedIDs[id] = struct{}{}
 			if ack.Duplicate {
 				out.dups.Add(1)
 			}
@@ -588,6 +616,9 @@ func (out *Output) publishJetStream(ctx context.Context, msgs []*natsgo.Msg) err
 			// batch is offered again with the same message ids.
 			return out.unavailable(fmt.Errorf("nats: output %s: waiting for acks: %w", out.o.name, ctx.Err()))
 		}
+	}
+	if firstErr == nil {
+		clear(out.ackedIDs) // the batch is done
 	}
 	return firstErr
 }

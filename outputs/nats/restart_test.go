@@ -20,7 +20,8 @@ import (
 // output behind a memory buffer (as the agent wires it) while the server is
 // shut down and a new one starts on the same port and store directory. The
 // stream ends with every sample: none lost; duplicates (what de-duplication
-// cannot see) are counted.
+// cannot see) are counted; the output's stored counter is what the stream
+// holds.
 func TestServerRestartJetStreamIntegration(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a nats-server")
@@ -122,5 +123,9 @@ func TestServerRestartJetStreamIntegration(t *testing.T) {
 	t.Logf("stream: %d messages, %d distinct samples of %d, %d lost, %d duplicates", msgs, len(seen), batches*perBatch, lost, dups)
 	if lost != 0 {
 		t.Errorf("%d samples lost", lost)
+	}
+	if st.Stored != info.State.Msgs {
+		t.Errorf("the output counted %d messages stored (acked %d, duplicates %d), the stream holds %d",
+			st.Stored, st.Acked, st.Duplicates, info.State.Msgs)
 	}
 }
