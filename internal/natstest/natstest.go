@@ -199,6 +199,23 @@ func (s *Server) Shutdown() {
 	}
 }
 
+// Kill ends the server at once (SIGKILL: an outage as a crash or the OOM
+// killer makes it, with no flush of JetStream's store) and waits for it to
+// exit. Start again with WithPort and WithStoreDir to restart it where it
+// was. A call after the process exited returns at once.
+func (s *Server) Kill() {
+	select {
+	case <-s.exit:
+		return
+	default:
+	}
+	_ = s.cmd.Process.Kill()
+	<-s.exit
+}
+
+// Port is the client listener's port.
+func (s *Server) Port() int { return s.port }
+
 // WaitForShutdown waits until the process has exited (Shutdown already
 // waits; kept for tests written against the embedded server's API).
 func (s *Server) WaitForShutdown() { <-s.exit }
