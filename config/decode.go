@@ -84,6 +84,9 @@ type document struct {
 	// envRefs are the ${NAME} references, by the key path of the value
 	// that holds them, with the values they expanded to.
 	envRefs map[string]map[string]string
+	// written holds each string that referenced a ${NAME}, as written, by
+	// the key path of its value.
+	written map[string]string
 }
 
 // redact replaces in msg every value that a ${NAME} of the file expanded
@@ -398,6 +401,10 @@ func (d *document) expandString(key, s string, lookup func(string) (string, bool
 	if !strings.Contains(s, "${") {
 		return s
 	}
+	if d.written == nil {
+		d.written = map[string]string{}
+	}
+	d.written[key] = s
 	var b strings.Builder
 	for {
 		i := strings.Index(s, "${")
@@ -728,6 +735,40 @@ func (t *Table) Sub(key string) *Table {
 // Raw returns the table's values as decoded (strings with ${ENV}
 // expanded). The map belongs to the config: do not modify it.
 func (t *Table) Raw() map[string]any { return t.m }
+
+// Written returns a copy of the table's values as written: each string
+// that referenced a ${NAME} holds the reference again instead of the
+// value. What tells one block from another without the environment's
+// values (a rotated secret).
+func (t *Table) Written() map[string]any {
+	w, _ := t.doc.unexpand(t.path, t.m).(map[string]any)
+	return w
+}
+
+// unexpand returns a copy of v (at key path key) with the strings that
+// referenced a ${NAME} as written.
+func (d *document) unexpand(key string, v any) any {
+	switch x := v.(type) {
+	case string:
+		if w, ok := d.written[key]; ok {
+			return w
+		}
+		return x
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[k] = d.unexpand(join(key, k), e)
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = d.unexpand(key+"["+strconv.Itoa(i)+"]", e)
+		}
+		return out
+	}
+	return v
+}
 
 // Finish reports every key no getter took as unknown, naming the keys the
 // getters asked for.

@@ -173,6 +173,15 @@ a = 2
 	if refs := first.EnvRefs(); len(refs) != 0 {
 		t.Errorf("first block's EnvRefs() = %q, want none", refs)
 	}
+	// Written gives the block back as written, the config's own values
+	// untouched.
+	want2 := map[string]any{"a": int64(2), "config": map[string]any{"url": "${URL}"}}
+	if got := second.Written(); !reflect.DeepEqual(got, want2) {
+		t.Errorf("Written() = %v, want %v", got, want2)
+	}
+	if got := second.Raw()["config"].(map[string]any)["url"]; got != "http://secret-host" {
+		t.Errorf("after Written, Raw() config.url = %v", got)
+	}
 }
 
 // A value from ${NAME} never shows in a problem, in any form a message

@@ -56,6 +56,15 @@ type Kind struct {
 	// there, so that the example runs as is — their placeholders (a
 	// server, a plugin path) need editing first.
 	ExampleActive bool
+	// SinkKeys are the block's keys that name where its records go (a URL,
+	// a subject, a database, a listen address): what decides whether two
+	// blocks of the kind deliver to the same place. The drain cursors are
+	// kept per set of outputs named by kind, name and these keys' values,
+	// so that changing any other key (a credential, a timeout, a tag)
+	// keeps them. Nil: the whole block as written counts (${NAME} as the
+	// reference, not its value); a kind whose sink has no settings
+	// (stdout) gives an empty, non-nil list.
+	SinkKeys []string
 	// SummaryHistograms, when set, asks the aggregate wrapper (the block's
 	// aggregate key) for the distribution of each window's samples as an
 	// exponential histogram (record.Summary.Hist) for the metrics it

@@ -23,6 +23,8 @@ type TypedKind[O any] struct {
 	Exclusive     bool
 	OutOfProcess  bool
 	ExampleActive bool
+	// SinkKeys: see Kind.
+	SinkKeys []string
 	// SummaryHistograms: see Kind.
 	SummaryHistograms func(m catalog.Metric) (scale float64, ok bool)
 }
@@ -34,7 +36,7 @@ type TypedKind[O any] struct {
 // options (nil) gets the zero O.
 func Typed[O any](k TypedKind[O]) Kind {
 	out := Kind{Kind: k.Kind, SampleConfig: k.SampleConfig, Exclusive: k.Exclusive,
-		OutOfProcess: k.OutOfProcess, ExampleActive: k.ExampleActive, SummaryHistograms: k.SummaryHistograms}
+		OutOfProcess: k.OutOfProcess, ExampleActive: k.ExampleActive, SinkKeys: k.SinkKeys, SummaryHistograms: k.SummaryHistograms}
 	if k.Parse != nil {
 		out.Parse = func(t *config.Table) any { return k.Parse(t) }
 	}

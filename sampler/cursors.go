@@ -359,6 +359,25 @@ func (f *CursorFile) Save(cursors map[string]map[catalog.BufferType]uint64) erro
 	return nil
 }
 
+// Rescope makes the cursors held and saved from now on those of the output
+// set scope (a reload changed the outputs): the next start with that set
+// resumes where this run is. The previous set's cursors stay in the file,
+// as they were last saved, for a start with the previous outputs; a set
+// saved under scope before is replaced.
+func (f *CursorFile) Rescope(scope string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if scope == f.scope {
+		return
+	}
+	var prev cursorDoc
+	if f.last != nil && json.Unmarshal(f.last, &prev) == nil && prev.Sets[f.scope] != nil {
+		f.others[f.scope] = prev.Sets[f.scope]
+	}
+	delete(f.others, scope)
+	f.scope, f.last, f.savedAt = scope, nil, 0
+}
+
 // bootID identifies this boot of the machine ("" where unknown).
 func bootID() string {
 	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")

@@ -257,3 +257,38 @@ func TestCursorFileScopes(t *testing.T) {
 		t.Errorf("service power cursor %d, other sets %d: want 101 and the stale set dropped", c, others)
 	}
 }
+
+// A reload that changes the outputs moves the run's cursors to the new
+// output set: a start with the new config resumes where the run is, a
+// start with the old one where the run was at the reload.
+func TestCursorFileRescope(t *testing.T) {
+	dir := t.TempDir()
+	cur := func(c uint64) map[string]map[catalog.BufferType]uint64 {
+		return map[string]map[catalog.BufferType]uint64{"GPU-a": {catalog.BufferTotalPower: c}}
+	}
+	f, _, err := sampler.OpenCursorFileScoped(dir, "old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Save(cur(100)); err != nil {
+		t.Fatal(err)
+	}
+	f.Rescope("new")
+	if err := f.Save(cur(100)); err != nil { // unchanged cursors still go out under the new set
+		t.Fatal(err)
+	}
+	if err := f.Save(cur(200)); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	for scope, want := range map[string]uint64{"new": 200, "old": 100, "other": 0} {
+		g, _, err := sampler.OpenCursorFileScoped(dir, scope)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := g.Load("GPU-a")[catalog.BufferTotalPower]; got != want {
+			t.Errorf("set %q: power cursor %d, want %d", scope, got, want)
+		}
+		g.Close()
+	}
+}

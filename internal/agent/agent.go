@@ -130,7 +130,7 @@ func New(src sampler.Source, cfg *appconfig.Config, opts Options) (*Agent, error
 	}
 	var cursors *sampler.CursorFile
 	if !opts.NoState {
-		cursors = openCursors(src, cfg.Agent, outputSet(cfg.Outputs), opts.Logger)
+		cursors = openCursors(src, cfg.Agent, outputSet(opts.Registry, cfg.Outputs), opts.Logger)
 	}
 	if cursors != nil {
 		scfg.Cursors = cursors
@@ -548,6 +548,11 @@ func (a *Agent) Reload(cfg *appconfig.Config) error {
 	}
 	a.cfg = cfg
 	a.pending = pending
+	if a.cursors != nil {
+		// The cursors saved from now on are the new outputs': a restart
+		// with this config resumes where the run is.
+		a.cursors.Rescope(outputSet(a.opts.Registry, cfg.Outputs))
+	}
 	a.kickRetry()
 	a.log.Info("config reloaded", "file", cfg.File, "kept", len(keep)-len(closeFirst),
 		"replaced_or_added", len(built)+len(closeFirst))
@@ -715,27 +720,55 @@ func openCursors(src sampler.Source, a appconfig.Agent, scope string, log *slog.
 }
 
 // outputSet names a run's set of outputs for its drain cursors: a hash of
-// each output's kind, name and block as written (sorted by name). Two runs
-// with the same outputs share cursors (their sinks are the same); a run
-// whose outputs differ keeps its own. Editing an output block starts a new
-// set: the next start delivers the driver buffers' history once more.
-func outputSet(outs []*appconfig.Output) string {
+// each output's kind, name and sink (sorted by name). Two runs with the
+// same outputs share cursors (their sinks are the same); a run whose
+// outputs differ keeps its own. The sink is the values of the kind's
+// SinkKeys (a URL, a subject, a database): changing a credential, a
+// timeout or a tag, or the value of a ${NAME} such a key references (a
+// rotated token), keeps the set. A kind that names no sink keys (a
+// plugin) counts with its whole block as written: ${NAME} is the
+// reference, not its value, so rotating a secret keeps the set, and
+// editing the block starts a new one.
+func outputSet(reg *outputs.Registry, outs []*appconfig.Output) string {
 	type id struct {
 		Kind, Name string
-		Raw        map[string]any
+		Sink       map[string]any
 	}
 	ids := make([]id, 0, len(outs))
 	for _, o := range outs {
-		ids = append(ids, id{o.Kind, o.Name, o.Raw})
+		ids = append(ids, id{o.Kind, o.Name, outputSink(reg, o)})
 	}
 	slices.SortFunc(ids, func(a, b id) int { return strings.Compare(a.Name, b.Name) })
 	b, err := json.Marshal(ids)
 	if err != nil { // a value JSON cannot spell: kinds and names only
 		for i := range ids {
-			ids[i].Raw = nil
+			ids[i].Sink = nil
 		}
 		b, _ = json.Marshal(ids)
 	}
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:8])
+}
+
+// outputSink returns what names o's sink for outputSet.
+func outputSink(reg *outputs.Registry, o *appconfig.Output) map[string]any {
+	var keys []string
+	if reg != nil {
+		if k, ok := reg.Lookup(o.Kind); ok {
+			keys = k.SinkKeys
+		}
+	}
+	if keys == nil {
+		if o.Table != nil {
+			return o.Table.Written()
+		}
+		return o.Raw
+	}
+	sink := map[string]any{}
+	for _, k := range keys {
+		if v, ok := o.Raw[k]; ok {
+			sink[k] = v
+		}
+	}
+	return sink
 }

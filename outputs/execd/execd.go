@@ -410,6 +410,7 @@ func (o *Output) gatherAsked() bool {
 func Kind() outputs.Kind {
 	return outputs.Typed(outputs.TypedKind[Options]{
 		Kind:         "execd",
+		SinkKeys:     []string{}, // the process's stdout
 		SampleConfig: SampleConfig,
 		Parse: func(t *config.Table) Options {
 			o := Options{Signal: SignalNone, Shape: ShapeSummary}

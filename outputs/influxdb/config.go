@@ -48,6 +48,7 @@ type TLSConfig = outputs.TLSClient
 func Kind() outputs.Kind {
 	return outputs.Typed(outputs.TypedKind[Config]{
 		Kind:         "influxdb",
+		SinkKeys:     []string{"url", "urls", "api", "database", "retention_policy", "organization", "bucket"},
 		OutOfProcess: true, // a network output: its own process (plugins.HostRegistry)
 		SampleConfig: SampleConfig,
 		Parse:        Parse,

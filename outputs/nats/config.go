@@ -278,6 +278,7 @@ func Parse(t *config.Table) Config {
 func Kind() outputs.Kind {
 	return outputs.Typed(outputs.TypedKind[Config]{
 		Kind:         "nats",
+		SinkKeys:     []string{"servers", "subject", "event_subject", "self_subject", "gpu", "jetstream", "stream"},
 		OutOfProcess: true, // a network output: its own process (plugins.HostRegistry)
 		SampleConfig: SampleConfig,
 		Parse:        Parse,

@@ -72,6 +72,7 @@ type Config struct {
 func Kind() outputs.Kind {
 	return outputs.Typed(outputs.TypedKind[Config]{
 		Kind:         "opentelemetry",
+		SinkKeys:     []string{"endpoint", "endpoints"},
 		OutOfProcess: true, // a network output: its own process (plugins.HostRegistry)
 		SampleConfig: SampleConfig,
 		// Aggregate windows carry their samples' distribution.

@@ -24,6 +24,7 @@ var SampleConfig string
 func Kind() outputs.Kind {
 	return outputs.Typed(outputs.TypedKind[Options]{
 		Kind:         "prometheus",
+		SinkKeys:     []string{"listen", "path"},
 		Exclusive:    true, // binds its listen address
 		OutOfProcess: true, // a network output: its own process (plugins.HostRegistry)
 		SampleConfig: SampleConfig,

@@ -14,6 +14,7 @@ import (
 func Kind() outputs.Kind {
 	return outputs.Typed(outputs.TypedKind[Options]{
 		Kind:          "stdout",
+		SinkKeys:      []string{}, // the process's stdout
 		SampleConfig:  SampleConfig,
 		ExampleActive: true, // the example config runs as is, printing to stdout
 		Parse: func(t *config.Table) Options {

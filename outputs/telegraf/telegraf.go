@@ -49,6 +49,7 @@ type Config struct {
 func Kind() outputs.Kind {
 	return outputs.Typed(outputs.TypedKind[Config]{
 		Kind:         "telegraf",
+		SinkKeys:     []string{"url", "listener", "database", "bucket"},
 		OutOfProcess: true, // a network output: its own process (plugins.HostRegistry)
 		SampleConfig: SampleConfig,
 		Parse:        Parse,
