@@ -96,7 +96,8 @@ type Agent struct {
 	buffers map[string]*buffer.Buffer    // by output name, for self-metrics
 	outputs map[string]record.Output     // by name: what the pump writes to, for self-metrics
 	// lateStart holds, by name, the engine's published samples when an
-	// output that started late was configured (its missed_not_started).
+	// output that started late was configured, less what earlier versions
+	// of its block missed (its missed_not_started: see startedLate).
 	lateStart map[string]uint64
 
 	retryKick chan struct{} // wakes the retry loop of outputs that could not start
@@ -449,7 +450,7 @@ func (a *Agent) Reload(cfg *appconfig.Config) error {
 	keep := map[string]bool{}
 	// Outputs that have not started stay with the retry loop, with their
 	// new block if it changed: the reload neither builds nor waits for them.
-	pending, notStarted := a.reloadPending(cfg, envChanged)
+	pending, notStarted := a.reloadPending(cfg, envChanged, a.publishedSamples())
 	for _, o := range cfg.Outputs {
 		if notStarted[o.Name] {
 			if p := pending[o.Name]; p.held != nil {

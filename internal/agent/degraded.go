@@ -44,6 +44,10 @@ type pendingOutput struct {
 	// published samples when the holding began (missed before it).
 	held   *heldOutput
 	heldAt uint64
+	// missedBefore is what the block's earlier versions missed (a reload
+	// changed it while it had not started): published0 is then the
+	// reload's.
+	missedBefore uint64
 }
 
 // missed returns the samples published while p's output had not started
@@ -52,8 +56,21 @@ func (p *pendingOutput) missed(published uint64) uint64 {
 	if p.held != nil {
 		published = p.heldAt
 	}
-	return published - min(published, p.published0)
+	return p.missedBefore + published - min(published, p.published0)
 }
+
+// startedLate records that p's output started, its pump attached when the
+// engine had published attachedAt samples (now for a pump attached now,
+// heldAt for a held block's, which ran since): from then on its
+// missed_not_started is what it missed until then, fixed. a.mu held.
+func (a *Agent) startedLate(p *pendingOutput) {
+	delete(a.pending, p.block.Name)
+	// healthEvents counts published - (lateStart + what the pump saw since
+	// it was attached): the samples published before the attachment, less
+	// lateStart, which makes that p.missed at the attachment.
+	a.lateStart[p.block.Name] = p.published0 - min(p.published0, p.missedBefore)
+}
+
 
 // heldOutput is the innermost output of a disk-buffered block whose
 // output could not be built: until set hands it the built output, Write
@@ -260,14 +277,13 @@ func (a *Agent) retry(ctx context.Context, p *pendingOutput) {
 	if err == nil {
 		b := built[0]
 		if err = a.eng.AddOutput(name, b.out, b.block.PumpOptions()); err == nil {
-			delete(a.pending, name)
+			a.startedLate(p)
 			a.running[name] = b.block
 			a.setBuffer(b)
-			a.lateStart[name] = p.published0
 			// What was published while it could not start never reaches
 			// it: counted (output_health missed_not_started).
 			a.log.Info("output started", "output", name, "failed_attempts", p.failures,
-				"samples_missed_meanwhile", published-min(published, p.published0))
+				"samples_missed_meanwhile", p.missed(published))
 			return
 		}
 		b.out.Close()
@@ -289,9 +305,9 @@ func (a *Agent) retryHeld(ctx context.Context, p *pendingOutput) {
 		return
 	}
 	if err == nil {
-		delete(a.pending, name)
+		a.startedLate(p)
 		a.log.Info("output started; what was held for it in its disk buffer is delivered now", "output", name,
-			"failed_attempts", p.failures)
+			"failed_attempts", p.failures, "samples_missed_before_holding", p.missed(0))
 		return
 	}
 	p.held.setErr(err)
@@ -326,7 +342,9 @@ func (a *Agent) kickRetry() {
 // its new block; a removed one is forgotten. It returns the new pending set
 // and the blocks it covers (the reload builds none of them itself). a.mu
 // held; nothing is changed until the caller commits the result.
-func (a *Agent) reloadPending(cfg *appconfig.Config, envChanged bool) (map[string]*pendingOutput, map[string]bool) {
+// published is the engine's published samples now: a changed block's
+// missed_not_started goes on from its old block's.
+func (a *Agent) reloadPending(cfg *appconfig.Config, envChanged bool, published uint64) (map[string]*pendingOutput, map[string]bool) {
 	next := map[string]*pendingOutput{}
 	covered := map[string]bool{}
 	for _, o := range cfg.Outputs {
@@ -339,8 +357,11 @@ func (a *Agent) reloadPending(cfg *appconfig.Config, envChanged bool) (map[strin
 			next[o.Name] = p
 			continue
 		}
+		// What the old block missed stays missed; its held buffer (if
+		// any) keeps what it held, replayed by the new block's. From now
+		// until the new block is held or started, samples are missed.
 		next[o.Name] = &pendingOutput{block: o, cfg: cfg, err: p.err, failures: p.failures,
-			delay: a.retryMin(), next: time.Now(), published0: p.published0}
+			delay: a.retryMin(), next: time.Now(), published0: published, missedBefore: p.missed(published)}
 	}
 	return next, covered
 }
