@@ -71,7 +71,6 @@ func (a *Agent) startedLate(p *pendingOutput) {
 	a.lateStart[p.block.Name] = p.published0 - min(p.published0, p.missedBefore)
 }
 
-
 // heldOutput is the innermost output of a disk-buffered block whose
 // output could not be built: until set hands it the built output, Write
 // refuses every batch as unavailable, so that the buffer keeps it (within
