@@ -129,3 +129,60 @@ func TestServerRestartJetStreamIntegration(t *testing.T) {
 			st.Stored, st.Acked, st.Duplicates, info.State.Msgs)
 	}
 }
+
+// A batch whose attempt stored one message and failed on another is
+// retried: the stored one is acknowledged again, as a duplicate, and
+// counted stored once; acked then exceeds what the stream holds, and stored
+// equals it. (TestNATSJetStreamRestartIntegration in internal/conservation
+// covers the other way they part: a message stored by an attempt given up
+// is first acknowledged to the retry, as a duplicate.)
+func TestStoredCountsAPartialAttemptOnceIntegration(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a nats-server")
+	}
+	s := natstest.Start(t)
+	ctx := context.Background()
+	js, err := jetstream.New(natstest.Connect(t, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The stream takes device 0's subjects only, at first.
+	str, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "PARTIAL", Subjects: []string{"p.node1.0.>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := natsout.DefaultConfig()
+	cfg.Encoding, cfg.GPU = natsout.EncodingProtobuf, "index"
+	cfg.Subject, cfg.EventSubject, cfg.SelfSubject = "p.{host}.{gpu}.{group}", "p.{host}.{gpu}.events", "p.{host}.self"
+	cfg.JetStream, cfg.Stream, cfg.AckTimeout = true, "PARTIAL", time.Second
+	out := newOutput(t, s, cfg, natsout.WithHost("node1"))
+	b := &record.Batch{Seq: 7, Devices: []record.Device{{Index: 0, UUID: "GPU-a"}, {Index: 1, UUID: "GPU-b"}},
+		Samples: []record.Sample{{TimeNS: 1, Value: 100, Device: 0, Metric: catalog.MetricPowerDraw},
+			{TimeNS: 1, Value: 200, Device: 1, Metric: catalog.MetricPowerDraw}}}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	err = out.Write(wctx, b)
+	cancel()
+	if err == nil {
+		t.Fatal("a Write with a subject no stream takes succeeded")
+	}
+	if st := out.Stats(); st.Acked != 1 || st.Stored != 1 {
+		t.Fatalf("after the partial attempt: %+v, want 1 acked and stored", st)
+	}
+	if _, err := js.UpdateStream(ctx, jetstream.StreamConfig{Name: "PARTIAL", Subjects: []string{"p.node1.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel = context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := out.Write(wctx, b); err != nil {
+		t.Fatalf("the retry: %v", err)
+	}
+	info, err := str.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := out.Stats()
+	if info.State.Msgs != 2 || st.Stored != 2 || st.Acked != 3 || st.Duplicates != 1 {
+		t.Errorf("stream holds %d messages; output: stored %d acked %d duplicates %d (want 2 stored, 3 acked, 1 duplicate)",
+			info.State.Msgs, st.Stored, st.Acked, st.Duplicates)
+	}
+}
