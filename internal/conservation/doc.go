@@ -40,4 +40,13 @@
 // outage (scripted time) and a kill -9 of gpusampler during it: influxd
 // must hold exactly the summaries the twin printed, one per device and
 // scripted window.
+//
+// TestNATSJetStreamRestartIntegration is the NATS cell: JetStream outputs
+// (memory and disk buffers, raw and aggregating) in the shared outputs
+// process and in process, while a real nats-server is killed for longer
+// than the host's call timeout and started again on its port and store.
+// Every sample (or summary) and event is in the stream exactly once; the
+// final stats (delivered samples, the output's stored messages) and the
+// final self-metrics count what the stream holds; the outage is counted
+// and no output is taken for wedged.
 package conservation

@@ -361,6 +361,22 @@ func checkNATSCell(t *testing.T, js jetstream.JetStream, c natsCell, witness []c
 			t.Errorf("final stats: delivered %d samples, the stream holds %d", st["delivered"], n)
 		}
 	}
+	// So do the final self-metrics (sent after the outputs' final flush of
+	// samples, before they close), as the witness received them.
+	var last *record.Event
+	for _, b := range witness {
+		for i, ev := range b.Events {
+			if ev.Kind == record.EventSelf && attrOf(ev, "scope") == "output" && attrOf(ev, "output") == c.name() &&
+				(last == nil || ev.StartNS >= last.StartNS) {
+				last = &b.Events[i]
+			}
+		}
+	}
+	if last == nil {
+		t.Errorf("no self-metrics of %s reached the witness", c.name())
+	} else if d := uint64(record.FieldValue(last.Fields, "delivered")); d != st["delivered"] {
+		t.Errorf("final self-metrics: delivered %d, the final stats %d", d, st["delivered"])
+	}
 	if st["delivered"] != st["published"] || st["failed"]+st["dropped"] != 0 {
 		t.Errorf("final stats: published %d delivered %d failed %d dropped %d: want every sample delivered",
 			st["published"], st["delivered"], st["failed"], st["dropped"])
@@ -449,4 +465,14 @@ func parseFinalStats(t *testing.T, text string) map[string]map[string]uint64 {
 		}
 	}
 	return out
+}
+
+// attrOf returns the value of ev's attribute key ("" when absent).
+func attrOf(ev record.Event, key string) string {
+	for _, a := range ev.Attrs {
+		if a.Key == key {
+			return a.Value
+		}
+	}
+	return ""
 }
