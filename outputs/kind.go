@@ -155,6 +155,17 @@ type Timeout struct {
 	D   time.Duration
 }
 
+// RequestTimeout is the deadline-budget step of a block whose request
+// timeout (d) is the value of key: that step when the block sets key, none
+// otherwise (a kind's default is cut short by the deadline each Write gets,
+// so only a value the user wrote can break the budget's nesting).
+func RequestTimeout(b *Block, key string, d time.Duration) KindTimeouts {
+	if _, set := b.Raw[key]; !set {
+		return KindTimeouts{}
+	}
+	return KindTimeouts{Request: Timeout{Key: key, D: d}}
+}
+
 // Deadlines is one output's deadline budget: each step is shorter than the
 // one before, so that a slow sink returns an error before any caller gives
 // up on it (see record.HopMargin).

@@ -16,6 +16,8 @@ import (
 	"github.com/gpusampler/gpusampler/outputs"
 	"github.com/gpusampler/gpusampler/outputs/influxdb"
 	"github.com/gpusampler/gpusampler/outputs/nats"
+	"github.com/gpusampler/gpusampler/outputs/opentelemetry"
+	"github.com/gpusampler/gpusampler/outputs/telegraf"
 	"github.com/gpusampler/gpusampler/plugins"
 	"github.com/gpusampler/gpusampler/record"
 	"github.com/gpusampler/gpusampler/sampler"
@@ -490,7 +492,7 @@ func TestCommonKeysAreTheBlockKeys(t *testing.T) {
 // deadline >= the sink's request timeout): a block that inverts it is
 // refused at the key that breaks the order, with its file and line.
 func TestDeadlineBudget(t *testing.T) {
-	reg := outputs.NewRegistry(influxdb.Kind(), nats.Kind(), plugins.Kind())
+	reg := outputs.NewRegistry(influxdb.Kind(), nats.Kind(), plugins.Kind(), opentelemetry.Kind(), telegraf.Kind())
 	parseReal := func(doc string) error {
 		_, err := appconfig.Parse("budget.toml", []byte(doc), appconfig.Options{Registry: reg})
 		return err
@@ -509,6 +511,12 @@ func TestDeadlineBudget(t *testing.T) {
 		{"default timeout cut by a short write_timeout", "[[outputs.influxdb]]\n  url = \"http://x:8086\"\n  database = \"gpu\"\n  write_timeout = \"2s\"\n", ""},
 		{"nats ack_timeout", "[[outputs.nats]]\n  jetstream = true\n  write_timeout = \"5s\"\n  ack_timeout = \"5s\"\n",
 			`budget.toml:4: outputs.nats[0].ack_timeout: 5s: longer than the 3.2s`},
+		{"nats ack_timeout unset", "[[outputs.nats]]\n  jetstream = true\n  write_timeout = \"5s\"\n", ""},
+		{"otel timeout past the output deadline", "[[outputs.opentelemetry]]\n  endpoint = \"http://x:4317\"\n  timeout = \"9s\"\n",
+			`budget.toml:3: outputs.opentelemetry[0].timeout: 9s: longer than the 8s`},
+		{"otel default timeout cut by a short write_timeout", "[[outputs.opentelemetry]]\n  endpoint = \"http://x:4317\"\n  write_timeout = \"2s\"\n", ""},
+		{"telegraf timeout past the output deadline", "[[outputs.telegraf]]\n  url = \"http://x:8186\"\n  timeout = \"9s\"\n",
+			`budget.toml:3: outputs.telegraf[0].timeout: 9s: longer than the 8s`},
 		{"plugin call_timeout within", plugin + "  call_timeout = \"9s\"\n", ""},
 		{"plugin call_timeout past write_timeout", plugin + "  call_timeout = \"10s\"\n",
 			`budget.toml:4: outputs.plugin[0].call_timeout: 10s: must be at most 9s, write_timeout 10s less its margin 1s`},

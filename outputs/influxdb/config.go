@@ -53,7 +53,7 @@ func Kind() outputs.Kind {
 		SampleConfig: SampleConfig,
 		Parse:        Parse,
 		Timeouts: func(o *outputs.Block, c Config) outputs.KindTimeouts {
-			return RequestTimeout(o, c.HTTP)
+			return outputs.RequestTimeout(o, "timeout", c.HTTP.Timeout)
 		},
 		Build: func(o *outputs.Block, c Config, env outputs.BuildEnv) (record.Output, error) {
 			opts, err := c.Options("influxdb", o.Name)
@@ -135,16 +135,6 @@ func ParseHTTP(t *config.Table) HTTPConfig {
 	t.Int("max_payload_bytes", &h.MaxPayloadBytes, 1<<10, 1<<30)
 	h.TLS = outputs.ParseTLSClient(t)
 	return h
-}
-
-// RequestTimeout is the deadline-budget step of a block with ParseHTTP's
-// keys: its timeout, when the block sets it. (The default, DefaultTimeout,
-// is also cut short by the deadline each Write gets.)
-func RequestTimeout(o *outputs.Block, h HTTPConfig) outputs.KindTimeouts {
-	if _, set := o.Raw["timeout"]; !set {
-		return outputs.KindTimeouts{}
-	}
-	return outputs.KindTimeouts{Request: outputs.Timeout{Key: "timeout", D: h.Timeout}}
 }
 
 // DefaultURL is the server an influxdb block without url or urls writes to.

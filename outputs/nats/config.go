@@ -283,10 +283,7 @@ func Kind() outputs.Kind {
 		SampleConfig: SampleConfig,
 		Parse:        Parse,
 		Timeouts: func(o *outputs.Block, c Config) outputs.KindTimeouts {
-			if _, set := o.Raw["ack_timeout"]; !set {
-				return outputs.KindTimeouts{}
-			}
-			return outputs.KindTimeouts{Request: outputs.Timeout{Key: "ack_timeout", D: c.AckTimeout}}
+			return outputs.RequestTimeout(o, "ack_timeout", c.AckTimeout)
 		},
 		Build: func(o *outputs.Block, c Config, env outputs.BuildEnv) (record.Output, error) {
 			// The agent names the file, line and output: no prefix of our own.

@@ -79,10 +79,7 @@ func Kind() outputs.Kind {
 		SummaryHistograms: SummaryHistograms,
 		Parse:             Parse,
 		Timeouts: func(o *outputs.Block, c Config) outputs.KindTimeouts {
-			if _, set := o.Raw["timeout"]; !set {
-				return outputs.KindTimeouts{}
-			}
-			return outputs.KindTimeouts{Request: outputs.Timeout{Key: "timeout", D: c.Timeout}}
+			return outputs.RequestTimeout(o, "timeout", c.Timeout)
 		},
 		Build: func(o *outputs.Block, c Config, env outputs.BuildEnv) (record.Output, error) {
 			opts, err := c.Options(o.Name)

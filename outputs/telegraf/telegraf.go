@@ -54,7 +54,7 @@ func Kind() outputs.Kind {
 		SampleConfig: SampleConfig,
 		Parse:        Parse,
 		Timeouts: func(o *outputs.Block, c Config) outputs.KindTimeouts {
-			return influxdb.RequestTimeout(o, c.HTTP)
+			return outputs.RequestTimeout(o, "timeout", c.HTTP.Timeout)
 		},
 		Build: func(o *outputs.Block, c Config, env outputs.BuildEnv) (record.Output, error) {
 			opts, err := c.Options(o.Name)
