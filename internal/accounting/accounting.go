@@ -486,20 +486,13 @@ func (a *Accountant) clockTo(d *device, t int64) {
 	if t <= d.clockNS {
 		return
 	}
-	for t0 := d.clockNS; t0 < t; {
-		i := d.stateIndex(t0)
-		end := t
-		if i+1 < len(d.states) && d.states[i+1].fromNS < end {
-			end = d.states[i+1].fromNS
-		}
-		dt := float64(end-t0) / 1e9
-		for _, sh := range d.states[i].shares(d.sh) {
-			ac := d.account(sh.owner, t0)
+	d.spans(d.clockNS, t, func(st *state, from int64, dt float64) {
+		for _, sh := range st.shares(d.sh) {
+			ac := d.account(sh.owner, from)
 			ac.AllocatedS += dt
 			ac.LostS += dt
 		}
-		t0 = end
-	}
+	})
 	d.clockNS = t
 	a.report(d, t)
 }
@@ -591,15 +584,9 @@ func (a *Accountant) utilSample(d *device, s *record.Sample) {
 		return // a gap: neither busy nor idle (lost shows on the power timeline)
 	}
 	point := s.Flags&record.FlagPointRead != 0
-	for t := t0; t < t1; {
-		i := d.stateIndex(t)
-		end := t1
-		if i+1 < len(d.states) && d.states[i+1].fromNS < end {
-			end = d.states[i+1].fromNS
-		}
-		dt := float64(end-t) / 1e9
-		for _, sh := range d.states[i].shares(d.sh) {
-			ac := d.account(sh.owner, t)
+	d.spans(t0, t1, func(st *state, from int64, dt float64) {
+		for _, sh := range st.shares(d.sh) {
+			ac := d.account(sh.owner, from)
 			if point {
 				ac.PointReadS += dt
 			}
@@ -609,6 +596,19 @@ func (a *Accountant) utilSample(d *device, s *record.Sample) {
 				ac.IdleAllocatedS += dt
 			}
 		}
+	})
+}
+
+// spans calls f for each part of [t0, t1) split at state changes: the
+// state in effect, the part's start and its length in seconds.
+func (d *device) spans(t0, t1 int64, f func(st *state, from int64, dt float64)) {
+	for t := t0; t < t1; {
+		i := d.stateIndex(t)
+		end := t1
+		if i+1 < len(d.states) && d.states[i+1].fromNS < end {
+			end = d.states[i+1].fromNS
+		}
+		f(&d.states[i], t, float64(end-t)/1e9)
 		t = end
 	}
 }
