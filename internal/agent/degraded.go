@@ -59,10 +59,10 @@ func (p *pendingOutput) missed(published uint64) uint64 {
 	return p.missedBefore + published - min(published, p.published0)
 }
 
-// startedLate records that p's output started, its pump attached when the
-// engine had published attachedAt samples (now for a pump attached now,
-// heldAt for a held block's, which ran since): from then on its
-// missed_not_started is what it missed until then, fixed. a.mu held.
+// startedLate records that p's output started, its pump attached now (a
+// retry's) or when it was held (a held block's pump ran since): from then
+// on its missed_not_started is what it missed before its pump was
+// attached, fixed. a.mu held.
 func (a *Agent) startedLate(p *pendingOutput) {
 	delete(a.pending, p.block.Name)
 	// healthEvents counts published - (lateStart + what the pump saw since
