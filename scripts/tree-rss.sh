@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tree-rss: memory of the process tree of `gpusampler run` on GPUS simulated
 # GPUs (default 8) with four network outputs (influxdb, nats, telegraf,
-# prometheus), each of which runs as a child process. The sinks are real:
+# prometheus; OUTPUTS names a subset), which run in one child process. The
+# sinks are real:
 # Debian's influxd (the influxdb output and the telegraf output, whose
 # influxdb_listener speaks the same /write API) and Debian's nats-server,
 # both on free loopback ports in a temp dir; prometheus is scraped once per
@@ -10,6 +11,7 @@
 #   scripts/tree-rss.sh                   # bin/gpusampler, 8 GPUs
 #   BIN=/tmp/other/gpusampler WARMUP=150 READINGS=10 scripts/tree-rss.sh
 #   RING_SIZE=16384 WARMUP=150 scripts/tree-rss.sh   # [sampler] ring_size
+#   GPUS=64 OUTPUTS=nats scripts/tree-rss.sh          # only these outputs
 #
 # After WARMUP seconds (default 20) it takes READINGS readings (default 5)
 # one INTERVAL (default 2 s) apart. Figures, per reading: RSS = sum of
@@ -24,7 +26,8 @@
 # compare runs with the same WARMUP, 150 or more for the steady state
 # (RING_SIZE sets ring_size, the default when empty). CPU is each
 # process's user+system time from the first reading to the last, in % of
-# one core. The run fails unless both influxdb databases received records.
+# one core. The run fails unless each influxdb database written to
+# (influxdb, telegraf) received records.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN="${BIN:-bin/gpusampler}"
@@ -33,6 +36,17 @@ WARMUP="${WARMUP:-20}"
 READINGS="${READINGS:-5}"
 INTERVAL="${INTERVAL:-2}"
 RING_SIZE="${RING_SIZE:-}"
+OUTPUTS="${OUTPUTS:-influxdb nats telegraf prometheus}"
+want() { [[ " $OUTPUTS " == *" $1 "* ]]; }
+for o in $OUTPUTS; do
+	case "$o" in
+	influxdb | nats | telegraf | prometheus) ;;
+	*)
+		echo "tree-rss: unknown output $o in OUTPUTS (influxdb nats telegraf prometheus)" >&2
+		exit 1
+		;;
+	esac
+done
 for b in influxd nats-server python3; do
 	command -v "$b" >/dev/null || {
 		echo "tree-rss: $b not found (Debian packages influxdb, nats-server, python3; .ci/run installs them)" >&2
@@ -102,21 +116,19 @@ cat >"$tmp/gpusampler.toml" <<EOF
   backend = "sim"
   gpus = $GPUS
 ${RING_SIZE:+  ring_size = $RING_SIZE}
-
-[[outputs.influxdb]]
-  url = "http://127.0.0.1:$influx_http"
-  database = "gpusampler"
-
-[[outputs.nats]]
-  servers = ["nats://127.0.0.1:$nats_port"]
-
-[[outputs.telegraf]]
-  url = "http://127.0.0.1:$influx_http"
-  database = "telegraf"
-
-[[outputs.prometheus]]
-  listen = "127.0.0.1:$prom_port"
 EOF
+if want influxdb; then
+	printf '\n[[outputs.influxdb]]\n  url = "http://127.0.0.1:%s"\n  database = "gpusampler"\n' "$influx_http" >>"$tmp/gpusampler.toml"
+fi
+if want nats; then
+	printf '\n[[outputs.nats]]\n  servers = ["nats://127.0.0.1:%s"]\n' "$nats_port" >>"$tmp/gpusampler.toml"
+fi
+if want telegraf; then
+	printf '\n[[outputs.telegraf]]\n  url = "http://127.0.0.1:%s"\n  database = "telegraf"\n' "$influx_http" >>"$tmp/gpusampler.toml"
+fi
+if want prometheus; then
+	printf '\n[[outputs.prometheus]]\n  listen = "127.0.0.1:%s"\n' "$prom_port" >>"$tmp/gpusampler.toml"
+fi
 "$BIN" run --config "$tmp/gpusampler.toml" --log-level warn >"$tmp/run.out" 2>"$tmp/run.err" &
 root=$!
 pids=("$root" "${pids[@]}")
@@ -144,7 +156,7 @@ for i in $(seq "$READINGS"); do
 		cat "$tmp/run.err" >&2
 		exit 1
 	}
-	http "http://127.0.0.1:$prom_port/metrics"
+	if want prometheus; then http "http://127.0.0.1:$prom_port/metrics"; fi
 	rss=0 pss=0 table=""
 	secs="$(awk -v t0="$t0" -v t1="$(date +%s.%N)" 'BEGIN { print t1 - t0 }')"
 	for p in $(descendants "$root"); do
@@ -161,13 +173,16 @@ for i in $(seq "$READINGS"); do
 	[ "$pss" -gt "$max_pss" ] && max_pss=$pss
 	[ "$i" -lt "$READINGS" ] && sleep "$INTERVAL"
 done
-# The outputs delivered: both databases hold gpusampler's measurement.
-for db in gpusampler telegraf; do
+# The outputs delivered: each database written to holds gpusampler's measurement.
+dbs=""
+if want influxdb; then dbs+=" gpusampler"; fi
+if want telegraf; then dbs+=" telegraf"; fi
+for db in $dbs; do
 	python3 -c 'import sys, urllib.request as u, urllib.parse as q
 r = u.urlopen("http://127.0.0.1:%s/query?%s" % (sys.argv[1], q.urlencode({"db": sys.argv[2], "q": "SHOW MEASUREMENTS"})), timeout=5).read().decode()
 sys.exit(0 if "nvidia_smi" in r else "tree-rss: nothing reached influxdb database %s: %s" % (sys.argv[2], r))' "$influx_http" "$db"
 done
-echo "gpusampler run, $GPUS simulated GPUs, outputs influxdb nats telegraf prometheus ($BIN, $(stat -c %s "$BIN") bytes)"
+echo "gpusampler run, $GPUS simulated GPUs, outputs $OUTPUTS ($BIN, $(stat -c %s "$BIN") bytes)"
 printf '%s' "$table"
 printf 'tree RSS %s MiB (max of %d readings %s MiB)\n' "$(mib "$rss")" "$READINGS" "$(mib "$max_rss")"
 printf 'tree PSS %s MiB (max of %d readings %s MiB)\n' "$(mib "$pss")" "$READINGS" "$(mib "$max_pss")"
