@@ -130,6 +130,28 @@ type env struct {
 	// accounting turns [attribution] accounting on (job and job_end
 	// records, package internal/accounting), reporting every second.
 	accounting bool
+	// stats, when set, takes the agent's stats reports (StatsWriter),
+	// the final one included.
+	stats *lockedBuffer
+}
+
+// lockedBuffer is a bytes.Buffer safe for a writer and a reader in
+// different goroutines.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // tail follows one record file: each poll parses only the complete lines
@@ -347,6 +369,9 @@ func (e *env) start(src *conservation.Script) *running {
 	opts := agent.Options{Registry: registry(), Hostname: "matrix", Logger: log}
 	if e.stdout != nil {
 		opts.Stdout = e.stdout
+	}
+	if e.stats != nil {
+		opts.StatsWriter = e.stats
 	}
 	a, err := agent.New(src, cfg, opts)
 	if err != nil {

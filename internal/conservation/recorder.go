@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/gpusampler/gpusampler/config"
 	"github.com/gpusampler/gpusampler/outputs"
@@ -76,6 +77,11 @@ type Recorder struct {
 	poison  *poisonKey
 	poisons int // how many batches were poisoned (at most one)
 	line    []byte
+	// batches and records count what the sink took: the ok lines written
+	// and the records (devices, samples, summaries, events) in them.
+	// Atomic, not under mu: a Write that blocks (wedge, slow) holds mu, and
+	// the health probe that reads them must still answer.
+	batches, records atomic.Uint64
 }
 
 type poisonKey struct {
@@ -166,7 +172,25 @@ func (r *Recorder) Write(ctx context.Context, b *record.Batch) error {
 	if _, werr := r.f.Write(r.line); werr != nil {
 		return fmt.Errorf("recorder: %w", werr)
 	}
+	if rec.State == StateOK {
+		r.records.Add(uint64(len(b.Devices) + len(b.Samples) + len(b.Summaries) + len(b.Events)))
+		r.batches.Add(1)
+	}
 	return err
+}
+
+// Counter names the Recorder reports (record.StatsReporter): the batches
+// its sink took (ok lines written) and the records in them.
+const (
+	FieldRecordedBatches = "recorded_batches"
+	FieldRecordedRecords = "recorded_records"
+)
+
+// ReportStats implements record.StatsReporter: recorded_batches and
+// recorded_records, what the sink holds as taken (ok lines), so that a
+// test can hold an output's own final counters against its sink.
+func (r *Recorder) ReportStats(dst []record.Field) []record.Field {
+	return append(dst, record.IntField(FieldRecordedBatches, r.batches.Load()), record.IntField(FieldRecordedRecords, r.records.Load()))
 }
 
 // Close closes the record file. A second Close returns nil.

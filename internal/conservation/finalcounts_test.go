@@ -1,0 +1,112 @@
+package conservation_test
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/gpusampler/gpusampler/internal/conservation"
+)
+
+// finalCounts: after a clean stop, the counters the final stats report
+// for each cell equal what its sink holds. The recorder's own counters
+// (recorded_batches, recorded_records: for a plugin cell read over the
+// plugin boundary, the final Health answer after its Close) must equal the
+// ok batches and their records in the record file, the final flush
+// included; a raw cell's engine counter "delivered" must equal the samples
+// in it. A phase with the sinks down comes first, so that the refused
+// writes (down lines) must not be counted as taken.
+var finalCounts = scenario{name: "finalcounts",
+	about: "a phase, the sinks down for a phase, up again, a phase, stop: the final stats' counters of each cell equal what its sink holds",
+	run: func(t *testing.T, e *env) result {
+		e.stats = &lockedBuffer{}
+		r := e.start(newScript())
+		r.phase()
+		r.settle(nil)
+		e.setControl(nil, conservation.ControlDown)
+		r.phase()
+		r.awaitDown(2)
+		e.setControl(nil)
+		r.phase()
+		r.settle(nil)
+		res := finish(t, e, r)
+		final := finalStats(e.stats.String())
+		if final == nil {
+			t.Fatalf("no final stats report:\n%s", e.stats.String())
+		}
+		for _, c := range e.cells {
+			n := c.name()
+			bs, _, err := conservation.ReadFile(e.recordFile(n, e.run))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var batches, records, samples uint64
+			for _, b := range bs {
+				if b.State != conservation.StateOK {
+					continue
+				}
+				batches++
+				records += uint64(len(b.Devices) + len(b.Samples) + len(b.Summaries) + len(b.Events))
+				samples += uint64(len(b.Samples))
+			}
+			got, ok := final[n]
+			if !ok {
+				res.problems[n] = append(res.problems[n], "not in the final stats report")
+				continue
+			}
+			want := map[string]uint64{conservation.FieldRecordedBatches: batches, conservation.FieldRecordedRecords: records}
+			if c.mode == "raw" {
+				want["delivered"] = samples
+			}
+			for k, v := range want {
+				if got[k] != v {
+					res.problems[n] = append(res.problems[n], fmt.Sprintf("final stats report %s %d, the sink holds %d", k, got[k], v))
+				}
+			}
+			res.rows = append(res.rows, fmt.Sprintf("%-10s %-20s final %s=%d %s=%d delivered=%d; sink %d batches %d records %d samples",
+				"finalcounts", n, conservation.FieldRecordedBatches, got[conservation.FieldRecordedBatches],
+				conservation.FieldRecordedRecords, got[conservation.FieldRecordedRecords], got["delivered"], batches, records, samples))
+		}
+		return res
+	},
+	check: noDropsCheck("across an outage the buffers and pumps should ride out")}
+
+// finalStats parses the agent's final stats report (the text after the
+// last "gpusampler final stats:") into each output's counters: the
+// engine's (published, delivered, ...) from its "output NAME" line and
+// the output's own key=value counters from the lines under it. A counter
+// that is zero is not printed, and reads as zero. It returns nil when
+// there is no final report.
+func finalStats(text string) map[string]map[string]uint64 {
+	i := strings.LastIndex(text, "gpusampler final stats:")
+	if i < 0 {
+		return nil
+	}
+	out := map[string]map[string]uint64{}
+	var cur map[string]uint64
+	for line := range strings.SplitSeq(text[i:], "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) >= 2 && f[0] == "output" && strings.HasPrefix(line, "  output "):
+			cur = map[string]uint64{}
+			out[f[1]] = cur
+			for j := 2; j+1 < len(f); j += 2 {
+				if v, err := strconv.ParseUint(f[j+1], 10, 64); err == nil {
+					cur[f[j]] = v
+				}
+			}
+		case strings.HasPrefix(line, "  gpu "):
+			cur = nil
+		case cur != nil && strings.HasPrefix(line, strings.Repeat(" ", 22)):
+			for _, kv := range f {
+				if k, v, ok := strings.Cut(kv, "="); ok {
+					if n, err := strconv.ParseUint(v, 10, 64); err == nil {
+						cur[k] = n
+					}
+				}
+			}
+		}
+	}
+	return out
+}
