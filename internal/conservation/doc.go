@@ -9,7 +9,8 @@
 //     and one poll's worth of processes.
 //   - Recorder, an Output that appends every batch it receives, whole, as
 //     one JSON line to a file, and that a control file can turn down
-//     (retryable errors) or make refuse one batch permanently. The "record"
+//     (retryable errors) or make refuse one batch permanently, and that
+//     reports what its sink took (recorded_batches, recorded_records). The "record"
 //     output kind (RecordKind) builds it in process; served out of process
 //     by cmd recordplugin it is the same code behind the real plugin client.
 //
@@ -27,7 +28,12 @@
 // (unchanged, changed outputs, changed [sampler], broken config); restart
 // (disk buffers replayed by a new agent); lapped (small rings, sinks down:
 // ring drops); kill9 (gpusampler SIGKILLed with data queued on disk, then
-// started again); stdoutstall (a stdout reader that stops reading). For
+// started again); stdoutstall (a stdout reader that stops reading); finalcounts (after a
+// stop, the final stats' counters of each cell, the recorder's own
+// recorded_batches and recorded_records read over the plugin boundary
+// included, equal what its sink holds); finalself (the final self-metrics,
+// in each cell's own sink, count what it took before them, the final flush
+// included). For
 // each cell it compares what the sink received with what the witness
 // received, record by record and field by field (aggregate cells: with
 // the summaries of the witness's samples), and the records missing with

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/gpusampler/gpusampler/internal/conservation"
+	"github.com/gpusampler/gpusampler/record"
 )
 
 // finalCounts: after a clean stop, the counters the final stats report
@@ -109,4 +110,86 @@ func finalStats(text string) map[string]map[string]uint64 {
 		}
 	}
 	return out
+}
+
+// finalSelf: the final self-metrics (emitted after every output's final
+// flush, before the events emitted then are flushed) report, for each
+// cell, the output's own counters as its sink held them then: the
+// recorder's recorded_batches and recorded_records in the cell's last
+// output_detail self-metrics event equal the ok batches, and their
+// records, that the sink took before the batch carrying that event.
+var finalSelf = scenario{name: "finalself",
+	about: "three phases held by the cells (flush_interval 10m), stop: each cell's last output_detail self-metrics event, in its own sink, counts what the sink took before it (the final flush included)",
+	run: func(t *testing.T, e *env) result {
+		// The cells flush only when stopped: the final flush carries
+		// every sample, and the final self-metrics must count it.
+		e.flush = "10m"
+		r := e.start(newScript())
+		for range 3 {
+			r.phase()
+		}
+		res := finish(t, e, r)
+		for _, c := range e.cells {
+			n := c.name()
+			bs, _, err := conservation.ReadFile(e.recordFile(n, e.run))
+			if err != nil {
+				t.Fatal(err)
+			}
+			// the cell's last output_detail event, and what the sink
+			// took before its batch
+			var last *record.Event
+			var before, beforeRecords, batches, records uint64
+			// data (samples, summaries) the sink took in or after the
+			// batch carrying the last output_detail event: the final
+			// flush came after the final self-metrics
+			var dataAfter int
+			for _, b := range bs {
+				if b.State != conservation.StateOK {
+					continue
+				}
+				for i, ev := range b.Events {
+					if ev.Kind == record.EventSelf && attrOf(ev, "scope") == "output_detail" && attrOf(ev, "output") == n &&
+						(last == nil || ev.StartNS >= last.StartNS) {
+						last = &b.Events[i]
+						before, beforeRecords = batches, records
+						dataAfter = 0
+					}
+				}
+				if last != nil {
+					dataAfter += len(b.Samples) + len(b.Summaries)
+				}
+				batches++
+				records += uint64(len(b.Devices) + len(b.Samples) + len(b.Summaries) + len(b.Events))
+			}
+			if last == nil {
+				res.problems[n] = append(res.problems[n], "no output_detail self-metrics event reached the sink")
+				continue
+			}
+			got := map[string]uint64{}
+			for _, f := range last.Fields {
+				got[f.Key] = uint64(f.Value)
+			}
+			if got[conservation.FieldRecordedBatches] != before || got[conservation.FieldRecordedRecords] != beforeRecords {
+				res.problems[n] = append(res.problems[n], fmt.Sprintf("the final self-metrics report %s %d %s %d, the sink had taken %d batches, %d records before them (%d batches in all)",
+					conservation.FieldRecordedBatches, got[conservation.FieldRecordedBatches], conservation.FieldRecordedRecords,
+					got[conservation.FieldRecordedRecords], before, beforeRecords, batches))
+			}
+			if dataAfter > 0 {
+				res.problems[n] = append(res.problems[n], fmt.Sprintf("%d samples or summaries reached the sink with or after the final self-metrics: they do not count the final flush", dataAfter))
+			}
+			res.rows = append(res.rows, fmt.Sprintf("%-10s %-20s final self-metrics %s=%d %s=%d; sink before them %d batches %d records",
+				"finalself", n, conservation.FieldRecordedBatches, got[conservation.FieldRecordedBatches],
+				conservation.FieldRecordedRecords, got[conservation.FieldRecordedRecords], before, beforeRecords))
+		}
+		return res
+	},
+	check: noDropsCheck("without a fault")}
+
+func attrOf(ev record.Event, key string) string {
+	for _, a := range ev.Attrs {
+		if a.Key == key {
+			return a.Value
+		}
+	}
+	return ""
 }
