@@ -202,6 +202,10 @@ type Client struct {
 	closed  bool
 	devices []record.Device // identities known to the last connection
 	remote  []record.Field  // the plugin output's counters, from its newest Health answer
+	// probes numbers the health probes as they start (watch, Finish);
+	// remoteProbe is the probe whose answer remote holds, so that an
+	// answer to an older probe that arrives late does not replace it.
+	probes, remoteProbe uint64
 	// base sums the counters (Int fields) of the output's earlier
 	// processes, so that what ReportStats reports is cumulative across
 	// restarts; baseKeys keeps their order.
@@ -541,6 +545,51 @@ func (c *Client) Close() error {
 	return nil
 }
 
+// Finish implements record.Finisher: it reads the plugin output's own
+// counters now (a health probe, bounded by HealthTimeout and ctx), so that
+// ReportStats counts every batch the plugin took, the final flush's
+// included, instead of as of the last periodic probe (up to one
+// health_interval old). A plugin that is not running keeps the counters of
+// its last answer.
+func (c *Client) Finish(ctx context.Context) error {
+	c.mu.Lock()
+	cn := c.cur
+	if c.closed || cn == nil {
+		c.mu.Unlock()
+		return fmt.Errorf("plugin %s: not running: its counters are as of its last health answer", c.opts.Name)
+	}
+	c.mu.Unlock()
+	probe := c.startProbe()
+	hctx, cancel := context.WithTimeout(ctx, c.opts.HealthTimeout)
+	defer cancel()
+	stats, err := cn.rc.HealthStats(hctx)
+	if err != nil && !errors.Is(err, rpc.ErrNotHealthy) {
+		return fmt.Errorf("plugin %s: read its counters: %w", c.opts.Name, err)
+	}
+	c.mu.Lock()
+	if c.cur == cn { // not replaced meanwhile (its counters folded into base)
+		c.setRemote(probe, stats)
+	}
+	c.mu.Unlock()
+	return nil
+}
+
+// startProbe numbers a health probe about to be sent.
+func (c *Client) startProbe() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.probes++
+	return c.probes
+}
+
+// setRemote keeps the counters of probe's answer unless a later probe's
+// answer is kept already. The caller holds c.mu.
+func (c *Client) setRemote(probe uint64, stats []record.Field) {
+	if probe > c.remoteProbe {
+		c.remote, c.remoteProbe = stats, probe
+	}
+}
+
 // Stats returns the supervision counters.
 func (c *Client) Stats() Stats {
 	s := Stats{Starts: c.starts.Load(), Crashes: c.crashes.Load(), Wedges: c.wedges.Load(), MemoryRestarts: c.memory.Load(),
@@ -563,7 +612,8 @@ func (c *Client) Stats() Stats {
 // plugin_memory_restarts, plugin_last_restart_ns, plugin_start_failures, plugin_failing: 1
 // during a crash storm, and plugin_log_dropped) followed by the counters the plugin's output
 // reported with its newest Health answer (at most one health interval
-// old; after Close, the final ones, read once the output has closed).
+// old; after Finish, read after the final flush; after Close, the final
+// ones, read once the output has closed).
 // Those counters are cumulative across restarts: each process's last
 // reported counters are added to what the new one reports (what a crashed
 // process counted after its last answer is not known); a gauge
@@ -767,12 +817,13 @@ func (c *Client) watch(cn *conn) bool {
 				return true
 			}
 		}
+		probe := c.startProbe()
 		ctx, cancel := context.WithTimeout(context.Background(), c.opts.HealthTimeout)
 		stats, err := cn.rc.HealthStats(ctx)
 		cancel()
 		if err == nil || errors.Is(err, rpc.ErrNotHealthy) {
 			c.mu.Lock()
-			c.remote = stats
+			c.setRemote(probe, stats)
 			c.mu.Unlock()
 		}
 		switch {

@@ -101,6 +101,32 @@ type Absorber interface {
 	Absorb(samples []Sample)
 }
 
+// Finisher is implemented by an output that, once Write has returned,
+// still holds what it was handed (a buffer's queue, an aggregate's open
+// windows) or whose own counters lag behind its sink (a plugin's, which
+// reach the host with its health answers). At shutdown, after the pump's
+// final Write of samples and before the final statistics are read, the
+// pump calls Finish: the output hands on what it holds, as far as its sink
+// takes it now (one delivery attempt, no waiting out a backoff), and brings
+// its counters (StatsReporter) up to date, so that the final statistics
+// count what the sink took. Finish returns when that is done or ctx ends,
+// whichever comes first; an error only says it did not complete. Writes
+// (the final events) and Close follow it. Finish is called from the pump's
+// goroutine, never concurrently with Write or Close. Wrappers finish
+// their own part, then the output they wrap (Finish below).
+type Finisher interface {
+	Finish(ctx context.Context) error
+}
+
+// Finish calls out's Finish when it is a Finisher; otherwise it returns
+// nil (nothing to finish: what Write took has gone on).
+func Finish(ctx context.Context, out Output) error {
+	if f, ok := out.(Finisher); ok {
+		return f.Finish(ctx)
+	}
+	return nil
+}
+
 // StatsReporter is implemented by outputs that keep counters of their own
 // beyond the pump's accounting (sampler.OutputStats): HTTP requests, retries and
 // rejected points of an InfluxDB writer, NATS messages and acks, a plugin's

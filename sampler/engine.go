@@ -129,9 +129,12 @@ type Config struct {
 	Observer Observer
 	// AfterFinalFlush, when set, is called once by Run after the device
 	// loops have stopped and every output has flushed (or been given up
-	// on) the samples published for it, before the outputs close: Stats
-	// then count the final flush, and the events it emits (Engine.Emit)
-	// are flushed to every output before its Close. The agent sends its
+	// on) the samples published for it and finished (record.Finisher:
+	// handed on what its wrappers held, refreshed its own counters),
+	// before the outputs close: Stats and the outputs' own counters
+	// (record.StatsReporter) then count the final flush, and the events
+	// it emits (Engine.Emit) are flushed to every output before its
+	// Close. The agent sends its
 	// final self-metrics from it.
 	AfterFinalFlush func()
 	// RingSize is the per-device ring capacity in samples (each output's
@@ -650,9 +653,14 @@ func (e *Engine) Run(ctx context.Context) error {
 	e.closing = true // no output is added from here on: every pump is stopped below
 	pumps := slices.Clone(e.pumps)
 	hook := e.cfg.AfterFinalFlush
+	// finishCtx ends when the barrier stops waiting for the final flush:
+	// an output still finishing then (record.Finisher) is not waited for.
+	finishCtx, endFinish := context.WithCancel(pumpCtx)
+	defer endFinish()
 	for _, p := range pumps {
 		if hook != nil {
 			p.barrier, p.drained = make(chan struct{}), make(chan struct{})
+			p.finishCtx = finishCtx
 		}
 		p.stop()
 	}
@@ -668,15 +676,19 @@ func (e *Engine) Run(ctx context.Context) error {
 		errs = e.waitPumps(pumps, t)
 		t.Stop()
 	} else {
-		// The barrier: every output's samples flushed first, then the
-		// final statistics read (they count that flush), then their
-		// events flushed and the outputs closed. An output stuck in the
-		// first part (three quarters of the budget) does not keep the
-		// others from the second (the rest, at least a quarter).
+		// The barrier: every output's samples flushed first, and what
+		// its wrappers still held handed on and its own counters brought
+		// up to date (record.Finisher: a buffer's queue, an aggregate's
+		// open windows, a plugin's counters), then the final statistics
+		// read (they count that flush), then their events flushed and
+		// the outputs closed. An output stuck in the first part (three
+		// quarters of the budget) does not keep the others from the
+		// second (the rest, at least a quarter).
 		start := time.Now()
 		t := e.cfg.Clock.NewTimer(budget * 3 / 4)
 		e.waitDrained(pumps, t)
 		t.Stop()
+		endFinish()
 		for _, p := range pumps {
 			p.refresh()
 		}

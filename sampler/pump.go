@@ -109,6 +109,9 @@ type pump struct {
 	// drained) and its last events' flush and Close (once barrier is
 	// closed).
 	barrier, drained chan struct{}
+	// finishCtx, set with barrier, bounds the output's Finish
+	// (record.Finisher) between the final flush and drained.
+	finishCtx context.Context
 	// wgDone releases the engine's wait for this pump: when it ends, or
 	// when it is given up after a removal.
 	wgDone   sync.Once
@@ -238,6 +241,7 @@ func (p *pump) run(ctx context.Context) {
 			}
 			p.abandon()
 			if p.barrier != nil {
+				p.finish()
 				close(p.drained)
 				<-p.barrier
 				p.flushAll(ctx) // the events emitted at the barrier (final self-metrics)
@@ -248,6 +252,23 @@ func (p *pump) run(ctx context.Context) {
 		case <-t.C:
 			p.flushAll(ctx)
 		}
+	}
+}
+
+// finish lets the output hand on what it still holds and bring its own
+// counters up to date (record.Finisher) before the final statistics are
+// read: within WriteTimeout, and only as long as the engine waits for the
+// final flush (finishCtx). What it could not hand on, its Close still
+// tries to.
+func (p *pump) finish() {
+	if p.gaveUp.Load() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(p.finishCtx, p.opts.WriteTimeout)
+	defer cancel()
+	if err := record.Finish(ctx, p.out); err != nil {
+		p.e.log.Debug("output did not finish handing on what it holds before the final statistics; its close goes on trying",
+			"output", p.name, "err", err)
 	}
 }
 

@@ -129,6 +129,15 @@ func (h *heldOutput) Close() error {
 	return nil
 }
 
+// Finish passes on to the started output (record.Finisher); an output
+// not started has nothing to finish.
+func (h *heldOutput) Finish(ctx context.Context) error {
+	if out, _ := h.current(); out != nil {
+		return record.Finish(ctx, out)
+	}
+	return nil
+}
+
 // ReportStats passes on the started output's counters.
 func (h *heldOutput) ReportStats(dst []record.Field) []record.Field {
 	if out, _ := h.current(); out != nil {

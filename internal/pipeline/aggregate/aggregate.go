@@ -8,7 +8,8 @@
 // Windows close per (device, metric) when a sample of that series arrives
 // at or after the window's end (each series arrives in timestamp order), or
 // when the wall clock passes the window's end by MaxDelay (a series that
-// went quiet), or on Close. A sample for a window already emitted is late:
+// went quiet), or at shutdown: Finish (after the pump's final flush, so
+// that the final statistics count them) or Close. A sample for a window already emitted is late:
 // it is counted (Stats) and not emitted, never merged into another window.
 //
 // Device identities and events pass through unchanged, in the same Write.
@@ -36,7 +37,7 @@
 // were taken (into those summaries), so the pump does not count them as
 // failed as well. A pump that stops while it holds a refused batch hands
 // the wrapper the samples it had not offered yet (Absorb): their windows
-// are emitted at Close with the rest, or counted as dropped.
+// are emitted at Finish or Close with the rest, or counted as dropped.
 //
 // In front of an output that keeps what it took across restarts (a disk
 // buffer), Options.Journal keeps the open windows across a process crash
@@ -432,6 +433,26 @@ func (o *Output) emit(ctx context.Context, devs []record.Device, evs []record.Ev
 	clear(ob.Events)
 	ob.Reset()
 	return err
+}
+
+// Finish implements record.Finisher: at shutdown, after the pump's final
+// flush, it emits every open window (no sample for them comes any more),
+// so that the final statistics count their summaries, then finishes the
+// inner output. Summaries the inner output refuses as unavailable are
+// kept for Close to offer once more. Samples written after Finish open
+// windows of their own, emitted at Close.
+func (o *Output) Finish(ctx context.Context) error {
+	if o.done {
+		return record.ErrClosed
+	}
+	for k, sr := range o.series {
+		o.closeWindows(k, sr, len(sr.open))
+	}
+	var err error
+	if werr := o.emit(ctx, nil, nil); werr != nil {
+		err = fmt.Errorf("aggregate: final windows: %w", werr)
+	}
+	return errors.Join(err, record.Finish(ctx, o.inner))
 }
 
 // Close emits every open window, then closes the inner output. A second

@@ -149,6 +149,16 @@ type Buffer struct {
 	// writing is set while the delivery goroutine is inside the output's
 	// Write (or about to call it).
 	writing atomic.Bool
+	// The delivery goroutine's state, for Finish (under stateMu): idle
+	// while it waits with nothing queued, backingOff while it waits to
+	// retry a refused batch (or a failed read); stateCh is closed, and
+	// replaced, each time one of them is set.
+	stateMu          sync.Mutex
+	idle, backingOff bool
+	stateCh          chan struct{}
+	// finishSpent is how long Finish waited for the final delivery (under
+	// mu): Close keeps delivering for what is left of CloseTimeout.
+	finishSpent time.Duration
 
 	// Owned by the delivery goroutine.
 	decMsg recordpb.Batch
@@ -216,6 +226,7 @@ func New(out record.Output, cfg Config, opts ...Option) (*Buffer, error) {
 	}
 	b := &Buffer{out: out, cfg: cfg, opts: o, log: o.log.With("buffer", cfg.Kind),
 		wake: make(chan struct{}, 1), draining: make(chan struct{}), done: make(chan struct{}), rnd: o.rand,
+		stateCh: make(chan struct{}),
 		idents: map[int]record.Device{}, capIdents: map[int]record.Device{}, sent: map[int]record.Device{},
 		known: [2]map[int]record.Device{{}, {}}}
 	switch cfg.Kind {
@@ -350,7 +361,10 @@ func (b *Buffer) run() {
 				b.lastIOLog = now
 				b.log.Error("buffer read failed; retrying", "err", err)
 			}
-			if b.opts.sleep(b.ctx, b.backoff(ioErrs)) != nil {
+			b.setState(&b.backingOff, true)
+			err := b.opts.sleep(b.ctx, b.backoff(ioErrs))
+			b.setState(&b.backingOff, false)
+			if err != nil {
 				return
 			}
 			ioErrs++
@@ -364,6 +378,7 @@ func (b *Buffer) run() {
 			if draining {
 				return // looked again after Close: nothing left
 			}
+			b.setState(&b.idle, true)
 			select {
 			case <-b.wake:
 			case <-b.draining:
@@ -373,6 +388,7 @@ func (b *Buffer) run() {
 			case <-b.ctx.Done():
 				return
 			}
+			b.setState(&b.idle, false)
 			continue
 		}
 		b.deliver(e, &batch)
@@ -464,8 +480,72 @@ func (b *Buffer) deliver(e entry, batch *record.Batch) {
 			// The sink said when to come back (Retry-After, RetryInfo).
 			wait = max(wait, min(hint, record.MaxRetryAfter))
 		}
-		if b.opts.sleep(b.retryCtx, wait) != nil {
+		b.setState(&b.backingOff, true)
+		err = b.opts.sleep(b.retryCtx, wait)
+		b.setState(&b.backingOff, false)
+		if err != nil {
 			return
+		}
+	}
+}
+
+// setState sets one of the delivery goroutine's states (idle, backingOff)
+// and, when it is set true, wakes Finish.
+func (b *Buffer) setState(flag *bool, v bool) {
+	b.stateMu.Lock()
+	defer b.stateMu.Unlock()
+	*flag = v
+	if v {
+		close(b.stateCh)
+		b.stateCh = make(chan struct{})
+	}
+}
+
+// Finish implements record.Finisher: at shutdown, after the pump's final
+// Write, it waits for the delivery goroutine to have delivered everything
+// queued (then finishes the wrapped output: a plugin's counters refreshed),
+// or to have had a batch refused (it is kept, and Close offers it again
+// after the backoff), or for ctx to end, and at most CloseTimeout: so that
+// the final statistics count what the sink took. The time it waited comes
+// off Close's CloseTimeout, so a stop takes no longer than without it.
+func (b *Buffer) Finish(ctx context.Context) error {
+	b.mu.Lock()
+	closed, left := b.closed, b.cfg.CloseTimeout-b.finishSpent
+	b.mu.Unlock()
+	if closed {
+		return record.ErrClosed
+	}
+	start := time.Now()
+	defer func() {
+		b.mu.Lock()
+		b.finishSpent += time.Since(start)
+		b.mu.Unlock()
+	}()
+	t := time.NewTimer(max(left, 0))
+	defer t.Stop()
+	for {
+		// The queue first: an entry stays counted until it is resolved,
+		// and idle is set only after the goroutine found nothing more.
+		empty := b.q.stats().batches == 0
+		b.stateMu.Lock()
+		idle, backingOff, changed := b.idle, b.backingOff, b.stateCh
+		b.stateMu.Unlock()
+		switch {
+		case empty && idle:
+			// Nothing is queued and the goroutine waits: the wrapped
+			// output is not written to while it finishes.
+			return record.Finish(ctx, b.out)
+		case backingOff:
+			return errors.New("buffer: the output refused a batch at the final delivery; it stays queued for close")
+		}
+		select {
+		case <-changed:
+		case <-b.done:
+			return errors.New("buffer: delivery ended before the queue was delivered")
+		case <-ctx.Done():
+			return fmt.Errorf("buffer: final delivery: %w", ctx.Err())
+		case <-t.C:
+			return fmt.Errorf("buffer: final delivery not done within close_timeout %v; it goes on at close", b.cfg.CloseTimeout)
 		}
 	}
 }
@@ -694,7 +774,8 @@ func (b *Buffer) adopt(es []entry, idents map[int]record.Device) {
 }
 
 // Close stops accepting batches, keeps delivering what is queued for at
-// most CloseTimeout, then closes the wrapped output. What is left stays on
+// most CloseTimeout (less what Finish waited), then closes the wrapped
+// output. What is left stays on
 // disk for the next start (kind "disk", after a final fsync) or is counted
 // as dropped with reason "shutdown" (kind "memory"). A second Close returns
 // nil.
@@ -706,6 +787,7 @@ func (b *Buffer) Close() error {
 	}
 	b.closed = true
 	next := b.next
+	window := max(b.cfg.CloseTimeout-b.finishSpent, 0) // Finish spent the rest
 	b.mu.Unlock()
 	if next != nil {
 		// Stop delivering (once the write in flight returns); what is
@@ -716,7 +798,7 @@ func (b *Buffer) Close() error {
 	b.release() // a predecessor that never closed holds nothing back now
 	close(b.draining)
 
-	t := time.NewTimer(b.cfg.CloseTimeout)
+	t := time.NewTimer(window)
 	stuck := false // the delivery goroutine is still inside the output's Write
 	select {
 	case <-b.done:

@@ -186,6 +186,10 @@ func (o *Output) keep(b *record.Batch, cause error) {
 	}
 }
 
+// Finish implements record.Finisher: the wrapper holds nothing of its
+// own (the file is written within Write), so it finishes the inner output.
+func (o *Output) Finish(ctx context.Context) error { return record.Finish(ctx, o.inner) }
+
 // Close closes the inner output, then the file.
 func (o *Output) Close() error {
 	err := o.inner.Close()
