@@ -9,10 +9,11 @@
 //     and one poll's worth of processes.
 //   - Recorder, an Output that appends every batch it receives, whole, as
 //     one JSON line to a file, and that a control file can turn down
-//     (retryable errors) or make refuse one batch permanently, and that
-//     reports what its sink took (recorded_batches, recorded_records). The "record"
-//     output kind (RecordKind) builds it in process; served out of process
-//     by cmd recordplugin it is the same code behind the real plugin client.
+//     (retryable errors), make slow to answer, or make refuse one batch
+//     permanently, and that reports what its sink took
+//     (recorded_batches, recorded_records). The "record" output kind
+//     (RecordKind) builds it in process; served out of process by cmd
+//     recordplugin it is the same code behind the real plugin client.
 //
 // The matrix (TestMatrix) runs the real agent (config, wrappers, pumps,
 // buffers, plugin supervision) over {in-process, plugin} × {no buffer,

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/gpusampler/gpusampler/config"
 	"github.com/gpusampler/gpusampler/outputs"
@@ -48,7 +49,14 @@ const (
 	// ControlNoBuild makes building the output fail (read when the
 	// output is built, not at Write): an output that cannot start.
 	ControlNoBuild = "nobuild"
+	// ControlLag makes every Write wait LagDelay before the sink takes
+	// the batch (a sink slow to answer that loses nothing); a Write whose
+	// context ends first fails as unavailable, recorded as StateDown.
+	ControlLag = "lag"
 )
+
+// LagDelay is how long a Write waits under ControlLag.
+const LagDelay = 250 * time.Millisecond
 
 // Batch is one line of a record file: one Write, whole.
 type Batch struct {
@@ -133,7 +141,18 @@ func (r *Recorder) Write(ctx context.Context, b *record.Batch) error {
 	w := r.words()
 	rec := Batch{State: StateOK, PID: os.Getpid(), Seq: b.Seq}
 	var err error
+	if w[ControlLag] {
+		t := time.NewTimer(LagDelay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			rec.State = StateDown
+			err = record.Unavailable(fmt.Errorf("recorder: sink slow: %w", ctx.Err()))
+		}
+		t.Stop()
+	}
 	switch {
+	case rec.State == StateDown:
 	case w[ControlWedge]:
 		line, _ := json.Marshal(Batch{State: StateDown, PID: os.Getpid(), Seq: b.Seq})
 		r.f.Write(append(line, '\n'))
