@@ -119,15 +119,19 @@ func finalStats(text string) map[string]map[string]uint64 {
 // output_detail self-metrics event equal the ok batches, and their
 // records, that the sink took before the batch carrying that event.
 var finalSelf = scenario{name: "finalself",
-	about: "three phases held by the cells (flush_interval 10m), sinks slow to answer (lag), stop: each cell's last output_detail self-metrics event, in its own sink, counts what the sink took before it (the final flush included)",
+	about: "three phases held by the cells (flush_interval 10m), buffered sinks slow to answer (lag), plugins not probed during the run, stop: each cell's last output_detail self-metrics event, in its own sink, counts what the sink took before it (the final flush included)",
 	run: func(t *testing.T, e *env) result {
 		// The cells flush only when stopped: the final flush carries
 		// every sample, and the final self-metrics must count it.
 		e.flush = "10m"
-		// A sink slow to answer (every Write waits LagDelay): the final
-		// self-metrics must wait for it, not race it (a buffer's
-		// delivery, a plugin's health answer).
-		e.setControl(nil, conservation.ControlLag)
+		// Behind a buffer, a sink slow to answer (every Write waits
+		// LagDelay): the final self-metrics must wait for the buffer's
+		// delivery, not race it. (Unbuffered sinks answer at once, so
+		// that their pumps do not hold the stop while a buffer delivers.)
+		e.setControl(func(c cell) bool { return c.buf != "none" }, conservation.ControlLag)
+		// No periodic health probe during the run: a plugin's own
+		// counters must be read after its final flush, not by luck.
+		e.health = "1h"
 		r := e.start(newScript())
 		for range 3 {
 			r.phase()

@@ -133,6 +133,8 @@ type env struct {
 	// stats, when set, takes the agent's stats reports (StatsWriter),
 	// the final one included.
 	stats *lockedBuffer
+	// health is the plugin cells' health_interval (empty: 100ms).
+	health string
 }
 
 // lockedBuffer is a bytes.Buffer safe for a writer and a reader in
@@ -308,8 +310,9 @@ func (e *env) configText() string {
 			common = strings.Replace(common, `write_timeout = "2s"`, `write_timeout = "10s"`, 1)
 			fmt.Fprintf(&b, "\n[[outputs.sharedrecord]]\n%s  file = %q\n  control = %q\n", common, e.recordFile(n, e.run), e.controlFile(n))
 		default:
-			fmt.Fprintf(&b, "\n[[outputs.plugin]]\n%s  path = %q\n  sha256 = %q\n  health_interval = \"100ms\"\n  [outputs.plugin.config]\n    file = %q\n    control = %q\n",
-				common, pluginPath, pluginSum, e.recordFile(n, e.run), e.controlFile(n))
+			health := cmp.Or(e.health, "100ms")
+			fmt.Fprintf(&b, "\n[[outputs.plugin]]\n%s  path = %q\n  sha256 = %q\n  health_interval = %q\n  [outputs.plugin.config]\n    file = %q\n    control = %q\n",
+				common, pluginPath, pluginSum, health, e.recordFile(n, e.run), e.controlFile(n))
 		}
 	}
 	return b.String()
