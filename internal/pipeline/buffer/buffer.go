@@ -226,8 +226,8 @@ func New(out record.Output, cfg Config, opts ...Option) (*Buffer, error) {
 	}
 	b := &Buffer{out: out, cfg: cfg, opts: o, log: o.log.With("buffer", cfg.Kind),
 		wake: make(chan struct{}, 1), draining: make(chan struct{}), done: make(chan struct{}), rnd: o.rand,
-		stateCh: make(chan struct{}),
-		idents: map[int]record.Device{}, capIdents: map[int]record.Device{}, sent: map[int]record.Device{},
+		stateCh: make(chan struct{}), idents: map[int]record.Device{}, capIdents: map[int]record.Device{},
+		sent:  map[int]record.Device{},
 		known: [2]map[int]record.Device{{}, {}}}
 	switch cfg.Kind {
 	case KindMemory:
