@@ -192,12 +192,3 @@ var finalSelf = scenario{name: "finalself",
 		return res
 	},
 	check: noDropsCheck("without a fault")}
-
-func attrOf(ev record.Event, key string) string {
-	for _, a := range ev.Attrs {
-		if a.Key == key {
-			return a.Value
-		}
-	}
-	return ""
-}
