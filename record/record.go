@@ -337,7 +337,8 @@ type Summary struct {
 	// exponential histogram, in the unit its wrapper was asked for (the
 	// OpenTelemetry output's: the catalog's OTel unit, base unit × OTel
 	// Scale), not the base unit. Nil when the output did not ask for one,
-	// or for a window restored from an aggregate journal after a crash.
+	// or for a window restored from an aggregate journal written before
+	// journals kept histograms.
 	Hist *ExpHistogram
 }
 
@@ -345,12 +346,29 @@ type Summary struct {
 // bucket i holds the values in (base^i, base^(i+1)], base = 2^(2^-s);
 // Positive counts the values above 0 from bucket PositiveOffset on,
 // Negative those below 0 by magnitude from NegativeOffset on, ZeroCount the
-// zeros. Its count is ZeroCount plus every bucket's count.
+// zeros. Its count is ZeroCount plus every bucket's count. NonFinite
+// counts the window's NaN and infinite samples, which no bucket can hold:
+// they are in the summary's Count (and its Mean, Min, Max), not in the
+// histogram's count.
 type ExpHistogram struct {
 	Scale                          int32
 	ZeroCount                      uint64
 	PositiveOffset, NegativeOffset int32
 	Positive, Negative             []uint64
+	NonFinite                      uint64
+}
+
+// Count returns the number of values in the buckets: ZeroCount plus
+// every bucket's count (NonFinite not included).
+func (h *ExpHistogram) Count() uint64 {
+	n := h.ZeroCount
+	for _, c := range h.Positive {
+		n += c
+	}
+	for _, c := range h.Negative {
+		n += c
+	}
+	return n
 }
 
 // Len returns the number of records in the batch.

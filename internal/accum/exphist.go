@@ -1,6 +1,9 @@
 package accum
 
-import "math"
+import (
+	"math"
+	"slices"
+)
 
 // ExpHistogram accumulates a window's values as an OpenTelemetry
 // exponential histogram: bucket i at scale s holds the values in
@@ -76,6 +79,17 @@ func (h *ExpHistogram) Count() uint64 {
 		n += c
 	}
 	return n
+}
+
+// Restore sets h to the histogram of scale with zero values and the
+// buckets pos and neg (their counts are copied), as if its values had been
+// added: further values go on from there (a window taken up from a
+// journal). MaxSize is kept.
+func (h *ExpHistogram) Restore(scale int32, zero uint64, pos, neg ExpBuckets) {
+	*h = ExpHistogram{MaxSize: h.MaxSize, Scale: scale, ZeroCount: zero,
+		Positive: ExpBuckets{Offset: pos.Offset, Counts: slices.Clone(pos.Counts)},
+		Negative: ExpBuckets{Offset: neg.Offset, Counts: slices.Clone(neg.Counts)}}
+	h.started = h.Count() > 0
 }
 
 func (h *ExpHistogram) size() int {

@@ -537,9 +537,9 @@ func (e *encoder) encode(samples []record.Sample, summaries []record.Summary, ev
 // summary adds a window summary: a counter's last value as its cumulative
 // sum at the window's end, any other metric as an exponential histogram of
 // the window's samples (DELTA, start = window start, time = window end), or,
-// for a window that carries no buckets (restored from the aggregate
-// journal after a crash, or holding a NaN sample), an explicit histogram
-// of one bucket with the window's count, sum, min and max.
+// for a window that carries no distribution (restored from an aggregate
+// journal written before journals kept one), an explicit histogram of one
+// bucket with the window's count, sum, min and max.
 func (e *encoder) summary(s *record.Summary, res func(record.Attribution) *resBuild) {
 	if int(s.Metric) >= len(e.names) || s.Metric == 0 || s.Count == 0 {
 		return
@@ -585,7 +585,11 @@ func SummaryHistograms(m catalog.Metric) (scale float64, ok bool) {
 
 // expHistogramPoint is a summary's window with its distribution (s.Hist,
 // binned in the OTel unit: see SummaryHistograms) as an exponential
-// histogram point; count, sum, min and max are the summary's × scale.
+// histogram point; sum, min and max are the summary's × scale. Its count
+// is its buckets' (the data model's rule): a window's NaN and infinite
+// samples (Hist.NonFinite) are in no bucket and not in the count, and as
+// the summary's sum, min and max include them, the point then leaves
+// those three out (they are optional).
 func (e *encoder) expHistogramPoint(s *record.Summary, scale float64) *metricspb.ExponentialHistogramDataPoint {
 	lo, hi := s.Min*scale, s.Max*scale
 	if scale < 0 {
@@ -593,16 +597,12 @@ func (e *encoder) expHistogramPoint(s *record.Summary, scale float64) *metricspb
 	}
 	sum := s.Mean * float64(s.Count) * scale
 	h := s.Hist
-	count := h.ZeroCount
-	for _, c := range h.Positive {
-		count += c
-	}
-	for _, c := range h.Negative {
-		count += c
-	}
 	p := e.exps.new()
 	p.StartTimeUnixNano, p.TimeUnixNano = uint64(s.StartNS), uint64(s.StartNS+s.IntervalNS)
-	p.Count, p.Sum, p.Min, p.Max = count, e.float(sum), e.float(lo), e.float(hi)
+	p.Count = h.Count()
+	if h.NonFinite == 0 {
+		p.Sum, p.Min, p.Max = e.float(sum), e.float(lo), e.float(hi)
+	}
 	p.Scale, p.ZeroCount = h.Scale, h.ZeroCount
 	p.Positive, p.Negative = e.buckets.new(), e.buckets.new()
 	p.Positive.Offset, p.Positive.BucketCounts = h.PositiveOffset, h.Positive

@@ -192,6 +192,15 @@ func TestSummaryHistogramColumns(t *testing.T) {
 		{StartNS: 20, IntervalNS: 5, Count: 1, Metric: catalog.MetricTempGPU,
 			Hist: &record.ExpHistogram{Scale: 5, NegativeOffset: -9, Negative: []uint64{1}}},
 	}}
+	if FromSummaries(want.Summaries).HistNonFinite != nil {
+		t.Fatal("hist_non_finite written with every NonFinite 0")
+	}
+	// A window of NaN samples only carries a histogram without buckets;
+	// one with NaN and finite samples both.
+	want.Summaries = append(want.Summaries,
+		record.Summary{StartNS: 25, IntervalNS: 5, Count: 2, Metric: catalog.MetricTempGPU, Hist: &record.ExpHistogram{NonFinite: 2}},
+		record.Summary{StartNS: 30, IntervalNS: 5, Count: 4, Metric: catalog.MetricTempGPU,
+			Hist: &record.ExpHistogram{Scale: 1, PositiveOffset: 2, Positive: []uint64{3}, NonFinite: 1}})
 	var m Batch
 	p, err := AppendBatch(nil, &m, want)
 	if err != nil {
@@ -212,15 +221,38 @@ func TestSummaryHistogramColumns(t *testing.T) {
 	}
 	// Malformed columns are refused, naming the column.
 	for name, mut := range map[string]func(c *SummaryColumns){
-		"hist_counts short":  func(c *SummaryColumns) { c.HistCounts = c.HistCounts[:2] },
-		"hist_counts long":   func(c *SummaryColumns) { c.HistCounts = append(c.HistCounts, 1) },
-		"hist_scale short":   func(c *SummaryColumns) { c.HistScale = c.HistScale[:1] },
-		"hist without scale": func(c *SummaryColumns) { c.HistScale = nil },
+		"hist_counts short":     func(c *SummaryColumns) { c.HistCounts = c.HistCounts[:2] },
+		"hist_counts long":      func(c *SummaryColumns) { c.HistCounts = append(c.HistCounts, 1) },
+		"hist_scale short":      func(c *SummaryColumns) { c.HistScale = c.HistScale[:1] },
+		"hist without scale":    func(c *SummaryColumns) { c.HistScale = nil },
+		"hist_non_finite short": func(c *SummaryColumns) { c.HistNonFinite = c.HistNonFinite[:1] },
 	} {
 		c := FromSummaries(want.Summaries)
 		mut(c)
 		if _, err := c.AppendTo(nil); !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), "hist") {
 			t.Errorf("%s: err %v, want ErrFormat naming hist", name, err)
 		}
+	}
+}
+
+// An aggregate journal's series keeps its windows' histograms in its own
+// hist_* columns, as SummaryColumns does; none when no window has one.
+func TestAggregateSeriesHists(t *testing.T) {
+	hs := []*record.ExpHistogram{{Scale: 4, ZeroCount: 1, PositiveOffset: 9, Positive: []uint64{2, 0, 1}}, nil,
+		{NonFinite: 3}, {Scale: -1, NegativeOffset: 2, Negative: []uint64{5}, NonFinite: 1}}
+	a := &AggregateSeries{StartNs: make([]int64, len(hs))}
+	a.SetHists(hs)
+	got, err := a.Hists()
+	if err != nil || !reflect.DeepEqual(got, hs) {
+		t.Fatalf("round trip: %v %v, want %v", got, err, hs)
+	}
+	a.SetHists(make([]*record.ExpHistogram, len(hs)))
+	if got, err := a.Hists(); err != nil || got != nil || a.HistScale != nil {
+		t.Fatalf("no histogram: %v %v, columns %+v", got, err, a)
+	}
+	a.SetHists(hs)
+	a.StartNs = a.StartNs[:2]
+	if _, err := a.Hists(); !errors.Is(err, ErrFormat) {
+		t.Fatalf("columns longer than the windows: %v", err)
 	}
 }

@@ -169,22 +169,11 @@ func FromSummaries(u []record.Summary) *SummaryColumns {
 		sc.StartNs[i], sc.IntervalNs[i], sc.Mean[i], sc.Min[i], sc.Max[i], sc.Last[i] = s.StartNS, s.IntervalNS, s.Mean, s.Min, s.Max, s.Last
 		sc.Count[i], sc.Device[i], sc.Metric[i] = s.Count, uint32(s.Device), uint32(s.Metric)
 	}
-	if !slices.ContainsFunc(u, func(s record.Summary) bool { return s.Hist != nil }) {
-		return sc
+	hs := make([]*record.ExpHistogram, m)
+	for i := range u {
+		hs[i] = u[i].Hist
 	}
-	sc.HistScale, sc.HistZeroCount = make([]int32, m), make([]uint64, m)
-	sc.HistPosOffset, sc.HistPosLen = make([]int32, m), make([]uint32, m)
-	sc.HistNegOffset, sc.HistNegLen = make([]int32, m), make([]uint32, m)
-	for i, s := range u {
-		h := s.Hist
-		if h == nil {
-			continue
-		}
-		sc.HistScale[i], sc.HistZeroCount[i] = h.Scale, h.ZeroCount
-		sc.HistPosOffset[i], sc.HistPosLen[i] = h.PositiveOffset, uint32(len(h.Positive))
-		sc.HistNegOffset[i], sc.HistNegLen[i] = h.NegativeOffset, uint32(len(h.Negative))
-		sc.HistCounts = append(append(sc.HistCounts, h.Positive...), h.Negative...)
-	}
+	sc.hist().put(hs)
 	return sc
 }
 
@@ -198,16 +187,10 @@ func (c *SummaryColumns) AppendTo(dst []record.Summary) ([]record.Summary, error
 		len(c.Count) != m || len(c.Device) != m || len(c.Metric) != m {
 		return dst, fmt.Errorf("%w: summaries: columns differ in length", ErrFormat)
 	}
-	hists := len(c.HistScale) > 0
-	if hists && (len(c.HistScale) != m || len(c.HistZeroCount) != m || len(c.HistPosOffset) != m ||
-		len(c.HistPosLen) != m || len(c.HistNegOffset) != m || len(c.HistNegLen) != m) {
-		return dst, fmt.Errorf("%w: summaries: histogram columns differ in length", ErrFormat)
+	hs, err := c.hist().get(m)
+	if err != nil {
+		return dst, fmt.Errorf("%w: summaries: %w", ErrFormat, err)
 	}
-	if !hists && (len(c.HistZeroCount) > 0 || len(c.HistPosOffset) > 0 || len(c.HistPosLen) > 0 ||
-		len(c.HistNegOffset) > 0 || len(c.HistNegLen) > 0 || len(c.HistCounts) > 0) {
-		return dst, fmt.Errorf("%w: summaries: histogram columns without hist_scale", ErrFormat)
-	}
-	counts := c.HistCounts
 	for i := range m {
 		if c.Device[i] > math.MaxUint16 || c.Metric[i] > math.MaxUint16 {
 			return dst, fmt.Errorf("%w: summary %d: device %d or metric %d out of range (max 65535)",
@@ -216,29 +199,121 @@ func (c *SummaryColumns) AppendTo(dst []record.Summary) ([]record.Summary, error
 		s := record.Summary{StartNS: c.StartNs[i], IntervalNS: c.IntervalNs[i], Mean: c.Mean[i],
 			Min: c.Min[i], Max: c.Max[i], Last: c.Last[i], Count: c.Count[i], Device: uint16(c.Device[i]),
 			Metric: catalog.MetricID(c.Metric[i])}
-		if hists && (c.HistZeroCount[i] > 0 || c.HistPosLen[i] > 0 || c.HistNegLen[i] > 0) {
-			np, nn := uint64(c.HistPosLen[i]), uint64(c.HistNegLen[i])
-			if np+nn > uint64(len(counts)) {
-				return dst, fmt.Errorf("%w: summary %d: hist_pos_len %d + hist_neg_len %d past hist_counts",
-					ErrFormat, i, np, nn)
-			}
-			h := &record.ExpHistogram{Scale: c.HistScale[i], ZeroCount: c.HistZeroCount[i],
-				PositiveOffset: c.HistPosOffset[i], NegativeOffset: c.HistNegOffset[i]}
-			if np > 0 {
-				h.Positive = slices.Clone(counts[:np])
-			}
-			if nn > 0 {
-				h.Negative = slices.Clone(counts[np : np+nn])
-			}
-			counts = counts[np+nn:]
-			s.Hist = h
+		if hs != nil {
+			s.Hist = hs[i]
 		}
 		dst = append(dst, s)
 	}
-	if len(counts) > 0 {
-		return dst, fmt.Errorf("%w: summaries: %d hist_counts past the last summary's buckets", ErrFormat, len(counts))
-	}
 	return dst, nil
+}
+
+// histColumns are a message's hist_* columns: the exponential
+// histograms of n entries (summaries, windows) as parallel arrays, all
+// empty when no entry has one.
+type histColumns struct {
+	scale, posOffset, negOffset  *[]int32
+	zeroCount, counts, nonFinite *[]uint64
+	posLen, negLen               *[]uint32
+}
+
+func (c *SummaryColumns) hist() histColumns {
+	return histColumns{&c.HistScale, &c.HistPosOffset, &c.HistNegOffset, &c.HistZeroCount, &c.HistCounts,
+		&c.HistNonFinite, &c.HistPosLen, &c.HistNegLen}
+}
+
+func (a *AggregateSeries) hist() histColumns {
+	return histColumns{&a.HistScale, &a.HistPosOffset, &a.HistNegOffset, &a.HistZeroCount, &a.HistCounts,
+		&a.HistNonFinite, &a.HistPosLen, &a.HistNegLen}
+}
+
+// put sets the columns of hs (nil: an entry without a histogram); all
+// stay empty when none has one, and hist_non_finite when every entry's is 0.
+func (h histColumns) put(hs []*record.ExpHistogram) {
+	*h.scale, *h.zeroCount, *h.posOffset, *h.posLen, *h.negOffset, *h.negLen = nil, nil, nil, nil, nil, nil
+	*h.counts, *h.nonFinite = nil, nil
+	if !slices.ContainsFunc(hs, func(x *record.ExpHistogram) bool { return x != nil }) {
+		return
+	}
+	m := len(hs)
+	*h.scale, *h.zeroCount = make([]int32, m), make([]uint64, m)
+	*h.posOffset, *h.posLen = make([]int32, m), make([]uint32, m)
+	*h.negOffset, *h.negLen = make([]int32, m), make([]uint32, m)
+	if slices.ContainsFunc(hs, func(x *record.ExpHistogram) bool { return x != nil && x.NonFinite > 0 }) {
+		*h.nonFinite = make([]uint64, m)
+	}
+	for i, x := range hs {
+		if x == nil {
+			continue
+		}
+		(*h.scale)[i], (*h.zeroCount)[i] = x.Scale, x.ZeroCount
+		(*h.posOffset)[i], (*h.posLen)[i] = x.PositiveOffset, uint32(len(x.Positive))
+		(*h.negOffset)[i], (*h.negLen)[i] = x.NegativeOffset, uint32(len(x.Negative))
+		*h.counts = append(append(*h.counts, x.Positive...), x.Negative...)
+		if *h.nonFinite != nil {
+			(*h.nonFinite)[i] = x.NonFinite
+		}
+	}
+}
+
+// get returns the histograms of m entries (nil when the columns are
+// empty; a nil entry for one without), checking that the columns agree.
+func (h histColumns) get(m int) ([]*record.ExpHistogram, error) {
+	if len(*h.scale) == 0 {
+		if len(*h.zeroCount) > 0 || len(*h.posOffset) > 0 || len(*h.posLen) > 0 || len(*h.negOffset) > 0 ||
+			len(*h.negLen) > 0 || len(*h.counts) > 0 || len(*h.nonFinite) > 0 {
+			return nil, errors.New("histogram columns without hist_scale")
+		}
+		return nil, nil
+	}
+	if len(*h.scale) != m || len(*h.zeroCount) != m || len(*h.posOffset) != m || len(*h.posLen) != m ||
+		len(*h.negOffset) != m || len(*h.negLen) != m || len(*h.nonFinite) != 0 && len(*h.nonFinite) != m {
+		return nil, errors.New("histogram columns differ in length")
+	}
+	hs := make([]*record.ExpHistogram, m)
+	counts := *h.counts
+	for i := range m {
+		var nonFinite uint64
+		if len(*h.nonFinite) > 0 {
+			nonFinite = (*h.nonFinite)[i]
+		}
+		np, nn := uint64((*h.posLen)[i]), uint64((*h.negLen)[i])
+		if (*h.zeroCount)[i] == 0 && np == 0 && nn == 0 && nonFinite == 0 {
+			continue
+		}
+		if np+nn > uint64(len(counts)) {
+			return nil, fmt.Errorf("entry %d: hist_pos_len %d + hist_neg_len %d past hist_counts", i, np, nn)
+		}
+		x := &record.ExpHistogram{Scale: (*h.scale)[i], ZeroCount: (*h.zeroCount)[i],
+			PositiveOffset: (*h.posOffset)[i], NegativeOffset: (*h.negOffset)[i], NonFinite: nonFinite}
+		if np > 0 {
+			x.Positive = slices.Clone(counts[:np])
+		}
+		if nn > 0 {
+			x.Negative = slices.Clone(counts[np : np+nn])
+		}
+		counts = counts[np+nn:]
+		hs[i] = x
+	}
+	if len(counts) > 0 {
+		return nil, fmt.Errorf("%d hist_counts past the last entry's buckets", len(counts))
+	}
+	return hs, nil
+}
+
+// SetHists sets the series' hist_* columns from the histograms of its
+// windows (nil: a window without one), one a window.
+func (a *AggregateSeries) SetHists(hs []*record.ExpHistogram) { a.hist().put(hs) }
+
+// Hists returns the histograms of the series' windows (a nil entry for a
+// window without one), or nil when the columns are empty (a journal
+// written before they were kept, or no window with one), checking that
+// the columns agree with the windows' start_ns.
+func (a *AggregateSeries) Hists() ([]*record.ExpHistogram, error) {
+	hs, err := a.hist().get(len(a.GetStartNs()))
+	if err != nil {
+		return nil, fmt.Errorf("%w: aggregate series: %w", ErrFormat, err)
+	}
+	return hs, nil
 }
 
 // FillBatch sets p's record fields (seq, devices, samples, events,

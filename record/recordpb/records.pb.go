@@ -660,6 +660,11 @@ type SummaryColumns struct {
 	HistNegOffset []int32  `protobuf:"zigzag32,14,rep,packed,name=hist_neg_offset,json=histNegOffset,proto3" json:"hist_neg_offset,omitempty"`
 	HistNegLen    []uint32 `protobuf:"varint,15,rep,packed,name=hist_neg_len,json=histNegLen,proto3" json:"hist_neg_len,omitempty"`
 	HistCounts    []uint64 `protobuf:"varint,16,rep,packed,name=hist_counts,json=histCounts,proto3" json:"hist_counts,omitempty"`
+	// hist_non_finite counts the window's NaN and infinite samples, which
+	// no bucket holds (record.ExpHistogram's NonFinite). Empty when every
+	// summary's is 0; otherwise one entry a summary, and a summary whose
+	// hist_non_finite is not 0 carries a histogram even with no bucket.
+	HistNonFinite []uint64 `protobuf:"varint,17,rep,packed,name=hist_non_finite,json=histNonFinite,proto3" json:"hist_non_finite,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -802,6 +807,13 @@ func (x *SummaryColumns) GetHistNegLen() []uint32 {
 func (x *SummaryColumns) GetHistCounts() []uint64 {
 	if x != nil {
 		return x.HistCounts
+	}
+	return nil
+}
+
+func (x *SummaryColumns) GetHistNonFinite() []uint64 {
+	if x != nil {
+		return x.HistNonFinite
 	}
 	return nil
 }
@@ -1512,14 +1524,26 @@ type AggregateSeries struct {
 	// metric is a MetricId value (the writer's catalog ID).
 	Metric uint32 `protobuf:"varint,2,opt,name=metric,proto3" json:"metric,omitempty"`
 	// emitted_end_ns: windows starting before it were handed on.
-	EmittedEndNs  int64     `protobuf:"fixed64,3,opt,name=emitted_end_ns,json=emittedEndNs,proto3" json:"emitted_end_ns,omitempty"`
-	StartNs       []int64   `protobuf:"fixed64,4,rep,packed,name=start_ns,json=startNs,proto3" json:"start_ns,omitempty"`
-	Count         []uint64  `protobuf:"varint,5,rep,packed,name=count,proto3" json:"count,omitempty"`
-	Sum           []float64 `protobuf:"fixed64,6,rep,packed,name=sum,proto3" json:"sum,omitempty"`
-	Min           []float64 `protobuf:"fixed64,7,rep,packed,name=min,proto3" json:"min,omitempty"`
-	Max           []float64 `protobuf:"fixed64,8,rep,packed,name=max,proto3" json:"max,omitempty"`
-	Last          []float64 `protobuf:"fixed64,9,rep,packed,name=last,proto3" json:"last,omitempty"`
-	LastNs        []int64   `protobuf:"fixed64,10,rep,packed,name=last_ns,json=lastNs,proto3" json:"last_ns,omitempty"`
+	EmittedEndNs int64     `protobuf:"fixed64,3,opt,name=emitted_end_ns,json=emittedEndNs,proto3" json:"emitted_end_ns,omitempty"`
+	StartNs      []int64   `protobuf:"fixed64,4,rep,packed,name=start_ns,json=startNs,proto3" json:"start_ns,omitempty"`
+	Count        []uint64  `protobuf:"varint,5,rep,packed,name=count,proto3" json:"count,omitempty"`
+	Sum          []float64 `protobuf:"fixed64,6,rep,packed,name=sum,proto3" json:"sum,omitempty"`
+	Min          []float64 `protobuf:"fixed64,7,rep,packed,name=min,proto3" json:"min,omitempty"`
+	Max          []float64 `protobuf:"fixed64,8,rep,packed,name=max,proto3" json:"max,omitempty"`
+	Last         []float64 `protobuf:"fixed64,9,rep,packed,name=last,proto3" json:"last,omitempty"`
+	LastNs       []int64   `protobuf:"fixed64,10,rep,packed,name=last_ns,json=lastNs,proto3" json:"last_ns,omitempty"`
+	// The open windows' distributions (record.Summary's Hist), as
+	// SummaryColumns' hist_* columns hold them, one entry a window (all
+	// empty when no window has one: a journal written before they were
+	// kept, or a metric without histograms).
+	HistScale     []int32  `protobuf:"zigzag32,11,rep,packed,name=hist_scale,json=histScale,proto3" json:"hist_scale,omitempty"`
+	HistZeroCount []uint64 `protobuf:"varint,12,rep,packed,name=hist_zero_count,json=histZeroCount,proto3" json:"hist_zero_count,omitempty"`
+	HistPosOffset []int32  `protobuf:"zigzag32,13,rep,packed,name=hist_pos_offset,json=histPosOffset,proto3" json:"hist_pos_offset,omitempty"`
+	HistPosLen    []uint32 `protobuf:"varint,14,rep,packed,name=hist_pos_len,json=histPosLen,proto3" json:"hist_pos_len,omitempty"`
+	HistNegOffset []int32  `protobuf:"zigzag32,15,rep,packed,name=hist_neg_offset,json=histNegOffset,proto3" json:"hist_neg_offset,omitempty"`
+	HistNegLen    []uint32 `protobuf:"varint,16,rep,packed,name=hist_neg_len,json=histNegLen,proto3" json:"hist_neg_len,omitempty"`
+	HistCounts    []uint64 `protobuf:"varint,17,rep,packed,name=hist_counts,json=histCounts,proto3" json:"hist_counts,omitempty"`
+	HistNonFinite []uint64 `protobuf:"varint,18,rep,packed,name=hist_non_finite,json=histNonFinite,proto3" json:"hist_non_finite,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1624,6 +1648,62 @@ func (x *AggregateSeries) GetLastNs() []int64 {
 	return nil
 }
 
+func (x *AggregateSeries) GetHistScale() []int32 {
+	if x != nil {
+		return x.HistScale
+	}
+	return nil
+}
+
+func (x *AggregateSeries) GetHistZeroCount() []uint64 {
+	if x != nil {
+		return x.HistZeroCount
+	}
+	return nil
+}
+
+func (x *AggregateSeries) GetHistPosOffset() []int32 {
+	if x != nil {
+		return x.HistPosOffset
+	}
+	return nil
+}
+
+func (x *AggregateSeries) GetHistPosLen() []uint32 {
+	if x != nil {
+		return x.HistPosLen
+	}
+	return nil
+}
+
+func (x *AggregateSeries) GetHistNegOffset() []int32 {
+	if x != nil {
+		return x.HistNegOffset
+	}
+	return nil
+}
+
+func (x *AggregateSeries) GetHistNegLen() []uint32 {
+	if x != nil {
+		return x.HistNegLen
+	}
+	return nil
+}
+
+func (x *AggregateSeries) GetHistCounts() []uint64 {
+	if x != nil {
+		return x.HistCounts
+	}
+	return nil
+}
+
+func (x *AggregateSeries) GetHistNonFinite() []uint64 {
+	if x != nil {
+		return x.HistNonFinite
+	}
+	return nil
+}
+
 var File_recordpb_records_proto protoreflect.FileDescriptor
 
 const file_recordpb_records_proto_rawDesc = "" +
@@ -1650,7 +1730,7 @@ const file_recordpb_records_proto_rawDesc = "" +
 	"\x06device\x18\x03 \x03(\rR\x06device\x12\x16\n" +
 	"\x06metric\x18\x04 \x03(\rR\x06metric\x12\x14\n" +
 	"\x05flags\x18\x05 \x03(\rR\x05flags\x12\"\n" +
-	"\rtime_delta_ns\x18\x06 \x03(\x12R\vtimeDeltaNs\"\xda\x03\n" +
+	"\rtime_delta_ns\x18\x06 \x03(\x12R\vtimeDeltaNs\"\x82\x04\n" +
 	"\x0eSummaryColumns\x12\x19\n" +
 	"\bstart_ns\x18\x01 \x03(\x10R\astartNs\x12\x1f\n" +
 	"\vinterval_ns\x18\x02 \x03(\x10R\n" +
@@ -1673,7 +1753,8 @@ const file_recordpb_records_proto_rawDesc = "" +
 	"\fhist_neg_len\x18\x0f \x03(\rR\n" +
 	"histNegLen\x12\x1f\n" +
 	"\vhist_counts\x18\x10 \x03(\x04R\n" +
-	"histCounts\"\xcb\a\n" +
+	"histCounts\x12&\n" +
+	"\x0fhist_non_finite\x18\x11 \x03(\x04R\rhistNonFinite\"\xcb\a\n" +
 	"\x06Device\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x12\n" +
 	"\x04uuid\x18\x02 \x01(\tR\x04uuid\x12\x12\n" +
@@ -1741,7 +1822,7 @@ const file_recordpb_records_proto_rawDesc = "" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12!\n" +
 	"\fmetric_names\x18\x03 \x03(\tR\vmetricNames\x12>\n" +
 	"\apending\x18\x04 \x01(\v2$.gpusampler.plugin.v1.SummaryColumnsR\apending\x12=\n" +
-	"\x06series\x18\x05 \x03(\v2%.gpusampler.plugin.v1.AggregateSeriesR\x06series\"\xfb\x01\n" +
+	"\x06series\x18\x05 \x03(\v2%.gpusampler.plugin.v1.AggregateSeriesR\x06series\"\x9f\x04\n" +
 	"\x0fAggregateSeries\x12\x16\n" +
 	"\x06device\x18\x01 \x01(\rR\x06device\x12\x16\n" +
 	"\x06metric\x18\x02 \x01(\rR\x06metric\x12$\n" +
@@ -1753,7 +1834,19 @@ const file_recordpb_records_proto_rawDesc = "" +
 	"\x03max\x18\b \x03(\x01R\x03max\x12\x12\n" +
 	"\x04last\x18\t \x03(\x01R\x04last\x12\x17\n" +
 	"\alast_ns\x18\n" +
-	" \x03(\x10R\x06lastNs*\xcc\x13\n" +
+	" \x03(\x10R\x06lastNs\x12\x1d\n" +
+	"\n" +
+	"hist_scale\x18\v \x03(\x11R\thistScale\x12&\n" +
+	"\x0fhist_zero_count\x18\f \x03(\x04R\rhistZeroCount\x12&\n" +
+	"\x0fhist_pos_offset\x18\r \x03(\x11R\rhistPosOffset\x12 \n" +
+	"\fhist_pos_len\x18\x0e \x03(\rR\n" +
+	"histPosLen\x12&\n" +
+	"\x0fhist_neg_offset\x18\x0f \x03(\x11R\rhistNegOffset\x12 \n" +
+	"\fhist_neg_len\x18\x10 \x03(\rR\n" +
+	"histNegLen\x12\x1f\n" +
+	"\vhist_counts\x18\x11 \x03(\x04R\n" +
+	"histCounts\x12&\n" +
+	"\x0fhist_non_finite\x18\x12 \x03(\x04R\rhistNonFinite*\xcc\x13\n" +
 	"\bMetricId\x12\x16\n" +
 	"\x12METRIC_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11METRIC_POWER_DRAW\x10\x01\x12\x1d\n" +

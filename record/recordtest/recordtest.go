@@ -49,8 +49,8 @@ func FullBatch() *record.Batch {
 		},
 		Summaries: []record.Summary{
 			{StartNS: 1_700_000_000_000_000_000, IntervalNS: 5e9, Mean: 300.5, Min: 250, Max: 350, Last: 301, Count: 50,
-				Device: 1, Metric: catalog.MetricTempGPU, Hist: &record.ExpHistogram{Scale: 3, ZeroCount: 2,
-					PositiveOffset: 65, NegativeOffset: -4, Positive: []uint64{10, 0, 30}, Negative: []uint64{8}}},
+				Device: 1, Metric: catalog.MetricTempGPU, Hist: &record.ExpHistogram{Scale: 3, ZeroCount: 1,
+					PositiveOffset: 65, NegativeOffset: -4, Positive: []uint64{10, 0, 30}, Negative: []uint64{8}, NonFinite: 1}},
 		},
 		Origin: &record.Origin{Host: "node7", Tags: map[string]string{"rack": "r1", "cluster": "west"}},
 	}

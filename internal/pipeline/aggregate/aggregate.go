@@ -19,11 +19,13 @@
 // exponential histogram (accum.ExpHistogram) of every sample's value times
 // the scale Histograms gives, binned as the samples arrive. It is built in
 // the output's unit because a scale that is not a power of two (0.01 for a
-// percent as a ratio) cannot be applied to the buckets afterwards. A window
-// restored from the journal after a crash, open or being handed on, carries
-// none (the journal keeps the window's statistics, not its buckets), even if it takes more samples
-// afterwards, and so does a window with a NaN or infinite sample (it
-// cannot be binned).
+// percent as a ratio) cannot be applied to the buckets afterwards. The
+// journal keeps the buckets with the window, so a window taken up after a
+// crash goes on with them (one left by a journal from before they were
+// kept carries none). A NaN or infinite sample cannot be binned: it is
+// counted in the summary (Count, and Mean, Min, Max as accum has them) and
+// in the histogram's NonFinite, not in a bucket, and counted in Stats
+// (Unbinned, aggregate_unbinned).
 //
 // The inner output's errors keep their kind (record.Classify). While the
 // refusal is unavailable, or retryable fewer than record.RetryableOffers
@@ -115,11 +117,24 @@ type seriesKey struct {
 type window struct {
 	start int64
 	acc   accum.Window
-	// hist holds the samples' distribution when the series has one;
-	// noHist marks a window restored from the journal (its buckets are
-	// lost).
-	hist   accum.ExpHistogram
-	noHist bool
+	// hist holds the samples' distribution when the series has one, and
+	// nonFinite counts its NaN and infinite samples (in no bucket); noHist
+	// marks a window restored from a journal that kept no buckets.
+	hist      accum.ExpHistogram
+	nonFinite uint64
+	noHist    bool
+}
+
+// histogram is the window's distribution for its summary (nil when it
+// has none).
+func (w *window) histogram() *record.ExpHistogram {
+	if w.noHist || w.hist.Count() == 0 && w.nonFinite == 0 {
+		return nil
+	}
+	h := &w.hist
+	return &record.ExpHistogram{Scale: h.Scale, ZeroCount: h.ZeroCount,
+		PositiveOffset: h.Positive.Offset, Positive: h.Positive.Counts,
+		NegativeOffset: h.Negative.Offset, Negative: h.Negative.Counts, NonFinite: w.nonFinite}
 }
 
 type series struct {
@@ -157,7 +172,7 @@ type Output struct {
 	lastJournalLog   time.Time
 
 	late, summarized, emitted, dropped, evDropped atomic.Uint64
-	recovered, journalErrors                      atomic.Uint64
+	recovered, journalErrors, unbinned            atomic.Uint64
 }
 
 // New wraps inner.
@@ -202,20 +217,24 @@ type Stats struct {
 	// of a process that crashed; JournalErrors the journal writes that
 	// failed.
 	Recovered, JournalErrors uint64
+	// Unbinned counts the NaN and infinite samples summarized in windows
+	// with a histogram (Options.Histograms): in the summaries' counts, in
+	// no bucket (record.ExpHistogram.NonFinite).
+	Unbinned uint64
 }
 
 // Stats returns the counters (safe from any goroutine).
 func (o *Output) Stats() Stats {
 	return Stats{Summarized: o.summarized.Load(), Late: o.late.Load(), Emitted: o.emitted.Load(),
 		Dropped: o.dropped.Load(), EventsDropped: o.evDropped.Load(), Recovered: o.recovered.Load(),
-		JournalErrors: o.journalErrors.Load()}
+		JournalErrors: o.journalErrors.Load(), Unbinned: o.unbinned.Load()}
 }
 
 // ReportStats implements record.StatsReporter: the wrapper's counters
 // (aggregate_summarized, aggregate_late, aggregate_emitted,
-// aggregate_dropped, aggregate_events_dropped, and with a journal
-// aggregate_recovered and aggregate_journal_errors) followed by the wrapped
-// output's own.
+// aggregate_dropped, aggregate_events_dropped, with a journal
+// aggregate_recovered and aggregate_journal_errors, and with histograms
+// aggregate_unbinned) followed by the wrapped output's own.
 func (o *Output) ReportStats(dst []record.Field) []record.Field {
 	s := o.Stats()
 	dst = append(dst, record.IntField("aggregate_summarized", s.Summarized),
@@ -224,6 +243,9 @@ func (o *Output) ReportStats(dst []record.Field) []record.Field {
 	if o.opts.Journal != "" {
 		dst = append(dst, record.IntField("aggregate_recovered", s.Recovered),
 			record.IntField("aggregate_journal_errors", s.JournalErrors))
+	}
+	if o.opts.Histograms != nil {
+		dst = append(dst, record.IntField("aggregate_unbinned", s.Unbinned))
 	}
 	return record.ReportStats(o.inner, dst)
 }
@@ -306,9 +328,10 @@ func (o *Output) add(s record.Sample) {
 	w.acc.Add(s.TimeNS, s.Value)
 	if h := o.histOf(s.Metric); h.ok {
 		if !w.hist.Add(s.Value * h.scale) {
-			// A NaN or infinite value cannot be binned: the buckets would
-			// not hold every sample the summary counts.
-			w.noHist = true
+			// A NaN or infinite value cannot be binned (an OpenTelemetry
+			// histogram's count is its buckets'): counted apart.
+			w.nonFinite++
+			o.unbinned.Add(1)
 		}
 	}
 	o.summarized.Add(1)
@@ -349,12 +372,7 @@ func (o *Output) newWindow(start int64) *window {
 func (o *Output) closeWindows(k seriesKey, sr *series, n int) {
 	for _, w := range sr.open[:n] {
 		sum := summaryOf(&w.acc, w.start, o.interval, k)
-		if !w.noHist && w.hist.Count() > 0 {
-			h := &w.hist
-			sum.Hist = &record.ExpHistogram{Scale: h.Scale, ZeroCount: h.ZeroCount,
-				PositiveOffset: h.Positive.Offset, Positive: h.Positive.Counts,
-				NegativeOffset: h.Negative.Offset, Negative: h.Negative.Counts}
-		}
+		sum.Hist = w.histogram()
 		o.closed = append(o.closed, sum)
 		sr.emittedEnd = w.start + o.interval
 		o.free = append(o.free, w)

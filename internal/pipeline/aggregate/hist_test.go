@@ -130,10 +130,13 @@ func count(h *record.ExpHistogram) uint64 {
 	return n
 }
 
-// TestWindowHistogramNotRestoredOrPartial: a window taken up from the
-// journal after a crash, and a window with a NaN sample, carry no
-// histogram (their buckets would not hold every sample); the others do.
-func TestWindowHistogramNotRestoredOrPartial(t *testing.T) {
+// TestWindowHistogramAcrossCrashAndNonFinite: a window taken up from the
+// journal after a crash goes on with its buckets (and its NaN count), so
+// its histogram is that of every sample, before and after the crash; a
+// NaN or infinite sample is in the summary's count and the histogram's
+// NonFinite, in no bucket, and counted (aggregate_unbinned); a window of
+// NaN samples only still carries a histogram, without buckets.
+func TestWindowHistogramAcrossCrashAndNonFinite(t *testing.T) {
 	base := time.Unix(1_800_000_000, 0).UnixNano()
 	journal := filepath.Join(t.TempDir(), "aggregate.journal")
 	c := &collect{}
@@ -145,7 +148,7 @@ func TestWindowHistogramNotRestoredOrPartial(t *testing.T) {
 	s := func(ms int64, v float64) record.Sample {
 		return record.Sample{TimeNS: base + ms*int64(time.Millisecond), Value: v, Metric: catalog.MetricPowerDraw}
 	}
-	if err := ag.Write(context.Background(), &record.Batch{Seq: 1, Samples: []record.Sample{s(100, 50), s(600, 60)}}); err != nil {
+	if err := ag.Write(context.Background(), &record.Batch{Seq: 1, Samples: []record.Sample{s(100, 50), s(600, 60), s(700, math.NaN())}}); err != nil {
 		t.Fatal(err)
 	}
 	// Crash: ag is abandoned with the window [0s, 1s) open.
@@ -154,21 +157,41 @@ func TestWindowHistogramNotRestoredOrPartial(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	batch := []record.Sample{s(900, 70), s(1100, 80), s(1500, math.NaN()), s(2100, 90), s(3000, 1)}
+	batch := []record.Sample{s(900, 70), s(1100, 80), s(1500, math.Inf(1)), s(2100, 90), s(3000, 1), s(4100, math.NaN())}
 	if err := ag2.Write(context.Background(), &record.Batch{Seq: 2, Samples: batch}); err != nil {
 		t.Fatal(err)
 	}
 	if err := ag2.Close(); err != nil {
 		t.Fatal(err)
 	}
-	hists := map[int64]bool{}
-	for _, sum := range c.sums {
-		hists[(sum.StartNS-base)/int64(time.Second)] = sum.Hist != nil
+	if n := ag2.Stats().Unbinned; n != 2 {
+		t.Errorf("Unbinned %d, want 2 (the infinite and the NaN sample after the crash)", n)
 	}
-	want := map[int64]bool{0: false, 1: false, 2: true, 3: true}
-	for w, has := range want {
-		if got, ok := hists[w]; !ok || got != has {
-			t.Errorf("window %ds: histogram %v (emitted %v), want %v", w, got, ok, has)
+	want := map[int64]struct {
+		values    []float64 // finite, ×1000
+		nonFinite uint64
+	}{0: {[]float64{50e3, 60e3, 70e3}, 1}, 1: {[]float64{80e3}, 1}, 2: {[]float64{90e3}, 0}, 3: {[]float64{1e3}, 0}, 4: {nil, 1}}
+	seen := map[int64]bool{}
+	for _, sum := range c.sums {
+		w := (sum.StartNS - base) / int64(time.Second)
+		seen[w] = true
+		exp, ok := want[w]
+		h := sum.Hist
+		if !ok || h == nil {
+			t.Errorf("window %ds: histogram %+v", w, h)
+			continue
 		}
+		pos := map[int32]uint64{}
+		for _, v := range exp.values {
+			pos[accum.ExpIndex(v, h.Scale)]++
+		}
+		if h.ZeroCount != 0 || len(h.Negative) != 0 || !sameBuckets(h.PositiveOffset, h.Positive, pos) ||
+			h.NonFinite != exp.nonFinite || uint64(sum.Count) != uint64(len(exp.values))+exp.nonFinite {
+			t.Errorf("window %ds: count %d, histogram %+v; want buckets %v at scale %d, %d non-finite",
+				w, sum.Count, *h, pos, h.Scale, exp.nonFinite)
+		}
+	}
+	if len(seen) != len(want) {
+		t.Errorf("windows emitted %v, want %d", seen, len(want))
 	}
 }

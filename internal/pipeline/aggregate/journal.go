@@ -34,6 +34,10 @@ import (
 // the writer's metrics are in the journal), so that a catalog that renumbers metrics
 // never relabels a journaled window.
 //
+// A window's histogram (Options.Histograms) is kept with it, so that the
+// windows taken up go on with their buckets; a journal written before
+// they were kept has none (its windows then carry no histogram).
+//
 // Format: "GSAJ" | version u32 (little-endian) | body | CRC32C u32
 // (little-endian) of all before. Version 2's body is one
 // recordpb.AggregateJournal (record/recordpb/records.proto). Version 1
@@ -112,9 +116,19 @@ func (o *Output) encodeJournal(dst []byte, seq uint64, pending []record.Summary)
 		ps := &recordpb.AggregateSeries{Device: uint32(k.dev), Metric: uint32(k.metric), EmittedEndNs: sr.emittedEnd,
 			StartNs: make([]int64, n), Count: make([]uint64, n), Sum: make([]float64, n), Min: make([]float64, n),
 			Max: make([]float64, n), Last: make([]float64, n), LastNs: make([]int64, n)}
+		var hs []*record.ExpHistogram
 		for j, w := range sr.open {
 			ps.StartNs[j], ps.Count[j], ps.Sum[j], ps.Min[j] = w.start, w.acc.Count, w.acc.Sum, w.acc.Min
 			ps.Max[j], ps.Last[j], ps.LastNs[j] = w.acc.Max, w.acc.Last, w.acc.LastT
+			if h := w.histogram(); h != nil {
+				if hs == nil {
+					hs = make([]*record.ExpHistogram, n)
+				}
+				hs[j] = h
+			}
+		}
+		if hs != nil {
+			ps.SetHists(hs)
 		}
 		m.Series[i] = ps
 	}
@@ -190,6 +204,10 @@ func decodeJournalPB(body []byte, cat *catalog.Catalog) (j journalState, unknown
 		if ps.GetDevice() > math.MaxUint16 {
 			return journalState{}, 0, fmt.Errorf("series %d: device %d out of range (max 65535)", i, ps.GetDevice())
 		}
+		hs, err := ps.Hists()
+		if err != nil {
+			return journalState{}, 0, fmt.Errorf("series %d: %w", i, err)
+		}
 		id, known := mapID(ps.GetMetric())
 		if !known {
 			unknown += n
@@ -199,7 +217,13 @@ func decodeJournalPB(body []byte, cat *catalog.Catalog) (j journalState, unknown
 			windows: make([]window, n)}
 		for w := range n {
 			sr.windows[w] = window{start: ps.StartNs[w], acc: accum.Window{Stats: accum.Stats{Count: ps.Count[w],
-				Sum: ps.Sum[w], Min: ps.Min[w], Max: ps.Max[w]}, Last: ps.Last[w], LastT: ps.LastNs[w]}}
+				Sum: ps.Sum[w], Min: ps.Min[w], Max: ps.Max[w]}, Last: ps.Last[w], LastT: ps.LastNs[w]}, noHist: true}
+			if hs != nil && hs[w] != nil {
+				h := hs[w]
+				sr.windows[w].noHist, sr.windows[w].nonFinite = false, h.NonFinite
+				sr.windows[w].hist.Restore(h.Scale, h.ZeroCount, accum.ExpBuckets{Offset: h.PositiveOffset, Counts: h.Positive},
+					accum.ExpBuckets{Offset: h.NegativeOffset, Counts: h.Negative})
+			}
 		}
 		j.series = append(j.series, sr)
 	}
@@ -268,7 +292,9 @@ func (o *Output) loadJournal() error {
 		if j.interval != o.interval {
 			// Another interval: the windows go on as they are, closed.
 			for _, w := range js.windows {
-				o.closed = append(o.closed, summaryOf(&w.acc, w.start, j.interval, js.key))
+				sum := summaryOf(&w.acc, w.start, j.interval, js.key)
+				sum.Hist = w.histogram()
+				o.closed = append(o.closed, sum)
 				o.recovered.Add(1)
 			}
 			continue
@@ -276,8 +302,11 @@ func (o *Output) loadJournal() error {
 		sr := &series{emittedEnd: js.emittedEnd}
 		for _, w := range js.windows {
 			nw := o.newWindow(w.start)
-			nw.acc = w.acc
-			nw.noHist = true // the journal keeps no buckets
+			nw.acc, nw.hist, nw.nonFinite, nw.noHist = w.acc, w.hist, w.nonFinite, w.noHist
+			if !o.histOf(js.key.metric).ok {
+				// the output no longer asks for this metric's histogram
+				nw.hist, nw.nonFinite, nw.noHist = accum.ExpHistogram{}, 0, true
+			}
 			sr.open = append(sr.open, nw)
 		}
 		o.series[js.key] = sr

@@ -78,7 +78,7 @@ func decodeJournalV1(body []byte, cat *catalog.Catalog) (j journalState, unknown
 		id, known := ids[mid]
 		sr := journalSeries{key: seriesKey{dev, id}, emittedEnd: end}
 		for range r.count(56) {
-			w := window{start: r.i64()}
+			w := window{start: r.i64(), noHist: true} // version 1 kept no buckets
 			w.acc = accum.Window{Stats: accum.Stats{Count: r.u64(), Sum: r.f64(), Min: r.f64(), Max: r.f64()}, Last: r.f64(), LastT: r.i64()}
 			sr.windows = append(sr.windows, w)
 		}
