@@ -26,8 +26,13 @@
 // asynchronously (at most max_pending unacknowledged), then waits for every
 // ack of the batch: an error is returned (retryable) unless the stream
 // stored every message, and a retried batch is published with the same
-// Nats-Msg-Id (instance, Seq, subject and part), so the stream drops what
-// it already has within its duplicate window — at-least-once.
+// Nats-Msg-Id, so the stream drops what it already has within its
+// duplicate window. The id is the message's Seq, subject and part and a
+// hash of the output's name, the batch's host and the message's records
+// (not the identity records it carries, which a new process attaches
+// again): it is the same when the output was restarted in a new process
+// (a crash, a wedge, a memory restart of the outputs' child) and the host
+// offers the batch again, so that the stream keeps one copy then too.
 //
 // Errors: Write makes one attempt within its context's deadline (a full
 // window of unacknowledged publishes waits at most until then, and so do
@@ -47,10 +52,14 @@ import (
 	"cmp"
 	"context"
 	_ "embed"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash"
+	"hash/fnv"
 	"log/slog"
 	"maps"
+	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -60,7 +69,6 @@ import (
 
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nuid"
 
 	"github.com/gpusampler/gpusampler/catalog"
 	"github.com/gpusampler/gpusampler/internal/encoding/jsonl"
@@ -125,12 +133,16 @@ type Stats struct {
 	// Nats-Msg-Id already), AckErrors (failed or timed out acks).
 	Acked, Duplicates, AckErrors uint64
 	// Stored messages (JetStream): each message the stream holds, counted
-	// once, with its first acknowledgement this output received. That is
-	// not Acked less Duplicates: a retry's publish of a message that an
-	// attempt given up had stored (its ack came after the Write's deadline,
-	// or never) is acknowledged as a duplicate, yet this output had not
-	// counted it; and one acknowledged before the attempt failed on
-	// another message is acknowledged again.
+	// once: with its first acknowledgement, or, for a message that an
+	// earlier attempt of this process published without an answer, with
+	// the retry's duplicate acknowledgement. That is not Acked less
+	// Duplicates: a retry's publish of a message that an attempt given up
+	// had stored (its ack came after the Write's deadline, or never) is
+	// acknowledged as a duplicate, yet had not been counted; and one
+	// acknowledged before the attempt failed on another message is
+	// acknowledged again. A new process (the outputs' child restarted)
+	// counts no duplicate: what its predecessor stored without hearing so
+	// is counted by neither.
 	Stored uint64
 	// Disconnects and Reconnects of the connection.
 	Disconnects, Reconnects uint64
@@ -152,7 +164,6 @@ type Output struct {
 	subj     template
 	evSubj   template
 	selfSubj template
-	instance string
 	enc      encoder
 
 	devs map[int]record.Device
@@ -172,20 +183,27 @@ type Output struct {
 	pool    []*entry
 	msgs    []*natsgo.Msg
 	futures []jetstream.PubAckFuture
-	// ackedIDs holds the Nats-Msg-Ids acknowledged by the failed attempts
-	// at the batch whose Seq is ackedSeq, so that a retry's duplicate ack
-	// of a message one of them stored is not counted stored again.
-	ackedIDs map[string]struct{}
-	ackedSeq uint64
+	// attempted holds the Nats-Msg-Ids that earlier, failed attempts at
+	// the batch whose Seq is attemptedSeq published: true once one was
+	// acknowledged to this output, false while not. A retry's duplicate
+	// ack of an id published but not acknowledged is the first news that
+	// the stream stored it (counted stored); of an acknowledged one, not.
+	attempted    map[string]bool
+	attemptedSeq uint64
 	// arena holds the payloads of one Write's messages back to back.
 	// free: the previous Write's messages, reused with their header maps
 	// by the next one; only without JetStream, whose publishes keep their
 	// message until acknowledged (that path gets a new arena each Write
 	// and new messages). seqText: the current Write's Seq as text.
-	arena   []byte
-	free    []*natsgo.Msg
-	seqText string
-	closed  bool
+	arena []byte
+	free  []*natsgo.Msg
+	// hashes are the message-id hashes of msgs (JetStream only), made by
+	// hasher over idScratch.
+	hashes    []uint64
+	hasher    hash.Hash64
+	idScratch []byte
+	seqText   string
+	closed    bool
 
 	// held: messages written before the first connection, in order.
 	held      []*natsgo.Msg
@@ -276,7 +294,7 @@ func newOutput(cfg Config, o options) (*Output, error) {
 	if cfg.IdentityInterval == 0 {
 		cfg.IdentityInterval = DefaultIdentityInterval
 	}
-	out := &Output{cfg: cfg, o: o, instance: nuid.Next(), devs: map[int]record.Device{},
+	out := &Output{cfg: cfg, o: o, devs: map[int]record.Device{},
 		subjects: map[subjKey]string{}, byKey: map[string]*entry{}, identSent: map[string]time.Time{}}
 	out.subj, _ = parseTemplate(cfg.Subject, sampleHolders)
 	out.evSubj, _ = parseTemplate(cfg.EventSubject, eventHolders)
@@ -561,18 +579,29 @@ func (out *Output) count(m *natsgo.Msg) {
 	out.bytes.Add(uint64(len(m.Data)))
 }
 
-func (out *Output) publishJetStream(ctx context.Context, seq uint64, msgs []*natsgo.Msg) error {
+func (out *Output) publishJetStream(ctx context.Context, seq uint64, msgs []*natsgo.Msg) (err error) {
 	futures := out.futures[:0]
 	defer func() { clear(futures); out.futures = futures[:0] }()
-	if seq != out.ackedSeq || out.ackedIDs == nil {
-		// A new batch: what earlier attempts at another one had acked
-		// cannot be acked again (its message ids name its Seq).
-		if out.ackedIDs == nil {
-			out.ackedIDs = map[string]struct{}{}
+	if seq != out.attemptedSeq || out.attempted == nil {
+		// A new batch: another batch's message ids (they name its Seq)
+		// do not come again.
+		if out.attempted == nil {
+			out.attempted = map[string]bool{}
 		}
-		clear(out.ackedIDs)
-		out.ackedSeq = seq
+		clear(out.attempted)
+		out.attemptedSeq = seq
 	}
+	defer func() {
+		if err == nil {
+			clear(out.attempted) // the batch is done
+			return
+		}
+		for _, f := range futures {
+			if id := f.Msg().Header.Get(natsgo.MsgIdHdr); !out.attempted[id] {
+				out.attempted[id] = false
+			}
+		}
+	}()
 	var firstErr error
 	for _, m := range msgs {
 		// One attempt within the Write's deadline: a full window of
@@ -599,10 +628,10 @@ func (out *Output) publishJetStream(ctx context.Context, seq uint64, msgs []*nat
 		case ack := <-f.Ok():
 			out.acked.Add(1)
 			id := f.Msg().Header.Get(natsgo.MsgIdHdr)
-			if _, seen := out.ackedIDs[id]; !ack.Duplicate || !seen {
+			if acked, earlier := out.attempted[id]; !ack.Duplicate || (earlier && !acked) {
 				out.stored.Add(1)
 			}
-			out.ackedIDs[id] = struct{}{}
+			out.attempted[id] = true
 			if ack.Duplicate {
 				out.dups.Add(1)
 			}
@@ -616,9 +645,6 @@ func (out *Output) publishJetStream(ctx context.Context, seq uint64, msgs []*nat
 			// batch is offered again with the same message ids.
 			return out.unavailable(fmt.Errorf("nats: output %s: waiting for acks: %w", out.o.name, ctx.Err()))
 		}
-	}
-	if firstErr == nil {
-		clear(out.ackedIDs) // the batch is done
 	}
 	return firstErr
 }
@@ -694,7 +720,7 @@ func (out *Output) maxData(subject string) int {
 		limit = c
 	}
 	// NATS/1.0 line, four headers with their values, the message id
-	// (instance, seq, subject, part).
+	// (hash, seq, subject, part).
 	return limit - (256 + len(subject))
 }
 
@@ -762,6 +788,7 @@ func (out *Output) messagesFor(b *record.Batch) ([]*natsgo.Msg, error) {
 	}
 	clear(out.msgs)
 	out.msgs = out.msgs[:0]
+	out.hashes = out.hashes[:0]
 	out.seqText = strconv.FormatUint(b.Seq, 10)
 	for _, e := range out.order {
 		e.b.Seq, e.b.Origin = b.Seq, b.Origin
@@ -780,7 +807,8 @@ func (out *Output) messagesFor(b *record.Batch) ([]*natsgo.Msg, error) {
 			}
 			setHeader(m.Header, stream.HeaderPart, part)
 			if out.js != nil {
-				m.Header.Set(natsgo.MsgIdHdr, out.instance+":"+out.seqText+":"+m.Subject+":"+part)
+				id := strconv.AppendUint(out.idScratch[:0], out.hashes[first+i], 36)
+				m.Header.Set(natsgo.MsgIdHdr, string(id)+":"+out.seqText+":"+m.Subject+":"+part)
 			}
 		}
 	}
@@ -849,6 +877,9 @@ func (out *Output) split(e *entry, sub *record.Batch) error {
 		setHeader(m.Header, stream.HeaderSchema, schemaText)
 		setHeader(m.Header, stream.HeaderSeq, out.seqText)
 		out.msgs = append(out.msgs, m)
+		if out.js != nil {
+			out.hashes = append(out.hashes, out.recordsHash(sub))
+		}
 		return nil
 	}
 	out.arena = out.arena[:start]
@@ -874,6 +905,68 @@ func (out *Output) split(e *entry, sub *record.Batch) error {
 		}
 	}
 	return nil
+}
+
+// recordsHash is the hash part of the Nats-Msg-Id of a message carrying
+// sub: FNV-1a over the output's name, the batch's host (its Origin's, or
+// WithHost) and every field of sub's samples, summaries and events; over
+// its identity records only when it carries nothing else. A deterministic
+// hash (not maphash, whose seed is per process): a new process must find
+// the same id for the same message.
+func (out *Output) recordsHash(sub *record.Batch) uint64 {
+	b := out.idScratch[:0]
+	str := func(v string) { b = binary.AppendUvarint(b, uint64(len(v))); b = append(b, v...) }
+	u64 := func(v uint64) { b = binary.LittleEndian.AppendUint64(b, v) }
+	f64 := func(v float64) { u64(math.Float64bits(v)) }
+	str(out.o.name)
+	if out.origin != nil {
+		str(out.origin.Host)
+	} else {
+		str(out.o.host)
+	}
+	for _, x := range sub.Samples {
+		u64(uint64(x.TimeNS))
+		f64(x.Value)
+		u64(uint64(x.Device)<<32 | uint64(x.Metric)<<16 | uint64(x.Flags))
+	}
+	for _, x := range sub.Summaries {
+		u64(uint64(x.StartNS))
+		u64(uint64(x.IntervalNS))
+		f64(x.Mean)
+		f64(x.Min)
+		f64(x.Max)
+		f64(x.Last)
+		u64(uint64(x.Count)<<32 | uint64(x.Device)<<16 | uint64(x.Metric))
+	}
+	for _, x := range sub.Events {
+		str(string(x.Kind))
+		u64(uint64(int64(x.Device)))
+		u64(uint64(x.StartNS))
+		u64(uint64(x.EndNS))
+		str(x.Message)
+		for _, a := range x.Attrs {
+			str(a.Key)
+			str(a.Value)
+		}
+		for _, f := range x.Fields {
+			str(f.Key)
+			f64(f.Value)
+		}
+	}
+	if len(sub.Samples)+len(sub.Summaries)+len(sub.Events) == 0 {
+		for _, d := range sub.Devices {
+			u64(uint64(int64(d.Index)))
+			str(d.UUID)
+			str(d.Name)
+		}
+	}
+	if out.hasher == nil {
+		out.hasher = fnv.New64a()
+	}
+	out.hasher.Reset()
+	out.hasher.Write(b)
+	out.idScratch = b[:0]
+	return out.hasher.Sum64()
 }
 
 // schemaText is the Gpusampler-Schema header's value.

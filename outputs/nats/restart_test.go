@@ -186,3 +186,73 @@ func TestStoredCountsAPartialAttemptOnceIntegration(t *testing.T) {
 			info.State.Msgs, st.Stored, st.Acked, st.Duplicates)
 	}
 }
+
+// An output restarted in a new process (a crash, a wedge, a memory restart
+// of the outputs' child) is offered again the batches the old process had
+// published but not answered for: they carry the same Nats-Msg-Ids (the
+// message's records, not a per-process instance), so the stream keeps one
+// copy, although the new process attaches the device identities again.
+func TestRestartedOutputSameMsgIDsIntegration(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a nats-server")
+	}
+	s := natstest.Start(t)
+	ctx := context.Background()
+	cfg := natsout.DefaultConfig()
+	cfg.Encoding = natsout.EncodingProtobuf
+	cfg.JetStream, cfg.CreateStream, cfg.AckTimeout = true, true, 5*time.Second
+	batch := func(seq int) *record.Batch {
+		b := &record.Batch{Seq: uint64(seq)}
+		if seq == 1 { // the pump sends identities once
+			b.Devices = []record.Device{{Index: 0, UUID: "GPU-r"}, {Index: 1, UUID: "GPU-s"}}
+		}
+		for i := range 10 {
+			b.Samples = append(b.Samples, record.Sample{TimeNS: int64(seq*100 + i), Value: float64(i), Device: uint16(i % 2), Metric: catalog.MetricPowerDraw})
+		}
+		b.Events = append(b.Events, record.Event{Kind: "phase", Device: 0, StartNS: int64(seq), EndNS: int64(seq), Message: "m",
+			Attrs: []record.Attr{{Key: "k", Value: "v"}}, Fields: []record.Field{{Key: "f", Value: 1.5}}})
+		return b
+	}
+	write := func(out *natsout.Output, seq int) {
+		t.Helper()
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if err := out.Write(wctx, batch(seq)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := newOutput(t, s, cfg, natsout.WithName("n"), natsout.WithHost("node1"))
+	for seq := 1; seq <= 3; seq++ {
+		write(old, seq)
+	}
+	// The new process: the host offers batch 1 (its identities were in it)
+	// and batches 2 and 3 (whose answers it never had) again.
+	restarted := newOutput(t, s, cfg, natsout.WithName("n"), natsout.WithHost("node1"))
+	for seq := 1; seq <= 3; seq++ {
+		write(restarted, seq)
+	}
+	js, err := jetstream.New(natstest.Connect(t, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	str, err := js.Stream(ctx, cfg.Stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := str.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, r := old.Stats(), restarted.Stats()
+	if info.State.Msgs != o.Stored || r.Stored != 0 || r.Duplicates != r.Acked || r.Acked != o.Acked {
+		t.Errorf("stream holds %d messages; old process stored %d of %d acked; restarted process stored %d, acked %d, duplicates %d (want every message a duplicate)",
+			info.State.Msgs, o.Stored, o.Acked, r.Stored, r.Acked, r.Duplicates)
+	}
+	// Another output (another name) with the same records is not taken
+	// for a duplicate.
+	other := newOutput(t, s, cfg, natsout.WithName("other"), natsout.WithHost("node1"))
+	write(other, 2)
+	if st := other.Stats(); st.Duplicates != 0 || st.Stored != st.Acked {
+		t.Errorf("another output's batch was taken for a duplicate: %+v", st)
+	}
+}
