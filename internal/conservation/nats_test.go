@@ -231,8 +231,8 @@ func (r *running) natsDrained(cells []natsCell) bool {
 // killed for longer than the host's call timeout and then started again on
 // the same port and store. Every sample (aggregating: every summary of the
 // published samples) and every custom event is in its stream exactly
-// once; the final stats count what the stream holds (delivered samples,
-// the output's stored messages); the outage is
+// once; the final stats count what the stream holds (delivered samples or
+// emitted summaries, the output's stored messages); the outage is
 // counted (buffer retries, disconnects, reconnects); no output is taken
 // for wedged and no process is restarted.
 func TestNATSJetStreamRestartIntegration(t *testing.T) {
@@ -360,6 +360,8 @@ func checkNATSCell(t *testing.T, js jetstream.JetStream, c natsCell, witness []c
 		if n := uint64(have.byKind()["sample"]); st["delivered"] != n {
 			t.Errorf("final stats: delivered %d samples, the stream holds %d", st["delivered"], n)
 		}
+	} else if n := uint64(have.byKind()["summary"]); st["aggregate_emitted"] != n {
+		t.Errorf("final stats: the aggregate emitted %d summaries, the stream holds %d", st["aggregate_emitted"], n)
 	}
 	// So do the final self-metrics (sent after the outputs' final flush of
 	// samples, before they close), as the witness received them.
