@@ -132,6 +132,9 @@ var finalSelf = scenario{name: "finalself",
 		// No periodic health probe during the run: a plugin's own
 		// counters must be read after its final flush, not by luck.
 		e.health = "1h"
+		// Room for the final delivery on a loaded machine: the buffers'
+		// final delivery waits at most the write and close timeouts.
+		e.timeout = "5s"
 		r := e.start(newScript())
 		for range 3 {
 			r.phase()

@@ -133,8 +133,9 @@ type env struct {
 	// stats, when set, takes the agent's stats reports (StatsWriter),
 	// the final one included.
 	stats *lockedBuffer
-	// health is the plugin cells' health_interval (empty: 100ms).
-	health string
+	// health is the plugin cells' health_interval (empty: 100ms);
+	// timeout their write_timeout and buffer_close_timeout (empty: 2s).
+	health, timeout string
 }
 
 // lockedBuffer is a bytes.Buffer safe for a writer and a reader in
@@ -287,7 +288,8 @@ func (e *env) configText() string {
 	}
 	for _, c := range e.cells {
 		n := c.name()
-		common := fmt.Sprintf("  name = %q\n  flush_interval = %q\n  write_timeout = \"2s\"\n", n, e.flush)
+		timeout := cmp.Or(e.timeout, "2s")
+		common := fmt.Sprintf("  name = %q\n  flush_interval = %q\n  write_timeout = %q\n", n, e.flush, timeout)
 		if c.mode == "agg" {
 			common += fmt.Sprintf("  aggregate = %q\n", phaseSpan)
 		}
@@ -296,10 +298,10 @@ func (e *env) configText() string {
 			if e.maxRecords > 0 {
 				common += fmt.Sprintf("  buffer_max_records = %d\n", e.maxRecords)
 			}
-			common += "  buffer = \"memory\"\n  retry_initial = \"10ms\"\n  retry_max = \"50ms\"\n  buffer_close_timeout = \"2s\"\n"
+			common += fmt.Sprintf("  buffer = \"memory\"\n  retry_initial = \"10ms\"\n  retry_max = \"50ms\"\n  buffer_close_timeout = %q\n", timeout)
 		case "disk":
 			common += fmt.Sprintf("  buffer = \"disk\"\n  buffer_dir = %q\n  buffer_fsync_interval = %q\n"+
-				"  retry_initial = \"10ms\"\n  retry_max = \"50ms\"\n  buffer_close_timeout = \"2s\"\n", filepath.Join(e.dir, n+".buf"), e.fsync)
+				"  retry_initial = \"10ms\"\n  retry_max = \"50ms\"\n  buffer_close_timeout = %q\n", filepath.Join(e.dir, n+".buf"), e.fsync, timeout)
 		}
 		switch c.hop {
 		case "inproc":
@@ -307,7 +309,7 @@ func (e *env) configText() string {
 		case "shared":
 			// write_timeout 10s: a call timeout of 9s and 8s for the
 			// output, a margin of 1s for a slow write's answer
-			common = strings.Replace(common, `write_timeout = "2s"`, `write_timeout = "10s"`, 1)
+			common = strings.Replace(common, fmt.Sprintf("write_timeout = %q", timeout), `write_timeout = "10s"`, 1)
 			fmt.Fprintf(&b, "\n[[outputs.sharedrecord]]\n%s  file = %q\n  control = %q\n", common, e.recordFile(n, e.run), e.controlFile(n))
 		default:
 			health := cmp.Or(e.health, "100ms")
