@@ -495,11 +495,60 @@ const (
 	JobFieldSamples       = "power_samples"
 )
 
+// JobFieldInfo describes an EventJob field for the outputs that give each
+// field a series of its own (Prometheus, OpenTelemetry): one table, so
+// that they name and type the fields alike.
+type JobFieldInfo struct {
+	// Key is the field's key (a JobField constant).
+	Key string
+	// Total marks a running total since the account started (a counter;
+	// an OpenTelemetry cumulative monotonic sum); the others are values as
+	// of the record (gauges).
+	Total bool
+	// Help says what the field is (Prometheus' HELP).
+	Help string
+	// Prometheus is the series name (base unit, and _total for a Total);
+	// OTel is the metric name and OTelUnit its UCUM unit.
+	Prometheus, OTel, OTelUnit string
+}
+
+var jobFields = []JobFieldInfo{
+	{JobFieldEnergy, true, "Energy the owner used on the GPU, integrated from every power-buffer sample (trapezoid between driver timestamps; nothing across a gap).",
+		"gpusampler_job_energy_joules_total", "gpusampler.job.energy", "J"},
+	{JobFieldEnergyCounter, true, "The owner's share of the GPU's energy-counter deltas (split in proportion to the integrated energy between readings).",
+		"gpusampler_job_energy_counter_joules_total", "gpusampler.job.energy_counter", "J"},
+	{JobFieldEnergyDiff, false, "energy_counter minus energy: how far the counter and the integrated samples disagree.",
+		"gpusampler_job_energy_diff_joules", "gpusampler.job.energy_diff", "J"},
+	{JobFieldBusy, true, "Seconds in which the owner's part of the GPU utilization was at least 1% (a kernel ran).",
+		"gpusampler_job_busy_seconds_total", "gpusampler.job.busy_time", "s"},
+	{JobFieldIdleAllocated, true, "Seconds the GPU was allocated to the owner and the owner ran no kernel.",
+		"gpusampler_job_idle_allocated_seconds_total", "gpusampler.job.idle_allocated_time", "s"},
+	{JobFieldAllocated, true, "Seconds the owner held the GPU (along the power samples, gaps included).",
+		"gpusampler_job_allocated_seconds_total", "gpusampler.job.allocated_time", "s"},
+	{JobFieldPointRead, true, "Seconds of the owner's time whose utilization came from point reads, not the driver's samples.",
+		"gpusampler_job_point_read_seconds_total", "gpusampler.job.point_read_time", "s"},
+	{JobFieldLost, true, "Seconds of the owner's time without power samples (a lost GPU, lost buffer samples).",
+		"gpusampler_job_lost_seconds_total", "gpusampler.job.lost_time", "s"},
+	{JobFieldExactness, false, "1 - (point-read + lost seconds) / allocated seconds.",
+		"gpusampler_job_exactness_ratio", "gpusampler.job.exactness", "1"},
+	{JobFieldMemoryPeak, false, "Peak GPU memory the owner used (MiB).",
+		"gpusampler_job_memory_peak_mib", "gpusampler.job.memory.peak", "MiBy"},
+	{JobFieldSamples, true, "Power samples integrated into the owner's energy.",
+		"gpusampler_job_power_samples_total", "gpusampler.job.power_samples", "{sample}"},
+}
+
+// JobFields returns the descriptions of an EventJob's fields, in
+// JobFieldKeys order.
+func JobFields() []JobFieldInfo { return slices.Clone(jobFields) }
+
 // JobFieldKeys returns the field keys of an EventJob in the order the
 // accountant writes them.
 func JobFieldKeys() []string {
-	return []string{JobFieldEnergy, JobFieldEnergyCounter, JobFieldEnergyDiff, JobFieldBusy, JobFieldIdleAllocated,
-		JobFieldAllocated, JobFieldPointRead, JobFieldLost, JobFieldExactness, JobFieldMemoryPeak, JobFieldSamples}
+	keys := make([]string, len(jobFields))
+	for i, f := range jobFields {
+		keys[i] = f.Key
+	}
+	return keys
 }
 
 // OwnerName returns the AttrOwner value of attribution a.

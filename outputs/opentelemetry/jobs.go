@@ -16,21 +16,14 @@ import (
 // (like a process's), the account's owner name the attribute
 // gpusampler.job.owner. A job_end record goes out as an event point
 // (EventMetric) carrying the final totals.
-var jobMetrics = []struct {
-	field, name, unit string
-	in                catalog.Instrument
-}{
-	{record.JobFieldEnergy, "gpusampler.job.energy", "J", catalog.OTelCounter},
-	{record.JobFieldEnergyCounter, "gpusampler.job.energy_counter", "J", catalog.OTelCounter},
-	{record.JobFieldEnergyDiff, "gpusampler.job.energy_diff", "J", catalog.OTelGauge},
-	{record.JobFieldBusy, "gpusampler.job.busy_time", "s", catalog.OTelCounter},
-	{record.JobFieldIdleAllocated, "gpusampler.job.idle_allocated_time", "s", catalog.OTelCounter},
-	{record.JobFieldAllocated, "gpusampler.job.allocated_time", "s", catalog.OTelCounter},
-	{record.JobFieldPointRead, "gpusampler.job.point_read_time", "s", catalog.OTelCounter},
-	{record.JobFieldLost, "gpusampler.job.lost_time", "s", catalog.OTelCounter},
-	{record.JobFieldExactness, "gpusampler.job.exactness", "1", catalog.OTelGauge},
-	{record.JobFieldMemoryPeak, "gpusampler.job.memory.peak", "MiBy", catalog.OTelGauge},
-	{record.JobFieldSamples, "gpusampler.job.power_samples", "{sample}", catalog.OTelCounter},
+var jobMetrics = record.JobFields()
+
+// jobInstrument is a job field's instrument.
+func jobInstrument(f record.JobFieldInfo) catalog.Instrument {
+	if f.Total {
+		return catalog.OTelCounter
+	}
+	return catalog.OTelGauge
 }
 
 // jobEvent adds an EventJob's totals.
@@ -52,11 +45,12 @@ func (e *encoder) jobEvent(ev *record.Event, res func(record.Attribution) *resBu
 	r := res(owner)
 	for _, jm := range jobMetrics {
 		p := &metricspb.NumberDataPoint{Attributes: attrs, TimeUnixNano: uint64(ev.StartNS)}
-		if jm.in == catalog.OTelCounter {
+		in := jobInstrument(jm)
+		if in == catalog.OTelCounter {
 			p.StartTimeUnixNano = uint64(start)
 		}
-		number(p, catalog.Float, record.FieldValue(ev.Fields, jm.field))
-		addNumber(r.metric(jm.name, jm.unit, jm.in, numberShape), p)
+		number(p, catalog.Float, record.FieldValue(ev.Fields, jm.Key))
+		addNumber(r.metric(jm.OTel, jm.OTelUnit, in, numberShape), p)
 		e.points++
 	}
 }

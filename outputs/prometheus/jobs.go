@@ -11,24 +11,17 @@ import (
 	"github.com/gpusampler/gpusampler/record"
 )
 
-// jobSeries maps the fields of a per-job account (record.EventJob) to the
-// series /metrics exposes, with the owner's labels (owner, pod, namespace,
-// container, hpc_job) beside the device's gpu and UUID labels.
-var jobSeries = []struct {
-	field, name, help string
-	vt                prometheus.ValueType
-}{
-	{record.JobFieldEnergy, "gpusampler_job_energy_joules_total", "Energy the owner used on the GPU, integrated from every power-buffer sample (trapezoid between driver timestamps; nothing across a gap).", prometheus.CounterValue},
-	{record.JobFieldEnergyCounter, "gpusampler_job_energy_counter_joules_total", "The owner's share of the GPU's energy-counter deltas (split in proportion to the integrated energy between readings).", prometheus.CounterValue},
-	{record.JobFieldEnergyDiff, "gpusampler_job_energy_diff_joules", "energy_counter minus energy: how far the counter and the integrated samples disagree.", prometheus.GaugeValue},
-	{record.JobFieldBusy, "gpusampler_job_busy_seconds_total", "Seconds in which the owner's part of the GPU utilization was at least 1% (a kernel ran).", prometheus.CounterValue},
-	{record.JobFieldIdleAllocated, "gpusampler_job_idle_allocated_seconds_total", "Seconds the GPU was allocated to the owner and the owner ran no kernel.", prometheus.CounterValue},
-	{record.JobFieldAllocated, "gpusampler_job_allocated_seconds_total", "Seconds the owner held the GPU (along the power samples, gaps included).", prometheus.CounterValue},
-	{record.JobFieldPointRead, "gpusampler_job_point_read_seconds_total", "Seconds of the owner's time whose utilization came from point reads, not the driver's samples.", prometheus.CounterValue},
-	{record.JobFieldLost, "gpusampler_job_lost_seconds_total", "Seconds of the owner's time without power samples (a lost GPU, lost buffer samples).", prometheus.CounterValue},
-	{record.JobFieldExactness, "gpusampler_job_exactness_ratio", "1 - (point-read + lost seconds) / allocated seconds.", prometheus.GaugeValue},
-	{record.JobFieldMemoryPeak, "gpusampler_job_memory_peak_mib", "Peak GPU memory the owner used (MiB).", prometheus.GaugeValue},
-	{record.JobFieldSamples, "gpusampler_job_power_samples_total", "Power samples integrated into the owner's energy.", prometheus.CounterValue},
+// jobSeries are the series /metrics exposes for the fields of a per-job
+// account (record.EventJob), with the owner's labels (owner, pod,
+// namespace, container, hpc_job) beside the device's gpu and UUID labels.
+var jobSeries = record.JobFields()
+
+// jobValueType is a job field's series type.
+func jobValueType(f record.JobFieldInfo) prometheus.ValueType {
+	if f.Total {
+		return prometheus.CounterValue
+	}
+	return prometheus.GaugeValue
 }
 
 // jobEndedRetention is how long an ended job's series stay after its
@@ -81,7 +74,7 @@ func (o *Output) jobEvent(e *record.Event, now int64) {
 		ent = &jobEntry{}
 		o.jobs[key] = ent
 		for _, s := range jobSeries {
-			ent.descs = append(ent.descs, prometheus.NewDesc(s.name, s.help, names, nil))
+			ent.descs = append(ent.descs, prometheus.NewDesc(s.Prometheus, s.Help, names, nil))
 		}
 	}
 	if ent.arrive != 0 && now > ent.arrive {
@@ -90,7 +83,7 @@ func (o *Output) jobEvent(e *record.Event, now int64) {
 	ent.arrive, ent.ended, ent.pairs = now, e.Kind == record.EventJobEnd, labelPairs(names, values)
 	ent.values = ent.values[:0]
 	for _, s := range jobSeries {
-		ent.values = append(ent.values, record.FieldValue(e.Fields, s.field))
+		ent.values = append(ent.values, record.FieldValue(e.Fields, s.Key))
 	}
 }
 
@@ -113,7 +106,7 @@ func (o *Output) collectJobs(ch chan<- prometheus.Metric, now int64) {
 			continue // deleted by the next Write
 		}
 		for i, s := range jobSeries {
-			emit(ch, ent.descs[i], s.vt, ent.values[i], ent.pairs)
+			emit(ch, ent.descs[i], jobValueType(s), ent.values[i], ent.pairs)
 		}
 	}
 }
