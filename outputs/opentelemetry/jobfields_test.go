@@ -2,7 +2,6 @@ package opentelemetry
 
 import (
 	"maps"
-	"slices"
 	"strconv"
 	"testing"
 
@@ -45,11 +44,6 @@ func TestJobMetricsPinned(t *testing.T) {
 		"gpusampler.job.power_samples":       "sum {sample} 11",
 	}
 	if !maps.Equal(got, want) {
-		for _, k := range slices.Sorted(maps.Keys(want)) {
-			if got[k] != want[k] {
-				t.Errorf("%s: %q, want %q", k, got[k], want[k])
-			}
-		}
-		t.Errorf("metrics %v", got)
+		t.Errorf("metrics:\n%v\nwant:\n%v", got, want)
 	}
 }

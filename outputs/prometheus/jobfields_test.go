@@ -3,7 +3,6 @@ package prometheus
 import (
 	"context"
 	"maps"
-	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -53,11 +52,6 @@ func TestJobSeriesPinned(t *testing.T) {
 		"gpusampler_job_power_samples_total":          "COUNTER 11 Power samples integrated into the owner's energy.",
 	}
 	if !maps.Equal(got, want) {
-		for _, k := range slices.Sorted(maps.Keys(want)) {
-			if got[k] != want[k] {
-				t.Errorf("%s: %q, want %q", k, got[k], want[k])
-			}
-		}
-		t.Errorf("series %v", got)
+		t.Errorf("series:\n%v\nwant:\n%v", got, want)
 	}
 }
