@@ -5,6 +5,10 @@ import (
 	"math"
 	"slices"
 
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	metricspb "go.opentelemetry.io/proto/otlp/metrics/v1"
 	resourcepb "go.opentelemetry.io/proto/otlp/resource/v1"
@@ -53,30 +57,112 @@ type deviceInfo struct {
 	attr  record.Attribution
 	// series caches the point attributes of the device's series: index
 	// 2×MetricID (+1 for a point read), filled on first use.
-	series [][]*commonpb.KeyValue
+	series []seriesAttrs
+}
+
+// seriesAttrs are a series' point attributes, and the same already in wire
+// form (NumberDataPoint field 7, each attribute one record).
+type seriesAttrs struct {
+	attrs []*commonpb.KeyValue
+	raw   protoreflect.RawFields
 }
 
 // seriesAttrs returns the point attributes of metric id's samples on the
 // device (a point read's with pointRead), made once per identity and
 // shared by every point of the series.
-func (e *encoder) seriesAttrs(d *deviceInfo, id catalog.MetricID, pointRead bool) []*commonpb.KeyValue {
+func (e *encoder) seriesAttrs(d *deviceInfo, id catalog.MetricID, pointRead bool) *seriesAttrs {
 	i := 2 * int(id)
 	if pointRead {
 		i++
 	}
 	if d.series == nil {
-		d.series = make([][]*commonpb.KeyValue, 2*len(e.names))
+		d.series = make([]seriesAttrs, 2*len(e.names))
 	}
-	if a := d.series[i]; a != nil {
-		return a
+	sa := &d.series[i]
+	if sa.attrs != nil {
+		return sa
 	}
 	var extra []*commonpb.KeyValue
 	if pointRead {
 		extra = []*commonpb.KeyValue{e.pointRead}
 	}
-	a := pointAttrs(d.attrs, e.nameAttrs[id], extra)
-	d.series[i] = a
-	return a
+	sa.attrs = pointAttrs(d.attrs, e.nameAttrs[id], extra)
+	for _, kv := range sa.attrs {
+		b, err := proto.Marshal(kv)
+		if err != nil { // strings, ints and bools: cannot fail
+			sa.raw = nil
+			break
+		}
+		sa.raw = protowire.AppendTag(sa.raw, numberPointAttributes, protowire.BytesType)
+		sa.raw = protowire.AppendBytes(sa.raw, b)
+	}
+	return sa
+}
+
+// NumberDataPoint's field numbers that setNumber writes in wire form.
+const (
+	numberPointAttributes = 7
+	numberPointAsDouble   = 4
+	numberPointAsInt      = 6
+)
+
+// setNumber sets a number point's attributes and value (number's). With
+// rawAttrs both go in wire form, as the point's unknown fields: the
+// protobuf runtime marshals a point's plain fields (start and time; the
+// exemplars and flags are never set), then its attributes, then the value
+// oneof, and the unknown fields after all of them, so attributes then
+// value as unknown fields are the same bytes — without marshalling some
+// fourteen KeyValue messages a point. TestEncoderReuseSameBytes holds the
+// bytes to those of the plain fields.
+func (e *encoder) setNumber(p *metricspb.NumberDataPoint, sa *seriesAttrs, t catalog.ValueType, v float64) {
+	if !e.rawAttrs || sa.raw == nil {
+		p.Attributes = sa.attrs
+		e.number(p, t, v)
+		return
+	}
+	b := e.raw.take(len(sa.raw) + 9)
+	b = append(b, sa.raw...)
+	if t == catalog.Int && !math.IsNaN(v) && !math.IsInf(v, 0) {
+		b = protowire.AppendTag(b, numberPointAsInt, protowire.Fixed64Type)
+		b = protowire.AppendFixed64(b, uint64(int64(math.Round(v))))
+	} else {
+		b = protowire.AppendTag(b, numberPointAsDouble, protowire.Fixed64Type)
+		b = protowire.AppendFixed64(b, math.Float64bits(v))
+	}
+	p.ProtoReflect().SetUnknown(b)
+}
+
+// byteArena hands out byte slices from chunks kept across encodes.
+type byteArena struct {
+	chunks [][]byte
+	c      int // the chunk in use
+}
+
+// take returns an empty slice with capacity n (appending up to n bytes
+// touches nothing else).
+func (a *byteArena) take(n int) []byte {
+	for {
+		if a.c == len(a.chunks) {
+			a.chunks = append(a.chunks, make([]byte, 0, max(64<<10, n)))
+		}
+		ch := a.chunks[a.c]
+		if cap(ch)-len(ch) >= n {
+			a.chunks[a.c] = ch[:len(ch)+n]
+			return ch[len(ch) : len(ch) : len(ch)+n]
+		}
+		a.c++
+	}
+}
+
+func (a *byteArena) reset() {
+	for i := range a.chunks {
+		a.chunks[i] = a.chunks[i][:0]
+	}
+	a.c = 0
+	if len(a.chunks) > maxArenaChunks {
+		clear(a.chunks[maxArenaChunks:])
+		a.chunks = a.chunks[:maxArenaChunks]
+	}
 }
 
 // encoder turns batches into one OTLP MetricsData (wire-identical to an
@@ -118,8 +204,12 @@ type encoder struct {
 	exps    arena[metricspb.ExponentialHistogramDataPoint]
 	buckets arena[metricspb.ExponentialHistogramDataPoint_Buckets]
 	floats  arena[float64]
+	raw     byteArena
 
 	points int
+	// rawAttrs: sample points carry their attributes in wire form
+	// (setNumberAttrs); off only in tests, for the reference encoding.
+	rawAttrs bool
 }
 
 // maxCachedResources bounds the resources kept between encodes: past it,
@@ -185,7 +275,7 @@ func newEncoder(opts *Options, startNS int64) *encoder {
 	e := &encoder{cat: cat, start: startNS, devices: map[int]*deviceInfo{}, uuids: map[int]string{},
 		series: map[seriesKey]counterState{}, pending: map[seriesKey]counterState{}, res: map[record.Attribution]*resBuild{},
 		scope:     &commonpb.InstrumentationScope{Name: ScopeName, Version: opts.Version},
-		pointRead: kvBool(catalog.OTelNamespace+"point_read", true)}
+		pointRead: kvBool(catalog.OTelNamespace+"point_read", true), rawAttrs: true}
 	e.names = make([]catalog.OTelNaming, cat.Len())
 	e.nameAttrs = make([][]*commonpb.KeyValue, cat.Len())
 	for _, m := range cat.All() {
@@ -499,6 +589,7 @@ func (e *encoder) encode(samples []record.Sample, summaries []record.Summary, ev
 	e.exps.reset()
 	e.buckets.reset()
 	e.floats.reset()
+	e.raw.reset()
 	res := e.resource
 	for i := range samples {
 		s := &samples[i]
@@ -509,11 +600,11 @@ func (e *encoder) encode(samples []record.Sample, summaries []record.Summary, ev
 		dev := e.device(int(s.Device))
 		v := s.Value * n.Scale
 		p := e.newNumber()
-		p.Attributes, p.TimeUnixNano = e.seriesAttrs(dev, s.Metric, s.Flags&record.FlagPointRead != 0), uint64(s.TimeNS)
+		p.TimeUnixNano = uint64(s.TimeNS)
 		if n.Instrument != catalog.OTelGauge {
 			p.StartTimeUnixNano = uint64(e.counterStart(seriesKey{s.Device, s.Metric}, s.TimeNS, v, n.Instrument == catalog.OTelCounter))
 		}
-		e.number(p, n.Type, v)
+		e.setNumber(p, e.seriesAttrs(dev, s.Metric, s.Flags&record.FlagPointRead != 0), n.Type, v)
 		addNumber(res(dev.attr).metric(n.Name, n.Unit, n.Instrument, numberShape), p)
 		e.points++
 	}
@@ -547,13 +638,14 @@ func (e *encoder) summary(s *record.Summary, res func(record.Attribution) *resBu
 	n := &e.names[s.Metric]
 	dev := e.device(int(s.Device))
 	end := s.StartNS + s.IntervalNS
-	attrs := e.seriesAttrs(dev, s.Metric, false)
+	sa := e.seriesAttrs(dev, s.Metric, false)
+	attrs := sa.attrs
 	if n.Instrument != catalog.OTelGauge {
 		v := s.Last * n.Scale
 		p := e.newNumber()
-		p.Attributes, p.TimeUnixNano = attrs, uint64(end)
+		p.TimeUnixNano = uint64(end)
 		p.StartTimeUnixNano = uint64(e.counterStart(seriesKey{s.Device, s.Metric}, end, v, n.Instrument == catalog.OTelCounter))
-		e.number(p, n.Type, v)
+		e.setNumber(p, sa, n.Type, v)
 		addNumber(res(dev.attr).metric(n.Name, n.Unit, n.Instrument, numberShape), p)
 		e.points++
 		return

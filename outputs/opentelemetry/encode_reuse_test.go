@@ -12,10 +12,11 @@ import (
 )
 
 // An encoder that reuses its request tree and arenas from one encode to
-// the next sends the bytes a fresh encoder (same devices, origin and
-// counter state) sends for the same records: through batches that grow
-// and shrink past an arena chunk, change origin and attribution, mix
-// shapes, point reads and unknown devices, committed or discarded.
+// the next, and puts sample points' attributes in wire form, sends the
+// bytes a fresh encoder (same devices, origin and counter state) that sets
+// every point's Attributes sends for the same records: through batches
+// that grow and shrink past an arena chunk, change origin and attribution,
+// mix shapes, point reads and unknown devices, committed or discarded.
 func TestEncoderReuseSameBytes(t *testing.T) {
 	opts := &Options{Host: "node1", Version: "1.0.0", GlobalTags: map[string]string{"a": "b"}}
 	g, c, s := benchBatch(false), benchBatch(true), benchSummaries()
@@ -35,6 +36,7 @@ func TestEncoderReuseSameBytes(t *testing.T) {
 		devices = append(devices, b.Devices...)
 		// the reference: a fresh encoder in the same state
 		ref := newEncoder(opts, 1.79e18)
+		ref.rawAttrs = false
 		ref.setDevices(devices)
 		ref.series = maps.Clone(e.series)
 		ref.useOrigin(b.Origin)
