@@ -208,7 +208,7 @@ type encoder struct {
 
 	points int
 	// rawAttrs: sample points carry their attributes in wire form
-	// (setNumberAttrs); off only in tests, for the reference encoding.
+	// (setNumber); off only in tests, for the reference encoding.
 	rawAttrs bool
 }
 
