@@ -29,12 +29,14 @@
 // (unchanged, changed outputs, changed [sampler], broken config); restart
 // (disk buffers replayed by a new agent); lapped (small rings, sinks down:
 // ring drops); kill9 (gpusampler SIGKILLed with data queued on disk, then
-// started again); stdoutstall (a stdout reader that stops reading); finalcounts (after a
-// stop, the final stats' counters of each cell, the recorder's own
-// recorded_batches and recorded_records read over the plugin boundary
-// included, equal what its sink holds); finalself (the final self-metrics,
-// in each cell's own sink, count what it took before them, the final flush
-// included). For
+// started again); stdoutstall (a stdout reader that stops reading);
+// finalcounts (after a stop, the final stats' counters of each cell, the
+// recorder's own recorded_batches and recorded_records read over the
+// plugin boundary included, equal what its sink holds); finalself (the
+// final self-metrics, in each cell's own sink, count what it took before
+// them, the final flush included: buffers' final delivery, aggregate
+// windows still open, a plugin's counters read after it);
+// finalcountsshared and finalselfshared (the same on the shared hop). For
 // each cell it compares what the sink received with what the witness
 // received, record by record and field by field (aggregate cells: with
 // the summaries of the witness's samples), and the records missing with

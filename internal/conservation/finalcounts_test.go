@@ -195,3 +195,15 @@ var finalSelf = scenario{name: "finalself",
 		return res
 	},
 	check: noDropsCheck("without a fault")}
+
+// finalSelfShared is finalSelf on the shared hop: the cells are instances
+// in one outputs process, as the built-in network outputs run (their own
+// counters read by each instance's health probe).
+var finalSelfShared = scenario{name: "finalselfshared",
+	about:  "finalself on the shared hop (every cell an instance in one plugin process)",
+	shared: true, run: finalSelf.run, check: finalSelf.check}
+
+// finalCountsShared is finalCounts on the shared hop.
+var finalCountsShared = scenario{name: "finalcountsshared",
+	about:  "finalcounts on the shared hop (every cell an instance in one plugin process)",
+	shared: true, run: finalCounts.run, check: finalCounts.check}

@@ -492,7 +492,7 @@ func newScriptAt(start time.Time) *conservation.Script {
 // counts.
 func TestMatrix(t *testing.T) {
 	var table []string
-	for _, sc := range append(scenarios, lapped, capped, kill9Scenario, stdoutStall, diskFull, notStarted, finalCounts, finalSelf) {
+	for _, sc := range append(scenarios, lapped, capped, kill9Scenario, stdoutStall, diskFull, notStarted, finalCounts, finalSelf, finalSelfShared, finalCountsShared) {
 		t.Run(sc.name, func(t *testing.T) {
 			cells := allCells(sc.cells)
 			if sc.shared {
