@@ -2,6 +2,7 @@ package conservation_test
 
 import (
 	"fmt"
+	"path"
 	"strconv"
 	"strings"
 	"testing"
@@ -65,8 +66,8 @@ var finalCounts = scenario{name: "finalcounts",
 					res.problems[n] = append(res.problems[n], fmt.Sprintf("final stats report %s %d, the sink holds %d", k, got[k], v))
 				}
 			}
-			res.rows = append(res.rows, fmt.Sprintf("%-10s %-20s final %s=%d %s=%d delivered=%d; sink %d batches %d records %d samples",
-				"finalcounts", n, conservation.FieldRecordedBatches, got[conservation.FieldRecordedBatches],
+			res.rows = append(res.rows, fmt.Sprintf("%-17s %-20s final %s=%d %s=%d delivered=%d; sink %d batches %d records %d samples",
+				path.Base(t.Name()), n, conservation.FieldRecordedBatches, got[conservation.FieldRecordedBatches],
 				conservation.FieldRecordedRecords, got[conservation.FieldRecordedRecords], got["delivered"], batches, records, samples))
 		}
 		return res
@@ -188,8 +189,8 @@ var finalSelf = scenario{name: "finalself",
 			if dataAfter > 0 {
 				res.problems[n] = append(res.problems[n], fmt.Sprintf("%d samples or summaries reached the sink with or after the final self-metrics: they do not count the final flush", dataAfter))
 			}
-			res.rows = append(res.rows, fmt.Sprintf("%-10s %-20s final self-metrics %s=%d %s=%d; sink before them %d batches %d records",
-				"finalself", n, conservation.FieldRecordedBatches, got[conservation.FieldRecordedBatches],
+			res.rows = append(res.rows, fmt.Sprintf("%-17s %-20s final self-metrics %s=%d %s=%d; sink before them %d batches %d records",
+				path.Base(t.Name()), n, conservation.FieldRecordedBatches, got[conservation.FieldRecordedBatches],
 				conservation.FieldRecordedRecords, got[conservation.FieldRecordedRecords], before, beforeRecords))
 		}
 		return res
