@@ -910,9 +910,9 @@ func (out *Output) split(e *entry, sub *record.Batch) error {
 // recordsHash is the hash part of the Nats-Msg-Id of a message carrying
 // sub: FNV-1a over the output's name, the batch's host (its Origin's, or
 // WithHost) and every field of sub's samples, summaries and events; over
-// its identity records only when it carries nothing else. A deterministic
-// hash (not maphash, whose seed is per process): a new process must find
-// the same id for the same message.
+// every field of its identity records only when it carries nothing else.
+// A deterministic hash (not maphash, whose seed is per process): a new
+// process must find the same id for the same message.
 func (out *Output) recordsHash(sub *record.Batch) uint64 {
 	b := out.idScratch[:0]
 	str := func(v string) { b = binary.AppendUvarint(b, uint64(len(v))); b = append(b, v...) }
@@ -954,10 +954,11 @@ func (out *Output) recordsHash(sub *record.Batch) uint64 {
 		}
 	}
 	if len(sub.Samples)+len(sub.Summaries)+len(sub.Events) == 0 {
+		// Every field: a new process numbers its batches from 1 again,
+		// and a changed identity (a new pod) at a Seq the old one used
+		// must not be taken for the old identity.
 		for _, d := range sub.Devices {
-			u64(uint64(int64(d.Index)))
-			str(d.UUID)
-			str(d.Name)
+			b = fmt.Appendf(b, "%v\x00", d)
 		}
 	}
 	if out.hasher == nil {

@@ -256,3 +256,53 @@ func TestRestartedOutputSameMsgIDsIntegration(t *testing.T) {
 		t.Errorf("another output's batch was taken for a duplicate: %+v", st)
 	}
 }
+
+// An identity-only message (a device with nothing else in its batch) is
+// hashed over the whole identity: after a restart (a new process numbers
+// its batches from 1 again) a changed identity, here the device's pod, at
+// the Seq the old process had used is a new message, not a duplicate the
+// stream drops within its duplicate window.
+func TestRestartedOutputChangedIdentityNotDuplicateIntegration(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a nats-server")
+	}
+	s := natstest.Start(t)
+	ctx := context.Background()
+	cfg := natsout.DefaultConfig()
+	cfg.Encoding = natsout.EncodingProtobuf
+	cfg.JetStream, cfg.CreateStream, cfg.AckTimeout = true, true, 5*time.Second
+	write := func(out *natsout.Output, pod string) {
+		t.Helper()
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		d := record.Device{Index: 0, UUID: "GPU-r", Name: "NVIDIA H200", Generation: 1}
+		d.Pod = pod
+		if err := out.Write(wctx, &record.Batch{Seq: 1, Devices: []record.Device{d}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := newOutput(t, s, cfg, natsout.WithName("n"), natsout.WithHost("node1"))
+	write(old, "train-a")
+	restarted := newOutput(t, s, cfg, natsout.WithName("n"), natsout.WithHost("node1"))
+	write(restarted, "train-b")
+	// The same identity offered again is a duplicate.
+	again := newOutput(t, s, cfg, natsout.WithName("n"), natsout.WithHost("node1"))
+	write(again, "train-b")
+	js, err := jetstream.New(natstest.Connect(t, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	str, err := js.Stream(ctx, cfg.Stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := str.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, r, a := old.Stats(), restarted.Stats(), again.Stats()
+	if info.State.Msgs != 2 || o.Stored != 1 || r.Stored != 1 || r.Duplicates != 0 || a.Duplicates != 1 {
+		t.Errorf("stream holds %d messages (want 2: both identities); stored %d, %d, %d; duplicates %d, %d, %d (want only the last one's)",
+			info.State.Msgs, o.Stored, r.Stored, a.Stored, o.Duplicates, r.Duplicates, a.Duplicates)
+	}
+}
