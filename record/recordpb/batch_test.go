@@ -256,3 +256,33 @@ func TestAggregateSeriesHists(t *testing.T) {
 		t.Fatalf("columns longer than the windows: %v", err)
 	}
 }
+
+// Histogram columns that no writer makes are refused, not handed to code
+// that bins further values into them (an aggregate window taken up from
+// its journal): a scale outside OpenTelemetry's [-10, 20] (bucket indexes
+// then overflow int32) and buckets whose indexes run past int32.
+func TestHistColumnsRejectOutOfRange(t *testing.T) {
+	for name, h := range map[string]*record.ExpHistogram{
+		"scale 21":          {Scale: 21, PositiveOffset: 1, Positive: []uint64{1}},
+		"scale -11":         {Scale: -11, ZeroCount: 1},
+		"positive past max": {Scale: 0, PositiveOffset: math.MaxInt32 - 1, Positive: []uint64{1, 1, 1}},
+		"negative past max": {Scale: 0, NegativeOffset: math.MaxInt32, Negative: []uint64{1, 1}},
+	} {
+		a := &AggregateSeries{StartNs: make([]int64, 1)}
+		a.SetHists([]*record.ExpHistogram{h})
+		if _, err := a.Hists(); !errors.Is(err, ErrFormat) {
+			t.Errorf("%s: %v, want a format error", name, err)
+		}
+		c := FromSummaries([]record.Summary{{Count: 1, Metric: 1, Hist: h}})
+		if _, err := c.AppendTo(nil); !errors.Is(err, ErrFormat) {
+			t.Errorf("%s: summaries: %v, want a format error", name, err)
+		}
+	}
+	edge := &record.ExpHistogram{Scale: 20, PositiveOffset: math.MaxInt32, Positive: []uint64{1},
+		NegativeOffset: math.MinInt32, Negative: []uint64{2}}
+	a := &AggregateSeries{StartNs: make([]int64, 1)}
+	a.SetHists([]*record.ExpHistogram{edge})
+	if got, err := a.Hists(); err != nil || !reflect.DeepEqual(got[0], edge) {
+		t.Errorf("the last bucket index int32 has: %v %v", got, err)
+	}
+}

@@ -255,6 +255,9 @@ func (h histColumns) put(hs []*record.ExpHistogram) {
 	}
 }
 
+// The scales an exponential histogram may have (OpenTelemetry's range).
+const minHistScale, maxHistScale = -10, 20
+
 // get returns the histograms of m entries (nil when the columns are
 // empty; a nil entry for one without), checking that the columns agree.
 func (h histColumns) get(m int) ([]*record.ExpHistogram, error) {
@@ -282,6 +285,14 @@ func (h histColumns) get(m int) ([]*record.ExpHistogram, error) {
 		}
 		if np+nn > uint64(len(counts)) {
 			return nil, fmt.Errorf("entry %d: hist_pos_len %d + hist_neg_len %d past hist_counts", i, np, nn)
+		}
+		// No writer makes these; binning further values into them (a
+		// window taken up from a journal) would overflow bucket indexes.
+		if sc := (*h.scale)[i]; sc < minHistScale || sc > maxHistScale {
+			return nil, fmt.Errorf("entry %d: hist_scale %d outside [%d, %d]", i, sc, minHistScale, maxHistScale)
+		}
+		if int64((*h.posOffset)[i])+int64(np) > math.MaxInt32+1 || int64((*h.negOffset)[i])+int64(nn) > math.MaxInt32+1 {
+			return nil, fmt.Errorf("entry %d: bucket indexes past %d", i, math.MaxInt32)
 		}
 		x := &record.ExpHistogram{Scale: (*h.scale)[i], ZeroCount: (*h.zeroCount)[i],
 			PositiveOffset: (*h.posOffset)[i], NegativeOffset: (*h.negOffset)[i], NonFinite: nonFinite}
