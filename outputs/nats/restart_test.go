@@ -271,23 +271,26 @@ func TestRestartedOutputChangedIdentityNotDuplicateIntegration(t *testing.T) {
 	cfg := natsout.DefaultConfig()
 	cfg.Encoding = natsout.EncodingProtobuf
 	cfg.JetStream, cfg.CreateStream, cfg.AckTimeout = true, true, 5*time.Second
-	write := func(out *natsout.Output, pod string) {
+	write := func(out *natsout.Output, pod, driver string) {
 		t.Helper()
 		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		d := record.Device{Index: 0, UUID: "GPU-r", Name: "NVIDIA H200", Generation: 1}
+		d := record.Device{Index: 0, UUID: "GPU-r", Name: "NVIDIA H200", DriverVersion: driver, Generation: 1}
 		d.Pod = pod
 		if err := out.Write(wctx, &record.Batch{Seq: 1, Devices: []record.Device{d}}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	old := newOutput(t, s, cfg, natsout.WithName("n"), natsout.WithHost("node1"))
-	write(old, "train-a")
+	write(old, "train-a", "570.1")
 	restarted := newOutput(t, s, cfg, natsout.WithName("n"), natsout.WithHost("node1"))
-	write(restarted, "train-b")
+	write(restarted, "train-b", "570.1")
+	// Another field than the attribution (an upgraded driver) counts too.
+	upgraded := newOutput(t, s, cfg, natsout.WithName("n"), natsout.WithHost("node1"))
+	write(upgraded, "train-b", "575.2")
 	// The same identity offered again is a duplicate.
 	again := newOutput(t, s, cfg, natsout.WithName("n"), natsout.WithHost("node1"))
-	write(again, "train-b")
+	write(again, "train-b", "575.2")
 	js, err := jetstream.New(natstest.Connect(t, s))
 	if err != nil {
 		t.Fatal(err)
@@ -300,9 +303,9 @@ func TestRestartedOutputChangedIdentityNotDuplicateIntegration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o, r, a := old.Stats(), restarted.Stats(), again.Stats()
-	if info.State.Msgs != 2 || o.Stored != 1 || r.Stored != 1 || r.Duplicates != 0 || a.Duplicates != 1 {
-		t.Errorf("stream holds %d messages (want 2: both identities); stored %d, %d, %d; duplicates %d, %d, %d (want only the last one's)",
-			info.State.Msgs, o.Stored, r.Stored, a.Stored, o.Duplicates, r.Duplicates, a.Duplicates)
+	o, r, u, a := old.Stats(), restarted.Stats(), upgraded.Stats(), again.Stats()
+	if info.State.Msgs != 3 || o.Stored != 1 || r.Stored != 1 || u.Stored != 1 || r.Duplicates+u.Duplicates != 0 || a.Duplicates != 1 {
+		t.Errorf("stream holds %d messages (want 3: every identity); stored %d, %d, %d, %d; duplicates %d, %d, %d, %d (want only the last one's)",
+			info.State.Msgs, o.Stored, r.Stored, u.Stored, a.Stored, o.Duplicates, r.Duplicates, u.Duplicates, a.Duplicates)
 	}
 }
