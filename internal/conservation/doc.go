@@ -44,6 +44,16 @@
 // listed with their reason in the test's knownBroken table. go test -run
 // Matrix -v prints published, delivered and dropped per cell.
 //
+// TestMatrixOTLP runs the OpenTelemetry cells through the scenarios clean,
+// down, refuse, sighup, sighupdown and restart: the real opentelemetry
+// output, over OTLP/gRPC behind every buffer and OTLP/HTTP, raw and
+// aggregating, to an in-test OTLP receiver that turns each export request
+// back into records in a record file (the control words answer on the
+// wire: down as UNAVAILABLE or 503, poison as INVALID_ARGUMENT or 400).
+// They are compared with the witness on what OTLP carries: samples whole
+// (value × scale back bit for bit), windows on count, min, max and sum,
+// events and self-metrics from their points, no device records.
+//
 // Beside the matrix, TestAggregateDiskInfluxIntegration runs a real influxd
 // and a stdout twin, both aggregating behind disk buffers, through a 20 s
 // outage (scripted time) and a kill -9 of gpusampler during it: influxd

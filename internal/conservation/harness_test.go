@@ -136,6 +136,8 @@ type env struct {
 	// health is the plugin cells' health_interval (empty: 100ms);
 	// timeout their write_timeout and buffer_close_timeout (empty: 2s).
 	health, timeout string
+	// otlp are the OTLP cells' receivers, by cell name (otlp_test.go).
+	otlp map[string]*otlpSink
 }
 
 // lockedBuffer is a bytes.Buffer safe for a writer and a reader in
@@ -306,6 +308,8 @@ func (e *env) configText() string {
 		switch c.hop {
 		case "inproc":
 			fmt.Fprintf(&b, "\n[[outputs.record]]\n%s  file = %q\n  control = %q\n", common, e.recordFile(n, e.run), e.controlFile(n))
+		case "otlp", "otlphttp":
+			b.WriteString(e.otlpBlock(c, common))
 		case "shared":
 			// write_timeout 10s: a call timeout of 9s and 8s for the
 			// output, a margin of 1s for a slow write's answer
@@ -325,7 +329,7 @@ func (e *env) configText() string {
 // process (the shared hop, as the built-in network outputs run).
 func registry() *outputs.Registry {
 	return plugins.HostRegistry(outputs.NewRegistry(conservation.RecordKind(), conservation.SharedRecordKind(),
-		plugins.Kind(), stdout.Kind()), plugins.HostOptions{Executable: pluginPath, Shared: true,
+		plugins.Kind(), stdout.Kind(), otlpKind()), plugins.HostOptions{Executable: pluginPath, Shared: true,
 		Args: func(string) []string { return []string{"shared"} }})
 }
 
