@@ -526,7 +526,8 @@ func attrString(attrs []*commonpb.KeyValue) string {
 // by key; process records without end time or attribution attributes
 // (those go to the resource), fields and attributes by key; an event
 // without fields or (processes) without any field but the pid sends no
-// point. Integer fields go as integers (rounded).
+// point. Integer fields go as integers (rounded); a field's gauge mark is
+// not carried (every field is sent as a gauge).
 func projectOTLP(want bag) bag {
 	out := bag{}
 	for r, n := range want {
@@ -590,6 +591,7 @@ func otlpEventProjection(ev record.Event) (record.Event, bool) {
 			if f.Int {
 				f.Value = math.Round(f.Value)
 			}
+			f.Gauge = false // every field's point is a gauge
 			out = append(out, f)
 		}
 		return out
