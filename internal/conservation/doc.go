@@ -47,7 +47,8 @@
 // TestMatrixOTLP runs the OpenTelemetry cells through the scenarios clean,
 // down, refuse, sighup, sighupdown and restart: the real opentelemetry
 // output, over OTLP/gRPC behind every buffer and OTLP/HTTP, raw and
-// aggregating, to an in-test OTLP receiver that turns each export request
+// aggregating, in process and as an instance in the shared recordplugin
+// process (as the built-in network outputs run), to an in-test OTLP receiver that turns each export request
 // back into records in a record file (the control words answer on the
 // wire: down as UNAVAILABLE or 503, poison as INVALID_ARGUMENT or 400).
 // They are compared with the witness on what OTLP carries: samples whole

@@ -28,6 +28,7 @@ import (
 	"github.com/gpusampler/gpusampler/internal/pipeline/aggregate"
 	"github.com/gpusampler/gpusampler/internal/pipeline/buffer"
 	"github.com/gpusampler/gpusampler/outputs"
+	"github.com/gpusampler/gpusampler/outputs/opentelemetry"
 	"github.com/gpusampler/gpusampler/outputs/stdout"
 	"github.com/gpusampler/gpusampler/plugins"
 	"github.com/gpusampler/gpusampler/record"
@@ -308,7 +309,7 @@ func (e *env) configText() string {
 		switch c.hop {
 		case "inproc":
 			fmt.Fprintf(&b, "\n[[outputs.record]]\n%s  file = %q\n  control = %q\n", common, e.recordFile(n, e.run), e.controlFile(n))
-		case "otlp", "otlphttp":
+		case "otlp", "otlphttp", "otlpshared":
 			b.WriteString(e.otlpBlock(c, common))
 		case "shared":
 			// write_timeout 10s: a call timeout of 9s and 8s for the
@@ -329,7 +330,7 @@ func (e *env) configText() string {
 // process (the shared hop, as the built-in network outputs run).
 func registry() *outputs.Registry {
 	return plugins.HostRegistry(outputs.NewRegistry(conservation.RecordKind(), conservation.SharedRecordKind(),
-		plugins.Kind(), stdout.Kind(), otlpKind()), plugins.HostOptions{Executable: pluginPath, Shared: true,
+		plugins.Kind(), stdout.Kind(), opentelemetry.Kind(), otlpInprocKind()), plugins.HostOptions{Executable: pluginPath, Shared: true,
 		Args: func(string) []string { return []string{"shared"} }})
 }
 

@@ -31,14 +31,15 @@ import (
 	"github.com/gpusampler/gpusampler/record"
 )
 
-// The OpenTelemetry cells: a real [[outputs.opentelemetry]] output (in
-// process) exporting over OTLP/gRPC (hop "otlp") or OTLP/HTTP (hop
-// "otlphttp") to an in-test OTLP receiver, otlpSink, that turns every
-// export request back into records and hands them to a conservation
-// Recorder: the cell's record file holds what the collector received, in
-// the terms the witness is compared in, and the control words act on the
-// wire (down: UNAVAILABLE / 503; poison: INVALID_ARGUMENT / 400, a
-// permanent refusal).
+// The OpenTelemetry cells: a real opentelemetry output exporting over
+// OTLP/gRPC (hop "otlp": in process; "otlpshared": an instance in the
+// shared outputs process, as `gpusampler run` runs it) or OTLP/HTTP (hop
+// "otlphttp", in process) to an in-test OTLP receiver, otlpSink, that
+// turns every export request back into records and hands them to a
+// conservation Recorder: the cell's record file holds what the collector
+// received, in the terms the witness is compared in, and the control
+// words act on the wire (down: UNAVAILABLE / 503; poison:
+// INVALID_ARGUMENT / 400, a permanent refusal).
 //
 // OTLP carries less than a record batch: no device records (every point
 // carries its device's attributes instead), a window as what a histogram
@@ -46,7 +47,8 @@ import (
 // compares an OTLP cell on that projection of the witness (projectOTLP).
 
 // otlpHops are the OTLP cells' hops: the protocol they export with.
-var otlpHops = map[string]string{"otlp": opentelemetry.ProtocolGRPC, "otlphttp": opentelemetry.ProtocolHTTP}
+var otlpHops = map[string]string{"otlp": opentelemetry.ProtocolGRPC, "otlphttp": opentelemetry.ProtocolHTTP,
+	"otlpshared": opentelemetry.ProtocolGRPC}
 
 // otlpScenarios are the scenarios the OTLP cells run in.
 var otlpScenarios = map[string]bool{"clean": true, "down": true, "refuse": true, "sighup": true, "sighupdown": true, "restart": true}
@@ -54,9 +56,10 @@ var otlpScenarios = map[string]bool{"clean": true, "down": true, "refuse": true,
 func isOTLP(c cell) bool { return otlpHops[c.hop] != "" }
 
 // otlpCells returns the OTLP cells of scenario sc that its cell filter
-// keeps: OTLP/gRPC behind every buffer, raw and aggregating; OTLP/HTTP
-// (the same output past its exporter) unbuffered raw and behind a disk
-// buffer aggregating.
+// keeps: OTLP/gRPC in process behind every buffer, raw and aggregating;
+// OTLP/HTTP (the same output past its exporter) unbuffered raw and behind
+// a disk buffer aggregating; OTLP/gRPC in the shared outputs process
+// unbuffered raw, behind a memory buffer aggregating and a disk buffer raw.
 func otlpCells(sc scenario) []cell {
 	var out []cell
 	for _, b := range buffers {
@@ -64,7 +67,8 @@ func otlpCells(sc scenario) []cell {
 			out = append(out, cell{"otlp", b, m})
 		}
 	}
-	out = append(out, cell{"otlphttp", "none", "raw"}, cell{"otlphttp", "disk", "agg"})
+	out = append(out, cell{"otlphttp", "none", "raw"}, cell{"otlphttp", "disk", "agg"},
+		cell{"otlpshared", "none", "raw"}, cell{"otlpshared", "memory", "agg"}, cell{"otlpshared", "disk", "raw"})
 	if sc.cells != nil {
 		out = slices.DeleteFunc(out, func(c cell) bool { return !sc.cells(c) })
 	}
@@ -89,12 +93,12 @@ func TestMatrixOTLP(t *testing.T) {
 	t.Logf("conservation matrix, OpenTelemetry cells (records as OTLP carries them):\n%s", strings.Join(table, "\n"))
 }
 
-// otlpKind is the opentelemetry output kind run in process (the matrix's
-// host registry would otherwise start it in a recordplugin process, which
-// serves the record kinds only).
-func otlpKind() outputs.Kind {
+// otlpInprocKind is the opentelemetry output kind run in process, as
+// kind "otlpinproc" (the matrix's host registry starts kind
+// "opentelemetry" in the shared recordplugin process).
+func otlpInprocKind() outputs.Kind {
 	k := opentelemetry.Kind()
-	k.OutOfProcess = false
+	k.Kind, k.OutOfProcess = "otlpinproc", false
 	return k
 }
 
@@ -111,12 +115,16 @@ func (e *env) otlpBlock(c cell, common string) string {
 		e.otlp[n] = s
 	}
 	s.use(e.recordFile(n, e.run), e.controlFile(n))
-	// write_timeout 10s: the export's timeout of 8s is far above what a
+	// write_timeout 10s: the export's timeout of 5s is far above what a
 	// loaded machine needs, so that no export times out after the sink
 	// took it (OTLP has no sequence number: it would arrive twice).
 	common = writeTimeout.ReplaceAllString(common, `write_timeout = "10s"`)
-	return fmt.Sprintf("\n[[outputs.opentelemetry]]\n%s  protocol = %q\n  endpoint = %q\n  timeout = \"8s\"\n",
-		common, otlpHops[c.hop], s.endpoint)
+	kind := "otlpinproc"
+	if c.hop == "otlpshared" {
+		kind = "opentelemetry"
+	}
+	return fmt.Sprintf("\n[[outputs.%s]]\n%s  protocol = %q\n  endpoint = %q\n  timeout = \"5s\"\n",
+		kind, common, otlpHops[c.hop], s.endpoint)
 }
 
 var writeTimeout = regexp.MustCompile(`write_timeout = "[^"]*"`)
