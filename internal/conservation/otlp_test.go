@@ -115,15 +115,15 @@ func (e *env) otlpBlock(c cell, common string) string {
 		e.otlp[n] = s
 	}
 	s.use(e.recordFile(n, e.run), e.controlFile(n))
-	// write_timeout 10s: the export's timeout of 5s is far above what a
+	// write_timeout 20s, the export's timeout 10s: far above what a
 	// loaded machine needs, so that no export times out after the sink
 	// took it (OTLP has no sequence number: it would arrive twice).
-	common = writeTimeout.ReplaceAllString(common, `write_timeout = "10s"`)
+	common = writeTimeout.ReplaceAllString(common, `write_timeout = "20s"`)
 	kind := "otlpinproc"
 	if c.hop == "otlpshared" {
 		kind = "opentelemetry"
 	}
-	return fmt.Sprintf("\n[[outputs.%s]]\n%s  protocol = %q\n  endpoint = %q\n  timeout = \"5s\"\n",
+	return fmt.Sprintf("\n[[outputs.%s]]\n%s  protocol = %q\n  endpoint = %q\n  timeout = \"10s\"\n",
 		kind, common, otlpHops[c.hop], s.endpoint)
 }
 
