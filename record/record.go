@@ -523,7 +523,7 @@ var jobFields = []JobFieldInfo{
 		"gpusampler_job_busy_seconds_total", "gpusampler.job.busy_time", "s"},
 	{JobFieldIdleAllocated, true, "Seconds the GPU was allocated to the owner and the owner ran no kernel.",
 		"gpusampler_job_idle_allocated_seconds_total", "gpusampler.job.idle_allocated_time", "s"},
-	{JobFieldAllocated, true, "Seconds the owner held the GPU (along the power samples, gaps included).",
+	{JobFieldAllocated, true, "Seconds the owner held the GPU (along its power samples, or its other samples where it has none; gaps included).",
 		"gpusampler_job_allocated_seconds_total", "gpusampler.job.allocated_time", "s"},
 	{JobFieldPointRead, true, "Seconds of the owner's time whose utilization came from point reads, not the driver's samples.",
 		"gpusampler_job_point_read_seconds_total", "gpusampler.job.point_read_time", "s"},

@@ -44,7 +44,7 @@ func TestJobSeriesPinned(t *testing.T) {
 		"gpusampler_job_energy_diff_joules":           "GAUGE 3 energy_counter minus energy: how far the counter and the integrated samples disagree.",
 		"gpusampler_job_busy_seconds_total":           "COUNTER 4 Seconds in which the owner's part of the GPU utilization was at least 1% (a kernel ran).",
 		"gpusampler_job_idle_allocated_seconds_total": "COUNTER 5 Seconds the GPU was allocated to the owner and the owner ran no kernel.",
-		"gpusampler_job_allocated_seconds_total":      "COUNTER 6 Seconds the owner held the GPU (along the power samples, gaps included).",
+		"gpusampler_job_allocated_seconds_total":      "COUNTER 6 Seconds the owner held the GPU (along its power samples, or its other samples where it has none; gaps included).",
 		"gpusampler_job_point_read_seconds_total":     "COUNTER 7 Seconds of the owner's time whose utilization came from point reads, not the driver's samples.",
 		"gpusampler_job_lost_seconds_total":           "COUNTER 8 Seconds of the owner's time without power samples (a lost GPU, lost buffer samples).",
 		"gpusampler_job_exactness_ratio":              "GAUGE 9 1 - (point-read + lost seconds) / allocated seconds.",
