@@ -111,7 +111,8 @@ type Absorber interface {
 // its counters (StatsReporter) up to date, so that the final statistics
 // count what the sink took. Finish returns when that is done or ctx ends,
 // whichever comes first; an error only says it did not complete. Writes
-// (the final events) and Close follow it. Finish is called from the pump's
+// (the final events, unless the output refused its last batch at stop)
+// and Close follow it. Finish is called from the pump's
 // goroutine, never concurrently with Write or Close. Wrappers finish
 // their own part, then the output they wrap (Finish below).
 type Finisher interface {

@@ -134,8 +134,10 @@ type Config struct {
 	// before the outputs close: Stats and the outputs' own counters
 	// (record.StatsReporter) then count the final flush, and the events
 	// it emits (Engine.Emit) are flushed to every output before its
-	// Close. The agent sends its
-	// final self-metrics from it.
+	// Close, except to one that refused the last batch offered to it at
+	// stop (unavailable, or a Write that timed out): for that one they
+	// count in OutputStats.EventsDropped. The agent sends its final
+	// self-metrics from it.
 	AfterFinalFlush func()
 	// RingSize is the per-device ring capacity in samples (each output's
 	// lane in a ring holds that many), rounded up to a power of two:

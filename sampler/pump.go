@@ -92,7 +92,15 @@ type pump struct {
 	batch   record.Batch
 	seq     uint64
 	held    bool // batch was refused (unavailable or retryable): offer it again before reading more
-	offers  int  // Writes of the held batch that failed as retryable
+	// refused: the last Write was refused as unavailable or retryable
+	// (the batch then held, or failed once its offers were spent).
+	refused bool
+	// abandoned: at stop, the output refused the last batch offered to it
+	// (or asked for time, record.RetryAfter, that the stop does not have):
+	// what it had not taken is counted as failed (abandon) and nothing
+	// more is written to it (dropRest).
+	abandoned bool
+	offers    int // Writes of the held batch that failed as retryable
 	// heldKind is the kind of the last refusal of the held batch.
 	heldKind record.ErrorKind
 	// holdUntil: the output's retry hint (record.RetryAfterOf) of the last
@@ -229,6 +237,7 @@ func (p *pump) run(ctx context.Context) {
 	for {
 		select {
 		case <-p.stopCh:
+			p.refused = false // only a refusal at stop counts below
 			p.flushAll(ctx)
 			// An unavailable output gets up to WriteTimeout (at most half
 			// the engine's shutdown timeout) to come back before what it
@@ -239,12 +248,24 @@ func (p *pump) run(ctx context.Context) {
 				time.Sleep(min(p.opts.FlushInterval, 50*time.Millisecond))
 				p.flushAll(ctx)
 			}
+			// An output that has not taken the last batch offered to it at
+			// stop is unavailable: a Write that returned in time is what
+			// says so, a slow one that succeeds is not. (One still inside
+			// its Write when the shutdown timeout ends is stuck: giveUp.)
+			p.abandoned = p.held || p.refused
 			p.abandon()
 			if p.barrier != nil {
 				p.finish()
 				close(p.drained)
 				<-p.barrier
-				p.flushAll(ctx) // the events emitted at the barrier (final self-metrics)
+			}
+			// The events emitted at the barrier (final self-metrics): to an
+			// output that refused its last batch they are counted as
+			// dropped, not written (dropRest).
+			if p.abandoned {
+				p.dropRest()
+			} else if p.barrier != nil {
+				p.flushAll(ctx)
 				p.abandon()
 			}
 			p.closeErr = p.out.Close()
@@ -419,12 +440,22 @@ func (p *pump) abandon() {
 		p.evPos = e - 1
 	}
 	b.Reset()
-	// An output that took the held batch's samples although it refused
-	// the batch (an aggregate) takes the ones behind it too: its own
-	// counters then cover every sample the pump counts as failed here.
+	p.failed.Add(n)
+	if failed := n + p.failRingsLocked(); failed > 0 {
+		p.e.log.Warn("output unavailable at stop; held samples dropped", "output", p.name, "samples", failed)
+	}
+}
+
+// failRingsLocked, with acctMu held, reads what the rings still hold for
+// this output and counts it as read and failed (what Select passes) or
+// filtered, so the accounting stays exact; it returns the samples counted
+// failed. An output that took the held batch's samples although it refused
+// the batch (an aggregate) takes these too (record.Absorber): its own
+// counters then cover every sample the pump counts as failed.
+func (p *pump) failRingsLocked() uint64 {
 	ab, _ := p.out.(record.Absorber)
 	var read, filtered uint64
-	buf := b.Samples[:cap(b.Samples)]
+	buf := p.batch.Samples[:cap(p.batch.Samples)]
 	for _, c := range p.cursors {
 		for k := c.Read(buf); k > 0; k = c.Read(buf) {
 			read += uint64(k)
@@ -435,11 +466,36 @@ func (p *pump) abandon() {
 			}
 		}
 	}
-	p.failed.Add(n + read - filtered)
+	p.failed.Add(read - filtered)
 	p.accountLocked(read, filtered)
 	p.acknowledge() // failed and counted: taken
-	if n+read-filtered > 0 {
-		p.e.log.Warn("output unavailable at stop; held samples dropped", "output", p.name, "samples", n+read-filtered)
+	return read - filtered
+}
+
+// dropRest takes the place of the final flush for a pump whose output
+// refused the last batch offered to it at stop (unavailable, or a Write
+// that timed out: see run) and has taken nothing since. The
+// events published since — the final self-metrics emitted at the barrier,
+// and those published while the batch was held — are counted as dropped,
+// and anything the rings still hold as failed, instead of being written: a
+// sink that answers only by timing out would otherwise keep the stop
+// waiting past the shutdown timeout for records it would refuse anyway.
+func (p *pump) dropRest() {
+	p.acctMu.Lock()
+	defer p.acctMu.Unlock()
+	if p.gaveUp.Load() {
+		return
+	}
+	b := &p.batch
+	var lost uint64
+	b.Events, p.evPos, lost = p.e.events.read(p.evPos, b.Events[:0], &p.evEnd)
+	events := lost + uint64(len(b.Events))
+	p.evDropped.Add(events)
+	b.Reset()
+	samples := p.failRingsLocked()
+	if events+samples > 0 {
+		p.e.log.Warn("output unavailable at stop; final events dropped, not written", "output", p.name,
+			"events", events, "samples", samples)
 	}
 }
 
@@ -503,6 +559,7 @@ func (p *pump) write(ctx context.Context) bool {
 		p.maxLatency.Store(int64(lat))
 	}
 	kind := record.Classify(err)
+	p.refused = kind == record.KindUnavailable || kind == record.KindRetryable
 	if kind == record.KindRetryable {
 		p.offers++
 	}

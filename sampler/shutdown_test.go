@@ -2,10 +2,13 @@ package sampler_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -290,4 +293,168 @@ func TestShutdownStuckOutputBesideHealthyAfterFinalFlush(t *testing.T) {
 			t.Fatalf("healthy output %+v: want everything delivered", o)
 		}
 	}
+}
+
+// blackHole refuses every Write with err (wrapping record.ErrUnavailable:
+// a sink that is down; a plain error, retryable: a request that timed out)
+// until hole is set; from then on a Write blocks, ignoring its context,
+// until release is closed, as a Write to a sink that accepts the
+// connection and never answers waits out the sink's own timeout.
+type blackHole struct {
+	err     error
+	hole    atomic.Bool
+	holed   chan struct{} // closed by the first Write into the hole
+	once    sync.Once
+	release chan struct{}
+	closed  atomic.Bool
+}
+
+func (b *blackHole) Write(ctx context.Context, _ *record.Batch) error {
+	if b.hole.Load() {
+		b.once.Do(func() { close(b.holed) })
+		<-b.release
+	}
+	return b.err
+}
+
+func (b *blackHole) Close() error {
+	b.closed.Store(true)
+	return nil
+}
+
+// An output that refused the last batch offered to it at stop (unavailable,
+// or a Write that timed out) is not handed the final events: they are
+// counted as dropped, its held samples as failed, it is closed, and Run
+// returns no error (nothing went uncounted). Before, the final events were
+// written to it: a sink that answers only by timing out kept the stop past
+// the shutdown timeout and Run failed with "0 samples not delivered". The
+// healthy output beside it still gets the final events and is closed.
+func TestShutdownUnavailableOutputFinalEventsDropped(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+	}{
+		{"unavailable", fmt.Errorf("connection refused: %w", record.ErrUnavailable)},
+		{"retryable", errors.New("Client.Timeout exceeded while awaiting headers")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dev := newFakeDevice(0)
+			out := &blackHole{err: tc.err, holed: make(chan struct{}), release: make(chan struct{})}
+			defer close(out.release)
+			healthy := &collector{}
+			var e *sampler.Engine
+			e, err := sampler.New(&fakeSource{devs: []*fakeDevice{dev}}, sampler.Config{
+				DrainInterval: 20 * time.Millisecond, Select: onlyPowerBuffer, RingSize: 1 << 16,
+				ShutdownTimeout: time.Hour, // no timer decides here
+				AfterFinalFlush: func() {
+					out.hole.Store(true) // a Write from here on waits out the sink
+					e.Emit(record.Event{Kind: record.EventSelf, Message: "final"})
+				}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := e.AddOutput("blackhole", out, sampler.PumpOptions{FlushInterval: 5 * time.Millisecond, MaxBatch: 16,
+				WriteTimeout: 50 * time.Millisecond}); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.AddOutput("healthy", healthy, sampler.PumpOptions{FlushInterval: 5 * time.Millisecond}); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- e.Run(ctx) }()
+			for i := 0; e.Stats().Outputs[0].Retries < 3; i++ {
+				if i == 120_000 { // 10 min: a hang, not a slow machine
+					t.Fatal("the output was never offered a batch 3 times")
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatalf("Run = %v, want nil: an output unavailable at stop is counted, not an error", err)
+				}
+			case <-out.holed:
+				t.Fatal("the final events were written to the output that refused its last batch at stop")
+			}
+			var bh, ok sampler.OutputStats
+			for _, o := range e.Stats().Outputs {
+				if o.Name == "blackhole" {
+					bh = o
+				} else {
+					ok = o
+				}
+			}
+			if bh.EventsDropped == 0 || bh.EventsDelivered != 0 || bh.Delivered != 0 || bh.Unflushed != 0 || bh.Pending != 0 ||
+				bh.Failed == 0 || bh.Published != bh.Delivered+bh.Failed+bh.Filtered+bh.Dropped || !out.closed.Load() {
+				t.Fatalf("black-holed output %+v, closed %v: want the final events dropped, the samples failed, none unflushed, closed",
+					bh, out.closed.Load())
+			}
+			healthy.mu.Lock()
+			final := slices.ContainsFunc(healthy.events, func(ev record.Event) bool { return ev.Message == "final" })
+			closed := healthy.closed
+			healthy.mu.Unlock()
+			if !final || !closed || ok.Delivered != ok.Published || ok.EventsDropped != 0 {
+				t.Fatalf("healthy output %+v: final event %v, closed %v; want everything delivered and closed", ok, final, closed)
+			}
+		})
+	}
+}
+
+// An output that refused batches until the stop but takes the one offered
+// again while the stop waits for it (an unavailable output gets up to its
+// write timeout to come back) is not taken for unavailable: nothing is
+// counted failed and it gets the final events.
+func TestShutdownOutputBackAtStopGetsFinalEvents(t *testing.T) {
+	dev := newFakeDevice(0)
+	out := &flakyCollector{}
+	out.down.Store(true)
+	var e *sampler.Engine
+	e, err := sampler.New(&fakeSource{devs: []*fakeDevice{dev}}, sampler.Config{
+		DrainInterval: 20 * time.Millisecond, Select: onlyPowerBuffer, RingSize: 1 << 16,
+		ShutdownTimeout: time.Hour,
+		AfterFinalFlush: func() { e.Emit(record.Event{Kind: record.EventSelf, Message: "final"}) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.AddOutput("back", out, sampler.PumpOptions{FlushInterval: 5 * time.Millisecond, MaxBatch: 16,
+		WriteTimeout: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	for i := 0; e.Stats().Outputs[0].Retries < 3; i++ {
+		if i == 120_000 { // 10 min: a hang, not a slow machine
+			t.Fatal("the output was never offered a batch 3 times")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	out.down.Store(false) // back while the stop waits for it
+	if err := <-done; err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	st := e.Stats().Outputs[0]
+	out.mu.Lock()
+	final := slices.ContainsFunc(out.events, func(ev record.Event) bool { return ev.Message == "final" })
+	out.mu.Unlock()
+	if !final || st.Failed != 0 || st.EventsDropped != 0 || st.Delivered != st.Published || st.Delivered == 0 {
+		t.Fatalf("stats %+v, final event delivered %v: want everything delivered, the final event too", st, final)
+	}
+}
+
+// flakyCollector is a collector that refuses every batch as unavailable
+// while down is set.
+type flakyCollector struct {
+	collector
+	down atomic.Bool
+}
+
+func (f *flakyCollector) Write(ctx context.Context, b *record.Batch) error {
+	if f.down.Load() {
+		return fmt.Errorf("restarting: %w", record.ErrUnavailable)
+	}
+	return f.collector.Write(ctx, b)
 }
