@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -244,4 +247,101 @@ func TestShutdownBlackHoledSinkIntegration(t *testing.T) {
 	}
 	t.Logf("exit 1; blackhole published %d delivered %d failed %d (%d unflushed); stdout published %d delivered %d",
 		bh[0], bh[1], bh[4], unflushed, ok[0], ok[1])
+}
+
+// An InfluxDB that is down at stop (it answers 503 to every write of
+// samples) and would black-hole the final self-metrics (it never answers a
+// write without samples) beside a healthy output: the stop does not hand
+// the final self-metrics to the output that refused its last batch, so it
+// neither waits out the sink nor runs into the shutdown timeout; its
+// samples are counted failed, the final events dropped, and the exit status
+// is 0 (nothing went uncounted). Before, the final self-metrics went into
+// the black hole and the stop ended with exit 1 and "0 samples not
+// delivered". The timeouts make that deterministic: the stop waits half
+// the shutdown timeout (10 s) for the down output to come back, and the
+// sink's request timeout (12 s) is longer than what is left.
+func TestShutdownUnavailableSinkFinalEventsDroppedIntegration(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs gpusampler")
+	}
+	bin := buildGpusampler(t)
+	refused := make(chan struct{}, 1)
+	var holed atomic.Int64
+	stop := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if bytes.Contains(body, []byte("nvidia_smi")) {
+			select {
+			case refused <- struct{}{}:
+			default:
+			}
+			http.Error(w, "down", http.StatusServiceUnavailable)
+			return
+		}
+		holed.Add(1)
+		select { // never answered
+		case <-stop:
+		case <-r.Context().Done():
+		}
+	}))
+	defer srv.Close()
+	defer close(stop)
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "gpusampler.toml")
+	doc := "[agent]\nshutdown_timeout = \"20s\"\n[sampler]\nbackend = \"sim\"\n" +
+		"[[outputs.influxdb]]\nname = \"down\"\nurl = \"" + srv.URL + "\"\ndatabase = \"gpu\"\nskip_database_creation = true\n" +
+		"write_timeout = \"30s\"\ntimeout = \"12s\"\n" +
+		"[[outputs.stdout]]\nformat = \"json\"\n"
+	if err := os.WriteFile(cfg, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd := exec.Command(bin, "run", "--stats", "--config", cfg)
+	cmd.Stdout, cmd.Stderr = io.Discard, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case <-refused: // a batch of samples is held
+	case err := <-exited:
+		t.Fatalf("exited before writing to the sink: %v\n%s", err, stderr.String())
+	case <-time.After(5 * time.Minute): // a failure guard, not a timing check
+		cmd.Process.Kill()
+		<-exited
+		t.Fatalf("no write reached the sink in 5 minutes\n%s", stderr.String())
+	}
+	before := holed.Load()
+	if err := signalWait(t, cmd, exited, syscall.SIGTERM, &stderr); err != nil {
+		t.Fatalf("exit %v, want status 0 (the down output's losses are counted)\n%s", err, stderr.String())
+	}
+	if n := holed.Load() - before; n > 0 {
+		t.Fatalf("%d writes without samples (the final self-metrics) reached the down sink at stop\n%s", n, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "output unavailable at stop; final events dropped, not written") {
+		t.Fatalf("stderr does not say the final events were dropped:\n%s", stderr.String())
+	}
+	if !regexp.MustCompile(`msg="final output stats" output=down .* events_dropped=[1-9]`).MatchString(stderr.String()) {
+		t.Fatalf("the down output's final stats do not count the final events dropped:\n%s", stderr.String())
+	}
+	line := func(name string) [5]int {
+		f := regexp.MustCompile(`gpusampler final stats:\n(?:.*\n)*?  output ` + name + ` +published (\d+) delivered (\d+) dropped (\d+) filtered (\d+) failed (\d+) `).FindStringSubmatch(stderr.String())
+		if f == nil {
+			t.Fatalf("no final stats line for %s:\n%s", name, stderr.String())
+		}
+		var c [5]int
+		for i := range c {
+			c[i], _ = strconv.Atoi(f[i+1])
+		}
+		return c
+	}
+	down, ok := line("down"), line("stdout")
+	if down[0] == 0 || down[1] != 0 || down[0] != down[2]+down[3]+down[4] {
+		t.Fatalf("down output: final stats %v, want every sample counted failed or dropped:\n%s", down, stderr.String())
+	}
+	if ok[0] == 0 || ok[1] != ok[0] {
+		t.Fatalf("healthy output: final stats %v, want every sample delivered:\n%s", ok, stderr.String())
+	}
+	t.Logf("exit 0; down published %d failed %d; stdout published %d delivered %d", down[0], down[4], ok[0], ok[1])
 }
