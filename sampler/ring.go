@@ -34,12 +34,23 @@ import (
 // covers tens of seconds at default rates; an output that is down for longer
 // needs the per-output buffer, not a bigger ring.
 //
+// A lane starts small (laneStart samples) and the producer doubles it when a
+// publish would not fit, up to the ring's size: a healthy reader keeps a
+// few hundred samples in flight, so most lanes never need the whole size
+// and the process does not hold size × 32 bytes per reader per device for
+// nothing (8 GPUs × 4 outputs × 8192 samples were 6 MiB). Growing copies the
+// unread samples into the new buffer and publishes it with one atomic store
+// before any sample is written there; a reader loads the buffer after the
+// head, so it always sees one holding every sample up to that head, and an
+// old buffer is never written again. Lanes never shrink.
+//
 // Concurrency: Publish must be called from one goroutine at a time (the
 // owner). NewCursor and Detach may be called from any goroutine. Each
 // cursor's Read is called from one goroutine at a time; its counters may be
 // read from any goroutine.
 type ring struct {
 	size      int
+	start     int // a new lane's length (≤ size)
 	lanes     atomic.Pointer[[]*cursor]
 	published atomic.Uint64
 	mu        sync.Mutex // serializes lane attach/detach
@@ -52,10 +63,13 @@ func newRing(size int) *ring {
 		size = 2
 	}
 	n := 1 << (64 - bits.LeadingZeros64(uint64(size-1)))
-	r := &ring{size: n}
+	r := &ring{size: n, start: min(n, laneStart)}
 	r.lanes.Store(&[]*cursor{})
 	return r
 }
+
+// laneStart is a new lane's length in samples (a power of two).
+const laneStart = 256
 
 // Cap returns how many unread samples one reader's lane holds.
 func (r *ring) Cap() int { return r.size }
@@ -95,7 +109,7 @@ func (r *ring) Publish(samples ...record.Sample) {
 
 // NewCursor attaches a reader; it sees what is published from now on.
 func (r *ring) NewCursor() *cursor {
-	c := &cursor{buf: make([]record.Sample, r.size), mask: uint64(r.size - 1)}
+	c := r.newLane()
 	r.mu.Lock()
 	lanes := append(slices.Clone(*r.lanes.Load()), c)
 	r.lanes.Store(&lanes)
@@ -107,7 +121,7 @@ func (r *ring) NewCursor() *cursor {
 // published goes either to old (before) or to the new cursor (after), never
 // to both or neither. old keeps what it holds and its counters.
 func (r *ring) Swap(old *cursor) *cursor {
-	c := &cursor{buf: make([]record.Sample, r.size), mask: uint64(r.size - 1)}
+	c := r.newLane()
 	r.mu.Lock()
 	lanes := slices.Clone(*r.lanes.Load())
 	if i := slices.Index(lanes, old); i >= 0 {
@@ -117,6 +131,13 @@ func (r *ring) Swap(old *cursor) *cursor {
 	}
 	r.lanes.Store(&lanes)
 	r.mu.Unlock()
+	return c
+}
+
+// newLane returns an unattached cursor with a laneStart-sized buffer.
+func (r *ring) newLane() *cursor {
+	c := &cursor{max: uint64(r.size)}
+	c.buf.Store(newLaneBuf(r.start))
 	return c
 }
 
@@ -130,9 +151,9 @@ func (r *ring) Detach(c *cursor) {
 
 // cursor is one reader's lane in a ring, with its exact accounting.
 type cursor struct {
-	buf  []record.Sample
-	mask uint64
-	_    [40]byte
+	buf  atomic.Pointer[laneBuf] // replaced (grown) by the producer only
+	max  uint64                  // the longest buf may grow (the ring's size)
+	_    [48]byte
 	head atomic.Uint64 // samples written into the lane (producer)
 	_    [56]byte
 	tail atomic.Uint64 // samples read from the lane (consumer)
@@ -151,11 +172,26 @@ type cursor struct {
 	seenAt   time.Time
 }
 
+// laneBuf is a lane's storage: a power-of-two number of slots, sample
+// number p in slot p&mask.
+type laneBuf struct {
+	s    []record.Sample
+	mask uint64
+}
+
+func newLaneBuf(n int) *laneBuf {
+	return &laneBuf{s: make([]record.Sample, n), mask: uint64(n - 1)}
+}
+
 // push is the producer side: copy what fits, drop and count the rest.
 func (c *cursor) push(s []record.Sample) {
 	h := c.head.Load() // only the producer writes head
-	free := uint64(len(c.buf)) - (h - c.tail.Load())
 	n := uint64(len(s))
+	b := c.buf.Load()
+	if lag := h - c.tail.Load(); lag+n > uint64(len(b.s)) && uint64(len(b.s)) < c.max {
+		b = c.grow(b, h, lag+n)
+	}
+	free := uint64(len(b.s)) - (h - c.tail.Load())
 	if n > free {
 		c.dropped.Add(n - free)
 		s = s[:free]
@@ -164,10 +200,28 @@ func (c *cursor) push(s []record.Sample) {
 	if n == 0 {
 		return
 	}
-	i := h & c.mask
-	k := copy(c.buf[i:], s)
-	copy(c.buf, s[k:])
+	i := h & b.mask
+	k := copy(b.s[i:], s)
+	copy(b.s, s[k:])
 	c.head.Store(h + n)
+}
+
+// grow replaces the lane's buffer b by one of at least need slots (a power
+// of two, at most max) holding the unread samples up to head h, and returns
+// it. Producer only. The samples the reader has not taken yet are copied
+// from the old buffer, which the producer never writes again; the reader
+// may still be reading them there, which is two reads of the same memory.
+func (c *cursor) grow(b *laneBuf, h, need uint64) *laneBuf {
+	n := uint64(len(b.s))
+	for n < need && n < c.max {
+		n *= 2
+	}
+	nb := newLaneBuf(int(n))
+	for p := c.tail.Load(); p < h; p++ {
+		nb.s[p&nb.mask] = b.s[p&b.mask]
+	}
+	c.buf.Store(nb)
+	return nb
 }
 
 // Read copies the next samples into dst and returns how many it copied. It
@@ -179,9 +233,10 @@ func (c *cursor) Read(dst []record.Sample) int {
 	if n == 0 {
 		return 0
 	}
-	i := t & c.mask
-	k := copy(dst[:n], c.buf[i:])
-	copy(dst[k:n], c.buf)
+	b := c.buf.Load() // after head: a buffer holding every sample up to it
+	i := t & b.mask
+	k := copy(dst[:n], b.s[i:])
+	copy(dst[k:n], b.s)
 	c.tail.Store(t + n)
 	return int(n)
 }

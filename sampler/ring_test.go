@@ -85,6 +85,8 @@ var ringImpls = []struct {
 	make func(size int) ringUnderTest
 }{
 	{"lockfree", func(n int) ringUnderTest { return lockFree{newRing(n)} }},
+	// lanes that start at 2 slots, so every case also runs while lanes grow
+	{"lockfree-growing", func(n int) ringUnderTest { r := newRing(n); r.start = 2; return lockFree{r} }},
 	{"mutex", func(n int) ringUnderTest { return &mutexRing{size: n} }},
 }
 
