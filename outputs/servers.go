@@ -49,3 +49,9 @@ func (g *Gzipper) Compress(body []byte) []byte {
 	g.zw.Close()
 	return g.buf.Bytes()
 }
+
+// Release forgets the buffer the last Compress returned, so that the next
+// Compress writes into a new one. Call it after a request that failed: an
+// HTTP transport (or gRPC's writer) may still be reading a body after the
+// call that sent it returned with an error, and must not see it rewritten.
+func (g *Gzipper) Release() { g.buf = bytes.Buffer{} }

@@ -120,7 +120,11 @@ func (o *Output) Write(ctx context.Context, b *record.Batch) error {
 		return nil
 	}
 	o.lines.Add(uint64(countLines(body)))
-	return o.post(ctx, body)
+	err := o.post(ctx, body)
+	if err != nil {
+		o.enc.Release() // a failed request's transport may still read body
+	}
+	return err
 }
 
 // post writes body to the server in use; on a retryable failure it fails

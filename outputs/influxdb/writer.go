@@ -264,6 +264,9 @@ func (w *Writer) post(ctx context.Context, body []byte) error {
 		w.retries.Add(1)
 	}
 	after, err := w.attempt(ctx, payload)
+	if err != nil && w.opts.Gzip {
+		w.gz.Release() // the failed request's transport may still read payload
+	}
 	err = record.RetryAfter(err, after) // the server's Retry-After, for whoever retries
 	w.failedLast.Store(err != nil && !record.IsPermanent(err))
 	return err

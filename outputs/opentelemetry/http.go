@@ -67,6 +67,9 @@ func (h *httpExporter) export(ctx context.Context, body []byte) (int64, string, 
 	h.o.st.wire.Add(uint64(len(payload)))
 	resp, err := h.client.Do(req)
 	if err != nil {
+		if h.gzip {
+			h.gz.Release() // the transport may still read payload after Do returned
+		}
 		var ue *url.Error
 		if errors.As(err, &ue) {
 			err = ue.Err // the message names the endpoint already

@@ -374,6 +374,10 @@ func (o *Output) exportTo(ctx context.Context, k int, body []byte) error {
 	o.st.bytes.Add(uint64(len(body)))
 	rejected, msg, err := o.ex[k].export(ctx, body)
 	if err != nil {
+		// gRPC's writer or the HTTP transport may still be reading body
+		// after a failed call returned: the next encode gets a new buffer
+		// instead of rewriting this one under them.
+		o.buf = nil
 		o.st.failed.Add(1)
 		if _, ok := record.RetryAfterOf(err); ok {
 			o.st.hints.Add(1)

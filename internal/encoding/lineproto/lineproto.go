@@ -644,6 +644,11 @@ func (e *Encoder) Err() error {
 	return e.enc.Err()
 }
 
+// Release forgets the buffer that Bytes returned (the next Encode writes
+// into a new one), for a caller whose request with those bytes failed and
+// may still be read by its transport.
+func (e *Encoder) Release() { e.enc.SetBuffer(nil) }
+
 // Reset empties the buffer, keeping device identities.
 func (e *Encoder) Reset() {
 	e.enc.Reset()
