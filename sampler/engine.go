@@ -42,8 +42,9 @@ const (
 	// about 17 s of a GPU's samples at the default rates (about 470
 	// samples/s on a busy real GPU), more than a Write may take
 	// (record.DefaultWriteTimeout, 10 s) before the pump gives up on it.
-	// Each lane costs RingSize x 24 B once it has filled the first time
-	// (192 KiB at the default), per device and per output.
+	// A lane starts at 256 samples and doubles when its output falls
+	// behind, up to RingSize x 24 B (192 KiB at the default), per device
+	// and per output; it does not shrink.
 	DefaultRingSize = 1 << 13
 	// MinSlowInterval bounds slow point queries (they cost milliseconds).
 	MinSlowInterval = time.Second

@@ -21,8 +21,8 @@
 # at the last reading, then the tree's RSS and PSS at the last reading and
 # the largest over the readings, in MiB (1 MiB = 1024 KiB). The figures
 # depend on when they are taken: the run process's own RSS rises for about
-# two minutes (each output's ring lanes fill for the first time, the heap
-# grows to its GC target), then stays flat, about 41 MiB on 8 GPUs; so
+# two minutes (the heap grows to its GC target; a ring lane grows only
+# while its output falls behind), then stays flat, about 34 MiB on 8 GPUs; so
 # compare runs with the same WARMUP, 150 or more for the steady state
 # (RING_SIZE sets ring_size, the default when empty). CPU is each
 # process's user+system time from the first reading to the last, in % of
