@@ -1442,9 +1442,13 @@ type AggregateJournal struct {
 	// metric_names is the writer's catalog, as in BufferSegment: a reader
 	// maps the metric IDs by name.
 	MetricNames []string `protobuf:"bytes,3,rep,name=metric_names,json=metricNames,proto3" json:"metric_names,omitempty"`
-	// pending are the summaries being handed to the wrapped output.
-	Pending       *SummaryColumns    `protobuf:"bytes,4,opt,name=pending,proto3" json:"pending,omitempty"`
-	Series        []*AggregateSeries `protobuf:"bytes,5,rep,name=series,proto3" json:"series,omitempty"`
+	// pending are the summaries being handed to the wrapped output: the
+	// batch with Seq seq, offered again unchanged after a refusal.
+	Pending *SummaryColumns    `protobuf:"bytes,4,opt,name=pending,proto3" json:"pending,omitempty"`
+	Series  []*AggregateSeries `protobuf:"bytes,5,rep,name=series,proto3" json:"series,omitempty"`
+	// closed are the summaries of windows closed while pending waited for
+	// the wrapped output: handed on after it, in a batch of their own.
+	Closed        *SummaryColumns `protobuf:"bytes,6,opt,name=closed,proto3" json:"closed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1510,6 +1514,13 @@ func (x *AggregateJournal) GetPending() *SummaryColumns {
 func (x *AggregateJournal) GetSeries() []*AggregateSeries {
 	if x != nil {
 		return x.Series
+	}
+	return nil
+}
+
+func (x *AggregateJournal) GetClosed() *SummaryColumns {
+	if x != nil {
+		return x.Closed
 	}
 	return nil
 }
@@ -1815,14 +1826,15 @@ const file_recordpb_records_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x01R\x05value\x12\x15\n" +
 	"\x06is_int\x18\x03 \x01(\bR\x05isInt\x12\x19\n" +
-	"\bis_gauge\x18\x04 \x01(\bR\aisGauge\"\xe7\x01\n" +
+	"\bis_gauge\x18\x04 \x01(\bR\aisGauge\"\xa5\x02\n" +
 	"\x10AggregateJournal\x12\x1f\n" +
 	"\vinterval_ns\x18\x01 \x01(\x10R\n" +
 	"intervalNs\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12!\n" +
 	"\fmetric_names\x18\x03 \x03(\tR\vmetricNames\x12>\n" +
 	"\apending\x18\x04 \x01(\v2$.gpusampler.plugin.v1.SummaryColumnsR\apending\x12=\n" +
-	"\x06series\x18\x05 \x03(\v2%.gpusampler.plugin.v1.AggregateSeriesR\x06series\"\x9f\x04\n" +
+	"\x06series\x18\x05 \x03(\v2%.gpusampler.plugin.v1.AggregateSeriesR\x06series\x12<\n" +
+	"\x06closed\x18\x06 \x01(\v2$.gpusampler.plugin.v1.SummaryColumnsR\x06closed\"\x9f\x04\n" +
 	"\x0fAggregateSeries\x12\x16\n" +
 	"\x06device\x18\x01 \x01(\rR\x06device\x12\x16\n" +
 	"\x06metric\x18\x02 \x01(\rR\x06metric\x12$\n" +
@@ -1975,11 +1987,12 @@ var file_recordpb_records_proto_depIdxs = []int32{
 	13, // 9: gpusampler.plugin.v1.BufferSegment.tags:type_name -> gpusampler.plugin.v1.BufferSegment.TagsEntry
 	3,  // 10: gpusampler.plugin.v1.AggregateJournal.pending:type_name -> gpusampler.plugin.v1.SummaryColumns
 	10, // 11: gpusampler.plugin.v1.AggregateJournal.series:type_name -> gpusampler.plugin.v1.AggregateSeries
-	12, // [12:12] is the sub-list for method output_type
-	12, // [12:12] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	3,  // 12: gpusampler.plugin.v1.AggregateJournal.closed:type_name -> gpusampler.plugin.v1.SummaryColumns
+	13, // [13:13] is the sub-list for method output_type
+	13, // [13:13] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_recordpb_records_proto_init() }

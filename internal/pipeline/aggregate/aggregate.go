@@ -29,17 +29,25 @@
 //
 // The inner output's errors keep their kind (record.Classify). While the
 // refusal is unavailable, or retryable fewer than record.RetryableOffers
-// times in a row, the summaries of the refused Write are kept for the next
-// one (the samples behind them will not come again) and the error goes to
-// the pump, which offers its batch again (same Seq: its samples are not
-// added twice). A permanent refusal, or the last retryable one, drops the
-// summaries and the events of the refused Write, counted here
-// (Stats.Dropped and EventsDropped: aggregate_dropped,
-// aggregate_events_dropped), and Write returns nil: the pump's samples
-// were taken (into those summaries), so the pump does not count them as
-// failed as well. A pump that stops while it holds a refused batch hands
-// the wrapper the samples it had not offered yet (Absorb): their windows
-// are emitted at Finish or Close with the rest, or counted as dropped.
+// times in all, the refused batch is kept (the samples behind its
+// summaries will not come again) and the error goes to the pump, which
+// offers its batch again (same Seq: its samples are not added twice). The
+// wrapper then offers the kept batch again exactly as it was: the same
+// Seq, summaries, devices and events, so that an output that took part of
+// it before failing (JetStream messages, whose Nats-Msg-Id holds the Seq;
+// OpenTelemetry requests, resumed by Seq) does not hand that part on
+// twice. Windows that close meanwhile wait for the next batch, written
+// with the pump's next batch once the kept one went through. A permanent
+// refusal, or the last retryable one, drops the summaries and the events
+// of the refused batch, counted here (Stats.Dropped and EventsDropped:
+// aggregate_dropped, aggregate_events_dropped), and Write returns nil: the
+// pump's samples were taken (into those summaries), so the pump does not
+// count them as failed as well. A pump that stops while it holds a refused
+// batch counts that batch's events as dropped and hands the wrapper the
+// samples it had not offered yet (Absorb): their windows are emitted at
+// Finish or Close with the rest, or counted as dropped; a kept batch that
+// carries such events is then not offered again as it is (its events are
+// the pump's, counted): its summaries go on in a new batch.
 //
 // In front of an output that keeps what it took across restarts (a disk
 // buffer), Options.Journal keeps the open windows across a process crash
@@ -160,8 +168,14 @@ type Output struct {
 	done    bool
 	lastSeq uint64 // Seq of the last batch whose samples were added
 	seq     uint64 // Seq of the last batch written to inner
-	// tries counts consecutive retryable refusals of the kept summaries.
-	tries int
+	// kept: out holds the batch the inner output refused last, to be
+	// offered again unchanged (Seq seq) before any other; keptFrom is the
+	// Seq of the pump's batch whose devices and events it carries (0:
+	// none the pump still holds). tries counts the retryable refusals of
+	// that batch.
+	kept     bool
+	keptFrom uint64
+	tries    int
 	// lastDropLog rate-limits the drop warning.
 	lastDropLog time.Time
 	// Journal: jDirty when the windows changed since it was last written,
@@ -275,14 +289,50 @@ func (o *Output) Write(ctx context.Context, b *record.Batch) error {
 	}
 	// A pump offers a batch the output refused with ErrUnavailable again,
 	// Seq unchanged: its samples are already in their windows.
-	if b.Seq == 0 || b.Seq != o.lastSeq {
+	again := b.Seq != 0 && b.Seq == o.lastSeq
+	if !again {
 		for _, s := range b.Samples {
 			o.add(s)
 		}
 		o.lastSeq = b.Seq
 	}
 	o.closeQuiet(o.opts.Now().UnixNano())
-	return o.emit(ctx, b.Devices, b.Events)
+	if o.kept {
+		if again && b.Seq == o.keptFrom {
+			// The kept batch carries this batch's devices and events. The
+			// windows closed meanwhile go on with the pump's next batch,
+			// so that the pump's retryable offers of this one are the
+			// kept batch's.
+			return o.offerKept(ctx)
+		}
+		o.pumpMovedOn()
+		if o.kept {
+			if err := o.offerKept(ctx); o.kept {
+				return err
+			}
+		}
+	}
+	return o.emit(ctx, b.Devices, b.Events, b.Seq)
+}
+
+// pumpMovedOn runs when the pump no longer holds the batch whose devices
+// and events the kept batch carries (it gave that batch up at stop and
+// counted its events as dropped): a kept batch with events is not offered
+// again as it is, its summaries go on in the next batch.
+func (o *Output) pumpMovedOn() {
+	o.keptFrom = 0
+	if !o.kept || len(o.out.Events) == 0 {
+		return
+	}
+	o.closed = append(o.closed, o.out.Summaries...)
+	o.jDirty = true
+	o.release()
+}
+
+// release forgets the batch in out.
+func (o *Output) release() {
+	o.out.Reset()
+	o.kept, o.keptFrom, o.tries = false, 0, 0
 }
 
 // Absorb implements record.Absorber: it adds samples a stopping pump never
@@ -402,7 +452,9 @@ func (o *Output) closeQuiet(now int64) {
 	}
 }
 
-func (o *Output) emit(ctx context.Context, devs []record.Device, evs []record.Event) error {
+// emit writes the closed windows' summaries with devs and evs (of the
+// pump's batch from, 0 for none) as a new batch. Nothing may be kept.
+func (o *Output) emit(ctx context.Context, devs []record.Device, evs []record.Event, from uint64) error {
 	ob := &o.out
 	ob.Reset()
 	ob.Devices = append(ob.Devices, devs...)
@@ -418,23 +470,41 @@ func (o *Output) emit(ctx context.Context, devs []record.Device, evs []record.Ev
 	}
 	o.seq++
 	ob.Seq = o.seq
-	o.saveJournal(o.seq, ob.Summaries)
+	o.keptFrom, o.tries = from, 0
+	return o.write(ctx)
+}
+
+// offerKept offers the kept batch again, unchanged.
+func (o *Output) offerKept(ctx context.Context) error {
+	return o.write(ctx)
+}
+
+// write journals the batch in out, hands it to the inner output and
+// settles it: counted as emitted, kept for another offer, or counted as
+// dropped.
+func (o *Output) write(ctx context.Context) error {
+	ob := &o.out
+	o.saveJournal(ob.Seq, ob.Summaries)
 	err := o.inner.Write(ctx, ob)
 	kind := record.Classify(err)
 	if kind == record.KindRetryable {
 		o.tries++
-	} else {
-		o.tries = 0
 	}
 	switch {
 	case kind == record.KindNone:
 		o.emitted.Add(uint64(len(ob.Summaries)))
 	case kind == record.KindUnavailable || (kind == record.KindRetryable && o.tries < record.RetryableOffers):
-		// Keep the summaries for the next attempt: the samples behind
-		// them will not come again.
-		o.closed = append(o.closed, ob.Summaries...)
+		// Keep the batch for the next attempt: the samples behind its
+		// summaries will not come again. Its events become the
+		// wrapper's (the pump reuses their slices).
+		if !o.kept {
+			o.kept = true
+			for i := range ob.Events {
+				ob.Events[i] = ob.Events[i].Clone()
+			}
+		}
+		return err
 	default:
-		o.tries = 0
 		o.dropped.Add(uint64(len(ob.Summaries)))
 		o.evDropped.Add(uint64(len(ob.Events)))
 		if now := o.opts.Now(); o.lastDropLog.IsZero() || now.Sub(o.lastDropLog) >= time.Minute {
@@ -448,8 +518,7 @@ func (o *Output) emit(ctx context.Context, devs []record.Device, evs []record.Ev
 		// Counted: a crash must not hand them on again.
 		o.saveJournal(o.seq, nil)
 	}
-	clear(ob.Events)
-	ob.Reset()
+	o.release()
 	return err
 }
 
@@ -467,10 +536,22 @@ func (o *Output) Finish(ctx context.Context) error {
 		o.closeWindows(k, sr, len(sr.open))
 	}
 	var err error
-	if werr := o.emit(ctx, nil, nil); werr != nil {
+	if werr := o.emitAll(ctx); werr != nil {
 		err = fmt.Errorf("aggregate: final windows: %w", werr)
 	}
 	return errors.Join(err, record.Finish(ctx, o.inner))
+}
+
+// emitAll offers the kept batch (if any) again, then, once it went
+// through or was dropped, the closed windows as a new batch.
+func (o *Output) emitAll(ctx context.Context) error {
+	o.pumpMovedOn()
+	if o.kept {
+		if err := o.offerKept(ctx); o.kept {
+			return err
+		}
+	}
+	return o.emit(ctx, nil, nil, 0)
 }
 
 // Close emits every open window, then closes the inner output. A second
@@ -484,17 +565,23 @@ func (o *Output) Close() error {
 		o.closeWindows(k, sr, len(sr.open))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
-	werr := o.emit(ctx, nil, nil)
+	werr := o.emitAll(ctx)
 	cancel()
-	if o.opts.Journal != "" && len(o.closed) == 0 {
+	if o.opts.Journal != "" && len(o.closed) == 0 && !o.kept {
 		// Every window was handed on (or counted dropped).
 		if err := os.Remove(o.opts.Journal); err != nil && !errors.Is(err, os.ErrNotExist) {
 			o.opts.Logger.Warn("aggregate journal not removed", "file", o.opts.Journal, "err", err)
 		}
 	}
-	if n := len(o.closed); n > 0 && o.opts.Journal == "" {
+	if o.opts.Journal == "" && (len(o.closed) > 0 || o.kept) {
 		// Kept for a retry that will not come (without a journal nothing
 		// takes them up): counted.
+		n := len(o.closed)
+		if o.kept {
+			n += len(o.out.Summaries)
+			o.evDropped.Add(uint64(len(o.out.Events)))
+			o.release()
+		}
 		o.dropped.Add(uint64(n))
 		o.closed = o.closed[:0]
 		o.opts.Logger.Warn("output refused the final summaries; dropped", "summaries", n, "dropped_total", o.dropped.Load())

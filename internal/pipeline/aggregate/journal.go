@@ -20,17 +20,18 @@ import (
 )
 
 // The journal keeps what a process crash would otherwise lose: the open
-// windows (whose samples the pump has handed on and will not send again)
-// and the summaries being handed to the wrapped output with the Seq of the
-// batch that carries them. It is rewritten (a new file renamed over the
+// windows (whose samples the pump has handed on and will not send again),
+// the summaries being handed to the wrapped output with the Seq of the
+// batch that carries them (pending), and the summaries of windows that
+// closed while that batch waited to be offered again (closed). It is rewritten (a new file renamed over the
 // old, one rename: a process crash leaves the old or the new one whole)
 // before every write to the wrapped output, and removed when Close has
 // handed on every window.
 //
 // A new wrapper on the same file takes the open windows up and hands the
-// summaries on again unless Options.LastAppended says that the batch with
-// that Seq reached the wrapped output before the crash; its batches go on
-// from that Seq. The metric of every entry is mapped by name (the names of
+// pending summaries on again unless Options.LastAppended says that the
+// batch with that Seq reached the wrapped output before the crash, and the
+// closed ones in any case; its batches go on from that Seq. The metric of every entry is mapped by name (the names of
 // the writer's metrics are in the journal), so that a catalog that renumbers metrics
 // never relabels a journaled window.
 //
@@ -56,6 +57,7 @@ type journalState struct {
 	interval int64
 	seq      uint64
 	pending  []record.Summary
+	closed   []record.Summary
 	series   []journalSeries
 }
 
@@ -71,8 +73,8 @@ var errJournalCorrupt = errors.New("aggregate: journal corrupt")
 // bytes.
 var journalMarshal = proto.MarshalOptions{Deterministic: true}
 
-// encodeJournal appends the journal of o's state (the open windows) with
-// pending and seq to dst.
+// encodeJournal appends the journal of o's state (the open windows and the
+// closed summaries) with pending and seq to dst.
 func (o *Output) encodeJournal(dst []byte, seq uint64, pending []record.Summary) ([]byte, error) {
 	keys := make([]seriesKey, 0, len(o.series))
 	for k, sr := range o.series {
@@ -97,12 +99,15 @@ func (o *Output) encodeJournal(dst []byte, seq uint64, pending []record.Summary)
 	for _, s := range pending {
 		use(s.Metric)
 	}
+	for _, s := range o.closed {
+		use(s.Metric)
+	}
 	for _, k := range keys {
 		use(k.metric)
 	}
 	o.jNames = names
 	m := &recordpb.AggregateJournal{IntervalNs: o.interval, Seq: seq, MetricNames: names,
-		Pending: recordpb.FromSummaries(pending)}
+		Pending: recordpb.FromSummaries(pending), Closed: recordpb.FromSummaries(o.closed)}
 	slices.SortFunc(keys, func(a, b seriesKey) int {
 		if a.dev != b.dev {
 			return int(a.dev) - int(b.dev)
@@ -195,6 +200,19 @@ func decodeJournalPB(body []byte, cat *catalog.Catalog) (j journalState, unknown
 		s.Metric = id
 		j.pending = append(j.pending, s)
 	}
+	closed, err := m.GetClosed().AppendTo(nil)
+	if err != nil {
+		return j, 0, err
+	}
+	for _, s := range closed {
+		id, ok := mapID(uint32(s.Metric))
+		if !ok {
+			unknown++
+			continue
+		}
+		s.Metric = id
+		j.closed = append(j.closed, s)
+	}
 	for i, ps := range m.GetSeries() {
 		n := len(ps.GetStartNs())
 		if len(ps.GetCount()) != n || len(ps.GetSum()) != n || len(ps.GetMin()) != n || len(ps.GetMax()) != n ||
@@ -230,10 +248,10 @@ func decodeJournalPB(body []byte, cat *catalog.Catalog) (j journalState, unknown
 	return j, unknown, nil
 }
 
-// saveJournal rewrites the journal: the open windows, pending (the
-// summaries of the batch about to be written) and that batch's seq. It does
-// nothing without a journal, or when neither the windows nor pending
-// changed since the last one.
+// saveJournal rewrites the journal: the open windows, the closed
+// summaries, pending (the summaries of the batch about to be written) and
+// that batch's seq. It does nothing without a journal, or when neither the
+// windows nor pending changed since the last one.
 func (o *Output) saveJournal(seq uint64, pending []record.Summary) {
 	if o.opts.Journal == "" || (!o.jDirty && len(pending) == 0 && !o.jPending) {
 		return
@@ -288,6 +306,8 @@ func (o *Output) loadJournal() error {
 			o.recovered.Add(uint64(len(j.pending)))
 		}
 	}
+	o.closed = append(o.closed, j.closed...)
+	o.recovered.Add(uint64(len(j.closed)))
 	for _, js := range j.series {
 		if j.interval != o.interval {
 			// Another interval: the windows go on as they are, closed.
