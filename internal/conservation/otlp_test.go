@@ -3,6 +3,7 @@ package conservation_test
 import (
 	"compress/gzip"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -132,8 +133,10 @@ var writeTimeout = regexp.MustCompile(`write_timeout = "[^"]*"`)
 // otlpSink is one OTLP cell's receiver: an OTLP/gRPC MetricsService or an
 // OTLP/HTTP /v1/metrics handler on a loopback port, recording each export
 // request as one batch of records (a Recorder line). Requests are numbered
-// in the Seq of their line, so that a request sent twice is two lines,
-// never taken for a copy of one.
+// in the Seq of their line (OTLP carries no batch number); a request that
+// arrives again with the same records keeps its first number, so the
+// matrix counts it as a duplicate delivery (the dup column), as it does
+// for the record cells' batches, and anything else extra fails the cell.
 type otlpSink struct {
 	colpb.UnimplementedMetricsServiceServer
 	agg      bool // the cell aggregates: catalog metrics' points are windows
@@ -143,6 +146,12 @@ type otlpSink struct {
 	rec  *conservation.Recorder
 	path string
 	seq  uint64
+	// seqOf is the sequence number given to each request content taken
+	// (the batch it becomes, as JSON without its Seq): a request that
+	// arrives again unchanged gets its first copy's number, so the matrix
+	// counts it as a duplicate delivery (same seq and content), exactly as
+	// for the record cells, whose batches carry the pump's Seq.
+	seqOf map[string]uint64
 }
 
 func startOTLPSink(e *env, c cell) *otlpSink {
@@ -200,9 +209,24 @@ func (s *otlpSink) take(ctx context.Context, req *colpb.ExportMetricsServiceRequ
 		// so that its retry does not arrive twice.
 		return record.Unavailable(err)
 	}
-	s.seq++
-	b.Seq = s.seq
-	return s.rec.Write(ctx, &b)
+	key, err := json.Marshal(b)
+	if err != nil {
+		return record.Permanent(err)
+	}
+	seq, again := s.seqOf[string(key)]
+	if !again {
+		s.seq++
+		seq = s.seq
+	}
+	b.Seq = seq
+	if err := s.rec.Write(ctx, &b); err != nil {
+		return err
+	}
+	if s.seqOf == nil {
+		s.seqOf = map[string]uint64{}
+	}
+	s.seqOf[string(key)] = seq
+	return nil
 }
 
 // Export is the OTLP/gRPC MetricsService's method.
