@@ -445,6 +445,18 @@ func waitFor(cond func() bool) bool {
 // published it, and emits one custom event with fields.
 func (r *running) phase() {
 	r.e.t.Helper()
+	n := r.releasePhase()
+	r.events++
+	r.a.Engine().Emit(record.Event{Kind: "matrix_phase", Device: n % 2, StartNS: r.src.Start.UnixNano() + int64(n),
+		EndNS: r.src.Start.UnixNano() + int64(n) + 5, Message: fmt.Sprintf("phase %d released", n),
+		Attrs:  []record.Attr{{Key: "phase", Value: fmt.Sprint(n)}, {Key: "run", Value: fmt.Sprint(r.e.run)}},
+		Fields: []record.Field{{Key: "samples", Value: float64(perPhase * 4), Int: true}, {Key: "ratio", Value: 0.375}}})
+}
+
+// releasePhase releases the script's next phase and waits until the engine
+// has published it; it returns the phase's number.
+func (r *running) releasePhase() int {
+	r.e.t.Helper()
 	n := r.src.Release()
 	want := uint64((n - r.src.First) * perPhase * 2)
 	if !waitFor(func() bool {
@@ -457,11 +469,7 @@ func (r *running) phase() {
 	}) {
 		r.e.t.Fatalf("phase %d: the engine did not publish the released samples", n)
 	}
-	r.events++
-	r.a.Engine().Emit(record.Event{Kind: "matrix_phase", Device: n % 2, StartNS: r.src.Start.UnixNano() + int64(n),
-		EndNS: r.src.Start.UnixNano() + int64(n) + 5, Message: fmt.Sprintf("phase %d released", n),
-		Attrs:  []record.Attr{{Key: "phase", Value: fmt.Sprint(n)}, {Key: "run", Value: fmt.Sprint(r.e.run)}},
-		Fields: []record.Field{{Key: "samples", Value: float64(perPhase * 4), Int: true}, {Key: "ratio", Value: 0.375}}})
+	return n
 }
 
 // awaitDown waits until every cell's sink has refused n writes as down.
